@@ -1,0 +1,1 @@
+"""beamalloc: allocator diagnostics and +M tuning for the Erlang VM."""
