@@ -1,0 +1,287 @@
+"""Erlang terms in Python, and their text form (what `io_lib:format("~p.~n", [T])` writes).
+
+The mapping, shared with the external-term-format decoder (etf.py):
+
+    atom            -> Atom (a str subclass, so `Atom("cp") == "cp"`)
+    integer, float  -> int, float
+    tuple, list     -> tuple, list
+    "a string"      -> str (a printable char list; `[]` stays `[]`)
+    <<"bin">>       -> bytes
+    pid, port, ref, fun -> Opaque (kept as text; allocator data never holds them)
+
+The parser is iterative, so a term nested 100,000 deep is an error message, not a
+RecursionError, and it refuses absurd integer literals instead of spending minutes on them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+#: Longest integer literal accepted. The largest in real allocator data is mmmbc,
+#: 18446744073709551615 (20 digits, alloc_util.md §6.1); anything near this bound is garbage.
+MAX_INT_DIGITS = 64
+#: Deepest nesting accepted. Allocator data nests about 8 deep (recon_alloc.md §3.1).
+MAX_DEPTH = 256
+
+
+class TermError(ValueError):
+    """The text is not a well-formed Erlang term of the kind beamalloc reads."""
+
+
+class Atom(str):
+    """An Erlang atom. Compares equal to its name; `repr` shows it as Erlang would."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Atom({str(self)!r})"
+
+
+class Opaque(str):
+    """A pid, port, reference or fun, kept as its printed text."""
+
+    __slots__ = ()
+
+
+Term = Atom | int | float | str | bytes | tuple | list | Opaque
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>(?:\s+|%[^\n]*)+)
+  | (?P<float>[-+]?\d+\.\d+(?:[eE][-+]?\d+)?)
+  | (?P<int>[-+]?\d+(?:\#[0-9a-zA-Z]+)?)
+  | (?P<char>\$(?:\\.|.))
+  | (?P<atom>[a-z][A-Za-z0-9_@]*)
+  | (?P<qatom>'(?:[^'\\]|\\.)*')
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<opaque>\#(?:Ref|Port|Fun)<[^>]*>|<\d+\.\d+\.\d+>)
+  | (?P<punct><<|>>|[{}\[\],|.])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+_ESCAPES = {
+    "n": "\n", "t": "\t", "r": "\r", "s": " ", "e": "\x1b", "b": "\b", "f": "\f",
+    "v": "\v", "d": "\x7f", "\\": "\\", "'": "'", '"': '"',
+}
+
+
+def _unescape(body: str) -> str:
+    if "\\" not in body:
+        return body
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in "01234567":
+                j = i + 1
+                while j < len(body) and j < i + 4 and body[j] in "01234567":
+                    j += 1
+                out.append(chr(int(body[i + 1 : j], 8)))
+                i = j
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _where(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line}, column {col}"
+
+
+def _int_literal(text: str, tok: str, pos: int) -> int:
+    digits = tok.lstrip("+-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise TermError(
+            f"integer literal of {len(digits)} characters at {_where(text, pos)} "
+            f"(allocator statistics never exceed {MAX_INT_DIGITS})"
+        )
+    if "#" in tok:
+        base, _, value = digits.partition("#")
+        try:
+            n = int(value, int(base))
+        except ValueError as e:
+            raise TermError(f"bad based integer {tok!r} at {_where(text, pos)}") from e
+        return -n if tok.startswith("-") else n
+    return int(tok)
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str, int]]:
+    pos, end = 0, len(text)
+    match = _TOKEN.match
+    while pos < end:
+        m = match(text, pos)
+        if m is None:
+            snippet = text[pos : pos + 20].encode("unicode_escape").decode("ascii")
+            raise TermError(f"unexpected input {snippet!r} at {_where(text, pos)}")
+        kind = m.lastgroup
+        assert kind is not None
+        if kind != "ws":
+            yield kind, m.group(), pos
+        pos = m.end()
+
+
+def parse_terms(text: str) -> list[Term]:
+    """Parse every dot-terminated term in `text` (what `file:consult/1` reads)."""
+    terms: list[Term] = []
+    stack: list[tuple[str, list]] = []  # open containers: (closing token, items so far)
+    # "value": a term may start here; "open": just after an opening bracket;
+    # "after": a term just ended, so a separator, a closing bracket or '.' comes next.
+    state = "value"
+
+    def emit(v: Term) -> None:
+        nonlocal state
+        (stack[-1][1] if stack else terms).append(v)
+        state = "after"
+
+    for kind, tok, pos in _tokens(text):
+        if kind != "punct" or tok in _OPENERS:
+            if state == "after":
+                raise TermError(f"missing ',' before {tok[:20]!r} at {_where(text, pos)}")
+            if kind == "punct":
+                if len(stack) >= MAX_DEPTH:
+                    raise TermError(f"terms nested deeper than {MAX_DEPTH} at {_where(text, pos)}")
+                stack.append((_OPENERS[tok], []))
+                state = "open"
+            else:
+                emit(_scalar(kind, tok, text, pos))
+        elif tok == "." and state == "after" and not stack:
+            state = "value"
+        elif tok == "," and state == "after" and stack:
+            state = "value"
+        elif stack and tok == stack[-1][0] and state in ("open", "after"):
+            closer, items = stack.pop()
+            if closer == "}":
+                emit(tuple(items))
+            elif closer == "]":
+                emit(items)
+            else:
+                emit(_binary(items, text, pos))
+        elif tok == "|":
+            raise TermError(f"improper list at {_where(text, pos)}")
+        else:
+            raise TermError(f"unexpected {tok!r} at {_where(text, pos)}")
+    if stack or state != "value":
+        raise TermError("the input ends before the term does (missing '.' or a closing bracket)")
+    return terms
+
+
+_OPENERS = {"{": "}", "[": "]", "<<": ">>"}
+
+
+def _scalar(kind: str, tok: str, text: str, pos: int) -> Term:
+    if kind == "int":
+        return _int_literal(text, tok, pos)
+    if kind == "float":
+        return float(tok)
+    if kind == "atom":
+        return Atom(tok)
+    if kind == "qatom":
+        return Atom(_unescape(tok[1:-1]))
+    if kind == "string":
+        return _unescape(tok[1:-1])
+    if kind == "char":
+        return ord(_unescape(tok[1:]))
+    return Opaque(tok)
+
+
+def _binary(items: list, text: str, pos: int) -> bytes:
+    out = bytearray()
+    for it in items:
+        if isinstance(it, int) and 0 <= it < 256:
+            out.append(it)
+        elif isinstance(it, str) and not isinstance(it, Atom):
+            out.extend(it.encode("latin-1", "replace"))
+        else:
+            raise TermError(f"unsupported binary segment at {_where(text, pos)}")
+    return bytes(out)
+
+
+def parse_term(text: str) -> Term:
+    """Parse exactly one dot-terminated term."""
+    terms = parse_terms(text)
+    if len(terms) != 1:
+        raise TermError(f"expected one term, found {len(terms)}")
+    return terms[0]
+
+
+# ---- printing ---------------------------------------------------------------------------
+
+_PLAIN_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*\Z")
+_RESERVED = frozenset(
+    "after and andalso band begin bnot bor bsl bsr bxor case catch cond div end fun if let "
+    "maybe not of or orelse receive rem try when xor".split()
+)
+
+
+def _quote(s: str, q: str) -> str:
+    out = s.replace("\\", "\\\\").replace(q, "\\" + q)
+    return "".join(c if c.isprintable() or c == " " else f"\\{ord(c):03o}" for c in out)
+
+
+def format_term(term: Term) -> str:
+    """Render a term as compact Erlang text that parse_term reads back to an equal term."""
+    out: list[str] = []
+    # Iterative, for the same reason the parser is.
+    stack: list[object] = [term]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, _Lit):
+            out.append(t.s)
+        elif isinstance(t, Atom):
+            s = str(t)
+            out.append(s if _PLAIN_ATOM.match(s) and s not in _RESERVED else f"'{_quote(s, chr(39))}'")
+        elif isinstance(t, Opaque):
+            out.append(str(t))
+        elif isinstance(t, str):
+            out.append(f'"{_quote(t, chr(34))}"' if t else "[]")
+        elif isinstance(t, bool):
+            out.append("true" if t else "false")
+        elif isinstance(t, int):
+            out.append(str(t))
+        elif isinstance(t, float):
+            out.append(repr(t) if ("." in repr(t) or "e" in repr(t)) else repr(t) + ".0")
+        elif isinstance(t, bytes):
+            out.append("<<" + ",".join(str(b) for b in t) + ">>")
+        elif isinstance(t, tuple | list):
+            opener, closer = ("{", "}") if isinstance(t, tuple) else ("[", "]")
+            stack.append(_Lit(closer))
+            for i in range(len(t) - 1, -1, -1):
+                stack.append(t[i])
+                if i:
+                    stack.append(_Lit(","))
+            out.append(opener)
+        elif t is None:
+            out.append("undefined")
+        else:
+            raise TypeError(f"cannot format {type(t).__name__} as an Erlang term")
+    return "".join(out)
+
+
+class _Lit:
+    __slots__ = ("s",)
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+
+
+def proplist(items: object) -> dict:
+    """`[{K, V}, ...]` as a dict of K -> V; longer tuples map K -> the rest as a tuple.
+
+    Non-tuple items are ignored, like proplists:get_value/2 ignores them.
+    """
+    out: dict = {}
+    if not isinstance(items, list):
+        return out
+    for it in items:
+        if isinstance(it, tuple) and it and isinstance(it[0], str):
+            out.setdefault(str(it[0]), it[1] if len(it) == 2 else it[1:])
+    return out
