@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
@@ -84,9 +84,7 @@ STRATEGIES = (
     "af",
 )  # fmt: skip
 #: Strategies that support carrier migration (§2.1, §4.3).
-AOFF_FAMILY = frozenset(
-    {"aoff", "aoffcbf", "aoffcaobf", "ageffcaoff", "ageffcbf", "ageffcaobf"}
-)
+AOFF_FAMILY = frozenset({"aoff", "aoffcbf", "aoffcaobf", "ageffcaoff", "ageffcbf", "ageffcaobf"})
 CARRIER_POOLS = "BDEFHLRS@:"
 
 
@@ -141,7 +139,12 @@ _PARAMS: dict[str, dict[str, ParamSpec]] = {
         "scrfsd": ParamSpec("int"),
         "lp": ParamSpec("enum", ("on", "off"), since=27),
     },
-    "Y": {"e": ParamSpec("bool"), "m": ParamSpec("any"), "tt": ParamSpec("kb"), "tp": ParamSpec("kb")},
+    "Y": {
+        "e": ParamSpec("bool"),
+        "m": ParamSpec("any"),
+        "tt": ParamSpec("kb"),
+        "tp": ParamSpec("kb"),
+    },
     "": {
         "ea": ParamSpec("enum", ("min", "max", "r9c", "r10b", "r11b", "config")),
         "lpm": ParamSpec("enum", ("all", "no")),
@@ -289,7 +292,9 @@ def parse(flags: str | Sequence[str], *, otp: int = 25) -> FlagSet:
     """
     tokens = flags.split() if isinstance(flags, str) else list(flags)
     if otp not in SUPPORTED_OTP:
-        raise FlagError(f"OTP {otp} is not modelled (supported: {', '.join(map(str, SUPPORTED_OTP))})")
+        raise FlagError(
+            f"OTP {otp} is not modelled (supported: {', '.join(map(str, SUPPORTED_OTP))})"
+        )
     out: list[Flag] = []
     i = 0
     while i < len(tokens):
@@ -344,32 +349,46 @@ class FlagSet:
                 out.append(f)
             elif f.target == "u" and letter in U_LETTERS and f.param not in _U_ONLY:
                 out.append(Flag(letter, f.param, f.value))
-            elif f.target == "" and f.param == "ea" and letter in U_LETTERS:
-                if f.value in ("min", "max"):
-                    out.append(Flag(letter, "e", f.value == "max"))
+            elif (
+                f.target == ""
+                and f.param == "ea"
+                and letter in U_LETTERS
+                and f.value
+                in (
+                    "min",
+                    "max",
+                )
+            ):
+                out.append(Flag(letter, "e", f.value == "max"))
         return out
 
     def fields(self) -> dict[str, dict[str, FlagValue]]:
         """Explicit settings per target after order-dependent processing (§2.1).
 
-        ``as`` with a strategy outside the aoff family and ``t false`` zero an acul/acful given
-        earlier, as erts does; ``+Mea`` is kept under target ``""`` and clears earlier ``e``.
+        ``as`` with a strategy outside the aoff family and ``t false`` set acul and acful to 0,
+        as erts does; ``+Mea`` is kept under target ``""`` and clears earlier ``e``.
         """
         out: dict[str, dict[str, FlagValue]] = {}
         for f in self.flags:
             if f.target == "u" and f.param not in _U_ONLY:
                 for letter in U_LETTERS:
-                    _apply_field(out.setdefault(letter, {}), f.param, f.value)
+                    _apply_field(letter, out.setdefault(letter, {}), f.param, f.value)
             else:
                 if f.target == "" and f.param == "ea":
                     for letter in U_LETTERS:
                         out.get(letter, {}).pop("e", None)
-                _apply_field(out.setdefault(f.target, {}), f.param, f.value)
+                _apply_field(f.target, out.setdefault(f.target, {}), f.param, f.value)
         return {t: d for t, d in out.items() if d}
 
     def render(self) -> str:
         """Canonical flag string: fixed order, last value wins, ``u`` where all eight agree."""
         fields = self.fields()
+        for d in fields.values():
+            # Drop acul/acful zeros that the rendered `as`/`t` (which come first) reproduce.
+            if any(_zeroes_acul(p, d[p]) for p in ("as", "t") if p in d):
+                for p in ("acul", "acful"):
+                    if d.get(p) == 0:
+                        del d[p]
         parts: list[str] = []
 
         def emit(target: str, param: str) -> None:
@@ -399,13 +418,16 @@ class FlagSet:
         return self.render()
 
 
-def _apply_field(d: dict[str, FlagValue], param: str, value: FlagValue) -> None:
+def _apply_field(target: str, d: dict[str, FlagValue], param: str, value: FlagValue) -> None:
     d[param] = value
-    # §2.1: a non-migrating strategy, or `t false`, switches carrier migration off.
-    if (param == "as" and value not in AOFF_FAMILY) or (param == "t" and value is False):
-        for p in ("acul", "acful"):
-            if p in d:
-                d[p] = 0
+    # §2.1: a non-migrating strategy, or `t false`, switches carrier migration off; the zero
+    # stays even if a later `as`/`t` changes its mind, so it is recorded as a field value.
+    if _zeroes_acul(param, value) and target not in NO_MIGRATION:
+        d["acul"] = d["acful"] = 0
+
+
+def _zeroes_acul(param: str, value: FlagValue) -> bool:
+    return (param == "as" and value not in AOFF_FAMILY) or (param == "t" and value is False)
 
 
 # --- effective configuration ---------------------------------------------------------------------
@@ -533,9 +555,15 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "B": dict(_GENERIC, strategy="bf", atags=True),
     "R": dict(_GENERIC, strategy="bf", atags=True),
     "Z": dict(
-        _GENERIC, e=False, strategy="aoffcbf", mmbcs=0, smbcs=16 * KB, lmbcs=16 * KB,
-        sbct=16 * KB, atags=True,
-    ),  # fmt: skip
+        _GENERIC,
+        e=False,
+        strategy="aoffcbf",
+        mmbcs=0,
+        smbcs=16 * KB,
+        lmbcs=16 * KB,
+        sbct=16 * KB,
+        atags=True,
+    ),
 }
 _SCALED = ("mmbcs", "smbcs", "lmbcs")
 
@@ -563,11 +591,11 @@ def effective_globals(
             values["scs" if f.param == "scs" else f.param] = f.value
         elif f.target == "I" and f.param == "scs":
             values["literal_scs"] = f.value
-        elif f.target == "u" and f.param in _U_ONLY:
-            values[f.param] = f.value
-        elif f.target == "Y" and f.param in ("tt", "tp"):
-            values[f.param] = f.value
-        elif f.target == "":
+        elif (
+            (f.target == "u" and f.param in _U_ONLY)
+            or (f.target == "Y" and f.param in ("tt", "tp"))
+            or f.target == ""
+        ):
             values[f.param] = f.value
     if "mcs" in values:
         values["mcs"] = min(int(values["mcs"]), 30)  # §2.2: clamped to 30
@@ -596,10 +624,7 @@ def effective_config(
         raise FlagError(f"schedulers must be at least 1, got {schedulers}")
     fs = _as_flagset(flags, otp)
     dai = effective_globals(fs, schedulers, dirty_cpu_schedulers=dirty_cpu_schedulers).dai
-    return {
-        ALLOCATORS[letter][0]: _resolve(letter, fs, schedulers, dai)
-        for letter in ALLOCATORS
-    }
+    return {ALLOCATORS[letter][0]: _resolve(letter, fs, schedulers, dai) for letter in ALLOCATORS}
 
 
 def _resolve(letter: str, fs: FlagSet, schedulers: int, dai: int) -> AllocatorConfig:
@@ -644,7 +669,8 @@ def _resolve(letter: str, fs: FlagSet, schedulers: int, dai: int) -> AllocatorCo
     if letter == "I":
         raw["t"] = False  # one thread-safe instance (§2.3)
     if not raw["acul"] or letter in NO_MIGRATION:
-        raw["acnl"] = raw["acnl"] if raw["acul"] else 0
+        # No pool: erts reports acnl 0 and cp undefined, as for instance 0 (§2.3).
+        raw["acnl"] = 0
         cp = None
     else:
         cp_given = raw.get("cp")
@@ -686,8 +712,9 @@ def replay_config(
         "flags": fs.render(),
         "globals": glob.to_dict(),
         "allocators": {
-            name: [cfg.for_instance(ix, schedulers=schedulers).to_dict()
-                   for ix in range(cfg.instances)]  # fmt: skip
+            name: [
+                cfg.for_instance(ix, schedulers=schedulers).to_dict() for ix in range(cfg.instances)
+            ]
             for name, cfg in allocs.items()
         },
     }
@@ -695,7 +722,3 @@ def replay_config(
 
 def _ceil(value: int, unit: int) -> int:
     return -(-value // unit) * unit
-
-
-# Keep dataclass `field` importable for subclasses of the configs without a second import.
-_ = field
