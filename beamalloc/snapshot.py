@@ -18,13 +18,15 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from beamalloc.errors import InputError
+
 SCHEMA = "beamalloc.snapshot/1"
 
 #: How a snapshot was obtained.
 SOURCES = ("live", "recon", "crashdump", "json", "replay")
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError):
     """A snapshot document that does not follow the schema."""
 
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     AllocatorInstance,
     BlockStats,
-    CarrierStats,
     FixType,
     MsegInstance,
     PoolStats,
@@ -32,7 +32,7 @@ KNOWN_VERSIONS = ("0.1", "0.2", "0.3", "0.4", "0.5")
 MAX_LINE = 1 << 20  # longer lines are not allocator data; they are skipped unread
 
 
-class CrashDumpError(ValueError):
+class CrashDumpError(InputError):
     pass
 
 

@@ -21,6 +21,7 @@ from beamalloc.collector.system_info import (
     memory_from_term,
 )
 from beamalloc.collector.terms import format_term, parse_term, proplist
+
 from beamalloc.snapshot import Snapshot
 
 
@@ -67,4 +68,4 @@ def snapshot_from_term(term: Any, node: str, taken_at: float | None) -> Snapshot
 
 
 def read_recon(text: str, node: str, taken_at: float | None) -> Snapshot:
-    return snapshot_from_term(parse_term(text), node, taken_at)
+    return snapshot_from_term(parse_term(text, final_dot=False), node, taken_at)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from beamalloc.collector.terms import Atom, Term, format_term, proplist
+
+from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     AllocatorInstance,
     BlockStats,
@@ -31,7 +33,7 @@ from beamalloc.snapshot import (
 GIGA = 1_000_000_000  # call counters are {Name, Giga, Ones} (recon_alloc.md §0)
 
 
-class FormatError(ValueError):
+class FormatError(InputError):
     """Allocator data whose shape this reader does not know."""
 
 
@@ -192,7 +194,7 @@ def add_allocator(snap: Snapshot, alloc: str, ix: int, props: Any) -> None:
     if alloc == "mseg_alloc":
         snap.mseg.append(mseg_from_props(ix, props))
     elif alloc in ("sys_alloc", "erts_mmap", "alloc_util") or not _is_util(props):
-        if alloc == "erts_mmap" or isinstance(props, list) and props and not isinstance(props[0], tuple):
+        if alloc == "erts_mmap" or (isinstance(props, list) and props and not isinstance(props[0], tuple)):
             snap.extra[alloc] = format_term(props)
         else:
             opts = proplist(props).get("options", props)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from beamalloc.errors import InputError
+
 #: Longest integer literal accepted. The largest in real allocator data is mmmbc,
 #: 18446744073709551615 (20 digits, alloc_util.md §6.1); anything near this bound is garbage.
 MAX_INT_DIGITS = 64
@@ -25,7 +27,7 @@ MAX_INT_DIGITS = 64
 MAX_DEPTH = 256
 
 
-class TermError(ValueError):
+class TermError(InputError):
     """The text is not a well-formed Erlang term of the kind beamalloc reads."""
 
 
@@ -129,8 +131,11 @@ def _tokens(text: str) -> Iterator[tuple[str, str, int]]:
         pos = m.end()
 
 
-def parse_terms(text: str) -> list[Term]:
-    """Parse every dot-terminated term in `text` (what `file:consult/1` reads)."""
+def parse_terms(text: str, final_dot: bool = True) -> list[Term]:
+    """Parse every dot-terminated term in `text` (what `file:consult/1` reads).
+
+    With `final_dot=False` the last term may lack its '.', as a term pasted from a shell does.
+    """
     terms: list[Term] = []
     stack: list[tuple[str, list]] = []  # open containers: (closing token, items so far)
     # "value": a term may start here; "open": just after an opening bracket;
@@ -153,9 +158,7 @@ def parse_terms(text: str) -> list[Term]:
                 state = "open"
             else:
                 emit(_scalar(kind, tok, text, pos))
-        elif tok == "." and state == "after" and not stack:
-            state = "value"
-        elif tok == "," and state == "after" and stack:
+        elif (tok == "." and state == "after" and not stack) or (tok == "," and state == "after" and stack):
             state = "value"
         elif stack and tok == stack[-1][0] and state in ("open", "after"):
             closer, items = stack.pop()
@@ -169,7 +172,7 @@ def parse_terms(text: str) -> list[Term]:
             raise TermError(f"improper list at {_where(text, pos)}")
         else:
             raise TermError(f"unexpected {tok!r} at {_where(text, pos)}")
-    if stack or state != "value":
+    if stack or (state != "value" and (final_dot or not terms)):
         raise TermError("the input ends before the term does (missing '.' or a closing bracket)")
     return terms
 
@@ -205,9 +208,9 @@ def _binary(items: list, text: str, pos: int) -> bytes:
     return bytes(out)
 
 
-def parse_term(text: str) -> Term:
+def parse_term(text: str, final_dot: bool = True) -> Term:
     """Parse exactly one dot-terminated term."""
-    terms = parse_terms(text)
+    terms = parse_terms(text, final_dot)
     if len(terms) != 1:
         raise TermError(f"expected one term, found {len(terms)}")
     return terms[0]
@@ -217,8 +220,7 @@ def parse_term(text: str) -> Term:
 
 _PLAIN_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*\Z")
 _RESERVED = frozenset(
-    "after and andalso band begin bnot bor bsl bsr bxor case catch cond div end fun if let "
-    "maybe not of or orelse receive rem try when xor".split()
+    ["after", "and", "andalso", "band", "begin", "bnot", "bor", "bsl", "bsr", "bxor", "case", "catch", "cond", "div", "end", "fun", "if", "let", "maybe", "not", "of", "or", "orelse", "receive", "rem", "try", "when", "xor"]
 )
 
 

@@ -1,0 +1,162 @@
+"""`beamalloc`: one command, one subcommand per stage (DESIGN.md, "Conventions").
+
+Exit codes: 0 success, 2 bad input or usage (one line on stderr), 3 node unreachable,
+authentication failed or timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from beamalloc.errors import InputError, NodeUnavailable
+from beamalloc.snapshot import Snapshot
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.prog}: {message}")
+
+
+def load(source: str, args: argparse.Namespace) -> Snapshot:
+    """A node name (has '@') is snapshotted live; anything else is read as a file."""
+    from beamalloc.collector import sources
+
+    if sources.is_node_name(source):
+        from beamalloc.collector import cookie, live
+
+        secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+        return live.snapshot_node(source, secret, timeout=args.timeout)
+    return sources.read_file(source)
+
+
+def _write(path: str | None, text: str) -> None:
+    if path in (None, "-"):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)  # a failed write never leaves half a file where a good one was
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    snap = load(args.source, args)
+    text = snap.to_json(indent=None if args.json or args.output else 1)
+    if args.output:
+        _write(args.output, text)
+        if not args.json:
+            print(f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
+                  f"instances ({snap.source})", file=sys.stderr)
+    if args.json or not args.output:
+        _write(None, text)
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from beamalloc.analyzer.analysis import analyze
+
+    result = analyze(load(args.source, args))
+    if args.json:
+        _write(None, json.dumps(result, indent=1))
+        return 0
+    from rich.console import Console
+
+    from beamalloc.analyzer.text_report import render
+
+    render(result, Console(), top=args.top)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from beamalloc.analyzer.analysis import analyze
+    from beamalloc.webui.report import write_report
+
+    analyses = [analyze(load(s, args)) for s in args.sources]
+    write_report(analyses, args.output)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from beamalloc.demo import run_demo
+
+    return run_demo(report_path=args.report, keep_node=args.keep_node)
+
+
+def _node_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cookie-file", metavar="FILE",
+                   help="file holding the Erlang cookie (else $BEAMALLOC_COOKIE, "
+                        "else ~/.erlang.cookie); the cookie never appears in argv or output")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="give up on a node after this many seconds (default 10)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="beamalloc",
+                     description="Why does a BEAM node hold more memory than it uses, "
+                                 "and which +M flags fix it.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    source_help = ("a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
+                   "file, an allocator dump or an erl_crash.dump ('-' reads standard input)")
+    p = sub.add_parser("snapshot", help="snapshot a node or convert a file to beamalloc JSON")
+    p.add_argument("source", metavar="SOURCE", help=source_help)
+    p.add_argument("-o", "--output", metavar="FILE", help="write the JSON snapshot here")
+    p.add_argument("--json", action="store_true", help="print the JSON snapshot to stdout")
+    _node_options(p)
+    p.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("analyze", help="usage, fragmentation and carriers, recon-exact and more")
+    p.add_argument("source", metavar="SOURCE", help=source_help)
+    p.add_argument("--json", action="store_true",
+                   help="print the analysis as JSON (docs/analysis-schema.md)")
+    p.add_argument("--top", type=int, default=20, metavar="N",
+                   help="instances to list in the terminal report (default 20)")
+    _node_options(p)
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("report", help="write a self-contained HTML report")
+    p.add_argument("sources", metavar="SOURCE", nargs="+", help=source_help)
+    p.add_argument("-o", "--output", metavar="FILE", default="report.html")
+    _node_options(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="start a node that fragments binary_alloc, analyze it, "
+                                    "write demo-report.html")
+    p.add_argument("--report", default="demo-report.html", metavar="FILE")
+    p.add_argument("--keep-node", action="store_true", help="leave the demo node running")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    run: Callable[[argparse.Namespace], int]
+    try:
+        args = build_parser().parse_args(argv)
+        run = args.func
+        return run(args)
+    except (InputError, NodeUnavailable) as e:
+        print(f"beamalloc: {_one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("beamalloc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _one_line(e: Any) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

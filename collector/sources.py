@@ -1,0 +1,93 @@
+"""Turn a SOURCE argument into a Snapshot (DESIGN.md, "Conventions").
+
+A SOURCE with `@` is a node name; anything else is a file (or `-` for standard input) whose
+format is detected from its first bytes: an `=erl_crash_dump:` header, a beamalloc JSON document
+(`{"schema": ...`), or an Erlang term (a recon snapshot or an allocator dump).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import BinaryIO
+
+from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
+from beamalloc.collector.recon import read_recon
+from beamalloc.errors import InputError
+from beamalloc.units import human as _human
+from beamalloc.snapshot import Snapshot
+
+#: recon snapshot files and beamalloc JSON are read whole; a node with 64 schedulers gives about
+#: 2 MB, so anything this large is not one of them. Crash dumps are streamed and have no limit.
+MAX_TERM_FILE = 256 << 20
+
+
+def is_node_name(source: str) -> bool:
+    return "@" in source and not os.path.exists(source)
+
+
+def _decode(data: bytes, name: str) -> str:
+    if b"\x00" in data[:65536]:
+        raise InputError(f"{name}: binary data, not a snapshot, recon file or crash dump")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")  # ~p writes latin-1 for non-ASCII atoms and strings
+
+
+def _lines(head: bytes, f: BinaryIO):
+    rest = head
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            yield line.decode("latin-1")
+    if rest:
+        yield rest.decode("latin-1")
+
+
+def read_file(path: str) -> Snapshot:
+    name = "standard input" if path == "-" else path
+    try:
+        f: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (a node name needs an '@', as in app@host)") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    with f:
+        head = f.read(64)
+        if not head.strip():
+            raise InputError(f"{name}: empty file")
+        if head.startswith(MAGIC.encode()):
+            return read_crashdump_lines(_lines(head, f), name)
+        if path != "-":
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_TERM_FILE:
+                raise InputError(
+                    f"{name}: {_human(size)} is too large for a recon snapshot or beamalloc JSON "
+                    f"(at most {_human(MAX_TERM_FILE)}), and it is not a crash dump"
+                )
+        data = head + f.read(MAX_TERM_FILE + 1 - len(head))
+        if len(data) > MAX_TERM_FILE:
+            raise InputError(f"{name}: more than {_human(MAX_TERM_FILE)} of input; "
+                             "not a recon snapshot or beamalloc JSON")
+        taken_at = os.fstat(f.fileno()).st_mtime if path != "-" else None
+    text = _decode(data, name)
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{") and stripped[1:].lstrip().startswith('"'):
+            snap = Snapshot.from_json(text)
+        else:
+            snap = read_recon(text, node=_node_from_name(path), taken_at=taken_at)
+            snap.notes.append("time taken from the file's modification time"
+                              if taken_at else "no time stamp in the file")
+    except InputError as e:
+        raise InputError(f"{name}: {e}") from None
+    return snap
+
+
+def _node_from_name(path: str) -> str:
+    """recon files do not name their node; the file name is the best label we have."""
+    return "unknown" if path == "-" else os.path.basename(path)
