@@ -1,0 +1,251 @@
+"""Decoder of Erlang's external term format (what `term_to_binary/1` writes).
+
+It yields the Python types of collector/terms.py, so a term that travelled as ETF and the same
+term printed by `io_lib:format("~p", ...)` and parsed by terms.py compare equal:
+
+    atom -> Atom; small/big integer -> int; float -> float; tuple -> tuple; list -> list
+    string (a list of bytes that ~p would print as a string) -> str, else list of ints
+    binary -> bytes; pid, port, reference, fun -> Opaque (text as ~p shows it, node index 0)
+    map -> dict (terms.py has no map; the live agent never sends one)
+
+The input comes from another process, so the decoder is bounded: it refuses inputs, nesting,
+integers and compressed payloads beyond the limits below with ETFError instead of spending
+memory or time on them.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+from beamalloc.collector.terms import Atom, Opaque
+
+#: Largest encoded (or decompressed) input accepted. A +S 1024 node's full allocator data is
+#: about 25 MB of ETF; four times that is garbage.
+MAX_BYTES = 128 * 1024 * 1024
+#: Deepest nesting accepted (allocator data nests about 8 deep, recon_alloc.md §3.1).
+MAX_DEPTH = 256
+#: Largest bignum accepted, in bytes of magnitude (mmmbc, 2^64-1, needs 8).
+MAX_BIG_BYTES = 32
+
+VERSION = 131
+
+
+class ETFError(ValueError):
+    """Bytes that are not a well-formed external term of the kind beamalloc reads."""
+
+
+_U16 = struct.Struct(">H").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_F64 = struct.Struct(">d").unpack_from
+
+# What io_lib:printable_latin1_list/1 accepts, so STRING_EXT maps to str exactly when ~p would
+# print the list as a string (the default +pc latin1).
+_PRINTABLE = frozenset(range(32, 127)) | frozenset(range(160, 256)) | frozenset(b"\n\r\t\v\b\f\x1b")
+
+
+def decode(data: bytes) -> Any:
+    """Decode one term, `131` version byte first; the whole input must be that one term."""
+    if len(data) > MAX_BYTES:
+        raise ETFError(f"external term of {len(data)} bytes (limit {MAX_BYTES})")
+    if not data or data[0] != VERSION:
+        raise ETFError("not an external term (missing version byte 131)")
+    if len(data) > 1 and data[1] == 80:  # COMPRESSED: u32 size, zlib stream
+        data = _inflate(data)
+        pos = 0
+    else:
+        pos = 1
+    dec = _Decoder(data)
+    term, pos = dec.term(pos, 0)
+    if pos != len(data):
+        raise ETFError(f"{len(data) - pos} bytes after the end of the term")
+    return term
+
+
+def _inflate(data: bytes) -> bytes:
+    if len(data) < 6:
+        raise ETFError("truncated compressed term")
+    size = _U32(data, 2)[0]
+    if size > MAX_BYTES:
+        raise ETFError(f"compressed term claims {size} bytes (limit {MAX_BYTES})")
+    z = zlib.decompressobj()
+    try:
+        out = z.decompress(data[6:], size + 1)
+    except zlib.error as e:
+        raise ETFError(f"bad compressed term: {e}") from None
+    if len(out) != size or not z.eof:
+        raise ETFError("compressed term does not match its stated size")
+    return out
+
+
+class _Decoder:
+    __slots__ = ("data", "n")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.n = len(data)
+
+    def _need(self, pos: int, k: int) -> None:
+        if pos + k > self.n:
+            raise ETFError(f"truncated term at byte {pos} (need {k} more)")
+
+    def term(self, pos: int, depth: int) -> tuple[Any, int]:
+        if depth > MAX_DEPTH:
+            raise ETFError(f"terms nested deeper than {MAX_DEPTH}")
+        data = self.data
+        self._need(pos, 1)
+        tag = data[pos]
+        pos += 1
+        if tag == 97:  # SMALL_INTEGER_EXT
+            self._need(pos, 1)
+            return data[pos], pos + 1
+        if tag == 98:  # INTEGER_EXT
+            self._need(pos, 4)
+            return _I32(data, pos)[0], pos + 4
+        if tag in (119, 115, 118, 100):  # SMALL_ATOM_UTF8, SMALL_ATOM, ATOM_UTF8, ATOM
+            return self._atom(tag, pos)
+        if tag == 104 or tag == 105:  # SMALL_TUPLE_EXT, LARGE_TUPLE_EXT
+            if tag == 104:
+                self._need(pos, 1)
+                arity, pos = data[pos], pos + 1
+            else:
+                self._need(pos, 4)
+                arity, pos = _U32(data, pos)[0], pos + 4
+            self._need(pos, arity)  # every element takes at least one byte
+            items = []
+            for _ in range(arity):
+                item, pos = self.term(pos, depth + 1)
+                items.append(item)
+            return tuple(items), pos
+        if tag == 106:  # NIL_EXT
+            return [], pos
+        if tag == 107:  # STRING_EXT: u16 length, bytes
+            self._need(pos, 2)
+            k = _U16(data, pos)[0]
+            pos += 2
+            self._need(pos, k)
+            raw = data[pos : pos + k]
+            if _PRINTABLE.issuperset(raw):
+                return raw.decode("latin-1"), pos + k
+            return list(raw), pos + k
+        if tag == 108:  # LIST_EXT: u32 length, elements, tail
+            self._need(pos, 4)
+            k = _U32(data, pos)[0]
+            pos += 4
+            self._need(pos, k + 1)
+            items = []
+            for _ in range(k):
+                item, pos = self.term(pos, depth + 1)
+                items.append(item)
+            self._need(pos, 1)
+            if data[pos] != 106:
+                raise ETFError("improper list")
+            return items, pos + 1
+        if tag == 109:  # BINARY_EXT
+            self._need(pos, 4)
+            k = _U32(data, pos)[0]
+            pos += 4
+            self._need(pos, k)
+            return bytes(data[pos : pos + k]), pos + k
+        if tag == 70:  # NEW_FLOAT_EXT
+            self._need(pos, 8)
+            return _F64(data, pos)[0], pos + 8
+        if tag == 99:  # FLOAT_EXT: 31 bytes of "%.20e" text
+            self._need(pos, 31)
+            try:
+                return float(data[pos : pos + 31].rstrip(b"\0")), pos + 31
+            except ValueError:
+                raise ETFError("bad FLOAT_EXT") from None
+        if tag == 110 or tag == 111:  # SMALL_BIG_EXT, LARGE_BIG_EXT
+            if tag == 110:
+                self._need(pos, 1)
+                k, pos = data[pos], pos + 1
+            else:
+                self._need(pos, 4)
+                k, pos = _U32(data, pos)[0], pos + 4
+            if k > MAX_BIG_BYTES:
+                raise ETFError(f"integer of {k} bytes (allocator statistics never exceed "
+                               f"{MAX_BIG_BYTES})")
+            self._need(pos, 1 + k)
+            sign = data[pos]
+            n = int.from_bytes(data[pos + 1 : pos + 1 + k], "little")
+            return (-n if sign else n), pos + 1 + k
+        if tag == 116:  # MAP_EXT
+            self._need(pos, 4)
+            arity, pos = _U32(data, pos)[0], pos + 4
+            self._need(pos, 2 * arity)
+            out: dict[Any, Any] = {}
+            for _ in range(arity):
+                key, pos = self.term(pos, depth + 1)
+                val, pos = self.term(pos, depth + 1)
+                try:
+                    out[key] = val
+                except TypeError:
+                    raise ETFError("map key that Python cannot hash") from None
+            return out, pos
+        if tag == 77:  # BIT_BINARY_EXT: u32 length, bits used in the last byte, bytes
+            self._need(pos, 5)
+            k = _U32(data, pos)[0]
+            pos += 5
+            self._need(pos, k)
+            return bytes(data[pos : pos + k]), pos + k
+        return self._opaque(tag, pos, depth)
+
+    def _atom(self, tag: int, pos: int) -> tuple[Atom, int]:
+        data = self.data
+        if tag in (119, 115):
+            self._need(pos, 1)
+            k, pos = data[pos], pos + 1
+        else:
+            self._need(pos, 2)
+            k, pos = _U16(data, pos)[0], pos + 2
+        self._need(pos, k)
+        enc = "utf-8" if tag in (119, 118) else "latin-1"
+        try:
+            return Atom(data[pos : pos + k].decode(enc)), pos + k
+        except UnicodeDecodeError:
+            raise ETFError("atom that is not valid UTF-8") from None
+
+    def _node_and(self, pos: int, depth: int, fmt: str) -> tuple[tuple[int, ...], int]:
+        node, pos = self.term(pos, depth + 1)
+        if not isinstance(node, Atom):
+            raise ETFError("pid, port or reference without a node atom")
+        size = struct.calcsize(fmt)
+        self._need(pos, size)
+        return struct.unpack_from(fmt, self.data, pos), pos + size
+
+    def _opaque(self, tag: int, pos: int, depth: int) -> tuple[Opaque, int]:
+        if tag in (88, 103):  # NEW_PID_EXT, PID_EXT: node, id, serial, creation
+            (pid, serial, _), pos = self._node_and(pos, depth, ">IIB" if tag == 103 else ">III")
+            return Opaque(f"<0.{pid}.{serial}>"), pos
+        if tag in (89, 102, 120):  # NEW_PORT_EXT, PORT_EXT, V4_PORT_EXT
+            fmt = {102: ">IB", 89: ">II", 120: ">QI"}[tag]
+            (num, _), pos = self._node_and(pos, depth, fmt)
+            return Opaque(f"#Port<0.{num}>"), pos
+        if tag in (90, 114):  # NEWER_REFERENCE_EXT, NEW_REFERENCE_EXT
+            self._need(pos, 2)
+            k = _U16(self.data, pos)[0]
+            if k > 5:
+                raise ETFError(f"reference of {k} words")
+            words, pos = self._node_and(pos + 2, depth, (">I" if tag == 90 else ">B") + "I" * k)
+            return Opaque("#Ref<0." + ".".join(str(w) for w in reversed(words[1:])) + ">"), pos
+        if tag == 113:  # EXPORT_EXT: fun M:F/A
+            m, pos = self.term(pos, depth + 1)
+            f, pos = self.term(pos, depth + 1)
+            a, pos = self.term(pos, depth + 1)
+            return Opaque(f"#Fun<{m}.{f}.{a}>"), pos
+        if tag == 112:  # NEW_FUN_EXT: u32 size (covers the rest), arity, uniq, index, ...
+            self._need(pos, 29)
+            size, index = _U32(self.data, pos)[0], _U32(self.data, pos + 21)[0]
+            if size < 29:
+                raise ETFError("bad NEW_FUN_EXT size")
+            self._need(pos, size)
+            module, _ = self.term(pos + 29, depth + 1)
+            return Opaque(f"#Fun<{module}.{index}.0>"), pos + size
+        if tag == 80:
+            raise ETFError("compressed term nested inside a term")
+        if tag == 82 or tag == 68:
+            raise ETFError("atom cache references only occur inside the distribution protocol")
+        raise ETFError(f"unknown external term tag {tag}")

@@ -1,0 +1,299 @@
+"""Snapshot a running node over Erlang distribution, read-only (DESIGN.md, "What it does" 1).
+
+A local hidden node runs collector/erlang/beamalloc_agent.erl: it connects to the target, calls
+BIFs there through erpc (nothing is loaded on the target) and prints the collected terms as one
+line of base64 ETF. The cookie reaches the agent over its stdin only; the hidden node starts
+without -setcookie, with a throw-away HOME (so it neither reads nor creates ~/.erlang.cookie) and
+without ERL_FLAGS/ERL_AFLAGS/ERL_ZFLAGS (erlexec would copy them into its argv).
+
+Every path out of snapshot_node() kills the hidden node's process group (beam.smp and its
+erl_child_setup), including exceptions and KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import itertools
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from beamalloc.collector import etf
+from beamalloc.collector.system_info import add_system_info, memory_from_term
+from beamalloc.collector.terms import Atom, format_term, proplist
+
+from beamalloc.errors import InputError, NodeUnavailable
+from beamalloc.snapshot import Snapshot
+
+AGENT_SRC = Path(__file__).parent / "erlang" / "beamalloc_agent.erl"
+MARK = b"BEAMALLOC-RESULT "
+#: Seconds the agent keeps for itself before our deadline, to print why it gave up.
+AGENT_MARGIN = 0.3
+#: Seconds past the deadline before we stop waiting for the agent and kill it.
+KILL_GRACE = 1.0
+
+_NODE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.+-]*)@([A-Za-z0-9_][A-Za-z0-9_.-]*)\Z")
+_SCRUB_ENV = ("ERL_FLAGS", "ERL_AFLAGS", "ERL_ZFLAGS", "BEAMALLOC_COOKIE")
+
+
+class NodeError(NodeUnavailable):
+    """The node is unreachable, rejected the cookie, went down or stalled (one line, exit 3)."""
+
+
+class NodeNameError(InputError):
+    """Not a node name of the form name@host."""
+
+
+def split_node(node: str) -> tuple[str, str]:
+    m = _NODE.match(node)
+    if not m:
+        raise NodeNameError(f"not a node name (name@host): {node!r}")
+    return m.group(1), m.group(2)
+
+
+# ---- the agent ---------------------------------------------------------------------------
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "beamalloc" / "ebin"
+
+
+def agent_ebin(erlc: str | None = None) -> Path:
+    """The directory holding the compiled agent, compiling it on first use.
+
+    Keyed by the source and the erlc binary, so an upgraded agent or OTP gets a fresh build.
+    """
+    erlc = erlc or shutil.which("erlc")
+    if not erlc:
+        raise NodeError("erlc not found: install Erlang/OTP (Debian: erlang-nox) to snapshot "
+                        "a node")
+    src = AGENT_SRC.read_bytes()
+    key = hashlib.sha256(src + b"\0" + os.path.realpath(erlc).encode()).hexdigest()[:16]
+    ebin = _cache_root() / key
+    if (ebin / "beamalloc_agent.beam").is_file():
+        return ebin
+    ebin.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=ebin.parent))
+    try:
+        r = subprocess.run([erlc, "-o", str(tmp), str(AGENT_SRC)], capture_output=True,
+                           text=True, timeout=60)
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise NodeError(f"cannot compile the beamalloc agent: {last[0]}")
+        try:
+            tmp.rename(ebin)  # atomic; a concurrent first use may have won the race
+        except OSError:
+            if not (ebin / "beamalloc_agent.beam").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ebin
+
+
+def _local_host_names() -> set[str]:
+    fqdn = socket.getfqdn()
+    host = socket.gethostname()
+    return {host, host.split(".")[0], fqdn, fqdn.split(".")[0], "localhost", "127.0.0.1"}
+
+
+def _agent_argv(erl: str, ebin: Path, node: str, host: str, deadline: float) -> list[str]:
+    me = f"beamalloc_{secrets.token_hex(5)}"
+    if "." in host:  # the target uses long names (net_kernel refuses to mix the two)
+        fqdn = socket.getfqdn()
+        name = ["-name", f"{me}@{fqdn if '.' in fqdn else '127.0.0.1'}"]
+    else:
+        name = ["-sname", me]
+    return [
+        erl, "-hidden", *name, "-noshell", "-boot", "no_dot_erlang",
+        # One scheduler and no busy-waiting: the agent only waits on the network, and should
+        # not take CPU from the node it is looking at.
+        "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
+        "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
+        # Accept distribution connections on loopback only: nobody needs to reach the agent.
+        "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
+        "-pa", str(ebin),
+        "-run", "beamalloc_agent", "main", node, str(int(deadline * 1000)),
+    ]
+
+
+def _agent_env(home: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
+    env["HOME"] = home
+    env["XDG_CONFIG_HOME"] = home  # OTP 26+ also looks for the cookie file here
+    env["ERL_CRASH_DUMP_BYTES"] = "0"  # a crash dump would hold the cookie atom
+    return env
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, float]:
+    """Run the agent; return its reply term and the time it finished."""
+    start = time.time()
+    deadline = start + timeout
+    erl = shutil.which("erl")
+    if not erl:
+        raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
+    ebin = agent_ebin()
+    home = tempfile.mkdtemp(prefix="beamalloc_home_")
+    argv = _agent_argv(erl, ebin, node, host, deadline - AGENT_MARGIN)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=home, env=_agent_env(home),
+                                start_new_session=True)
+        secret = cookie.encode("utf-8").hex().encode() + b"\n"
+        try:
+            left = max(0.1, deadline + KILL_GRACE - time.time())
+            out, err = proc.communicate(secret, timeout=left)
+        except subprocess.TimeoutExpired:
+            raise NodeError(f"timed out after {timeout:g} s talking to {node} "
+                            "(the agent did not finish)") from None
+        done = time.time()
+    finally:
+        if proc is not None:
+            _kill_group(proc)
+            proc.wait()
+        shutil.rmtree(home, ignore_errors=True)
+    for line in out.splitlines():
+        if line.startswith(MARK):
+            try:
+                return etf.decode(base64.b64decode(line[len(MARK):], validate=True)), done
+            except (ValueError, etf.ETFError) as e:
+                raise NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
+    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+    raise NodeError(f"the beamalloc agent exited with status {proc.returncode} and no answer: "
+                    f"{_scrub(tail[0], cookie)[:200]}")
+
+
+def _scrub(text: str, cookie: str) -> str:
+    return text.replace(cookie, "***") if cookie else text
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+def _text(v: Any, cookie: str = "") -> str:
+    text = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    return _scrub(text, cookie)
+
+
+def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str) -> NodeError:
+    """The one-line message for the agent's `{error, Kind, Detail}`.
+
+    Free-form details (exit reasons) are scrubbed of the cookie: a crash reason can quote a
+    function's arguments.
+    """
+    name, host = split_node(node)
+    if kind == "no_such_node":
+        others = sorted(_text(n) for n in detail if not _text(n).startswith("beamalloc_"))
+        known = f"epmd there knows {', '.join(others)}" if others else "epmd there knows no node"
+        return NodeError(f"no node named {name} on host {host} ({known})")
+    if kind == "host_unreachable":
+        return NodeError(f"cannot reach epmd on host {host}: the host is unreachable or no "
+                         f"Erlang node runs there ({_text(detail, cookie)})")
+    if kind == "bad_cookie":
+        return NodeError(f"authentication failed: the node is up but rejected our cookie ({node})")
+    if kind == "nodedown":
+        return NodeError(f"node {node} went down during the snapshot")
+    if kind == "timeout":
+        what = "connecting to" if detail == "connecting" else "waiting for allocator data from"
+        return NodeError(f"timed out after {timeout:g} s {what} {node}")
+    if kind == "connect_failed":
+        return NodeError(f"cannot connect to {node}: {_text(detail, cookie)[:200]}")
+    if kind == "call_failed":
+        return NodeError(f"a call on {node} failed: {_text(detail, cookie)[:200]}")
+    if kind == "no_cookie":
+        return NodeError("the beamalloc agent received no cookie")
+    return NodeError(f"the beamalloc agent failed ({kind}): {_text(detail, cookie)[:200]}")
+
+
+# ---- the snapshot ------------------------------------------------------------------------
+
+def _rss(pid: int | None, node: str) -> int | None:
+    """VmRSS of `pid` if it is a beam process of `node` on this host, else None."""
+    if pid is None:
+        return None
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    if not os.path.basename(argv[0]).startswith(b"beam"):
+        return None
+    name, host = split_node(node)
+    local = _local_host_names()
+    for flag, value in itertools.pairwise(argv):
+        if flag in (b"-sname", b"-name"):
+            got = value.decode("utf-8", "replace")
+            got_name, _, got_host = got.partition("@")
+            if got_name != name or (got_host and got_host != host):
+                return None
+            if not got_host and host not in local:
+                return None
+            break
+    else:  # distribution started at run time: the host must at least be this one
+        if host not in local:
+            return None
+    m = re.search(r"^VmRSS:\s+(\d+)\s+kB", status, re.M)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _str(v: Any) -> str | None:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v) if isinstance(v, str) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
+    """A Snapshot from the agent's `[{Key, Value}]` list (see beamalloc_agent.erl)."""
+    p = proplist(term)
+    pid = p.get("os_pid")
+    sampled = _int(p.get("sampled_at_us"))
+    snap = Snapshot(
+        node=node,
+        source="live",
+        # The agent stamps the middle of its calls with the same wall clock as time.time().
+        taken_at=sampled / 1e6 if sampled is not None else taken_at,
+        otp_release=_str(p.get("otp_release")),
+        erts_version=_str(p.get("version")),
+        wordsize=_int(p.get("wordsize")),
+        schedulers=_int(p.get("schedulers")),
+        os_pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
+        memory=memory_from_term(p.get("memory", [])),
+    )
+    allocs = p.get("allocators", [])
+    for entry in allocs if isinstance(allocs, list) else []:
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
+            add_system_info(snap, str(entry[0]), entry[1])
+    snap.rss = _rss(snap.os_pid, node)
+    snap.raw = format_term(term)
+    return snap
+
+
+def snapshot_node(node: str, cookie: str, timeout: float = 10.0) -> Snapshot:
+    """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`."""
+    split_node(node)
+    if not cookie:
+        raise NodeError("empty cookie")
+    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout)
+    if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
+        return build_snapshot(node, reply[1], taken_at=done)
+    if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
+        raise _error(node, str(reply[1]), reply[2], timeout, cookie)
+    raise NodeError("unexpected answer from the beamalloc agent")
