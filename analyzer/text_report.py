@@ -60,7 +60,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     mem = Table(title="Memory: erlang:memory(total) vs carriers vs the OS", title_justify="left")
     for col in ("erlang:memory(total)", "allocated (recon)", "allocated (all)", "used",
                 "unused", "usage", "RSS", "RSS - allocated"):
-        mem.add_column(col, justify="right")
+        mem.add_column(col, justify="right", no_wrap=True)
     t, os_ = a["totals"], a["os"]
     mem.add_row(human(os_["erlang_memory_total"]), human(t["allocated"]),
                 human(os_["allocated_all"]), human(t["used"]), human(t["unused"]),
@@ -79,7 +79,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                    ("used", "right"), ("unused", "right"), ("usage", "right"),
                    ("sbcs share", "right"), ("avg mbcs block", "right"), ("sbct", "right"),
                    ("lmbcs", "right"), ("as", "left"), ("pool", "right"), ("max allocated", "right")):
-        types.add_column(col, justify=j)
+        types.add_column(col, justify=j, no_wrap=True)
     for r in a["allocator_types"]:
         o = r["options"]
         types.add_row(
@@ -100,7 +100,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                  title_justify="left")
     for col in ("instance", "unused", "mbcs usage", "mbcs carriers", "mbcs blocks",
                 "sbcs usage", "sbcs carriers", "pool", "max mbcs usage", "sbcs:mbcs"):
-        inst.add_column(col, justify="left" if col == "instance" else "right")
+        inst.add_column(col, justify="left" if col == "instance" else "right", no_wrap=True)
     for r in a["allocators"][:top]:
         pool = r["pool"]
         ratio = r["sbcs_to_mbcs"]

@@ -71,7 +71,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     from beamalloc.analyzer.text_report import render
 
-    render(result, Console(), top=args.top)
+    render(result, wide_console(), top=args.top)
     return 0
 
 
@@ -89,6 +89,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from beamalloc.demo import run_demo
 
     return run_demo(report_path=args.report, keep_node=args.keep_node)
+
+
+def wide_console(stderr: bool = False) -> Any:
+    """A terminal keeps its width; a pipe or a file gets room for the widest table."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else 180)
 
 
 def _node_options(p: argparse.ArgumentParser) -> None:
