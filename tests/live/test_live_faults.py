@@ -1,0 +1,70 @@
+"""Each fault gives NodeError naming its cause, within timeout + 2 s, leaving no hidden node.
+
+The `marker` fixture names this test's hidden nodes and asserts in teardown that no process
+with `beamalloc_<marker>` in its argv is left.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+
+import pytest
+from beamalloc.collector import live
+
+pytestmark = pytest.mark.live
+
+TIMEOUT = 3.0
+
+
+def _fails(node: str, cookie: str, timeout: float = TIMEOUT) -> str:
+    start = time.monotonic()
+    with pytest.raises(live.NodeError) as ei:
+        live.snapshot_node(node, cookie, timeout=timeout)
+    elapsed = time.monotonic() - start
+    msg = str(ei.value)
+    assert elapsed < timeout + 2, f"took {elapsed:.1f} s: {msg}"
+    assert "\n" not in msg and cookie not in msg
+    return msg
+
+
+def test_no_such_node(target, marker) -> None:
+    name = f"nobody_{secrets.token_hex(3)}"
+    host = target.node.split("@")[1]
+    msg = _fails(f"{name}@{host}", target.cookie)
+    assert msg.startswith(f"no node named {name} on host {host}")
+    assert target.name in msg  # what epmd does know
+
+
+def test_host_unreachable(marker) -> None:
+    msg = _fails("someone@nohost.invalid", "whatever")
+    assert msg.startswith("cannot reach epmd on host nohost.invalid")
+
+
+def test_wrong_cookie(target, marker) -> None:
+    wrong = f"W{secrets.token_hex(10)}"
+    msg = _fails(target.node, wrong)
+    assert msg.startswith("authentication failed: the node is up but rejected our cookie")
+    assert target.cookie not in msg
+
+
+def test_target_halts_mid_snapshot(node_factory, marker) -> None:
+    # Halts as soon as any node, hidden ones included, connects.
+    n = node_factory(eval_="ok = net_kernel:monitor_nodes(true, [{node_type, all}]), "
+                           "receive {nodeup, _, _} -> erlang:halt() end.")
+    msg = _fails(n.node, n.cookie)
+    assert msg == f"node {n.node} went down during the snapshot"
+
+
+def test_target_stalls(node_factory, marker) -> None:
+    n = node_factory()
+    os.kill(n.pid, signal.SIGSTOP)  # registered with epmd, accepts TCP, never answers
+    msg = _fails(n.node, n.cookie)
+    assert msg.startswith(f"timed out after {TIMEOUT:g} s")
+    assert n.node in msg
+
+
+def test_node_error_is_exit_code_3() -> None:
+    assert live.NodeError("x").exit_code == 3

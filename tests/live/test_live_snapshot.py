@@ -1,0 +1,97 @@
+"""snapshot_node() against a real node: content, read-only, and the cookie rule."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from beamalloc.collector import live
+from beamalloc.collector.terms import parse_term
+
+pytestmark = pytest.mark.live
+
+
+def _terms(out: str) -> object:
+    return parse_term(out.strip() + ".")
+
+
+def test_snapshot_content(target, probe, marker) -> None:
+    info = _terms(probe(target, "erpc:call(T, erlang, system_info, [alloc_util_allocators])"))
+    before = time.time()
+    snap = live.snapshot_node(target.node, target.cookie)
+    after = time.time()
+
+    assert snap.source == "live" and snap.node == target.node
+    assert snap.otp_release == "25"
+    assert snap.erts_version and snap.erts_version.startswith("13.")
+    assert snap.wordsize == 8
+    assert snap.schedulers == 4
+    assert snap.os_pid == target.pid
+    assert snap.rss is not None and snap.rss > 0
+    assert snap.taken_at is not None and before <= snap.taken_at <= after
+    assert snap.memory["total"] > 0 and snap.memory["binary"] > 0
+
+    # Every alloc_util allocator of the target, one instance per scheduler plus instance 0;
+    # literal_alloc has a single instance (alloc_util.md §6.1).
+    assert sorted(snap.allocator_names()) == sorted(str(a) for a in info)
+    for name in info:
+        got = sorted(i.instance for i in snap.instances(str(name)))
+        assert got == ([0] if name == "literal_alloc" else list(range(5))), name
+    assert sorted(m.instance for m in snap.mseg) == list(range(5))
+    assert {"sys_alloc", "erts_mmap", "alloc_util"} <= set(snap.extra)
+    binary1 = snap.instances("binary_alloc")[1]
+    assert binary1.mbcs.carriers_size.current > 0 and binary1.mbcs_pool is not None
+
+    assert snap.raw is not None
+    assert parse_term(snap.raw + ".")  # the whole collected term, as Erlang text
+
+
+def test_read_only(target, probe, marker) -> None:
+    loaded = "lists:sort([M || {M, _} <- erpc:call(T, code, all_loaded, [])])"
+    before = _terms(probe(target, loaded))
+    live.snapshot_node(target.node, target.cookie)
+    after = _terms(probe(target, loaded))
+    assert "beamalloc_agent" not in after
+    assert after == before
+
+
+def _scan(cookie: bytes, skip: int, seen: set[int], leaks: list[str],
+          stop: threading.Event) -> None:
+    while not stop.is_set():
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit() or int(d.name) == skip:
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"beamalloc_" in cmd:
+                seen.add(int(d.name))
+                try:
+                    if cookie in (d / "environ").read_bytes():
+                        leaks.append(f"environ of {d.name}")
+                except OSError:
+                    pass
+            if cookie in cmd:
+                leaks.append(f"argv of {d.name}: {cmd[:80]!r}")
+
+
+def test_cookie_never_in_argv_env_or_output(target, marker, capfd) -> None:
+    seen: set[int] = set()
+    leaks: list[str] = []
+    stop = threading.Event()
+    # The target itself was started with -setcookie (it is the test's node, not ours).
+    t = threading.Thread(target=_scan, args=(target.cookie.encode(), target.pid, seen, leaks, stop))
+    t.start()
+    try:
+        snap = live.snapshot_node(target.node, target.cookie)
+    finally:
+        stop.set()
+        t.join()
+    assert seen, "the poller never saw the hidden node (nothing was checked)"
+    assert leaks == []
+    assert target.cookie not in snap.to_json()
+    out, err = capfd.readouterr()
+    assert target.cookie not in out + err
