@@ -157,6 +157,8 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.extra[sec.name] = {"0": opts}
     elif any(line == "option e: false" for line in sec.lines):
         snap.notes.append(f"{sec.name} is not enabled on this node")
+    elif not any(" carriers: " in line for line in sec.lines):
+        return  # =allocator:instr and other sections without carriers describe no allocator
     else:
         snap.allocators.append(_instance(sec))
 

@@ -250,7 +250,7 @@ def format_term(term: Term) -> str:
         elif isinstance(t, int):
             out.append(str(t))
         elif isinstance(t, float):
-            out.append(repr(t) if ("." in repr(t) or "e" in repr(t)) else repr(t) + ".0")
+            out.append(_float_text(t))
         elif isinstance(t, bytes):
             out.append("<<" + ",".join(str(b) for b in t) + ">>")
         elif isinstance(t, tuple | list):
@@ -266,6 +266,14 @@ def format_term(term: Term) -> str:
         else:
             raise TypeError(f"cannot format {type(t).__name__} as an Erlang term")
     return "".join(out)
+
+
+def _float_text(x: float) -> str:
+    """Erlang floats need digits on both sides of the point: 5e-324 is 5.0e-324."""
+    mant, e, exp = repr(x).partition("e")
+    if "." not in mant:
+        mant += ".0"
+    return mant + e + exp
 
 
 class _Lit:
