@@ -1,4 +1,6 @@
-"""The analysis of one Snapshot: recon's numbers plus what recon lacks (schema in docs/analysis-schema.md).
+"""The analysis of one Snapshot: recon's numbers plus what recon lacks.
+
+The JSON schema is documented in docs/analysis-schema.md.
 
 `analyze(snap)` returns a plain dict, which is what `beamalloc analyze --json` prints and what the
 terminal report, the recommender and the web UI read. Keys that recon_alloc also computes carry
@@ -22,8 +24,12 @@ SCHEMA = "beamalloc.analysis/1"
 def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstance]) -> dict:
     used = m.memory(snap, "used", keyword, instances)
     allocated = m.memory(snap, "allocated", keyword, instances)
-    return {"used": used, "allocated": allocated, "unused": allocated - used,
-            "usage": m.usage(used, allocated)}
+    return {
+        "used": used,
+        "allocated": allocated,
+        "unused": allocated - used,
+        "usage": m.usage(used, allocated),
+    }
 
 
 def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
@@ -38,8 +44,12 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
         "instance": inst.instance,
         "in_recon": inst.allocator in m.RECON_ALLOCATORS,
         **cur,
-        "unused": (cur["mbcs_carriers_size"] + cur["sbcs_carriers_size"]
-                   - cur["mbcs_block_size"] - cur["sbcs_block_size"]),
+        "unused": (
+            cur["mbcs_carriers_size"]
+            + cur["sbcs_carriers_size"]
+            - cur["mbcs_block_size"]
+            - cur["sbcs_block_size"]
+        ),
         "mbcs_blocks": mb,
         "sbcs_blocks": sb,
         "mbcs_carriers": m.container_value(inst, "current", "mbcs", "carriers"),
@@ -54,18 +64,44 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
             "mbcs_carriers": m.container_value(inst, "max", "mbcs", "carriers"),
             "sbcs_carriers": m.container_value(inst, "max", "sbcs", "carriers"),
         },
-        "pool": None if pool is None else {
-            "carriers": pool.carriers, "carriers_size": pool.carriers_size,
-            "blocks": pool.block_count, "blocks_size": pool.block_size,
-            "foreign_blocks": {t: {"count": c, "size": s} for t, (c, s) in pool.blocks.items()
-                               if t != inst.allocator},
+        "pool": None
+        if pool is None
+        else {
+            "carriers": pool.carriers,
+            "carriers_size": pool.carriers_size,
+            "blocks": pool.block_count,
+            "blocks_size": pool.block_size,
+            "foreign_blocks": {
+                t: {"count": c, "size": s}
+                for t, (c, s) in pool.blocks.items()
+                if t != inst.allocator
+            },
         },
-        "foreign_blocks": {t: b.size.current for t, b in inst.mbcs.blocks.items()
-                           if t != inst.allocator and b.size.current},
+        "foreign_blocks": {
+            t: b.size.current
+            for t, b in inst.mbcs.blocks.items()
+            if t != inst.allocator and b.size.current
+        },
         "mseg_carriers": inst.mbcs.mseg_carriers + inst.sbcs.mseg_carriers,
         "sys_carriers": inst.mbcs.sys_carriers + inst.sbcs.sys_carriers,
-        "options": {k: o[k] for k in ("as", "sbct", "lmbcs", "smbcs", "mbcgs", "mmbcs", "acul",
-                                      "acful", "acnl", "cp", "atags", "ramv") if k in o},
+        "options": {
+            k: o[k]
+            for k in (
+                "as",
+                "sbct",
+                "lmbcs",
+                "smbcs",
+                "mbcgs",
+                "mmbcs",
+                "acul",
+                "acful",
+                "acnl",
+                "cp",
+                "atags",
+                "ramv",
+            )
+            if k in o
+        },
         "calls": dict(inst.calls),
     }
 
@@ -73,24 +109,45 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
 def _type_rows(snap: Snapshot, rows: list[dict]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for inst in snap.allocators:
-        t = out.setdefault(inst.allocator, {
-            "allocator": inst.allocator, "in_recon": inst.allocator in m.RECON_ALLOCATORS,
-            "instances": 0, "used": 0, "allocated": 0, "mbcs_carriers_size": 0,
-            "sbcs_carriers_size": 0, "mbcs_block_size": 0, "sbcs_block_size": 0,
-            "mbcs_blocks": 0, "sbcs_blocks": 0, "pool_carriers_size": 0,
-            "max_allocated": 0, "options": {},
-        })
+        t = out.setdefault(
+            inst.allocator,
+            {
+                "allocator": inst.allocator,
+                "in_recon": inst.allocator in m.RECON_ALLOCATORS,
+                "instances": 0,
+                "used": 0,
+                "allocated": 0,
+                "mbcs_carriers_size": 0,
+                "sbcs_carriers_size": 0,
+                "mbcs_block_size": 0,
+                "sbcs_block_size": 0,
+                "mbcs_blocks": 0,
+                "sbcs_blocks": 0,
+                "pool_carriers_size": 0,
+                "max_allocated": 0,
+                "options": {},
+            },
+        )
         t["instances"] += 1
         t["max_allocated"] += m.container_size(inst, "max", "carriers_size")
         if inst.mbcs_pool is not None:
             t["pool_carriers_size"] += inst.mbcs_pool.carriers_size
         if not t["options"] or inst.instance == 1:  # the first scheduler instance's options
-            t["options"] = {k: inst.options[k] for k in ("as", "sbct", "lmbcs", "smbcs", "acul")
-                            if k in inst.options}
+            t["options"] = {
+                k: inst.options[k]
+                for k in ("as", "sbct", "lmbcs", "smbcs", "acul")
+                if k in inst.options
+            }
     for r in rows:
         t = out[r["allocator"]]
-        for k in ("mbcs_carriers_size", "sbcs_carriers_size", "mbcs_block_size",
-                  "sbcs_block_size", "mbcs_blocks", "sbcs_blocks"):
+        for k in (
+            "mbcs_carriers_size",
+            "sbcs_carriers_size",
+            "mbcs_block_size",
+            "sbcs_block_size",
+            "mbcs_blocks",
+            "sbcs_blocks",
+        ):
             t[k] += r[k]
     for t in out.values():
         t["used"] = t["mbcs_block_size"] + t["sbcs_block_size"]
@@ -101,8 +158,9 @@ def _type_rows(snap: Snapshot, rows: list[dict]) -> list[dict[str, Any]]:
         t["mbcs_average_block_size"] = m.average(t["mbcs_block_size"], t["mbcs_blocks"])
         t["sbcs_average_block_size"] = m.average(t["sbcs_block_size"], t["sbcs_blocks"])
         sbct = t["options"].get("sbct")
-        t["mbcs_average_vs_sbct"] = (t["mbcs_average_block_size"] / sbct
-                                     if isinstance(sbct, int) and sbct > 0 else None)
+        t["mbcs_average_vs_sbct"] = (
+            t["mbcs_average_block_size"] / sbct if isinstance(sbct, int) and sbct > 0 else None
+        )
     return sorted(out.values(), key=lambda t: t["unused"], reverse=True)
 
 
@@ -128,8 +186,11 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
     rows = [_instance_row(by_key[key]) for key, _ in frag]
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
-    taken = (datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
-             if snap.taken_at is not None else None)
+    taken = (
+        datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
+        if snap.taken_at is not None
+        else None
+    )
     return {
         "schema": SCHEMA,
         "node": snap.node,
@@ -150,13 +211,17 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "allocator_types": _type_rows(snap, rows),
         "allocators": rows,
         "cache_hit_rates": [
-            {"instance": ix, **vals,
-             "cached_segments": next(x.cached_segments for x in snap.mseg if x.instance == ix)}
+            {
+                "instance": ix,
+                **vals,
+                "cached_segments": next(x.cached_segments for x in snap.mseg if x.instance == ix),
+            }
             for ix, vals in m.cache_hit_rates(snap)
         ],
         "average_block_sizes": [{"allocator": a, **v} for a, v in m.average_block_sizes(snap)],
-        "sbcs_to_mbcs": [{"allocator": a, "instance": n, "ratio": r}
-                         for (a, n), r in m.sbcs_to_mbcs(snap)],
+        "sbcs_to_mbcs": [
+            {"allocator": a, "instance": n, "ratio": r} for (a, n), r in m.sbcs_to_mbcs(snap)
+        ],
         "allocated_types": dict(m.allocated_types(snap)),
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
     }

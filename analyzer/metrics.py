@@ -20,8 +20,15 @@ Keyword = Literal["current", "max"]
 #: The allocators recon counts (?UTIL_ALLOCATORS, recon_alloc.md §0.3). literal_alloc, exec_alloc
 #: and test_alloc are left out by recon; beamalloc reports them beside recon's totals.
 RECON_ALLOCATORS = (
-    "temp_alloc", "eheap_alloc", "binary_alloc", "ets_alloc", "driver_alloc",
-    "sl_alloc", "ll_alloc", "fix_alloc", "std_alloc",
+    "temp_alloc",
+    "eheap_alloc",
+    "binary_alloc",
+    "ets_alloc",
+    "driver_alloc",
+    "sl_alloc",
+    "ll_alloc",
+    "fix_alloc",
+    "std_alloc",
 )
 
 Container = Literal["blocks", "blocks_size", "carriers", "carriers_size"]
@@ -41,8 +48,9 @@ def _section_value(cs: CarrierStats, container: Container, keyword: Keyword) -> 
     return _pick(cs.carriers_size, keyword)
 
 
-def container_value(inst: AllocatorInstance, keyword: Keyword, kind: Literal["sbcs", "mbcs"],
-                    container: Container) -> int:
+def container_value(
+    inst: AllocatorInstance, keyword: Keyword, kind: Literal["sbcs", "mbcs"], container: Container
+) -> int:
     """recon's container_value/4: for current mbcs, the pool's carriers count as the owner's."""
     if kind == "sbcs":
         return _section_value(inst.sbcs, container, keyword)
@@ -59,8 +67,9 @@ def container_value(inst: AllocatorInstance, keyword: Keyword, kind: Literal["sb
 
 
 def container_size(inst: AllocatorInstance, keyword: Keyword, container: Container) -> int:
-    return (container_value(inst, keyword, "sbcs", container)
-            + container_value(inst, keyword, "mbcs", container))
+    return container_value(inst, keyword, "sbcs", container) + container_value(
+        inst, keyword, "mbcs", container
+    )
 
 
 def usage(block: int | float, carrier: int | float) -> float:
@@ -76,8 +85,12 @@ def util_instances(snap: Snapshot, recon_only: bool = True) -> list[AllocatorIns
     return [a for a in snap.allocators if a.allocator in RECON_ALLOCATORS]
 
 
-def memory(snap: Snapshot, key: str, keyword: Keyword = "current",
-           instances: Iterable[AllocatorInstance] | None = None) -> int | float:
+def memory(
+    snap: Snapshot,
+    key: str,
+    keyword: Keyword = "current",
+    instances: Iterable[AllocatorInstance] | None = None,
+) -> int | float:
     """recon_alloc:memory(Key, Keyword) for used, allocated, unused, usage."""
     insts = list(util_instances(snap) if instances is None else instances)
     used = sum(container_size(i, keyword, "blocks_size") for i in insts)
@@ -107,8 +120,14 @@ def allocated_instances(snap: Snapshot, keyword: Keyword = "current") -> list[tu
     return sorted(out.items())
 
 
-FRAGMENTATION_KEYS = ("sbcs_usage", "mbcs_usage", "sbcs_block_size", "sbcs_carriers_size",
-                      "mbcs_block_size", "mbcs_carriers_size")
+FRAGMENTATION_KEYS = (
+    "sbcs_usage",
+    "mbcs_usage",
+    "sbcs_block_size",
+    "sbcs_carriers_size",
+    "mbcs_block_size",
+    "mbcs_carriers_size",
+)
 
 
 def instance_fragmentation(inst: AllocatorInstance, keyword: Keyword) -> dict[str, int | float]:
@@ -128,14 +147,20 @@ def instance_fragmentation(inst: AllocatorInstance, keyword: Keyword) -> dict[st
 
 def _waste(v: dict[str, int | float]) -> float:
     """recon's sort weight: unused bytes in the instance's carriers, as a float."""
-    return ((1 - v["sbcs_usage"]) * v["sbcs_carriers_size"]
-            + (1 - v["mbcs_usage"]) * v["mbcs_carriers_size"])
+    return (1 - v["sbcs_usage"]) * v["sbcs_carriers_size"] + (1 - v["mbcs_usage"]) * v[
+        "mbcs_carriers_size"
+    ]
 
 
-def fragmentation(snap: Snapshot, keyword: Keyword = "current",
-                  instances: Iterable[AllocatorInstance] | None = None,
-                  ) -> list[tuple[tuple[str, int], dict[str, int | float]]]:
-    """recon_alloc:fragmentation/1: worst first, ties by {Alloc, N} descending (lists:sort + reverse)."""
+def fragmentation(
+    snap: Snapshot,
+    keyword: Keyword = "current",
+    instances: Iterable[AllocatorInstance] | None = None,
+) -> list[tuple[tuple[str, int], dict[str, int | float]]]:
+    """recon_alloc:fragmentation/1: worst first, ties by {Alloc, N} descending.
+
+    recon sorts `{Weight, {Alloc, N}, Vals}` with lists:sort and reverses the result.
+    """
     insts = util_instances(snap) if instances is None else instances
     rows = [(i.key, instance_fragmentation(i, keyword)) for i in insts]
     rows.sort(key=lambda r: (_waste(r[1]), r[0]), reverse=True)
@@ -162,8 +187,9 @@ def average(size: int, count: int) -> int | float:
     return size / count
 
 
-def average_block_sizes(snap: Snapshot, keyword: Keyword = "current"
-                        ) -> list[tuple[str, dict[str, int | float]]]:
+def average_block_sizes(
+    snap: Snapshot, keyword: Keyword = "current"
+) -> list[tuple[str, dict[str, int | float]]]:
     """recon_alloc:average_block_sizes/1: per allocator type, all instances summed, by name."""
     sums: dict[str, list[int]] = {}
     for i in util_instances(snap):
@@ -172,8 +198,10 @@ def average_block_sizes(snap: Snapshot, keyword: Keyword = "current"
         s[1] += container_value(i, keyword, "mbcs", "blocks")
         s[2] += container_value(i, keyword, "sbcs", "blocks_size")
         s[3] += container_value(i, keyword, "sbcs", "blocks")
-    return [(name, {"mbcs": average(s[0], s[1]), "sbcs": average(s[2], s[3])})
-            for name, s in sorted(sums.items())]
+    return [
+        (name, {"mbcs": average(s[0], s[1]), "sbcs": average(s[2], s[3])})
+        for name, s in sorted(sums.items())
+    ]
 
 
 def instance_sbcs_to_mbcs(inst: AllocatorInstance, keyword: Keyword) -> int | float | str:
@@ -186,11 +214,13 @@ def instance_sbcs_to_mbcs(inst: AllocatorInstance, keyword: Keyword) -> int | fl
     return sbcs / mbcs
 
 
-def sbcs_to_mbcs(snap: Snapshot, keyword: Keyword = "current"
-                 ) -> list[tuple[tuple[str, int], int | float | str]]:
+def sbcs_to_mbcs(
+    snap: Snapshot, keyword: Keyword = "current"
+) -> list[tuple[tuple[str, int], int | float | str]]:
     """recon_alloc:sbcs_to_mbcs/1: block counts (not bytes), worst first; infinity above all."""
     rows = [(i.key, instance_sbcs_to_mbcs(i, keyword)) for i in util_instances(snap)]
     # Erlang orders numbers before atoms, so `infinity` sorts above every ratio; ties by key.
-    rows.sort(key=lambda r: (r[1] == "infinity", 0 if r[1] == "infinity" else r[1], r[0]),
-              reverse=True)
+    rows.sort(
+        key=lambda r: (r[1] == "infinity", 0 if r[1] == "infinity" else r[1], r[0]), reverse=True
+    )
     return rows

@@ -53,8 +53,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.output:
         _write(args.output, text)
         if not args.json:
-            print(f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
-                  f"instances ({snap.source})", file=sys.stderr)
+            print(
+                f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
+                f"instances ({snap.source})",
+                file=sys.stderr,
+            )
     if args.json or not args.output:
         _write(None, text)
     return 0
@@ -67,7 +70,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
-    from rich.console import Console
 
     from beamalloc.analyzer.text_report import render
 
@@ -100,22 +102,34 @@ def wide_console(stderr: bool = False) -> Any:
 
 
 def _node_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cookie-file", metavar="FILE",
-                   help="file holding the Erlang cookie (else $BEAMALLOC_COOKIE, "
-                        "else ~/.erlang.cookie); the cookie never appears in argv or output")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="give up on a node after this many seconds (default 10)")
+    p.add_argument(
+        "--cookie-file",
+        metavar="FILE",
+        help="file holding the Erlang cookie (else $BEAMALLOC_COOKIE, "
+        "else ~/.erlang.cookie); the cookie never appears in argv or output",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="give up on a node after this many seconds (default 10)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="beamalloc",
-                     description="Why does a BEAM node hold more memory than it uses, "
-                                 "and which +M flags fix it.")
+    parser = _Parser(
+        prog="beamalloc",
+        description="Why does a BEAM node hold more memory than it uses, "
+        "and which +M flags fix it.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    source_help = ("a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
-                   "file, an allocator dump or an erl_crash.dump ('-' reads standard input)")
+    source_help = (
+        "a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
+        "file, an allocator dump or an erl_crash.dump ('-' reads standard input)"
+    )
     p = sub.add_parser("snapshot", help="snapshot a node or convert a file to beamalloc JSON")
     p.add_argument("source", metavar="SOURCE", help=source_help)
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON snapshot here")
@@ -125,10 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="usage, fragmentation and carriers, recon-exact and more")
     p.add_argument("source", metavar="SOURCE", help=source_help)
-    p.add_argument("--json", action="store_true",
-                   help="print the analysis as JSON (docs/analysis-schema.md)")
-    p.add_argument("--top", type=int, default=20, metavar="N",
-                   help="instances to list in the terminal report (default 20)")
+    p.add_argument(
+        "--json", action="store_true", help="print the analysis as JSON (docs/analysis-schema.md)"
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="instances to list in the terminal report (default 20)",
+    )
     _node_options(p)
     p.set_defaults(func=cmd_analyze)
 
@@ -138,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     _node_options(p)
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("demo", help="start a node that fragments binary_alloc, analyze it, "
-                                    "write demo-report.html")
+    p = sub.add_parser(
+        "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
+    )
     p.add_argument("--report", default="demo-report.html", metavar="FILE")
     p.add_argument("--keep-node", action="store_true", help="leave the demo node running")
     p.set_defaults(func=cmd_demo)

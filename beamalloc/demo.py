@@ -8,6 +8,7 @@ environment, never its argv (DESIGN.md, "Conventions").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -40,8 +41,9 @@ def compile_workload(name: str, outdir: str) -> None:
 class WorkloadNode:
     """A local node running a workload module; a context manager that always stops it."""
 
-    def __init__(self, module: str, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, module: str, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.module = module
         self.extra_args = extra_args or []
         self.env = env or {}
@@ -57,10 +59,23 @@ class WorkloadNode:
         for k in ("ERL_FLAGS", "ERL_AFLAGS", "ERL_ZFLAGS"):
             env.pop(k, None)
         self.proc = subprocess.Popen(
-            ["erl", "-sname", self.name, "-noshell", "-pa", self._dir, *self.extra_args,
-             "-eval", f"{self.module}:main()"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=env, start_new_session=True,
+            [
+                "erl",
+                "-sname",
+                self.name,
+                "-noshell",
+                "-pa",
+                self._dir,
+                *self.extra_args,
+                "-eval",
+                f"{self.module}:main()",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
         )
         host = os.uname().nodename.split(".")[0]
         self.node = f"{self.name}@{host}"
@@ -81,10 +96,8 @@ class WorkloadNode:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -100,8 +113,10 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
 
     console = Console(stderr=True)
     with WorkloadNode("frag") as wl:
-        console.print(f"Started {wl.node}: steady churn of 600-1000 B binaries, a spike to 10x "
-                      "the live set, a random drop back to the base, churn again.")
+        console.print(
+            f"Started {wl.node}: steady churn of 600-1000 B binaries, a spike to 10x "
+            "the live set, a random drop back to the base, churn again."
+        )
         wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim"))
         snap = snapshot_node(wl.node, wl.cookie, timeout=30.0)
         snap_path = Path(report_path).with_name("demo-snapshot.json")
@@ -109,14 +124,13 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         result = analyze(snap)
         render(result, wide_console(), top=12)
         write_report([result], report_path)
-        console.print(f"\nWrote {report_path} and {snap_path}. Next: "
-                      f"beamalloc analyze {snap_path} --json")
+        console.print(
+            f"\nWrote {report_path} and {snap_path}. Next: beamalloc analyze {snap_path} --json"
+        )
         if keep_node:
             console.print(f"{wl.node} keeps running; press Ctrl-C to stop it.")
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 wl.proc.wait()  # type: ignore[union-attr]
-            except KeyboardInterrupt:
-                pass
     return 0
 
 

@@ -39,8 +39,9 @@ class Triple:
     max: int = 0
 
     def __add__(self, other: Triple) -> Triple:
-        return Triple(self.current + other.current, self.last_max + other.last_max,
-                      self.max + other.max)
+        return Triple(
+            self.current + other.current, self.last_max + other.last_max, self.max + other.max
+        )
 
     def to_json(self) -> list[int]:
         return [self.current, self.last_max, self.max]
@@ -191,7 +192,9 @@ class Snapshot:
             raise SnapshotError("a snapshot document is a JSON object")
         schema = doc.get("schema")
         if schema != SCHEMA:
-            raise SnapshotError(f"unknown snapshot schema {_short(schema)} (this beamalloc reads {SCHEMA})")
+            raise SnapshotError(
+                f"unknown snapshot schema {_short(schema)} (this beamalloc reads {SCHEMA})"
+            )
         body = {k: v for k, v in doc.items() if k != "schema"}
         snap = _decode(cls, body, "snapshot")
         if snap.source not in SOURCES:
@@ -205,11 +208,14 @@ class Snapshot:
         except RecursionError as e:
             raise SnapshotError("JSON nested too deeply") from e
         except json.JSONDecodeError as e:
-            raise SnapshotError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from e
+            raise SnapshotError(
+                f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
+            ) from e
         return cls.from_dict(doc)
 
 
 # ---- a small typed (de)serializer for the dataclasses above -------------------------------
+
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -298,7 +304,7 @@ def _decode_value(t: str, v: Any, where: str) -> Any:
             raise SnapshotError(f"{where}: expected {len(inner)} values, got {_short(v)}")
         return tuple(_decode_value(it, x, where) for it, x in zip(inner, v, strict=True))
     if t.startswith("dict["):
-        key_t, _, val_t = t[5:-1].partition(",")
+        _key_t, _, val_t = t[5:-1].partition(",")  # keys are always str
         if not isinstance(v, dict):
             raise SnapshotError(f"{where}: expected an object, got {_short(v)}")
         return {k: _decode_value(val_t, x, f"{where}.{k}") for k, x in v.items()}
@@ -307,5 +313,9 @@ def _decode_value(t: str, v: Any, where: str) -> Any:
     raise AssertionError(f"no decoder for {t}")
 
 
-_CLASSES.update({c.__name__: c for c in (BlockStats, CarrierStats, PoolStats, FixType,
-                                         AllocatorInstance, MsegInstance)})
+_CLASSES.update(
+    {
+        c.__name__: c
+        for c in (BlockStats, CarrierStats, PoolStats, FixType, AllocatorInstance, MsegInstance)
+    }
+)

@@ -10,6 +10,7 @@ Max values in a crash dump are not reset by the dump (§6.3), unlike a live syst
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterable
@@ -37,7 +38,9 @@ class CrashDumpError(InputError):
 
 
 _SECTION = re.compile(r"=allocator:([a-z_]+)(?:\[(\d+)\])?$")
-_SYSVER = re.compile(r"Erlang/OTP (\S+) \[erts-([\d.]+)\].*?\[(\d+)-bit\](?:.*?\[smp:(\d+):(\d+)\])?")
+_SYSVER = re.compile(
+    r"Erlang/OTP (\S+) \[erts-([\d.]+)\].*?\[(\d+)-bit\](?:.*?\[smp:(\d+):(\d+)\])?"
+)
 # "mbcs blocks[binary_alloc] count: 0 20 20" (OTP ≥ 23); "mbcs blocks: 1 2 3" and
 # "mbcs blocks size: 4 5 6" (OTP ≤ 22, counted as the instance's own type)
 _BLOCKS = re.compile(r"(mbcs|sbcs|mbcs_pool) blocks(?:\[([a-z_]+)\])?( count| size)?: ([\d ]+)$")
@@ -80,7 +83,12 @@ def _instance(sec: _Section) -> AllocatorInstance:
         elif line.startswith("versions: "):
             inst.versions = line[10:].split()
         elif m := _BLOCKS.match(line):
-            where, typ, what, nums = m.group(1), m.group(2) or sec.name, m.group(3), _nums(m.group(4))
+            where, typ, what, nums = (
+                m.group(1),
+                m.group(2) or sec.name,
+                m.group(3),
+                _nums(m.group(4)),
+            )
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
                 pool_counts.setdefault(typ, [0, 0])[1 if what == " size" else 0] = nums[0]
@@ -168,11 +176,13 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     first = next(it, "")
     if not first.startswith(MAGIC):
         raise CrashDumpError(f"{name}: not an Erlang crash dump (no '{MAGIC}' header)")
-    version = first[len(MAGIC):].strip()
+    version = first[len(MAGIC) :].strip()
     snap = Snapshot(node="unknown", source="crashdump")
     if version not in KNOWN_VERSIONS:
-        snap.notes.append(f"crash dump format {version} is newer than this reader knows "
-                          f"({KNOWN_VERSIONS[-1]}); read as {KNOWN_VERSIONS[-1]}")
+        snap.notes.append(
+            f"crash dump format {version} is newer than this reader knows "
+            f"({KNOWN_VERSIONS[-1]}); read as {KNOWN_VERSIONS[-1]}"
+        )
     head: list[str] = []
     section: str | None = None  # the =header being read (without '=')
     alloc: _Section | None = None
@@ -210,18 +220,21 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
             snap.extra.setdefault("erts_mmap", "")
-            snap.extra["erts_mmap"] += f"{section[len('allocator:erts_mmap.'):]}: {line}\n"
+            snap.extra["erts_mmap"] += f"{section[len('allocator:erts_mmap.') :]}: {line}\n"
     if not ended:
         snap.truncated = True
         if alloc is not None:
             where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
             snap.notes.append(
                 f"the crash dump is truncated inside =allocator:{where}: that instance is dropped, "
-                f"{len(snap.allocators)} complete instances are kept, and allocators after it are missing"
+                f"{len(snap.allocators)} complete instances are kept, "
+                "and allocators after it are missing"
             )
         else:
-            snap.notes.append(f"the crash dump is truncated (after ={section}): "
-                              f"{len(snap.allocators)} allocator instances were read")
+            snap.notes.append(
+                f"the crash dump is truncated (after ={section}): "
+                f"{len(snap.allocators)} allocator instances were read"
+            )
     _header(snap, head)
     snap.raw = "\n".join(raw)
     if not snap.allocators:
@@ -234,10 +247,9 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
 
 def _header(snap: Snapshot, head: list[str]) -> None:
     if head:
-        try:
+        # The dump's second line is the dying node's local time.
+        with contextlib.suppress(ValueError):
             snap.taken_at = time.mktime(time.strptime(head[0].strip(), "%a %b %d %H:%M:%S %Y"))
-        except ValueError:
-            pass
     for line in head:
         if line.startswith("System version: ") and (m := _SYSVER.search(line)):
             snap.otp_release, snap.erts_version = m.group(1), m.group(2)

@@ -4,7 +4,8 @@ Accepted terms, each written as one `~p.` term:
 
 * Format A, what `recon_alloc:snapshot_save/1` writes: `{erlang:memory(), [{{Alloc, N}, Props}]}`
   with recon's normalized props (§0.2);
-* Format B, a hand-made dump: `{erlang:memory(), [{Alloc, erlang:system_info({allocator, Alloc})}]}`,
+* Format B, a hand-made dump:
+  `{erlang:memory(), [{Alloc, erlang:system_info({allocator, Alloc})}]}`,
   which recon itself loads but then crashes on (§5, bug 4) — normalized here;
 * a bare `erlang:system_info({allocator, Alloc})` result for one allocator, whose name is read from
   its call counters (`{binary_alloc, G, N}` names binary_alloc).
@@ -36,12 +37,16 @@ def _single_allocator_name(info: list) -> str:
 
 def snapshot_from_term(term: Any, node: str, taken_at: float | None) -> Snapshot:
     snap = Snapshot(node=node, source="recon", taken_at=taken_at, raw=format_term(term))
-    if isinstance(term, list) and term and all(
-        isinstance(e, tuple) and len(e) == 3 and e[0] == "instance" for e in term
+    if (
+        isinstance(term, list)
+        and term
+        and all(isinstance(e, tuple) and len(e) == 3 and e[0] == "instance" for e in term)
     ):
         name = _single_allocator_name(term)
         add_system_info(snap, name, term)
-        snap.notes.append(f"a single-allocator dump ({name}): no erlang:memory(), no other allocators")
+        snap.notes.append(
+            f"a single-allocator dump ({name}): no erlang:memory(), no other allocators"
+        )
         return snap
     if not (isinstance(term, tuple) and len(term) == 2 and isinstance(term[1], list)):
         raise FormatError(
@@ -56,7 +61,9 @@ def snapshot_from_term(term: Any, node: str, taken_at: float | None) -> Snapshot
         key, props = entry
         if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
             if not isinstance(key[1], int):
-                raise FormatError(f"allocator entry {i + 1} has instance {format_term(key[1])[:30]}")
+                raise FormatError(
+                    f"allocator entry {i + 1} has instance {format_term(key[1])[:30]}"
+                )
             add_allocator(snap, str(key[0]), key[1], props)  # Format A
         elif isinstance(key, str):
             add_system_info(snap, str(key), props)  # Format B

@@ -13,9 +13,10 @@ from typing import BinaryIO
 
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
+
 from beamalloc.errors import InputError
-from beamalloc.units import human as _human
 from beamalloc.snapshot import Snapshot
+from beamalloc.units import human as _human
 
 #: recon snapshot files and beamalloc JSON are read whole; a node with 64 schedulers gives about
 #: 2 MB, so anything this large is not one of them. Crash dumps are streamed and have no limit.
@@ -51,7 +52,9 @@ def read_file(path: str) -> Snapshot:
     try:
         f: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file (a node name needs an '@', as in app@host)") from None
+        raise InputError(
+            f"{path}: no such file (a node name needs an '@', as in app@host)"
+        ) from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory") from None
     except PermissionError:
@@ -71,8 +74,10 @@ def read_file(path: str) -> Snapshot:
                 )
         data = head + f.read(MAX_TERM_FILE + 1 - len(head))
         if len(data) > MAX_TERM_FILE:
-            raise InputError(f"{name}: more than {_human(MAX_TERM_FILE)} of input; "
-                             "not a recon snapshot or beamalloc JSON")
+            raise InputError(
+                f"{name}: more than {_human(MAX_TERM_FILE)} of input; "
+                "not a recon snapshot or beamalloc JSON"
+            )
         taken_at = os.fstat(f.fileno()).st_mtime if path != "-" else None
     text = _decode(data, name)
     stripped = text.lstrip()
@@ -81,8 +86,11 @@ def read_file(path: str) -> Snapshot:
             snap = Snapshot.from_json(text)
         else:
             snap = read_recon(text, node=_node_from_name(path), taken_at=taken_at)
-            snap.notes.append("time taken from the file's modification time"
-                              if taken_at else "no time stamp in the file")
+            snap.notes.append(
+                "time taken from the file's modification time"
+                if taken_at
+                else "no time stamp in the file"
+            )
     except InputError as e:
         raise InputError(f"{name}: {e}") from None
     return snap

@@ -84,8 +84,11 @@ def carrier_stats(alloc: str, section: Any, what: str) -> CarrierStats:
     if isinstance(blocks, list):
         by_type = _typed_blocks(blocks, what)
     else:  # OTP ≤ 22 totals, or recon's normalized totals without raw_blocks
-        by_type = {alloc: BlockStats(count=_triple(blocks, what),
-                                     size=_triple(p.get("blocks_size", (0, 0, 0)), what))}
+        by_type = {
+            alloc: BlockStats(
+                count=_triple(blocks, what), size=_triple(p.get("blocks_size", (0, 0, 0)), what)
+            )
+        }
     return CarrierStats(
         blocks=by_type,
         carriers=_triple(p.get("carriers", (0, 0, 0)), what),
@@ -112,8 +115,10 @@ def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
             by_type[str(entry[0])] = (_int(q.get("count", 0), what), _int(q.get("size", 0), what))
     else:
         by_type[alloc] = (_int(blocks, what), _int(p.get("blocks_size", 0), what))
-    counters = _calls([(k, *v) if isinstance(v, tuple) else (k, v)
-                       for k, v in p.items() if k not in _POOL_STATS], what)
+    counters = _calls(
+        [(k, *v) if isinstance(v, tuple) else (k, v) for k, v in p.items() if k not in _POOL_STATS],
+        what,
+    )
     return PoolStats(
         blocks=by_type,
         carriers=_int(p.get("carriers", 0), what),
@@ -153,7 +158,9 @@ def instance_from_props(alloc: str, ix: int, props: Any) -> AllocatorInstance:
         options={k: option_value(v) for k, v in proplist(p.get("options", [])).items()},
         mbcs=carrier_stats(alloc, p.get("mbcs", []), f"{what} mbcs"),
         sbcs=carrier_stats(alloc, p.get("sbcs", []), f"{what} sbcs"),
-        mbcs_pool=pool_stats(alloc, p["mbcs_pool"], f"{what} mbcs_pool") if "mbcs_pool" in p else None,
+        mbcs_pool=pool_stats(alloc, p["mbcs_pool"], f"{what} mbcs_pool")
+        if "mbcs_pool" in p
+        else None,
         calls=_calls(p.get("calls", []), f"{what} calls"),
         fix_types=fix_types,
         versions=versions,
@@ -194,7 +201,9 @@ def add_allocator(snap: Snapshot, alloc: str, ix: int, props: Any) -> None:
     if alloc == "mseg_alloc":
         snap.mseg.append(mseg_from_props(ix, props))
     elif alloc in ("sys_alloc", "erts_mmap", "alloc_util") or not _is_util(props):
-        if alloc == "erts_mmap" or (isinstance(props, list) and props and not isinstance(props[0], tuple)):
+        if alloc == "erts_mmap" or (
+            isinstance(props, list) and props and not isinstance(props[0], tuple)
+        ):
             snap.extra[alloc] = format_term(props)
         else:
             opts = proplist(props).get("options", props)

@@ -64,8 +64,18 @@ _TOKEN = re.compile(
 )
 
 _ESCAPES = {
-    "n": "\n", "t": "\t", "r": "\r", "s": " ", "e": "\x1b", "b": "\b", "f": "\f",
-    "v": "\v", "d": "\x7f", "\\": "\\", "'": "'", '"': '"',
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "s": " ",
+    "e": "\x1b",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "d": "\x7f",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
 }
 
 
@@ -158,7 +168,9 @@ def parse_terms(text: str, final_dot: bool = True) -> list[Term]:
                 state = "open"
             else:
                 emit(_scalar(kind, tok, text, pos))
-        elif (tok == "." and state == "after" and not stack) or (tok == "," and state == "after" and stack):
+        elif (tok == "." and state == "after" and not stack) or (
+            tok == "," and state == "after" and stack
+        ):
             state = "value"
         elif stack and tok == stack[-1][0] and state in ("open", "after"):
             closer, items = stack.pop()
@@ -220,7 +232,36 @@ def parse_term(text: str, final_dot: bool = True) -> Term:
 
 _PLAIN_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*\Z")
 _RESERVED = frozenset(
-    ["after", "and", "andalso", "band", "begin", "bnot", "bor", "bsl", "bsr", "bxor", "case", "catch", "cond", "div", "end", "fun", "if", "let", "maybe", "not", "of", "or", "orelse", "receive", "rem", "try", "when", "xor"]
+    [
+        "after",
+        "and",
+        "andalso",
+        "band",
+        "begin",
+        "bnot",
+        "bor",
+        "bsl",
+        "bsr",
+        "bxor",
+        "case",
+        "catch",
+        "cond",
+        "div",
+        "end",
+        "fun",
+        "if",
+        "let",
+        "maybe",
+        "not",
+        "of",
+        "or",
+        "orelse",
+        "receive",
+        "rem",
+        "try",
+        "when",
+        "xor",
+    ]
 )
 
 
@@ -240,7 +281,9 @@ def format_term(term: Term) -> str:
             out.append(t.s)
         elif isinstance(t, Atom):
             s = str(t)
-            out.append(s if _PLAIN_ATOM.match(s) and s not in _RESERVED else f"'{_quote(s, chr(39))}'")
+            out.append(
+                s if _PLAIN_ATOM.match(s) and s not in _RESERVED else f"'{_quote(s, chr(39))}'"
+            )
         elif isinstance(t, Opaque):
             out.append(str(t))
         elif isinstance(t, str):

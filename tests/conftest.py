@@ -13,12 +13,16 @@ DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "samples" / "otp25"
 
 
-def run_cli(*args: str, input: bytes | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, input: bytes | None = None, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`beamalloc ARGS` in a subprocess, exactly as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "beamalloc.cli", *args], input=input, capture_output=True,
-        timeout=timeout, env=env,
+        [sys.executable, "-m", "beamalloc.cli", *args],
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        env=env,
         **({"text": True} if input is None else {}),
     )
 

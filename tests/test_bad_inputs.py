@@ -45,10 +45,16 @@ def test_two_gigabyte_integer_literal_on_stdin():
     """Streamed: the reader stops at its size bound instead of swallowing 2 GiB."""
     feeder = subprocess.Popen(
         ["sh", "-c", "printf '{[{total,'; head -c 2147483648 /dev/zero | tr '\\0' 9"],
-        stdout=subprocess.PIPE)
+        stdout=subprocess.PIPE,
+    )
     try:
-        res = subprocess.run([sys.executable, "-m", "beamalloc.cli", "analyze", "-"],
-                             stdin=feeder.stdout, capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "beamalloc.cli", "analyze", "-"],
+            stdin=feeder.stdout,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         feeder.kill()
         feeder.wait()
@@ -66,15 +72,18 @@ def test_two_gigabyte_file(tmp_path, cli):
     assert "too large" in _one_clear_line(res)
 
 
-@pytest.mark.parametrize("args, needle", [
-    ([], "required"),
-    (["analyze"], "required"),
-    (["frobnicate"], "invalid choice"),
-    (["analyze", "/nonexistent/snap.json"], "no such file"),
-    (["analyze", str(ROOT)], "is a directory"),
-    (["analyze", "no_at_sign"], "no such file"),
-    (["analyze", "--top", "x", "f"], "invalid int"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ([], "required"),
+        (["analyze"], "required"),
+        (["frobnicate"], "invalid choice"),
+        (["analyze", "/nonexistent/snap.json"], "no such file"),
+        (["analyze", str(ROOT)], "is a directory"),
+        (["analyze", "no_at_sign"], "no such file"),
+        (["analyze", "--top", "x", "f"], "invalid int"),
+    ],
+)
 def test_usage_errors(args, needle, cli):
     res = cli(*args)
     assert res.returncode == 2
@@ -85,4 +94,3 @@ def test_unwritable_output_is_one_line(cli, tmp_path):
     res = cli("snapshot", str(DATA / "hand_recon.txt"), "-o", str(tmp_path / "no" / "dir.json"))
     assert res.returncode == 2
     assert "cannot write" in _one_clear_line(res)
-

@@ -5,15 +5,24 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, SAMPLES
-
 from beamalloc.collector.crashdump import read_crashdump_lines
 from beamalloc.collector.sources import read_file
+from conftest import DATA, SAMPLES
+
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Triple
 
-UTIL = ("temp_alloc", "sl_alloc", "std_alloc", "ll_alloc", "eheap_alloc", "ets_alloc",
-        "fix_alloc", "binary_alloc", "driver_alloc")
+UTIL = (
+    "temp_alloc",
+    "sl_alloc",
+    "std_alloc",
+    "ll_alloc",
+    "eheap_alloc",
+    "ets_alloc",
+    "fix_alloc",
+    "binary_alloc",
+    "driver_alloc",
+)
 
 
 def _shape(snap):
@@ -29,8 +38,9 @@ def test_real_otp25_inputs_hold_every_instance(name):
     assert snap.memory["total"] > 0
     for inst in snap.allocators:
         # The pool section exists exactly where carrier migration is on (alloc_util.md §6.1).
-        assert (inst.mbcs_pool is not None) == (inst.instance > 0 and inst.allocator not in (
-            "temp_alloc", "literal_alloc")), inst.key
+        assert (inst.mbcs_pool is not None) == (
+            inst.instance > 0 and inst.allocator not in ("temp_alloc", "literal_alloc")
+        ), inst.key
         assert inst.mbcs.carriers_size.current >= inst.mbcs.block_size.current
         assert inst.options["as"]
 
@@ -49,7 +59,12 @@ def test_recon_normalized_blocks_are_read_per_type():
 def test_crash_dump_header_and_sections():
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     assert (snap.node, snap.otp_release, snap.erts_version, snap.schedulers, snap.wordsize) == (
-        "nonode@nohost", "25", "13.1.5", 2, 8)
+        "nonode@nohost",
+        "25",
+        "13.1.5",
+        2,
+        8,
+    )
     assert snap.source == "crashdump" and not snap.truncated
     b1 = next(a for a in snap.allocators if a.key == ("binary_alloc", 1))
     assert b1.mbcs.blocks["binary_alloc"].size == Triple(0, 10448, 10448)
@@ -87,7 +102,8 @@ def test_truncated_crash_dump_through_the_cli(tmp_path, cli):
     assert any("truncated" in n for n in a["notes"])
     human = cli("analyze", str(f))
     assert human.returncode == 0 and "truncated inside =allocator:binary_alloc[1]" in " ".join(
-        human.stdout.split())
+        human.stdout.split()
+    )
 
 
 def test_crash_dump_cut_before_the_allocators_is_bad_input(tmp_path, cli):

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
-
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
+from conftest import DATA
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +36,12 @@ def test_fragmentation_current_values_and_order(hand):
     # binary 0 = 0.75 * 4000 = 3000, eheap 0 = 0.75 * 1000 = 750.
     assert [k for k, _ in rows] == [("binary_alloc", 1), ("binary_alloc", 0), ("eheap_alloc", 0)]
     assert rows[0][1] == {
-        "sbcs_usage": 600000 / 602112, "mbcs_usage": 800 / 3000,
-        "sbcs_block_size": 600000, "sbcs_carriers_size": 602112,
-        "mbcs_block_size": 800, "mbcs_carriers_size": 3000,
+        "sbcs_usage": 600000 / 602112,
+        "mbcs_usage": 800 / 3000,
+        "sbcs_block_size": 600000,
+        "sbcs_carriers_size": 602112,
+        "mbcs_block_size": 800,
+        "mbcs_carriers_size": 3000,
     }
     assert list(rows[0][1]) == list(m.FRAGMENTATION_KEYS)  # recon's key order
     assert rows[1][1]["sbcs_usage"] == 1.0  # no SBCs: usage(0, 0) is 1.0
@@ -53,21 +55,28 @@ def test_average_block_sizes_and_sbcs_to_mbcs(hand):
     ]
     ratios = m.sbcs_to_mbcs(hand)
     # binary 1: 1 SBC block against 1 MBC + 1 pool block; the two 0.0 ties sort by key, descending.
-    assert ratios == [(("binary_alloc", 1), 0.5), (("eheap_alloc", 0), 0.0),
-                      (("binary_alloc", 0), 0.0)]
+    assert ratios == [
+        (("binary_alloc", 1), 0.5),
+        (("eheap_alloc", 0), 0.0),
+        (("binary_alloc", 0), 0.0),
+    ]
     assert isinstance(dict(ratios)[("eheap_alloc", 0)], float)
 
 
 def test_cache_hit_rates_count_giga_calls(hand):
     rates = m.cache_hit_rates(hand)
     # mseg 1 has {mseg_alloc,1,0}: 10^9 calls and no hit, so 10^9 misses: first.
-    assert rates == [(1, {"hit_rate": 0.0, "hits": 0, "calls": 1_000_000_000}),
-                     (0, {"hit_rate": 0.75, "hits": 3, "calls": 4})]
+    assert rates == [
+        (1, {"hit_rate": 0.0, "hits": 0, "calls": 1_000_000_000}),
+        (0, {"hit_rate": 0.75, "hits": 3, "calls": 4}),
+    ]
 
 
 def test_allocated_types_and_instances(hand):
-    assert m.allocated_types(hand) == [("binary_alloc", 4000 + 2000 + 1000 + 602112),
-                                       ("eheap_alloc", 1000)]
+    assert m.allocated_types(hand) == [
+        ("binary_alloc", 4000 + 2000 + 1000 + 602112),
+        ("eheap_alloc", 1000),
+    ]
     assert m.allocated_instances(hand) == [(0, 5000), (1, 605112)]
 
 
@@ -84,8 +93,12 @@ def test_recon_published_pool_case():
 
 def test_analysis_json_carries_recon_values(hand):
     a = analyze(hand)
-    assert a["totals"] == {"used": 602050, "allocated": 610112, "unused": 8062,
-                           "usage": 602050 / 610112}
+    assert a["totals"] == {
+        "used": 602050,
+        "allocated": 610112,
+        "unused": 8062,
+        "usage": 602050 / 610112,
+    }
     # beamalloc's own: literal_alloc is reported beside recon's totals, not inside them.
     assert a["totals_all"]["allocated"] == 610112 + 10000
     rows = {(r["allocator"], r["instance"]): r for r in a["allocators"]}
@@ -95,7 +108,9 @@ def test_analysis_json_carries_recon_values(hand):
         for k, v in vals.items():
             assert rows[key][k] == v
     assert [(r["allocator"], r["instance"]) for r in a["allocators"]][:2] == [
-        ("literal_alloc", 0), ("binary_alloc", 1)]  # 9900 unused bytes beats 4312
+        ("literal_alloc", 0),
+        ("binary_alloc", 1),
+    ]  # 9900 unused bytes beats 4312
     assert rows[("binary_alloc", 1)]["pool"]["carriers_size"] == 1000
 
 
@@ -105,9 +120,18 @@ def test_same_numbers_from_every_format_of_one_node():
     b = analyze(read_file(str(DATA / "otp22_crash.dump")))
     for key in ("totals", "totals_max", "average_block_sizes", "sbcs_to_mbcs"):
         assert a[key] == b[key], key
-    counted = (*m.FRAGMENTATION_KEYS, "unused", "mbcs_blocks", "sbcs_blocks", "mbcs_carriers",
-               "sbcs_carriers", "pool", "max")
-    assert ([{k: r[k] for k in counted} for r in a["allocators"]]
-            == [{k: r[k] for k in counted} for r in b["allocators"]])
+    counted = (
+        *m.FRAGMENTATION_KEYS,
+        "unused",
+        "mbcs_blocks",
+        "sbcs_blocks",
+        "mbcs_carriers",
+        "sbcs_carriers",
+        "pool",
+        "max",
+    )
+    assert [{k: r[k] for k in counted} for r in a["allocators"]] == [
+        {k: r[k] for k in counted} for r in b["allocators"]
+    ]
     # pool blocks of OTP 22 count as the owner's (recon adds blocks_size of the pool)
     assert a["totals"]["used"] == 20000 + 50000 + 7000

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from beamalloc.collector.sources import read_file
 from conftest import DATA, SAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beamalloc.collector.sources import read_file
 from beamalloc.snapshot import (
     SOURCES,
     AllocatorInstance,
@@ -29,34 +29,69 @@ triples = st.builds(Triple, counts, counts, counts)
 option_values = st.one_of(counts, st.booleans(), names)
 options = st.dictionaries(names, option_values, max_size=5)
 carrier_stats = st.builds(
-    CarrierStats, blocks=st.dictionaries(names, st.builds(BlockStats, triples, triples), max_size=3),
-    carriers=triples, carriers_size=triples, mseg_carriers=counts, sys_carriers=counts,
-    mseg_carriers_size=counts, sys_carriers_size=counts)
-pools = st.builds(PoolStats, blocks=st.dictionaries(names, st.tuples(counts, counts), max_size=3),
-                  carriers=counts, carriers_size=counts,
-                  counters=st.dictionaries(names, counts, max_size=3))
+    CarrierStats,
+    blocks=st.dictionaries(names, st.builds(BlockStats, triples, triples), max_size=3),
+    carriers=triples,
+    carriers_size=triples,
+    mseg_carriers=counts,
+    sys_carriers=counts,
+    mseg_carriers_size=counts,
+    sys_carriers_size=counts,
+)
+pools = st.builds(
+    PoolStats,
+    blocks=st.dictionaries(names, st.tuples(counts, counts), max_size=3),
+    carriers=counts,
+    carriers_size=counts,
+    counters=st.dictionaries(names, counts, max_size=3),
+)
 instances = st.builds(
-    AllocatorInstance, allocator=names, instance=st.integers(0, 1024), options=options,
-    mbcs=carrier_stats, sbcs=carrier_stats, mbcs_pool=st.none() | pools,
+    AllocatorInstance,
+    allocator=names,
+    instance=st.integers(0, 1024),
+    options=options,
+    mbcs=carrier_stats,
+    sbcs=carrier_stats,
+    mbcs_pool=st.none() | pools,
     calls=st.dictionaries(names, counts, max_size=4),
     fix_types=st.none() | st.lists(st.builds(FixType, names, counts, counts), max_size=2),
-    versions=st.none() | st.lists(names, max_size=2))
-msegs = st.builds(MsegInstance, instance=st.integers(0, 64), options=options,
-                  cached_segments=counts, cache_hits=counts, segments=triples,
-                  segments_watermark=counts, segments_size=triples,
-                  calls=st.dictionaries(names, counts, max_size=3))
-json_values = st.recursive(st.none() | st.booleans() | counts | names,
-                           lambda inner: st.lists(inner, max_size=3)
-                           | st.dictionaries(names, inner, max_size=3), max_leaves=8)
+    versions=st.none() | st.lists(names, max_size=2),
+)
+msegs = st.builds(
+    MsegInstance,
+    instance=st.integers(0, 64),
+    options=options,
+    cached_segments=counts,
+    cache_hits=counts,
+    segments=triples,
+    segments_watermark=counts,
+    segments_size=triples,
+    calls=st.dictionaries(names, counts, max_size=3),
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | counts | names,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
+    max_leaves=8,
+)
 snapshots = st.builds(
-    Snapshot, node=names, source=st.sampled_from(SOURCES),
+    Snapshot,
+    node=names,
+    source=st.sampled_from(SOURCES),
     taken_at=st.none() | st.floats(0, 4e9, allow_nan=False),
-    otp_release=st.none() | names, erts_version=st.none() | names,
-    wordsize=st.none() | st.sampled_from([4, 8]), schedulers=st.none() | st.integers(1, 1024),
-    os_pid=st.none() | st.integers(1, 2**22), memory=st.dictionaries(names, counts, max_size=4),
-    rss=st.none() | counts, allocators=st.lists(instances, max_size=4),
-    mseg=st.lists(msegs, max_size=3), extra=st.dictionaries(names, json_values, max_size=3),
-    notes=st.lists(names, max_size=3), truncated=st.booleans(), raw=st.none() | names)
+    otp_release=st.none() | names,
+    erts_version=st.none() | names,
+    wordsize=st.none() | st.sampled_from([4, 8]),
+    schedulers=st.none() | st.integers(1, 1024),
+    os_pid=st.none() | st.integers(1, 2**22),
+    memory=st.dictionaries(names, counts, max_size=4),
+    rss=st.none() | counts,
+    allocators=st.lists(instances, max_size=4),
+    mseg=st.lists(msegs, max_size=3),
+    extra=st.dictionaries(names, json_values, max_size=3),
+    notes=st.lists(names, max_size=3),
+    truncated=st.booleans(),
+    raw=st.none() | names,
+)
 
 
 @given(snapshots)
@@ -68,9 +103,17 @@ def test_json_round_trip_is_lossless(snap):
     assert back.to_json() == text
 
 
-@pytest.mark.parametrize("path", [SAMPLES / "recon_snapshot.txt", SAMPLES / "raw_allocator_dump.txt",
-                                  SAMPLES / "erl_crash.dump", DATA / "otp22_raw.txt",
-                                  DATA / "otp22_crash.dump"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [
+        SAMPLES / "recon_snapshot.txt",
+        SAMPLES / "raw_allocator_dump.txt",
+        SAMPLES / "erl_crash.dump",
+        DATA / "otp22_raw.txt",
+        DATA / "otp22_crash.dump",
+    ],
+    ids=lambda p: p.name,
+)
 def test_real_inputs_round_trip_through_the_cli(path, tmp_path, cli):
     out = tmp_path / "snap.json"
     assert cli("snapshot", str(path), "-o", str(out)).returncode == 0

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from beamalloc.collector.terms import (
     MAX_DEPTH,
     Atom,
@@ -14,14 +11,25 @@ from beamalloc.collector.terms import (
     parse_term,
     parse_terms,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 atoms = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=12).map(Atom)
-strings = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), min_size=1,
-                  max_size=12)
-scalars = st.one_of(st.integers(min_value=-(10**30), max_value=10**30), atoms, strings,
-                    st.floats(allow_nan=False, allow_infinity=False), st.binary(max_size=8))
-terms = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.lists(inner, max_size=5).map(tuple)), max_leaves=40)
+strings = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=255), min_size=1, max_size=12
+)
+scalars = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30),
+    atoms,
+    strings,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.binary(max_size=8),
+)
+terms = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.lists(inner, max_size=5).map(tuple)),
+    max_leaves=40,
+)
 
 
 @given(terms)
@@ -48,15 +56,18 @@ def test_missing_final_dot_is_accepted_only_when_asked():
     assert parse_term("{a,1}", final_dot=False) == ("a", 1)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{a,b", "ends before"),
-    ("{a b}.", "missing ','"),
-    ("{a,}.", "unexpected '}'"),
-    ("[1|2].", "improper list"),
-    ("{a}}.", "unexpected '}'"),
-    ("\x00\x01.", "unexpected input"),
-    ("9" * 100 + ".", "integer literal of 100"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{a,b", "ends before"),
+        ("{a b}.", "missing ','"),
+        ("{a,}.", "unexpected '}'"),
+        ("[1|2].", "improper list"),
+        ("{a}}.", "unexpected '}'"),
+        ("\x00\x01.", "unexpected input"),
+        ("9" * 100 + ".", "integer literal of 100"),
+    ],
+)
 def test_malformed_input_names_the_problem(text, message):
     with pytest.raises(TermError, match=message):
         parse_term(text)
