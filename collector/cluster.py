@@ -1,0 +1,262 @@
+"""One long-lived hidden node that snapshots many nodes: `watch` and `snapshot --cluster`.
+
+collector/live.py starts a hidden node per snapshot; its boot (0.3-0.5 s) is too much for 1 s
+sampling of several nodes. A Session starts collector/erlang/beamalloc_session.erl once and sends
+it one request per snapshot; each request runs in its own Erlang process with its own deadline, so
+one stalled target never delays the others. The cookie rule is live.py's: it reaches the hidden
+node over its stdin only, the node gets a throw-away HOME and no ERL_*FLAGS. The hidden node halts
+when its stdin closes, so it dies with us even when we are killed with SIGKILL.
+
+The replies have the shapes beamalloc_agent.erl prints, so live.build_snapshot() and live's error
+messages apply unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from beamalloc.collector import etf, live
+from beamalloc.collector.live import NodeError
+
+from beamalloc.errors import InputError
+from beamalloc.snapshot import Snapshot
+
+SESSION_SRC = Path(__file__).parent / "erlang" / "beamalloc_session.erl"
+MARK = b"BEAMALLOC-RESULT "
+
+
+def session_ebin() -> Path:
+    """The directory holding the compiled session module, built on first use (keyed by source)."""
+    erlc = shutil.which("erlc")
+    if not erlc:
+        raise NodeError("erlc not found: install Erlang/OTP (Debian: erlang-nox) to watch a node")
+    src = SESSION_SRC.read_bytes()
+    key = hashlib.sha256(src + b"\0" + os.path.realpath(erlc).encode()).hexdigest()[:16]
+    ebin = live._cache_root() / f"session-{key}"
+    if (ebin / "beamalloc_session.beam").is_file():
+        return ebin
+    ebin.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".session-{key}.", dir=ebin.parent))
+    try:
+        r = subprocess.run([erlc, "-o", str(tmp), str(SESSION_SRC)], capture_output=True,
+                           text=True, timeout=60)
+        if r.returncode != 0:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise NodeError(f"cannot compile the beamalloc session: {last[0]}")
+        with contextlib.suppress(OSError):  # a concurrent first use may have won the race
+            tmp.rename(ebin)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ebin
+
+
+def _long_names(nodes: list[str]) -> bool:
+    kinds = {"." in live.split_node(n)[1] for n in nodes}
+    if len(kinds) > 1:
+        raise live.NodeNameError("cannot mix short and long node names (net_kernel refuses)")
+    return kinds == {True}
+
+
+class Session:
+    """A hidden node serving snapshot requests; thread-safe; use as a context manager."""
+
+    def __init__(self, cookie: str, long_names: bool = False) -> None:
+        if not cookie:
+            raise NodeError("empty cookie")
+        self._cookie = cookie
+        self._long = long_names
+        self._ids = itertools.count(1)
+        self._pending: dict[bytes, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._home = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self.ended: str | None = None  # why the hidden node is gone, once it is
+
+    def __enter__(self) -> Session:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _argv(self, erl: str) -> list[str]:
+        me = f"beamalloc_{live._node_suffix()}"
+        if self._long:
+            fqdn = socket.getfqdn()
+            name = ["-name", f"{me}@{fqdn if '.' in fqdn else '127.0.0.1'}"]
+        else:
+            name = ["-sname", me]
+        return [
+            erl, "-hidden", *name, "-noshell", "-boot", "no_dot_erlang",
+            # As live.py's agent: few threads, no busy-waiting, loopback-only distribution.
+            "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
+            "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
+            "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
+            "-pa", str(session_ebin()),
+            "-run", "beamalloc_session", "main",
+        ]
+
+    def start(self) -> None:
+        erl = shutil.which("erl")
+        if not erl:
+            raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox)")
+        self._home = tempfile.mkdtemp(prefix="beamalloc_home_")
+        self._proc = subprocess.Popen(
+            self._argv(erl), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, cwd=self._home, env=live._agent_env(self._home),
+            start_new_session=True)
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(self._cookie.encode("utf-8").hex().encode() + b"\n")
+        self._proc.stdin.flush()
+        self._reader = threading.Thread(target=self._read, name="beamalloc-session", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if not line.startswith(MARK):
+                continue
+            rid, _, payload = line[len(MARK):].strip().partition(b" ")
+            with self._lock:
+                fut = self._pending.pop(rid, None)
+            if fut is None:
+                continue
+            try:
+                fut.set_result(etf.decode(base64.b64decode(payload, validate=True)))
+            except (ValueError, etf.ETFError) as e:
+                fut.set_exception(NodeError(f"unreadable answer from the beamalloc session: {e}"))
+        with self._lock:
+            self.ended = "the beamalloc hidden node exited"
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            fut.set_exception(NodeError(self.ended))
+
+    def request(self, kind: str, node: str, timeout: float) -> Future[Any]:
+        """Send one request; the future holds the raw reply term (or a NodeError)."""
+        live.split_node(node)
+        fut: Future[Any] = Future()
+        rid = str(next(self._ids)).encode()
+        line = b"%s %s %s %d\n" % (rid, kind.encode(), node.encode(), max(1, int(timeout * 1000)))
+        with self._lock:
+            if self.ended or self._proc is None or self._proc.stdin is None:
+                fut.set_exception(NodeError(self.ended or "the beamalloc session is not running"))
+                return fut
+            self._pending[rid] = fut
+            try:
+                self._proc.stdin.write(line)
+                self._proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                self._pending.pop(rid, None)
+                self.ended = "the beamalloc hidden node exited"
+                fut.set_exception(NodeError(self.ended))
+        return fut
+
+    def _reply(self, node: str, fut: Future[Any], timeout: float) -> Any:
+        # The session enforces the deadline; the extra second only covers a wedged hidden node.
+        try:
+            reply = fut.result(timeout=timeout + live.KILL_GRACE)
+        except TimeoutError:
+            raise NodeError(f"timed out after {timeout:g} s talking to {node} "
+                            "(the beamalloc session did not answer)") from None
+        if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
+            raise live._error(node, str(reply[1]), reply[2], timeout, self._cookie)
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok"):
+            raise NodeError("unexpected answer from the beamalloc session")
+        return reply[1]
+
+    def snapshot(self, node: str, timeout: float = 10.0) -> Snapshot:
+        fut = self.request("snap", node, timeout)
+        return live.build_snapshot(node, self._reply(node, fut, timeout))
+
+    def cluster_nodes(self, node: str, timeout: float = 10.0) -> list[str]:
+        """`node` and the nodes it is connected to (its nodes(): visible nodes only)."""
+        fut = self.request("nodes", node, timeout)
+        names = self._reply(node, fut, timeout)
+        return list(dict.fromkeys(str(n) for n in names))
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and not self.ended
+
+    def close(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if self._proc.stdin:
+                    self._proc.stdin.close()  # the node halts at end of input
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)  # and erl_child_setup with it
+            self._proc.wait()
+            if self._reader is not None:
+                self._reader.join(timeout=5)
+            self._proc = None
+        if self._home:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = ""
+
+
+def snapshot_nodes(nodes: list[str], cookie: str, timeout: float = 10.0,
+                   session: Session | None = None) -> dict[str, Snapshot | NodeError]:
+    """Snapshot every node in parallel through one hidden node; a failure is that node's value."""
+    if session is None:
+        with Session(cookie, _long_names(nodes)) as s:
+            return snapshot_nodes(nodes, cookie, timeout, s)
+    futs = {n: session.request("snap", n, timeout) for n in dict.fromkeys(nodes)}
+    out: dict[str, Snapshot | NodeError] = {}
+    for n, fut in futs.items():
+        try:
+            out[n] = live.build_snapshot(n, session._reply(n, fut, timeout))
+        except NodeError as e:
+            out[n] = e
+    return out
+
+
+def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0
+                     ) -> dict[str, Snapshot | NodeError]:
+    """Find the nodes `node` is connected to and snapshot them all (one hidden node)."""
+    with Session(cookie, _long_names([node])) as s:
+        members = s.cluster_nodes(node, timeout)
+        return snapshot_nodes(members, cookie, timeout, s)
+
+
+def cli_snapshot_cluster(args: Any) -> int:
+    """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
+    import json
+    import sys
+
+    from beamalloc.collector import cookie
+
+    if "@" not in args.source:
+        raise live.NodeNameError("--cluster needs a node name (app@host) as SOURCE")
+    secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+    results = snapshot_cluster(args.source, secret, args.timeout)
+    snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for n, s in snaps.items():
+                (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot write to {out}: {e.strerror}") from None
+        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
+    if args.json or not args.output:
+        doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
+               "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
+        print(json.dumps(doc, indent=None if args.json else 1))
+    for n, e in results.items():
+        if isinstance(e, NodeError):
+            print(f"beamalloc: {n}: {e}", file=sys.stderr)
+    return 0 if len(snaps) == len(results) else NodeError.exit_code

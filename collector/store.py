@@ -1,0 +1,543 @@
+"""The watch store: samples of many nodes over time in one SQLite file (docs/store.md).
+
+Per sample two things are kept, sized so that a year of 1-minute samples of 10 nodes stays under
+1 GB (tests/bench/bench_store.py measures the bytes per sample):
+
+- the derived numbers (analyzer/series.py, one int per key): first as a row of `recent`, then, once
+  a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise `chunks` row;
+  a series read touches only the chunks overlapping its range.
+- the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
+  dictionary: consecutive snapshots share almost every byte). Every sample replaces the node's
+  previous transient snapshot, so `latest()` is always exact; a snapshot is kept for good every
+  `keep_every` seconds, on a restart or after a gap, and when `allocated` moved by `keep_change`.
+
+Writes come from one thread (watch.py's writer); readers open their own Store, and SQLite's WAL
+lets them read while it writes. Every sample is one transaction: after a crash or SIGKILL every
+committed sample is intact. The schema carries a version in `meta` and is migrated on open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import zstandard
+from beamalloc.analyzer.series import Point
+
+from beamalloc.errors import InputError
+from beamalloc.snapshot import Snapshot
+
+SCHEMA_VERSION = 1
+
+#: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
+#: query or a prune wastes little decoding.
+CHUNK = 360
+ZSTD_LEVEL = 9
+#: A new key snapshot when the current one is this old, or a delta exceeds half its size.
+KEY_MAX_AGE_MS = 24 * 3600 * 1000
+
+# Migration N brings a store from version N-1 to N. auto_vacuum only takes effect before the
+# first table exists, hence its place here.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "PRAGMA auto_vacuum = INCREMENTAL",
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE nodes (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+        # Derived numbers not yet chunked: JSON {key: int}; t is Unix time in ms everywhere.
+        # (Rowid tables: their rows are ~1 KB, too large for WITHOUT ROWID to pay.)
+        "CREATE TABLE recent (node_id INTEGER NOT NULL, t INTEGER NOT NULL, data BLOB NOT NULL,"
+        " PRIMARY KEY (node_id, t))",
+        "CREATE TABLE chunks (node_id INTEGER NOT NULL, t0 INTEGER NOT NULL,"
+        " t1 INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL,"
+        " PRIMARY KEY (node_id, t0))",
+        # base: NULL for a key snapshot, else the key this one is a zstd delta against.
+        "CREATE TABLE snapshots (id INTEGER PRIMARY KEY, node_id INTEGER NOT NULL,"
+        " t INTEGER NOT NULL, base INTEGER, kept INTEGER NOT NULL, data BLOB NOT NULL)",
+        "CREATE INDEX snapshots_node_t ON snapshots (node_id, t)",
+        "CREATE INDEX snapshots_base ON snapshots (base) WHERE base IS NOT NULL",
+        # A period without samples: the node was down, unreachable or restarted (end NULL: open).
+        "CREATE TABLE gaps (id INTEGER PRIMARY KEY, node_id INTEGER NOT NULL,"
+        " start INTEGER NOT NULL, end INTEGER, reason TEXT NOT NULL)",
+        "CREATE INDEX gaps_node_start ON gaps (node_id, start)",
+    ],
+}
+
+
+class StoreError(InputError):
+    """A store that cannot be opened or read (exit 2)."""
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "beamalloc" / "watch.db"
+
+
+def _ms(t: float) -> int:
+    return round(t * 1000)
+
+
+# ---- chunk encoding: columns of deltas, JSON, zlib -----------------------------------------
+
+def _deltas(values: list[int | None]) -> list[int | None]:
+    out: list[int | None] = []
+    prev = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+        else:
+            out.append(v - prev)
+            prev = v
+    return out
+
+
+def _undelta(deltas: list[int | None]) -> list[int | None]:
+    if None not in deltas:
+        return list(itertools.accumulate(deltas))  # type: ignore[arg-type]
+    out: list[int | None] = []
+    prev = 0
+    for d in deltas:
+        if d is None:
+            out.append(None)
+        else:
+            prev += d
+            out.append(prev)
+    return out
+
+
+def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
+    keys = sorted(set().union(*points))
+    doc = {"k": keys, "t": _deltas(ts), "v": [_deltas([p.get(k) for p in points]) for k in keys]}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+
+
+def decode_chunk(blob: bytes) -> tuple[list[int], dict[str, list[int | None]]]:
+    doc = json.loads(zlib.decompress(blob))
+    ts = _undelta(doc["t"])
+    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)}  # type: ignore
+
+
+# ---- snapshot compression ------------------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def _dict(key_json: bytes) -> zstandard.ZstdCompressionDict:
+    d = zstandard.ZstdCompressionDict(key_json, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    d.precompute_compress(level=ZSTD_LEVEL)
+    return d
+
+
+@dataclass
+class _NodeState:
+    """What the writer needs per node; rebuilt from the tables when a store is reopened."""
+
+    id: int
+    recent: int = 0
+    key_id: int | None = None
+    key_t: int = 0
+    key_json: bytes = b""
+    key_size: int = 0
+    transient: int | None = None  # the previous sample's snapshot, replaced by the next one
+    kept_t: int | None = None
+    kept_alloc: int = 0
+    kept_pid: int | None = None
+
+
+class Store:
+    """One SQLite file. Write from a single thread; open one Store per reading thread."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, readonly: bool = False,
+                 keep_every: float = 1800.0, keep_change: float = 0.10,
+                 keep_min_interval: float = 60.0) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.keep_every_ms = _ms(keep_every)
+        self.keep_change = keep_change
+        self.keep_min_ms = _ms(keep_min_interval)
+        self._state: dict[str, _NodeState] = {}
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"no store at {self.path}")
+                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                          isolation_level=None, check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, isolation_level=None,
+                                          check_same_thread=False)
+                self.db.execute("PRAGMA journal_mode = WAL")
+                # WAL + NORMAL: a killed process loses nothing committed (only power loss can
+                # drop the last transactions), at a fraction of FULL's fsyncs.
+                self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            self._migrate(readonly)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open the store {self.path}: {e}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- schema --------------------------------------------------------------------------
+
+    def version(self) -> int:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:  # no meta table: a new, empty file
+            return 0
+        return int(row[0]) if row else 0
+
+    def _migrate(self, readonly: bool) -> None:
+        have = self.version()
+        if have > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has store schema {have}; this beamalloc reads up to "
+                             f"{SCHEMA_VERSION} (upgrade beamalloc)")
+        if have == SCHEMA_VERSION:
+            return
+        if readonly:
+            raise StoreError(f"{self.path} has store schema {have}, needs migrating to "
+                             f"{SCHEMA_VERSION}: open it once read-write (beamalloc watch)")
+        if have == 0:  # before any table: PRAGMA auto_vacuum cannot run inside a transaction
+            self.db.execute(MIGRATIONS[1][0])
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for v in range(have + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[v]:
+                    if not stmt.startswith("PRAGMA"):
+                        self.db.execute(stmt)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                                (str(v),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def _node(self, name: str) -> _NodeState:
+        st = self._state.get(name)
+        if st is not None:
+            return st
+        self.db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
+        (nid,) = self.db.execute("SELECT id FROM nodes WHERE name = ?", (name,)).fetchone()
+        st = _NodeState(nid)
+        st.recent = self.db.execute("SELECT count(*) FROM recent WHERE node_id = ?",
+                                    (nid,)).fetchone()[0]
+        key = self.db.execute("SELECT id, t, data FROM snapshots WHERE node_id = ? AND base IS "
+                              "NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
+        if key:
+            st.key_id, st.key_t, st.key_size = key[0], key[1], len(key[2])
+            st.key_json = zstandard.ZstdDecompressor().decompress(key[2])
+        kept = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 1 "
+                               "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
+        if kept:
+            st.kept_t = kept[1]
+            snap = self.snapshot(kept[0])
+            st.kept_alloc, st.kept_pid = _alloc_pid(snap)
+        tr = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? AND kept = 0 "
+                             "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
+        st.transient = tr[0] if tr else None
+        self._state[name] = st
+        return st
+
+    def _keep(self, st: _NodeState, t: int, point: Point, force: bool) -> bool:
+        if force or st.kept_t is None or t - st.kept_t >= self.keep_every_ms:
+            return True
+        if point.get("pid") is not None and point.get("pid") != st.kept_pid:
+            return True
+        moved = abs(point.get("allocated", 0) - st.kept_alloc)
+        return (t - st.kept_t >= self.keep_min_ms
+                and moved >= self.keep_change * max(st.kept_alloc, 1))
+
+    def add_sample(self, snap: Snapshot, point: Point, force_keep: bool = False) -> int:
+        """Store one sample (one transaction); returns its snapshot id."""
+        if snap.taken_at is None:
+            raise StoreError("a sample needs the snapshot's time")
+        t = _ms(snap.taken_at)
+        raw = snap.to_json().encode()
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            st = self._node(snap.node)
+            keep = self._keep(st, t, point, force_keep)
+            self._put_point(st, t, point)
+            sid = self._put_snapshot(st, t, raw, keep)
+            if keep:
+                st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
+                st.kept_pid = point.get("pid")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            self._state.pop(snap.node, None)  # re-read from the tables next time
+            raise
+        return sid
+
+    def add_points(self, node: str, points: list[tuple[float, Point]]) -> None:
+        """Derived numbers without their snapshots, in one transaction (imports, benches)."""
+        with self._tx():
+            st = self._node(node)
+            for t, p in points:
+                self._put_point(st, _ms(t), p)
+
+    def _put_point(self, st: _NodeState, t: int, point: Point) -> None:
+        self.db.execute("INSERT OR REPLACE INTO recent VALUES (?, ?, ?)",
+                        (st.id, t, json.dumps(point, separators=(",", ":"))))
+        st.recent += 1
+        if st.recent >= CHUNK:
+            self._compact(st)
+
+    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool) -> int:
+        base: int | None = None
+        blob = b""
+        if st.key_id is not None:
+            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL,
+                                            dict_data=_dict(st.key_json)).compress(raw)
+            base = st.key_id
+            if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
+                base = None
+        if base is None:
+            if not keep and st.key_id is None:
+                keep = True  # the first snapshot of a node becomes its first key
+            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data) "
+                              "VALUES (?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob))
+        sid = int(cur.lastrowid or 0)
+        if st.transient is not None:
+            self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
+        st.transient = None if keep else sid
+        if base is None:
+            st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
+        return sid
+
+    def _compact(self, st: _NodeState) -> None:
+        rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? ORDER BY t",
+                               (st.id,)).fetchall()
+        ts = [r[0] for r in rows]
+        blob = encode_chunk(ts, [json.loads(r[1]) for r in rows])
+        self.db.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
+                        (st.id, ts[0], ts[-1], len(ts), blob))
+        self.db.execute("DELETE FROM recent WHERE node_id = ?", (st.id,))
+        st.recent = 0
+
+    def open_gap(self, node: str, start: float, reason: str) -> None:
+        """`node` stopped answering after `start` (its last good sample); no-op if already open."""
+        with self._tx():
+            st = self._node(node)
+            if not self.db.execute("SELECT 1 FROM gaps WHERE node_id = ? AND end IS NULL",
+                                   (st.id,)).fetchone():
+                self.db.execute("INSERT INTO gaps (node_id, start, end, reason) "
+                                "VALUES (?, ?, NULL, ?)", (st.id, _ms(start), reason))
+
+    def close_gap(self, node: str, end: float, reason: str | None = None) -> None:
+        with self._tx():
+            st = self._node(node)
+            self.db.execute("UPDATE gaps SET end = ?, reason = coalesce(?, reason) "
+                            "WHERE node_id = ? AND end IS NULL", (_ms(end), reason, st.id))
+
+    def add_gap(self, node: str, start: float, end: float, reason: str) -> None:
+        """A closed gap, e.g. a restart seen only as a new OS pid between two samples."""
+        with self._tx():
+            st = self._node(node)
+            self.db.execute("INSERT INTO gaps (node_id, start, end, reason) VALUES (?, ?, ?, ?)",
+                            (st.id, _ms(start), _ms(end), reason))
+
+    def prune(self, before: float) -> dict[str, int]:
+        """Delete what is older than `before` (Unix s); chunks go whole, once entirely older."""
+        cut = _ms(before)
+        with self._tx():
+            n = {
+                "chunks": self.db.execute("DELETE FROM chunks WHERE t1 < ?", (cut,)).rowcount,
+                "recent": self.db.execute("DELETE FROM recent WHERE t < ?", (cut,)).rowcount,
+                "gaps": self.db.execute("DELETE FROM gaps WHERE end < ?", (cut,)).rowcount,
+                "snapshots": self.db.execute("DELETE FROM snapshots WHERE t < ? AND base IS NOT "
+                                             "NULL", (cut,)).rowcount,
+            }
+            # Then the old keys, but a key stays while a newer snapshot is a delta against it.
+            n["snapshots"] += self.db.execute(
+                "DELETE FROM snapshots WHERE t < ? AND base IS NULL AND NOT EXISTS "
+                "(SELECT 1 FROM snapshots d WHERE d.base = snapshots.id)", (cut,)).rowcount
+        self._state.clear()
+        self.db.execute("PRAGMA incremental_vacuum")
+        return n
+
+    def _tx(self) -> _Tx:
+        return _Tx(self)
+
+    # ---- reading (the API the web UI uses, docs/store.md) --------------------------------
+
+    def _node_id(self, node: str) -> int | None:
+        row = self.db.execute("SELECT id FROM nodes WHERE name = ?", (node,)).fetchone()
+        return row[0] if row else None
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node with its number of samples, first and last sample time, open gap."""
+        out = []
+        for nid, name in self.db.execute("SELECT id, name FROM nodes ORDER BY name").fetchall():
+            c = self.db.execute("SELECT coalesce(sum(n), 0), min(t0), max(t1) FROM chunks "
+                                "WHERE node_id = ?", (nid,)).fetchone()
+            r = self.db.execute("SELECT count(*), min(t), max(t) FROM recent WHERE node_id = ?",
+                                (nid,)).fetchone()
+            gap = self.db.execute("SELECT start, reason FROM gaps WHERE node_id = ? AND end IS "
+                                  "NULL", (nid,)).fetchone()
+            firsts = [x for x in (c[1], r[1]) if x is not None]
+            lasts = [x for x in (c[2], r[2]) if x is not None]
+            out.append({
+                "node": name,
+                "samples": c[0] + r[0],
+                "first": min(firsts) / 1000 if firsts else None,
+                "last": max(lasts) / 1000 if lasts else None,
+                "down_since": gap[0] / 1000 if gap else None,
+                "down_reason": gap[1] if gap else None,
+            })
+        return out
+
+    def series(self, node: str, start: float | None = None, end: float | None = None,
+               max_points: int | None = 1000) -> dict[str, Any]:
+        """The derived numbers of `node` in [start, end], as columns.
+
+        Returns {"node", "t": [Unix s], "columns": {key: [int | None]}, "downsampled": bool,
+        "max": {key: [int | None]} | None, "gaps": [...]}. Over max_points samples, the range is
+        cut into max_points equal time buckets: `columns` then holds each bucket's mean (so
+        ratios computed from them are time-weighted), `max` its maximum (peaks stay visible),
+        and `t` the mean time of the bucket's samples.
+        """
+        nid = self._node_id(node)
+        if nid is None:
+            raise StoreError(f"no node {node!r} in {self.path}")
+        lo = _ms(start) if start is not None else -(2**62)
+        hi = _ms(end) if end is not None else 2**62
+        ts: list[int] = []
+        cols: dict[str, list[int | None]] = {}
+
+        def append(t_part: list[int], c_part: dict[str, list[int | None]]) -> None:
+            keep = [i for i, t in enumerate(t_part) if lo <= t <= hi]
+            if not keep:
+                return
+            whole = len(keep) == len(t_part)
+            for k in set(cols) - set(c_part):
+                cols[k].extend([None] * len(keep))
+            for k, v in c_part.items():
+                if k not in cols:
+                    cols[k] = [None] * len(ts)
+                cols[k].extend(v if whole else [v[i] for i in keep])
+            ts.extend(t_part if whole else [t_part[i] for i in keep])
+
+        for (blob,) in self.db.execute("SELECT data FROM chunks WHERE node_id = ? AND t1 >= ? "
+                                       "AND t0 <= ? ORDER BY t0", (nid, lo, hi)):
+            append(*decode_chunk(blob))
+        rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
+                               "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
+        if rows:
+            pts = [json.loads(r[1]) for r in rows]
+            keys = set().union(*pts)
+            append([r[0] for r in rows], {k: [p.get(k) for p in pts] for k in keys})
+        out: dict[str, Any] = {"node": node, "downsampled": False, "max": None,
+                               "gaps": self.gaps(node, start, end)}
+        if max_points is not None and len(ts) > max_points > 0:
+            out.update(_downsample(ts, cols, max_points), downsampled=True)
+        else:
+            out.update(t=[t / 1000 for t in ts], columns=cols)
+        return out
+
+    def gaps(self, node: str, start: float | None = None,
+             end: float | None = None) -> list[dict[str, Any]]:
+        nid = self._node_id(node)
+        lo = _ms(start) if start is not None else -(2**62)
+        hi = _ms(end) if end is not None else 2**62
+        rows = self.db.execute("SELECT start, end, reason FROM gaps WHERE node_id = ? AND "
+                               "start <= ? AND coalesce(end, ?) >= ? ORDER BY start",
+                               (nid, hi, 2**62, lo)).fetchall()
+        return [{"start": s / 1000, "end": None if e is None else e / 1000, "reason": r}
+                for s, e, r in rows]
+
+    def snapshots(self, node: str, start: float | None = None,
+                  end: float | None = None) -> list[dict[str, Any]]:
+        """The stored snapshots of `node` (kept ones and the latest): id, time, kept."""
+        nid = self._node_id(node)
+        lo = _ms(start) if start is not None else -(2**62)
+        hi = _ms(end) if end is not None else 2**62
+        rows = self.db.execute("SELECT id, t, kept FROM snapshots WHERE node_id = ? AND t "
+                               "BETWEEN ? AND ? ORDER BY t", (nid, lo, hi)).fetchall()
+        return [{"id": i, "t": t / 1000, "kept": bool(k)} for i, t, k in rows]
+
+    def snapshot(self, sid: int) -> Snapshot:
+        """The snapshot with this id, exactly as it was collected."""
+        row = self.db.execute("SELECT base, data FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        if row is None:
+            raise StoreError(f"no snapshot {sid} in {self.path}")
+        base, blob = row
+        if base is None:
+            raw = zstandard.ZstdDecompressor().decompress(blob)
+        else:
+            (key,) = self.db.execute("SELECT data FROM snapshots WHERE id = ?",
+                                     (base,)).fetchone()
+            key_json = zstandard.ZstdDecompressor().decompress(key)
+            raw = zstandard.ZstdDecompressor(dict_data=_dict(key_json)).decompress(blob)
+        return Snapshot.from_json(raw.decode())
+
+    def latest(self, node: str) -> Snapshot | None:
+        nid = self._node_id(node)
+        row = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? ORDER BY t DESC "
+                              "LIMIT 1", (nid,)).fetchone()
+        return self.snapshot(row[0]) if row else None
+
+    def size(self) -> int:
+        """Bytes the store takes in its file (pages in use, WAL not counted)."""
+        pages = self.db.execute("PRAGMA page_count").fetchone()[0]
+        free = self.db.execute("PRAGMA freelist_count").fetchone()[0]
+        return (pages - free) * self.db.execute("PRAGMA page_size").fetchone()[0]
+
+
+class _Tx:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.store.db.execute("COMMIT")
+        else:
+            self.store.db.execute("ROLLBACK")
+            self.store._state.clear()  # the cached per-node state may be ahead of the tables
+
+
+def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
+    from beamalloc.analyzer.series import derive
+
+    p = derive(snap)
+    return p.get("allocated", 0), p.get("pid")
+
+
+def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dict[str, Any]:
+    t0, t1 = ts[0], ts[-1]
+    width = (t1 - t0) / n or 1
+    # Bucket boundaries as index ranges over the sorted times.
+    bounds = [0]
+    b = 1
+    for i, t in enumerate(ts):
+        while b < n and t >= t0 + b * width:
+            bounds.append(i)
+            b += 1
+    bounds.append(len(ts))
+    ranges = [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+    mean: dict[str, list[int | None]] = {}
+    peak: dict[str, list[int | None]] = {}
+    for k, v in cols.items():
+        mk, pk = [], []
+        for a, z in ranges:
+            vals = [x for x in v[a:z] if x is not None]
+            mk.append(round(sum(vals) / len(vals)) if vals else None)
+            pk.append(max(vals) if vals else None)
+        mean[k], peak[k] = mk, pk
+    return {"t": [sum(ts[a:z]) / (z - a) / 1000 for a, z in ranges], "columns": mean,
+            "max": peak}

@@ -1,0 +1,278 @@
+"""`beamalloc watch`: sample nodes every interval into the store (collector/store.py).
+
+Threads, and why:
+- one poller per node: it asks the shared hidden node (cluster.Session) for a snapshot and waits
+  for it alone, so a stalled node only delays its own samples;
+- one writer: SQLite wants a single writer; pollers hand it their samples through a queue, and it
+  commits each sample on its own (a SIGKILL loses at most the sample being written);
+- a status line (a terminal: one refreshed line; otherwise one line per node event).
+
+A node that goes away (restart, crash, network) leaves an open gap in the store from its last good
+sample; the first good sample after it closes the gap. A restart faster than the interval shows as
+a new OS pid and is recorded as a closed gap. With `cluster`, each given node is asked for its
+nodes() now and then, and new members are watched too.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from beamalloc.analyzer.series import Point, derive
+from beamalloc.collector.cluster import Session, _long_names
+from beamalloc.collector.live import NodeError
+from beamalloc.collector.store import Store
+
+from beamalloc.errors import InputError
+from beamalloc.units import human
+
+#: Seconds between looks for new cluster members.
+DISCOVER_EVERY = 30.0
+#: Seconds between retention passes.
+PRUNE_EVERY = 3600.0
+
+
+@dataclass
+class NodeStatus:
+    """What the pollers know about a node; read by the status line and the Prometheus endpoint."""
+
+    node: str
+    up: bool = False
+    samples: int = 0
+    last_t: float | None = None  # time of the last good sample
+    point: Point | None = None  # its derived numbers
+    pid: int | None = None
+    error: str | None = None
+    down_since: float | None = None
+
+
+@dataclass
+class Watcher:
+    nodes: list[str]
+    cookie: str
+    store_path: str | None = None
+    interval: float = 10.0
+    timeout: float = 10.0
+    retain_days: float | None = None
+    cluster: bool = False
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def __post_init__(self) -> None:
+        self.status: dict[str, NodeStatus] = {}
+        self.stop = threading.Event()
+        self._q: queue.Queue[Callable[[Store], None] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._session: Session | None = None
+        self._threads: list[threading.Thread] = []
+        self._long = _long_names(self.nodes)
+        self.written = 0
+        self.store_bytes = 0
+        self.writer_error: BaseException | None = None
+
+    # ---- the shared hidden node ------------------------------------------------------------
+
+    def session(self) -> Session:
+        """The hidden node, restarted if it died (pollers call this before each request)."""
+        with self._lock:
+            if self._session is None or not self._session.alive():
+                if self._session is not None:
+                    self._session.close()
+                self._session = Session(self.cookie, self._long)
+                self._session.start()
+            return self._session
+
+    # ---- pollers -----------------------------------------------------------------------
+
+    def _watch(self, node: str) -> None:
+        with self._lock:
+            if node in self.status:
+                return
+            self.status[node] = NodeStatus(node)
+        t = threading.Thread(target=self._poll, args=(node,), name=f"poll {node}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _poll(self, node: str) -> None:
+        st = self.status[node]
+        start = time.monotonic()
+        # Up to the interval (a stalled node is given up on in time for its next sample).
+        timeout = max(0.5, min(self.timeout, self.interval))
+        while not self.stop.is_set():
+            try:
+                snap = self.session().snapshot(node, timeout)
+                point = derive(snap)
+            except (NodeError, InputError) as e:  # InputError: a reply we cannot read
+                self._failed(st, str(e))
+            else:
+                self._sampled(st, snap, point)
+            # The next tick of the grid; ticks missed while stalled are skipped, not caught up.
+            ticks = int((time.monotonic() - start) / self.interval) + 1
+            self.stop.wait(start + ticks * self.interval - time.monotonic())
+
+    def _sampled(self, st: NodeStatus, snap: Any, point: Point) -> None:
+        t = snap.taken_at
+        pid = point.get("pid")
+        after_gap = st.down_since is not None
+        restarted = st.pid is not None and pid is not None and pid != st.pid
+        if after_gap:
+            why = f"restarted (os pid {st.pid} -> {pid})" if restarted else None
+            self._q.put(lambda s, n=st.node, why=why: s.close_gap(n, t, why))
+            self._event(f"{st.node}: sampling again after "
+                        f"{t - (st.last_t or st.down_since or t):.1f} s")
+        elif restarted and st.last_t is not None:
+            reason = f"restarted (os pid {st.pid} -> {pid})"
+            self._q.put(lambda s, n=st.node, a=st.last_t: s.add_gap(n, a, t, reason))
+            self._event(f"{st.node}: {reason}")
+        force = after_gap or restarted
+
+        def write(s: Store) -> None:
+            s.add_sample(snap, point, force_keep=force)
+            self.written += 1
+
+        self._q.put(write)
+        st.up, st.error, st.down_since = True, None, None
+        st.samples += 1
+        st.last_t, st.point, st.pid = t, point, pid
+
+    def _failed(self, st: NodeStatus, error: str) -> None:
+        if st.down_since is None:
+            now = time.time()
+            st.down_since = now
+            start = st.last_t if st.last_t is not None else now
+            self._q.put(lambda s, n=st.node: s.open_gap(n, start, error))
+            self._event(f"{st.node}: {error}")
+        st.up, st.error = False, error
+
+    def _discover(self) -> None:
+        for seed in list(self.nodes):
+            try:
+                members = self.session().cluster_nodes(seed, self.timeout)
+            except NodeError:
+                continue  # its own poller reports it
+            for m in members:
+                if m not in self.status:
+                    self._event(f"{m}: joined (found through {seed})")
+                    self._watch(m)
+
+    # ---- writer ------------------------------------------------------------------------
+
+    def _write(self, store: Store) -> None:
+        last_prune = 0.0
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            try:
+                job(store)
+                if self.retain_days is not None and time.monotonic() - last_prune > PRUNE_EVERY:
+                    store.prune(time.time() - self.retain_days * 86400)
+                    last_prune = time.monotonic()
+                if self._q.empty():
+                    self.store_bytes = store.size()
+            except Exception as e:  # a full disk or a locked file: stop, and say why
+                self.writer_error = e
+                self.stop.set()
+                return
+
+    # ---- status ------------------------------------------------------------------------
+
+    def _event(self, text: str) -> None:
+        if not self.out.isatty():
+            print(f"{time.strftime('%H:%M:%S')} {text}", file=self.out, flush=True)
+
+    def status_line(self) -> str:
+        sts = list(self.status.values())
+        up = sum(s.up for s in sts)
+        down = [s.node for s in sts if not s.up and s.samples + (s.error is not None) > 0]
+        line = (f"{len(sts)} nodes, {up} up, {sum(s.samples for s in sts)} samples, "
+                f"store {human(self.store_bytes)}")
+        return line + (f"; down: {', '.join(down)}" if down else "")
+
+    def _show(self) -> None:
+        while not self.stop.wait(1.0):
+            if self.out.isatty():
+                self.out.write("\r\x1b[K" + self.status_line())
+                self.out.flush()
+
+    # ---- run ---------------------------------------------------------------------------
+
+    def run(self, duration: float | None = None, on_start: Callable[[], None] | None = None
+            ) -> int:
+        """Watch until stop is set (or `duration` seconds passed); returns samples written."""
+        store = Store(self.store_path)  # opened here: a bad path fails before any thread runs
+        writer = threading.Thread(target=self._write, args=(store,), name="store writer")
+        writer.start()
+        try:
+            for n in self.nodes:
+                self._watch(n)
+            threading.Thread(target=self._show, name="status", daemon=True).start()
+            if on_start:
+                on_start()
+            deadline = None if duration is None else time.monotonic() + duration
+            next_discovery = time.monotonic()
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if self.cluster and now >= next_discovery:
+                    self._discover()
+                    next_discovery = now + DISCOVER_EVERY
+                self.stop.wait(min(1.0, deadline - now) if deadline else 1.0)
+        finally:
+            self.stop.set()
+            for t in self._threads:
+                t.join(timeout=self.timeout + 2)
+            self._q.put(None)
+            writer.join()
+            store.close()
+            with self._lock:
+                if self._session is not None:
+                    self._session.close()
+            if self.out.isatty():
+                self.out.write("\r\x1b[K" + self.status_line() + "\n")
+        if self.writer_error is not None:
+            raise self.writer_error
+        return self.written
+
+
+def cli(args: Any) -> int:
+    """`beamalloc watch` (beamalloc/cli.py builds the parser)."""
+    import signal
+
+    from beamalloc.collector import cookie, live
+    from beamalloc.collector.store import StoreError, default_path
+
+    if not args.interval > 0:
+        raise InputError("--interval must be a positive number of seconds")
+    if args.retain is not None and not args.retain > 0:
+        raise InputError("--retain must be a positive number of days")
+    for n in args.nodes:
+        live.split_node(n)
+    w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
+                store_path=args.store, interval=args.interval, timeout=args.timeout,
+                retain_days=args.retain, cluster=args.cluster)
+    if args.prometheus:
+        from beamalloc.collector.prometheus import serve
+
+        _server, port = serve(args.prometheus, lambda: {
+            n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})
+        host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
+        print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    path = args.store or default_path()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: w.stop.set())
+    print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",
+          file=sys.stderr, flush=True)
+    try:
+        written = w.run(args.duration)
+    except Exception as e:
+        if isinstance(e, InputError):
+            raise
+        raise StoreError(f"cannot write to the store {path}: {e}") from None
+    print(f"stopped: {written} samples written; {w.status_line()}", file=sys.stderr)
+    return 0
