@@ -48,6 +48,10 @@ def _write(path: str | None, text: str) -> None:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from beamalloc.collector.cluster import cli_snapshot_cluster
+
+        return cli_snapshot_cluster(args)
     snap = load(args.source, args)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
@@ -61,6 +65,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.json or not args.output:
         _write(None, text)
     return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from beamalloc.collector.watch import cli
+
+    return cli(args)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -134,8 +144,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SOURCE", help=source_help)
     p.add_argument("-o", "--output", metavar="FILE", help="write the JSON snapshot here")
     p.add_argument("--json", action="store_true", help="print the JSON snapshot to stdout")
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="SOURCE is a node: snapshot it and every node it is connected to, in parallel "
+        "(-o is then a directory, one NODE.json per node)",
+    )
     _node_options(p)
     p.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("watch", help="sample nodes every interval into the store")
+    p.add_argument("nodes", metavar="NODE", nargs="+", help="node names (app@host)")
+    p.add_argument("--interval", type=float, default=10.0, metavar="S",
+                   help="seconds between samples of a node (default 10)")
+    p.add_argument("--store", metavar="DB",
+                   help="SQLite file (default $XDG_DATA_HOME/beamalloc/watch.db)")
+    p.add_argument("--prometheus", metavar="HOST:PORT", help="serve /metrics here")
+    p.add_argument("--retain", type=float, metavar="DAYS", help="delete samples older than this")
+    p.add_argument("--cluster", action="store_true",
+                   help="also watch every node the given nodes are connected to")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+    _node_options(p)
+    p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("analyze", help="usage, fragmentation and carriers, recon-exact and more")
     p.add_argument("source", metavar="SOURCE", help=source_help)
