@@ -1,0 +1,247 @@
+"""The watch store on real SQLite files: lossless snapshots, series, keep policy, retention, schema,
+and the Prometheus exposition of the same numbers."""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+
+import pytest
+from beamalloc.analyzer.series import derive, summarize, view
+from beamalloc.collector import store as store_mod
+from beamalloc.collector.prometheus import WatchCollector, parse_address
+from beamalloc.collector.sources import read_file
+from beamalloc.collector.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
+from conftest import SAMPLES
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from beamalloc.errors import InputError
+from beamalloc.snapshot import Snapshot
+
+T0 = 1_700_000_000.0
+NODE = "app@host"
+
+
+@pytest.fixture(scope="module")
+def base() -> Snapshot:
+    s = read_file(str(SAMPLES / "raw_allocator_dump.txt"))
+    s.node, s.os_pid, s.rss = NODE, 4242, 200_000_000
+    return s
+
+
+def _sample(base: Snapshot, t: float, grow: int = 0, pid: int | None = None) -> Snapshot:
+    s = copy.deepcopy(base)
+    s.taken_at = t
+    s.memory["total"] += grow
+    if pid is not None:
+        s.os_pid = pid
+    return s
+
+
+def _fill(st: Store, base: Snapshot, n: int, step: float = 60.0) -> list[tuple[int, Snapshot]]:
+    out = []
+    for i in range(n):
+        s = _sample(base, T0 + i * step, grow=i)
+        p = derive(s)
+        p["binary_alloc.used"] += i  # a value that changes every sample
+        out.append((st.add_sample(s, p), s))
+    return out
+
+
+def test_lossless_snapshots_and_latest(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db", keep_every=300) as st:
+        added = _fill(st, base, 12)
+        kept = [x for x in st.snapshots(NODE) if x["kept"]]
+        # One kept every 300 s of 60 s samples (the first is the node's key), plus the latest.
+        assert [x["t"] for x in kept] == [T0 + 300 * k for k in range(3)]
+        assert st.snapshots(NODE)[-1] == {"id": added[-1][0], "t": T0 + 660, "kept": False}
+        for x in kept:
+            orig = next(s for sid, s in added if sid == x["id"])
+            assert st.snapshot(x["id"]).to_dict() == orig.to_dict()
+        assert st.latest(NODE).to_dict() == added[-1][1].to_dict()
+        # The previous latest was transient: replaced, not accumulated.
+        with pytest.raises(StoreError):
+            st.snapshot(added[-3][0])
+
+
+def test_restart_and_change_keep_a_snapshot(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db", keep_every=3600, keep_change=0.10,
+               keep_min_interval=60) as st:
+        s = _sample(base, T0)
+        st.add_sample(s, derive(s))
+        s = _sample(base, T0 + 10, pid=9999)  # new OS pid: restarted
+        sid = st.add_sample(s, derive(s))
+        s = _sample(base, T0 + 20)
+        p = derive(s)
+        st.add_sample(s, p)
+        p = dict(p, allocated=int(p["allocated"] * 1.5))  # +50 %, but only 10 s later
+        s = _sample(base, T0 + 30)
+        st.add_sample(s, p)
+        s = _sample(base, T0 + 100)
+        moved = st.add_sample(s, p)  # 90 s after the last kept one: now it counts
+        kept = {x["id"] for x in st.snapshots(NODE) if x["kept"]}
+        assert sid in kept and moved in kept
+        assert len(kept) == 4  # first, restart, pid back to 4242 (another restart), the move
+
+
+def test_series_across_chunks_exact_and_ranged(tmp_path, base) -> None:
+    n = CHUNK * 2 + 17
+    with Store(tmp_path / "w.db") as st:
+        _fill(st, base, n, step=1.0)
+        chunks = st.db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        assert chunks == 2
+        s = st.series(NODE, max_points=None)
+        assert s["t"] == [T0 + i for i in range(n)]
+        assert s["columns"]["binary_alloc.used"][CHUNK + 5] - s["columns"][
+            "binary_alloc.used"][CHUNK + 4] == 1
+        first = derive(_sample(base, T0))
+        assert {k: v[0] for k, v in s["columns"].items()} == {
+            **first, "binary_alloc.used": first["binary_alloc.used"]}
+        part = st.series(NODE, T0 + CHUNK - 3, T0 + CHUNK + 2, max_points=None)
+        assert part["t"] == [T0 + CHUNK + d for d in range(-3, 3)]
+        assert st.list_nodes()[0]["samples"] == n
+
+
+def test_downsampling_keeps_peaks(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db") as st:
+        pts = []
+        p0 = derive(base)
+        for i in range(1000):
+            p = dict(p0, **{"binary_alloc.allocated": 10_000_000 + (5_000_000 if i == 517 else 0)})
+            pts.append((T0 + i, p))
+        st.add_points(NODE, pts)
+        s = st.series(NODE, max_points=50)
+        assert s["downsampled"] and 45 <= len(s["t"]) <= 50
+        assert max(s["max"]["binary_alloc.allocated"]) == 15_000_000
+        assert max(s["columns"]["binary_alloc.allocated"]) < 15_000_000  # the mean hides it
+        assert s["t"] == sorted(s["t"])
+
+
+def test_summary(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db") as st:
+        p0 = derive(base)
+        pts = [(T0 + i, dict(p0, **{"binary_alloc.allocated": 1000, "binary_alloc.used": u}))
+               for i, u in enumerate([100, 900, 500, 1000, 250])]
+        st.add_points(NODE, pts)
+        out = summarize(st.series(NODE, max_points=None))
+        b = out["types"]["binary_alloc"]
+        assert (b["usage_min"], b["usage_median"], b["usage_max"]) == (0.1, 0.5, 1.0)
+        assert (b["peak_unused"], b["peak_unused_at"]) == (900, T0)
+        assert out["peak_rss_gap"] == base.rss - p0["allocated"]
+
+
+def test_chunk_codec_with_missing_keys() -> None:
+    ts = [5, 7, 12]
+    pts = [{"a": 1, "b": -4}, {"a": 3}, {"a": 2, "b": 2**40}]
+    assert decode_chunk(encode_chunk(ts, pts)) == (ts, {"a": [1, 3, 2], "b": [-4, None, 2**40]})
+
+
+def test_gaps(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db") as st:
+        _fill(st, base, 2)
+        st.open_gap(NODE, T0 + 60, "node went down")
+        st.open_gap(NODE, T0 + 90, "still down")  # already open: no second gap
+        assert st.list_nodes()[0]["down_since"] == T0 + 60
+        st.close_gap(NODE, T0 + 200, "restarted (os pid 1 -> 2)")
+        st.add_gap(NODE, T0 + 300, T0 + 310, "restarted (os pid 2 -> 3)")
+        assert st.gaps(NODE) == [
+            {"start": T0 + 60, "end": T0 + 200, "reason": "restarted (os pid 1 -> 2)"},
+            {"start": T0 + 300, "end": T0 + 310, "reason": "restarted (os pid 2 -> 3)"},
+        ]
+        assert st.gaps(NODE, T0 + 250, T0 + 400)[0]["start"] == T0 + 300
+        assert st.list_nodes()[0]["down_since"] is None
+
+
+def test_prune_keeps_what_newer_snapshots_need(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db", keep_every=600) as st:
+        added = _fill(st, base, CHUNK + 40)  # a chunk plus recent rows, 60 s apart
+        st.add_gap(NODE, T0 + 60, T0 + 120, "restarted")
+        cut = T0 + (CHUNK + 10) * 60
+        n = st.prune(cut)
+        assert n["chunks"] == 1 and n["recent"] == 10 and n["gaps"] == 1 and n["snapshots"] > 0
+        s = st.series(NODE, max_points=None)
+        assert s["t"][0] == cut and len(s["t"]) == 30
+        left = st.snapshots(NODE)
+        # The node's key is older than the cut but still decodes every newer delta.
+        assert all(st.snapshot(x["id"]).taken_at for x in left)
+        assert st.latest(NODE).to_dict() == added[-1][1].to_dict()
+        # Writing goes on after a prune.
+        more = _sample(base, T0 + (CHUNK + 40) * 60)
+        st.add_sample(more, derive(more))
+        assert st.latest(NODE).taken_at == more.taken_at
+
+
+def test_reopen_resumes(tmp_path, base) -> None:
+    path = tmp_path / "w.db"
+    with Store(path, keep_every=300) as st:
+        _fill(st, base, 7)
+    with Store(path, keep_every=300) as st:  # state (key, transient, counts) read back
+        s = _sample(base, T0 + 7 * 60)
+        st.add_sample(s, derive(s))
+        assert len([x for x in st.snapshots(NODE) if not x["kept"]]) == 1
+        assert st.list_nodes()[0]["samples"] == 8
+    with Store(path, readonly=True) as ro:
+        assert ro.latest(NODE).taken_at == s.taken_at
+        with pytest.raises(sqlite3.OperationalError):
+            ro.db.execute("DELETE FROM recent")
+
+
+def test_schema_version_and_bad_files(tmp_path) -> None:
+    path = tmp_path / "w.db"
+    with Store(path) as st:
+        assert st.version() == store_mod.SCHEMA_VERSION
+        assert st.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema 99"):
+        Store(path)
+    with pytest.raises(StoreError, match="no store"):
+        Store(tmp_path / "absent.db", readonly=True)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="cannot open"):
+        Store(junk)
+    assert issubclass(StoreError, InputError)  # exit code 2
+
+
+def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
+    # A future migration 2 runs on a version-1 store, once, inside one transaction.
+    path = tmp_path / "w.db"
+    Store(path).close()
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
+    with Store(path) as st:
+        assert st.version() == 2
+        assert st.db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
+    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
+    Store(path).close()  # already at 2: the migration does not run again (it would fail)
+
+
+def test_prometheus_exposition_parses(base) -> None:
+    p = derive(base)
+    reg = CollectorRegistry()
+    reg.register(WatchCollector(lambda: {NODE: (True, T0, p), "down@host": (False, None, None)}))
+    text = generate_latest(reg).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert {s.labels["node"]: s.value for s in fams["beamalloc_up"].samples} == {
+        NODE: 1.0, "down@host": 0.0}
+    used = {s.labels["allocator"]: s.value for s in fams["beamalloc_used_bytes"].samples}
+    v = view(p)
+    assert used["binary_alloc"] == v["types"]["binary_alloc"]["used"]
+    assert set(used) == set(base.allocator_names())
+    gap = fams["beamalloc_rss_gap_bytes"].samples
+    assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, base.rss - p["allocated"])]
+    # A few gauges per allocator type, not one series per raw statistic.
+    assert sum(
+        len(f.samples) for f in fams.values()) <= 8 + 6 * len(used) + 2
+
+
+@pytest.mark.parametrize("bad", ["9100", "host:", "host:99999", "host:x"])
+def test_prometheus_address(bad) -> None:
+    assert parse_address("127.0.0.1:9100") == ("127.0.0.1", 9100)
+    assert parse_address(":9100") == ("0.0.0.0", 9100)
+    with pytest.raises(InputError):
+        parse_address(bad)
