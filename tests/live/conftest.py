@@ -124,6 +124,12 @@ def marker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 @pytest.fixture
+def hidden(marker: str) -> object:
+    """`hidden()`: pids of this test's beamalloc hidden nodes still alive."""
+    return lambda: ours(marker)
+
+
+@pytest.fixture
 def node_factory() -> Iterator[type]:
     started: list[Node] = []
 

@@ -68,3 +68,24 @@ def test_target_stalls(node_factory, marker) -> None:
 
 def test_node_error_is_exit_code_3() -> None:
     assert live.NodeError("x").exit_code == 3
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_interrupt_kills_hidden_node(node_factory, marker, hidden, monkeypatch, exc) -> None:
+    """An exception while the agent runs still kills its process group (`marker` checks)."""
+    n = node_factory()
+    os.kill(n.pid, signal.SIGSTOP)  # keep the agent busy until we interrupt it
+    real = live.subprocess.Popen
+
+    class Interrupted(real):  # type: ignore[misc, valid-type]
+        def communicate(self, *a, **kw):
+            deadline = time.monotonic() + 5
+            while not hidden() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert hidden(), "the hidden node never started"
+            raise exc("interrupted")
+
+    monkeypatch.setattr(live.subprocess, "Popen", Interrupted)
+    with pytest.raises(exc):
+        live.snapshot_node(n.node, n.cookie, timeout=TIMEOUT)
+    assert hidden() == []
