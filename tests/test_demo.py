@@ -1,0 +1,34 @@
+"""`make demo` end to end: a real node fragments binary_alloc; the demo finds it and reports it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+
+pytestmark = pytest.mark.live
+
+
+def test_demo_finds_the_fragmented_binary_alloc(tmp_path):
+    report = tmp_path / "demo-report.html"
+    res = run_cli("demo", "--report", str(report), timeout=180)
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "Most of the unused space is in binary_alloc" in out
+    html = report.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "binary_alloc" in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    snap = json.loads((tmp_path / "demo-snapshot.json").read_text())
+    assert snap["source"] == "live" and snap["node"].startswith("beamalloc_demo_")
+    analysis = json.loads(run_cli("analyze", str(tmp_path / "demo-snapshot.json"), "--json").stdout)
+    binary = next(t for t in analysis["allocator_types"] if t["allocator"] == "binary_alloc")
+    assert binary["usage"] < 0.5 < binary["max_allocated"] / binary["allocated"]
+    # the demo node is gone
+    assert "demo" in snap["node"] and snap["node"].split("@")[0] not in _epmd_names()
+
+
+def _epmd_names() -> str:
+    import subprocess
+
+    return subprocess.run(["epmd", "-names"], capture_output=True, text=True).stdout
