@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
-
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 SCHEMA = "beamalloc.analysis/1"

@@ -22,7 +22,6 @@ from beamalloc.collector.system_info import (
     memory_from_term,
 )
 from beamalloc.collector.terms import format_term, parse_term, proplist
-
 from beamalloc.snapshot import Snapshot
 
 

@@ -13,7 +13,6 @@ from typing import BinaryIO
 
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
-
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human as _human

@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from beamalloc.collector.terms import Atom, Term, format_term, proplist
-
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     AllocatorInstance,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from beamalloc.collector.crashdump import read_crashdump_lines
-from beamalloc.collector.sources import read_file
 from conftest import DATA, SAMPLES
 
+from beamalloc.collector.crashdump import read_crashdump_lines
+from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Triple
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import DATA
+
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
-from conftest import DATA
 
 
 @pytest.fixture(scope="module")

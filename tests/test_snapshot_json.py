@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from beamalloc.collector.sources import read_file
 from conftest import DATA, SAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beamalloc.collector.sources import read_file
 from beamalloc.snapshot import (
     SOURCES,
     AllocatorInstance,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from beamalloc.collector.terms import (
     MAX_DEPTH,
     Atom,
@@ -11,8 +14,6 @@ from beamalloc.collector.terms import (
     parse_term,
     parse_terms,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 atoms = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=12).map(Atom)
 strings = st.text(
