@@ -1,9 +1,32 @@
 //! refalloc: a reference model of OTP's alloc_util (shared/reference/alloc_util.md).
+//!
+//! Modules: `config` (resolved options), `tree` (augmented treap), `freelist` (strategy
+//! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
+//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `replay`.
+pub mod addr;
+pub mod config;
+pub mod freelist;
+pub mod heap;
+pub mod mseg;
+pub mod replay;
+pub mod stats;
+pub mod trace;
+pub mod tree;
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(feature = "python")]
+mod python;
+
+#[cfg(feature = "python")]
 use pyo3::prelude::*;
 
-/// Version of the replay model, stated so snapshots can say which model produced them.
+#[cfg(feature = "python")]
 #[pymodule]
 fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Version of the replay model, stated so snapshots can say which model produced them.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     Ok(())
 }
