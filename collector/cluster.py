@@ -30,7 +30,6 @@ from typing import Any
 
 from beamalloc.collector import etf, live
 from beamalloc.collector.live import NodeError
-
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 

@@ -31,7 +31,6 @@ from typing import Any
 from beamalloc.collector import etf
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
-
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.snapshot import Snapshot
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from beamalloc.analyzer.series import view
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from beamalloc.analyzer.series import view
 from beamalloc.errors import InputError
 
 #: (name, help, key in series.view()'s per-type dict)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import zstandard
-from beamalloc.analyzer.series import Point
 
+from beamalloc.analyzer.series import Point
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 

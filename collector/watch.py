@@ -27,7 +27,6 @@ from beamalloc.analyzer.series import Point, derive
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.live import NodeError
 from beamalloc.collector.store import Store
-
 from beamalloc.errors import InputError
 from beamalloc.units import human
 

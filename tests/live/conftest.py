@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from beamalloc.collector import live
 
 HOST = socket.gethostname().split(".")[0]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from beamalloc.collector.cookie import CookieError, resolve_cookie
 
+from beamalloc.collector.cookie import CookieError, resolve_cookie
 from beamalloc.errors import InputError
 
 

@@ -8,6 +8,7 @@ import subprocess
 import zlib
 
 import pytest
+
 from beamalloc.collector import etf
 from beamalloc.collector.terms import Atom, Opaque, format_term, parse_term
 

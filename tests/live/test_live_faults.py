@@ -12,6 +12,7 @@ import signal
 import time
 
 import pytest
+
 from beamalloc.collector import live
 
 pytestmark = pytest.mark.live

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from beamalloc.collector import live
 from beamalloc.collector.terms import parse_term
 

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from beamalloc.collector.store import Store, StoreError
 from prometheus_client.parser import text_string_to_metric_families
+
+from beamalloc.collector.store import Store, StoreError
 
 pytestmark = pytest.mark.live
 
