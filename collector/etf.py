@@ -57,8 +57,10 @@ def decode(data: bytes) -> Any:
         pos = 0
     else:
         pos = 1
-    dec = _Decoder(data)
-    term, pos = dec.term(pos, 0)
+    try:
+        term, pos = _Decoder(data).term(pos, 0)
+    except (IndexError, struct.error):  # a fixed-size field runs past the end
+        raise ETFError("truncated term") from None
     if pos != len(data):
         raise ETFError(f"{len(data) - pos} bytes after the end of the term")
     return term
@@ -81,48 +83,68 @@ def _inflate(data: bytes) -> bytes:
 
 
 class _Decoder:
-    __slots__ = ("data", "n")
+    """Fixed-size fields raise IndexError/struct.error when cut off (decode() maps them);
+    variable-size ones are checked against what is left before anything is allocated."""
+
+    __slots__ = ("atoms", "data", "n")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.n = len(data)
+        # Allocator data repeats a few hundred atoms; keyed by tag, as the tag sets the encoding.
+        self.atoms: dict[tuple[int, bytes], Atom] = {}
 
     def _need(self, pos: int, k: int) -> None:
         if pos + k > self.n:
             raise ETFError(f"truncated term at byte {pos} (need {k} more)")
 
+    def _items(self, pos: int, count: int, depth: int) -> tuple[list[Any], int]:
+        """`count` terms in a row; small integers and small atoms inline (most of the data)."""
+        self._need(pos, count)  # every element takes at least one byte
+        data, atoms = self.data, self.atoms
+        items: list[Any] = []
+        append = items.append
+        for _ in range(count):
+            tag = data[pos]
+            if tag == 97:  # SMALL_INTEGER_EXT
+                append(data[pos + 1])
+                pos += 2
+            elif tag == 100 or tag == 119:  # ATOM_EXT (what OTP 25 writes), SMALL_ATOM_UTF8_EXT
+                start = pos + 3 if tag == 100 else pos + 2
+                end = start + (data[pos + 1] << 8 | data[pos + 2] if tag == 100 else data[pos + 1])
+                if end > self.n:
+                    raise ETFError(f"truncated atom at byte {pos}")
+                atom = atoms.get((tag, data[start:end]))
+                if atom is None:
+                    atom, _ = self._atom(tag, pos + 1)
+                append(atom)
+                pos = end
+            else:
+                item, pos = self.term(pos, depth + 1)
+                append(item)
+        return items, pos
+
     def term(self, pos: int, depth: int) -> tuple[Any, int]:
         if depth > MAX_DEPTH:
             raise ETFError(f"terms nested deeper than {MAX_DEPTH}")
         data = self.data
-        self._need(pos, 1)
         tag = data[pos]
         pos += 1
         if tag == 97:  # SMALL_INTEGER_EXT
-            self._need(pos, 1)
             return data[pos], pos + 1
         if tag == 98:  # INTEGER_EXT
-            self._need(pos, 4)
             return _I32(data, pos)[0], pos + 4
         if tag in (119, 115, 118, 100):  # SMALL_ATOM_UTF8, SMALL_ATOM, ATOM_UTF8, ATOM
             return self._atom(tag, pos)
-        if tag == 104 or tag == 105:  # SMALL_TUPLE_EXT, LARGE_TUPLE_EXT
-            if tag == 104:
-                self._need(pos, 1)
-                arity, pos = data[pos], pos + 1
-            else:
-                self._need(pos, 4)
-                arity, pos = _U32(data, pos)[0], pos + 4
-            self._need(pos, arity)  # every element takes at least one byte
-            items = []
-            for _ in range(arity):
-                item, pos = self.term(pos, depth + 1)
-                items.append(item)
+        if tag == 104:  # SMALL_TUPLE_EXT
+            items, pos = self._items(pos + 1, data[pos], depth)
+            return tuple(items), pos
+        if tag == 105:  # LARGE_TUPLE_EXT
+            items, pos = self._items(pos + 4, _U32(data, pos)[0], depth)
             return tuple(items), pos
         if tag == 106:  # NIL_EXT
             return [], pos
         if tag == 107:  # STRING_EXT: u16 length, bytes
-            self._need(pos, 2)
             k = _U16(data, pos)[0]
             pos += 2
             self._need(pos, k)
@@ -131,15 +153,7 @@ class _Decoder:
                 return raw.decode("latin-1"), pos + k
             return list(raw), pos + k
         if tag == 108:  # LIST_EXT: u32 length, elements, tail
-            self._need(pos, 4)
-            k = _U32(data, pos)[0]
-            pos += 4
-            self._need(pos, k + 1)
-            items = []
-            for _ in range(k):
-                item, pos = self.term(pos, depth + 1)
-                items.append(item)
-            self._need(pos, 1)
+            items, pos = self._items(pos + 4, _U32(data, pos)[0], depth)
             if data[pos] != 106:
                 raise ETFError("improper list")
             return items, pos + 1
@@ -202,11 +216,13 @@ class _Decoder:
             self._need(pos, 2)
             k, pos = _U16(data, pos)[0], pos + 2
         self._need(pos, k)
-        enc = "utf-8" if tag in (119, 118) else "latin-1"
+        raw = data[pos : pos + k]
         try:
-            return Atom(data[pos : pos + k].decode(enc)), pos + k
+            atom = Atom(raw.decode("utf-8" if tag in (119, 118) else "latin-1"))
         except UnicodeDecodeError:
             raise ETFError("atom that is not valid UTF-8") from None
+        self.atoms[(tag, raw)] = atom
+        return atom, pos + k
 
     def _node_and(self, pos: int, depth: int, fmt: str) -> tuple[tuple[int, ...], int]:
         node, pos = self.term(pos, depth + 1)

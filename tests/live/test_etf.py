@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import struct
 import subprocess
 import zlib
@@ -95,3 +96,37 @@ def test_opaque_terms() -> None:
     pid, ref, fun = etf.decode(base64.b64decode(out))
     assert all(isinstance(x, Opaque) for x in (pid, ref, fun))
     assert parse_term(format_term([pid, ref, fun]) + ".") == [pid, ref, fun]
+
+
+def _enc(t: object) -> bytes:
+    """A small term_to_binary for the tests (OTP 25 writes atoms as ATOM_EXT)."""
+    if isinstance(t, Atom):
+        return bytes([100]) + struct.pack(">H", len(t)) + t.encode("latin-1")
+    if isinstance(t, int):
+        return bytes([97, t]) if 0 <= t < 256 else bytes([98]) + struct.pack(">i", t)
+    if isinstance(t, str):
+        return bytes([107]) + struct.pack(">H", len(t)) + t.encode("latin-1")
+    if isinstance(t, tuple):
+        return bytes([104, len(t)]) + b"".join(_enc(x) for x in t)
+    assert isinstance(t, list)
+    if not t:
+        return bytes([106])
+    return bytes([108]) + struct.pack(">I", len(t)) + b"".join(_enc(x) for x in t) + bytes([106])
+
+
+SAMPLE = [(Atom("instance"), 0, [(Atom("versions"), "0.9", "3.0"),
+                                 (Atom("mbcs"), [(Atom("carriers"), 1, 70000, -3)]),
+                                 (Atom("calls"), [(Atom("binary_alloc"), 0, 12)])])]
+
+
+def test_every_truncation_and_corruption_is_an_etf_error() -> None:
+    data = bytes([131]) + _enc(SAMPLE)
+    assert etf.decode(data) == SAMPLE
+    for cut in range(len(data)):
+        with pytest.raises(etf.ETFError):
+            etf.decode(data[:cut])
+    for i in range(1, len(data)):
+        for v in (0, 1, 106, 255):
+            bad = data[:i] + bytes([v]) + data[i + 1 :]
+            with contextlib.suppress(etf.ETFError):
+                etf.decode(bad)
