@@ -5,6 +5,28 @@ use crate::config::{Globals, InstanceConfig};
 use crate::heap::{Env, Heap};
 use crate::trace::{Event, Op, TraceError};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Block ids are pointers or counters, not attacker-controlled: a multiplicative hash is
+/// enough and several times cheaper than SipHash.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 /// Allocator numbers 1..=12 (alloc_util.md §1).
 pub const MAX_ALLOC_NO: usize = 12;
@@ -31,7 +53,7 @@ pub struct Anomalies {
 pub struct Replay {
     pub env: Env,
     pub heaps: Vec<Option<Heap>>,
-    live: HashMap<u64, (u8, u32)>,
+    live: IdMap<(u8, u32)>,
     pub anomalies: Anomalies,
     pub events: u64,
     pub series: Vec<Sample>,
@@ -61,7 +83,7 @@ impl Replay {
         Replay {
             env,
             heaps,
-            live: HashMap::new(),
+            live: IdMap::default(),
             anomalies: Anomalies::default(),
             events: 0,
             series: Vec::new(),
