@@ -264,6 +264,40 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def raw_text(term: Any) -> str:
+    """Exactly `format_term(term)`, about 3x faster on allocator data.
+
+    Containers and integers are written here; each distinct atom, string and anything else goes
+    through format_term itself (atoms and strings once each: allocator data repeats them).
+    Terms from etf.decode nest at most etf.MAX_DEPTH deep, so the recursion is bounded.
+    """
+    cache: dict[tuple[type, Any], str] = {}
+    out: list[str] = []
+    put = out.append
+
+    def walk(x: Any) -> None:
+        tp = type(x)
+        if tp is int:
+            put(str(x))
+        elif tp is tuple or tp is list:
+            put("{" if tp is tuple else "[")
+            for i, y in enumerate(x):
+                if i:
+                    put(",")
+                walk(y)
+            put("}" if tp is tuple else "]")
+        elif tp is Atom or tp is str:
+            s = cache.get((tp, x))  # keyed by type too: Atom("a") == "a"
+            if s is None:
+                s = cache[(tp, x)] = format_term(x)
+            put(s)
+        else:
+            put(format_term(x))
+
+    walk(term)
+    return "".join(out)
+
+
 def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
     """A Snapshot from the agent's `[{Key, Value}]` list (see beamalloc_agent.erl)."""
     p = proplist(term)
@@ -286,7 +320,7 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
             add_system_info(snap, str(entry[0]), entry[1])
     snap.rss = _rss(snap.os_pid, node)
-    snap.raw = format_term(term)
+    snap.raw = raw_text(term)
     return snap
 
 
