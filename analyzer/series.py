@@ -14,7 +14,6 @@ from typing import Any
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.metrics import usage
-
 from beamalloc.snapshot import Snapshot
 
 Point = dict[str, int]

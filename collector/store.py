@@ -9,7 +9,9 @@ Per sample two things are kept, sized so that a year of 1-minute samples of 10 n
 - the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
   dictionary: consecutive snapshots share almost every byte). Every sample replaces the node's
   previous transient snapshot, so `latest()` is always exact; a snapshot is kept for good every
-  `keep_every` seconds, on a restart or after a gap, and when `allocated` moved by `keep_change`.
+  `keep_every` seconds (30 min), on a restart or after a gap, and when `allocated` moved by
+  `keep_change` (25 %) since the last kept one, at most once per `keep_min_interval` (15 min):
+  so a volatile node costs at most 96 kept snapshots a day.
 
 Writes come from one thread (watch.py's writer); readers open their own Store, and SQLite's WAL
 lets them read while it writes. Every sample is one transaction: after a crash or SIGKILL every
@@ -152,8 +154,8 @@ class Store:
     """One SQLite file. Write from a single thread; open one Store per reading thread."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, readonly: bool = False,
-                 keep_every: float = 1800.0, keep_change: float = 0.10,
-                 keep_min_interval: float = 60.0) -> None:
+                 keep_every: float = 1800.0, keep_change: float = 0.25,
+                 keep_min_interval: float = 900.0) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.keep_every_ms = _ms(keep_every)
         self.keep_change = keep_change

@@ -7,15 +7,15 @@ import copy
 import sqlite3
 
 import pytest
+from conftest import SAMPLES
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from beamalloc.analyzer.series import derive, summarize, view
 from beamalloc.collector import store as store_mod
 from beamalloc.collector.prometheus import WatchCollector, parse_address
 from beamalloc.collector.sources import read_file
 from beamalloc.collector.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
-from conftest import SAMPLES
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 

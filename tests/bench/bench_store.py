@@ -1,0 +1,145 @@
+"""Store figures: bytes per sample (a year of 1-minute samples of 10 nodes < 1 GB?) and the time to
+load and summarize a 24-hour series at 1 s (< 5 s?).
+
+    .venv/bin/python tests/bench/bench_store.py [--days 1] [--schedulers 8]
+
+The snapshots are real: a node with `+S N` runs a workload that allocates and frees binaries and
+ETS entries on every scheduler while one Session samples it; that recorded sequence then plays 10
+nodes' 1-minute samples through Store.add_sample (the same path `watch` takes). The year figure is
+the measured bytes per sample times 5,256,000 samples; the simulated days carry each node's fixed
+costs (the unchunked rows, the key snapshots), so a short simulation overstates it, if anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from beamalloc.analyzer.series import derive, summarize
+from beamalloc.collector.cluster import Session
+from beamalloc.collector.store import Store
+
+YEAR_SAMPLES = 10 * 365 * 24 * 60
+WORKLOAD = (
+    "[spawn(fun() -> T = ets:new(t, [public]), "
+    " (fun F(N) -> ets:insert(T, {N rem 4000, binary:copy(<<1>>, 64 + (N * 7919) rem 90000)}),"
+    "  [ets:delete(T, (N * 31) rem 4000) || N rem 3 =:= 0],"
+    "  [timer:sleep(1) || N rem 200 =:= 0], F(N + 1) end)(0) end) || _ <- lists:seq(1, 8)]"
+)
+
+
+def record(n: int, schedulers: int) -> list:
+    """`n` real snapshots of a busy node, 0.25 s apart."""
+    name, cookie = f"bench_{secrets.token_hex(4)}", f"C{secrets.token_hex(12)}"
+    host = socket.gethostname().split(".")[0]
+    proc = subprocess.Popen(["erl", "-sname", name, "-setcookie", cookie, "-noshell",
+                             "+S", str(schedulers), "-eval", WORKLOAD],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(2)
+        snaps = []
+        with Session(cookie) as s:
+            while len(snaps) < n:
+                try:
+                    snaps.append(s.snapshot(f"{name}@{host}", 10))
+                except Exception:  # the node still booting
+                    if proc.poll() is not None:
+                        raise
+                time.sleep(0.25)
+        return snaps
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def bench_year(snaps: list, days: float, path: Path) -> None:
+    points = [derive(s) for s in snaps]
+    per_node = int(days * 24 * 60)
+    t0 = time.time() - days * 86400
+    start = time.perf_counter()
+    half = per_node // 2
+    with Store(path) as st:
+        for i in range(per_node):
+            if i == half:  # from here on, what the store grows by per sample
+                st.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                size_half = st.size()
+            for k in range(10):
+                j = (i + 7 * k) % len(snaps)  # each node at its own place in the sequence
+                s = snaps[j]
+                s.node, s.taken_at = f"node{k}@bench", t0 + i * 60 + k
+                st.add_sample(s, points[j])
+        wrote = time.perf_counter() - start
+        st.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = os.path.getsize(path)
+        live = st.size()
+        derived = st.db.execute("SELECT coalesce(sum(length(data)), 0) FROM chunks").fetchone()[0]
+        recent = st.db.execute("SELECT coalesce(sum(length(data)), 0) FROM recent").fetchone()[0]
+        snap_bytes, kept, keys = st.db.execute(
+            "SELECT sum(length(data)), sum(kept), sum(base IS NULL) FROM snapshots").fetchone()
+    n = per_node * 10
+    per = (live - size_half) / ((per_node - half) * 10)
+    print(f"year bench: {n} samples (10 nodes x {days:g} days at 1 min), {len(snaps)} recorded "
+          f"snapshots of {len(snaps[0].to_json())} B JSON each, written in {wrote:.1f} s "
+          f"({n / wrote:.0f} samples/s)")
+    print(f"  file {size} B ({live} B in use): chunked series {derived / n:.1f} B/sample, "
+          f"unchunked rows {recent} B, snapshots {snap_bytes / n:.1f} B/sample "
+          f"({kept} kept, {keys} keys), the rest SQLite pages, indexes and free pages")
+    print(f"  growth over the second half: {per:.1f} B/sample")
+    year = size + per * (YEAR_SAMPLES - n)
+    print(f"  a year of 1-minute samples of 10 nodes ({YEAR_SAMPLES} samples): "
+          f"{year / 1e9:.3f} GB -> {'under' if year < 1e9 else 'OVER'} 1 GB")
+
+
+def bench_day(snaps: list, path: Path) -> None:
+    points = [derive(s) for s in snaps]
+    node = "day@bench"
+    t0 = time.time() - 86400
+    with Store(path) as st:
+        batch = []
+        for i in range(86400):
+            batch.append((t0 + i, points[i % len(points)]))
+            if len(batch) == 3600:
+                st.add_points(node, batch)
+                batch = []
+    with Store(path, readonly=True) as st:
+        start = time.perf_counter()
+        series = st.series(node, max_points=None)
+        loaded = time.perf_counter() - start
+        summary = summarize(series)
+        total = time.perf_counter() - start
+        start = time.perf_counter()
+        down = st.series(node, max_points=1000)
+        downsampled = time.perf_counter() - start
+    b = summary["types"]["binary_alloc"]
+    print(f"day bench: {len(series['t'])} samples at 1 s of one node: loaded in {loaded:.2f} s, "
+          f"loaded and summarized in {total:.2f} s -> {'under' if total < 5 else 'OVER'} 5 s; "
+          f"downsampled to {len(down['t'])} points in {downsampled:.2f} s")
+    print(f"  binary_alloc usage min/median/max {b['usage_min']:.3f}/{b['usage_median']:.3f}/"
+          f"{b['usage_max']:.3f}, peak unused {b['peak_unused']} B; "
+          f"{len(summary['types'])} allocator types summarized")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", type=float, default=1.0, help="days of 10 nodes to simulate")
+    ap.add_argument("--schedulers", type=int, default=8, help="+S of the recorded node")
+    ap.add_argument("--recorded", type=int, default=60, help="real snapshots to record")
+    args = ap.parse_args()
+    snaps = record(args.recorded, args.schedulers)
+    with tempfile.TemporaryDirectory() as d:
+        bench_year(snaps, args.days, Path(d) / "year.db")
+        bench_day(snaps, Path(d) / "day.db")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
