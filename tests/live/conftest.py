@@ -67,10 +67,11 @@ class Node:
             self.proc.wait(timeout=5)
 
 
-def start_node(args: list[str] = (), eval_: str | None = None, wait: bool = True) -> Node:
+def start_node(args: list[str] = (), eval_: str | None = None, wait: bool = True,
+               cookie: str | None = None) -> Node:
     """`erl -sname t_<random> -setcookie <random> -noshell ARGS`, registered with epmd."""
     name = f"t_{secrets.token_hex(4)}"
-    cookie = f"C{secrets.token_hex(12)}"
+    cookie = cookie or f"C{secrets.token_hex(12)}"
     argv = ["erl", "-sname", name, "-setcookie", cookie, "-noshell", *args]
     if eval_:
         argv += ["-eval", eval_]
@@ -134,8 +135,9 @@ def hidden(marker: str) -> object:
 def node_factory() -> Iterator[type]:
     started: list[Node] = []
 
-    def factory(*args: str, eval_: str | None = None, wait: bool = True) -> Node:
-        n = start_node(list(args), eval_, wait)
+    def factory(*args: str, eval_: str | None = None, wait: bool = True,
+                cookie: str | None = None) -> Node:
+        n = start_node(list(args), eval_, wait, cookie)
         started.append(n)
         return n
 

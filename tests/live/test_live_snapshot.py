@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -96,3 +97,17 @@ def test_cookie_never_in_argv_env_or_output(target, marker, capfd) -> None:
     assert target.cookie not in snap.to_json()
     out, err = capfd.readouterr()
     assert target.cookie not in out + err
+
+
+def test_cookie_with_quotes_and_spaces(node_factory, marker) -> None:
+    """The cookie travels hex-encoded over stdin, so any characters survive."""
+    odd = node_factory(cookie="a b'c\"d\\e$(x)")
+    snap = live.snapshot_node(odd.node, odd.cookie)
+    assert snap.os_pid == odd.pid
+
+
+def test_rss_only_for_a_beam_of_that_node(target) -> None:
+    assert live._rss(target.pid, target.node) is not None
+    assert live._rss(target.pid, f"someone_else@{target.node.split('@')[1]}") is None
+    assert live._rss(os.getpid(), target.node) is None  # not a beam process
+    assert live._rss(2**22 + 12345, target.node) is None  # no such process
