@@ -36,10 +36,12 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	cd refalloc && cargo test -q --no-default-features
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	cd refalloc && cargo run -q --release --no-default-features --example bench -- aoffcbf 10000000
 
 clean:
 	rm -rf $(VENV) build refalloc/target *.egg-info
