@@ -102,11 +102,14 @@ class Watcher:
         # Up to the interval (a stalled node is given up on in time for its next sample).
         timeout = max(0.5, min(self.timeout, self.interval))
         while not self.stop.is_set():
+            session = self.session()
             try:
-                snap = self.session().snapshot(node, timeout)
+                snap = session.snapshot(node, timeout)
                 point = derive(snap)
             except (NodeError, InputError) as e:  # InputError: a reply we cannot read
-                self._failed(st, str(e))
+                if session.alive():
+                    self._failed(st, str(e))
+                # else our hidden node died, not the target: the next tick starts another
             else:
                 self._sampled(st, snap, point)
             # The next tick of the grid; ticks missed while stalled are skipped, not caught up.
@@ -161,7 +164,7 @@ class Watcher:
     # ---- writer ------------------------------------------------------------------------
 
     def _write(self, store: Store) -> None:
-        last_prune = 0.0
+        last_prune = float("-inf")
         while True:
             job = self._q.get()
             if job is None:

@@ -214,10 +214,15 @@ def test_sigkill_keeps_every_committed_sample(tmp_path, nodes) -> None:
                 assert st.snapshot(s["id"]).node == n
         counts = {n["node"]: n["samples"] for n in st.list_nodes()}
 
-    # A new watcher goes on writing into the same store.
-    proc, err = _watch(db, cookie, *names, "--interval", "0.25", "--duration", "3")
+    # A new watcher goes on writing into the same store; --retain drops what is older.
+    with Store(db) as st:
+        st.add_points("old@host", [(1_600_000_000.0 + i, {"allocated": i}) for i in range(5)])
+    proc, err = _watch(db, cookie, *names, "--interval", "0.25", "--duration", "3",
+                       "--retain", "30")
     assert proc.wait(timeout=60) == 0, err.read_text()
-    assert all(_counts(db)[n] > counts[n] for n in names)
+    after = _counts(db)
+    assert all(after[n] > counts[n] for n in names)
+    assert after["old@host"] == 0
 
 
 def test_cluster_snapshot_and_watch(tmp_path, nodes, cli) -> None:
