@@ -97,6 +97,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from beamalloc.replay import render, replay_snapshot
+
+    if args.schedulers is not None and args.schedulers < 1:
+        raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
+    flag_sets = [args.flags or "", *(args.compare or [])]
+    results = [
+        replay_snapshot(
+            args.trace, f, schedulers=args.schedulers, sample_every_ns=int(args.sample_ms * 1e6)
+        )
+        for f in flag_sets
+    ]
+    if args.json:
+        _write(None, json.dumps({"runs": [r.to_run() for r in results]}, indent=1))
+        return 0
+    render(results, wide_console())
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from beamalloc.demo import run_demo
 
@@ -187,6 +206,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", default="report.html")
     _node_options(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("replay", help="replay an allocation trace through refalloc under flag sets")
+    p.add_argument("trace", metavar="TRACE", help="a trace file (.batr binary or CSV)")
+    p.add_argument(
+        "--flags",
+        default="",
+        metavar="FLAGS",
+        help='+M flags to replay under, e.g. "+MBas aobf +MBlmbcs 512" (default: none)',
+    )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        action="extend",
+        metavar="FLAGS",
+        help="more flag sets, shown side by side after --flags",
+    )
+    p.add_argument(
+        "--schedulers", type=int, metavar="N", help="scheduler count (default: the trace header's)"
+    )
+    p.add_argument(
+        "--sample-ms",
+        type=float,
+        default=100.0,
+        metavar="MS",
+        help="footprint series interval in trace time (default 100 ms)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"runs": [{"flags", "snapshot", "analysis", "peak", "series"}]}',
+    )
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
