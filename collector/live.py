@@ -155,9 +155,12 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
     argv = _agent_argv(erl, ebin, node, host, deadline - AGENT_MARGIN)
     proc: subprocess.Popen[bytes] | None = None
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=home, env=_agent_env(home),
-                                start_new_session=True)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=home, env=_agent_env(home),
+                                    start_new_session=True)
+        except OSError as e:
+            raise NodeError(f"cannot start {erl}: {e.strerror}") from None
         secret = cookie.encode("utf-8").hex().encode() + b"\n"
         try:
             left = max(0.1, deadline + KILL_GRACE - time.time())
@@ -183,7 +186,10 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
 
 
 def _scrub(text: str, cookie: str) -> str:
-    return text.replace(cookie, "***") if cookie else text
+    """`text` without the cookie, plain or as the hex the agent reads."""
+    if not cookie:
+        return text
+    return text.replace(cookie, "***").replace(cookie.encode("utf-8").hex(), "***")
 
 
 # ---- errors ------------------------------------------------------------------------------

@@ -8,12 +8,13 @@
 %%
 %% Prints exactly one line, "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply, [compressed])),
 %% then halts:
-%%   {ok, [{Key, Value}]}                  the collected terms, see collect/2
+%%   {ok, [{Key, Value}]}                  the collected terms, see collect/1
 %%   {error, Kind, Detail}                 Kind :: no_cookie | bad_cookie | no_such_node
 %%                                           | host_unreachable | connect_failed | nodedown
 %%                                           | call_failed | timeout | agent_crash
-%% The Python side (collector/live.py) turns an error into its one-line message. Details never
-%% hold the cookie: they are built from node names, epmd answers and handshake exit reasons.
+%% The Python side (collector/live.py) turns an error into its one-line message. Details are node
+%% names, epmd answers and exit reasons; a crash reason can quote arguments, so live.py scrubs
+%% the cookie from free-form details.
 -module(beamalloc_agent).
 -export([main/1, log/2]).
 
@@ -102,7 +103,7 @@ work(Main, Target, Cookie) ->
             put(connected_us, os:system_time(microsecond)),
             Main ! {stage, collecting},
             erlang:monitor_node(Target, true),
-            try collect(Main, Target)
+            try collect(Target)
             catch
                 error:{erpc, noconnection} -> {error, nodedown, <<>>};
                 throw:nodedown -> {error, nodedown, <<>>};
@@ -146,7 +147,10 @@ is_auth_failure(_) -> false.
 %% One erpc request per BIF, all in flight at once: each system_info({allocator, A}) gathers
 %% every scheduler's instance on the target, so the wall time is about the slowest call rather
 %% than the sum. The allocator list is only known after alloc_util_allocators answers.
-collect(Main, Target) ->
+%% The one thing these calls change on the target is the "max since last call" element of each
+%% statistic, which every system_info({allocator, _}) resets (alloc_util.md §6.1), as any
+%% poller such as recon_alloc does.
+collect(Target) ->
     Simple = [{memory, erlang, memory, []},
               {otp_release, erlang, system_info, [otp_release]},
               {version, erlang, system_info, [version]},
@@ -164,7 +168,6 @@ collect(Main, Target) ->
              || A <- Utils],
     Results = [{K, response(R)} || {K, R} <- Reqs1 ++ Reqs2],
     Done = os:system_time(microsecond),
-    _ = Main,
     Scalars = [{K, V} || {K, V} <- Results, is_atom(K)],
     Allocs = [{A, V} || {{allocator, A}, V} <- Results],
     {ok, [{node, Target}, {alloc_util_allocators, Utils} | Scalars]
