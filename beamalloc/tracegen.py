@@ -1,0 +1,382 @@
+"""Synthetic allocation traces, so what-if works without eBPF (issue 4).
+
+Four generators write ordinary trace files (docs/trace-format.md), deterministic for a seed:
+
+* :func:`spike_and_drop` — churn at a base live set, a spike to several times that, a random drop
+  back (most of the spike freed in random order, so survivors pin carriers), churn again;
+* :func:`large_binaries` — binaries around the SBC threshold (tens of KB to MBs), so sbct,
+  lmbcs and the mseg cache decide the footprint;
+* :func:`ets_churn` — ets_alloc: a table's small term blocks inserted, updated (realloc) and
+  deleted while the table grows and shrinks;
+* :func:`stationary_mix` — fitted to a Snapshot: per allocator instance, the current live block
+  count and average block size (mbcs and sbcs apart) and a turnover from its call counts.
+
+:func:`predict` replays a snapshot's fitted mix under candidate flag sets; the recommender uses
+it for its ``predicted`` field.
+
+Sizes in traces are user sizes: a block is ``8`` (header) ``+ 8`` (atag, binary/driver_alloc on
+OTP 25) ``+ user`` bytes (alloc_util.md §3.1); snapshots report block sizes, so the fit subtracts
+the overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from beamalloc.flags import FlagSet
+from beamalloc.snapshot import Snapshot
+from beamalloc.trace import ALLOCATOR_NAMES, Event, Op, TraceHeader, TraceWriter, TypeInfo
+
+__all__ = [
+    "ets_churn",
+    "large_binaries",
+    "predict",
+    "spike_and_drop",
+    "stationary_mix",
+]
+
+BINARY, ETS = 10, 7
+#: Type numbers of OTP 25 (erts_types_otp25.tsv, alloc_util.md §7).
+T_BINARY, T_DB_TERM = 214, 195
+_ALLOCATOR_NUMBERS = {name: n for n, name in ALLOCATOR_NAMES.items()}
+#: One representative type per allocator for fitted traces (its name; numbers per §7).
+_TYPE_OF = {
+    "binary_alloc": (214, "binary"), "ets_alloc": (195, "db_term"),
+    "eheap_alloc": (184, "heap"), "driver_alloc": (213, "drv_binary"),
+    "fix_alloc": (197, "proc"), "literal_alloc": (212, "literal"), "temp_alloc": (9, "tmp"),
+}  # fmt: skip
+_ATAGS = {"binary_alloc", "driver_alloc"}  # atags on by default (§2.3)
+
+
+class _Live:
+    """Live block ids with O(1) random removal."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self.where: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, bid: int, size: int) -> None:
+        self.where[bid] = len(self.ids)
+        self.ids.append(bid)
+        self.sizes.append(size)
+
+    def pop_at(self, i: int) -> tuple[int, int]:
+        bid, size = self.ids[i], self.sizes[i]
+        last_id, last_size = self.ids.pop(), self.sizes.pop()
+        del self.where[bid]
+        if i < len(self.ids):
+            self.ids[i], self.sizes[i] = last_id, last_size
+            self.where[last_id] = i
+        return bid, size
+
+
+@dataclass
+class _Stream:
+    """One allocator instance's event source: live set, next id, size sampler."""
+
+    allocator: int
+    instance: int
+    type: int
+    live: _Live
+    next_id: int
+
+
+class _Gen:
+    """Shared writer state: time, ids, the live sets."""
+
+    def __init__(self, path: str | Path, header: TraceHeader, seed: int) -> None:
+        self.w = TraceWriter(path, header)
+        self.rng = random.Random(seed)
+        self.t = 0
+        self.next_id = 1
+
+    def stream(self, allocator: int, instance: int, type_: int) -> _Stream:
+        return _Stream(allocator, instance, type_, _Live(), 0)
+
+    def alloc(self, s: _Stream, size: int, dt: int) -> None:
+        self.t += dt
+        bid = self.next_id
+        self.next_id += 1
+        self.w.write(Event(self.t, Op.ALLOC, s.allocator, s.instance, s.type, size, bid, 0,
+                           s.instance))  # fmt: skip
+        s.live.add(bid, size)
+
+    def free_random(self, s: _Stream, dt: int) -> None:
+        bid, size = s.live.pop_at(self.rng.randrange(len(s.live)))
+        self.t += dt
+        self.w.write(Event(self.t, Op.FREE, s.allocator, s.instance, s.type, size, bid, 0,
+                           s.instance))  # fmt: skip
+
+    def realloc_random(self, s: _Stream, size: int, dt: int) -> None:
+        bid, _ = s.live.pop_at(self.rng.randrange(len(s.live)))
+        self.t += dt
+        nid = self.next_id
+        self.next_id += 1
+        self.w.write(Event(self.t, Op.REALLOC, s.allocator, s.instance, s.type, size, bid, nid,
+                           s.instance))  # fmt: skip
+        s.live.add(nid, size)
+
+    def close(self) -> int:
+        self.w.close()
+        return self.w.count
+
+
+def _header(schedulers: int, kind: str, types: Sequence[tuple[int, str, int]],
+            **extra: Any) -> TraceHeader:  # fmt: skip
+    return TraceHeader(
+        schedulers=schedulers,
+        source="synthetic",
+        types=[TypeInfo(n, name, a) for n, name, a in types],
+        threads={i: f"{i}_scheduler" for i in range(1, schedulers + 1)},
+        extra={"generator": kind, **extra},
+    )
+
+
+def _lognormal(rng: random.Random, mean: float, sigma: float, lo: int, hi: int) -> int:
+    """A lognormal size with the given mean before clipping to [lo, hi]."""
+    mu = math.log(max(mean, 1.0)) - sigma * sigma / 2
+    return int(min(max(rng.lognormvariate(mu, sigma), lo), hi))
+
+
+def spike_and_drop(
+    path: str | Path,
+    *,
+    schedulers: int = 1,
+    base_live: int = 2_000,
+    spike_factor: float = 10.0,
+    mean_size: int = 2_000,
+    churn: int = 20_000,
+    duration_s: float = 10.0,
+    seed: int = 1,
+) -> int:
+    """Binaries on every scheduler instance: churn, spike, random drop, churn. Returns the count."""
+    g = _Gen(path, _header(schedulers, "spike_and_drop", [(T_BINARY, "binary", BINARY)],
+                           base_live=base_live, spike_factor=spike_factor,
+                           mean_size=mean_size), seed)  # fmt: skip
+    streams = [g.stream(BINARY, ix, T_BINARY) for ix in range(1, schedulers + 1)]
+    per = max(base_live // schedulers, 1)
+    total = int(per * schedulers * (2 + 2 * spike_factor) + 2 * churn)
+    dt = max(int(duration_s * 1e9 / max(total, 1)), 1)
+
+    def size() -> int:
+        return _lognormal(g.rng, mean_size, 1.0, 1, 400_000)
+
+    for _ in range(per):
+        for s in streams:
+            g.alloc(s, size(), dt)
+    for _ in range(churn // (2 * schedulers) + 1):
+        for s in streams:
+            g.free_random(s, dt)
+            g.alloc(s, size(), dt)
+    for _ in range(int(per * (spike_factor - 1))):
+        for s in streams:
+            g.alloc(s, size(), dt)
+    for s in streams:
+        while len(s.live) > per:
+            g.free_random(s, dt)
+    for _ in range(churn // (2 * schedulers) + 1):
+        for s in streams:
+            g.free_random(s, dt)
+            g.alloc(s, size(), dt)
+    return g.close()
+
+
+def large_binaries(
+    path: str | Path,
+    *,
+    schedulers: int = 1,
+    live: int = 200,
+    events: int = 20_000,
+    mean_size: int = 400_000,
+    duration_s: float = 20.0,
+    seed: int = 2,
+) -> int:
+    """Large binaries (lognormal around `mean_size`, 4 KB .. 16 MB) with churn."""
+    g = _Gen(path, _header(schedulers, "large_binaries", [(T_BINARY, "binary", BINARY)],
+                           mean_size=mean_size), seed)  # fmt: skip
+    streams = [g.stream(BINARY, ix, T_BINARY) for ix in range(1, schedulers + 1)]
+    dt = max(int(duration_s * 1e9 / max(events, 1)), 1)
+    n = 0
+    while n < events:
+        s = streams[n % schedulers]
+        if len(s.live) < max(live // schedulers, 1) or g.rng.random() < 0.5:
+            g.alloc(s, _lognormal(g.rng, mean_size, 0.8, 4096, 16 << 20), dt)
+        else:
+            g.free_random(s, dt)
+        n += 1
+    return g.close()
+
+
+def ets_churn(
+    path: str | Path,
+    *,
+    schedulers: int = 1,
+    rows: int = 50_000,
+    cycles: int = 3,
+    mean_size: int = 200,
+    duration_s: float = 10.0,
+    seed: int = 3,
+) -> int:
+    """ets_alloc db_term blocks: fill a table to `rows`, update some rows in place (realloc),
+    delete down to a tenth, and again, `cycles` times."""
+    g = _Gen(path, _header(schedulers, "ets_churn", [(T_DB_TERM, "db_term", ETS)],
+                           rows=rows, cycles=cycles), seed)  # fmt: skip
+    streams = [g.stream(ETS, ix, T_DB_TERM) for ix in range(1, schedulers + 1)]
+    per = max(rows // schedulers, 1)
+    dt = max(int(duration_s * 1e9 / max(rows * cycles * 3, 1)), 1)
+
+    def size() -> int:
+        return _lognormal(g.rng, mean_size, 0.7, 16, 60_000)
+
+    for _ in range(cycles):
+        for s in streams:
+            while len(s.live) < per:
+                g.alloc(s, size(), dt)
+        for _ in range(per // 4):
+            for s in streams:
+                g.realloc_random(s, size(), dt)
+        for s in streams:
+            while len(s.live) > per // 10:
+                g.free_random(s, dt)
+    return g.close()
+
+
+# --- fitted to a snapshot -------------------------------------------------------------------------
+
+
+@dataclass
+class _Fit:
+    name: str
+    instance: int
+    mbc_live: int
+    mbc_mean: float
+    sbc_live: int
+    sbc_mean: float
+    turnover: float  # frees per live block over the node's life, from the call counts
+    sbct: int
+
+
+def _overhead(name: str) -> int:
+    return 16 if name in _ATAGS else 8  # §3.1: header + atag
+
+
+def fit(snap: Snapshot) -> list[_Fit]:
+    """Per allocator instance with live blocks: live count, mean block size, turnover."""
+    out = []
+    for inst in snap.allocators:
+        if inst.allocator not in _ALLOCATOR_NUMBERS:
+            continue
+        mb, sb = inst.mbcs.block_count.current, inst.sbcs.block_count.current
+        if inst.mbcs_pool is not None:
+            mb += inst.mbcs_pool.block_count
+        if mb + sb == 0:
+            continue
+        mbs = inst.mbcs.block_size.current + (inst.mbcs_pool.block_size if inst.mbcs_pool else 0)
+        frees = sum(v for k, v in inst.calls.items() if k.endswith("_free")
+                    and not k.startswith(("mseg", "sys")))  # fmt: skip
+        sbct = inst.options.get("sbct", 512 * 1024)
+        out.append(
+            _Fit(
+                inst.allocator, inst.instance, mb, mbs / mb if mb else 0.0, sb,
+                inst.sbcs.block_size.current / sb if sb else 0.0,
+                frees / (mb + sb), int(sbct) if isinstance(sbct, int) else 512 * 1024,
+            )
+        )  # fmt: skip
+    return out
+
+
+def stationary_mix(
+    snap: Snapshot,
+    path: str | Path,
+    *,
+    max_live: int = 100_000,
+    max_events: int = 400_000,
+    duration_s: float = 10.0,
+    seed: int = 4,
+) -> int:
+    """A trace whose live set matches `snap` (scaled down to `max_live` blocks if larger), then
+    stationary churn: each step frees a random live block of one instance and allocates a new
+    one drawn from the same fitted distribution. Returns the event count."""
+    fits = fit(snap)
+    live_total = sum(f.mbc_live + f.sbc_live for f in fits)
+    scale = min(1.0, max_live / live_total) if live_total else 1.0
+    schedulers = snap.schedulers or max((f.instance for f in fits), default=1) or 1
+    types = {(_TYPE_OF.get(f.name, (1 << 16, f.name))[0], _TYPE_OF.get(f.name, (0, f.name))[1],
+              _ALLOCATOR_NUMBERS[f.name]) for f in fits}  # fmt: skip
+    g = _Gen(path, _header(schedulers, "stationary_mix", sorted(types), node=snap.node,
+                           scale=scale), seed)  # fmt: skip
+    g.w.header.node = snap.node
+    plans: list[tuple[_Stream, _Fit, int, int]] = []
+    for f in fits:
+        typ = _TYPE_OF.get(f.name, (1 << 16, f.name))[0]
+        s = g.stream(_ALLOCATOR_NUMBERS[f.name], f.instance, typ)
+        plans.append((s, f, round(f.mbc_live * scale), round(f.sbc_live * scale)))
+    target = sum(m + s for _, _, m, s in plans)
+    churn_budget = max(max_events - target, 0)
+    dt = max(int(duration_s * 1e9 / max(target + churn_budget, 1)), 1)
+
+    def draw(f: _Fit, sbc: bool) -> int:
+        ov = _overhead(f.name)
+        if sbc:
+            return max(int(f.sbc_mean * g.rng.uniform(0.8, 1.2)) - ov, f.sbct)
+        return _lognormal(g.rng, max(f.mbc_mean - ov, 1.0), 0.9, 1, max(f.sbct - 1, 1))
+
+    # Build-up, interleaved across instances in proportion to their live sets.
+    queue = [(s, f, False) for s, f, m, _ in plans for _ in range(m)]
+    queue += [(s, f, True) for s, f, _, n in plans for _ in range(n)]
+    g.rng.shuffle(queue)
+    kinds: dict[int, list[bool]] = {}
+    for s, f, sbc in queue:
+        g.alloc(s, draw(f, sbc), dt)
+        kinds.setdefault(id(s), []).append(sbc)
+    # Churn, weighted by each instance's turnover (frees per live block).
+    weights = [max(f.turnover, 0.01) * (m + n) for _, f, m, n in plans]
+    live_plans = [p for p, w in zip(plans, weights, strict=True) if p[2] + p[3] > 0]
+    live_weights = [w for p, w in zip(plans, weights, strict=True) if p[2] + p[3] > 0]
+    for _ in range(churn_budget // 2 if live_plans else 0):
+        s, f, _, n = g.rng.choices(live_plans, live_weights)[0]
+        i = g.rng.randrange(len(s.live))
+        size = s.live.sizes[i]
+        sbc = size >= f.sbct and n > 0
+        bid, _ = s.live.pop_at(i)
+        g.t += dt
+        g.w.write(Event(g.t, Op.FREE, s.allocator, s.instance, s.type, size, bid, 0,
+                        s.instance))  # fmt: skip
+        g.alloc(s, draw(f, sbc), dt)
+    return g.close()
+
+
+def predict(
+    snap: Snapshot,
+    flag_sets: Sequence[FlagSet | str | None],
+    *,
+    max_live: int = 100_000,
+    max_events: int = 400_000,
+    seed: int = 4,
+) -> list[dict[str, Any]]:
+    """Replay `snap`'s fitted stationary mix under each flag set (in order); one run each, shaped
+    as in ``beamalloc replay --json`` (flags, snapshot, analysis, peak, series)."""
+    from beamalloc.replay import run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mix.batr"
+        stationary_mix(snap, path, max_live=max_live, max_events=max_events, seed=seed)
+        return [run(path, f, schedulers=snap.schedulers or None) for f in flag_sets]
+
+
+def events(path: str | Path) -> Iterator[Event]:
+    """The events of a trace (a convenience for tests)."""
+    from beamalloc.trace import open_trace
+
+    with open_trace(path) as r:
+        yield from r
