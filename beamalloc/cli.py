@@ -87,6 +87,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from beamalloc.analyzer.recommend import recommend
+
+    result = recommend(load(args.source, args), given_flags=args.flags_in_use)
+    if args.json:
+        from beamalloc.analyzer.outputs import paste_block
+
+        _write(None, json.dumps({**result, "paste": paste_block(
+            result["emulator_flags"], args.format)}, indent=1))  # fmt: skip
+        return 0
+    from beamalloc.analyzer.outputs import render
+
+    render(result, wide_console(), fmt=args.format)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.webui.report import write_report
@@ -200,6 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _node_options(p)
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("recommend", help="the +M flags to set, each with its rule, numbers, cost")
+    p.add_argument("source", metavar="SOURCE", help=source_help)
+    p.add_argument("--format", default="vm.args",
+                   choices=("vm.args", "erl_flags", "rabbitmq", "mix", "flags"),
+                   help="where the flags go (default vm.args)")  # fmt: skip
+    p.add_argument("--flags-in-use", metavar="FLAGS",
+                   help="the node's +M flags as written (e.g. from vm.args), to lint them")
+    p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    _node_options(p)
+    p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("report", help="write a self-contained HTML report")
     p.add_argument("sources", metavar="SOURCE", nargs="+", help=source_help)

@@ -1,0 +1,207 @@
+"""What the rules see and what they say: Facts in, Findings (with Advice) out.
+
+Facts are read from a Snapshot using only the *current* and the *max-ever* value of each
+statistic. The middle value ("max since the last call") is reset by every live
+`system_info({allocator, _})` call but not in a crash dump, so advice built on it would differ
+by source (issue 3, must-hold 7; alloc_util.md §6.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from beamalloc.analyzer import metrics as m
+from beamalloc.flags import ALLOCATOR_LETTERS, Flag
+from beamalloc.snapshot import AllocatorInstance, Snapshot
+
+Level = Literal["action", "info"]
+
+#: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; alloc_util.md §2.3).
+INFINITE = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One flag to set, with everything an expert needs to check it."""
+
+    rule: str
+    allocator: str  # allocator name, or "mseg_alloc"
+    flag: Flag
+    reason: str
+    cost: str
+    evidence: dict[str, Any]
+    sources: tuple[str, ...]
+    trade_off: bool = False  # True where the flag buys speed with memory (issue 3, must-hold 6)
+
+
+@dataclass
+class Finding:
+    """What a rule saw. `action` findings carry advice; `info` findings never do."""
+
+    rule: str
+    level: Level
+    title: str
+    message: str
+    evidence: dict[str, Any]
+    sources: tuple[str, ...]
+    allocator: str | None = None
+    advice: list[Advice] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "level": self.level,
+            "allocator": self.allocator,
+            "title": self.title,
+            "message": self.message,
+            "evidence": self.evidence,
+            "sources": list(self.sources),
+            "flags": [a.flag.render() for a in self.advice],
+        }
+
+
+@dataclass
+class AllocFacts:
+    """One allocator type, all its instances summed (pool carriers count as mbcs, like recon)."""
+
+    name: str
+    letter: str | None
+    options: dict[str, Any]  # of the first scheduler instance (instance 0 never pools, §2.3)
+    allocated: int
+    used: int
+    max_allocated: int
+    max_used: int
+    mbcs_allocated: int
+    mbcs_used: int
+    mbcs_blocks: int
+    max_mbcs_blocks: int
+    sbcs_allocated: int
+    sbcs_used: int
+    sbcs_blocks: int
+    max_sbcs_allocated: int
+    max_sbcs_blocks: int
+    pool_carriers: int
+    pool_allocated: int
+    pool_used: int
+    calls: dict[str, int]
+    sched_allocated: list[int]  # per scheduler instance (1..S), for imbalance
+
+    @property
+    def unused(self) -> int:
+        return self.allocated - self.used
+
+    @property
+    def usage(self) -> float:
+        return m.usage(self.used, self.allocated)
+
+    @property
+    def mbcs_usage(self) -> float:
+        return m.usage(self.mbcs_used, self.mbcs_allocated)
+
+    @property
+    def max_usage(self) -> float:
+        return m.usage(self.max_used, self.max_allocated)
+
+    @property
+    def sbct(self) -> int | None:
+        v = self.options.get("sbct")
+        return v if isinstance(v, int) and not isinstance(v, bool) and v < INFINITE else None
+
+    def call(self, kind: str) -> int:
+        """Calls of `<short>_<kind>` (binary_alloc, binary_realloc, …) as the VM counts them."""
+        short = self.name.removesuffix("_alloc")
+        return self.calls.get(f"{short}_{kind}", 0)
+
+
+@dataclass
+class Facts:
+    node: str
+    source: str
+    otp_release: str | None
+    erts_version: str | None
+    schedulers: int | None
+    usage: float
+    allocated: int
+    used: int
+    max_allocated: int
+    max_used: int
+    rss: int | None
+    memory: dict[str, int]
+    allocators: dict[str, AllocFacts]
+    mseg_calls: int
+    mseg_hits: int
+    mseg_mcs: int | None
+
+    @property
+    def unused(self) -> int:
+        return self.allocated - self.used
+
+
+def _cv(i: AllocatorInstance, kw: m.Keyword, kind: Literal["sbcs", "mbcs"], c: m.Container) -> int:
+    return m.container_value(i, kw, kind, c)
+
+
+def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | None) -> AllocFacts:
+    sched = [
+        i for i in insts if i.instance >= 1 and (schedulers is None or i.instance <= schedulers)
+    ]
+    first = min(sched or insts, key=lambda i: i.instance)
+    calls: dict[str, int] = {}
+    for i in insts:
+        for k, v in i.calls.items():
+            calls[k] = calls.get(k, 0) + v
+
+    def total(kw: m.Keyword, kind: Literal["sbcs", "mbcs"], c: m.Container) -> int:
+        return sum(_cv(i, kw, kind, c) for i in insts)
+
+    pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
+    return AllocFacts(
+        name=name,
+        letter=ALLOCATOR_LETTERS.get(name),
+        options=dict(first.options),
+        allocated=sum(m.container_size(i, "current", "carriers_size") for i in insts),
+        used=sum(m.container_size(i, "current", "blocks_size") for i in insts),
+        max_allocated=sum(m.container_size(i, "max", "carriers_size") for i in insts),
+        max_used=sum(m.container_size(i, "max", "blocks_size") for i in insts),
+        mbcs_allocated=total("current", "mbcs", "carriers_size"),
+        mbcs_used=total("current", "mbcs", "blocks_size"),
+        mbcs_blocks=total("current", "mbcs", "blocks"),
+        max_mbcs_blocks=total("max", "mbcs", "blocks"),
+        sbcs_allocated=total("current", "sbcs", "carriers_size"),
+        sbcs_used=total("current", "sbcs", "blocks_size"),
+        sbcs_blocks=total("current", "sbcs", "blocks"),
+        max_sbcs_allocated=total("max", "sbcs", "carriers_size"),
+        max_sbcs_blocks=total("max", "sbcs", "blocks"),
+        pool_carriers=sum(p.carriers for p in pools),
+        pool_allocated=sum(p.carriers_size for p in pools),
+        pool_used=sum(p.block_size for p in pools),
+        calls=calls,
+        sched_allocated=[m.container_size(i, "current", "carriers_size") for i in sched],
+    )
+
+
+def facts(snap: Snapshot) -> Facts:
+    groups: dict[str, list[AllocatorInstance]] = {}
+    for inst in m.util_instances(snap):
+        groups.setdefault(inst.allocator, []).append(inst)
+    allocs = {n: _alloc_facts(n, g, snap.schedulers) for n, g in groups.items()}
+    mcs = [x.options.get("mcs") for x in snap.mseg if isinstance(x.options.get("mcs"), int)]
+    return Facts(
+        node=snap.node,
+        source=snap.source,
+        otp_release=snap.otp_release,
+        erts_version=snap.erts_version,
+        schedulers=snap.schedulers,
+        usage=float(m.memory(snap, "usage")),
+        allocated=int(m.memory(snap, "allocated")),
+        used=int(m.memory(snap, "used")),
+        max_allocated=int(m.memory(snap, "allocated", "max")),
+        max_used=int(m.memory(snap, "used", "max")),
+        rss=snap.rss,
+        memory=dict(snap.memory),
+        allocators=allocs,
+        mseg_calls=sum(x.calls.get("mseg_alloc", 0) for x in snap.mseg),
+        mseg_hits=sum(x.cache_hits for x in snap.mseg),
+        mseg_mcs=int(mcs[0]) if mcs else None,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,312 @@
+"""Lint `+M` flags: the ones in force (read from a snapshot's options) and any flag string
+(the user's vm.args, our own proposal). tuning-lore.md §0.2 lists the gotchas checked here:
+
+* R8: lmbcs < 2 x sbct (erlang/otp#9521: steady RSS growth to OOM);
+* R9 / §0.2 item 1: bf, aobf, gf switch carrier migration off (acul 0); `t false` too (item 3);
+* §0.2 item 2: the order of `+M<S>as` and `+M<S>acul` decides which one survives;
+* values erts clamps or rejects (alloc_util.md §2.1, §2.2);
+* flags the node's release does not know (alloc_util.md §2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from beamalloc.analyzer.findings import INFINITE
+from beamalloc.flags import (
+    ALLOCATOR_LETTERS,
+    ALLOCATORS,
+    AOFF_FAMILY,
+    Flag,
+    FlagError,
+    FlagSet,
+    effective_config,
+    parse,
+)
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import human
+
+Where = Literal["in force", "given", "proposed"]
+
+R8_FACTOR = 2  # tuning-lore.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
+NON_MIGRATING = ("bf", "aobf", "gf")  # §0.2 item 1 (af is temp_alloc's, which never migrates)
+NO_POOL = ("T", "I")  # temp_alloc and literal_alloc never have a pool (alloc_util.md §2.1)
+MCS_MAX = 30  # +MMmcs is clamped to 0..30 (alloc_util.md §2.2)
+PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (§2.1)
+
+#: First erts release that knows a parameter or strategy (alloc_util.md §2.5).
+SINCE: dict[str, tuple[int, ...]] = {
+    "acful": (13, 1, 2),  # OTP 25.1.2
+    "acnl": (9, 2, 1),  # OTP 20.2.1
+    "acfml": (9, 2, 1),
+    "ageffcaoff": (9, 2, 1),
+    "ageffcbf": (9, 2, 1),
+    "ageffcaobf": (9, 2, 1),
+    "atags": (10, 0),  # OTP 21.0
+    "cp": (11, 1, 1),  # OTP 23.1.1 (also 22.3.4.x, erts 10.7.2)
+    "dai": (12, 2),  # OTP 24.2
+    "lp": (15, 0),  # OTP 27.0
+}
+
+
+@dataclass(frozen=True)
+class LintIssue:
+    check: str  # lmbcs-sbct, migration-off, order, range, release, invalid
+    level: Literal["error", "warning"]
+    where: Where
+    message: str
+    rule: str  # the reference it enforces
+    allocator: str | None = None
+    flag: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in
+                ("check", "level", "where", "allocator", "flag", "message", "rule")}  # fmt: skip
+
+
+def erts_of(erts_version: str | None, otp_release: str | None) -> tuple[int, ...] | None:
+    """The erts version as a tuple; from the OTP major when only that is known."""
+    if erts_version:
+        try:
+            return tuple(int(x) for x in erts_version.split("."))
+        except ValueError:
+            pass
+    try:
+        otp = int(str(otp_release).split(".")[0])
+    except ValueError:
+        return None
+    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else (otp - 12, 0) if otp >= 23 else None
+
+
+def _known(key: str, erts: tuple[int, ...] | None) -> bool:
+    if erts is None or key not in SINCE:
+        return True
+    if key == "cp" and (10, 7, 2) <= erts < (11,):
+        return True
+    return erts >= SINCE[key]
+
+
+def _lmbcs_sbct(
+    name: str, opts: dict[str, Any], where: Where, flag: str | None
+) -> LintIssue | None:
+    sbct, lmbcs, smbcs = opts.get("sbct"), opts.get("lmbcs"), opts.get("smbcs", 0)
+    if not (isinstance(sbct, int) and isinstance(lmbcs, int)) or sbct >= INFINITE or sbct == 0:
+        return None
+    lmbcs = max(lmbcs, smbcs if isinstance(smbcs, int) else 0)  # effective lmbcs (§2.1)
+    if lmbcs >= R8_FACTOR * sbct:
+        return None
+    return LintIssue("lmbcs-sbct", "warning", where,
+                     f"{name}: lmbcs {human(lmbcs)} < 2 x sbct {human(sbct)}: blocks just below "
+                     "sbct need carriers larger than lmbcs, and RSS can grow without bound "
+                     "(erlang/otp#9521). Lower sbct with lmbcs, or keep lmbcs >= 2 x sbct.",
+                     "tuning-lore.md §1 R8, §0.2 item 5", name, flag)  # fmt: skip
+
+
+def lint_in_force(snap: Snapshot) -> list[LintIssue]:
+    """Check the options each allocator runs with (its first scheduler instance)."""
+    out: list[LintIssue] = []
+    seen: set[str] = set()
+    for inst in sorted(snap.allocators, key=lambda i: (i.allocator, i.instance == 0, i.instance)):
+        name, o = inst.allocator, inst.options
+        letter = ALLOCATOR_LETTERS.get(name)
+        if name in seen or letter is None:
+            continue
+        seen.add(name)
+        if letter not in NO_POOL and o.get("as") in NON_MIGRATING and o.get("acul") == 0:
+            out.append(LintIssue("migration-off", "warning", "in force",
+                                 f"{name} runs `as {o['as']}` with acul 0: carrier migration is "
+                                 f"off, so a free carrier of one scheduler cannot serve another "
+                                 f"(likely from +M{letter}as {o['as']}). Prefer ageffcbf or "
+                                 "aoffcbf.",
+                                 "tuning-lore.md §1 R9, §0.2 item 1", name))  # fmt: skip
+        issue = _lmbcs_sbct(name, o, "in force", None)
+        if issue:
+            out.append(issue)
+    return out
+
+
+def _groups(tokens: list[str]) -> list[list[str]]:
+    """Split tokens into one group per flag, so one bad flag does not hide the others."""
+    out: list[list[str]] = []
+    for tok in tokens:
+        if out and len(out[-1]) == 1 and not tok.startswith("+") and not _complete(out[-1][0]):
+            out[-1].append(tok)
+        else:
+            out.append([tok])
+    return out
+
+
+def _complete(token: str) -> bool:
+    """Whether a token is a whole flag by itself (its value glued on, as in +MBasbf)."""
+    try:
+        parse([token])
+    except FlagError:
+        return False
+    return True
+
+
+def _parse_otp(erts: tuple[int, ...] | None) -> int:
+    return 25 if erts is None else min(max(erts[0] + 12, 25), 27)
+
+
+def lint_flags(
+    flags: str | FlagSet,
+    *,
+    where: Where = "given",
+    base: dict[str, dict[str, Any]] | None = None,
+    schedulers: int | None = None,
+    erts: tuple[int, ...] | None = None,
+) -> list[LintIssue]:
+    """Lint a flag string (or FlagSet). `base` is the options in force per allocator name, onto
+    which the flags are laid to check lmbcs against sbct; without it, OTP 25 defaults are used.
+    """
+    out: list[LintIssue] = []
+    if isinstance(flags, FlagSet):
+        fs = flags
+    else:
+        good: list[str] = []
+        for group in _groups(flags.split()):
+            try:
+                parse(group, otp=_parse_otp(erts))
+                good += group
+            except FlagError as e:
+                check = "release" if "needs OTP" in str(e) or "removed" in str(e) else "invalid"
+                out.append(LintIssue(check, "error", where, str(e), "alloc_util.md §2",
+                                     flag=group[0]))  # fmt: skip
+        fs = parse(good, otp=_parse_otp(erts))
+    out += _release(fs, where, erts) + _ranges(fs, where) + _order(fs, where)
+    out += _resulting_sizes(fs, where, base, schedulers)
+    return out
+
+
+def _release(fs: FlagSet, where: Where, erts: tuple[int, ...] | None) -> list[LintIssue]:
+    out = []
+    for f in fs:
+        for key in (f.param, str(f.value) if f.param == "as" else ""):
+            if key and not _known(key, erts):
+                ver = ".".join(map(str, erts or ()))
+                out.append(LintIssue("release", "error", where,
+                                     f"{f.render()}: erts {ver} does not know {key!r} "
+                                     f"(needs erts {'.'.join(map(str, SINCE[key]))})",
+                                     "alloc_util.md §2.5", flag=f.name))  # fmt: skip
+    return out
+
+
+def _ranges(fs: FlagSet, where: Where) -> list[LintIssue]:
+    out = []
+
+    def clamp(f: Flag, what: str) -> None:
+        out.append(
+            LintIssue(
+                "range",
+                "warning",
+                where,
+                f"{f.render()}: {what}",
+                "alloc_util.md §2.1, §2.2",
+                flag=f.name,
+            )
+        )
+
+    for f in fs:
+        if f.target == "M" and f.param == "mcs" and isinstance(f.value, int) and f.value > MCS_MAX:
+            clamp(f, f"erts clamps the mseg cache to {MCS_MAX} segments")
+        elif f.param in PCT_PARAMS and isinstance(f.value, int) and f.value > 100:
+            clamp(f, "a percentage; erts clamps it to 100")
+        elif f.param == "mbcgs" and f.value == 0:
+            clamp(f, "erts raises it to 1")
+        elif f.param == "sbct" and isinstance(f.value, int) and f.value < 4096:
+            clamp(f, "below 4 KiB nearly every block gets a carrier (an mmap) of its own")
+    for letter, d in fs.fields().items():
+        acul, acful = d.get("acul"), d.get("acful")
+        if isinstance(acul, int) and isinstance(acful, int) and acful > acul:
+            out.append(
+                LintIssue(
+                    "range",
+                    "warning",
+                    where,
+                    f"+M{letter}acful {acful} > acul {acul}: erts lowers it to {acul}",
+                    "alloc_util.md §2.1",
+                    flag=f"+M{letter}acful",
+                )
+            )
+    return out
+
+
+def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
+    """§0.2 items 1-3: what each as/t/acul does to the others, per allocator, in order."""
+    out = []
+    for letter in ALLOCATORS:
+        if letter in NO_POOL:
+            continue
+        name = ALLOCATORS[letter][0]
+        acul_set: Flag | None = None  # the last acul > 0 not yet cancelled
+        off: Flag | None = None  # the last flag that zeroed acul
+        for f in fs.for_allocator(letter):
+            zeroes = (f.param == "as" and f.value not in AOFF_FAMILY) or (
+                f.param == "t" and f.value is False)  # fmt: skip
+            if zeroes:
+                if acul_set is not None:
+                    out.append(
+                        LintIssue(
+                            "order",
+                            "warning",
+                            where,
+                            f"{acul_set.render()} is lost: the later {f.render()} "
+                            "sets acul to 0. Put acul after as.",
+                            "tuning-lore.md §0.2 item 2",
+                            name,
+                            acul_set.name,
+                        )
+                    )
+                off, acul_set = f, None
+            elif f.param == "acul" and f.value != 0:
+                if off is not None:
+                    what = (f"strategy {off.value} is replaced by aoffcbf" if off.param == "as"
+                            else "t false is overridden")  # fmt: skip
+                    out.append(
+                        LintIssue(
+                            "order",
+                            "warning",
+                            where,
+                            f"{off.render()} then {f.render()}: {what}, because a "
+                            "non-zero acul re-enables migration.",
+                            "tuning-lore.md §0.2 item 2",
+                            name,
+                            off.name,
+                        )
+                    )
+                off, acul_set = None, f
+        if off is not None:
+            out.append(
+                LintIssue(
+                    "migration-off",
+                    "warning",
+                    where,
+                    f"{off.render()} switches carrier migration off for {name} "
+                    "(acul 0). Prefer ageffcbf or aoffcbf.",
+                    "tuning-lore.md §1 R9, §0.2 items 1 and 3",
+                    name,
+                    off.name,
+                )
+            )
+    return out
+
+
+def _resulting_sizes(
+    fs: FlagSet, where: Where, base: dict[str, dict[str, Any]] | None, schedulers: int | None
+) -> list[LintIssue]:
+    fields = fs.fields()
+    touched = {ALLOCATORS[t][0]: d for t, d in fields.items() if t in ALLOCATORS}
+    if not touched:
+        return []
+    defaults = effective_config(None, schedulers or 4)  # unknown: assume a multi-core node
+    out = []
+    for name, d in touched.items():
+        opts = dict((base or {}).get(name) or dict(defaults[name].options()))
+        opts.update({k: v for k, v in d.items() if k in ("sbct", "lmbcs", "smbcs")})
+        flag = next((f"+M{ALLOCATOR_LETTERS[name]}{p}" for p in ("lmbcs", "sbct") if p in d), None)
+        issue = _lmbcs_sbct(name, opts, where, flag)
+        if issue:
+            out.append(issue)
+    return out

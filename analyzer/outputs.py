@@ -1,0 +1,117 @@
+"""Where the flags go, and the human output of `beamalloc recommend`.
+
+Formats (issue 3): `flags` one line of emulator flags; `vm.args` one flag per line; `erl_flags`
+the ERL_FLAGS environment variable; `rabbitmq` RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS (in
+rabbitmq-env.conf the RABBITMQ_ prefix is dropped); `mix` rel/vm.args.eex of a mix release.
+The human output teaches like recon_alloc's docs: verdict, each flag with its evidence and
+cost, the lint, then the ready-to-paste block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from beamalloc.units import human, pct
+
+FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
+
+
+def paste_block(flags: str, fmt: str) -> str:
+    """The text to paste for `fmt`. Empty flags give a comment saying so."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    if fmt == "flags":
+        return flags
+    if not flags:
+        return "# beamalloc: no +M flags to set"
+    parts = _pairs(flags)
+    if fmt in ("vm.args", "mix"):
+        where = "rel/vm.args.eex (mix release)" if fmt == "mix" else "vm.args"
+        head = f"## beamalloc recommend: add to {where}, after any +M flags already there"
+        return "\n".join([head, *parts])
+    if fmt == "erl_flags":
+        return f'export ERL_FLAGS="$ERL_FLAGS {flags}"'
+    return (
+        "# rabbitmq-env.conf: SERVER_ADDITIONAL_ERL_ARGS=...; environment: as below\n"
+        f'export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS {flags}"'
+    )
+
+
+def _pairs(flags: str) -> list[str]:
+    tokens = flags.split()
+    return [f"{tokens[i]} {tokens[i + 1]}" for i in range(0, len(tokens), 2)]
+
+
+def _num(k: str, v: Any) -> str:
+    if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
+        return pct(v)
+    sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")
+    if isinstance(v, int) and not isinstance(v, bool) and any(s in k for s in sized):
+        return human(v)
+    return str(v)
+
+
+def evidence_line(ev: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {_num(k, v)}" for k, v in ev.items() if not isinstance(v, list))
+
+
+def verdict(r: dict[str, Any]) -> str:
+    if r["healthy"]:
+        return (
+            f"HEALTHY: no +M flag to change. The allocators use {pct(r['usage'])} of "
+            f"{human(r['allocated'])} of carriers; nothing crosses a rule's threshold."
+        )
+    n = len(r["recommendations"])
+    trade = sum(1 for x in r["recommendations"] if x["trade_off"])
+    return (
+        f"CHANGE FLAGS: {n} flag{'s' if n > 1 else ''} to set"
+        + (f" ({trade} trade memory for speed)" if trade else "")
+        + f". The allocators use {pct(r['usage'])} of {human(r['allocated'])} of carriers."
+    )
+
+
+def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
+    def say(line: str, style: str | None = None) -> None:
+        console.print(Text(line, style=style or ""), soft_wrap=True)
+
+    say(f"{r['node']}  OTP {r['otp_release'] or '?'}  source {r['source']}", "bold")
+    style = "green" if r["healthy"] else "yellow"
+    say(verdict(r), style=f"bold {style}")
+    actions = [x for x in r["findings"] if x["level"] == "action"]
+    infos = [x for x in r["findings"] if x["level"] == "info"]
+    if actions:
+        say("\nRecommendations (each flag, the rule that fired, its numbers, its cost):")
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for rec in r["recommendations"]:
+        by_rule.setdefault(rec["rule"] + (rec["allocator"] or ""), []).append(rec)
+    for fnd in actions:
+        say(f"\n[{fnd['rule']}] {fnd['title']}", style="bold")
+        say(f"  {fnd['message']}")
+        say(f"  evidence: {evidence_line(fnd['evidence'])}", style="dim")
+        for rec in by_rule.get(fnd["rule"] + (fnd["allocator"] or ""), []):
+            say(f"  {rec['flag']} {rec['value']}", style="bold cyan")
+            say(f"    why:  {rec['reason']}")
+            say(f"    cost: {rec['cost']}")
+            if rec["trade_off"]:
+                say(f"    predicted: {rec['predicted'] or r['prediction']}")
+        say(f"  sources: {'; '.join(fnd['sources'])}", style="dim")
+    if infos:
+        say("\nInformation (below a threshold or no flag helps; nothing to set):")
+        for fnd in infos:
+            say(f"  [{fnd['rule']}] {fnd['title']}: {fnd['message']}")
+    say("\nLint (flags in force" + (" and given" if any(
+        i["where"] == "given" for i in r["lint"]) else "") + "):")  # fmt: skip
+    if not r["lint"]:
+        say("  nothing to report")
+    for i in r["lint"]:
+        say(f"  {i['level']} [{i['check']}] ({i['where']}) {i['message']}  "
+                      f"({i['rule']})")  # fmt: skip
+    for i in r["withheld"]:
+        say(f"  withheld (our own proposal tripped the lint): {i['message']}")
+    for note in r["notes"]:
+        say(f"  note: {note}")
+    say(f"\nPaste ({fmt}):")
+    say(paste_block(r["emulator_flags"], fmt))

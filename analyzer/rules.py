@@ -1,0 +1,501 @@
+"""The rule base: one small function per rule of tuning-lore.md §1 that has a symptom in the
+statistics. Each takes Facts and returns Findings; a finding below its threshold is `info` and
+never carries a flag (issue 3, must-hold 1: false advice costs restarts of production nodes).
+
+Implemented: R0, R1, R2, R3, R4, R5, R6, R7, R9, R10, R11, R13. R8 and the configuration half of
+R9 are lint (analyzer/lint.py). Not rules, because nothing in a snapshot shows their symptom:
+R12 (an operator's choice), R14 (lock contention), R15 (an A/B diagnostic, never shipped).
+
+Thresholds marked [heur] are our operationalisation (tuning-lore.md §1 legend); the floors on
+bytes and calls keep a small, healthy node from getting advice for noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding
+from beamalloc.flags import Flag
+from beamalloc.units import human, pct
+
+KB = 1024
+MB = 1024 * KB
+
+# --- shared floors [heur] ---------------------------------------------------------------------
+#: Unused bytes below which a restart costs more than the memory it would give back.
+MIN_UNUSED = 32 * MB
+#: Calls below which a ratio of calls says nothing.
+MIN_CALLS = 10_000
+
+# --- R0 / R2 ----------------------------------------------------------------------------------
+R0_USAGE_HEALTHY = 0.90  # EiA §7.3.1 "close to 100%" [heur]
+R2_USAGE_SUSPECT = 0.80  # riak_kv#1820 reports 0.5–0.8 [case]
+R2_MBCS_USAGE_PROBLEM = 0.50  # [heur, beamlens PR #29]
+R2_MBCS_USAGE_SEVERE = 0.30  # ejabberd#775 0.094 [case]
+# --- R1 ---------------------------------------------------------------------------------------
+R1_GAP_SHARE = 0.10
+R1_GAP_MIN = 256 * MB
+# --- R3/R4 ------------------------------------------------------------------------------------
+R3_LMBCS = 512 * KB  # logplex b2d9ffd, RabbitMQ PR #1604
+R3_SBCT = 256 * KB  # lowered with lmbcs so that lmbcs >= 2 x sbct (R8, otp#9521)
+R3_SMALL_BLOCKS = R3_SBCT // 8  # mbcs blocks this small are far from the lowered sbct [heur]
+MIGRATING_STRATEGY = "ageffcbf"  # RabbitMQ default; keeps carrier migration (§0.2 item 1)
+# --- R6 ---------------------------------------------------------------------------------------
+R6_HIT_RATE = 0.80  # recon cache_hit_rates/0 doc
+R6_MCS = 30  # the maximum (alloc_util.md §2.2)
+# --- R7 ---------------------------------------------------------------------------------------
+R7_SBCS_SHARE = 0.50  # [heur: recon "if most of the data ends up in sbcs"]
+R7_SBCS_TO_MBCS = 1.0  # [heur]
+R7_MIN_SBCS = 16 * MB  # [heur]
+R7_LMBCS_FACTOR = 4  # "keep lmbcs >= several x sbct"
+# --- R9 ---------------------------------------------------------------------------------------
+R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
+NON_MIGRATING = ("bf", "aobf", "gf")
+# --- R10 --------------------------------------------------------------------------------------
+R10_POOL_SHARE = 0.25  # [heur]
+ACFUL_SINCE = (13, 1, 2)  # erts of OTP 25.1.2 (alloc_util.md §2.5)
+# --- R11 --------------------------------------------------------------------------------------
+R11_BINARY_SHARE = 0.50  # [heur] binary holds most of erlang:memory(total)
+R11_MIN_BINARY = 64 * MB
+R11_USAGE = 0.80
+# --- R13 --------------------------------------------------------------------------------------
+R13_REALLOC_RATIO = 0.2  # [heur]
+
+SRC_EIA = "Erlang in Anger §7.3.1"
+SRC_R3 = ("heroku/logplex b2d9ffd, PR #163", "rabbitmq-server PR #1604", "erlang/otp#9521")
+SRC_R4 = ("rabbitmq-server PR #1604, PR #1612", "basho/riak_kv#1820")
+SRC_R5 = ("Dahrkael/ExTracker#1", "erlang/otp#9521", "carriermigration.md")
+SRC_R10 = ("Erlang in Anger §7.3.2", "erlang/otp PR #6378", "erlang/otp PR #2046")
+
+Rule = Callable[[Facts], list[Finding]]
+
+
+def _flag(a: AllocFacts, param: str, value: int | bool | str) -> Flag:
+    assert a.letter is not None
+    return Flag(a.letter, param, value)
+
+
+def _ev(a: AllocFacts) -> dict[str, int | float]:
+    return {
+        "allocated": a.allocated,
+        "used": a.used,
+        "unused": a.unused,
+        "usage": round(a.usage, 4),
+        "mbcs_usage": round(a.mbcs_usage, 4),
+        "max_allocated": a.max_allocated,
+        "max_usage": round(a.max_usage, 4),
+    }
+
+
+def _migration_fix(a: AllocFacts, rule: str, ev: dict, sources: tuple[str, ...]) -> list[Advice]:
+    """`as ageffcbf`, plus `acul de` where the node runs with the pool off (§0.2 items 1-2).
+
+    Appended after flags that zeroed acul (`+MBas bf`), a new `as` alone would leave acul 0;
+    the explicit `acul de` (rendered after `as`) switches the pool back on.
+    """
+    out = [
+        Advice(rule, a.name, _flag(a, "as", MIGRATING_STRATEGY),
+               f"{MIGRATING_STRATEGY}: age-ordered first fit, so new blocks go to the oldest "
+               "carriers and the young ones (from the peak) can empty; keeps carrier migration",
+               "a little CPU per allocation against bf/gf (carriermigration.md)", ev, sources),
+    ]  # fmt: skip
+    if a.options.get("acul") == 0:
+        out.append(
+            Advice(rule, a.name, _flag(a, "acul", "de"),
+                   "the pool is off on this node (acul 0): turn carrier migration back on, "
+                   "so a mostly empty carrier can move to where it is needed",
+                   "carriers shuttle between schedulers; small CPU cost",
+                   {**ev, "acul": 0, "as": a.options.get("as")}, sources)
+        )  # fmt: skip
+    return out
+
+
+def _fragmented(a: AllocFacts) -> bool:
+    """R2's per-allocator test: mbcs usage below the problem line, and enough bytes to matter."""
+    return a.mbcs_usage < R2_MBCS_USAGE_PROBLEM and a.unused >= MIN_UNUSED
+
+
+def r0_real_usage(f: Facts) -> list[Finding]:
+    """R0 Healthy / real usage: usage >= 0.90 means memory is used, not fragmented.
+
+    Sources: Erlang in Anger §7.3.1 ("you're just using a lot of it").
+    """
+    if f.usage < R0_USAGE_HEALTHY:
+        return []
+    return [Finding("R0", "info", "usage is real",
+                    f"The allocators use {pct(f.usage)} of their carriers: memory is held by "
+                    "data, not lost to fragmentation. No +M flag helps; look at erlang:memory() "
+                    "categories, ets:i() and recon:proc_count/2.",
+                    {"usage": round(f.usage, 4), "used": f.used, "allocated": f.allocated},
+                    (SRC_EIA,))]  # fmt: skip
+
+
+def r1_outside_erts_alloc(f: Facts) -> list[Finding]:
+    """R1 Memory outside erts_alloc: RSS exceeds allocated by more than max(10 %, 256 MiB).
+
+    Sources: recon_alloc memory/1 doc; erlang/otp PR #7049; rclex PR #284. Needs RSS, which only
+    a live snapshot has; no +M flag fixes this.
+    """
+    if f.rss is None:
+        return []
+    gap = f.rss - f.allocated
+    if gap <= max(R1_GAP_SHARE * f.rss, R1_GAP_MIN):
+        return []
+    return [Finding("R1", "info", "memory outside the allocators",
+                    f"The OS sees {human(f.rss)} resident but the allocators hold "
+                    f"{human(f.allocated)}: {human(gap)} is elsewhere. No +M flag fixes this: "
+                    "look for NIFs or drivers calling malloc, the mseg cache, thread stacks.",
+                    {"rss": f.rss, "allocated": f.allocated, "gap": gap},
+                    ("recon_alloc memory/1 doc", "erlang/otp PR #7049",
+                     "rclex PR #284"))]  # fmt: skip
+
+
+def r2_fragmentation(f: Facts) -> list[Finding]:
+    """R2 Fragmentation confirmed: usage < 0.80, and an allocator with mbcs usage < 0.50.
+
+    Severe below 0.30. Sources: Erlang in Anger §7.3.1; basho/riak_kv#1820;
+    processone/ejabberd#775; beamlens PR #29. Flags come from R3-R5 for the allocator found.
+    """
+    out = []
+    for a in sorted(f.allocators.values(), key=lambda a: a.unused, reverse=True):
+        if not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
+            continue
+        severe = a.mbcs_usage < R2_MBCS_USAGE_SEVERE
+        after_peak = a.max_usage - a.usage
+        has_rule = a.name in ("binary_alloc", "eheap_alloc", "ets_alloc")
+        out.append(Finding(
+            "R2", "info", f"{a.name} is fragmented" + (" (severe)" if severe else ""),
+            f"{a.name} holds {human(a.allocated)} of carriers and uses {human(a.used)} "
+            f"(mbcs usage {pct(a.mbcs_usage)}; at its peak {pct(a.max_usage)}): "
+            + ("the carriers stayed after a peak. " if after_peak > 0.2 else "")
+            + ("R3-R5 give its flags." if has_rule else
+               "The rule base has no flag for this allocator; find what allocates there."),
+            {**_ev(a), "node_usage": round(f.usage, 4)}, (SRC_EIA, "basho/riak_kv#1820",
+            "processone/ejabberd#775", "beamlens PR #29"), a.name))  # fmt: skip
+    return out
+
+
+def r3_binary_fragmentation(f: Facts) -> list[Finding]:
+    """R3 binary_alloc mbc fragmentation: R2 met for binary_alloc.
+
+    `+MBas ageffcbf +MBlmbcs 512`, with sbct lowered to 256 KiB so lmbcs >= 2 x sbct (R8);
+    where the blocks are not small, lmbcs = 2 x sbct instead. Sources: heroku/logplex b2d9ffd
+    and PR #163; rabbitmq-server PR #1604; erlang/otp#9521.
+    """
+    a = f.allocators.get("binary_alloc")
+    if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
+        return []
+    return [_small_carriers("R3", a, SRC_R3, lower_sbct=True)]
+
+
+def r4_eheap_fragmentation(f: Facts) -> list[Finding]:
+    """R4 eheap_alloc fragmentation: R2 met for eheap_alloc.
+
+    `+MHas ageffcbf` and smaller carriers; eheap sbct is never lowered (riak_kv#1820: sbct 128
+    made usage fall to 0.34), so lmbcs = 2 x sbct. Sources: rabbitmq-server PR #1604 / #1612;
+    basho/riak_kv#1820.
+    """
+    a = f.allocators.get("eheap_alloc")
+    if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
+        return []
+    return [_small_carriers("R4", a, SRC_R4, lower_sbct=False)]
+
+
+def _small_carriers(
+    rule: str, a: AllocFacts, sources: tuple[str, ...], lower_sbct: bool
+) -> Finding:
+    ev = _ev(a)
+    sbct = a.sbct or 512 * KB
+    avg = a.mbcs_used / a.mbcs_blocks if a.mbcs_blocks else 0
+    advice = _migration_fix(a, rule, ev, sources)
+    # Lower sbct only where no big blocks live in sbcs (else R7's case: raise it, not lower).
+    few_sbcs = a.max_sbcs_allocated < R7_MIN_SBCS
+    if lower_sbct and few_sbcs and avg <= R3_SMALL_BLOCKS and sbct > R3_SBCT:
+        lmbcs, new_sbct = R3_LMBCS, R3_SBCT
+    else:
+        lmbcs, new_sbct = max(R3_LMBCS, 2 * sbct), sbct
+    cur_lmbcs = a.options.get("lmbcs")
+    if isinstance(cur_lmbcs, int) and cur_lmbcs <= lmbcs:
+        lmbcs = cur_lmbcs  # already small: nothing to shrink
+    else:
+        advice.append(Advice(
+            rule, a.name, _flag(a, "lmbcs", lmbcs),
+            f"carriers of at most {human(lmbcs)} instead of {human(cur_lmbcs)} (mseg rounds "
+            "carriers up to a power of two): a carrier holding fewer blocks empties sooner "
+            "and goes back to the OS",
+            "more, smaller carriers: more mmap calls when the allocator grows; logplex warns it "
+            "can make usage worse if unlucky", {**ev, "lmbcs": cur_lmbcs}, sources))  # fmt: skip
+    if new_sbct != sbct:
+        advice.append(Advice(
+            rule, a.name, _flag(a, "sbct", new_sbct),
+            f"keep lmbcs >= 2 x sbct (R8, erlang/otp#9521): blocks here average {human(avg)}, "
+            f"far below {human(new_sbct)}",
+            f"blocks of {human(new_sbct)}..{human(sbct)} get a carrier (an mmap) each",
+            {**ev, "sbct": sbct, "mbcs_average_block": round(avg)}, sources))  # fmt: skip
+    return Finding(rule, "action", f"{a.name}: smaller carriers and age-ordered placement",
+                   f"{a.name} keeps {human(a.unused)} of empty space in its carriers "
+                   f"(mbcs usage {pct(a.mbcs_usage)}). Smaller carriers empty sooner after a peak.",
+                   ev, sources, a.name, advice)  # fmt: skip
+
+
+def r5_ets_fragmentation(f: Facts) -> list[Finding]:
+    """R5 ets_alloc fragmentation: R2 met for ets_alloc.
+
+    `+MEas ageffcbf` (ExTracker's aobf would switch the pool off); no `+MElmbcs 512`, which led
+    to unbounded RSS in otp#9521. Sources: Dahrkael/ExTracker#1; erlang/otp#9521.
+    """
+    a = f.allocators.get("ets_alloc")
+    if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
+        return []
+    ev = _ev(a)
+    return [
+        Finding(
+            "R5",
+            "action",
+            "ets_alloc: age-ordered placement",
+            f"ets_alloc keeps {human(a.unused)} empty (mbcs usage {pct(a.mbcs_usage)}).",
+            ev,
+            SRC_R5,
+            a.name,
+            _migration_fix(a, "R5", ev, SRC_R5),
+        )
+    ]
+
+
+def r6_mseg_cache(f: Facts) -> list[Finding]:
+    """R6 mseg cache thrash: hit rate < 0.80 over at least MIN_CALLS mseg_alloc calls.
+
+    `+MMmcs 30`. Sources: recon_alloc cache_hit_rates/0 doc; RabbitMQ defaults.
+    """
+    if f.mseg_calls < MIN_CALLS:
+        return []
+    rate = f.mseg_hits / f.mseg_calls
+    if rate >= R6_HIT_RATE or (f.mseg_mcs or 10) >= R6_MCS:
+        return []
+    ev = {"hit_rate": round(rate, 4), "cache_hits": f.mseg_hits, "mseg_alloc_calls": f.mseg_calls,
+          "mcs": f.mseg_mcs}  # fmt: skip
+    src = ("recon_alloc cache_hit_rates/0 doc", "RabbitMQ runtime defaults")
+    adv = Advice("R6", "mseg_alloc", Flag("M", "mcs", R6_MCS),
+                 f"only {pct(rate)} of {f.mseg_calls} segment requests hit the cache; "
+                 "30 slots (the maximum) keep more freed carriers for reuse",
+                 "cached segments stay resident but are not counted in `allocated`", ev, src,
+                 trade_off=True)  # fmt: skip
+    return [Finding("R6", "action", "mseg cache misses", adv.reason, ev, src, "mseg_alloc", [adv])]
+
+
+def r7_sbcs(f: Facts) -> list[Finding]:
+    """R7 Too much data in sbcs: sbcs hold > 50 % of the carrier bytes or sbcs_to_mbcs >= 1.
+
+    Raise sbct and lmbcs together (lmbcs = 4 x sbct). This trades memory for speed: fewer
+    mseg/sys_alloc calls, more carrier bytes. Sources: recon_alloc sbcs_to_mbcs/1 and
+    average_block_sizes/1 docs; Larsson, "Memory Management: Battle Stories", case 1.
+    """
+    out = []
+    for a in f.allocators.values():
+        sbct = a.sbct
+        if sbct is None or a.letter is None or a.max_sbcs_allocated < R7_MIN_SBCS:
+            continue
+        share = a.sbcs_allocated / a.allocated if a.allocated else 0.0
+        ratio = a.sbcs_blocks / a.mbcs_blocks if a.mbcs_blocks else float(a.sbcs_blocks > 0)
+        if share <= R7_SBCS_SHARE and ratio < R7_SBCS_TO_MBCS:
+            continue
+        avg = a.sbcs_used // a.sbcs_blocks if a.sbcs_blocks else 0
+        new_sbct = 1 << max(2 * avg - 1, 1).bit_length() if avg else 0
+        allocs, mseg, sysc = a.call("alloc"), a.calls.get("mseg_alloc", 0), a.calls.get(
+            "sys_alloc", 0)  # fmt: skip
+        ev = {
+            **_ev(a),
+            "sbcs_share": round(share, 4),
+            "sbcs_to_mbcs": round(ratio, 4),
+            "sbcs_average_block": avg,
+            "sbct": sbct,
+            "sbcs_blocks": a.sbcs_blocks,
+            "alloc_calls": allocs,
+            "mseg_alloc_calls": mseg,
+            "sys_alloc_calls": sysc,
+            "carrier_calls_per_alloc": round((mseg + sysc) / allocs, 4) if allocs else None,
+        }
+        src = ("recon_alloc sbcs_to_mbcs/1, average_block_sizes/1 docs",
+               "Larsson, Memory Management: Battle Stories, case 1")  # fmt: skip
+        msg = (f"{a.name}: {pct(share)} of its carrier bytes are single-block carriers, "
+               f"{a.sbcs_blocks} blocks averaging {human(avg)} above sbct {human(sbct)}; "
+               f"{mseg + sysc} mseg/sys_alloc calls for {allocs} allocations.")  # fmt: skip
+        if new_sbct <= sbct or allocs < MIN_CALLS:
+            out.append(Finding("R7", "info", f"{a.name}: data in single-block carriers", msg,
+                               ev, src, a.name))  # fmt: skip
+            continue
+        cost = (f"trades memory for speed: blocks of up to {human(new_sbct)} share carriers of "
+                f"up to {human(R7_LMBCS_FACTOR * new_sbct)}, so a few live ones can pin a whole "
+                f"carrier (more unused bytes); saves up to {mseg + sysc} carrier calls per "
+                f"{allocs} allocations")  # fmt: skip
+        adv = [
+            Advice("R7", a.name, _flag(a, "sbct", new_sbct),
+                   f"blocks of {human(avg)} on average go into multiblock carriers", cost, ev, src,
+                   trade_off=True),
+            Advice("R7", a.name, _flag(a, "lmbcs", R7_LMBCS_FACTOR * new_sbct),
+                   f"multiblock carriers large enough for several blocks (lmbcs = "
+                   f"{R7_LMBCS_FACTOR} x sbct)", cost, ev, src, trade_off=True),
+        ]  # fmt: skip
+        out.append(Finding("R7", "action", f"{a.name}: data in single-block carriers", msg, ev,
+                           src, a.name, adv))  # fmt: skip
+    return out
+
+
+def r9_migration_off(f: Facts) -> list[Finding]:
+    """R9 Strategy vs migration: bf/aobf/gf (pool off) on an allocator whose scheduler
+    instances are out of balance ((max - min) / max >= 0.5) and which wastes MIN_UNUSED.
+
+    Sources: carriermigration.md; tuning-lore.md §0.2 item 1.
+    """
+    out = []
+    for a in f.allocators.values():
+        if a.letter in (None, "T", "I") or a.options.get("as") not in NON_MIGRATING:
+            continue
+        if a.options.get("acul") != 0 or len(a.sched_allocated) < 2:
+            continue
+        hi, lo = max(a.sched_allocated), min(a.sched_allocated)
+        imbalance = (hi - lo) / hi if hi else 0.0
+        ev = {**_ev(a), "as": a.options.get("as"), "acul": 0, "imbalance": round(imbalance, 4),
+              "scheduler_instances_allocated": a.sched_allocated}  # fmt: skip
+        src = ("carriermigration.md", "tuning-lore.md §0.2 item 1")
+        if imbalance < R9_IMBALANCE or a.unused < MIN_UNUSED:
+            continue  # the lint reports the strategy itself
+        out.append(Finding("R9", "action", f"{a.name}: carrier migration is off",
+                           f"{a.name} runs `as {a.options.get('as')}`, which turns the carrier "
+                           f"pool off, and its scheduler instances differ by {pct(imbalance)}: "
+                           "free carriers of one scheduler cannot serve another.",
+                           ev, src, a.name, _migration_fix(a, "R9", ev, src)))  # fmt: skip
+    return out
+
+
+def _erts(f: Facts) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in (f.erts_version or "").split("."))
+    except ValueError:
+        return ()
+
+
+def r10_pool_bloat(f: Facts) -> list[Finding]:
+    """R10 Pool bloat: mbcs_pool carriers > 25 % of the allocator's carrier bytes.
+
+    `+M<S>acful de` (OTP >= 25.1.2) gives the free pages of pooled carriers back with
+    MADV_FREE; on older releases only `acul 0` would, which loses migration: info only.
+    Sources: Erlang in Anger §7.3.2; erlang/otp PR #6378; PR #2046.
+    """
+    out = []
+    for a in f.allocators.values():
+        if a.letter is None or not a.allocated or a.pool_allocated - a.pool_used < MIN_UNUSED:
+            continue
+        share = a.pool_allocated / a.allocated
+        if share <= R10_POOL_SHARE or a.options.get("acful") not in (0, None):
+            continue
+        ev = {**_ev(a), "pool_carriers": a.pool_carriers, "pool_carriers_size": a.pool_allocated,
+              "pool_blocks_size": a.pool_used, "pool_share": round(share, 4)}  # fmt: skip
+        msg = (
+            f"{a.name} has {a.pool_carriers} abandoned carriers ({human(a.pool_allocated)}, "
+            f"{pct(share)} of its carriers) holding {human(a.pool_used)} of data."
+        )
+        if _erts(f) < ACFUL_SINCE:
+            out.append(Finding("R10", "info", f"{a.name}: carrier pool bloat", msg + " This "
+                               "release has no acful; +M<S>acul 0 would turn migration off.",
+                               ev, SRC_R10, a.name))  # fmt: skip
+            continue
+        adv = Advice("R10", a.name, _flag(a, "acful", "de"),
+                     "let the OS reuse the free pages of pooled carriers (MADV_FREE below "
+                     "acul - 20 % utilization): RSS falls, carrier bytes do not",
+                     "madvise calls; OTP made it opt-in because carriers moving in and out of "
+                     "the pool cost performance (PR #6378)", ev, SRC_R10)  # fmt: skip
+        out.append(Finding("R10", "action", f"{a.name}: carrier pool bloat", msg, ev, SRC_R10,
+                           a.name, [adv]))  # fmt: skip
+    return out
+
+
+def r11_binary_leak(f: Facts) -> list[Finding]:
+    """R11 Binary leak, not fragmentation: binary holds most of erlang:memory(total) and
+    binary_alloc uses its carriers well. Code fixes, never flags.
+
+    Sources: Erlang in Anger §7.2; heroku/logplex PR #48; helium/miner PR #288.
+    """
+    total, binary = f.memory.get("total", 0), f.memory.get("binary", 0)
+    a = f.allocators.get("binary_alloc")
+    if not total or binary < R11_MIN_BINARY or binary / total < R11_BINARY_SHARE:
+        return []
+    if a is not None and a.usage < R11_USAGE:
+        return []  # low usage is R2/R3's case
+    return [
+        Finding(
+            "R11",
+            "info",
+            "binaries are retained, not fragmented",
+            f"Binaries hold {human(binary)} of {human(total)}. If that is more than "
+            "the node should hold, run recon:bin_leak/1; fixes are in code (hibernate, "
+            "binary:copy/1 for long-kept slices, fullsweep_after), not in +M flags.",
+            {"binary": binary, "total": total, "binary_share": round(binary / total, 4)},
+            ("Erlang in Anger §7.2", "heroku/logplex PR #48", "helium/miner PR #288"),
+        )
+    ]
+
+
+def r13_realloc(f: Facts) -> list[Finding]:
+    """R13 Realloc-driven fragmentation: realloc/alloc > 0.2 on a fragmented allocator.
+
+    `+M<S>ramv true`. Source: erts_alloc doc ("often reduces memory fragmentation, but costs
+    performance").
+    """
+    out = []
+    for a in f.allocators.values():
+        allocs, reallocs = a.call("alloc"), a.call("realloc")
+        if a.letter is None or allocs < MIN_CALLS or reallocs / allocs <= R13_REALLOC_RATIO:
+            continue
+        if a.options.get("ramv") is True:
+            continue
+        ev = {**_ev(a), "alloc_calls": allocs, "realloc_calls": reallocs,
+              "realloc_ratio": round(reallocs / allocs, 4)}  # fmt: skip
+        msg = f"{a.name}: {reallocs} reallocs for {allocs} allocations."
+        if not (_fragmented(a) and f.usage < R2_USAGE_SUSPECT):
+            out.append(
+                Finding(
+                    "R13",
+                    "info",
+                    f"{a.name}: many reallocs",
+                    msg + " Not fragmented, so no flag.",
+                    ev,
+                    ("erts_alloc doc",),
+                    a.name,
+                )
+            )
+            continue
+        adv = Advice(
+            "R13",
+            a.name,
+            _flag(a, "ramv", True),
+            "every realloc moves the block, so grown blocks do not leave holes behind",
+            "a copy per realloc (CPU)",
+            ev,
+            ("erts_alloc doc",),
+            trade_off=True,
+        )
+        out.append(Finding("R13", "action", f"{a.name}: realloc-driven fragmentation", msg, ev,
+                           ("erts_alloc doc",), a.name, [adv]))  # fmt: skip
+    return out
+
+
+#: Evaluation order is priority order: where two rules set the same flag, the earlier wins.
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("R0", r0_real_usage),
+    ("R1", r1_outside_erts_alloc),
+    ("R2", r2_fragmentation),
+    ("R3", r3_binary_fragmentation),
+    ("R4", r4_eheap_fragmentation),
+    ("R5", r5_ets_fragmentation),
+    ("R9", r9_migration_off),
+    ("R7", r7_sbcs),
+    ("R10", r10_pool_bloat),
+    ("R13", r13_realloc),
+    ("R6", r6_mseg_cache),
+    ("R11", r11_binary_leak),
+)
+
+
+def evaluate(f: Facts) -> list[Finding]:
+    return [finding for _, rule in RULES for finding in rule(f)]
