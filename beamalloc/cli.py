@@ -107,8 +107,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.webui.report import write_report
 
-    analyses = [analyze(load(s, args)) for s in args.sources]
-    write_report(analyses, args.output)
+    snaps = [load(s, args) for s in args.sources]
+    write_report([analyze(s) for s in snaps], args.output, snapshots=snaps)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -129,6 +129,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         _write(None, json.dumps({"runs": [r.to_run() for r in results]}, indent=1))
         return 0
     render(results, wide_console())
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from beamalloc.collector.store import default_path
+    from beamalloc.webui.app import serve
+
+    token = args.token or os.environ.get("BEAMALLOC_TOKEN") or None
+    serve(args.store or str(default_path()), args.host, args.port, token)
     return 0
 
 
@@ -265,6 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"runs": [{"flags", "snapshot", "analysis", "peak", "series"}]}',
     )
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("serve", help="the web UI over the watch store, uploads and compare")
+    p.add_argument("--store", metavar="DB",
+                   help="SQLite file written by watch (default $XDG_DATA_HOME/beamalloc/watch.db)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else needs --token)")
+    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--token", metavar="TOKEN",
+                   help="required on every request (else $BEAMALLOC_TOKEN); needed off loopback")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"

@@ -1,0 +1,183 @@
+"""What the pages read: the watch store (read-only), uploaded snapshots, and cached analyses.
+
+A snapshot is named by a ref: `s<id>` for one in the store, `u<hex>` for an upload. Uploads live
+in memory only (at most MAX_UPLOADS, oldest dropped): the server never writes a request's bytes
+anywhere a later request could name, and no request path is ever a file path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.analysis import analyze
+from beamalloc.collector.sources import read_file
+from beamalloc.collector.store import Store, StoreError
+from beamalloc.errors import InputError
+from beamalloc.snapshot import Snapshot
+
+MAX_UPLOADS = 32
+#: Per-instance usage over time comes from stored snapshots; this many at most per page view.
+MAX_SAMPLED_SNAPSHOTS = 32
+#: Points per series on a page: plenty for a 1-2k pixel wide chart, and fast to serve.
+MAX_POINTS = 1000
+
+_REF = re.compile(r"^(s[0-9]{1,18}|u[0-9a-f]{32})$")
+
+
+class NotFound(LookupError):
+    """A ref, node or snapshot that does not exist (HTTP 404)."""
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.lock = threading.Lock()
+
+    def get_or(self, key: Any, make: Any) -> Any:
+        with self.lock:
+            if key in self:
+                self.move_to_end(key)
+                return self[key]
+        value = make()
+        with self.lock:
+            self[key] = value
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return value
+
+
+class Data:
+    """Shared by all request threads; each thread opens its own read-only Store."""
+
+    def __init__(self, store_path: str | os.PathLike[str] | None) -> None:
+        self.store_path = Path(store_path) if store_path is not None else None
+        self._local = threading.local()
+        self.uploads: _LRU = _LRU(MAX_UPLOADS)
+        self._analyses: _LRU = _LRU(256)
+        self._samples: _LRU = _LRU(4096)
+
+    # ---- the store ---------------------------------------------------------------------------
+
+    def store(self) -> Store | None:
+        """This thread's Store, or None when there is no store file (yet)."""
+        if self.store_path is None or not self.store_path.exists():
+            return None
+        st = getattr(self._local, "store", None)
+        if st is None:
+            st = Store(self.store_path, readonly=True)
+            self._local.store = st
+        return st
+
+    def store_problem(self) -> str | None:
+        if self.store_path is None:
+            return "no store given: start with --store DB (written by beamalloc watch)"
+        if not self.store_path.exists():
+            return f"no store at {self.store_path} yet: beamalloc watch --store writes one"
+        try:
+            self.store()
+        except StoreError as e:
+            return str(e)
+        return None
+
+    # ---- snapshots by ref ----------------------------------------------------------------
+
+    def snapshot(self, ref: str) -> Snapshot:
+        if not _REF.match(ref):
+            raise NotFound(f"no snapshot {ref!r}")
+        if ref[0] == "u":
+            with self.uploads.lock:
+                snap = self.uploads.get(ref)
+            if snap is None:
+                raise NotFound("this upload is gone (the server keeps the last "
+                               f"{MAX_UPLOADS} in memory): upload the file again")
+            return snap
+        st = self.store()
+        if st is None:
+            raise NotFound("no store")
+        try:
+            return st.snapshot(int(ref[1:]))
+        except StoreError as e:
+            raise NotFound(str(e)) from None
+
+    def analysis(self, ref: str) -> tuple[Snapshot, dict[str, Any]]:
+        snap = self.snapshot(ref)
+        # Store snapshots never change; an upload's ref is new for every upload.
+        return snap, self._analyses.get_or(ref, lambda: analyze(snap))
+
+    def add_upload(self, name: str, data: bytes) -> str:
+        """Parse an uploaded file with the same readers as the CLI; return its ref."""
+        snap = parse_upload(name, data)
+        ref = "u" + secrets.token_hex(16)
+        self.uploads.get_or(ref, lambda: snap)
+        return ref
+
+    # ---- a node's history ----------------------------------------------------------------
+
+    def node_samples(self, node: str, start: float | None, end: float | None
+                     ) -> tuple[list[tuple[float, dict[str, float]]],
+                                list[tuple[float, dict[str, int]]]]:
+        """Per-instance usage and per-type call counts of up to MAX_SAMPLED_SNAPSHOTS snapshots."""
+        st = self.store()
+        if st is None:
+            return [], []
+        rows = st.snapshots(node, start, end)
+        if len(rows) > MAX_SAMPLED_SNAPSHOTS:
+            step = (len(rows) - 1) / (MAX_SAMPLED_SNAPSHOTS - 1)
+            rows = [rows[round(i * step)] for i in range(MAX_SAMPLED_SNAPSHOTS)]
+        usage, calls = [], []
+        for r in rows:
+            u, c = self._samples.get_or(r["id"], lambda r=r: _sample(st.snapshot(r["id"])))
+            usage.append((r["t"], u))
+            calls.append((r["t"], c))
+        return usage, calls
+
+
+def _sample(snap: Snapshot) -> tuple[dict[str, float], dict[str, int]]:
+    usage: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for inst in snap.allocators:
+        f = m.instance_fragmentation(inst, "current")
+        alloc = f["mbcs_carriers_size"] + f["sbcs_carriers_size"]
+        if alloc:
+            usage[f"{inst.allocator}[{inst.instance}]"] = (
+                f["mbcs_block_size"] + f["sbcs_block_size"]) / alloc
+        # calls are keyed binary_alloc / binary_free / binary_realloc for binary_alloc.
+        prefix = inst.allocator.removesuffix("_alloc")
+        n = sum(inst.calls.get(f"{prefix}_{op}", 0) for op in ("alloc", "free", "realloc"))
+        calls[inst.allocator] = calls.get(inst.allocator, 0) + n
+    return usage, calls
+
+
+def parse_upload(name: str, data: bytes) -> Snapshot:
+    """Any format `beamalloc analyze FILE` reads; InputError with one line otherwise.
+
+    The readers take a path, so the bytes go to a private temporary file whose name the client
+    never sees or chooses; the client's file name is only a label.
+    """
+    label = os.path.basename(name or "upload")[:100] or "upload"
+    if not data.strip():
+        raise InputError(f"{label}: empty file")
+    fd, tmp = tempfile.mkstemp(prefix="beamalloc-upload-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            snap = read_file(tmp)
+        except InputError as e:
+            raise InputError(str(e).replace(tmp, label)) from None
+        except (RecursionError, ValueError) as e:  # a reader's bug must not become a 500
+            raise InputError(f"{label}: not a snapshot file ({type(e).__name__})") from None
+    finally:
+        os.unlink(tmp)
+    if snap.source == "recon" and snap.node == os.path.basename(tmp):
+        snap.node = label  # recon files do not name their node; the file name is the label
+    return snap

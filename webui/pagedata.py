@@ -1,0 +1,196 @@
+"""What a snapshot or compare page says, computed once for the server and the report alike.
+
+The verdict comes first and says what the terminal report says (analyzer/text_report.py); then
+the evidence: figures (figures.py), tables, the options in force. Templates only lay it out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from beamalloc.analyzer.text_report import _verdict as verdict_lines
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import human, pct
+from beamalloc.webui import figures
+from beamalloc.webui.recommend_view import FORMATS, recommendations
+
+#: Below this many unused bytes a low usage is not worth anyone's night.
+SMALL = 64 << 20
+
+
+def severity(unused: int, usage: float) -> str:
+    """ok, warn or bad: by usage, but a few unused MiB are never worth a page."""
+    if unused < SMALL or usage >= 0.75:
+        return "ok"
+    return "bad" if usage < 0.5 else "warn"
+
+
+def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
+    # recon's totals, like the terminal report's verdict lines below the headline.
+    t = a["totals"]
+    if rec is not None and rec.get("healthy"):
+        return (f"Healthy: the allocators use {pct(t['usage'])} of what they hold; "
+                "no flags recommended.")
+    if rec is not None and rec.get("recommendations"):
+        n = len(rec["recommendations"])
+        return (f"{human(t['unused'])} of {human(t['allocated'])} allocated holds no data "
+                f"(usage {pct(t['usage'])}): {n} flag{'s' if n != 1 else ''} recommended.")
+    return (f"{human(t['unused'])} of {human(t['allocated'])} allocated holds no data "
+            f"(usage {pct(t['usage'])}).")
+
+
+def _ratio(v: Any) -> str:
+    return v if isinstance(v, str) else f"{v:.3g}"
+
+
+def _opt(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return "∞" if v >= figures.INFINITE else human(v)
+    return "-" if v is None else str(v)
+
+
+def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{
+        "allocator": r["allocator"], "in_recon": r["in_recon"], "instances": r["instances"],
+        "allocated": human(r["allocated"]), "used": human(r["used"]),
+        "unused": human(r["unused"]), "usage": pct(r["usage"]), "usage_v": r["usage"],
+        "sbcs_share": pct(r["sbcs_share"]),
+        "avg_mbcs": human(r["mbcs_average_block_size"]),
+        "avg_sbcs": human(r["sbcs_average_block_size"]),
+        "sbct": _opt(r["options"].get("sbct")), "lmbcs": _opt(r["options"].get("lmbcs")),
+        "strategy": r["options"].get("as", "-"), "pool": human(r["pool_carriers_size"]),
+        "max_allocated": human(r["max_allocated"]),
+    } for r in a["allocator_types"]]
+
+
+def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{
+        "name": f"{r['allocator']}[{r['instance']}]", "unused": human(r["unused"]),
+        "unused_v": r["unused"],
+        "mbcs_usage": pct(r["mbcs_usage"]), "mbcs_usage_v": r["mbcs_usage"],
+        "max_mbcs_usage": pct(r["max"]["mbcs_usage"]),
+        "mbcs_carriers": f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
+                         f"({human(r['mbcs_carriers_size'])})",
+        "mbcs_blocks": f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
+        "sbcs_usage": pct(r["sbcs_usage"]),
+        "sbcs_carriers": f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
+        "pool": "-" if r["pool"] is None else
+                f"{r['pool']['carriers']} ({human(r['pool']['carriers_size'])})",
+        "foreign": human(sum(r["foreign_blocks"].values())) if r["foreign_blocks"] else "-",
+        "sbcs_to_mbcs": _ratio(r["sbcs_to_mbcs"]),
+    } for r in a["allocators"]]
+
+
+def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
+    rec = recommendations(snap) if snap is not None else None
+    t, os_ = a["totals"], a["os"]
+    return {
+        "a": a,
+        "severity": severity(t["unused"], t["usage"]),
+        "headline": headline(a, rec),
+        "verdict": verdict_lines(a) + ([f"Under {human(SMALL)} unused: little in absolute "
+                                        "terms, whatever the usage."]
+                                       if t["unused"] < SMALL and t["usage"] < 0.75 else []),
+        "rec": rec,
+        "formats": FORMATS,
+        "memory": [
+            ("erlang:memory(total)", human(os_["erlang_memory_total"])),
+            ("allocated (recon's 9 types)", human(t["allocated"])),
+            ("allocated (all allocators)", human(os_["allocated_all"])),
+            ("used", human(t["used"])),
+            ("unused", human(t["unused"])),
+            ("usage", pct(t["usage"])),
+            ("RSS", human(os_["rss"])),
+            ("RSS − allocated", human(os_["rss_minus_allocated"])),
+            ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
+        ],
+        "types": type_rows(a),
+        "instances": instance_rows(a),
+        "cache": a["cache_hit_rates"],
+        "figures": figures.snapshot_figures(a),
+    }
+
+
+# ---- compare -------------------------------------------------------------------------------
+
+
+def label(i: int, a: dict[str, Any]) -> str:
+    return f"{chr(ord('A') + i) if i < 26 else i + 1}: {a['node']} ({a['source']}, " \
+           f"{a['taken_at'] or 'no time'})"
+
+
+def option_diffs(snaps: list[Snapshot]) -> list[dict[str, Any]]:
+    """Options of each allocator type (first scheduler instance) that differ between snapshots:
+    the flag change being compared, as the VMs report it."""
+    per: list[dict[str, dict[str, Any]]] = []
+    for s in snaps:
+        opts: dict[str, dict[str, Any]] = {}
+        for inst in s.allocators:
+            if inst.allocator not in opts or inst.instance == 1:
+                opts[inst.allocator] = dict(inst.options)
+        per.append(opts)
+    names = sorted({n for p in per for n in p})
+    out = []
+    for n in names:
+        keys = sorted({k for p in per for k in p.get(n, {})})
+        for k in keys:
+            vals = [p.get(n, {}).get(k) for p in per]
+            if len({json.dumps(v) for v in vals}) > 1:
+                out.append({"allocator": n, "option": k, "values": [_opt(v) for v in vals]})
+    return out
+
+
+def _delta(v: int | None, base: int | None) -> str:
+    if v is None or base is None:
+        return ""
+    d = v - base
+    rel = f" ({100 * d / base:+.0f}%)" if base else ""
+    return ("+" if d > 0 else "") + human(d) + rel if d else "="
+
+
+def compare_view(snaps: list[Snapshot] | None, analyses: list[dict[str, Any]],
+                 refs: list[str | None]) -> dict[str, Any]:
+    labels = [label(i, a) for i, a in enumerate(analyses)]
+    base = analyses[0]
+    metrics = (
+        ("RSS", lambda a: a["os"]["rss"]),
+        ("allocated (all)", lambda a: a["totals_all"]["allocated"]),
+        ("used", lambda a: a["totals_all"]["used"]),
+        ("unused", lambda a: a["totals_all"]["unused"]),
+        ("erlang:memory(total)", lambda a: a["os"]["erlang_memory_total"]),
+        ("pool carriers", lambda a: sum(r["pool_carriers_size"] for r in a["allocator_types"])),
+    )
+    rows = []
+    for name, get in metrics:
+        cells = []
+        for i, a in enumerate(analyses):
+            v = get(a)
+            cells.append({"v": human(v), "d": "" if i == 0 else _delta(v, get(base))})
+        rows.append({"name": name, "cells": cells})
+    rows.insert(4, {"name": "usage", "cells": [
+        {"v": pct(a["totals_all"]["usage"]), "d": ""} for a in analyses]})
+    b, last = base["totals_all"], analyses[-1]["totals_all"]
+    if len(analyses) == 2:
+        d = last["allocated"] - b["allocated"]
+        summary = (f"B holds {human(abs(d))} {'less' if d < 0 else 'more'} than A "
+                   f"({human(b['allocated'])} → {human(last['allocated'])}); unused "
+                   f"{human(b['unused'])} → {human(last['unused'])}, usage "
+                   f"{pct(b['usage'])} → {pct(last['usage'])}.")
+    else:
+        best = min(range(len(analyses)), key=lambda i: analyses[i]["totals_all"]["allocated"])
+        summary = (f"The smallest footprint is {labels[best]}: "
+                   f"{human(analyses[best]['totals_all']['allocated'])} allocated, usage "
+                   f"{pct(analyses[best]['totals_all']['usage'])}.")
+    return {
+        "labels": labels, "refs": refs, "rows": rows, "summary": summary,
+        "good": last["allocated"] <= b["allocated"],
+        "diffs": option_diffs(snaps) if snaps else [],
+        "figures": figures.compare_figures(analyses, labels),
+    }
+
+
+def figures_json(figs: dict[str, Any]) -> str:
+    """JSON safe inside <script type="application/json">: no `<`, `>` or `&` survives raw."""
+    text = json.dumps(figs, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
