@@ -13,6 +13,10 @@ fn main() {
         .get(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000_000);
+    let max_live: usize = args
+        .get(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50_000);
     let mut s = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
         s ^= s << 13;
