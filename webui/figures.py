@@ -418,7 +418,7 @@ def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
                            "line": {"color": PALETTE[i % len(PALETTE)], "width": 1.4}})
     return {"data": traces,
             "layout": _time_layout("Allocator calls per second (alloc + free + realloc)",
-                                   yaxis={"type": "log", "gridcolor": "#eee"})}
+                                   yaxis={"rangemode": "tozero", "gridcolor": "#eee"})}
 
 
 def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dict[str, float]]],

@@ -1,0 +1,76 @@
+"""A real server (waitress, the production WSGI server) over a real SQLite store, and a real
+browser: Debian's chromium, headless, driven by selenium through the system chromedriver."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from beamalloc.analyzer.series import derive
+from beamalloc.collector.store import Store
+
+from .synth import T0, base_snapshot, build_store, snapshot_at
+
+XSS = "<script>alert(1)</script>"
+SHOTS = Path(os.environ.get("BEAMALLOC_SCREENSHOTS", tempfile.gettempdir())) / "beamalloc-shots"
+
+
+def _need(path: str) -> None:
+    if not os.path.exists(path):
+        pytest.fail(f"{path} missing: make setup installs chromium and chromium-driver")
+
+
+@pytest.fixture(scope="session")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "watch.db"
+    build_store(path, node="app@web1", days=2)
+    base = base_snapshot(XSS)
+    with Store(path) as st:  # a hostile node name, as a snapshot from anywhere could carry
+        for i in range(3):
+            snap = snapshot_at(base, T0 + i * 60, i)
+            st.add_sample(snap, derive(snap), force_keep=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def server(store_path: Path) -> Iterator[str]:
+    from waitress.server import create_server
+
+    from beamalloc.webui.app import create_app
+
+    srv = create_server(create_app(store_path, upload_limit=4 << 20), host="127.0.0.1", port=0,
+                        threads=4)
+    port = srv.socket.getsockname()[1]
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{port}"
+    srv.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    _need("/usr/bin/chromium")
+    _need("/usr/bin/chromedriver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="beamalloc-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+              "--disable-component-update", "--no-first-run", "--disable-sync",
+              f"--user-data-dir={profile}", "--window-size=1360,1000"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    drv.set_page_load_timeout(60)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield drv
+    drv.quit()
+    shutil.rmtree(profile, ignore_errors=True)
