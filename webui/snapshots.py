@@ -46,6 +46,11 @@ def compare_page() -> str:
                                message="Pick two or more snapshots: tick them on a node's page, "
                                        "or upload several files at once.")
     loaded = [_load(r) for r in refs]
+    snaps = [s for s, _ in loaded]
+    if len({s.node for s in snaps}) == 1 and all(s.taken_at is not None for s in snaps):
+        # One node's history: A is the earliest, so "before/after" reads left to right.
+        order = sorted(range(len(refs)), key=lambda i: snaps[i].taken_at or 0)
+        loaded, refs = [loaded[i] for i in order], [refs[i] for i in order]
     c = compare_view([s for s, _ in loaded], [a for _, a in loaded], list(refs))
     return render_template("compare.html", c=c, figures=figures_json(c["figures"]),
                            message=None)

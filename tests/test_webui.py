@@ -1,0 +1,185 @@
+"""The web UI without a browser: security rules, the upload limit, figures for serve and report
+alike, the report's size, on real SQLite and a real waitress server where it matters."""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import io
+import json
+import threading
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from browser.synth import SAMPLE, build_store
+
+from beamalloc.analyzer.analysis import analyze
+from beamalloc.collector.sources import read_file
+from beamalloc.collector.store import Store
+from beamalloc.webui import figures
+from beamalloc.webui.app import create_app
+from beamalloc.webui.report import render_report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("webui") / "watch.db"
+    build_store(path, node="app@web1", days=0.5)
+    return path
+
+
+@pytest.fixture
+def client(store_path: Path):
+    return create_app(store_path, upload_limit=1 << 20).test_client()
+
+
+def test_every_page_answers(client):
+    for url in ("/", "/node?n=app%40web1", "/snapshot/s1", "/compare?r=s1&r=s2", "/upload",
+                "/compare", "/api/nodes", "/api/snapshot/s1", "/api/node?n=app%40web1"):
+        r = client.get(url)
+        assert r.status_code == 200, url
+        assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+
+
+def test_unknown_things_are_404_with_a_page(client):
+    for url in ("/node?n=nobody", "/snapshot/s999999", "/snapshot/u" + "0" * 32,
+                "/snapshot/x1", "/assets/nothing.js"):
+        r = client.get(url)
+        assert r.status_code == 404, url
+    assert b"no node &#39;nobody&#39; in the store" in client.get("/node?n=nobody").data
+
+
+def test_no_request_path_reaches_the_filesystem(client, monkeypatch):
+    for url in ("/", "/snapshot/s1", "/assets/app.js", "/upload", "/nope"):  # templates load once
+        client.get(url)
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *a, **kw):
+        opened.append(str(file))
+        return real_open(file, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    for url in ("/assets/../../setup.cfg", "/assets/..%2f..%2fsetup.cfg", "/assets/%2e%2e/etc",
+                "/assets/style.css/../../../setup.cfg", "/snapshot/..%2f..%2fetc%2fpasswd",
+                "/snapshot/%2fetc%2fpasswd", "/node?n=../../../etc/passwd",
+                "/static/app.js", "/templates/base.html", "/webui/app.py"):
+        r = client.get(url)
+        assert r.status_code in (404, 308), url
+        assert b"[metadata]" not in r.data and b"root:" not in r.data
+    assert client.get("/assets/style.css").status_code == 200
+    assert opened == []
+
+
+def test_upload_limit_holds_on_the_real_server(store_path):
+    from waitress.server import create_server
+
+    srv = create_server(create_app(store_path, upload_limit=1 << 20), host="127.0.0.1", port=0)
+    port = srv.socket.getsockname()[1]
+    threading.Thread(target=srv.run, daemon=True).start()
+    try:
+        body = b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.txt\"\r\n" \
+               b"\r\n" + b"a" * (2 << 20) + b"\r\n--x--\r\n"
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/upload", body, {"Content-Type": "multipart/form-data; boundary=x"})
+        r = c.getresponse()
+        page = r.read().decode()
+        assert r.status == 413
+        assert "larger than the upload limit of 1.0 MiB" in page
+    finally:
+        srv.close()
+
+
+def test_upload_bad_and_good(client):
+    bad = (ROOT / "tests/data/bad/truncated.json").read_bytes()
+    r = client.post("/upload", data={"file": (io.BytesIO(bad), "truncated.json")})
+    assert r.status_code == 400
+    assert b"truncated.json" in r.data and b"beamalloc-upload" not in r.data
+    r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "node1.txt")})
+    assert r.status_code == 303 and r.headers["Location"].startswith("/snapshot/u")
+    page = client.get(r.headers["Location"]).data.decode()
+    assert "<h1>node1.txt</h1>" in page
+
+
+def test_loopback_only_without_token(store_path):
+    c = create_app(store_path).test_client()
+    assert c.get("/", headers={"Host": "127.0.0.1:8050"}).status_code == 200
+    assert c.get("/", headers={"Host": "localhost:8050"}).status_code == 200
+    assert c.get("/", headers={"Host": "[::1]:8050"}).status_code == 200
+    # DNS rebinding: a foreign name that resolves to 127.0.0.1 is refused.
+    assert c.get("/", headers={"Host": "attacker.example:8050"}).status_code == 403
+
+
+def test_token_checked_on_every_request(store_path):
+    c = create_app(store_path, token="s3cret-t0ken").test_client()
+    h = {"Host": "10.0.0.5:8050"}
+    for url in ("/", "/snapshot/s1", "/assets/app.js", "/api/nodes", "/nope"):
+        assert c.get(url, headers=h).status_code == 401, url
+    assert c.post("/upload", headers=h).status_code == 401
+    assert c.get("/?token=wrong", headers=h).status_code == 401
+    assert c.get("/", headers={**h, "Authorization": "Bearer s3cret-t0ken"}).status_code == 200
+    r = c.get("/node?n=app%40web1&token=s3cret-t0ken", headers=h)
+    assert r.status_code == 303 and "token" not in r.headers["Location"]
+    assert "HttpOnly" in r.headers["Set-Cookie"]
+    assert c.get("/", headers=h).status_code == 200  # the cookie now carries it
+
+
+def test_serve_refuses_other_addresses_without_token(cli):
+    r = cli("serve", "--host", "0.0.0.0", "--port", "1")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--token" in r.stderr
+
+
+def test_hostile_strings_escaped_in_html_and_figures(store_path):
+    snap = read_file(str(SAMPLE))
+    snap.node = "<script>alert(1)</script>"
+    snap.allocators[0].allocator = "<b onmouseover=x>"
+    a = analyze(snap)
+    html = render_report([a], [snap])
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    figs = figures.snapshot_figures(a)
+    text = json.dumps(figs)
+    assert "<b onmouseover" not in text and "&lt;b onmouseover=x&gt;" in text
+
+
+def test_figures_are_valid_plotly(store_path):
+    """One figures module for serve and report: every figure passes plotly's own schema."""
+    snaps = [read_file(str(SAMPLE)), read_file(str(ROOT / "samples/otp25/erl_crash.dump"))]
+    analyses = [analyze(s) for s in snaps]
+    figs = dict(figures.snapshot_figures(analyses[0]))
+    figs.update(figures.compare_figures(analyses, ["A", "B"]))
+    with Store(store_path, readonly=True) as st:
+        series = st.series("app@web1", max_points=200)
+        assert series["downsampled"]
+    from beamalloc.webui.data import Data
+
+    usage, calls = Data(store_path).node_samples("app@web1", None, None)
+    figs.update(figures.node_figures(series, usage, calls))
+    assert {"memory", "stacked", "sbcs", "mseg", "inst_heatmap", "calls"} <= set(figs)
+    for name, f in figs.items():
+        go.Figure(f)  # raises on any property plotly does not know
+        assert f["data"], name
+    stacked = figs["stacked"]["data"]
+    assert all(len(t["x"]) == len(series["t"]) for t in stacked)
+
+
+def test_report_of_one_snapshot_is_small_and_offline(tmp_path):
+    snap = read_file(str(SAMPLE))
+    html = render_report([analyze(snap)], [snap])
+    size = len(html.encode())
+    print(f"report of one snapshot: {size} bytes")
+    assert size < 5_000_000
+    assert "<script src" not in html and "<link rel=\"stylesheet\"" not in html
+    assert 'id="plotly-gz"' in html
+
+
+def test_cli_report_writes_the_file(cli, tmp_path):
+    out = tmp_path / "r.html"
+    r = cli("report", str(SAMPLE), str(ROOT / "samples/otp25/erl_crash.dump"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "Compare 2 snapshots" in html and "recon_snapshot.txt" in html
