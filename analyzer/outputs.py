@@ -49,7 +49,9 @@ def _num(k: str, v: Any) -> str:
     if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
         return pct(v)
     sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")
-    if isinstance(v, int) and not isinstance(v, bool) and any(s in k for s in sized):
+    counted = k.endswith(("blocks", "calls", "carriers"))
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if is_int and not counted and any(s in k for s in sized):
         return human(v)
     return str(v)
 
@@ -115,3 +117,14 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(f"  note: {note}")
     say(f"\nPaste ({fmt}):")
     say(paste_block(r["emulator_flags"], fmt))
+
+
+def summary(r: dict[str, Any]) -> list[str]:
+    """Two lines for `beamalloc demo`: the verdict's flags and the top recommendation."""
+    if r["healthy"]:
+        return ["Recommended +M flags: none (healthy)."]
+    top = r["recommendations"][0]
+    return [
+        f"Recommended +M flags: {r['emulator_flags']}",
+        f"Top: {top['flag']} {top['value']} ({top['rule']}, {top['allocator']}): {top['reason']}",
+    ]

@@ -48,6 +48,7 @@ R7_SBCS_SHARE = 0.50  # [heur: recon "if most of the data ends up in sbcs"]
 R7_SBCS_TO_MBCS = 1.0  # [heur]
 R7_MIN_SBCS = 16 * MB  # [heur]
 R7_LMBCS_FACTOR = 4  # "keep lmbcs >= several x sbct"
+R7_MIN_CARRIER_CALLS = 1000  # mseg/sys_alloc calls worth saving [heur]
 # --- R9 ---------------------------------------------------------------------------------------
 R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
 NON_MIGRATING = ("bf", "aobf", "gf")
@@ -320,7 +321,7 @@ def r7_sbcs(f: Facts) -> list[Finding]:
         msg = (f"{a.name}: {pct(share)} of its carrier bytes are single-block carriers, "
                f"{a.sbcs_blocks} blocks averaging {human(avg)} above sbct {human(sbct)}; "
                f"{mseg + sysc} mseg/sys_alloc calls for {allocs} allocations.")  # fmt: skip
-        if new_sbct <= sbct or allocs < MIN_CALLS:
+        if new_sbct <= sbct or mseg + sysc < R7_MIN_CARRIER_CALLS:
             out.append(Finding("R7", "info", f"{a.name}: data in single-block carriers", msg,
                                ev, src, a.name))  # fmt: skip
             continue
@@ -395,7 +396,9 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
             f"{a.name} has {a.pool_carriers} abandoned carriers ({human(a.pool_allocated)}, "
             f"{pct(share)} of its carriers) holding {human(a.pool_used)} of data."
         )
-        if _erts(f) < ACFUL_SINCE:
+        # A release that knows acful lists it among the options, in every source (a recon
+        # file carries no version); else fall back to the erts version.
+        if "acful" not in a.options and _erts(f) < ACFUL_SINCE:
             out.append(Finding("R10", "info", f"{a.name}: carrier pool bloat", msg + " This "
                                "release has no acful; +M<S>acul 0 would turn migration off.",
                                ev, SRC_R10, a.name))  # fmt: skip

@@ -123,6 +123,12 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         snap_path.write_text(snap.to_json())
         result = analyze(snap)
         render(result, wide_console(), top=12)
+        from beamalloc.analyzer.outputs import summary
+        from beamalloc.analyzer.recommend import recommend
+
+        for line in summary(recommend(snap)):
+            console.print(line, markup=False)
+        console.print(f"Details: beamalloc recommend {snap_path}", markup=False)
         write_report([result], report_path)
         console.print(
             f"\nWrote {report_path} and {snap_path}. Next: beamalloc analyze {snap_path} --json"
