@@ -183,3 +183,24 @@ def test_cli_report_writes_the_file(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "Compare 2 snapshots" in html and "recon_snapshot.txt" in html
+
+
+def test_recommendations_panel_never_breaks_the_page(client, monkeypatch):
+    """The adapter turns a failing or missing recommender into "recommender not available"."""
+    from beamalloc.webui import recommend_view
+
+    def boom(snap):
+        raise RuntimeError("recommender bug")
+
+    monkeypatch.setattr(recommend_view, "_call", boom)
+    page = client.get("/snapshot/s1")
+    assert page.status_code == 200 and b"recommender not available" in page.data
+    assert recommend_view.recommendations(read_file(str(SAMPLE))) is None
+    monkeypatch.undo()
+    rec = recommend_view.recommendations(read_file(str(SAMPLE)))
+    if rec is not None:  # the real recommender: one paste block per output format when flags
+        assert set(rec["outputs"]) == (set(recommend_view.FORMATS) if rec["emulator_flags"]
+                                       else set())
+        page = client.get("/upload")  # and the verdict reaches the page of that snapshot
+        r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "n.txt")})
+        assert rec["verdict"].encode() in client.get(r.headers["Location"]).data

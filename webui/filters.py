@@ -23,7 +23,12 @@ def show(v: Any) -> str:
     if isinstance(v, str):
         return v
     if isinstance(v, dict):
-        return ", ".join(f"{k}: {show(x)}" for k, x in v.items())
+        try:  # the recommender's own evidence formatting: sizes in KiB/MiB, ratios in %
+            from beamalloc.analyzer.outputs import evidence_line
+
+            return evidence_line(v)
+        except ImportError:
+            return ", ".join(f"{k}: {show(x)}" for k, x in v.items())
     if isinstance(v, list | tuple):
         return "; ".join(show(x) for x in v)
     return json.dumps(v)

@@ -29,6 +29,8 @@ def severity(unused: int, usage: float) -> str:
 def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
     # recon's totals, like the terminal report's verdict lines below the headline.
     t = a["totals"]
+    if rec is not None and rec.get("verdict"):
+        return str(rec["verdict"])  # the recommender's own words, as `beamalloc recommend`
     if rec is not None and rec.get("healthy"):
         return (f"Healthy: the allocators use {pct(t['usage'])} of what they hold; "
                 "no flags recommended.")

@@ -31,6 +31,12 @@ def recommendations(snap: Snapshot) -> dict[str, Any] | None:
 
 
 def _call(snap: Snapshot) -> dict[str, Any] | None:
-    # The recommender's public function is not in the tree yet (issue: recommend); wire it here
-    # when it lands, and fill "outputs" from its formatters.
-    return None
+    try:
+        from beamalloc.analyzer.outputs import paste_block, verdict
+        from beamalloc.analyzer.recommend import recommend
+    except ImportError:
+        return None
+    r = recommend(snap)
+    flags = r.get("emulator_flags") or ""
+    return {**r, "verdict": verdict(r),
+            "outputs": {f: paste_block(flags, f) for f in FORMATS} if flags else {}}
