@@ -1,0 +1,162 @@
+"""Loader of blocks.bpf.c: attach to / detach from alloc_util's entry points in one beam.smp.
+
+Two builds of the same program: ``trace`` (every call as a raw 72-byte event, batched per thread
+into a ring buffer; RawSink writes the batches to a file untouched, so the reader keeps up with
+millions of calls a second) and ``summary`` (histograms and bytes summed in the kernel).
+Probes can be detached and re-attached (time-sliced sampling) without reloading the program.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+from beamalloc.ebpf import beam
+from beamalloc.ebpf.errors import EbpfUnavailable
+from beamalloc.ebpf.procmem import dynamic_symbols
+
+SOURCE = Path(__file__).with_name("blocks.bpf.c")
+#: struct event in blocks.bpf.c: t_ns ptr new_ptr allctr size blk old_blk type tid op pad.
+EVENT = struct.Struct("<7Q4I")
+BATCH = 32  # events per ring-buffer record; a power of two (the C masks the index with it)
+OP_ALLOC, OP_FREE, OP_REALLOC = 0, 1, 2
+STAT_NAMES = ("ringbuf_full", "entry_overwritten", "return_without_entry", "calls")
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: str  # "entry" or "return"
+    sym: str
+    fn: str
+
+
+def probes() -> list[Probe]:
+    """Every entry point of every family (alloc_util.md §7): alloc and realloc need their
+    return value (the block), free only its entry (the header is read before it changes)."""
+    out = []
+    for sym in beam.ALLOC_FUNCS:
+        out += [Probe("entry", sym, "alloc_entry"), Probe("return", sym, "any_return")]
+    for sym in beam.FREE_FUNCS:
+        out.append(Probe("entry", sym, "free_entry"))
+    for sym in beam.REALLOC_FUNCS:
+        out += [Probe("entry", sym, "realloc_entry"), Probe("return", sym, "any_return")]
+    return out
+
+
+class BlockProbes:
+    """The compiled program and its probes on one process."""
+
+    def __init__(self, bcc: ModuleType, proc: beam.BeamProcess, *, trace: bool,
+                 ringbuf_mb: int = 64, max_threads: int = 4096) -> None:
+        self.proc = proc
+        self.trace = trace
+        pages = 1 << max(0, (ringbuf_mb * 256 - 1).bit_length())  # a power of two of 4K pages
+        cflags = [f"-DBATCH={BATCH}", f"-DMAX_THREADS={max_threads}",
+                  f"-DRINGBUF_PAGES={pages}", "-Wno-macro-redefined"]
+        if trace:
+            cflags.append("-DTRACE_EVENTS")
+        try:
+            self.bpf = bcc.BPF(src_file=str(SOURCE).encode(), cflags=cflags)
+        except Exception as e:  # bcc raises bare Exception on compile/load failures
+            raise EbpfUnavailable(f"cannot load the block-level BPF program: {e}") from None
+        self._attached: list[Probe] = []
+        self._syms = {s: v.value for s, v in dynamic_symbols(proc.binary).items()}
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._attached)
+
+    def attach(self) -> None:
+        if self._attached:
+            return
+        try:
+            p = None
+            for p in probes():
+                addr = self._syms[p.sym]
+                attach = (self.bpf.attach_uprobe if p.kind == "entry"
+                          else self.bpf.attach_uretprobe)
+                attach(name=self.proc.binary.encode(), addr=addr, fn_name=p.fn.encode(),
+                       pid=self.proc.pid)
+                self._attached.append(p)
+        except Exception as e:
+            self.detach()
+            where = f"{p.kind} {p.sym}" if p else "?"
+            raise EbpfUnavailable(f"cannot attach uprobes to pid {self.proc.pid} ({where}): "
+                                  f"{e}") from None
+
+    def detach(self) -> None:
+        """Remove every probe of ours; safe to call twice and after the target died."""
+        while self._attached:
+            p = self._attached.pop()
+            detach = self.bpf.detach_uprobe if p.kind == "entry" else self.bpf.detach_uretprobe
+            try:
+                detach(name=self.proc.binary.encode(), addr=self._syms[p.sym],
+                       pid=self.proc.pid)
+            except Exception:  # already gone with its process: the fd is closed below anyway
+                continue
+
+    def close(self) -> None:
+        self.detach()
+        self.bpf.cleanup()
+
+    def stats(self) -> dict[str, int]:
+        table = self.bpf["stats"]
+        return {name: sum(table[table.Key(i)]) for i, name in enumerate(STAT_NAMES)}
+
+    # --- trace mode ---------------------------------------------------------------------
+
+    def open_sink(self, out: IO[bytes]) -> RawSink:
+        sink = RawSink(out)
+        self.bpf["events"].open_ring_buffer(sink.callback)
+        return sink
+
+    def poll(self, timeout_ms: int) -> None:
+        self.bpf.ring_buffer_poll(timeout_ms)
+
+    def drain(self, sink: RawSink) -> None:
+        """After detach: what the ring buffer still holds, then every thread's partial batch."""
+        self.bpf.ring_buffer_consume()
+        for _tid, b in self.bpf["batches"].items():
+            raw = bytes(b)
+            n = int.from_bytes(raw[:4], "little")
+            sink.write(raw[8:8 + n * EVENT.size])
+
+    # --- summary mode -------------------------------------------------------------------
+
+    def histogram(self) -> list[tuple[int, int, int, int, int, int, int, int]]:
+        """(allctr, type, op, slot, count, bytes, blk, old_blk), summed over CPUs."""
+        out = []
+        for k, vals in self.bpf["hist"].items():
+            tot = [0, 0, 0, 0]
+            for v in vals:
+                tot[0] += v.count
+                tot[1] += v.bytes
+                tot[2] += v.blk
+                tot[3] += v.old_blk
+            out.append((k.allctr, k.type, k.op, k.slot, *tot))
+        return out
+
+    def clear_pending(self) -> None:
+        """Between slices: an entry whose return fell outside the slice is no longer pending."""
+        self.bpf["pend"].clear()
+
+
+class RawSink:
+    """Appends ring-buffer records (batches of raw events) to a file; counts them."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.events = 0
+        self.callback: Callable[[Any, Any, int], None] = self._on_record
+
+    def _on_record(self, _ctx: Any, data: Any, size: int) -> None:
+        self.write(ctypes.string_at(data, size))
+
+    def write(self, chunk: bytes) -> None:
+        self.out.write(chunk)
+        self.events += len(chunk) // EVENT.size

@@ -1,0 +1,156 @@
+"""The kernel's aggregates -> one summary document (JSON) and its terminal tables.
+
+Calls are counted at entry, so they are exact even when a return probe is missed; block bytes
+(outstanding = allocated − freed block sizes, headers included, as the `blocks` statistics count
+them, alloc_util.md §3.1, §6.1) come from the block headers read at alloc return and at free.
+A time-sliced (sampled) run scales the calls by 1/attached fraction and says so; its outstanding
+bytes are not meaningful (frees of blocks made outside a slice) and are left out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from beamalloc.ebpf.beam import BeamProcess
+
+OPS = ("alloc", "free", "realloc")
+OP_RET = 0x10
+MADVICE = {0: "normal", 1: "random", 2: "sequential", 3: "willneed", 4: "dontneed", 8: "free",
+           9: "remove", 10: "dontfork", 12: "mergeable", 14: "hugepage", 15: "nohugepage",
+           20: "cold", 21: "pageout"}
+
+
+def _tree() -> defaultdict[str, Any]:
+    return defaultdict(_tree)
+
+
+def _plain(d: Any) -> Any:
+    return {k: _plain(v) for k, v in d.items()} if isinstance(d, dict) else d
+
+
+def block_summary(proc: BeamProcess, hist: list[tuple[int, ...]], elapsed: float,
+                  fraction: float) -> dict[str, Any]:
+    names = {t.n: t.name for t in proc.types}
+    scale = 1.0 / fraction if fraction > 0 else 0.0
+    allocs: dict[str, Any] = {}
+
+    def entry(a: int) -> dict[str, Any]:
+        name = proc.allocators.get(a, f"allocator_{a}")
+        return allocs.setdefault(name, {
+            "calls": dict.fromkeys(OPS, 0), "rates_per_s": {}, "requested_bytes": 0,
+            "outstanding_bytes": 0, "instances": {}, "types": {}})
+
+    for allctr, typ, op, slot, count, nbytes, blk, old_blk in hist:
+        a = typ & proc.alloc_mask
+        tname = names.get(typ >> proc.type_shift, f"type_{typ}")
+        e = entry(a)
+        t = e["types"].setdefault(tname, {**dict.fromkeys(OPS, 0), "requested_bytes": 0,
+                                          "outstanding_bytes": 0, "log2_hist": {}})
+        base = op & ~OP_RET
+        if op & OP_RET or base == 1:  # block bytes, by owner
+            delta = blk - old_blk if base != 1 else -blk
+            t["outstanding_bytes"] += delta
+            e["outstanding_bytes"] += delta
+            owner = proc.instances.get(allctr)
+            ix = str(owner[1]) if owner else "?"
+            e["instances"][ix] = e["instances"].get(ix, 0) + delta
+        if op & OP_RET:
+            continue
+        n = round(count * scale)
+        t[OPS[base]] += n
+        e["calls"][OPS[base]] += n
+        if base != 1:
+            t["requested_bytes"] += round(nbytes * scale)
+            e["requested_bytes"] += round(nbytes * scale)
+        key = f"{OPS[base]}:{1 << slot}"
+        t["log2_hist"][key] = t["log2_hist"].get(key, 0) + n
+    for e in allocs.values():
+        e["rates_per_s"] = {op: round(e["calls"][op] / elapsed, 1) if elapsed else 0.0
+                            for op in OPS}
+        if fraction < 1:
+            e["outstanding_bytes"] = None
+            e["instances"] = {}
+            for t in e["types"].values():
+                t["outstanding_bytes"] = None
+    return dict(sorted(allocs.items(), key=lambda kv: -sum(kv[1]["calls"].values())))
+
+
+def carrier_summary(proc: BeamProcess, rows: list[tuple[str, int, int, int, int]],
+                    elapsed: float) -> dict[str, Any]:
+    out = _tree()
+    for kind, sub, slot, count, nbytes in rows:
+        if kind in ("mmap", "munmap", "mremap", "madvise"):
+            label = {"madvise": MADVICE.get(sub, str(sub)), "mremap": "grow" if sub else "shrink"
+                     }.get(kind, "all")
+            d = out["syscalls"][kind][label]
+        elif kind.startswith("mseg"):
+            a, mbc = sub >> 1, sub & 1
+            d = out["mseg"][proc.allocators.get(a, str(a))][kind][("mbc" if mbc else "sbc")]
+        elif kind.startswith("sys"):
+            who = "aligned (MBC carriers)" if sub == 0xFFFF else "by type"
+            d = out["sys_alloc"][kind][who]
+        else:
+            d = out["libc"][kind]["all"]
+        d["count"] = d.get("count", 0) + count
+        d["bytes"] = d.get("bytes", 0) + nbytes
+        h = d.setdefault("log2_hist", {})
+        h[str(1 << slot)] = h.get(str(1 << slot), 0) + count
+    res = _plain(out)
+    res["elapsed_s"] = round(elapsed, 3)
+    return res
+
+
+def render(doc: dict[str, Any], console: Any) -> None:
+    """Terminal tables (rich) of a summary document."""
+    from rich.table import Table
+
+    from beamalloc.units import human as human_bytes
+
+    mode = doc["mode"]
+    console.print(f"pid {doc['pid']} ({doc.get('node') or 'node unknown'}), "
+                  f"{doc['elapsed_s']:.1f} s, level {mode['level']}"
+                  + (f", sampled: probes attached {mode['attached_fraction']:.0%} of the time, "
+                     "calls scaled" if mode["attached_fraction"] < 1 else ""))
+    if doc["lost"]["total"]:
+        console.print(f"[bold red]lost {doc['lost']['total']} events[/]: {doc['lost']}")
+    blocks = doc.get("blocks") or {}
+    if blocks:
+        t = Table(title="alloc_util calls (block level)")
+        for col in ("allocator", "type", "alloc", "free", "realloc", "alloc/s", "requested",
+                    "outstanding"):
+            t.add_column(col, justify="left" if col in ("allocator", "type") else "right")
+        for name, e in blocks.items():
+            out = e["outstanding_bytes"]
+            t.add_row(name, "", *(str(e["calls"][o]) for o in OPS),
+                      str(e["rates_per_s"]["alloc"]), human_bytes(e["requested_bytes"]),
+                      "-" if out is None else human_bytes(out))
+            top = sorted(e["types"].items(), key=lambda kv: -kv[1]["alloc"])[:5]
+            for tname, ty in top:
+                o = ty["outstanding_bytes"]
+                t.add_row("", tname, str(ty["alloc"]), str(ty["free"]), str(ty["realloc"]), "",
+                          human_bytes(ty["requested_bytes"]), "-" if o is None else human_bytes(o))
+        console.print(t)
+    carriers = doc.get("carriers") or {}
+    if carriers:
+        t = Table(title="carrier level")
+        for col in ("source", "call", "detail", "count", "bytes"):
+            t.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        for src in ("syscalls", "mseg", "sys_alloc", "libc"):
+            for k1, v1 in (carriers.get(src) or {}).items():
+                for k2, v2 in v1.items():
+                    if "count" in v2:
+                        t.add_row(src, k1, k2, str(v2["count"]), human_bytes(v2["bytes"]))
+                    else:
+                        for k3, v3 in v2.items():
+                            t.add_row(src, f"{k1} {k2}", k3, str(v3["count"]),
+                                      human_bytes(v3["bytes"]))
+        console.print(t)
+    foreign = doc.get("foreign_malloc")
+    if foreign:
+        console.print(f"libc malloc outside erts_alloc: {human_bytes(foreign['outstanding_bytes'])}"
+                      f" outstanding in {foreign['outstanding_blocks']} blocks")
+        for s in foreign["top_stacks"][:5]:
+            console.print(f"  {human_bytes(s['bytes'])} in {s['blocks']} blocks:")
+            for frame in s["stack"][:6]:
+                console.print(f"      {frame}")
