@@ -147,6 +147,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(report_path=args.report, keep_node=args.keep_node)
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    from beamalloc.ebpf.run import main_args
+
+    return main_args(args)
+
+
 def wide_console(stderr: bool = False) -> Any:
     """A terminal keeps its width; a pipe or a file gets room for the widest table."""
     from rich.console import Console
@@ -284,6 +290,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", metavar="TOKEN",
                    help="required on every request (else $BEAMALLOC_TOKEN); needed off loopback")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("trace", help="follow a live beam.smp with eBPF: a summary or a trace file")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--pid", type=int, help="the beam.smp process to follow")
+    who.add_argument("--node", metavar="NODE", help="a node on this host (its options and "
+                     "type table go into the trace header)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds "
+                   "(else at Ctrl-C, SIGTERM or the node's end)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--summary", action="store_true", help="print per-allocator tables "
+                      "(the default)")
+    what.add_argument("-o", "--output", metavar="TRACE", help="write every alloc_util call "
+                      "to TRACE (docs/trace-format.md)")
+    p.add_argument("--level", choices=("block", "carrier", "all"), default="block",
+                   help="block: every alloc_util call; carrier: mmap/mseg/sys_alloc/libc only "
+                   "(cheap); all: both (summary only; default block)")
+    p.add_argument("--sample", type=float, metavar="F", help="attach the block probes for a "
+                   "fraction F of the time (time slices) and scale the counts")
+    p.add_argument("--slice-ms", type=float, default=100.0, metavar="MS",
+                   help="length of one attached slice when sampling (default 100)")
+    p.add_argument("--max-overhead", type=float, metavar="PCT", help="sample so that the "
+                   "probes cost about PCT %% of the machine")
+    p.add_argument("--no-libc", action="store_true", help="carrier level without libc "
+                   "malloc/free probes")
+    p.add_argument("--json", action="store_true", help="print the summary (or the trace's "
+                   "counts) as JSON")
+    _node_options(p)
+    p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
