@@ -8,12 +8,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: Erlang/OTP 25 (erl, erlc, epmd) for the collector, the workloads and the tests.
-DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver
+DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs demo test bench lint clean
+.PHONY: setup debs ebpf-prep demo test bench lint clean
 
-setup: debs $(STAMP)
+setup: debs $(STAMP) ebpf-prep
+
+# eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no
+# headers gets Debian's amd64 ones linked there (build = arch tree, source = common tree); tracefs
+# mounted for tracepoints. Idempotent; skipped without root.
+ebpf-prep: debs
+	@[ "$$(id -u)" = 0 ] || exit 0; K=$$(uname -r); H=$$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1); \
+	if [ ! -e /lib/modules/$$K/build/include ] && [ -n "$$H" ]; then \
+	  mkdir -p /lib/modules/$$K && ln -sfn $$H /lib/modules/$$K/build && ln -sfn $${H%-amd64}-common /lib/modules/$$K/source; fi; \
+	[ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing || true
 
 debs:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
