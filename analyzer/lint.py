@@ -260,6 +260,8 @@ def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
                         )
                     )
                 off, acul_set = f, None
+            elif f.param == "as":
+                off = None  # an aoff-family strategy supersedes the one that zeroed acul
             elif f.param == "acul" and f.value != 0:
                 if off is not None:
                     what = (f"strategy {off.value} is replaced by aoffcbf" if off.param == "as"

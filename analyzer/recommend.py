@@ -104,6 +104,9 @@ def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
         if finding.level == "action" and not finding.advice:
             finding.level = "info"
     flags = FlagSet(tuple(a.flag for a in advice))
+    rendered = flags.render().split()
+    pairs = [" ".join(rendered[i : i + 2]) for i in range(0, len(rendered), 2)]
+    advice.sort(key=lambda a: pairs.index(a.flag.render()))  # the order they are pasted in
     erts = erts_of(f.erts_version, f.otp_release)
     lint = [i.to_json() for i in lint_in_force(snap)]
     if given_flags is not None:

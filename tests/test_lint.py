@@ -1,0 +1,82 @@
+"""Lint (issue 3, must-hold 3): on flag strings and on the flags in force of real snapshots;
+our own recommendations never trip it."""
+
+from __future__ import annotations
+
+import pytest
+from recommend_fixtures import WORKLOADS, load
+
+from beamalloc.analyzer.lint import lint_flags, lint_in_force
+from beamalloc.analyzer.recommend import in_force, recommend
+from beamalloc.snapshot import Snapshot
+
+OTP25 = (13, 1, 5)
+
+
+def checks(flags: str, erts: tuple[int, ...] | None = OTP25) -> list[str]:
+    return [i.check for i in lint_flags(flags, erts=erts, schedulers=4)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("+MBlmbcs 512", ["lmbcs-sbct"]),  # otp#9521's folklore flag alone
+        ("+MElmbcs 512 +MEsbct 256", []),
+        ("+MHlmbcs 1024", []),  # exactly 2 x sbct is fine
+        ("+MBas bf", ["migration-off"]),
+        ("+MBas aobf", ["migration-off"]),
+        ("+MHas gf", ["migration-off"]),
+        ("+MBas ageffcbf", []),
+        ("+MBt false", ["migration-off"]),
+        ("+MBacul 50 +MBas aobf", ["order", "migration-off"]),  # acul lost
+        ("+MBas aobf +MBacul 50", ["order"]),  # aobf replaced by aoffcbf
+        ("+MMmcs 40", ["range"]),
+        ("+MBacul 50 +MBacful 70", ["range"]),
+        ("+MBrsbcst 150", ["range"]),
+        ("+MBsbct 1", ["range"]),
+        ("+MBacful de", []),
+        ("+MMlp on", ["release"]),  # OTP 27 only
+        ("+MBfoo 512 +MBas ageffcbf", ["invalid"]),
+        ("+MBas nosuch", ["invalid"]),
+    ],
+)
+def test_flag_strings(flags: str, expected: list[str]) -> None:
+    assert checks(flags) == expected
+
+
+def test_release_unknown_flags() -> None:
+    assert checks("+MBacful de", erts=(13, 0)) == ["release"]  # OTP 25.0 < 25.1.2
+    assert checks("+MBas ageffcbf", erts=(9, 0)) == ["release"]  # OTP 20.0
+    assert checks("+Mdai max", erts=(12, 1)) == ["release"]
+    assert checks("+Mdai max", erts=(12, 2)) == []
+
+
+def test_lmbcs_against_the_flags_in_force() -> None:
+    """A proposal is checked on top of the node's own options, not on the defaults."""
+    base = {"binary_alloc": {"sbct": 4 << 20, "lmbcs": 5 << 20, "smbcs": 256 << 10}}
+    assert [i.check for i in lint_flags("+MBlmbcs 6144", base=base)] == ["lmbcs-sbct"]
+    assert [i.check for i in lint_flags("+MBlmbcs 8192", base=base)] == []
+
+
+def test_in_force() -> None:
+    issues = lint_in_force(load("binspike_bf"))
+    assert [(i.check, i.allocator, i.where) for i in issues] == [
+        ("migration-off", "binary_alloc", "in force")]
+    assert lint_in_force(load("binspike")) == []
+    s = load("healthy")
+    for inst in s.instances("ets_alloc"):
+        inst.options["lmbcs"] = inst.options["smbcs"] = 512 << 10
+    assert [(i.check, i.allocator) for i in lint_in_force(s)] == [("lmbcs-sbct", "ets_alloc")]
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_our_advice_is_lint_clean(name: str) -> None:
+    snap: Snapshot = load(name)
+    r = recommend(snap)
+    assert r["withheld"] == []
+    issues = lint_flags(r["emulator_flags"], where="proposed", base=in_force(snap),
+                        schedulers=snap.schedulers, erts=OTP25)  # fmt: skip
+    assert issues == []
+    # appended after the node's own flags, the combination is still clean of order traps
+    if name == "binspike_bf":
+        assert "order" not in [i.check for i in lint_flags("+MBas bf " + r["emulator_flags"])]
