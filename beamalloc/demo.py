@@ -106,6 +106,8 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
     from rich.console import Console
 
     from beamalloc.analyzer.analysis import analyze
+    from beamalloc.analyzer.outputs import summary
+    from beamalloc.analyzer.recommend import recommend
     from beamalloc.analyzer.text_report import render
     from beamalloc.cli import wide_console
     from beamalloc.collector.live import snapshot_node
@@ -122,14 +124,14 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         snap_path = Path(report_path).with_name("demo-snapshot.json")
         snap_path.write_text(snap.to_json())
         result = analyze(snap)
-        render(result, wide_console(), top=12)
-        from beamalloc.analyzer.outputs import summary
-        from beamalloc.analyzer.recommend import recommend
-
+        out = wide_console()
+        render(result, out, top=12)
+        out.print()
         for line in summary(recommend(snap)):
-            console.print(line, markup=False)
-        console.print(f"Details: beamalloc recommend {snap_path}", markup=False)
-        write_report([result], report_path)
+            out.print(line, markup=False)
+        out.print(f"Details, with the evidence and cost of each flag: "
+                  f"beamalloc recommend {snap_path}", markup=False)
+        write_report([result], report_path, snapshots=[snap])
         console.print(
             f"\nWrote {report_path} and {snap_path}. Next: beamalloc analyze {snap_path} --json"
         )
