@@ -138,9 +138,35 @@ def _agent_env(home: str) -> dict[str, str]:
     return env
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes], limit: float = 2.0) -> None:
+    """SIGKILL the hidden node's process group and wait until no live member is left.
+
+    proc.wait() only covers erl itself; erl_child_setup (beam's helper) or a subshell of the
+    erl script may still be exiting, and "no process of ours left" must hold on return.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    end = time.monotonic() + limit
+    while _live_members(proc.pid) and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+def _live_members(pgid: int) -> bool:
+    """Does process group `pgid` still have a member that is not a zombie?"""
+    for d in os.scandir("/proc"):
+        if not d.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, float]:
@@ -172,7 +198,6 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
     finally:
         if proc is not None:
             _kill_group(proc)
-            proc.wait()
         shutil.rmtree(home, ignore_errors=True)
     for line in out.splitlines():
         if line.startswith(MARK):
