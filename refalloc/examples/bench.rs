@@ -1,73 +1,85 @@
-//! Replay speed on a synthetic workload: `cargo run --release --no-default-features --example
-//! bench [strategy] [events] [max live blocks]`. Prints events/s of the model alone (events generated up front).
+//! Replay speed. Three modes (`cargo run --release --no-default-features --example bench -- …`):
+//!
+//! * `gen PATH EVENTS MAX_LIVE [SEED]` — write a synthetic binary_alloc trace: a steady state
+//!   between MAX_LIVE/2 and MAX_LIVE live blocks freed at random (no locality: a worst case for
+//!   caches), sizes mostly small, some medium, on three instances; block ids are dense (a freed
+//!   id is reused), as a tracer that remaps pointers at write time produces them;
+//! * `replay PATH STRATEGY` — replay the file through the model (read + decode + model) and print
+//!   `EVENTS SECONDS PEAK_RSS_KB LIVE_BLOCKS`;
+//! * `mem STRATEGY [EVENTS] [MAX_LIVE]` — the model alone on events generated up front.
+//!
+//! tests/bench/bench_replay.py drives `gen` and `replay` against a glibc baseline.
 use _refalloc::config::{Globals, InstanceConfig, Strategy};
 use _refalloc::replay::Replay;
-use _refalloc::trace::{Event, Op};
+use _refalloc::trace::{Event, Op, TraceReader, TraceWriter};
+use std::io::BufWriter;
 use std::time::Instant;
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let strategy =
-        Strategy::parse(args.get(1).map(String::as_str).unwrap_or("aoffcbf")).expect("strategy");
-    let n: usize = args
-        .get(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000_000);
-    let max_live: usize = args
-        .get(3)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(50_000);
-    let mut s = 0x1234_5678_9abc_def1u64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    // A steady state between max_live/2 and max_live blocks freed at random (no locality: a
-    // worst case for caches), sizes mostly small, some medium.
-    let mut live: Vec<u64> = Vec::new();
-    let mut events = Vec::with_capacity(n);
-    let mut id = 0u64;
-    for i in 0..n as u64 {
-        let r = rnd();
+struct Gen {
+    s: u64,
+    live: Vec<u64>,
+    spare: Vec<u64>,
+    next: u64,
+    max_live: usize,
+    i: u64,
+}
+
+impl Gen {
+    fn new(max_live: usize, seed: u64) -> Self {
+        Gen {
+            s: seed | 1,
+            live: Vec::new(),
+            spare: Vec::new(),
+            next: 1,
+            max_live,
+            i: 0,
+        }
+    }
+    fn rnd(&mut self) -> u64 {
+        self.s ^= self.s << 13;
+        self.s ^= self.s >> 7;
+        self.s ^= self.s << 17;
+        self.s
+    }
+    fn next_event(&mut self) -> Event {
+        let r = self.rnd();
         let inst = r % 3;
-        if live.len() < max_live && (live.len() < max_live / 2 || r % 2 == 0) {
-            id += 1;
-            live.push(id);
-            let size = if r % 16 == 0 {
+        self.i += 1;
+        let n = self.live.len();
+        let ev = |op, size, id| Event {
+            t_ns: self.i * 100,
+            op,
+            allocator: 10,
+            instance: inst,
+            type_: 214,
+            size,
+            id,
+            new_id: 0,
+            thread: inst,
+        };
+        if n < self.max_live && (n < self.max_live / 2 || r.is_multiple_of(2)) {
+            let id = self.spare.pop().unwrap_or_else(|| {
+                self.next += 1;
+                self.next - 1
+            });
+            self.live.push(id);
+            let size = if r.is_multiple_of(16) {
                 1_000 + (r >> 20) % 60_000
             } else {
                 8 + (r >> 20) % 500
             };
-            events.push(Event {
-                t_ns: i * 100,
-                op: Op::Alloc,
-                allocator: 10,
-                instance: inst,
-                type_: 214,
-                size,
-                id,
-                new_id: 0,
-                thread: inst,
-            });
+            ev(Op::Alloc, size, id)
         } else {
-            let j = (r >> 8) as usize % live.len();
-            let victim = live.swap_remove(j);
-            events.push(Event {
-                t_ns: i * 100,
-                op: Op::Free,
-                allocator: 10,
-                instance: inst,
-                type_: 214,
-                size: 0,
-                id: victim,
-                new_id: 0,
-                thread: inst,
-            });
+            let j = (r >> 8) as usize % n;
+            let victim = self.live.swap_remove(j);
+            self.spare.push(victim);
+            ev(Op::Free, 0, victim)
         }
     }
-    let cfgs: Vec<InstanceConfig> = (0..3)
+}
+
+fn configs(strategy: Strategy) -> Vec<InstanceConfig> {
+    (0..3)
         .map(|ix| {
             let mut c = InstanceConfig::default_for(10, ix);
             c.strategy = strategy;
@@ -78,19 +90,82 @@ fn main() {
             }
             c
         })
-        .collect();
-    let mut rp = Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000_000);
-    let t = Instant::now();
-    for ev in &events {
-        rp.apply(ev);
+        .collect()
+}
+
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("gen") => {
+            let path = &args[2];
+            let n: u64 = arg(&args, 3, 20_000_000);
+            let max_live: usize = arg(&args, 4, 50_000);
+            let seed: u64 = arg(&args, 5, 0x1234_5678_9abc_def1);
+            let f = std::fs::File::create(path).expect("create trace");
+            let header = format!(
+                "{{\"format\":\"beamalloc-trace\",\"version\":1,\"schedulers\":2,\
+                 \"source\":\"synthetic\",\"generator\":\"bench\",\"max_live\":{max_live}}}"
+            );
+            let mut w = TraceWriter::new(BufWriter::new(f), &header).expect("header");
+            let mut g = Gen::new(max_live, seed);
+            for _ in 0..n {
+                w.write(&g.next_event()).expect("write");
+            }
+            w.finish().expect("finish");
+        }
+        Some("replay") => {
+            let strategy = Strategy::parse(&args[3]).expect("strategy");
+            let mut reader = TraceReader::open(&args[2]).expect("open trace");
+            let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
+            let t = Instant::now();
+            rp.run(&mut reader).expect("replay");
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{} {:.6} {} {}",
+                rp.events,
+                secs,
+                peak_rss_kb(),
+                rp.live_blocks()
+            );
+        }
+        _ => {
+            let off = usize::from(args.get(1).map(String::as_str) == Some("mem"));
+            let strategy =
+                Strategy::parse(args.get(1 + off).map(String::as_str).unwrap_or("aoffcbf"))
+                    .expect("strategy");
+            let n: usize = arg(&args, 2 + off, 10_000_000);
+            let max_live: usize = arg(&args, 3 + off, 50_000);
+            let mut g = Gen::new(max_live, 0x1234_5678_9abc_def1);
+            let events: Vec<Event> = (0..n).map(|_| g.next_event()).collect();
+            let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
+            let t = Instant::now();
+            for ev in &events {
+                rp.apply(ev);
+            }
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{} {} events in {:.3} s: {:.1} M events/s, {} live blocks",
+                strategy.name(),
+                n,
+                secs,
+                n as f64 / secs / 1e6,
+                rp.live_blocks()
+            );
+        }
     }
-    let secs = t.elapsed().as_secs_f64();
-    println!(
-        "{} {} events in {:.3} s: {:.1} M events/s, {} live blocks",
-        strategy.name(),
-        n,
-        secs,
-        n as f64 / secs / 1e6,
-        rp.live_blocks()
-    );
 }

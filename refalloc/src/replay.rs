@@ -28,6 +28,68 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// Trace block id -> (allocator, model block) for live blocks only.
+///
+/// Small ids (dense ids, as written by tracers that remap pointers and by the generators) index
+/// a vector, which avoids hashing and a cache miss per event; the vector only grows to cover ids
+/// below twice the live count (plus a constant), so memory stays proportional to the live set
+/// however long the trace. Other ids (raw pointers, ever-growing counters) go to a hash map.
+#[derive(Default)]
+pub struct LiveMap {
+    dense: Vec<u64>,
+    sparse: IdMap<(u8, u32)>,
+    len: usize,
+}
+
+const DENSE_SLACK: usize = 1 << 16;
+
+impl LiveMap {
+    fn pack(v: (u8, u32)) -> u64 {
+        (((v.0 as u64) << 32) | v.1 as u64) + 1
+    }
+    fn unpack(x: u64) -> (u8, u32) {
+        let x = x - 1;
+        ((x >> 32) as u8, x as u32)
+    }
+    /// Insert; returns the previous value for this id (a reused id).
+    pub fn insert(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
+        let old = self.remove(id);
+        self.len += 1;
+        let i = id as usize;
+        if (id as u128) < (2 * self.len + DENSE_SLACK) as u128 {
+            if i >= self.dense.len() {
+                let want = (i + 1).max(self.dense.len() * 3 / 2);
+                self.dense.resize(want.min(2 * self.len + DENSE_SLACK), 0);
+            }
+            self.dense[i] = Self::pack(v);
+        } else {
+            self.sparse.insert(id, v);
+        }
+        old
+    }
+    pub fn remove(&mut self, id: u64) -> Option<(u8, u32)> {
+        if let Some(x) = self.dense.get_mut(id as usize) {
+            if *x != 0 {
+                let v = Self::unpack(*x);
+                *x = 0;
+                self.len -= 1;
+                return Some(v);
+            }
+        }
+        let v = self.sparse.remove(&id);
+        if v.is_some() {
+            self.len -= 1;
+        }
+        v
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Allocator numbers 1..=12 (alloc_util.md §1).
 pub const MAX_ALLOC_NO: usize = 12;
 /// mseg_cache_check runs about once a second (§3.7).
@@ -53,7 +115,7 @@ pub struct Anomalies {
 pub struct Replay {
     pub env: Env,
     pub heaps: Vec<Option<Heap>>,
-    live: IdMap<(u8, u32)>,
+    live: LiveMap,
     pub anomalies: Anomalies,
     pub events: u64,
     pub series: Vec<Sample>,
@@ -83,7 +145,7 @@ impl Replay {
         Replay {
             env,
             heaps,
-            live: IdMap::default(),
+            live: LiveMap::default(),
             anomalies: Anomalies::default(),
             events: 0,
             series: Vec::new(),
@@ -131,7 +193,7 @@ impl Replay {
                     }
                 }
             }
-            Op::Free => match self.live.remove(&ev.id) {
+            Op::Free => match self.live.remove(ev.id) {
                 Some((pa, pb)) => {
                     if let Some(h) = self.heaps[pa as usize].as_mut() {
                         h.free(env, pb);
@@ -141,7 +203,7 @@ impl Replay {
             },
             Op::Realloc => {
                 let ix = Self::instance(heap, ev.instance);
-                let nb = match self.live.remove(&ev.id) {
+                let nb = match self.live.remove(ev.id) {
                     Some((pa, pb)) if pa as usize == a => heap.realloc(env, ix, pb, ev.size),
                     Some((pa, pb)) => {
                         if let Some(h) = self.heaps[pa as usize].as_mut() {
@@ -189,5 +251,36 @@ impl Replay {
 
     pub fn live_blocks(&self) -> usize {
         self.live.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LiveMap;
+    use std::collections::HashMap;
+
+    #[test]
+    fn live_map_agrees_with_a_hash_map_for_dense_and_sparse_ids() {
+        let mut m = LiveMap::default();
+        let mut want: HashMap<u64, (u8, u32)> = HashMap::new();
+        let mut s = 99u64;
+        for i in 0..200_000u32 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // dense small ids, counters that outgrow the vector, and pointer-like ids
+            let id = match s % 3 {
+                0 => s % 5000,
+                1 => i as u64 * 3,
+                _ => 0x7f00_0000_0000 + (s % 100_000) * 16,
+            };
+            if s % 5 < 3 {
+                assert_eq!(m.insert(id, (10, i)), want.insert(id, (10, i)));
+            } else {
+                assert_eq!(m.remove(id), want.remove(&id));
+            }
+            assert_eq!(m.len(), want.len());
+        }
+        assert!(m.dense.len() <= 2 * m.len() + super::DENSE_SLACK);
     }
 }

@@ -228,6 +228,101 @@ impl<R: Read> Iterator for TraceReader<R> {
     }
 }
 
+/// Streaming writer of the binary format (the Rust twin of `beamalloc.trace.TraceWriter`):
+/// used by the bench's generator and the reader's round-trip and mutation tests.
+pub struct TraceWriter<W: std::io::Write> {
+    w: W,
+    buf: Vec<u8>,
+    t: u64,
+    id: u64,
+    ctx: Option<(u64, u64, u64)>,
+    type_: Option<u64>,
+    pub count: u64,
+}
+
+impl<W: std::io::Write> TraceWriter<W> {
+    /// Writes the fixed prefix and `header_json` (a JSON object, docs/trace-format.md).
+    pub fn new(mut w: W, header_json: &str) -> std::io::Result<Self> {
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&0u16.to_le_bytes())?;
+        w.write_all(&(header_json.len() as u32).to_le_bytes())?;
+        w.write_all(header_json.as_bytes())?;
+        Ok(TraceWriter {
+            w,
+            buf: Vec::with_capacity(1 << 16),
+            t: 0,
+            id: 0,
+            ctx: None,
+            type_: None,
+            count: 0,
+        })
+    }
+
+    fn uvarint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    fn svarint(&mut self, d: u64) {
+        let d = d as i64;
+        self.uvarint(((d << 1) ^ (d >> 63)) as u64);
+    }
+
+    pub fn write(&mut self, e: &Event) -> std::io::Result<()> {
+        let mut tag = match e.op {
+            Op::Alloc => 0u8,
+            Op::Free => 1,
+            Op::Realloc => 2,
+        };
+        let ctx = (e.allocator, e.instance, e.thread);
+        if self.ctx != Some(ctx) {
+            tag |= 0x04;
+        }
+        if self.type_ != Some(e.type_) {
+            tag |= 0x08;
+        }
+        self.buf.push(tag);
+        self.svarint(e.t_ns.wrapping_sub(self.t));
+        if tag & 0x04 != 0 {
+            self.uvarint(e.allocator);
+            self.uvarint(e.instance);
+            self.uvarint(e.thread);
+            self.ctx = Some(ctx);
+        }
+        if tag & 0x08 != 0 {
+            self.uvarint(e.type_);
+            self.type_ = Some(e.type_);
+        }
+        self.uvarint(e.size);
+        self.svarint(e.id.wrapping_sub(self.id));
+        if e.op == Op::Realloc {
+            self.svarint(e.new_id.wrapping_sub(e.id));
+        }
+        self.t = e.t_ns;
+        self.id = e.id;
+        self.count += 1;
+        if self.buf.len() >= 1 << 16 {
+            self.w.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the END record and returns the inner writer.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.buf.push(0x03);
+        let n = self.count;
+        self.uvarint(n);
+        self.w.write_all(&self.buf)?;
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +367,103 @@ mod tests {
         let mut r = TraceReader::new(&cut[..], "c").unwrap();
         let e = r.next_event().err().unwrap().to_string();
         assert!(e.starts_with("c: truncated record at byte 16"), "{e}");
+    }
+    fn rng(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    fn random_trace(s: &mut u64, n: usize) -> (Vec<u8>, Vec<Event>) {
+        let mut w = TraceWriter::new(Vec::new(), "{\"schedulers\":2}").unwrap();
+        let mut evs = Vec::new();
+        for _ in 0..n {
+            let r = rng(s);
+            let op = [Op::Alloc, Op::Free, Op::Realloc][(r % 3) as usize];
+            // Extreme values on purpose: deltas of either sign across the whole u64 range.
+            let pick = |x: u64| match x % 4 {
+                0 => x >> 3,
+                1 => u64::MAX - (x % 5),
+                2 => x % 300,
+                _ => 0,
+            };
+            let e = Event {
+                t_ns: pick(rng(s)),
+                op,
+                allocator: rng(s) % 13,
+                instance: rng(s) % 4,
+                type_: pick(rng(s)),
+                size: pick(rng(s)),
+                id: pick(rng(s)),
+                new_id: if op == Op::Realloc { pick(rng(s)) } else { 0 },
+                thread: rng(s) % 3,
+            };
+            w.write(&e).unwrap();
+            evs.push(e);
+        }
+        (w.finish().unwrap(), evs)
+    }
+
+    #[test]
+    fn writer_and_reader_round_trip() {
+        let mut s = 0x5eed_u64;
+        for n in [0, 1, 2, 50, 500] {
+            let (bytes, evs) = random_trace(&mut s, n);
+            let got: Vec<Event> = TraceReader::new(&bytes[..], "rt")
+                .unwrap()
+                .map(|e| e.unwrap())
+                .collect();
+            assert_eq!(got, evs);
+        }
+    }
+
+    /// Randomized mutation testing of the reader (the fuzz target; no libFuzzer needed): flip,
+    /// overwrite, insert, delete and truncate bytes of valid traces. The reader must never
+    /// panic, never loop, and either stop with an error or read to a valid END. Iterations:
+    /// `REFALLOC_FUZZ_SECS` seconds if set (e.g. 3600 for an hour), else a quick 3000 cases.
+    #[test]
+    fn reader_survives_mutations() {
+        let secs: u64 = std::env::var("REFALLOC_FUZZ_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut s = 0xF022_u64 ^ secs;
+        let mut cases = 0u64;
+        while cases < 3000 || std::time::Instant::now() < deadline {
+            cases += 1;
+            let n = (rng(&mut s) % 40) as usize;
+            let (mut b, _) = random_trace(&mut s, n);
+            for _ in 0..1 + rng(&mut s) % 4 {
+                if b.is_empty() {
+                    break;
+                }
+                let at = (rng(&mut s) % b.len() as u64) as usize;
+                match rng(&mut s) % 5 {
+                    0 => b[at] ^= 1 << (rng(&mut s) % 8),
+                    1 => b[at] = rng(&mut s) as u8,
+                    2 => b.insert(at, rng(&mut s) as u8),
+                    3 => {
+                        b.remove(at);
+                    }
+                    _ => b.truncate(at),
+                }
+            }
+            let Ok(r) = TraceReader::new(&b[..], "fz") else {
+                continue;
+            };
+            let mut read = 0usize;
+            for e in r {
+                read += 1;
+                assert!(read <= b.len(), "more events than bytes");
+                if e.is_err() {
+                    break;
+                }
+            }
+        }
+        if secs > 0 {
+            eprintln!("reader_survives_mutations: {cases} cases in {secs} s");
+        }
     }
 }
