@@ -308,8 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(cheap); all: both (summary only; default block)")
     p.add_argument("--sample", type=float, metavar="F", help="attach the block probes for a "
                    "fraction F of the time (time slices) and scale the counts")
-    p.add_argument("--slice-ms", type=float, default=100.0, metavar="MS",
-                   help="length of one attached slice when sampling (default 100)")
+    p.add_argument("--slice-ms", type=float, default=1000.0, metavar="MS",
+                   help="length of one attached slice when sampling (default 1000)")
     p.add_argument("--max-overhead", type=float, metavar="PCT", help="sample so that the "
                    "probes cost about PCT %% of the machine")
     p.add_argument("--no-libc", action="store_true", help="carrier level without libc "

@@ -56,7 +56,7 @@ static __always_inline void owner_of(u64 p, u64 *blk, u64 *allctr) {
         return;
     if ((bhdr & 7) == 7) {
         carrier = p - 8 - 32;
-        *blk = bhdr & ~7ULL;
+        *blk = bhdr & 0x7FFFFFFFFFFFFFF8ULL;  // bit 63 is a flag, not size
     } else {
         carrier = ((p - 8) & ~0x3FFFULL) - (((bhdr & 0x7FFFFFFFFFFFFFFFULL) >> 40) << 14);
         *blk = bhdr & 0xFFFFFFFFF8ULL;

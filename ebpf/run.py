@@ -42,7 +42,7 @@ class Options:
     json: bool = False
     level: str = "block"  # "block" or "carrier"; "all" = both
     sample: float | None = None
-    slice_s: float = 0.1
+    slice_s: float = 1.0
     max_overhead: float | None = None  # percent
     libc: bool = True
     cookie_file: str | None = None
@@ -211,7 +211,10 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
         if opts.level in ("carrier", "all"):
             carriers = CarrierProbes(bcc, proc, libc=opts.libc)
         if opts.level in ("block", "all"):
-            blocks = BlockProbes(bcc, proc, trace=False)
+            sampling = opts.sample is not None or opts.max_overhead is not None
+            # Sampling counts calls at entry only: no return trap, and fewer probes to detach
+            # after each slice (outstanding bytes are not measured when sampling anyway).
+            blocks = BlockProbes(bcc, proc, trace=False, returns=not sampling)
         sampler = _Sampler(opts, blocks)
         _say(opts, f"following pid {proc.pid} ({opts.level} level"
              + (", sampled" if sampler.sampled else "") + "); Ctrl-C stops")
@@ -270,14 +273,15 @@ class _Sampler:
             self._on()
 
     def _on(self) -> None:
-        self.blocks.clear_pending() if self.sampled else None
+        if self.sampled:
+            self.blocks.clear_pending()
+        self._since = time.monotonic()  # attached time runs from the first attach...
         self.blocks.attach()
-        self._since = time.monotonic()
-        self._next = self._since + (self.opts.slice_s if self.sampled else 1e18)
+        self._next = time.monotonic() + (self.opts.slice_s if self.sampled else 1e18)
 
     def _off(self) -> None:
         self.blocks.detach()
-        now = time.monotonic()
+        now = time.monotonic()  # ...to the last detach (detaching takes a while, §docs)
         slice_s = now - (self._since or now)
         self.attached_s += slice_s
         self._since = None
@@ -289,7 +293,7 @@ class _Sampler:
             cost = rate * PROBE_HIT_COST_S / cpus  # fraction of the machine while attached
             want = self.opts.max_overhead / 100 / cost if cost > 0 else 1.0
             self.fraction = min(1.0, max(0.01, want))
-        off_s = self.opts.slice_s / self.fraction - self.opts.slice_s
+        off_s = slice_s / self.fraction - slice_s  # from the slice as it was, detach included
         self._next = now + off_s
 
     def step(self) -> None:

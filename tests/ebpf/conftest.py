@@ -1,0 +1,26 @@
+"""Fixtures of the eBPF tests: the compiled binchurn workload and a node running it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from ebpfhelp import ROOT, Churn
+
+
+@pytest.fixture(scope="session")
+def ebin() -> Iterator[str]:
+    d = tempfile.mkdtemp(prefix="beamalloc-ebpf-test-")
+    subprocess.run(["erlc", "-o", d, str(ROOT / "samples/workloads/binchurn.erl")], check=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def churn(ebin: str) -> Iterator[Churn]:
+    c = Churn(ebin)
+    yield c
+    c.stop()

@@ -1,0 +1,122 @@
+"""Helpers of the eBPF tests (the fixtures are in conftest.py): a binchurn node driven over its
+stdin, and `beamalloc trace` run as users run it. Skipped, with the reason, only where BPF (or
+root, or bcc) is missing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beamalloc.ebpf import kernel
+from beamalloc.ebpf.errors import EbpfUnavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname().split(".")[0]
+
+
+def _bpf_missing() -> str | None:
+    try:
+        kernel.preflight()
+    except EbpfUnavailable as e:
+        return str(e)
+    return None
+
+
+MISSING = _bpf_missing()
+requires_bpf = pytest.mark.skipif(MISSING is not None, reason=f"no BPF here: {MISSING}")
+
+
+class Churn:
+    """A binchurn node (samples/workloads/binchurn.erl) answering commands on its stdin."""
+
+    def __init__(self, ebin: str, sname: bool = False) -> None:
+        self.cookie = f"C{secrets.token_hex(10)}"
+        self.name = f"t_ebpf_{secrets.token_hex(3)}"
+        argv = ["erl", "-noshell", "-pa", ebin]
+        if sname:
+            argv += ["-sname", self.name, "-setcookie", self.cookie]
+        self.proc = subprocess.Popen([*argv, "-eval", "binchurn:main()"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert self.readline() == "ready"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid  # erl execs erlexec, which execs beam.smp
+
+    @property
+    def node(self) -> str:
+        return f"{self.name}@{HOST}"
+
+    def readline(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def cmd(self, line: str) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        words = self.readline().split()
+        assert words and words[0] != "error", f"{line}: {words}"
+        return words
+
+    def calls(self) -> dict[str, tuple[int, int, int]]:
+        w = self.cmd("calls")[1:]
+        return {w[i]: (int(w[i + 1]), int(w[i + 2]), int(w[i + 3])) for i in range(0, len(w), 4)}
+
+    def blocks(self) -> dict[str, tuple[int, int]]:
+        w = self.cmd("blocks")[1:]
+        return {w[i]: (int(w[i + 1]), int(w[i + 2])) for i in range(0, len(w), 3)}
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+class Tracer:
+    """`beamalloc trace ARGS` in the background; ready once it has said it is attached."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", "trace", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        assert "Ctrl-C stops" in line, line + self.proc.stderr.read()
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 120) -> tuple[int, str, str]:
+        self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 120) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def json(self, out: str) -> dict:
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def probes_in_kernel(beam_or_pid: str | None = None) -> list[str]:
+    """Uprobes attached to beam.smp or libc right now: tracefs's uprobe_events (probes made
+    through tracefs) and bpftool's perf and link lists (probes made with perf_event_open)."""
+    found = []
+    events = Path("/sys/kernel/tracing/uprobe_events")
+    if events.exists():
+        found += [ln for ln in events.read_text().splitlines() if ln.strip()]
+    for what in ("perf", "link"):
+        r = subprocess.run(["bpftool", "-j", what, "list"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for item in json.loads(r.stdout or "[]"):
+            text = json.dumps(item)
+            if "uprobe" in text and ("beam" in text or "libc" in text):
+                found.append(text)
+    return found
