@@ -39,6 +39,17 @@ struct event {
 #define ST_CALLS 3        // entry probe hits
 BPF_PERCPU_ARRAY(stats, u64, 4);
 
+// Set by the loader once every probe is attached, cleared before it starts detaching: probes
+// attach and (slowly) detach one by one, and counting only while all are in place makes a
+// sampled slice's length exact.
+BPF_ARRAY(enabled, u32, 1);
+
+static __always_inline int is_enabled(void) {
+    int k = 0;
+    u32 *v = enabled.lookup(&k);
+    return v && *v;
+}
+
 static __always_inline void stat_add(int i, u64 n) {
     u64 *v = stats.lookup(&i);
     if (v)
@@ -216,6 +227,8 @@ static __always_inline void account(u64 allctr, u64 type, u32 op, u64 size, u64 
 // log2 of the requested size; block bytes and owners where they are known: at free entry and at
 // alloc/realloc return (op | OP_RET).
 static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
+    if (!is_enabled())
+        return 0;
     stat_add(ST_CALLS, 1);
     if (op == OP_FREE) {
         u64 blk, allctr;
@@ -224,6 +237,9 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
         return 0;
     }
     account(0, type, op, size, 0, 0);
+#ifdef ENTRIES_ONLY
+    return 0;  // sampling: no return probes, so nothing to hand over to them
+#endif
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct pending p = {};
     p.type = type;
@@ -243,6 +259,8 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
 }
 
 static __always_inline int on_return(u64 ret) {
+    if (!is_enabled())
+        return 0;
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct pending *p = pend.lookup(&tid);
     if (!p || !p->valid) {

@@ -66,6 +66,8 @@ class BlockProbes:
                   f"-DRINGBUF_PAGES={pages}", "-Wno-macro-redefined"]
         if trace:
             cflags.append("-DTRACE_EVENTS")
+        if not self.returns:
+            cflags.append("-DENTRIES_ONLY")
         try:
             self.bpf = bcc.BPF(src_file=str(SOURCE).encode(), cflags=cflags)
         except Exception as e:  # bcc raises bare Exception on compile/load failures
@@ -89,6 +91,7 @@ class BlockProbes:
                 attach(name=self.proc.binary.encode(), addr=addr, fn_name=p.fn.encode(),
                        pid=self.proc.pid)
                 self._attached.append(p)
+            self._enable(True)
         except Exception as e:
             self.detach()
             where = f"{p.kind} {p.sym}" if p else "?"
@@ -103,6 +106,7 @@ class BlockProbes:
         todo, self._attached = self._attached, []
         if not todo:
             return
+        self._enable(False)
 
         def one(p: Probe) -> None:
             detach = self.bpf.detach_uprobe if p.kind == "entry" else self.bpf.detach_uretprobe
@@ -112,6 +116,11 @@ class BlockProbes:
 
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
             list(pool.map(one, todo))
+
+    def _enable(self, on: bool) -> None:
+        if not self.trace:  # a trace counts from the first probe to the last: no gaps
+            table = self.bpf["enabled"]
+            table[table.Key(0)] = table.Leaf(1 if on else 0)
 
     def close(self) -> None:
         self.detach()

@@ -275,16 +275,16 @@ class _Sampler:
     def _on(self) -> None:
         if self.sampled:
             self.blocks.clear_pending()
-        self._since = time.monotonic()  # attached time runs from the first attach...
-        self.blocks.attach()
-        self._next = time.monotonic() + (self.opts.slice_s if self.sampled else 1e18)
+        self.blocks.attach()  # counting starts once every probe is in (blocks.bpf.c, enabled)
+        self._since = time.monotonic()
+        self._next = self._since + (self.opts.slice_s if self.sampled else 1e18)
 
     def _off(self) -> None:
-        self.blocks.detach()
-        now = time.monotonic()  # ...to the last detach (detaching takes a while, §docs)
-        slice_s = now - (self._since or now)
+        start = time.monotonic()  # counting stops before the first probe goes
+        slice_s = start - (self._since or start)
         self.attached_s += slice_s
         self._since = None
+        self.blocks.detach()
         if self.opts.max_overhead is not None and slice_s > 0:
             calls = self.blocks.stats()["calls"]
             rate = (calls - self._calls) / slice_s  # probe hits per second while attached
@@ -293,8 +293,11 @@ class _Sampler:
             cost = rate * PROBE_HIT_COST_S / cpus  # fraction of the machine while attached
             want = self.opts.max_overhead / 100 / cost if cost > 0 else 1.0
             self.fraction = min(1.0, max(0.01, want))
-        off_s = slice_s / self.fraction - slice_s  # from the slice as it was, detach included
-        self._next = now + off_s
+        # The period is the slice over the fraction; attaching and detaching eat into the
+        # detached part (they take ~1 s here).
+        now = time.monotonic()
+        self._next = start + max(0.0, slice_s / self.fraction - slice_s)
+        self._next = max(self._next, now)
 
     def step(self) -> None:
         if self.blocks is None or not self.sampled:
@@ -315,9 +318,7 @@ class _Sampler:
         if self.blocks is None:
             return 0.0
         if self._since is not None:
-            self.attached_s += time.monotonic() - self._since
-            self._since = None
-        self.blocks.detach()
+            self._off()
         return self.attached_s
 
 

@@ -9,6 +9,8 @@
 %% Commands (one per line on stdin; each answer is one line on stdout):
 %%   burst P N    P worker pairs, N binaries sent per worker  -> "done Sent"
 %%   run P MS     P worker pairs for MS milliseconds          -> "done Sent"
+%%   paced P RATE MS  P pairs sending RATE binaries/s in all, for MS ms (not CPU-bound, so
+%%                the count does not depend on how fast the node runs) -> "done Sent"
 %%   keep N SIZE  keep N binaries of SIZE bytes alive (ETS)   -> "done N"
 %%   calls        alloc calls per allocator, summed over instances
 %%                  -> "calls binary_alloc A F R eheap_alloc A F R ..."
@@ -51,6 +53,11 @@ command(["run", P, Ms]) ->
     Sent = pairs(list_to_integer(P), {until, erlang:monotonic_time(millisecond)
                                             + list_to_integer(Ms)}),
     ["done", Sent];
+command(["paced", P, Rate, Ms]) ->
+    Np = list_to_integer(P),
+    PerTick = max(1, list_to_integer(Rate) div Np div 100),  % 10 ms ticks
+    Ticks = list_to_integer(Ms) div 10,
+    ["done", pairs(Np, {paced, PerTick, Ticks})];
 command(["keep", N, Size]) ->
     Bin = binary:copy(<<"k">>, list_to_integer(Size)),
     [ets:insert(keep, {I, binary:copy(Bin)}) || I <- lists:seq(1, list_to_integer(N))],
@@ -122,6 +129,14 @@ sender(Parent, Limit) ->
     receive stopped -> ok end,
     Parent ! {sent, self(), K}.
 
+send(Rx, {paced, PerTick, Ticks}, 0) ->
+    T0 = erlang:monotonic_time(millisecond),
+    lists:foreach(fun(I) ->
+                          [Rx ! binary:copy(<<"x">>, 1024) || _ <- lists:seq(1, PerTick)],
+                          Wait = T0 + I * 10 - erlang:monotonic_time(millisecond),
+                          Wait > 0 andalso timer:sleep(Wait)
+                  end, lists:seq(1, Ticks)),
+    PerTick * Ticks;
 send(_Rx, {count, N}, N) -> N;
 send(Rx, {until, T} = L, K) when K band 1023 =:= 0 ->
     case erlang:monotonic_time(millisecond) >= T of

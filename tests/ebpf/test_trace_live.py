@@ -145,9 +145,11 @@ def test_carrier_level_sees_mseg_and_mmap(churn: Churn) -> None:
 
 
 def test_sampled_summary_scales_and_says_so(churn: Churn) -> None:
+    """Time slices scaled by the attached fraction estimate the calls of a paced workload (one
+    that is not CPU-bound: a CPU-bound one runs slower while probed, see docs/ebpf.md)."""
     tr = Tracer("--pid", str(churn.pid), "--sample", "0.3", "--slice-ms", "500", "--json")
     c0 = churn.calls()
-    churn.cmd("run 2 8000")
+    churn.cmd("paced 2 4000 8000")
     c1 = churn.calls()
     rc, out, err = tr.stop()
     assert rc == 0, err
