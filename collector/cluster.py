@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import itertools
 import os
 import shutil
@@ -33,33 +32,7 @@ from beamalloc.collector.live import NodeError
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 
-SESSION_SRC = Path(__file__).parent / "erlang" / "beamalloc_session.erl"
 MARK = b"BEAMALLOC-RESULT "
-
-
-def session_ebin() -> Path:
-    """The directory holding the compiled session module, built on first use (keyed by source)."""
-    erlc = shutil.which("erlc")
-    if not erlc:
-        raise NodeError("erlc not found: install Erlang/OTP (Debian: erlang-nox) to watch a node")
-    src = SESSION_SRC.read_bytes()
-    key = hashlib.sha256(src + b"\0" + os.path.realpath(erlc).encode()).hexdigest()[:16]
-    ebin = live._cache_root() / f"session-{key}"
-    if (ebin / "beamalloc_session.beam").is_file():
-        return ebin
-    ebin.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".session-{key}.", dir=ebin.parent))
-    try:
-        r = subprocess.run([erlc, "-o", str(tmp), str(SESSION_SRC)], capture_output=True,
-                           text=True, timeout=60)
-        if r.returncode != 0:
-            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise NodeError(f"cannot compile the beamalloc session: {last[0]}")
-        with contextlib.suppress(OSError):  # a concurrent first use may have won the race
-            tmp.rename(ebin)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return ebin
 
 
 def _long_names(nodes: list[str]) -> bool:
@@ -105,7 +78,7 @@ class Session:
             "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
             "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
             "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
-            "-pa", str(session_ebin()),
+            "-pa", str(live.erlang_ebin()),
             "-run", "beamalloc_session", "main",
         ]
 

@@ -34,7 +34,7 @@ from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.snapshot import Snapshot
 
-AGENT_SRC = Path(__file__).parent / "erlang" / "beamalloc_agent.erl"
+ERLANG_DIR = Path(__file__).parent / "erlang"
 MARK = b"BEAMALLOC-RESULT "
 #: Seconds the agent keeps for itself before our deadline, to print why it gave up.
 AGENT_MARGIN = 0.3
@@ -67,24 +67,28 @@ def _cache_root() -> Path:
     return Path(base) / "beamalloc" / "ebin"
 
 
-def agent_ebin(erlc: str | None = None) -> Path:
-    """The directory holding the compiled agent, compiling it on first use.
+def erlang_ebin(erlc: str | None = None) -> Path:
+    """The directory holding the compiled collector/erlang modules (the one-shot agent and the
+    long-lived session), compiling them on first use.
 
-    Keyed by the source and the erlc binary, so an upgraded agent or OTP gets a fresh build.
+    Keyed by the sources and the erlc binary, so an upgraded module or OTP gets a fresh build.
     """
     erlc = erlc or shutil.which("erlc")
     if not erlc:
         raise NodeError("erlc not found: install Erlang/OTP (Debian: erlang-nox) to snapshot "
                         "a node")
-    src = AGENT_SRC.read_bytes()
-    key = hashlib.sha256(src + b"\0" + os.path.realpath(erlc).encode()).hexdigest()[:16]
+    sources = sorted(ERLANG_DIR.glob("*.erl"))
+    digest = hashlib.sha256(os.path.realpath(erlc).encode())
+    for src in sources:
+        digest.update(b"\0" + src.name.encode() + b"\0" + src.read_bytes())
+    key = digest.hexdigest()[:16]
     ebin = _cache_root() / key
-    if (ebin / "beamalloc_agent.beam").is_file():
+    if all((ebin / f"{src.stem}.beam").is_file() for src in sources):
         return ebin
     ebin.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=ebin.parent))
     try:
-        r = subprocess.run([erlc, "-o", str(tmp), str(AGENT_SRC)], capture_output=True,
+        r = subprocess.run([erlc, "-o", str(tmp), *map(str, sources)], capture_output=True,
                            text=True, timeout=60)
         if r.returncode != 0:
             last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -176,7 +180,7 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
     erl = shutil.which("erl")
     if not erl:
         raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
-    ebin = agent_ebin()
+    ebin = erlang_ebin()
     home = tempfile.mkdtemp(prefix="beamalloc_home_")
     argv = _agent_argv(erl, ebin, node, host, deadline - AGENT_MARGIN)
     proc: subprocess.Popen[bytes] | None = None

@@ -16,7 +16,7 @@
 %% names, epmd answers and exit reasons; a crash reason can quote arguments, so live.py scrubs
 %% the cookie from free-form details.
 -module(beamalloc_agent).
--export([main/1, log/2]).
+-export([main/1, log/2, collect/1]).
 
 -define(MARK, "BEAMALLOC-RESULT ").
 

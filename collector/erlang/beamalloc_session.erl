@@ -3,7 +3,7 @@
 %% `beamalloc watch` and `beamalloc snapshot --cluster` start it once instead of one
 %% beamalloc_agent per snapshot: a hidden node costs 0.3-0.5 s to boot, too much for 1 s sampling.
 %% Like the agent it runs on our side, loads nothing on the targets and only calls BIFs there
-%% through erpc.
+%% through erpc: a snapshot is beamalloc_agent:collect/1, compiled into the same ebin.
 %%
 %% Protocol (lines on stdin/stdout):
 %%   first line in:  the cookie, hex-encoded (never in argv); it becomes this node's cookie, so
@@ -99,7 +99,7 @@ work(Parent, Kind, Target, Failures) ->
             erlang:monitor_node(Target, true),
             try
                 case Kind of
-                    "snap" -> collect(Target);
+                    "snap" -> beamalloc_agent:collect(Target);
                     "nodes" -> {ok, [Target | erpc:call(Target, erlang, nodes, [])]}
                 end
             catch
@@ -131,36 +131,4 @@ why_not(Target, Since, Failures) ->
             end;
         {error, Why} ->
             {error, host_unreachable, iolist_to_binary(io_lib:format("~0p", [Why]))}
-    end.
-
-%% The terms beamalloc_agent collects, in the same shape (collector/live.py build_snapshot/3
-%% reads both): all erpc requests in flight at once, so a snapshot takes about the slowest call.
-collect(Target) ->
-    Simple = [{memory, erlang, memory, []},
-              {otp_release, erlang, system_info, [otp_release]},
-              {version, erlang, system_info, [version]},
-              {wordsize, erlang, system_info, [wordsize]},
-              {schedulers, erlang, system_info, [schedulers]},
-              {os_pid, os, getpid, []}],
-    UtilReq = send(Target, [alloc_util_allocators]),
-    Started = os:system_time(microsecond),
-    Reqs1 = [{K, erpc:send_request(Target, M, F, A)} || {K, M, F, A} <- Simple]
-        ++ [{{allocator, A}, send(Target, [{allocator, A}])}
-            || A <- [sys_alloc, mseg_alloc, erts_mmap, alloc_util]],
-    Utils = response(UtilReq),
-    Reqs2 = [{{allocator, A}, send(Target, [{allocator, A}])} || A <- Utils],
-    Results = [{K, response(R)} || {K, R} <- Reqs1 ++ Reqs2],
-    Done = os:system_time(microsecond),
-    {ok, [{node, Target}, {alloc_util_allocators, Utils}]
-         ++ [{K, V} || {K, V} <- Results, is_atom(K)]
-         ++ [{allocators, [{A, V} || {{allocator, A}, V} <- Results]},
-             {sampled_at_us, (Started + Done) div 2},
-             {collect_us, Done - Started}]}.
-
-send(Target, Args) ->
-    erpc:send_request(Target, erlang, system_info, Args).
-
-response(Req) ->
-    receive {nodedown, _} -> throw(nodedown)
-    after 0 -> erpc:receive_response(Req, infinity)
     end.

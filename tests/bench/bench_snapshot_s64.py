@@ -93,7 +93,7 @@ def main() -> int:
                 print("target node did not start", file=sys.stderr)
                 return 1
             time.sleep(0.05)
-        live.agent_ebin()  # compile the agent once; its cache is not what we measure
+        live.erlang_ebin()  # compile the agent once; its cache is not what we measure
 
         walls, phases = [], []
         for _ in range(args.runs):
