@@ -93,17 +93,23 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(f"\n[{fnd['rule']}] {fnd['title']}", style="bold")
         say(f"  {fnd['message']}")
         say(f"  evidence: {evidence_line(fnd['evidence'])}", style="dim")
-        for rec in by_rule.get(fnd["rule"] + (fnd["allocator"] or ""), []):
+        recs = by_rule.get(fnd["rule"] + (fnd["allocator"] or ""), [])
+        for rec in recs:
             say(f"  {rec['flag']} {rec['value']}", style="bold cyan")
             say(f"    why:  {rec['reason']}")
             say(f"    cost: {rec['cost']}")
-            if rec["trade_off"]:
-                say(f"    predicted: {rec['predicted'] or r['prediction']}")
+        if recs:
+            p = recs[0]["predicted"]
+            what = "these flags together" if len(recs) > 1 else "this flag"
+            text = p["summary"] if p else str(recs[0]["not_predicted"])
+            say(f"  predicted ({what}): {text}", style="magenta")
         say(f"  sources: {'; '.join(fnd['sources'])}", style="dim")
     if infos:
         say("\nInformation (below a threshold or no flag helps; nothing to set):")
         for fnd in infos:
             say(f"  [{fnd['rule']}] {fnd['title']}: {fnd['message']}")
+            if fnd.get("predicted"):
+                say(f"    predicted: {fnd['predicted']['summary']}", style="dim")
     say("\nLint (flags in force" + (" and given" if any(
         i["where"] == "given" for i in r["lint"]) else "") + "):")  # fmt: skip
     if not r["lint"]:
@@ -115,6 +121,16 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(f"  withheld (our own proposal tripped the lint): {i['message']}")
     for note in r["notes"]:
         say(f"  note: {note}")
+    if not r["healthy"]:
+        whole = r.get("prediction")
+        say("\nPredicted for all the flags together (node's flags in force: "
+            + (f"`{whole['flags_before']}`" if whole and whole["flags_before"] else "defaults")
+            + "):")  # fmt: skip
+        if whole:
+            for run in whole["runs"]:
+                say(f"  {run['summary']}")
+        else:
+            say(f"  {r.get('not_predicted')}")
     say(f"\nPaste ({fmt}):")
     say(paste_block(r["emulator_flags"], fmt))
 

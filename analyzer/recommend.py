@@ -12,26 +12,14 @@ from typing import Any
 
 from beamalloc.analyzer.findings import Advice, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, erts_of, lint_flags, lint_in_force
+from beamalloc.analyzer.predict import PredictionError, Predictor, would_not_help
 from beamalloc.analyzer.rules import evaluate
 from beamalloc.flags import FlagSet
 from beamalloc.snapshot import Snapshot
+from beamalloc.units import human
 
 SCHEMA = "beamalloc.recommend/1"
-REPLAY_PENDING = (
-    "not predicted: the replay (refalloc) cannot yet replay a trace synthesized from a snapshot; "
-    "once it can, predict() fills this field"
-)
-
-
-def predict(snap: Snapshot, flags: FlagSet) -> dict[str, Any] | None:
-    """What the replay predicts for `flags` on this node: footprint and mmap traffic.
-
-    The hook the replay will fill (DESIGN.md, "What it does" 4): synthesize a trace from the
-    snapshot, replay it through refalloc under the node's flags and under `flags`, and return
-    {"allocated": …, "unused": …, "mseg_calls": …} for both. Returns None until then.
-    """
-    del snap, flags
-    return None
+NO_PREDICT = "not predicted: --no-predict"
 
 
 def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
@@ -77,7 +65,7 @@ def _lint_proposal(
     return advice, withheld
 
 
-def _advice_json(a: Advice, snap: Snapshot) -> dict[str, Any]:
+def _advice_json(a: Advice, pred: tuple[dict | None, str | None]) -> dict[str, Any]:
     value = a.flag.render().split(" ", 1)[1]
     return {
         "allocator": a.allocator,
@@ -89,11 +77,80 @@ def _advice_json(a: Advice, snap: Snapshot) -> dict[str, Any]:
         "evidence": a.evidence,
         "cost": a.cost,
         "trade_off": a.trade_off,
-        "predicted": predict(snap, FlagSet((a.flag,))),
+        "predicted": pred[0],
+        "not_predicted": pred[1],
     }
 
 
-def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
+Pred = tuple[dict[str, Any] | None, str | None]  # (prediction, why there is none)
+
+
+def _predict_findings(
+    snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Advice]
+) -> tuple[dict[int, Pred], list[dict[str, Any]], Pred]:
+    """Replay each action finding's flags, demote those that would not help, and replay the
+    flags that remain together. Returns per-finding predictions (by id), the demoted findings
+    and the whole set's prediction; `advice` loses the demoted findings' flags in place."""
+    preds: dict[int, Pred] = {}
+    demoted: list[dict[str, Any]] = []
+    with Predictor(snap, f) as pr:
+        for fnd in findings:
+            if fnd.level != "action" or not fnd.advice:
+                continue
+            fs = FlagSet(tuple(a.flag for a in fnd.advice), otp=pr.base.otp)
+            try:
+                p = pr.predict(fnd.allocator, fnd.rule, fs)
+            except PredictionError as e:
+                preds[id(fnd)] = (None, str(e))
+                continue
+            preds[id(fnd)] = (p, None)
+            if would_not_help(p, fnd.rule):
+                _demote(fnd, p)
+                gone = {id(a) for a in fnd.advice}
+                advice[:] = [a for a in advice if id(a) not in gone]
+                demoted.append({"rule": fnd.rule, "allocator": fnd.allocator,
+                                "flags": p["flags"], "predicted": p})  # fmt: skip
+                fnd.advice = []
+        whole: Pred = (None, "healthy: no flags to predict")
+        if advice:
+            whole = _predict_whole(pr, findings, advice)
+    return preds, demoted, whole
+
+
+def _demote(fnd: Finding, p: dict[str, Any]) -> None:
+    b, a = p["before"]["unused"], p["after"]["unused"]
+    fnd.level = "info"
+    fnd.title += " (flags would not help)"
+    fnd.message += (
+        f" Flags would not help here: replayed through refalloc ({p['model']['generator']} "
+        f"fitted to this snapshot), {p['flags']} frees only {p['unused_saving']:.0%} of "
+        f"{p['allocator']}'s unused bytes ({human(b)} -> {human(a)}): the survivors are spread "
+        "over every carrier, so no placement gives those carriers back. Not worth a restart."
+    )
+
+
+def _predict_whole(pr: Predictor, findings: list[Finding], advice: list[Advice]) -> Pred:
+    """All proposed flags together, on the trace of each allocator an action finding is about."""
+    fs = FlagSet(tuple(a.flag for a in advice), otp=pr.base.otp)
+    runs, seen = [], set()
+    try:
+        for fnd in findings:
+            if fnd.level == "action" and fnd.advice and fnd.allocator not in seen:
+                seen.add(fnd.allocator)
+                runs.append(pr.predict(fnd.allocator, fnd.rule, fs))
+    except PredictionError as e:
+        return None, str(e)
+    return {"flags": fs.render(), "flags_before": runs[0]["flags_before"],
+            "flags_after": runs[0]["flags_after"], "runs": runs,
+            "summary": runs[0]["summary"]}, None  # fmt: skip
+
+
+def recommend(
+    snap: Snapshot, given_flags: str | None = None, *, predict: bool = True
+) -> dict[str, Any]:
+    """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
+    through refalloc on a trace synthesized from `snap` (analyzer/predict.py), and placement
+    advice the replay says would not help is demoted to information."""
     f = facts(snap)
     findings = evaluate(f)
     advice, notes = _merge(findings)
@@ -103,6 +160,11 @@ def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
         finding.advice = [a for a in finding.advice if id(a) in kept]
         if finding.level == "action" and not finding.advice:
             finding.level = "info"
+    owner = {id(a): fnd for fnd in findings for a in fnd.advice}
+    if predict:
+        preds, demoted, whole = _predict_findings(snap, f, findings, advice)
+    else:
+        preds, demoted, whole = {}, [], (None, NO_PREDICT)
     flags = FlagSet(tuple(a.flag for a in advice))
     rendered = flags.render().split()
     pairs = [" ".join(rendered[i : i + 2]) for i in range(0, len(rendered), 2)]
@@ -115,6 +177,16 @@ def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
             i.to_json()
             for i in lint_flags(given_flags, base=base, schedulers=f.schedulers, erts=erts)
         ]
+    none: Pred = (None, NO_PREDICT if not predict else None)
+
+    def rec_pred(a: Advice) -> Pred:
+        return preds.get(id(owner[id(a)]), none) if predict else none
+
+    findings_json = []
+    for x in findings:
+        d = x.to_json()
+        d["predicted"] = preds.get(id(x), (None, None))[0]
+        findings_json.append(d)
     return {
         "schema": SCHEMA,
         "node": snap.node,
@@ -124,8 +196,9 @@ def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
         "schedulers": snap.schedulers,
         "healthy": not advice,
         "emulator_flags": flags.render(),
-        "recommendations": [_advice_json(a, snap) for a in advice],
-        "findings": [x.to_json() for x in findings],
+        "recommendations": [_advice_json(a, rec_pred(a)) for a in advice],
+        "findings": findings_json,
+        "demoted": demoted,
         "lint": lint,
         "withheld": [i.to_json() for i in withheld],
         "notes": notes,
@@ -133,5 +206,6 @@ def recommend(snap: Snapshot, given_flags: str | None = None) -> dict[str, Any]:
         "allocated": f.allocated,
         "used": f.used,
         "rss": f.rss,
-        "prediction": None if not advice else REPLAY_PENDING,
+        "prediction": whole[0],
+        "not_predicted": whole[1],
     }

@@ -90,7 +90,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.recommend import recommend
 
-    result = recommend(load(args.source, args), given_flags=args.flags_in_use)
+    result = recommend(load(args.source, args), given_flags=args.flags_in_use,
+                       predict=not args.no_predict)  # fmt: skip
     if args.json:
         from beamalloc.analyzer.outputs import paste_block
 
@@ -240,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flags-in-use", metavar="FLAGS",
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.add_argument("--no-predict", action="store_true", help="skip the replay of each flag set "
+                   "on a trace synthesized from the snapshot (faster; no demotion)")  # fmt: skip
     _node_options(p)
     p.set_defaults(func=cmd_recommend)
 

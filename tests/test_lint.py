@@ -72,7 +72,7 @@ def test_in_force() -> None:
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_our_advice_is_lint_clean(name: str) -> None:
     snap: Snapshot = load(name)
-    r = recommend(snap)
+    r = recommend(snap, predict=False)
     assert r["withheld"] == []
     issues = lint_flags(r["emulator_flags"], where="proposed", base=in_force(snap),
                         schedulers=snap.schedulers, erts=OTP25)  # fmt: skip

@@ -11,6 +11,11 @@ from recommend_fixtures import SNAPS
 from beamalloc.analyzer.outputs import FORMATS, paste_block
 
 FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512"
+PREDICTED_KEYS = {"allocator", "flags", "flags_before", "flags_after", "model", "before", "after",
+                  "change_pct", "unused_saving", "node_unused", "fidelity", "reproduces_symptom",
+                  "best_case", "not_modelled", "summary"}  # fmt: skip
+FIGURES = {"carriers_size", "peak_carriers_size", "unused", "mseg_alloc_calls", "sys_alloc_calls",
+           "carrier_calls"}  # fmt: skip
 
 
 def test_json_contract(cli) -> None:
@@ -21,9 +26,16 @@ def test_json_contract(cli) -> None:
     assert doc["emulator_flags"] == FLAGS + " +MBacul de"
     for rec in doc["recommendations"]:
         assert set(rec) >= {"allocator", "flag", "value", "rule", "reason", "evidence", "cost",
-                            "predicted"}  # fmt: skip
+                            "predicted", "not_predicted"}  # fmt: skip
         assert rec["rule"] == "R3" and rec["evidence"]["unused"] > 64 << 20
-        assert rec["predicted"] is None  # the replay hook is not filled yet
+        p = rec["predicted"]  # docs/recommend.md, "predicted"
+        assert rec["not_predicted"] is None and set(p) >= PREDICTED_KEYS
+        assert p["flags"] == FLAGS + " +MBacul de" and p["flags_before"] == "+MBas bf"
+        # bf, then the proposal: ageffcbf and acul win; bf's acful 0 stays (flags.py §2.1)
+        assert p["flags_after"] == doc["emulator_flags"] + " +MBacful 0"
+        assert set(p["before"]) == set(p["after"]) == FIGURES
+    assert doc["prediction"]["runs"][0]["allocator"] == "binary_alloc"
+    assert doc["not_predicted"] is None and doc["demoted"] == []
     assert " ".join(f"{x['flag']} {x['value']}" for x in doc["recommendations"]) == (
         doc["emulator_flags"])
     assert [x["check"] for x in doc["lint"]] == ["migration-off"]
@@ -47,8 +59,12 @@ def test_trade_off_shows_its_numbers(cli) -> None:
     assert ev["sbcs_average_block"] > 1 << 20
     assert int(recs["+MBsbct"]["value"]) * 1024 > 2 * ev["sbcs_average_block"] - 1
     assert "memory for speed" in recs["+MBsbct"]["cost"]
+    p = recs["+MBsbct"]["predicted"]  # and the replay puts numbers on both sides of the trade
+    assert p["model"]["generator"] == "large_binaries"
+    assert p["after"]["carrier_calls"] < p["before"]["carrier_calls"] / 2  # far fewer mmaps
+    assert p["after"]["carriers_size"] > p["before"]["carriers_size"]  # for more carrier bytes
     human = cli("recommend", str(SNAPS / "bigbin.json")).stdout
-    assert "predicted: not predicted: the replay (refalloc)" in human
+    assert "predicted (these flags together): replay of large_binaries" in human
 
 
 def test_formats() -> None:
@@ -72,6 +88,8 @@ def test_human_output_teaches(cli) -> None:
     assert order == sorted(order)  # verdict, advice with numbers and cost, lint, paste
     assert lines[-1] == FLAGS + " +MBacul de"
     assert "warning [migration-off] (in force)" in out
+    assert "predicted (these flags together): replay of spike_and_drop" in out
+    assert "Predicted for all the flags together (node's flags in force: `+MBas bf`)" in out
 
 
 def test_flags_in_use_are_linted(cli) -> None:
