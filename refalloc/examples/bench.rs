@@ -6,7 +6,9 @@
 //!   id is reused), as a tracer that remaps pointers at write time produces them;
 //! * `replay PATH STRATEGY` — replay the file through the model (read + decode + model) and print
 //!   `EVENTS SECONDS PEAK_RSS_KB LIVE_BLOCKS`;
-//! * `mem STRATEGY [EVENTS] [MAX_LIVE]` — the model alone on events generated up front.
+//! * `mem STRATEGY [EVENTS] [MAX_LIVE]` — the model alone on events generated up front;
+//! * `digest PATH STRATEGY` — replay and print a hash of the final statistics (every instance,
+//!   every mseg instance), to check that a speed change leaves the model's results alone.
 //!
 //! tests/bench/bench_replay.py drives `gen` and `replay` against a glibc baseline.
 use _refalloc::config::{Globals, InstanceConfig, Strategy};
@@ -142,6 +144,25 @@ fn main() {
                 peak_rss_kb(),
                 rp.live_blocks()
             );
+        }
+        Some("digest") => {
+            let strategy = Strategy::parse(&args[3]).expect("strategy");
+            let mut reader = TraceReader::open(&args[2]).expect("open trace");
+            let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
+            rp.run(&mut reader).expect("replay");
+            let mut text = String::new();
+            for h in rp.heaps.iter().flatten() {
+                for inst in &h.instances {
+                    text += &format!("{:?}", inst.stats);
+                }
+            }
+            for m in &rp.env.msegs {
+                text += &format!("{:?}", m.stats);
+            }
+            let h = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+            println!("{} {h:016x} {}", strategy.name(), rp.live_blocks());
         }
         _ => {
             let off = usize::from(args.get(1).map(String::as_str) == Some("mem"));

@@ -82,6 +82,12 @@ impl LiveMap {
         }
         v
     }
+    pub fn get(&self, id: u64) -> Option<(u8, u32)> {
+        match self.dense.get(id as usize) {
+            Some(&x) if x != 0 => Some(Self::unpack(x)),
+            _ => self.sparse.get(&id).copied(),
+        }
+    }
     pub fn len(&self) -> usize {
         self.len
     }
@@ -251,6 +257,11 @@ impl Replay {
 
     pub fn live_blocks(&self) -> usize {
         self.live.len()
+    }
+
+    /// The (allocator, block) a live trace id maps to.
+    pub fn block_of(&self, id: u64) -> Option<(u8, u32)> {
+        self.live.get(id)
     }
 }
 

@@ -332,7 +332,46 @@ fn check_invariants(rp: &Replay) {
     assert!(blocks_size <= carriers_size, "usage <= 1");
 }
 
-fn random_run(strategy: Strategy, seed: u64, steps: usize, pool: bool) {
+/// FNV-1a over 64-bit words.
+fn mix(h: &mut u64, v: u64) {
+    *h = (*h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
+}
+
+/// Mix the placement result of an event into `h`: where the block of `id` went (address, size,
+/// carrier address) and the allocator's carrier and block bytes.
+fn mix_placement(h: &mut u64, rp: &Replay, id: Option<u64>) {
+    let heap = rp.heaps[10].as_ref().unwrap();
+    if let Some((_, b)) = id.and_then(|id| rp.block_of(id)) {
+        let x = heap.block(b);
+        mix(h, x.addr);
+        mix(h, x.size);
+        mix(h, heap.carriers[x.carrier as usize].addr);
+    }
+    mix(h, heap.carriers_size());
+    mix(h, heap.blocks_size());
+}
+
+fn mix_stats(h: &mut u64, rp: &Replay) {
+    let heap = rp.heaps[10].as_ref().unwrap();
+    let mut text = String::new();
+    for inst in &heap.instances {
+        text += &format!("{:?}", inst.stats);
+    }
+    for m in &rp.env.msegs {
+        text += &format!("{:?}", m.stats);
+    }
+    text += &format!("{:?}", rp.anomalies);
+    for chunk in text.as_bytes().chunks(8) {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        mix(h, u64::from_le_bytes(w));
+    }
+}
+
+/// A random alloc/free/realloc run on three instances, checking the invariants on the way;
+/// returns a digest of every placement decision and of the final statistics.
+fn random_run(strategy: Strategy, seed: u64, steps: usize, pool: bool) -> u64 {
+    let mut digest = 0xcbf2_9ce4_8422_2325_u64;
     let n_inst = 3;
     let cfgs = instances(strategy, n_inst, pool);
     let mut rp = Replay::new(Globals::default(), n_inst as usize, vec![cfgs], 0);
@@ -394,11 +433,18 @@ fn random_run(strategy: Strategy, seed: u64, steps: usize, pool: bool) {
             }
         };
         rp.apply(&ev);
+        let placed = match ev.op {
+            Op::Alloc => Some(ev.id),
+            Op::Realloc => Some(ev.new_id),
+            Op::Free => None,
+        };
+        mix_placement(&mut digest, &rp, placed);
         if step % 97 == 0 {
             check_invariants(&rp);
         }
     }
     check_invariants(&rp);
+    mix_stats(&mut digest, &rp);
     for id in live.drain(..) {
         rp.apply(&Event {
             t_ns: t,
@@ -422,6 +468,8 @@ fn random_run(strategy: Strategy, seed: u64, steps: usize, pool: bool) {
     assert_eq!(h.live_carriers().count(), n_inst as usize);
     assert_eq!(h.blocks_size(), 0);
     assert_eq!(rp.anomalies.unknown_free + rp.anomalies.unknown_realloc, 0);
+    mix_stats(&mut digest, &rp);
+    digest
 }
 
 #[test]
@@ -440,7 +488,7 @@ fn properties_hold_for_every_strategy() {
     ];
     for s in all {
         for seed in 1..6u64 {
-            random_run(s, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), 3000, false);
+            let _ = random_run(s, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), 3000, false);
         }
     }
 }
@@ -449,7 +497,50 @@ fn properties_hold_for_every_strategy() {
 fn properties_hold_with_the_carrier_pool() {
     for s in [Strategy::Aoffcbf, Strategy::Ageffcbf, Strategy::Aoff] {
         for seed in 1..8u64 {
-            random_run(s, seed.wrapping_mul(0x2545_F491_4F6C_DD1D), 4000, true);
+            let _ = random_run(s, seed.wrapping_mul(0x2545_F491_4F6C_DD1D), 4000, true);
         }
+    }
+}
+
+/// Speed work must not change a single decision: digests of long random runs (every block's
+/// address, size and carrier, the footprint after every event, the final statistics) recorded
+/// from the model as validated against the VM (tests/refalloc/test_fidelity.py). A deliberate
+/// model change updates them: `cargo test --no-default-features print_placement_digests --
+/// --ignored --nocapture` prints the current ones.
+const DIGESTS: [(Strategy, bool, u64); 13] = [
+    (Strategy::Bf, false, 0x6712a3932c3157b3),
+    (Strategy::Aobf, false, 0xb2d802dff05d06b5),
+    (Strategy::Aoff, false, 0x3b9d00f8e09eb421),
+    (Strategy::Aoffcbf, false, 0x3275fd1b9fdb8115),
+    (Strategy::Aoffcaobf, false, 0x6a24b6d4d63ab824),
+    (Strategy::Ageffcaoff, false, 0x0da5770a7aae49d2),
+    (Strategy::Ageffcbf, false, 0x9ba1335a635d5a23),
+    (Strategy::Ageffcaobf, false, 0x3be0817e4d3c7685),
+    (Strategy::Gf, false, 0x7b8464c21d3113df),
+    (Strategy::Af, false, 0xc54dce1d6f5c04e3),
+    (Strategy::Aoffcbf, true, 0x9d82bf081d2a1bd9),
+    (Strategy::Ageffcbf, true, 0x666d516f13233f6a),
+    (Strategy::Aoff, true, 0xc414c4e0bcf39c88),
+];
+
+fn digest_of(s: Strategy, pool: bool) -> u64 {
+    random_run(s, 0x0D16_E575, 20_000, pool)
+}
+
+#[test]
+fn placement_digests_are_unchanged() {
+    for (s, pool, want) in DIGESTS {
+        assert_eq!(digest_of(s, pool), want, "{s:?} pool={pool}");
+    }
+}
+
+#[test]
+#[ignore]
+fn print_placement_digests() {
+    for (s, pool, _) in DIGESTS {
+        println!(
+            "    (Strategy::{s:?}, {pool}, 0x{:016x}),",
+            digest_of(s, pool)
+        );
     }
 }
