@@ -87,15 +87,20 @@ def _target(opts: Options) -> tuple[int, Any]:
 
 
 def _flags_of(pid: int) -> str:
-    """The +M flags on the emulator's command line (alloc_util.md §2)."""
+    """The +M flags on the emulator's command line (alloc_util.md §2), as `erl` takes them.
+
+    erlexec hands `+MBas aobf` (from the command line, ERL_FLAGS, ERL_AFLAGS, ERL_ZFLAGS or an
+    args file) to beam.smp as `-MBas aobf`, before the first `--`."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return ""
     out: list[str] = []
-    for i, a in enumerate(argv):
-        if a.startswith("+M") and i + 1 < len(argv):
-            out += [a, argv[i + 1]]
+    for i, a in enumerate(argv[1:], 1):
+        if a == "--":
+            break
+        if a[:2] in ("+M", "-M") and len(a) > 2 and i + 1 < len(argv):
+            out += ["+" + a[1:], argv[i + 1]]
     return " ".join(out)
 
 
