@@ -6,6 +6,7 @@
 //!   id is reused), as a tracer that remaps pointers at write time produces them;
 //! * `replay PATH STRATEGY` — replay the file through the model (read + decode + model) and print
 //!   `EVENTS SECONDS PEAK_RSS_KB LIVE_BLOCKS`;
+//! * `decode PATH` — read and decode only, to tell the reader's share from the model's;
 //! * `mem STRATEGY [EVENTS] [MAX_LIVE]` — the model alone on events generated up front;
 //! * `digest PATH STRATEGY` — replay and print a hash of the final statistics (every instance,
 //!   every mseg instance), to check that a speed change leaves the model's results alone.
@@ -135,7 +136,7 @@ fn main() {
             let mut reader = TraceReader::open(&args[2]).expect("open trace");
             let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
             let t = Instant::now();
-            rp.run(&mut reader).expect("replay");
+            rp.run_reader(&mut reader).expect("replay");
             let secs = t.elapsed().as_secs_f64();
             println!(
                 "{} {:.6} {} {}",
@@ -145,11 +146,24 @@ fn main() {
                 rp.live_blocks()
             );
         }
+        Some("decode") => {
+            let mut reader = TraceReader::open(&args[2]).expect("open trace");
+            let t = Instant::now();
+            let (mut n, mut sum) = (0u64, 0u64);
+            reader
+                .for_each_event(|ev| {
+                    n += 1;
+                    sum = sum.wrapping_add(ev.size ^ ev.id);
+                })
+                .expect("decode");
+            let secs = t.elapsed().as_secs_f64();
+            println!("{n} {secs:.6} {} {sum}", peak_rss_kb());
+        }
         Some("digest") => {
             let strategy = Strategy::parse(&args[3]).expect("strategy");
             let mut reader = TraceReader::open(&args[2]).expect("open trace");
             let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
-            rp.run(&mut reader).expect("replay");
+            rp.run_reader(&mut reader).expect("replay");
             let mut text = String::new();
             for h in rp.heaps.iter().flatten() {
                 for inst in &h.instances {

@@ -126,7 +126,7 @@ impl FreeSet {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Carrier {
     pub addr: u64,
     pub size: u64,
@@ -141,7 +141,6 @@ pub struct Carrier {
     pub used: u64,
     pub nblocks: u64,
     pub in_pool: bool,
-    free: Option<FreeSet>,
     live: bool,
 }
 
@@ -162,6 +161,9 @@ pub struct Heap {
     pub blocks: Vec<Block>,
     spare_blocks: Vec<u32>,
     pub carriers: Vec<Carrier>,
+    /// Free blocks of each carrier (aoff family; None for the others and for SBCs), apart from
+    /// `carriers` so that carrier records stay small and `Copy`.
+    carrier_free: Vec<Option<FreeSet>>,
     spare_carriers: Vec<u32>,
     births: u64,
     /// Carrier pool of this allocator (`cp` = own letter): index 0 is the head (§5).
@@ -177,6 +179,7 @@ impl Heap {
             blocks: Vec::new(),
             spare_blocks: Vec::new(),
             carriers: Vec::new(),
+            carrier_free: Vec::new(),
             spare_carriers: Vec::new(),
             births: 0,
             pool: Vec::new(),
@@ -216,14 +219,16 @@ impl Heap {
         }
     }
 
-    fn new_carrier(&mut self, c: Carrier) -> u32 {
+    fn new_carrier(&mut self, c: Carrier, free: Option<FreeSet>) -> u32 {
         match self.spare_carriers.pop() {
             Some(i) => {
                 self.carriers[i as usize] = c;
+                self.carrier_free[i as usize] = free;
                 i
             }
             None => {
                 self.carriers.push(c);
+                self.carrier_free.push(free);
                 (self.carriers.len() - 1) as u32
             }
         }
@@ -245,11 +250,10 @@ impl Heap {
     fn link(&mut self, b: u32) {
         self.blocks[b as usize].free = true;
         let c = self.blocks[b as usize].carrier;
-        let cr = &mut self.carriers[c as usize];
-        match cr.free.as_mut() {
+        match self.carrier_free[c as usize].as_mut() {
             Some(fs) => fs.link(&mut self.blocks, b),
             None => {
-                let o = cr.owner as usize;
+                let o = self.carriers[c as usize].owner as usize;
                 self.instances[o]
                     .free
                     .as_mut()
@@ -261,11 +265,10 @@ impl Heap {
 
     fn unlink(&mut self, b: u32) {
         let c = self.blocks[b as usize].carrier;
-        let cr = &mut self.carriers[c as usize];
-        match cr.free.as_mut() {
+        match self.carrier_free[c as usize].as_mut() {
             Some(fs) => fs.unlink(&mut self.blocks, b),
             None => {
-                let o = cr.owner as usize;
+                let o = self.carriers[c as usize].owner as usize;
                 self.instances[o]
                     .free
                     .as_mut()
@@ -281,7 +284,7 @@ impl Heap {
         if cr.in_pool || !cr.live {
             return;
         }
-        if let Some(fs) = cr.free.as_ref() {
+        if let Some(fs) = self.carrier_free[c as usize].as_ref() {
             let largest = fs.largest();
             let key = self.carrier_key(c);
             let o = cr.owner as usize;
@@ -290,8 +293,7 @@ impl Heap {
     }
 
     fn largest_free(&self, c: u32) -> u64 {
-        self.carriers[c as usize]
-            .free
+        self.carrier_free[c as usize]
             .as_ref()
             .map(|f| f.largest())
             .unwrap_or(0)
@@ -304,8 +306,7 @@ impl Heap {
         if s.is_aoff_family() {
             let (key, _) = inst.ctree.first_at_least(blk)?;
             let c = (key & 0xffff_ffff) as u32;
-            self.carriers[c as usize]
-                .free
+            self.carrier_free[c as usize]
                 .as_ref()?
                 .find(&self.blocks, blk, true)
         } else {
@@ -319,22 +320,24 @@ impl Heap {
         let strat = self.cfg(ix).strategy;
         let hdr = strat.mbc_header_size();
         self.births += 1;
-        let c = self.new_carrier(Carrier {
-            addr,
-            size,
-            mseg,
-            sbc: false,
-            main,
-            owner: ix,
-            creator: ix,
-            birth: self.births,
-            first: NIL,
-            used: 0,
-            nblocks: 0,
-            in_pool: false,
-            free: strat.block_order().map(FreeSet::for_order),
-            live: true,
-        });
+        let c = self.new_carrier(
+            Carrier {
+                addr,
+                size,
+                mseg,
+                sbc: false,
+                main,
+                owner: ix,
+                creator: ix,
+                birth: self.births,
+                first: NIL,
+                used: 0,
+                nblocks: 0,
+                in_pool: false,
+                live: true,
+            },
+            strat.block_order().map(FreeSet::for_order),
+        );
         // A fresh MBC is one free block, flagged last (§3.2).
         let b = self.new_block(Block {
             addr: addr + hdr,
@@ -425,7 +428,7 @@ impl Heap {
     }
 
     fn destroy_carrier(&mut self, env: &mut Env, c: u32) {
-        let cr = self.carriers[c as usize].clone();
+        let cr = self.carriers[c as usize];
         debug_assert!(!cr.main, "main carriers are never destroyed");
         let b = cr.first;
         self.blocks[b as usize].free = false;
@@ -468,7 +471,7 @@ impl Heap {
             env.space.unmap(cr.addr, cr.size);
         }
         self.carriers[c as usize].live = false;
-        self.carriers[c as usize].free = None;
+        self.carrier_free[c as usize] = None;
         self.spare_carriers.push(c);
     }
 
@@ -484,22 +487,24 @@ impl Heap {
             let s = ceil(want, env.globals.ycs);
             (env.space.map(s, 4096), s, false)
         };
-        let c = self.new_carrier(Carrier {
-            addr,
-            size,
-            mseg,
-            sbc: true,
-            main: false,
-            owner: ix,
-            creator: ix,
-            birth: 0,
-            first: NIL,
-            used: blk,
-            nblocks: 1,
-            in_pool: false,
-            free: None,
-            live: true,
-        });
+        let c = self.new_carrier(
+            Carrier {
+                addr,
+                size,
+                mseg,
+                sbc: true,
+                main: false,
+                owner: ix,
+                creator: ix,
+                birth: 0,
+                first: NIL,
+                used: blk,
+                nblocks: 1,
+                in_pool: false,
+                live: true,
+            },
+            None,
+        );
         let b = self.new_block(Block {
             addr: addr + SBC_HEADER,
             size: blk,
@@ -580,8 +585,7 @@ impl Heap {
             Some(b) => b,
             None => {
                 let c = self.create_mbc(env, ix, blk);
-                let found = self.carriers[c as usize]
-                    .free
+                let found = self.carrier_free[c as usize]
                     .as_ref()
                     .and_then(|f| f.find(&self.blocks, blk, true));
                 match found {
@@ -696,7 +700,7 @@ impl Heap {
         if cfg.ramv {
             return moved(self, env);
         }
-        let cr = self.carriers[c as usize].clone();
+        let cr = self.carriers[c as usize];
         if cr.sbc {
             if user < cfg.sbct {
                 // Stay an SBC unless the resized carrier would waste too much (rsbcmt).
@@ -847,7 +851,7 @@ impl Heap {
 
     /// `resize_carrier` for an SBC (§3.6).
     fn resize_sbc(&mut self, env: &mut Env, c: u32, b: u32, blk: u64) {
-        let cr = self.carriers[c as usize].clone();
+        let cr = self.carriers[c as usize];
         let owner = cr.owner as usize;
         let cfg = self.cfg(cr.owner).clone();
         let old_blk = self.blocks[b as usize].size;
@@ -907,7 +911,7 @@ impl Heap {
 
     fn abandon(&mut self, c: u32) {
         let key = self.carrier_key(c);
-        let cr = self.carriers[c as usize].clone();
+        let cr = self.carriers[c as usize];
         let owner = cr.owner as usize;
         self.instances[owner].ctree.remove(key);
         let m = &mut self.instances[owner].stats.mbcs;
@@ -961,7 +965,7 @@ impl Heap {
             return None;
         };
         self.pool.retain(|&x| x != c);
-        let cr = self.carriers[c as usize].clone();
+        let cr = self.carriers[c as usize];
         let home = &mut self.instances[cr.creator as usize];
         home.pooled_own -= 1;
         let p = &mut home.stats.pool;

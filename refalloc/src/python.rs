@@ -156,7 +156,7 @@ pub fn replay(
     }
     let mut reader = TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
     let mut rp = Replay::new(globals, schedulers + 1, cfgs, sample_every_ns);
-    py.allow_threads(|| rp.run(&mut reader))
+    py.allow_threads(|| rp.run_reader(&mut reader))
         .map_err(|e| PyValueError::new_err(e.0))?;
 
     let out = PyDict::new_bound(py);

@@ -3,7 +3,7 @@
 
 use crate::config::{Globals, InstanceConfig};
 use crate::heap::{Env, Heap};
-use crate::trace::{Event, Op, TraceError};
+use crate::trace::{Event, Op, TraceError, TraceReader};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -251,6 +251,20 @@ impl Replay {
             last = ev.t_ns;
             self.apply(&ev);
         }
+        self.sample(last);
+        Ok(())
+    }
+
+    /// `run` for a trace file: the reader's fast loop.
+    pub fn run_reader<R: std::io::Read>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+    ) -> Result<(), TraceError> {
+        let mut last = 0;
+        reader.for_each_event(|ev| {
+            last = ev.t_ns;
+            self.apply(ev);
+        })?;
         self.sample(last);
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 
 pub const MAGIC: &[u8; 8] = b"\x89BATR\r\n\x1a";
 pub const VERSION: u16 = 1;
@@ -39,10 +39,20 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
+/// Longest possible record: tag, then at most seven varints of at most 10 bytes each.
+const MAX_RECORD: usize = 1 + 7 * 10;
+/// Read buffer size (records are decoded in place from it).
+const BUF_SIZE: usize = 1 << 20;
+
 pub struct TraceReader<R: Read> {
     r: R,
     where_: String,
-    offset: u64,
+    /// Undecoded input is `buf[pos..end]`; `base` is the file offset of `buf[0]`.
+    buf: Box<[u8]>,
+    pos: usize,
+    end: usize,
+    base: u64,
+    eof: bool,
     count: u64,
     t: u64,
     id: u64,
@@ -51,11 +61,40 @@ pub struct TraceReader<R: Read> {
     done: bool,
 }
 
-impl TraceReader<BufReader<File>> {
+impl TraceReader<File> {
     pub fn open(path: &str) -> Result<Self, TraceError> {
         let f = File::open(path).map_err(|e| TraceError(format!("{path}: {e}")))?;
-        TraceReader::new(BufReader::with_capacity(1 << 20, f), path)
+        TraceReader::new(f, path)
     }
+}
+
+/// Fast-path varint: `b` holds at least 10 bytes from `*i`. None for anything unusual (over
+/// 10 bytes, above 2^64-1), which the checked path then reports.
+#[inline(always)]
+fn fast_uvarint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let x = b[*i];
+    if x < 0x80 {
+        *i += 1;
+        return Some(x as u64);
+    }
+    let mut v = (x & 0x7f) as u64;
+    for k in 1..10 {
+        let x = b[*i + k];
+        if k == 9 && x > 1 {
+            return None;
+        }
+        v |= ((x & 0x7f) as u64) << (7 * k);
+        if x < 0x80 {
+            *i += k + 1;
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[inline(always)]
+fn unzigzag(u: u64) -> u64 {
+    ((u >> 1) as i64 ^ -((u & 1) as i64)) as u64
 }
 
 impl<R: Read> TraceReader<R> {
@@ -86,7 +125,11 @@ impl<R: Read> TraceReader<R> {
         Ok(TraceReader {
             r,
             where_: where_.to_string(),
-            offset: 16 + hlen,
+            buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
+            pos: 0,
+            end: 0,
+            base: 16 + hlen,
+            eof: false,
             count: 0,
             t: 0,
             id: 0,
@@ -100,16 +143,42 @@ impl<R: Read> TraceReader<R> {
         TraceError(format!("{}: {m}", self.where_))
     }
 
-    fn byte(&mut self) -> Result<Option<u8>, TraceError> {
-        let mut b = [0u8; 1];
-        match self.r.read(&mut b) {
-            Ok(0) => Ok(None),
-            Ok(_) => {
-                self.offset += 1;
-                Ok(Some(b[0]))
-            }
-            Err(e) => Err(self.err(e.to_string())),
+    /// File offset of the next undecoded byte.
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Read until at least `want` bytes are buffered or the input ends.
+    #[inline(never)]
+    fn fill(&mut self, want: usize) -> Result<(), TraceError> {
+        if self.end - self.pos >= want || self.eof {
+            return Ok(());
         }
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        while self.end < want {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.err(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    fn byte(&mut self) -> Result<Option<u8>, TraceError> {
+        self.fill(1)?;
+        if self.pos == self.end {
+            return Ok(None);
+        }
+        self.pos += 1;
+        Ok(Some(self.buf[self.pos - 1]))
     }
 
     fn uvarint(&mut self, start: u64) -> Result<u64, TraceError> {
@@ -122,7 +191,7 @@ impl<R: Read> TraceReader<R> {
                 ))
             })?;
             if shift == 63 && b > 1 {
-                return Err(self.err(format!("varint above 2^64-1 at byte {}", self.offset)));
+                return Err(self.err(format!("varint above 2^64-1 at byte {}", self.offset())));
             }
             v |= ((b & 0x7f) as u64) << shift;
             if b < 0x80 {
@@ -131,21 +200,116 @@ impl<R: Read> TraceReader<R> {
         }
         Err(self.err(format!(
             "varint longer than 10 bytes at byte {}",
-            self.offset
+            self.offset()
         )))
     }
 
     fn svarint(&mut self, start: u64) -> Result<u64, TraceError> {
-        let u = self.uvarint(start)?;
-        Ok(((u >> 1) as i64 ^ -((u & 1) as i64)) as u64)
+        Ok(unzigzag(self.uvarint(start)?))
     }
 
     /// The next event, Ok(None) after a valid END record.
+    #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.end - self.pos < MAX_RECORD {
+            self.fill(MAX_RECORD)?;
+        }
+        if let Some(e) = self.next_buffered() {
+            return Ok(Some(e));
+        }
+        self.next_checked()
+    }
+
+    /// Call `f` on every event up to the END record (the replay loop: no `Option`/`Result`
+    /// wrapping per event on the fast path).
+    #[inline]
+    pub fn for_each_event(&mut self, mut f: impl FnMut(&Event)) -> Result<(), TraceError> {
+        loop {
+            if self.end - self.pos < MAX_RECORD {
+                self.fill(MAX_RECORD)?;
+            }
+            if let Some(e) = self.next_buffered() {
+                f(&e);
+                continue;
+            }
+            match self.next_checked() {
+                Ok(Some(e)) => f(&e),
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    self.done = true;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Fast path: a well-formed alloc/free/realloc record that lies wholly in the buffer is
+    /// decoded straight from it. Anything else (END, a bad tag, missing context, odd varints,
+    /// the last bytes of the input) returns None with nothing consumed, for `next_checked`.
+    #[inline(always)]
+    fn next_buffered(&mut self) -> Option<Event> {
+        if self.done || self.end - self.pos < MAX_RECORD {
+            return None;
+        }
+        let b = &self.buf[self.pos..self.pos + MAX_RECORD];
+        let tag = b[0];
+        if tag & 0xf0 != 0 || tag & 3 == 3 {
+            return None;
+        }
+        let mut i = 1;
+        let dt = unzigzag(fast_uvarint(b, &mut i)?);
+        let mut ctx = self.ctx;
+        if tag & 0x04 != 0 {
+            let a = fast_uvarint(b, &mut i)?;
+            let ins = fast_uvarint(b, &mut i)?;
+            let th = fast_uvarint(b, &mut i)?;
+            ctx = Some((a, ins, th));
+        }
+        let mut type_ = self.type_;
+        if tag & 0x08 != 0 {
+            type_ = Some(fast_uvarint(b, &mut i)?);
+        }
+        let (Some((allocator, instance, thread)), Some(ty)) = (ctx, type_) else {
+            return None;
+        };
+        let size = fast_uvarint(b, &mut i)?;
+        let id = self.id.wrapping_add(unzigzag(fast_uvarint(b, &mut i)?));
+        let op = match tag & 3 {
+            0 => Op::Alloc,
+            1 => Op::Free,
+            _ => Op::Realloc,
+        };
+        let new_id = if op == Op::Realloc {
+            id.wrapping_add(unzigzag(fast_uvarint(b, &mut i)?))
+        } else {
+            0
+        };
+        self.pos += i;
+        self.t = self.t.wrapping_add(dt);
+        self.id = id;
+        self.ctx = ctx;
+        self.type_ = type_;
+        self.count += 1;
+        Some(Event {
+            t_ns: self.t,
+            op,
+            allocator,
+            instance,
+            type_: ty,
+            size,
+            id,
+            new_id,
+            thread,
+        })
+    }
+
+    /// Byte-at-a-time decoding with every check and error message.
+    #[cold]
+    fn next_checked(&mut self) -> Result<Option<Event>, TraceError> {
         if self.done {
             return Ok(None);
         }
-        let start = self.offset;
+        let start = self.offset();
         let tag = match self.byte()? {
             Some(t) => t,
             None => {
@@ -164,7 +328,10 @@ impl<R: Read> TraceReader<R> {
                 )));
             }
             if self.byte()?.is_some() {
-                return Err(self.err(format!("data after END record at byte {}", self.offset - 1)));
+                return Err(self.err(format!(
+                    "data after END record at byte {}",
+                    self.offset() - 1
+                )));
             }
             self.done = true;
             return Ok(None);

@@ -164,27 +164,41 @@ impl MaxTree {
         found
     }
 
-    /// Change the value of a present key (O(log n), no rebalancing needed).
+    /// Change the value of a present key (O(log n), no rebalancing needed). Nothing to do when
+    /// the value is unchanged, which is the common case (a carrier's largest free block).
     pub fn update(&mut self, key: u128, val: u64) {
-        let mut path = Vec::with_capacity(48);
         let mut n = self.root;
         while n != NIL {
-            path.push(n);
-            let k = self.nodes[n as usize].key;
-            if key == k {
-                self.nodes[n as usize].val = val;
+            let node = &mut self.nodes[n as usize];
+            if key == node.key {
+                if node.val == val {
+                    return;
+                }
+                node.val = val;
                 break;
             }
-            n = if key < k {
-                self.nodes[n as usize].left
+            n = if key < node.key {
+                node.left
             } else {
-                self.nodes[n as usize].right
+                node.right
             };
         }
         debug_assert!(n != NIL, "update of an absent key");
-        for &p in path.iter().rev() {
-            self.pull(p);
+        self.repull(self.root, key);
+    }
+
+    /// Recompute the maxima on the path from `n` down to `key`, bottom-up.
+    fn repull(&mut self, n: u32, key: u128) {
+        if n == NIL {
+            return;
         }
+        let node = &self.nodes[n as usize];
+        if key < node.key {
+            self.repull(node.left, key);
+        } else if key > node.key {
+            self.repull(node.right, key);
+        }
+        self.pull(n);
     }
 
     /// First key in order whose value is >= `x`.
