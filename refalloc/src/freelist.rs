@@ -60,19 +60,136 @@ fn list_remove(bl: &mut [Block], head: &mut u32, b: u32) {
     }
 }
 
-/// Size-keyed tree with equal-size lists: `bf` and the `cbf` block order.
-#[derive(Clone, Debug, Default)]
+/// Free block sizes below this are kept in a bitmap-indexed table, 8-byte classes (block sizes
+/// are multiples of 8, §3.1); larger ones in an ordered map.
+const SMALL_LIMIT: u64 = 64 * 1024;
+const SMALL_CLASSES: usize = (SMALL_LIMIT / 8) as usize;
+const SMALL_WORDS: usize = SMALL_CLASSES / 64;
+
+/// Sizes with equal-size lists: `bf` and the `cbf` block order. It behaves as the size-keyed
+/// red-black tree of §4.1 (only "smallest size >= x" and the node/list of each size matter),
+/// but small sizes are a direct table with a two-level bitmap of the non-empty ones: finding
+/// the next non-empty size is a couple of word scans instead of a tree descent.
+#[derive(Clone, Debug)]
 pub struct BfTree {
-    map: BTreeMap<u64, SizeClass>,
+    /// Indexed by size / 8; valid where `bits` has the bit set. Grows to the largest class seen.
+    small: Vec<SizeClass>,
+    bits: Box<[u64; SMALL_WORDS]>,
+    /// Bit w set iff `bits[w]` is non-zero.
+    summary: [u64; SMALL_WORDS / 64],
+    large: BTreeMap<u64, SizeClass>,
+}
+
+impl Default for BfTree {
+    fn default() -> Self {
+        BfTree {
+            small: Vec::new(),
+            bits: Box::new([0; SMALL_WORDS]),
+            summary: [0; SMALL_WORDS / 64],
+            large: BTreeMap::new(),
+        }
+    }
 }
 
 impl BfTree {
+    /// The size's small class, if it has one.
+    #[inline]
+    fn class(size: u64) -> Option<usize> {
+        assert!(
+            size.is_multiple_of(8),
+            "block sizes are multiples of 8 (§3.1)"
+        );
+        (size < SMALL_LIMIT).then_some((size / 8) as usize)
+    }
+
+    fn set_bit(&mut self, k: usize) {
+        self.bits[k / 64] |= 1 << (k % 64);
+        self.summary[k / 4096] |= 1 << (k / 64 % 64);
+    }
+
+    fn clear_bit(&mut self, k: usize) {
+        self.bits[k / 64] &= !(1 << (k % 64));
+        if self.bits[k / 64] == 0 {
+            self.summary[k / 4096] &= !(1 << (k / 64 % 64));
+        }
+    }
+
+    fn has(&self, k: usize) -> bool {
+        self.bits[k / 64] & (1 << (k % 64)) != 0
+    }
+
+    /// First non-empty small class >= k.
+    #[inline]
+    fn next_class(&self, k: usize) -> Option<usize> {
+        if k >= SMALL_CLASSES {
+            return None;
+        }
+        let w = k / 64;
+        let here = self.bits[w] & (!0u64 << (k % 64));
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        // Later non-empty words, from the summary.
+        let w1 = w + 1;
+        if w1 >= SMALL_WORDS {
+            return None;
+        }
+        let mut sw = w1 / 64;
+        let mut mask = !0u64 << (w1 % 64);
+        while sw < self.summary.len() {
+            let m = self.summary[sw] & mask;
+            if m != 0 {
+                let w = sw * 64 + m.trailing_zeros() as usize;
+                return Some(w * 64 + self.bits[w].trailing_zeros() as usize);
+            }
+            sw += 1;
+            mask = !0;
+        }
+        None
+    }
+
+    fn class_mut(&mut self, size: u64) -> Option<&mut SizeClass> {
+        match Self::class(size) {
+            Some(k) => self.has(k).then(|| &mut self.small[k]),
+            None => self.large.get_mut(&size),
+        }
+    }
+
+    fn insert_class(&mut self, size: u64, sc: SizeClass) {
+        match Self::class(size) {
+            Some(k) => {
+                if k >= self.small.len() {
+                    let want = (k + 1).max(2 * self.small.len()).min(SMALL_CLASSES);
+                    self.small.resize(
+                        want,
+                        SizeClass {
+                            node: NIL,
+                            head: NIL,
+                        },
+                    );
+                }
+                self.small[k] = sc;
+                self.set_bit(k);
+            }
+            None => {
+                self.large.insert(size, sc);
+            }
+        }
+    }
+
+    fn remove_class(&mut self, size: u64) {
+        match Self::class(size) {
+            Some(k) => self.clear_bit(k),
+            None => {
+                self.large.remove(&size);
+            }
+        }
+    }
+
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
-        match self.map.get_mut(&size) {
-            None => {
-                self.map.insert(size, SizeClass { node: b, head: NIL });
-            }
+        match self.class_mut(size) {
+            None => self.insert_class(size, SizeClass { node: b, head: NIL }),
             // A new equal-size block goes right after the tree node (§4.1).
             Some(sc) => list_push_head(bl, &mut sc.head, b),
         }
@@ -80,14 +197,11 @@ impl BfTree {
 
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
-        let sc = self
-            .map
-            .get_mut(&size)
-            .expect("unlink of an unlinked block");
+        let sc = self.class_mut(size).expect("unlink of an unlinked block");
         if sc.node == b {
             // `replace()`: the list head is promoted into the tree node's place.
             if sc.head == NIL {
-                self.map.remove(&size);
+                self.remove_class(size);
             } else {
                 let h = sc.head;
                 list_remove(bl, &mut sc.head, h);
@@ -101,7 +215,10 @@ impl BfTree {
     /// Smallest size >= `size`. `node_first`: aoffcbf takes the tree node first, bf takes the
     /// most recently linked list block first and the node last (§4.1, §4.3, §9.10).
     pub fn find(&self, size: u64, node_first: bool) -> Option<u32> {
-        let (_, sc) = self.map.range(size..).next()?;
+        let sc = match self.next_class(size.div_ceil(8) as usize) {
+            Some(k) => &self.small[k],
+            None => self.large.range(size..).next()?.1,
+        };
         Some(if node_first || sc.head == NIL {
             sc.node
         } else {
@@ -110,7 +227,17 @@ impl BfTree {
     }
 
     pub fn largest(&self) -> u64 {
-        self.map.keys().next_back().copied().unwrap_or(0)
+        if let Some((&size, _)) = self.large.last_key_value() {
+            return size;
+        }
+        for sw in (0..self.summary.len()).rev() {
+            if self.summary[sw] != 0 {
+                let w = sw * 64 + 63 - self.summary[sw].leading_zeros() as usize;
+                let k = w * 64 + 63 - self.bits[w].leading_zeros() as usize;
+                return k as u64 * 8;
+            }
+        }
+        0
     }
 }
 
@@ -274,5 +401,105 @@ impl AFit {
     }
     pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
         (self.head != NIL && bl[self.head as usize].size >= size).then_some(self.head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The map-only BfTree this one replaced, as the reference.
+    #[derive(Default)]
+    struct MapBf(BTreeMap<u64, SizeClass>);
+
+    impl MapBf {
+        fn link(&mut self, bl: &mut [Block], b: u32) {
+            let size = bl[b as usize].size;
+            match self.0.get_mut(&size) {
+                None => {
+                    self.0.insert(size, SizeClass { node: b, head: NIL });
+                }
+                Some(sc) => list_push_head(bl, &mut sc.head, b),
+            }
+        }
+        fn unlink(&mut self, bl: &mut [Block], b: u32) {
+            let size = bl[b as usize].size;
+            let sc = self.0.get_mut(&size).unwrap();
+            if sc.node == b {
+                if sc.head == NIL {
+                    self.0.remove(&size);
+                } else {
+                    let h = sc.head;
+                    list_remove(bl, &mut sc.head, h);
+                    sc.node = h;
+                }
+            } else {
+                list_remove(bl, &mut sc.head, b);
+            }
+        }
+        fn find(&self, size: u64, node_first: bool) -> Option<u32> {
+            let (_, sc) = self.0.range(size..).next()?;
+            Some(if node_first || sc.head == NIL {
+                sc.node
+            } else {
+                sc.head
+            })
+        }
+        fn largest(&self) -> u64 {
+            self.0.keys().next_back().copied().unwrap_or(0)
+        }
+    }
+
+    #[test]
+    fn bf_tree_agrees_with_an_ordered_map() {
+        let block = |size| Block {
+            addr: 0,
+            size,
+            carrier: 0,
+            prev: NIL,
+            next: NIL,
+            free: false,
+            lprev: NIL,
+            lnext: NIL,
+        };
+        fn rnd(s: &mut u64) -> u64 {
+            *s ^= *s << 13;
+            *s ^= *s >> 7;
+            *s ^= *s << 17;
+            *s
+        }
+        // Sizes around the table's limit, its word and summary boundaries, and far above.
+        fn size(s: &mut u64) -> u64 {
+            let r = rnd(s);
+            8 * match r % 4 {
+                0 => 1 + r / 4 % 64,
+                1 => 1 + r / 4 % 9000,
+                2 => SMALL_CLASSES as u64 - 3 + r / 4 % 6,
+                _ => 1 + r / 4 % 100_000,
+            }
+        }
+        let mut s = 77u64;
+        let n = 3000;
+        let sizes: Vec<u64> = (0..n).map(|_| size(&mut s)).collect();
+        let mut bl_a: Vec<Block> = sizes.iter().map(|&z| block(z)).collect();
+        let mut bl_b = bl_a.clone();
+        let (mut a, mut b) = (BfTree::default(), MapBf::default());
+        let mut linked = vec![false; n as usize];
+        for step in 0..60_000u64 {
+            let i = (rnd(&mut s) % n) as usize;
+            if linked[i] {
+                a.unlink(&mut bl_a, i as u32);
+                b.unlink(&mut bl_b, i as u32);
+            } else {
+                a.link(&mut bl_a, i as u32);
+                b.link(&mut bl_b, i as u32);
+            }
+            linked[i] = !linked[i];
+            let q = size(&mut s);
+            for node_first in [false, true] {
+                assert_eq!(a.find(q, node_first), b.find(q, node_first), "step {step}");
+            }
+            assert_eq!(a.largest(), b.largest(), "step {step}");
+        }
     }
 }
