@@ -60,8 +60,14 @@ def beam_binary(pid: int) -> str:
     except FileNotFoundError:
         raise EbpfUnavailable(f"no process with pid {pid}") from None
     except PermissionError:
-        raise EbpfUnavailable(f"cannot inspect pid {pid}: permission denied (run as root)"
-                              ) from None
+        if os.geteuid() != 0:
+            raise EbpfUnavailable(f"cannot inspect pid {pid}: permission denied (run as root)"
+                                  ) from None
+        # Root and still refused: ptrace access mode checks (another user namespace, Yama,
+        # a container's policy), as for pid 1 of the host seen from a container.
+        raise EbpfUnavailable(f"cannot inspect pid {pid}: the kernel refuses even root access "
+                              "to its executable (another user namespace or a ptrace "
+                              "restriction); it is not a BEAM this tracer can follow") from None
     exe = exe.removesuffix(" (deleted)")
     if not os.path.basename(exe).startswith("beam"):
         raise EbpfUnavailable(f"pid {pid} runs {exe}, not an Erlang VM (beam.smp)")

@@ -50,16 +50,36 @@ def mount_tracefs() -> None:
         raise EbpfUnavailable(f"cannot mount tracefs on {TRACEFS}: {os.strerror(err)}")
 
 
+#: A complete kernel tree to compile against instead of /lib/modules/R/build (handed to bcc as
+#: BCC_KERNEL_SOURCE, which is both its build and its source tree: Debian's split arch/common
+#: header packages do not qualify); nothing is linked or guessed when it is set.
+HEADERS_ENV = "BEAMALLOC_KERNEL_HEADERS"
+
+
 def headers_dir(release: str | None = None) -> Path:
     return Path("/lib/modules") / (release or os.uname().release) / "build"
 
 
+def _has_headers(build: Path) -> bool:
+    return (build / "include" / "linux").is_dir() or (build / "include" / "generated").is_dir()
+
+
 def prepare_headers(release: str | None = None) -> Path:
-    """Headers for bcc: /lib/modules/R/build if it has them, else Debian's amd64 headers linked
-    there (newest installed). Returns the build directory."""
+    """Headers for bcc: $BEAMALLOC_KERNEL_HEADERS if set, else /lib/modules/R/build if it has
+    them, else Debian's amd64 headers linked there (newest installed). Returns the build
+    directory."""
+    given = os.environ.get(HEADERS_ENV)
+    if given:
+        build = Path(given)
+        if not _has_headers(build) or not (build / "include/linux/kconfig.h").exists():
+            raise EbpfUnavailable(f"no kernel headers in {build} ({HEADERS_ENV}): point it at a "
+                                  "complete kernel tree (include/linux/kconfig.h and the "
+                                  "generated headers in one directory) or unset it")
+        os.environ["BCC_KERNEL_SOURCE"] = str(build)
+        return build
     release = release or os.uname().release
     build = headers_dir(release)
-    if (build / "include" / "linux").is_dir() or (build / "include" / "generated").is_dir():
+    if _has_headers(build):
         return build
     candidates = sorted(glob.glob("/usr/src/linux-headers-*-amd64"))
     if not candidates:

@@ -27,9 +27,10 @@ from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.errors import InputError
 from beamalloc.trace import TraceHeader
 
-#: Seconds a trapped uprobe hit costs here (entry + return), for --max-overhead's estimate;
-#: measured by tests/bench/bench_ebpf.py on this VM (traps are dear in a VM).
-PROBE_HIT_COST_S = 2.0e-6
+#: --max-overhead: floor of the calibrated cost of a probe hit (a calibration can read 0 when
+#: the target's system time is noisy), and of the probes-in fraction.
+MIN_HIT_COST_S = 1.0e-7
+MIN_FRACTION = 0.01
 POLL_MS = 100
 
 
@@ -220,7 +221,7 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
             # Sampling counts calls at entry only: no return trap, and fewer probes to detach
             # after each slice (outstanding bytes are not measured when sampling anyway).
             blocks = BlockProbes(bcc, proc, trace=False, returns=not sampling)
-        sampler = _Sampler(opts, blocks)
+        sampler = _Sampler(opts, blocks, proc.pid)
         _say(opts, f"following pid {proc.pid} ({opts.level} level"
              + (", sampled" if sampler.sampled else "") + "); Ctrl-C stops")
         t_start = time.monotonic()
@@ -236,6 +237,14 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
                      "note": ("calls are scaled by 1/attached_fraction; outstanding bytes are "
                               "not measured when sampling") if sampler.sampled else None},
         }
+        if sampler.sampled:
+            cal = sampler.calibration()
+            doc["mode"].update({
+                "slices": sampler.slices,
+                "probes_in_fraction": round(sampler.probes_in_s / elapsed, 4) if elapsed else 0,
+                "target_fraction": round(sampler.fraction, 4),
+                "calibration": {k: (round(v, 9) if v is not None else None)
+                                for k, v in cal.items()}})
         losses = blocks.stats() if blocks else {}
         doc["lost"] = {**{k: v for k, v in losses.items() if k != "calls"},
                        "total": sum(v for k, v in losses.items() if k != "calls")}
@@ -260,49 +269,116 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
     return 0
 
 
-class _Sampler:
-    """Time slicing of the block-level probes: attached ``slice_s``, then detached for the
-    rest of the period; with --max-overhead the attached fraction follows the call rate."""
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the whole process (all threads), from /proc."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(f[11]) / tick, int(f[12]) / tick
 
-    def __init__(self, opts: Options, blocks: Any) -> None:
+
+class _Sampler:
+    """Time slicing of the block-level probes: attached for ``slice_s``, then detached until
+    the probes have been in place (trapping) a fraction F of the time.
+
+    Probes in place = the counted slice plus the time until the hot probes are gone at detach
+    (BlockProbes.detach: they go first); the off time is sized from that measured time, so F
+    bounds the trapping, not just the counting. With ``--max-overhead`` F follows from a cost
+    per probe hit calibrated on the target itself: a trap runs in the target's context, as
+    system time, so (its system CPU rate while attached − while detached) / hits per second is
+    the cost of a hit; the target's own CPU use while detached is what the overhead is
+    relative to. Both are re-measured in every slice and every off period."""
+
+    BASELINE_S = 0.5  # --max-overhead: a detached window to measure the target first
+
+    def __init__(self, opts: Options, blocks: Any, pid: int) -> None:
         self.blocks = blocks
         self.opts = opts
+        self.pid = pid
         self.sampled = blocks is not None and (opts.sample is not None
                                                or opts.max_overhead is not None)
         self.fraction = opts.sample if opts.sample is not None else 1.0
-        self.attached_s = 0.0
+        self.attached_s = 0.0  # counted (every probe in place)
+        self.probes_in_s = 0.0  # counted + until the hot probes were gone
+        self.slices = 0
+        self._att = [0.0, 0.0, 0]  # seconds attached, system CPU seconds meanwhile, hits
+        self._bare = [0.0, 0.0, 0.0]  # seconds detached, system CPU, all CPU meanwhile
         self._since: float | None = None
+        self._mark: tuple[float, float, float] | None = None  # (t, user, sys) of a window
         self._calls = 0
         self._next = time.monotonic()
-        if blocks is not None:
+        if blocks is None:
+            return
+        if opts.max_overhead is not None:
+            self._open_bare()
+            self._next = time.monotonic() + self.BASELINE_S
+        else:
             self._on()
 
+    def _open_bare(self) -> None:
+        self._mark = (time.monotonic(), *_cpu_s(self.pid))
+
+    def _close_bare(self) -> None:
+        if self._mark is None:
+            return
+        t0, u0, s0 = self._mark
+        u1, s1 = _cpu_s(self.pid)
+        self._bare[0] += time.monotonic() - t0
+        self._bare[1] += s1 - s0
+        self._bare[2] += (u1 - u0) + (s1 - s0)
+        self._mark = None
+
     def _on(self) -> None:
+        self._close_bare()
         if self.sampled:
             self.blocks.clear_pending()
         self.blocks.attach()  # counting starts once every probe is in (blocks.bpf.c, enabled)
         self._since = time.monotonic()
+        self._sys0 = _cpu_s(self.pid)[1]
         self._next = self._since + (self.opts.slice_s if self.sampled else 1e18)
 
     def _off(self) -> None:
-        start = time.monotonic()  # counting stops before the first probe goes
+        start = time.monotonic()
+        sys1 = _cpu_s(self.pid)[1]
         slice_s = start - (self._since or start)
+        hot_s = self.blocks.detach()  # counting stops before the first probe goes
+        self._open_bare()
+        calls = self.blocks.stats()["calls"]
+        self._att[0] += slice_s
+        self._att[1] += sys1 - self._sys0
+        self._att[2] += calls - self._calls
+        self._calls = calls
         self.attached_s += slice_s
+        self.probes_in_s += slice_s + hot_s
+        self.slices += 1
         self._since = None
-        self.blocks.detach()
-        if self.opts.max_overhead is not None and slice_s > 0:
-            calls = self.blocks.stats()["calls"]
-            rate = (calls - self._calls) / slice_s  # probe hits per second while attached
-            self._calls = calls
-            cpus = os.cpu_count() or 1
-            cost = rate * PROBE_HIT_COST_S / cpus  # fraction of the machine while attached
-            want = self.opts.max_overhead / 100 / cost if cost > 0 else 1.0
-            self.fraction = min(1.0, max(0.01, want))
-        # The period is the slice over the fraction; attaching and detaching eat into the
-        # detached part (they take ~1 s here).
-        now = time.monotonic()
-        self._next = start + max(0.0, slice_s / self.fraction - slice_s)
-        self._next = max(self._next, now)
+        if self.opts.max_overhead is not None:
+            self.fraction = self._fraction_for(self.opts.max_overhead / 100)
+        # Probes are in slice + hot_s per period: the period is that over F.
+        self._next = max(time.monotonic(), start - slice_s + (slice_s + hot_s) / self.fraction)
+
+    def calibration(self) -> dict[str, float | None]:
+        """What --max-overhead decides from: hits/s while attached, the cost of a hit, the
+        target's CPU use (cores) while detached."""
+        att_s, att_sys, hits = self._att
+        bare_s, bare_sys, bare_cpu = self._bare
+        rate = hits / att_s if att_s else None
+        cost = None
+        if hits and att_s and bare_s:
+            cost = max(0.0, att_sys / att_s - bare_sys / bare_s) * att_s / hits
+        return {"hits_per_s": rate, "per_hit_cost_s": cost,
+                "target_cpu": bare_cpu / bare_s if bare_s else None}
+
+    def _fraction_for(self, budget: float) -> float:
+        """Probes-in fraction F so that F × hits/s × cost ≤ budget × the target's CPU use."""
+        c = self.calibration()
+        rate, cost, cpu = c["hits_per_s"], c["per_hit_cost_s"], c["target_cpu"]
+        if not rate or cost is None or cpu is None:
+            return self.fraction
+        probe_cpu = rate * max(cost, MIN_HIT_COST_S)  # cores the probes take while in
+        return min(1.0, max(MIN_FRACTION, budget * max(cpu, 0.01) / probe_cpu))
 
     def step(self) -> None:
         if self.blocks is None or not self.sampled:
@@ -311,7 +387,9 @@ class _Sampler:
         now = time.monotonic()
         if now >= self._next:
             if self._since is not None:
-                if self.fraction < 1:
+                # --max-overhead decides F after its first slice: that one always ends.
+                if self.fraction < 1 or (self.opts.max_overhead is not None
+                                         and not self.slices):
                     self._off()
                 else:
                     self._next = now + self.opts.slice_s

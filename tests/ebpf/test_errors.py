@@ -1,0 +1,103 @@
+"""`beamalloc trace` where it cannot trace: one line on stderr, exit code 2, no traceback, and
+nothing left attached (docs/ebpf.md, "Requirements and failures")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ebpfhelp import Churn, probes_in_kernel, requires_bpf
+
+from beamalloc.ebpf import kernel
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs the tracer as root")
+
+
+def trace(*args: str, env: dict[str, str] | None = None,
+          prefix: tuple[str, ...] = ()) -> tuple[int, str]:
+    r = subprocess.run([*prefix, sys.executable, "-m", "beamalloc.cli", "trace", *args],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, r.stderr.strip()
+
+
+def one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_not_root(churn: Churn) -> None:
+    """The same command as an unprivileged user (setpriv drops to nobody)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    rc, err = trace("--pid", str(churn.pid),
+                    prefix=(setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"),
+                    env={"HOME": "/tmp"})
+    assert rc == 2
+    assert "needs root" in one_line(err) and "sudo" in err
+
+
+@requires_bpf
+def test_missing_headers(churn: Churn, tmp_path) -> None:
+    """BEAMALLOC_KERNEL_HEADERS replaces /lib/modules/R/build: an empty directory, or Debian's
+    arch headers alone (bcc needs the source tree beside them), fail before anything loads."""
+    for where in (tmp_path, kernel.prepare_headers().resolve()):
+        rc, err = trace("--pid", str(churn.pid), "--level", "carrier", "--duration", "1",
+                        env={kernel.HEADERS_ENV: str(where)})
+        assert rc == 2
+        line = one_line(err)
+        assert "no kernel headers" in line and str(where) in line
+        assert kernel.HEADERS_ENV in line
+    assert [p for p in probes_in_kernel() if f"/proc/{churn.pid}/" in p] == []
+
+
+@requires_bpf
+def test_a_beam_without_the_alloc_util_symbols(tmp_path) -> None:
+    """A process whose executable is called beam.smp but exports no erts_alcu_* (a copy of
+    sleep): named, and refused because of the symbols, not the name."""
+    fake = tmp_path / "beam.smp"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    p = subprocess.Popen([str(fake), "60"])
+    try:
+        rc, err = trace("--pid", str(p.pid))
+    finally:
+        p.kill()
+        p.wait()
+    assert rc == 2
+    line = one_line(err)
+    assert "does not export erts_alcu_alloc" in line and "alloc_util symbols" in line
+
+
+@requires_bpf
+def test_not_a_beam_and_no_such_pid() -> None:
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        rc, err = trace("--pid", str(p.pid))
+    finally:
+        p.kill()
+        p.wait()
+    assert rc == 2 and "not an Erlang VM" in one_line(err)
+    rc, err = trace("--pid", "999999999")
+    assert rc == 2 and "no process with pid 999999999" in one_line(err)
+
+
+@requires_bpf
+def test_pid_1_as_root_does_not_ask_for_root() -> None:
+    """Root may still be refused pid 1's executable (a container): say so, not 'run as root'."""
+    rc, err = trace("--pid", "1")
+    assert rc == 2
+    line = one_line(err)
+    assert "pid 1" in line and "run as root" not in line
+    try:
+        os.readlink("/proc/1/exe")
+    except PermissionError:
+        assert "refuses even root" in line
+    else:
+        assert "not an Erlang VM" in line or Path("/proc/1/exe").resolve().name.startswith("beam")
