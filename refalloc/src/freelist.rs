@@ -29,6 +29,7 @@ pub struct SizeClass {
     pub head: u32,
 }
 
+#[inline]
 fn list_push_head(bl: &mut [Block], head: &mut u32, b: u32) {
     bl[b as usize].lprev = NIL;
     bl[b as usize].lnext = *head;
@@ -48,6 +49,7 @@ fn list_insert_after(bl: &mut [Block], after: u32, b: u32) {
     }
 }
 
+#[inline]
 fn list_remove(bl: &mut [Block], head: &mut u32, b: u32) {
     let (p, n) = (bl[b as usize].lprev, bl[b as usize].lnext);
     if p != NIL {
@@ -186,6 +188,7 @@ impl BfTree {
         }
     }
 
+    #[inline]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
         match self.class_mut(size) {
@@ -195,6 +198,7 @@ impl BfTree {
         }
     }
 
+    #[inline]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
         let sc = self.class_mut(size).expect("unlink of an unlinked block");
@@ -214,6 +218,7 @@ impl BfTree {
 
     /// Smallest size >= `size`. `node_first`: aoffcbf takes the tree node first, bf takes the
     /// most recently linked list block first and the node last (§4.1, §4.3, §9.10).
+    #[inline]
     pub fn find(&self, size: u64, node_first: bool) -> Option<u32> {
         let sc = match self.next_class(size.div_ceil(8) as usize) {
             Some(k) => &self.small[k],
@@ -226,6 +231,7 @@ impl BfTree {
         })
     }
 
+    #[inline]
     pub fn largest(&self) -> u64 {
         if let Some((&size, _)) = self.large.last_key_value() {
             return size;
@@ -248,17 +254,21 @@ pub struct AobfTree {
 }
 
 impl AobfTree {
+    #[inline]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.set.insert((x.size, x.addr, b));
     }
+    #[inline]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.set.remove(&(x.size, x.addr, b));
     }
+    #[inline]
     pub fn find(&self, size: u64) -> Option<u32> {
         self.set.range((size, 0, 0)..).next().map(|t| t.2)
     }
+    #[inline]
     pub fn largest(&self) -> u64 {
         self.set.iter().next_back().map(|t| t.0).unwrap_or(0)
     }
@@ -274,18 +284,22 @@ impl AddrTree {
     fn key(x: &Block, b: u32) -> u128 {
         ((x.addr as u128) << 32) | b as u128
     }
+    #[inline]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.tree.insert(Self::key(x, b), x.size);
     }
+    #[inline]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         self.tree.remove(Self::key(&bl[b as usize], b));
     }
+    #[inline]
     pub fn find(&self, size: u64) -> Option<u32> {
         self.tree
             .first_at_least(size)
             .map(|(k, _)| (k & 0xffff_ffff) as u32)
     }
+    #[inline]
     pub fn largest(&self) -> u64 {
         self.tree.max()
     }
@@ -331,12 +345,14 @@ impl GoodFit {
         (ix as usize).min(GF_BUCKETS - 1)
     }
 
+    #[inline]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let i = self.bucket(bl[b as usize].size);
         list_push_head(bl, &mut self.heads[i], b);
         self.nonempty[i / 64] |= 1 << (i % 64);
     }
 
+    #[inline]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let i = self.bucket(bl[b as usize].size);
         list_remove(bl, &mut self.heads[i], b);
@@ -352,6 +368,7 @@ impl GoodFit {
     /// First non-empty bucket >= the request's: in its own bucket an exact fit returns at once,
     /// else the smallest fitting of the first `mbsd`; if none fits, the smallest of the first
     /// `mbsd` blocks of the next non-empty bucket. (Not modelled: avoiding the "last aux MBC".)
+    #[inline]
     pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
         let own = self.bucket(size);
         let mut i = self.next_nonempty(own)?;
@@ -389,6 +406,7 @@ impl AFit {
     pub fn new() -> Self {
         AFit { head: NIL }
     }
+    #[inline]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         if self.head == NIL || bl[b as usize].size >= bl[self.head as usize].size {
             list_push_head(bl, &mut self.head, b);
@@ -396,9 +414,11 @@ impl AFit {
             list_insert_after(bl, self.head, b);
         }
     }
+    #[inline]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         list_remove(bl, &mut self.head, b);
     }
+    #[inline]
     pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
         (self.head != NIL && bl[self.head as usize].size >= size).then_some(self.head)
     }

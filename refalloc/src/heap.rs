@@ -88,6 +88,7 @@ impl FreeSet {
             _ => return None,
         })
     }
+    #[inline]
     fn link(&mut self, bl: &mut [Block], b: u32) {
         match self {
             FreeSet::Bf(t) => t.link(bl, b),
@@ -97,6 +98,7 @@ impl FreeSet {
             FreeSet::Af(t) => t.link(bl, b),
         }
     }
+    #[inline]
     fn unlink(&mut self, bl: &mut [Block], b: u32) {
         match self {
             FreeSet::Bf(t) => t.unlink(bl, b),
@@ -107,6 +109,7 @@ impl FreeSet {
         }
     }
     /// `node_first` selects aoffcbf's tie-break over bf's (§9.10).
+    #[inline]
     fn find(&self, bl: &[Block], size: u64, node_first: bool) -> Option<u32> {
         match self {
             FreeSet::Bf(t) => t.find(size, node_first),
@@ -142,6 +145,8 @@ pub struct Carrier {
     pub nblocks: u64,
     pub in_pool: bool,
     live: bool,
+    /// aoff family: the largest free block as last entered in the owner's carrier tree.
+    tree_largest: u64,
 }
 
 pub struct Instance {
@@ -202,10 +207,12 @@ impl Heap {
         h
     }
 
+    #[inline]
     fn cfg(&self, ix: u32) -> &InstanceConfig {
         &self.instances[ix as usize].cfg
     }
 
+    #[inline]
     fn new_block(&mut self, b: Block) -> u32 {
         match self.spare_blocks.pop() {
             Some(i) => {
@@ -236,6 +243,7 @@ impl Heap {
 
     // --- free-structure plumbing --------------------------------------------------------
 
+    #[inline]
     fn carrier_key(&self, c: u32) -> u128 {
         let cr = &self.carriers[c as usize];
         let strat = self.cfg(cr.owner).strategy;
@@ -247,6 +255,7 @@ impl Heap {
         ((primary as u128) << 32) | c as u128
     }
 
+    #[inline]
     fn link(&mut self, b: u32) {
         self.blocks[b as usize].free = true;
         let c = self.blocks[b as usize].carrier;
@@ -263,6 +272,7 @@ impl Heap {
         }
     }
 
+    #[inline]
     fn unlink(&mut self, b: u32) {
         let c = self.blocks[b as usize].carrier;
         match self.carrier_free[c as usize].as_mut() {
@@ -279,6 +289,7 @@ impl Heap {
     }
 
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
+    #[inline]
     fn refresh(&mut self, c: u32) {
         let cr = &self.carriers[c as usize];
         if cr.in_pool || !cr.live {
@@ -286,12 +297,17 @@ impl Heap {
         }
         if let Some(fs) = self.carrier_free[c as usize].as_ref() {
             let largest = fs.largest();
+            if largest == cr.tree_largest {
+                return;
+            }
             let key = self.carrier_key(c);
             let o = cr.owner as usize;
             self.instances[o].ctree.update(key, largest);
+            self.carriers[c as usize].tree_largest = largest;
         }
     }
 
+    #[inline]
     fn largest_free(&self, c: u32) -> u64 {
         self.carrier_free[c as usize]
             .as_ref()
@@ -300,6 +316,7 @@ impl Heap {
     }
 
     /// `get_free_block` (§4): the instance's own free blocks only.
+    #[inline]
     fn find(&self, ix: u32, blk: u64) -> Option<u32> {
         let inst = &self.instances[ix as usize];
         let s = inst.cfg.strategy;
@@ -335,6 +352,7 @@ impl Heap {
                 nblocks: 0,
                 in_pool: false,
                 live: true,
+                tree_largest: 0,
             },
             strat.block_order().map(FreeSet::for_order),
         );
@@ -502,6 +520,7 @@ impl Heap {
                 nblocks: 1,
                 in_pool: false,
                 live: true,
+                tree_largest: 0,
             },
             None,
         );
@@ -532,6 +551,7 @@ impl Heap {
 
     /// Hand out free block `b` (already unlinked) for `blk` bytes: split off the high end if
     /// the remainder can be a block (§4 common rules).
+    #[inline]
     fn carve(&mut self, b: u32, blk: u64) {
         let (addr, size, c, next) = {
             let x = &self.blocks[b as usize];
@@ -563,6 +583,7 @@ impl Heap {
     }
 
     /// Block bytes/count changes of carrier `c`, in the stats where the carrier is counted.
+    #[inline]
     fn account(&mut self, c: u32, bytes: i64, count: i64) {
         let cr = &mut self.carriers[c as usize];
         cr.used = (cr.used as i64 + bytes) as u64;
@@ -580,6 +601,7 @@ impl Heap {
     }
 
     /// `mbc_alloc_block`: strategy, then pool fetch or a new carrier (block at its start).
+    #[inline]
     fn mbc_alloc(&mut self, env: &mut Env, ix: u32, blk: u64) -> u32 {
         let b = match self.find(ix, blk) {
             Some(b) => b,
@@ -604,11 +626,13 @@ impl Heap {
     }
 
     /// Allocate `user` bytes in instance `ix`; returns the block.
+    #[inline]
     pub fn alloc(&mut self, env: &mut Env, ix: u32, user: u64) -> u32 {
         self.instances[ix as usize].stats.calls.alloc += 1;
         self.alloc_inner(env, ix, user)
     }
 
+    #[inline]
     fn alloc_inner(&mut self, env: &mut Env, ix: u32, user: u64) -> u32 {
         let cfg = self.cfg(ix);
         let blk = cfg.block_size(user);
@@ -620,6 +644,7 @@ impl Heap {
     }
 
     /// Free block `b` (the carrier's owner does it, §4.9 not modelled as a delay).
+    #[inline]
     pub fn free(&mut self, env: &mut Env, b: u32) {
         let c = self.blocks[b as usize].carrier;
         let owner = self.carriers[c as usize].owner;
@@ -627,6 +652,7 @@ impl Heap {
         self.free_inner(env, b);
     }
 
+    #[inline]
     fn free_inner(&mut self, env: &mut Env, b: u32) {
         let c = self.blocks[b as usize].carrier;
         if self.carriers[c as usize].sbc {
@@ -656,6 +682,7 @@ impl Heap {
     }
 
     /// Merge free block `b` (not linked) with free neighbours; returns the merged block.
+    #[inline]
     fn coalesce(&mut self, mut b: u32) -> u32 {
         let next = self.blocks[b as usize].next;
         if next != NIL && self.blocks[next as usize].free {
@@ -673,6 +700,7 @@ impl Heap {
     }
 
     /// Block `b` takes over its physical successor.
+    #[inline]
     fn absorb_next(&mut self, b: u32) {
         let n = self.blocks[b as usize].next;
         let (nsize, nnext) = (self.blocks[n as usize].size, self.blocks[n as usize].next);
@@ -884,6 +912,7 @@ impl Heap {
 
     // --- carrier pool (§5) --------------------------------------------------------------------
 
+    #[inline]
     fn check_abandon(&mut self, c: u32) {
         let cr = &self.carriers[c as usize];
         if cr.main || cr.in_pool || cr.sbc || !cr.live {
@@ -985,6 +1014,7 @@ impl Heap {
         let key = self.carrier_key(c);
         let largest = self.largest_free(c);
         self.instances[ix as usize].ctree.insert(key, largest);
+        self.carriers[c as usize].tree_largest = largest;
         Some(c)
     }
 

@@ -52,6 +52,7 @@ impl LiveMap {
         ((x >> 32) as u8, x as u32)
     }
     /// Insert; returns the previous value for this id (a reused id).
+    #[inline]
     pub fn insert(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
         let old = self.remove(id);
         self.len += 1;
@@ -67,6 +68,7 @@ impl LiveMap {
         }
         old
     }
+    #[inline]
     pub fn remove(&mut self, id: u64) -> Option<(u8, u32)> {
         if let Some(x) = self.dense.get_mut(id as usize) {
             if *x != 0 {
@@ -82,6 +84,7 @@ impl LiveMap {
         }
         v
     }
+    #[inline]
     pub fn get(&self, id: u64) -> Option<(u8, u32)> {
         match self.dense.get(id as usize) {
             Some(&x) if x != 0 => Some(Self::unpack(x)),
