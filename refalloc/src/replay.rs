@@ -78,6 +78,9 @@ impl LiveMap {
                 return Some(v);
             }
         }
+        if self.sparse.is_empty() {
+            return None;
+        }
         let v = self.sparse.remove(&id);
         if v.is_some() {
             self.len -= 1;
@@ -88,6 +91,7 @@ impl LiveMap {
     pub fn get(&self, id: u64) -> Option<(u8, u32)> {
         match self.dense.get(id as usize) {
             Some(&x) if x != 0 => Some(Self::unpack(x)),
+            _ if self.sparse.is_empty() => None,
             _ => self.sparse.get(&id).copied(),
         }
     }

@@ -69,7 +69,8 @@ impl TraceReader<File> {
 }
 
 /// Fast-path varint: `b` holds at least 10 bytes from `*i`. None for anything unusual (over
-/// 10 bytes, above 2^64-1), which the checked path then reports.
+/// 10 bytes, above 2^64-1), which the checked path then reports. (A branch-free 8-byte decode
+/// was tried: fewer mispredictions, but 1.6x the instructions, slower overall.)
 #[inline(always)]
 fn fast_uvarint(b: &[u8], i: &mut usize) -> Option<u64> {
     let x = b[*i];
@@ -570,6 +571,38 @@ mod tests {
             evs.push(e);
         }
         (w.finish().unwrap(), evs)
+    }
+
+    #[test]
+    fn fast_varints_decode_every_length() {
+        let mut s = 0xfa57_u64;
+        for bits in 0..=64u32 {
+            for _ in 0..50 {
+                let v = if bits == 0 {
+                    0
+                } else {
+                    rng(&mut s) >> (64 - bits)
+                };
+                let mut w = TraceWriter::new(Vec::new(), "{}").unwrap();
+                w.buf.clear();
+                w.uvarint(v);
+                let len = w.buf.len();
+                w.buf.resize(16, 0xff);
+                let mut i = 0;
+                assert_eq!(fast_uvarint(&w.buf, &mut i), Some(v), "{v:#x}");
+                assert_eq!(i, len);
+            }
+        }
+        // Above 2^64-1 and longer than 10 bytes: left to the checked path.
+        let mut i = 0;
+        assert_eq!(
+            fast_uvarint(
+                &[0xff; 9].iter().chain(&[2, 0]).copied().collect::<Vec<_>>(),
+                &mut i
+            ),
+            None
+        );
+        assert_eq!(fast_uvarint(&[0xff; 12], &mut i), None);
     }
 
     #[test]
