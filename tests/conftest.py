@@ -1,30 +1,9 @@
-"""Shared test helpers: paths to the samples and fixtures, and the CLI run as users run it."""
+"""Fixtures shared by every test; the helpers themselves are in support.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-SAMPLES = ROOT / "samples" / "otp25"
-
-
-def run_cli(
-    *args: str, input: bytes | None = None, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`beamalloc ARGS` in a subprocess, exactly as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "beamalloc.cli", *args],
-        input=input,
-        capture_output=True,
-        timeout=timeout,
-        env=env,
-        **({"text": True} if input is None else {}),
-    )
+from support import run_cli
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, ROOT
+from support import DATA, ROOT
 
 BAD = sorted(p for p in (DATA / "bad").iterdir() if p.name != "README.md")
 

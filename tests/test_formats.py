@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, SAMPLES
+from support import DATA, SAMPLES
 
 from beamalloc.collector.crashdump import read_crashdump_lines
 from beamalloc.collector.sources import read_file

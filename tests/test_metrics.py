@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
+from support import DATA
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SAMPLES
 from recommend_fixtures import SNAPS
+from support import SAMPLES
 
 from beamalloc.analyzer.outputs import FORMATS, paste_block
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA, SAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import DATA, SAMPLES
 
 from beamalloc.collector.sources import read_file
 from beamalloc.snapshot import (

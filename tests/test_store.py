@@ -7,9 +7,9 @@ import copy
 import sqlite3
 
 import pytest
-from conftest import SAMPLES
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support import SAMPLES
 
 from beamalloc.analyzer.series import derive, summarize, view
 from beamalloc.collector import store as store_mod
