@@ -29,7 +29,7 @@ pub struct SizeClass {
     pub head: u32,
 }
 
-#[inline]
+#[inline(always)]
 fn list_push_head(bl: &mut [Block], head: &mut u32, b: u32) {
     bl[b as usize].lprev = NIL;
     bl[b as usize].lnext = *head;
@@ -49,7 +49,7 @@ fn list_insert_after(bl: &mut [Block], after: u32, b: u32) {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn list_remove(bl: &mut [Block], head: &mut u32, b: u32) {
     let (p, n) = (bl[b as usize].lprev, bl[b as usize].lnext);
     if p != NIL {
@@ -95,7 +95,7 @@ impl Default for BfTree {
 
 impl BfTree {
     /// The size's small class, if it has one.
-    #[inline]
+    #[inline(always)]
     fn class(size: u64) -> Option<usize> {
         assert!(
             size.is_multiple_of(8),
@@ -104,11 +104,13 @@ impl BfTree {
         (size < SMALL_LIMIT).then_some((size / 8) as usize)
     }
 
+    #[inline(always)]
     fn set_bit(&mut self, k: usize) {
         self.bits[k / 64] |= 1 << (k % 64);
         self.summary[k / 4096] |= 1 << (k / 64 % 64);
     }
 
+    #[inline(always)]
     fn clear_bit(&mut self, k: usize) {
         self.bits[k / 64] &= !(1 << (k % 64));
         if self.bits[k / 64] == 0 {
@@ -116,12 +118,13 @@ impl BfTree {
         }
     }
 
+    #[inline(always)]
     fn has(&self, k: usize) -> bool {
         self.bits[k / 64] & (1 << (k % 64)) != 0
     }
 
     /// First non-empty small class >= k.
-    #[inline]
+    #[inline(always)]
     fn next_class(&self, k: usize) -> Option<usize> {
         if k >= SMALL_CLASSES {
             return None;
@@ -150,6 +153,7 @@ impl BfTree {
         None
     }
 
+    #[inline(always)]
     fn class_mut(&mut self, size: u64) -> Option<&mut SizeClass> {
         match Self::class(size) {
             Some(k) => self.has(k).then(|| &mut self.small[k]),
@@ -157,6 +161,7 @@ impl BfTree {
         }
     }
 
+    #[inline(always)]
     fn insert_class(&mut self, size: u64, sc: SizeClass) {
         match Self::class(size) {
             Some(k) => {
@@ -179,6 +184,7 @@ impl BfTree {
         }
     }
 
+    #[inline(always)]
     fn remove_class(&mut self, size: u64) {
         match Self::class(size) {
             Some(k) => self.clear_bit(k),
@@ -188,7 +194,7 @@ impl BfTree {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
         match self.class_mut(size) {
@@ -198,7 +204,7 @@ impl BfTree {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let size = bl[b as usize].size;
         let sc = self.class_mut(size).expect("unlink of an unlinked block");
@@ -218,7 +224,7 @@ impl BfTree {
 
     /// Smallest size >= `size`. `node_first`: aoffcbf takes the tree node first, bf takes the
     /// most recently linked list block first and the node last (§4.1, §4.3, §9.10).
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, size: u64, node_first: bool) -> Option<u32> {
         let sc = match self.next_class(size.div_ceil(8) as usize) {
             Some(k) => &self.small[k],
@@ -231,7 +237,7 @@ impl BfTree {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn largest(&self) -> u64 {
         if let Some((&size, _)) = self.large.last_key_value() {
             return size;
@@ -254,21 +260,21 @@ pub struct AobfTree {
 }
 
 impl AobfTree {
-    #[inline]
+    #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.set.insert((x.size, x.addr, b));
     }
-    #[inline]
+    #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.set.remove(&(x.size, x.addr, b));
     }
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
         self.set.range((size, 0, 0)..).next().map(|t| t.2)
     }
-    #[inline]
+    #[inline(always)]
     pub fn largest(&self) -> u64 {
         self.set.iter().next_back().map(|t| t.0).unwrap_or(0)
     }
@@ -284,22 +290,22 @@ impl AddrTree {
     fn key(x: &Block, b: u32) -> u128 {
         ((x.addr as u128) << 32) | b as u128
     }
-    #[inline]
+    #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
         self.tree.insert(Self::key(x, b), x.size);
     }
-    #[inline]
+    #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         self.tree.remove(Self::key(&bl[b as usize], b));
     }
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
         self.tree
             .first_at_least(size)
             .map(|(k, _)| (k & 0xffff_ffff) as u32)
     }
-    #[inline]
+    #[inline(always)]
     pub fn largest(&self) -> u64 {
         self.tree.max()
     }
@@ -345,14 +351,14 @@ impl GoodFit {
         (ix as usize).min(GF_BUCKETS - 1)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let i = self.bucket(bl[b as usize].size);
         list_push_head(bl, &mut self.heads[i], b);
         self.nonempty[i / 64] |= 1 << (i % 64);
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let i = self.bucket(bl[b as usize].size);
         list_remove(bl, &mut self.heads[i], b);
@@ -368,7 +374,7 @@ impl GoodFit {
     /// First non-empty bucket >= the request's: in its own bucket an exact fit returns at once,
     /// else the smallest fitting of the first `mbsd`; if none fits, the smallest of the first
     /// `mbsd` blocks of the next non-empty bucket. (Not modelled: avoiding the "last aux MBC".)
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
         let own = self.bucket(size);
         let mut i = self.next_nonempty(own)?;
@@ -406,7 +412,7 @@ impl AFit {
     pub fn new() -> Self {
         AFit { head: NIL }
     }
-    #[inline]
+    #[inline(always)]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         if self.head == NIL || bl[b as usize].size >= bl[self.head as usize].size {
             list_push_head(bl, &mut self.head, b);
@@ -414,11 +420,11 @@ impl AFit {
             list_insert_after(bl, self.head, b);
         }
     }
-    #[inline]
+    #[inline(always)]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         list_remove(bl, &mut self.head, b);
     }
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
         (self.head != NIL && bl[self.head as usize].size >= size).then_some(self.head)
     }

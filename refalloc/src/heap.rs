@@ -88,7 +88,7 @@ impl FreeSet {
             _ => return None,
         })
     }
-    #[inline]
+    #[inline(always)]
     fn link(&mut self, bl: &mut [Block], b: u32) {
         match self {
             FreeSet::Bf(t) => t.link(bl, b),
@@ -98,7 +98,7 @@ impl FreeSet {
             FreeSet::Af(t) => t.link(bl, b),
         }
     }
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, bl: &mut [Block], b: u32) {
         match self {
             FreeSet::Bf(t) => t.unlink(bl, b),
@@ -109,7 +109,7 @@ impl FreeSet {
         }
     }
     /// `node_first` selects aoffcbf's tie-break over bf's (§9.10).
-    #[inline]
+    #[inline(always)]
     fn find(&self, bl: &[Block], size: u64, node_first: bool) -> Option<u32> {
         match self {
             FreeSet::Bf(t) => t.find(size, node_first),
@@ -207,12 +207,12 @@ impl Heap {
         h
     }
 
-    #[inline]
+    #[inline(always)]
     fn cfg(&self, ix: u32) -> &InstanceConfig {
         &self.instances[ix as usize].cfg
     }
 
-    #[inline]
+    #[inline(always)]
     fn new_block(&mut self, b: Block) -> u32 {
         match self.spare_blocks.pop() {
             Some(i) => {
@@ -255,7 +255,7 @@ impl Heap {
         ((primary as u128) << 32) | c as u128
     }
 
-    #[inline]
+    #[inline(always)]
     fn link(&mut self, b: u32) {
         self.blocks[b as usize].free = true;
         let c = self.blocks[b as usize].carrier;
@@ -272,7 +272,7 @@ impl Heap {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, b: u32) {
         let c = self.blocks[b as usize].carrier;
         match self.carrier_free[c as usize].as_mut() {
@@ -289,8 +289,14 @@ impl Heap {
     }
 
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
-    #[inline]
+    #[inline(always)]
     fn refresh(&mut self, c: u32) {
+        if self.carrier_free[c as usize].is_some() {
+            self.refresh_tree(c);
+        }
+    }
+
+    fn refresh_tree(&mut self, c: u32) {
         let cr = &self.carriers[c as usize];
         if cr.in_pool || !cr.live {
             return;
@@ -316,7 +322,7 @@ impl Heap {
     }
 
     /// `get_free_block` (§4): the instance's own free blocks only.
-    #[inline]
+    #[inline(always)]
     fn find(&self, ix: u32, blk: u64) -> Option<u32> {
         let inst = &self.instances[ix as usize];
         let s = inst.cfg.strategy;
@@ -551,7 +557,7 @@ impl Heap {
 
     /// Hand out free block `b` (already unlinked) for `blk` bytes: split off the high end if
     /// the remainder can be a block (§4 common rules).
-    #[inline]
+    #[inline(always)]
     fn carve(&mut self, b: u32, blk: u64) {
         let (addr, size, c, next) = {
             let x = &self.blocks[b as usize];
@@ -583,7 +589,7 @@ impl Heap {
     }
 
     /// Block bytes/count changes of carrier `c`, in the stats where the carrier is counted.
-    #[inline]
+    #[inline(always)]
     fn account(&mut self, c: u32, bytes: i64, count: i64) {
         let cr = &mut self.carriers[c as usize];
         cr.used = (cr.used as i64 + bytes) as u64;
@@ -682,7 +688,7 @@ impl Heap {
     }
 
     /// Merge free block `b` (not linked) with free neighbours; returns the merged block.
-    #[inline]
+    #[inline(always)]
     fn coalesce(&mut self, mut b: u32) -> u32 {
         let next = self.blocks[b as usize].next;
         if next != NIL && self.blocks[next as usize].free {
@@ -700,7 +706,7 @@ impl Heap {
     }
 
     /// Block `b` takes over its physical successor.
-    #[inline]
+    #[inline(always)]
     fn absorb_next(&mut self, b: u32) {
         let n = self.blocks[b as usize].next;
         let (nsize, nnext) = (self.blocks[n as usize].size, self.blocks[n as usize].next);
@@ -912,18 +918,24 @@ impl Heap {
 
     // --- carrier pool (§5) --------------------------------------------------------------------
 
-    #[inline]
+    #[inline(always)]
     fn check_abandon(&mut self, c: u32) {
         let cr = &self.carriers[c as usize];
         if cr.main || cr.in_pool || cr.sbc || !cr.live {
             return;
         }
-        let ix = cr.owner as usize;
-        let inst = &self.instances[ix];
-        let cfg = &inst.cfg;
-        if !cfg.pool_enabled() || inst.disable_abandon > 0 {
+        let inst = &self.instances[cr.owner as usize];
+        if !inst.cfg.pool_enabled() || inst.disable_abandon > 0 {
             return;
         }
+        self.check_abandon_carrier(c);
+    }
+
+    /// `check_abandon_carrier` past the cheap tests: utilisation and room in the pool (§5).
+    fn check_abandon_carrier(&mut self, c: u32) {
+        let cr = &self.carriers[c as usize];
+        let inst = &self.instances[cr.owner as usize];
+        let cfg = &inst.cfg;
         let m = &inst.stats.mbcs;
         if m.blocks_size.cur * 100 > cfg.acul * m.carriers_size.cur {
             return;
