@@ -19,7 +19,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -65,32 +64,15 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _argv(self, erl: str) -> list[str]:
-        me = f"beamalloc_{live._node_suffix()}"
-        if self._long:
-            fqdn = socket.getfqdn()
-            name = ["-name", f"{me}@{fqdn if '.' in fqdn else '127.0.0.1'}"]
-        else:
-            name = ["-sname", me]
-        return [
-            erl, "-hidden", *name, "-noshell", "-boot", "no_dot_erlang",
-            # As live.py's agent: few threads, no busy-waiting, loopback-only distribution.
-            "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
-            "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
-            "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
-            "-pa", str(live.erlang_ebin()),
-            "-run", "beamalloc_session", "main",
-        ]
-
     def start(self) -> None:
         erl = shutil.which("erl")
         if not erl:
             raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox)")
+        argv = live.hidden_node_argv(erl, self._long, ["beamalloc_session", "main"])
         self._home = tempfile.mkdtemp(prefix="beamalloc_home_")
         self._proc = subprocess.Popen(
-            self._argv(erl), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, cwd=self._home, env=live._agent_env(self._home),
-            start_new_session=True)
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=self._home, env=live._agent_env(self._home), start_new_session=True)
         assert self._proc.stdin is not None
         self._proc.stdin.write(self._cookie.encode("utf-8").hex().encode() + b"\n")
         self._proc.stdin.flush()

@@ -114,23 +114,25 @@ def _node_suffix() -> str:
     return secrets.token_hex(5)
 
 
-def _agent_argv(erl: str, ebin: Path, node: str, host: str, deadline: float) -> list[str]:
+def hidden_node_argv(erl: str, long_names: bool, run: list[str]) -> list[str]:
+    """argv of a hidden node of ours (the one-shot agent or the watch session) running `run`,
+    e.g. ["beamalloc_agent", "main", Target, DeadlineMs]. No cookie here, ever."""
     me = f"beamalloc_{_node_suffix()}"
-    if "." in host:  # the target uses long names (net_kernel refuses to mix the two)
+    if long_names:  # the target uses long names (net_kernel refuses to mix the two)
         fqdn = socket.getfqdn()
         name = ["-name", f"{me}@{fqdn if '.' in fqdn else '127.0.0.1'}"]
     else:
         name = ["-sname", me]
     return [
         erl, "-hidden", *name, "-noshell", "-boot", "no_dot_erlang",
-        # One scheduler and no busy-waiting: the agent only waits on the network, and should
+        # One scheduler and no busy-waiting: the node only waits on the network, and should
         # not take CPU from the node it is looking at.
         "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
         "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
-        # Accept distribution connections on loopback only: nobody needs to reach the agent.
+        # Accept distribution connections on loopback only: nobody needs to reach us.
         "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
-        "-pa", str(ebin),
-        "-run", "beamalloc_agent", "main", node, str(int(deadline * 1000)),
+        "-pa", str(erlang_ebin()),
+        "-run", *run,
     ]
 
 
@@ -180,9 +182,9 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
     erl = shutil.which("erl")
     if not erl:
         raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
-    ebin = erlang_ebin()
+    argv = hidden_node_argv(erl, "." in host, ["beamalloc_agent", "main", node,
+                                               str(int((deadline - AGENT_MARGIN) * 1000))])
     home = tempfile.mkdtemp(prefix="beamalloc_home_")
-    argv = _agent_argv(erl, ebin, node, host, deadline - AGENT_MARGIN)
     proc: subprocess.Popen[bytes] | None = None
     try:
         try:
