@@ -5,8 +5,9 @@
 //!   caches), sizes mostly small, some medium, on three instances; block ids are dense (a freed
 //!   id is reused), as a tracer that remaps pointers at write time produces them;
 //! * `replay PATH STRATEGY` — replay the file through the model (read + decode + model) and print
-//!   `EVENTS SECONDS PEAK_RSS_KB LIVE_BLOCKS`;
-//! * `decode PATH` — read and decode only, to tell the reader's share from the model's;
+//!   `EVENTS SECONDS PEAK_RSS_KB LIVE_BLOCKS CPU_SECONDS`;
+//! * `decode PATH` — read and decode only, to tell the reader's share from the model's: prints
+//!   `EVENTS SECONDS PEAK_RSS_KB CHECKSUM CPU_SECONDS`;
 //! * `mem STRATEGY [EVENTS] [MAX_LIVE]` — the model alone on events generated up front;
 //! * `digest PATH STRATEGY` — replay and print a hash of the final statistics (every instance,
 //!   every mseg instance), to check that a speed change leaves the model's results alone.
@@ -107,6 +108,15 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of the calling thread, ns (first field of /proc/thread-self/schedstat): on a shared
+/// machine the wall time also counts the time other processes held the core.
+fn cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
     args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
 }
@@ -135,20 +145,22 @@ fn main() {
             let strategy = Strategy::parse(&args[3]).expect("strategy");
             let mut reader = TraceReader::open(&args[2]).expect("open trace");
             let mut rp = Replay::new(Globals::default(), 3, vec![configs(strategy)], 0);
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), cpu_ns());
             rp.run_reader(&mut reader).expect("replay");
             let secs = t.elapsed().as_secs_f64();
+            let cpu_secs = (cpu_ns() - cpu) as f64 / 1e9;
             println!(
-                "{} {:.6} {} {}",
+                "{} {:.6} {} {} {:.6}",
                 rp.events,
                 secs,
                 peak_rss_kb(),
-                rp.live_blocks()
+                rp.live_blocks(),
+                cpu_secs
             );
         }
         Some("decode") => {
             let mut reader = TraceReader::open(&args[2]).expect("open trace");
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), cpu_ns());
             let (mut n, mut sum) = (0u64, 0u64);
             reader
                 .for_each_event(|ev| {
@@ -157,7 +169,8 @@ fn main() {
                 })
                 .expect("decode");
             let secs = t.elapsed().as_secs_f64();
-            println!("{n} {secs:.6} {} {sum}", peak_rss_kb());
+            let cpu_secs = (cpu_ns() - cpu) as f64 / 1e9;
+            println!("{n} {secs:.6} {} {sum} {cpu_secs:.6}", peak_rss_kb());
         }
         Some("digest") => {
             let strategy = Strategy::parse(&args[3]).expect("strategy");

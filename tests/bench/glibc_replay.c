@@ -1,6 +1,7 @@
 /* glibc baseline for bench_replay.py: replay the alloc/free/realloc sequence of a beamalloc
  * binary trace (docs/trace-format.md, version 1) through malloc/free/realloc and print
- * "EVENTS SECONDS MAXRSS_KB". Block ids must be dense (< 2^32, as the bench's generator writes
+ * "EVENTS SECONDS MAXRSS_KB CPU_SECONDS" (CPU time of the thread, as the Rust bench reports it:
+ * on a shared machine wall time also counts other processes). Block ids must be dense (< 2^32, as the bench's generator writes
  * them): they index a table of pointers. The file is mapped and decoded in the timed loop, as
  * refalloc decodes it too. Build: cc -O2 -o glibc_replay glibc_replay.c
  */
@@ -61,8 +62,9 @@ int main(int argc, char **argv) {
     size_t cap = 1 << 20;
     void **slot = calloc(cap, sizeof(void *));
     uint64_t id = 0, n = 0;
-    struct timespec t0, t1;
+    struct timespec t0, t1, c0, c1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     while (p < end) {
         uint8_t tag = *p++;
         if (tag == 0x03) break;
@@ -100,9 +102,11 @@ int main(int argc, char **argv) {
         n++;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("%llu %.6f %ld\n", (unsigned long long)n, secs, ru.ru_maxrss);
+    double cpu = (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) / 1e9;
+    printf("%llu %.6f %ld %.6f\n", (unsigned long long)n, secs, ru.ru_maxrss, cpu);
     return sink == 255 ? 0 : 0;
 }
