@@ -80,6 +80,8 @@ pub struct BfTree {
     /// Bit w set iff `bits[w]` is non-zero.
     summary: [u64; SMALL_WORDS / 64],
     large: BTreeMap<u64, SizeClass>,
+    /// The largest size present (0 when empty): asked after every alloc and free (aoff family).
+    largest: u64,
 }
 
 impl Default for BfTree {
@@ -89,6 +91,7 @@ impl Default for BfTree {
             bits: Box::new([0; SMALL_WORDS]),
             summary: [0; SMALL_WORDS / 64],
             large: BTreeMap::new(),
+            largest: 0,
         }
     }
 }
@@ -163,6 +166,7 @@ impl BfTree {
 
     #[inline(always)]
     fn insert_class(&mut self, size: u64, sc: SizeClass) {
+        self.largest = self.largest.max(size);
         match Self::class(size) {
             Some(k) => {
                 if k >= self.small.len() {
@@ -191,6 +195,9 @@ impl BfTree {
             None => {
                 self.large.remove(&size);
             }
+        }
+        if size == self.largest {
+            self.largest = self.scan_largest();
         }
     }
 
@@ -239,6 +246,10 @@ impl BfTree {
 
     #[inline(always)]
     pub fn largest(&self) -> u64 {
+        self.largest
+    }
+
+    fn scan_largest(&self) -> u64 {
         if let Some((&size, _)) = self.large.last_key_value() {
             return size;
         }

@@ -291,26 +291,23 @@ impl Heap {
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
     #[inline(always)]
     fn refresh(&mut self, c: u32) {
-        if self.carrier_free[c as usize].is_some() {
-            self.refresh_tree(c);
+        if let Some(fs) = self.carrier_free[c as usize].as_ref() {
+            let largest = fs.largest();
+            if largest != self.carriers[c as usize].tree_largest {
+                self.refresh_tree(c, largest);
+            }
         }
     }
 
-    fn refresh_tree(&mut self, c: u32) {
+    fn refresh_tree(&mut self, c: u32, largest: u64) {
         let cr = &self.carriers[c as usize];
         if cr.in_pool || !cr.live {
-            return;
+            return; // not in a carrier tree; pool_fetch enters it afresh
         }
-        if let Some(fs) = self.carrier_free[c as usize].as_ref() {
-            let largest = fs.largest();
-            if largest == cr.tree_largest {
-                return;
-            }
-            let key = self.carrier_key(c);
-            let o = cr.owner as usize;
-            self.instances[o].ctree.update(key, largest);
-            self.carriers[c as usize].tree_largest = largest;
-        }
+        let key = self.carrier_key(c);
+        let o = cr.owner as usize;
+        self.instances[o].ctree.update(key, largest);
+        self.carriers[c as usize].tree_largest = largest;
     }
 
     #[inline]
