@@ -212,6 +212,9 @@ impl<R: Read> TraceReader<R> {
     /// The next event, Ok(None) after a valid END record.
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.done {
+            return Ok(None);
+        }
         if self.end - self.pos < MAX_RECORD {
             self.fill(MAX_RECORD)?;
         }
@@ -225,6 +228,9 @@ impl<R: Read> TraceReader<R> {
     /// wrapping per event on the fast path).
     #[inline]
     pub fn for_each_event(&mut self, mut f: impl FnMut(&Event)) -> Result<(), TraceError> {
+        if self.done {
+            return Ok(());
+        }
         loop {
             if self.end - self.pos < MAX_RECORD {
                 self.fill(MAX_RECORD)?;
@@ -247,9 +253,10 @@ impl<R: Read> TraceReader<R> {
     /// Fast path: a well-formed alloc/free/realloc record that lies wholly in the buffer is
     /// decoded straight from it. Anything else (END, a bad tag, missing context, odd varints,
     /// the last bytes of the input) returns None with nothing consumed, for `next_checked`.
+    /// Callers check `done` first.
     #[inline(always)]
     fn next_buffered(&mut self) -> Option<Event> {
-        if self.done || self.end - self.pos < MAX_RECORD {
+        if self.end - self.pos < MAX_RECORD {
             return None;
         }
         let b = &self.buf[self.pos..self.pos + MAX_RECORD];
@@ -259,19 +266,17 @@ impl<R: Read> TraceReader<R> {
         }
         let mut i = 1;
         let dt = unzigzag(fast_uvarint(b, &mut i)?);
-        let mut ctx = self.ctx;
-        if tag & 0x04 != 0 {
+        let (allocator, instance, thread) = if tag & 0x04 != 0 {
             let a = fast_uvarint(b, &mut i)?;
             let ins = fast_uvarint(b, &mut i)?;
-            let th = fast_uvarint(b, &mut i)?;
-            ctx = Some((a, ins, th));
-        }
-        let mut type_ = self.type_;
-        if tag & 0x08 != 0 {
-            type_ = Some(fast_uvarint(b, &mut i)?);
-        }
-        let (Some((allocator, instance, thread)), Some(ty)) = (ctx, type_) else {
-            return None;
+            (a, ins, fast_uvarint(b, &mut i)?)
+        } else {
+            self.ctx?
+        };
+        let ty = if tag & 0x08 != 0 {
+            fast_uvarint(b, &mut i)?
+        } else {
+            self.type_?
         };
         let size = fast_uvarint(b, &mut i)?;
         let id = self.id.wrapping_add(unzigzag(fast_uvarint(b, &mut i)?));
@@ -288,8 +293,12 @@ impl<R: Read> TraceReader<R> {
         self.pos += i;
         self.t = self.t.wrapping_add(dt);
         self.id = id;
-        self.ctx = ctx;
-        self.type_ = type_;
+        if tag & 0x04 != 0 {
+            self.ctx = Some((allocator, instance, thread));
+        }
+        if tag & 0x08 != 0 {
+            self.type_ = Some(ty);
+        }
         self.count += 1;
         Some(Event {
             t_ns: self.t,
