@@ -140,7 +140,19 @@ def summary(r: dict[str, Any]) -> list[str]:
     if r["healthy"]:
         return ["Recommended +M flags: none (healthy)."]
     top = r["recommendations"][0]
-    return [
+    lines = [
         f"Recommended +M flags: {r['emulator_flags']}",
         f"Top: {top['flag']} {top['value']} ({top['rule']}, {top['allocator']}): {top['reason']}",
     ]
+    for run in (r.get("prediction") or {}).get("runs", []):
+        worst = run.get("change_pct", {}).get("unused")
+        best = (run.get("best_case") or {}).get("change_pct", {}).get("unused")
+        if worst is None:
+            continue
+        what = f"Replay predicts {run['allocator']} unused bytes {worst:+.0f}%"
+        if best is None:
+            lines.append(f"{what} (a {run['model']['generator']} trace fitted to the snapshot).")
+        else:
+            lines.append(f"{what} if the survivors of the peak are spread at random (worst case), "
+                         f"{best:+.0f}% if they are a few stragglers (best case).")
+    return lines
