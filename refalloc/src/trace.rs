@@ -59,6 +59,9 @@ pub struct TraceReader<R: Read> {
     ctx: Option<(u64, u64, u64)>,
     type_: Option<u64>,
     done: bool,
+    /// Tests: decode everything on the checked path, the reference for the fast one.
+    #[cfg(test)]
+    checked_only: bool,
 }
 
 impl TraceReader<File> {
@@ -137,6 +140,8 @@ impl<R: Read> TraceReader<R> {
             ctx: None,
             type_: None,
             done: false,
+            #[cfg(test)]
+            checked_only: false,
         })
     }
 
@@ -256,6 +261,10 @@ impl<R: Read> TraceReader<R> {
     /// Callers check `done` first.
     #[inline(always)]
     fn next_buffered(&mut self) -> Option<Event> {
+        #[cfg(test)]
+        if self.checked_only {
+            return None;
+        }
         if self.end - self.pos < MAX_RECORD {
             return None;
         }
@@ -659,17 +668,25 @@ mod tests {
                     _ => b.truncate(at),
                 }
             }
-            let Ok(r) = TraceReader::new(&b[..], "fz") else {
-                continue;
-            };
-            let mut read = 0usize;
-            for e in r {
-                read += 1;
-                assert!(read <= b.len(), "more events than bytes");
-                if e.is_err() {
-                    break;
+            // The fast path must give exactly what the checked path gives: same events, same
+            // error message at the same point.
+            let read_all = |checked_only: bool| {
+                let mut out: Vec<Result<Event, String>> = Vec::new();
+                let Ok(mut r) = TraceReader::new(&b[..], "fz") else {
+                    return out;
+                };
+                r.checked_only = checked_only;
+                for e in r {
+                    let stop = e.is_err();
+                    out.push(e.map_err(|e| e.0));
+                    assert!(out.len() <= b.len(), "more events than bytes");
+                    if stop {
+                        break;
+                    }
                 }
-            }
+                out
+            };
+            assert_eq!(read_all(false), read_all(true));
         }
         if secs > 0 {
             eprintln!("reader_survives_mutations: {cases} cases in {secs} s");
