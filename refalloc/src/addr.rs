@@ -4,6 +4,7 @@
 //! base that fits, so newer carriers usually sit lower, and holes left by unmapped carriers are
 //! reused. Small main carriers come from the brk heap, below everything mmapped.
 
+use crate::tree::MaxTree;
 use std::collections::BTreeMap;
 
 /// Where glibc's mmap area starts (a typical x86_64 value; only the order matters).
@@ -11,11 +12,19 @@ pub const MMAP_BASE: u64 = 0x7f00_0000_0000;
 /// Where the brk heap starts (PIE executable, typical value).
 pub const BRK_BASE: u64 = 0x5555_5600_0000;
 const PAGE: u64 = 4096;
+/// Lowest address top-down mappings may use.
+const MMAP_FLOOR: u64 = 0x1000_0000;
 
 #[derive(Clone, Debug)]
 pub struct AddrSpace {
     /// Mapped ranges: start -> end.
     mapped: BTreeMap<u64, u64>,
+    /// Top-down mode: the unmapped gaps of [MMAP_FLOOR, MMAP_BASE), start -> end, and the same
+    /// gaps in a max-tree ordered from the top down and valued by their length, so that the
+    /// highest gap of at least a given length is found in O(log n) rather than by scanning
+    /// every mapping.
+    gaps: BTreeMap<u64, u64>,
+    gap_tree: MaxTree,
     brk: u64,
     /// With a super carrier, superaligned segments are carved bottom-up (§3.8).
     bottom_up_next: u64,
@@ -24,37 +33,94 @@ pub struct AddrSpace {
 
 impl AddrSpace {
     pub fn new(super_carrier: bool) -> Self {
-        AddrSpace {
+        let mut a = AddrSpace {
             mapped: BTreeMap::new(),
+            gaps: BTreeMap::new(),
+            gap_tree: MaxTree::new(),
             brk: BRK_BASE,
             bottom_up_next: 0x4000_0000_0000,
             bottom_up: super_carrier,
+        };
+        a.add_gap(MMAP_FLOOR, MMAP_BASE);
+        a
+    }
+
+    fn gap_key(start: u64) -> u128 {
+        (u64::MAX - start) as u128
+    }
+
+    fn add_gap(&mut self, start: u64, end: u64) {
+        if start < end {
+            self.gaps.insert(start, end);
+            self.gap_tree.insert(Self::gap_key(start), end - start);
         }
+    }
+
+    fn remove_gap(&mut self, start: u64) -> u64 {
+        let end = self.gaps.remove(&start).expect("a gap starts here");
+        self.gap_tree.remove(Self::gap_key(start));
+        end
+    }
+
+    /// Record [start, end) as mapped (top-down mode: it lies inside one gap).
+    fn occupy(&mut self, start: u64, end: u64) {
+        self.mapped.insert(start, end);
+        if self.bottom_up {
+            return;
+        }
+        let (&gs, &ge) = self
+            .gaps
+            .range(..=start)
+            .next_back()
+            .expect("mapping inside a gap");
+        debug_assert!(end <= ge, "mapping inside a gap");
+        self.remove_gap(gs);
+        self.add_gap(gs, start);
+        self.add_gap(end, ge);
+    }
+
+    /// [start, end) is no longer mapped: merge it with the gaps around it.
+    fn release(&mut self, start: u64, end: u64) {
+        if self.bottom_up {
+            return;
+        }
+        let mut lo = start;
+        if let Some((&gs, &ge)) = self.gaps.range(..start).next_back() {
+            if ge == start {
+                self.remove_gap(gs);
+                lo = gs;
+            }
+        }
+        let hi = match self.gaps.get(&end) {
+            Some(_) => self.remove_gap(end),
+            None => end,
+        };
+        self.add_gap(lo, hi);
     }
 
     /// Map `len` bytes aligned to `align` (a power of two >= 4 KB); returns the start.
     ///
-    /// Top-down: the highest gap below MMAP_BASE that holds an aligned range. O(#mappings),
-    /// paid only when a carrier is created, never per block.
+    /// Top-down: the highest gap below MMAP_BASE that holds an aligned range. The gap tree
+    /// yields the highest gap at least `len` long; one too short for the alignment passes the
+    /// search on to the next (O(log n) per carrier creation, was a scan of every mapping).
     pub fn map(&mut self, len: u64, align: u64) -> u64 {
         let len = len.div_ceil(PAGE) * PAGE;
         if self.bottom_up {
             let start = self.bottom_up_next.div_ceil(align) * align;
             self.bottom_up_next = start + len;
-            self.mapped.insert(start, start + len);
+            self.occupy(start, start + len);
             return start;
         }
-        let mut hi = MMAP_BASE;
-        for (&s, &e) in self.mapped.range(..MMAP_BASE).rev() {
-            if let Some(start) = fit_top(e, hi, len, align) {
-                self.mapped.insert(start, start + len);
+        let mut found = self.gap_tree.first_at_least(len);
+        while let Some((key, _)) = found {
+            let gs = u64::MAX - key as u64;
+            if let Some(start) = fit_top(gs, self.gaps[&gs], len, align) {
+                self.occupy(start, start + len);
                 return start;
             }
-            hi = hi.min(s);
+            found = self.gap_tree.first_at_least_after(key, len);
         }
-        let start = fit_top(0x1000_0000, hi, len, align).expect("address space exhausted");
-        self.mapped.insert(start, start + len);
-        start
+        panic!("address space exhausted");
     }
 
     /// Unmap [start, start+len) that lies inside one mapping (the whole mapping or a tail).
@@ -73,6 +139,7 @@ impl AddrSpace {
         if end < e {
             self.mapped.insert(end, e);
         }
+        self.release(start, end);
     }
 
     /// Grow the mapping at `start` from `old` to `new` bytes in place if the gap above allows
@@ -99,7 +166,7 @@ impl AddrSpace {
             .next_back()
             .is_none_or(|(_, &e)| e <= start);
         if start + new <= next && below_free && !self.bottom_up {
-            self.mapped.insert(start, start + new);
+            self.occupy(start, start + new);
             return start;
         }
         self.map(new, align)
@@ -137,6 +204,88 @@ mod tests {
         let c4 = a.map(1 << 20, 16384);
         assert!(c4 > c3 && c4 < c1, "a hole is reused top-down");
         assert_eq!(c4 + (1 << 20), c1, "highest fitting position in the hole");
+    }
+
+    /// The linear scan `map` used before the gap tree: the highest fitting gap from the top.
+    fn scan_top_down(a: &AddrSpace, len: u64, align: u64) -> u64 {
+        let len = len.div_ceil(PAGE) * PAGE;
+        let mut hi = MMAP_BASE;
+        for (&s, &e) in a.mapped.range(..MMAP_BASE).rev() {
+            if let Some(start) = fit_top(e, hi, len, align) {
+                return start;
+            }
+            hi = hi.min(s);
+        }
+        fit_top(MMAP_FLOOR, hi, len, align).unwrap()
+    }
+
+    fn check_gaps(a: &AddrSpace) {
+        let mut want = BTreeMap::new();
+        let mut lo = MMAP_FLOOR;
+        for (&s, &e) in &a.mapped {
+            if s > lo {
+                want.insert(lo, s);
+            }
+            lo = e;
+        }
+        if lo < MMAP_BASE {
+            want.insert(lo, MMAP_BASE);
+        }
+        assert_eq!(a.gaps, want, "gaps are the complement of the mappings");
+        assert_eq!(a.gap_tree.len(), a.gaps.len());
+    }
+
+    #[test]
+    fn gap_tree_places_like_the_linear_scan() {
+        let mut s = 0x5ca9_u64;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut a = AddrSpace::new(false);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..4000 {
+            let r = rnd();
+            let len = match r % 3 {
+                0 => 4096 * (1 + r / 3 % 40),
+                1 => 16384 << (r / 3 % 10),
+                _ => 1 + r / 3 % 3_000_000,
+            };
+            let align = if r % 5 == 0 { 4096 } else { 16384 };
+            match rnd() % 10 {
+                0..=4 => {
+                    let want = scan_top_down(&a, len, align);
+                    let got = a.map(len, align);
+                    assert_eq!(got, want);
+                    live.push((got, len.div_ceil(PAGE) * PAGE));
+                }
+                5..=7 if !live.is_empty() => {
+                    let (start, l) = live.swap_remove((rnd() % live.len() as u64) as usize);
+                    a.unmap(start, l);
+                }
+                8 if !live.is_empty() => {
+                    // trim a tail, as an mseg cache hit does
+                    let i = (rnd() % live.len() as u64) as usize;
+                    let (start, l) = live[i];
+                    if l > PAGE {
+                        let keep = PAGE * (1 + rnd() % (l / PAGE - 1));
+                        a.unmap(start + keep, l - keep);
+                        live[i] = (start, keep);
+                    }
+                }
+                9 if !live.is_empty() => {
+                    let i = (rnd() % live.len() as u64) as usize;
+                    let (start, l) = live[i];
+                    let new = 4096 * (1 + rnd() % 600);
+                    let at = a.remap(start, l, new, 16384);
+                    live[i] = (at, new);
+                }
+                _ => {}
+            }
+            check_gaps(&a);
+        }
     }
 
     #[test]

@@ -201,6 +201,28 @@ impl MaxTree {
         self.pull(n);
     }
 
+    /// First key in order strictly after `after` whose value is >= `x`.
+    pub fn first_at_least_after(&self, after: u128, x: u64) -> Option<(u128, u64)> {
+        self.search_after(self.root, after, x)
+    }
+
+    fn search_after(&self, n: u32, after: u128, x: u64) -> Option<(u128, u64)> {
+        if n == NIL || self.nodes[n as usize].max < x {
+            return None;
+        }
+        let node = &self.nodes[n as usize];
+        if node.key <= after {
+            return self.search_after(node.right, after, x);
+        }
+        if let Some(hit) = self.search_after(node.left, after, x) {
+            return Some(hit);
+        }
+        if node.val >= x {
+            return Some((node.key, node.val));
+        }
+        self.search_after(node.right, after, x)
+    }
+
     /// First key in order whose value is >= `x`.
     pub fn first_at_least(&self, x: u64) -> Option<(u128, u64)> {
         let mut n = self.root;
@@ -294,6 +316,12 @@ mod tests {
             let q = (s >> 40) % 1000;
             let want = naive.iter().find(|(_, &v)| v >= q).map(|(&k, &v)| (k, v));
             assert_eq!(t.first_at_least(q), want);
+            let after = ((s >> 24) % 520) as u128;
+            let want = naive
+                .range(after + 1..)
+                .find(|(_, &v)| v >= q)
+                .map(|(&k, &v)| (k, v));
+            assert_eq!(t.first_at_least_after(after, q), want);
         }
     }
 }
