@@ -180,6 +180,16 @@ impl Replay {
     pub fn apply(&mut self, ev: &Event) {
         self.events += 1;
         while ev.t_ns >= self.next_tick {
+            if self.env.msegs.iter().all(|m| m.cached_segments() == 0) {
+                // Nothing left to age: the remaining ticks up to this event only count
+                // (a long gap in trace time must not cost a loop turn per second).
+                let ticks = (ev.t_ns - self.next_tick) / CACHE_TICK_NS + 1;
+                for m in self.env.msegs.iter_mut() {
+                    m.stats.check_cache += ticks;
+                }
+                self.next_tick += ticks * CACHE_TICK_NS;
+                break;
+            }
             for m in self.env.msegs.iter_mut() {
                 m.age(&mut self.env.space);
             }
@@ -288,7 +298,35 @@ impl Replay {
 
 #[cfg(test)]
 mod tests {
-    use super::LiveMap;
+    use super::{LiveMap, Replay};
+    use crate::config::{Globals, InstanceConfig};
+    use crate::trace::{Event, Op};
+
+    #[test]
+    fn long_gaps_in_trace_time_are_skipped_not_looped() {
+        let cfgs = vec![InstanceConfig::default_for(10, 0)];
+        let mut rp = Replay::new(Globals::default(), 1, vec![cfgs], 0);
+        let ev = |t_ns, op, size, id| Event {
+            t_ns,
+            op,
+            allocator: 10,
+            instance: 0,
+            type_: 214,
+            size,
+            id,
+            new_id: 0,
+            thread: 0,
+        };
+        // A cached SBC segment is aged out at the first tick, then 10^9 ticks pass at once.
+        rp.apply(&ev(0, Op::Alloc, 600_000, 1));
+        rp.apply(&ev(1, Op::Free, 0, 1));
+        assert_eq!(rp.env.msegs[0].cached_segments(), 1);
+        rp.apply(&ev(1_000_000_000_000_000_000, Op::Alloc, 100, 2));
+        let m = &rp.env.msegs[0];
+        assert_eq!(m.cached_segments(), 0);
+        assert_eq!(m.stats.check_cache, 1_000_000_000);
+        assert_eq!(m.stats.destroy, 1);
+    }
     use std::collections::HashMap;
 
     #[test]
