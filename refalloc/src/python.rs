@@ -2,6 +2,8 @@
 //! `config` is `beamalloc.flags.replay_config(...)`; the result mirrors
 //! `erlang:system_info({allocator, A})` per allocator and instance (§6.1), plus a footprint
 //! series and the anomalies seen.
+// pyo3 0.22's `#[pyfunction]` expansion converts PyErr into PyErr; newer clippy flags it.
+#![allow(clippy::useless_conversion)]
 
 use crate::config::{Globals, InstanceConfig, Strategy};
 use crate::heap::Heap;
