@@ -48,9 +48,10 @@ test: setup
 	cd refalloc && cargo test -q --no-default-features
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# Benchmarks print ratios measured in one run (tests/bench/bench_replay.py replays 20 M events
+# through refalloc and through glibc malloc).
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
-	cd refalloc && cargo run -q --release --no-default-features --example bench -- aoffcbf 10000000
 
 clean:
 	rm -rf $(VENV) build refalloc/target *.egg-info
