@@ -255,37 +255,33 @@ impl Heap {
         ((primary as u128) << 32) | c as u128
     }
 
+    /// The free set that holds block `b`'s free neighbours: its carrier's own (aoff family) or
+    /// its owner instance's (one set per instance for the other strategies). Returned beside
+    /// the block table so the caller can hand both to the set.
+    #[inline(always)]
+    fn free_set_of(&mut self, b: u32) -> (&mut FreeSet, &mut Vec<Block>) {
+        let c = self.blocks[b as usize].carrier as usize;
+        let fs = match self.carrier_free[c].as_mut() {
+            Some(fs) => fs,
+            None => {
+                let o = self.carriers[c].owner as usize;
+                self.instances[o].free.as_mut().expect("instance free set")
+            }
+        };
+        (fs, &mut self.blocks)
+    }
+
     #[inline(always)]
     fn link(&mut self, b: u32) {
         self.blocks[b as usize].free = true;
-        let c = self.blocks[b as usize].carrier;
-        match self.carrier_free[c as usize].as_mut() {
-            Some(fs) => fs.link(&mut self.blocks, b),
-            None => {
-                let o = self.carriers[c as usize].owner as usize;
-                self.instances[o]
-                    .free
-                    .as_mut()
-                    .expect("instance free set")
-                    .link(&mut self.blocks, b)
-            }
-        }
+        let (fs, blocks) = self.free_set_of(b);
+        fs.link(blocks, b)
     }
 
     #[inline(always)]
     fn unlink(&mut self, b: u32) {
-        let c = self.blocks[b as usize].carrier;
-        match self.carrier_free[c as usize].as_mut() {
-            Some(fs) => fs.unlink(&mut self.blocks, b),
-            None => {
-                let o = self.carriers[c as usize].owner as usize;
-                self.instances[o]
-                    .free
-                    .as_mut()
-                    .expect("instance free set")
-                    .unlink(&mut self.blocks, b)
-            }
-        }
+        let (fs, blocks) = self.free_set_of(b);
+        fs.unlink(blocks, b)
     }
 
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
