@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from beamalloc.errors import InputError, NodeUnavailable
+from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
 
 
@@ -38,13 +39,7 @@ def _write(path: str | None, text: str) -> None:
     if path in (None, "-"):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)  # a failed write never leaves half a file where a good one was
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
+    atomic_write_text(path, text)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

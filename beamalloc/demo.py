@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from beamalloc.errors import InputError
+from beamalloc.files import atomic_write_text
 
 #: Where the workloads live: beside the package in a checkout.
 WORKLOADS = Path(__file__).resolve().parent.parent / "samples" / "workloads"
@@ -122,7 +123,7 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim"))
         snap = snapshot_node(wl.node, wl.cookie, timeout=30.0)
         snap_path = Path(report_path).with_name("demo-snapshot.json")
-        snap_path.write_text(snap.to_json())
+        atomic_write_text(snap_path, snap.to_json())
         result = analyze(snap)
         out = wide_console()
         render(result, out, top=12)

@@ -90,7 +90,8 @@ def test_usage_errors(args, needle, cli):
     assert needle in _one_clear_line(res)
 
 
-def test_unwritable_output_is_one_line(cli, tmp_path):
-    res = cli("snapshot", str(DATA / "hand_recon.txt"), "-o", str(tmp_path / "no" / "dir.json"))
+@pytest.mark.parametrize("command", ["snapshot", "report"])
+def test_unwritable_output_is_one_line(command, cli, tmp_path):
+    res = cli(command, str(DATA / "hand_recon.txt"), "-o", str(tmp_path / "no" / "dir.out"))
     assert res.returncode == 2
     assert "cannot write" in _one_clear_line(res)

@@ -8,13 +8,13 @@ it), so the file opens offline, fetches nothing, and one snapshot's report stays
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
 from beamalloc.webui import assets, filters
 from beamalloc.webui.pagedata import compare_view, figures_json, snapshot_view
@@ -56,8 +56,4 @@ def _script(js: str) -> str:
 
 def write_report(analyses: list[dict[str, Any]], path: str,
                  snapshots: list[Snapshot] | None = None) -> None:
-    doc = render_report(analyses, snapshots)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(doc)
-    os.replace(tmp, path)
+    atomic_write_text(path, render_report(analyses, snapshots))
