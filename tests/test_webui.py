@@ -134,6 +134,16 @@ def test_serve_refuses_other_addresses_without_token(cli):
     assert r.stderr.strip().count("\n") == 0 and "--token" in r.stderr
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--port", "99999"], "between 1 and 65535"),
+    (["--store", "tests/data/bad/garbage.bin"], "cannot open the store"),
+])
+def test_serve_refuses_a_bad_port_or_store_in_one_line(cli, args, words):
+    r = cli("serve", *args)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and words in r.stderr and "Traceback" not in r.stderr
+
+
 def test_hostile_strings_escaped_in_html_and_figures(store_path):
     snap = read_file(str(SAMPLE))
     snap.node = "<script>alert(1)</script>"

@@ -125,6 +125,12 @@ def serve(store_path: str | None, host: str, port: int, token: str | None) -> No
     if token is None and not is_loopback(host):
         raise InputError(f"binding {host} exposes the UI to the network: give --token "
                          "(or BEAMALLOC_TOKEN), or bind 127.0.0.1")
+    if not 0 < port < 65536:
+        raise InputError(f"--port must be between 1 and 65535, got {port}")
+    if store_path and os.path.exists(store_path):
+        from beamalloc.collector.store import Store
+
+        Store(store_path, readonly=True).close()  # a bad store: one line now, not a 500 later
     app = create_app(store_path, token)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
