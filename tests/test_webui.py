@@ -136,7 +136,8 @@ def test_serve_refuses_other_addresses_without_token(cli):
 
 @pytest.mark.parametrize("args, words", [
     (["--port", "99999"], "between 1 and 65535"),
-    (["--store", "tests/data/bad/garbage.bin"], "cannot open the store"),
+    (["--store", str(Path(__file__).parent / "data" / "bad" / "garbage.bin")],
+     "cannot open the store"),
 ])
 def test_serve_refuses_a_bad_port_or_store_in_one_line(cli, args, words):
     r = cli("serve", *args)
