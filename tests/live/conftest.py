@@ -68,9 +68,10 @@ class Node:
 
 
 def start_node(args: list[str] = (), eval_: str | None = None, wait: bool = True,
-               cookie: str | None = None) -> Node:
-    """`erl -sname t_<random> -setcookie <random> -noshell ARGS`, registered with epmd."""
-    name = f"t_{secrets.token_hex(4)}"
+               cookie: str | None = None, name: str | None = None) -> Node:
+    """`erl -sname NAME -setcookie COOKIE -noshell ARGS` (both random unless given; a fixed
+    name restarts a node under its old name), registered with epmd."""
+    name = name or f"t_{secrets.token_hex(4)}"
     cookie = cookie or f"C{secrets.token_hex(12)}"
     argv = ["erl", "-sname", name, "-setcookie", cookie, "-noshell", *args]
     if eval_:

@@ -36,17 +36,7 @@ HOST, Node, epmd_names = _lc.HOST, _lc.Node, _lc.epmd_names
 
 
 def _start(name: str, cookie: str, *args: str) -> Node:
-    proc = subprocess.Popen(["erl", "-sname", name, "-setcookie", cookie, "-noshell", *args],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    node = Node(name, cookie, proc)
-    deadline = time.monotonic() + 20
-    while name not in epmd_names():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            node.stop()
-            raise RuntimeError(f"test node {name} did not register with epmd")
-        time.sleep(0.02)
-    return node
+    return _lc.start_node(list(args), cookie=cookie, name=name)
 
 
 @pytest.fixture
