@@ -548,32 +548,44 @@ impl Heap {
 
     // --- blocks ------------------------------------------------------------------------------
 
-    /// Hand out free block `b` (already unlinked) for `blk` bytes: split off the high end if
-    /// the remainder can be a block (§4 common rules).
+    /// Cut block `b` at `blk` bytes: the rest becomes a new free block right after it (not yet
+    /// in any free set), returned.
     #[inline(always)]
-    fn carve(&mut self, b: u32, blk: u64) {
+    fn split_tail(&mut self, b: u32, blk: u64) -> u32 {
         let (addr, size, c, next) = {
             let x = &self.blocks[b as usize];
             (x.addr, x.size, x.carrier, x.next)
         };
+        let r = self.new_block(Block {
+            addr: addr + blk,
+            size: size - blk,
+            carrier: c,
+            prev: b,
+            next,
+            free: true,
+            lprev: NIL,
+            lnext: NIL,
+        });
+        if next != NIL {
+            self.blocks[next as usize].prev = r;
+        }
+        self.blocks[b as usize].next = r;
+        self.blocks[b as usize].size = blk;
+        r
+    }
+
+    /// Hand out free block `b` (already unlinked) for `blk` bytes: split off the high end if
+    /// the remainder can be a block (§4 common rules).
+    #[inline(always)]
+    fn carve(&mut self, b: u32, blk: u64) {
+        let (size, c) = {
+            let x = &self.blocks[b as usize];
+            (x.size, x.carrier)
+        };
         let owner = self.carriers[c as usize].owner;
         let min = self.cfg(owner).strategy.min_block_size();
         if size - blk >= min {
-            let r = self.new_block(Block {
-                addr: addr + blk,
-                size: size - blk,
-                carrier: c,
-                prev: b,
-                next,
-                free: true,
-                lprev: NIL,
-                lnext: NIL,
-            });
-            if next != NIL {
-                self.blocks[next as usize].prev = r;
-            }
-            self.blocks[b as usize].next = r;
-            self.blocks[b as usize].size = blk;
+            let r = self.split_tail(b, blk);
             self.link(r);
         }
         self.blocks[b as usize].free = false;
@@ -853,21 +865,7 @@ impl Heap {
         if next_free {
             self.unlink(next);
         }
-        let r = self.new_block(Block {
-            addr: self.blocks[b as usize].addr + blk,
-            size: tail,
-            carrier: c,
-            prev: b,
-            next,
-            free: true,
-            lprev: NIL,
-            lnext: NIL,
-        });
-        if next != NIL {
-            self.blocks[next as usize].prev = r;
-        }
-        self.blocks[b as usize].next = r;
-        self.blocks[b as usize].size = blk;
+        let r = self.split_tail(b, blk);
         if next_free {
             self.absorb_next(r);
         }
