@@ -12,6 +12,8 @@
 %%   paced P RATE MS  P pairs sending RATE binaries/s in all, for MS ms (not CPU-bound, so
 %%                the count does not depend on how fast the node runs) -> "done Sent"
 %%   keep N SIZE  keep N binaries of SIZE bytes alive (ETS)   -> "done N"
+%%   spawn N      N short-lived processes, each growing its heap once: at least 2N eheap_alloc
+%%                allocations however the schedulers interleave -> "done N"
 %%   calls        alloc calls per allocator, summed over instances
 %%                  -> "calls binary_alloc A F R eheap_alloc A F R ..."
 %%   blocks       block count and bytes per allocator (mbcs + sbcs + pool)
@@ -62,6 +64,16 @@ command(["keep", N, Size]) ->
     Bin = binary:copy(<<"k">>, list_to_integer(Size)),
     [ets:insert(keep, {I, binary:copy(Bin)}) || I <- lists:seq(1, list_to_integer(N))],
     ["done", N];
+command(["spawn", N]) ->
+    Parent = self(),
+    Count = list_to_integer(N),
+    %% In batches of 100 so that the live process count stays small.
+    lists:foreach(
+      fun(_) ->
+              Pids = [spawn_link(fun() -> grow(Parent) end) || _ <- lists:seq(1, 100)],
+              [receive {grown, Pid} -> ok end || Pid <- Pids]
+      end, lists:seq(1, Count div 100)),
+    ["done", Count - Count rem 100];
 command(["calls"]) ->
     ["calls" | lists:append([[A | calls(A)] || A <- allocators()])];
 command(["blocks"]) ->
@@ -115,6 +127,13 @@ info(A) ->
         L when is_list(L) -> L;
         _ -> []
     end.
+
+%% A 1000-element list outgrows the default 233-word heap: one heap at spawn, one more at the
+%% garbage collection that grows it (both eheap_alloc blocks).
+grow(Parent) ->
+    L = lists:seq(1, 1000),
+    Parent ! {grown, self()},
+    length(L).
 
 %% P pairs: a sender makes 1 KB binaries and sends each to its receiver, which drops it.
 pairs(P, Limit) ->
