@@ -94,7 +94,10 @@ def _native_replay(
         with tempfile.TemporaryDirectory() as tmp:  # CSV: converted once, streaming
             tmp_path = Path(tmp) / "trace.batr"
             convert(path, tmp_path, to="binary")
-            return _refalloc.replay(str(tmp_path), config, schedulers, sample_every_ns)
+            try:
+                return _refalloc.replay(str(tmp_path), config, schedulers, sample_every_ns)
+            except ValueError as e:  # name the user's file, not the converted copy
+                raise InputError(str(e).replace(str(tmp_path), str(path))) from None
     except TraceError as e:
         raise InputError(str(e)) from None
     except ValueError as e:  # the native reader's one-line errors

@@ -11,9 +11,16 @@ use std::collections::BTreeMap;
 pub const MMAP_BASE: u64 = 0x7f00_0000_0000;
 /// Where the brk heap starts (PIE executable, typical value).
 pub const BRK_BASE: u64 = 0x5555_5600_0000;
+/// Room left to the brk heap: mmap never places a mapping there (the kernel keeps mappings off
+/// the heap's growth area), and a brk heap growing past it counts as exhaustion.
+const BRK_END: u64 = BRK_BASE + (1 << 40);
 const PAGE: u64 = 4096;
 /// Lowest address top-down mappings may use.
 const MMAP_FLOOR: u64 = 0x1000_0000;
+/// Where mappings go once the modelled space is full: far above it, never reused. A real VM
+/// aborts on the failed mmap; the model places the carrier here, flags `exhausted`, and the
+/// replay stops after the event (a consistent state, no panic).
+const OVERFLOW_BASE: u64 = 1 << 62;
 
 #[derive(Clone, Debug)]
 pub struct AddrSpace {
@@ -29,6 +36,9 @@ pub struct AddrSpace {
     /// With a super carrier, superaligned segments are carved bottom-up (§3.8).
     bottom_up_next: u64,
     bottom_up: bool,
+    overflow_next: u64,
+    /// A mapping did not fit below MMAP_BASE.
+    pub exhausted: bool,
 }
 
 impl AddrSpace {
@@ -40,8 +50,11 @@ impl AddrSpace {
             brk: BRK_BASE,
             bottom_up_next: 0x4000_0000_0000,
             bottom_up: super_carrier,
+            overflow_next: OVERFLOW_BASE,
+            exhausted: false,
         };
-        a.add_gap(MMAP_FLOOR, MMAP_BASE);
+        a.add_gap(MMAP_FLOOR, BRK_BASE);
+        a.add_gap(BRK_END, MMAP_BASE);
         a
     }
 
@@ -81,7 +94,7 @@ impl AddrSpace {
 
     /// [start, end) is no longer mapped: merge it with the gaps around it.
     fn release(&mut self, start: u64, end: u64) {
-        if self.bottom_up {
+        if self.bottom_up || start >= OVERFLOW_BASE {
             return;
         }
         let mut lo = start;
@@ -108,6 +121,7 @@ impl AddrSpace {
         if self.bottom_up {
             let start = self.bottom_up_next.div_ceil(align) * align;
             self.bottom_up_next = start + len;
+            self.exhausted |= self.bottom_up_next > BRK_BASE;
             self.occupy(start, start + len);
             return start;
         }
@@ -120,7 +134,11 @@ impl AddrSpace {
             }
             found = self.gap_tree.first_at_least_after(key, len);
         }
-        panic!("address space exhausted");
+        self.exhausted = true;
+        let start = self.overflow_next.div_ceil(align) * align;
+        self.overflow_next = start + len;
+        self.mapped.insert(start, start + len);
+        start
     }
 
     /// Unmap [start, start+len) that lies inside one mapping (the whole mapping or a tail).
@@ -152,20 +170,15 @@ impl AddrSpace {
             }
             return start;
         }
-        // Release the old range, then take it back extended if the gap above allows.
+        // Release the old range, then take it back extended if the gap it merged into allows.
         self.unmap(start, old);
-        let next = self
-            .mapped
-            .range(start..)
-            .next()
-            .map(|(&s, _)| s)
-            .unwrap_or(MMAP_BASE);
-        let below_free = self
-            .mapped
-            .range(..start)
-            .next_back()
-            .is_none_or(|(_, &e)| e <= start);
-        if start + new <= next && below_free && !self.bottom_up {
+        let fits = !self.bottom_up
+            && self
+                .gaps
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(_, &ge)| start + new <= ge);
+        if fits {
             self.occupy(start, start + new);
             return start;
         }
@@ -176,6 +189,7 @@ impl AddrSpace {
     pub fn brk(&mut self, len: u64, align: u64) -> u64 {
         let start = self.brk.div_ceil(align) * align;
         self.brk = start + len;
+        self.exhausted |= self.brk > BRK_END;
         start
     }
 }
@@ -221,15 +235,17 @@ mod tests {
 
     fn check_gaps(a: &AddrSpace) {
         let mut want = BTreeMap::new();
-        let mut lo = MMAP_FLOOR;
-        for (&s, &e) in &a.mapped {
-            if s > lo {
-                want.insert(lo, s);
+        for (floor, top) in [(MMAP_FLOOR, BRK_BASE), (BRK_END, MMAP_BASE)] {
+            let mut lo = floor;
+            for (&s, &e) in a.mapped.range(floor..top) {
+                if s > lo {
+                    want.insert(lo, s);
+                }
+                lo = e;
             }
-            lo = e;
-        }
-        if lo < MMAP_BASE {
-            want.insert(lo, MMAP_BASE);
+            if lo < top {
+                want.insert(lo, top);
+            }
         }
         assert_eq!(a.gaps, want, "gaps are the complement of the mappings");
         assert_eq!(a.gap_tree.len(), a.gaps.len());

@@ -2,10 +2,13 @@
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `freelist` (strategy
 //! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
-//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `replay`.
+//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `replay`, `fuzzing`
+//! (the fuzz targets' bodies).
 pub mod addr;
 pub mod config;
 pub mod freelist;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 pub mod heap;
 pub mod mseg;
 pub mod replay;

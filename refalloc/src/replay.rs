@@ -105,6 +105,9 @@ impl LiveMap {
 
 /// Allocator numbers 1..=12 (alloc_util.md §1).
 pub const MAX_ALLOC_NO: usize = 12;
+/// Larger than any allocation a 64-bit machine can satisfy (x86_64 gives a process 128 TiB of
+/// address space); refusing it up front also keeps every size computation far from overflow.
+pub const MAX_BLOCK_SIZE: u64 = 1 << 47;
 /// mseg_cache_check runs about once a second (§3.7).
 const CACHE_TICK_NS: u64 = 1_000_000_000;
 
@@ -131,6 +134,8 @@ pub struct Replay {
     live: LiveMap,
     pub anomalies: Anomalies,
     pub events: u64,
+    /// Why the replay stopped early: an event no machine could serve. Later events are ignored.
+    pub failure: Option<String>,
     pub series: Vec<Sample>,
     sample_every_ns: u64,
     next_sample: u64,
@@ -161,6 +166,7 @@ impl Replay {
             live: LiveMap::default(),
             anomalies: Anomalies::default(),
             events: 0,
+            failure: None,
             series: Vec::new(),
             sample_every_ns,
             next_sample: 0,
@@ -178,7 +184,28 @@ impl Replay {
     }
 
     pub fn apply(&mut self, ev: &Event) {
+        if self.failure.is_some() {
+            return;
+        }
         self.events += 1;
+        if ev.size > MAX_BLOCK_SIZE && ev.op != Op::Free {
+            self.failure = Some(format!(
+                "event {}: {} bytes asked for, more than the 128 TiB a 64-bit process can map",
+                self.events, ev.size
+            ));
+            return;
+        }
+        self.apply_placed(ev);
+        if self.env.space.exhausted {
+            self.failure = Some(format!(
+                "event {}: the live carriers outgrow the 128 TiB a 64-bit process can map \
+                 (a real VM aborts here: \"Cannot allocate\")",
+                self.events
+            ));
+        }
+    }
+
+    fn apply_placed(&mut self, ev: &Event) {
         while ev.t_ns >= self.next_tick {
             if self.env.msegs.iter().all(|m| m.cached_segments() == 0) {
                 // Nothing left to age: the remaining ticks up to this event only count
@@ -187,17 +214,21 @@ impl Replay {
                 for m in self.env.msegs.iter_mut() {
                     m.stats.check_cache += ticks;
                 }
-                self.next_tick += ticks * CACHE_TICK_NS;
+                // Saturating: a trace's clock may run to 2^64-1 ns (584 years) and no further.
+                self.next_tick = self
+                    .next_tick
+                    .saturating_add(ticks.saturating_mul(CACHE_TICK_NS));
                 break;
             }
             for m in self.env.msegs.iter_mut() {
                 m.age(&mut self.env.space);
             }
-            self.next_tick += CACHE_TICK_NS;
+            self.next_tick = self.next_tick.saturating_add(CACHE_TICK_NS);
         }
         if self.sample_every_ns > 0 && ev.t_ns >= self.next_sample {
             self.sample(ev.t_ns);
-            self.next_sample = ev.t_ns - ev.t_ns % self.sample_every_ns + self.sample_every_ns;
+            self.next_sample =
+                (ev.t_ns - ev.t_ns % self.sample_every_ns).saturating_add(self.sample_every_ns);
         }
         let a = ev.allocator as usize;
         let Some(heap) = self.heaps.get_mut(a).and_then(|h| h.as_mut()) else {
@@ -264,12 +295,14 @@ impl Replay {
     ) -> Result<(), TraceError> {
         let mut last = 0;
         for ev in events {
+            if self.failure.is_some() {
+                break; // the model's failure comes first
+            }
             let ev = ev?;
             last = ev.t_ns;
             self.apply(&ev);
         }
-        self.sample(last);
-        Ok(())
+        self.finish(last, "trace")
     }
 
     /// `run` for a trace file: the reader's fast loop.
@@ -278,12 +311,65 @@ impl Replay {
         reader: &mut TraceReader<R>,
     ) -> Result<(), TraceError> {
         let mut last = 0;
-        reader.for_each_event(|ev| {
+        let read = reader.for_each_event(|ev| {
             last = ev.t_ns;
             self.apply(ev);
-        })?;
-        self.sample(last);
+        });
+        // The model's failure came first: events after it were not applied.
+        self.finish(last, reader.where_())?;
+        read
+    }
+
+    fn finish(&mut self, last_t: u64, where_: &str) -> Result<(), TraceError> {
+        if let Some(f) = &self.failure {
+            return Err(TraceError(format!("{where_}: {f}")));
+        }
+        self.sample(last_t);
         Ok(())
+    }
+
+    /// Panics unless the model is consistent: every block inside its carrier, blocks tiling
+    /// each carrier with free neighbours coalesced, carriers of all allocators disjoint, and
+    /// each allocator's carriers_size and blocks_size the sums of what it holds. For the
+    /// property tests and the fuzz targets.
+    pub fn check_invariants(&self) {
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for h in self.heaps.iter().flatten() {
+            let (mut carriers_size, mut blocks_size) = (0, 0);
+            for (c, cr) in h.live_carriers() {
+                carriers_size += cr.size;
+                spans.push((cr.addr, cr.addr + cr.size));
+                let blocks = h.carrier_blocks(c);
+                let mut prev_free = false;
+                for (i, &b) in blocks.iter().enumerate() {
+                    let x = h.block(b);
+                    assert_eq!(x.carrier, c);
+                    assert!(
+                        x.addr >= cr.addr && x.addr + x.size <= cr.addr + cr.size,
+                        "block inside carrier"
+                    );
+                    if let Some(&next) = blocks.get(i + 1) {
+                        assert_eq!(x.addr + x.size, h.block(next).addr, "blocks tile");
+                    }
+                    assert!(!(prev_free && x.free), "free neighbours are coalesced");
+                    prev_free = x.free;
+                    if !x.free {
+                        blocks_size += x.size;
+                    }
+                }
+            }
+            assert_eq!(
+                h.carriers_size(),
+                carriers_size,
+                "carriers_size = sum of carriers"
+            );
+            assert_eq!(h.blocks_size(), blocks_size, "blocks_size = sum of blocks");
+            assert!(blocks_size <= carriers_size, "usage <= 1");
+        }
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "carriers overlap: {w:?}");
+        }
     }
 
     pub fn live_blocks(&self) -> usize {
@@ -328,6 +414,61 @@ mod tests {
         assert_eq!(m.stats.destroy, 1);
     }
     use std::collections::HashMap;
+
+    fn ev(t_ns: u64, op: Op, size: u64, id: u64) -> Event {
+        Event {
+            t_ns,
+            op,
+            allocator: 10,
+            instance: 0,
+            type_: 214,
+            size,
+            id,
+            new_id: id + 1,
+            thread: 0,
+        }
+    }
+
+    #[test]
+    fn sizes_no_machine_can_map_stop_the_replay_with_a_message() {
+        for op in [Op::Alloc, Op::Realloc] {
+            let cfgs = vec![InstanceConfig::default_for(10, 0)];
+            let mut rp = Replay::new(Globals::default(), 1, vec![cfgs], 0);
+            let events = [
+                ev(0, Op::Alloc, 100, 1),
+                ev(1, op, u64::MAX, 1),
+                ev(2, Op::Free, 0, 1),
+            ];
+            let err = rp.run(events.into_iter().map(Ok)).unwrap_err().0;
+            assert_eq!(
+                err,
+                "trace: event 2: 18446744073709551615 bytes asked for, more than the 128 TiB a \
+                 64-bit process can map"
+            );
+            assert_eq!(rp.events, 2, "events after the failure are not applied");
+            assert_eq!(rp.live_blocks(), 1);
+        }
+    }
+
+    #[test]
+    fn outgrowing_the_address_space_is_an_error_not_a_panic() {
+        // 20 TiB blocks: top-down, two fit between the brk heap's room and the mmap base, four
+        // below the brk heap, the seventh nowhere; with a super carrier, segments are carved
+        // bottom-up from 64 TiB and the second runs into the brk heap.
+        for (scs, fails_at) in [(0, 7), (1 << 30, 2)] {
+            let cfgs = vec![InstanceConfig::default_for(10, 0)];
+            let g = Globals {
+                scs,
+                ..Globals::default()
+            };
+            let mut rp = Replay::new(g, 1, vec![cfgs], 0);
+            let events = (1..=9).map(|i| Ok(ev(i, Op::Alloc, 20 << 40, 10 * i)));
+            let err = rp.run(events).unwrap_err().0;
+            let want = format!("trace: event {fails_at}: the live carriers outgrow");
+            assert!(err.starts_with(&want), "{err}");
+            assert_eq!(rp.events, fails_at);
+        }
+    }
 
     #[test]
     fn live_map_agrees_with_a_hash_map_for_dense_and_sparse_ids() {

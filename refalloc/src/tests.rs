@@ -289,47 +289,7 @@ fn instances(strategy: Strategy, n: u32, pool: bool) -> Vec<InstanceConfig> {
 }
 
 fn check_invariants(rp: &Replay) {
-    let h = rp.heaps[10].as_ref().unwrap();
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    let mut carriers_size = 0;
-    let mut blocks_size = 0;
-    for (c, cr) in h.live_carriers() {
-        carriers_size += cr.size;
-        spans.push((cr.addr, cr.addr + cr.size));
-        let blocks = h.carrier_blocks(c);
-        let mut prev_free = false;
-        for (i, &b) in blocks.iter().enumerate() {
-            let x = h.block(b);
-            assert_eq!(x.carrier, c);
-            assert!(
-                x.addr >= cr.addr && x.addr + x.size <= cr.addr + cr.size,
-                "block inside carrier"
-            );
-            if i + 1 < blocks.len() {
-                assert_eq!(
-                    x.addr + x.size,
-                    h.block(blocks[i + 1]).addr,
-                    "blocks tile the carrier"
-                );
-            }
-            assert!(!(prev_free && x.free), "free neighbours are coalesced");
-            prev_free = x.free;
-            if !x.free {
-                blocks_size += x.size;
-            }
-        }
-    }
-    spans.sort();
-    for w in spans.windows(2) {
-        assert!(w[0].1 <= w[1].0, "carriers overlap: {w:?}");
-    }
-    assert_eq!(
-        h.carriers_size(),
-        carriers_size,
-        "carriers_size = sum of carrier sizes"
-    );
-    assert_eq!(h.blocks_size(), blocks_size);
-    assert!(blocks_size <= carriers_size, "usage <= 1");
+    rp.check_invariants();
 }
 
 /// FNV-1a over 64-bit words.

@@ -59,8 +59,8 @@ pub struct TraceReader<R: Read> {
     ctx: Option<(u64, u64, u64)>,
     type_: Option<u64>,
     done: bool,
-    /// Tests: decode everything on the checked path, the reference for the fast one.
-    #[cfg(test)]
+    /// Tests and fuzzing: decode everything on the checked path, the reference for the fast one.
+    #[cfg(any(test, fuzzing))]
     checked_only: bool,
 }
 
@@ -140,9 +140,20 @@ impl<R: Read> TraceReader<R> {
             ctx: None,
             type_: None,
             done: false,
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             checked_only: false,
         })
+    }
+
+    /// Fuzzing: decode on the checked path only (the reference the fast path must agree with).
+    #[cfg(any(test, fuzzing))]
+    pub fn set_checked_only(&mut self, on: bool) {
+        self.checked_only = on;
+    }
+
+    /// The name errors carry (the path, for a file).
+    pub fn where_(&self) -> &str {
+        &self.where_
     }
 
     fn err(&self, m: String) -> TraceError {
@@ -261,7 +272,7 @@ impl<R: Read> TraceReader<R> {
     /// Callers check `done` first.
     #[inline(always)]
     fn next_buffered(&mut self) -> Option<Event> {
-        #[cfg(test)]
+        #[cfg(any(test, fuzzing))]
         if self.checked_only {
             return None;
         }
@@ -670,23 +681,7 @@ mod tests {
             }
             // The fast path must give exactly what the checked path gives: same events, same
             // error message at the same point.
-            let read_all = |checked_only: bool| {
-                let mut out: Vec<Result<Event, String>> = Vec::new();
-                let Ok(mut r) = TraceReader::new(&b[..], "fz") else {
-                    return out;
-                };
-                r.checked_only = checked_only;
-                for e in r {
-                    let stop = e.is_err();
-                    out.push(e.map_err(|e| e.0));
-                    assert!(out.len() <= b.len(), "more events than bytes");
-                    if stop {
-                        break;
-                    }
-                }
-                out
-            };
-            assert_eq!(read_all(false), read_all(true));
+            crate::fuzzing::read_trace(&b);
         }
         if secs > 0 {
             eprintln!("reader_survives_mutations: {cases} cases in {secs} s");
