@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep demo test bench lint clean
+.PHONY: setup debs ebpf-prep demo test bench fuzz lint clean
 
 setup: debs $(STAMP) ebpf-prep
 
@@ -52,6 +52,13 @@ test: setup
 # through refalloc and through glibc malloc).
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Coverage-guided fuzzing of refalloc's trace reader and replay (refalloc/fuzz/README.md), each
+# target FUZZ_SECS seconds on its own core. Not part of `make test`: it needs a nightly toolchain
+# and cargo-fuzz (installed here by rustup and from crates.io) and is meant to run for an hour.
+FUZZ_SECS ?= 600
+fuzz: setup
+	FUZZ_SECS=$(FUZZ_SECS) PYTHON=$(CURDIR)/$(BIN)/python refalloc/fuzz/run.sh
 
 clean:
 	rm -rf $(VENV) build refalloc/target *.egg-info

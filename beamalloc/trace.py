@@ -426,9 +426,10 @@ class _CsvReader(TraceReader):
     def __init__(self, f: IO[bytes], where: str) -> None:
         self._raw = f
         self._where = where
-        self._text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        # Bytes that are not UTF-8 become lone surrogates, so that the error can name its line.
+        self._text = io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape", newline="")
         self._line = 0
-        first = self._text.readline()
+        first = self._readline()
         header = TraceHeader(source="csv")
         if first.startswith(CSV_MARKER):
             self._line += 1
@@ -440,7 +441,7 @@ class _CsvReader(TraceReader):
                     header = TraceHeader.from_json(json.loads(parts[1]), f"{where}:1")
                 except json.JSONDecodeError as exc:
                     raise TraceError(f"{where}:1: header is not valid JSON ({exc})") from None
-            first = self._text.readline()
+            first = self._readline()
         self._line += 1
         columns = [c.strip() for c in first.strip().split(",")]
         if tuple(columns[:8]) != CSV_COLUMNS or columns[8:] not in ([], ["thread"]):
@@ -465,13 +466,25 @@ class _CsvReader(TraceReader):
             self.header.types.append(TypeInfo(n, text, allocator))
         return n
 
+    def _readline(self) -> str:
+        line = self._text.readline()
+        _check_utf8(line, f"{self._where}:{self._line + 1}")
+        return line
+
     def __iter__(self) -> Iterator[Event]:
+        try:
+            yield from self._rows()
+        except csv.Error as exc:
+            raise TraceError(f"{self._where}:{self._line + 1}: {exc}") from None
+
+    def _rows(self) -> Iterator[Event]:
         where = self._where
         for row in csv.reader(self._text):
             self._line += 1
             if not row or row[0].startswith("#"):
                 continue
             at = f"{where}:{self._line}"
+            _check_utf8("".join(row), at)
             if len(row) not in (8, 9):
                 raise TraceError(f"{at}: expected 8 or 9 fields, got {len(row)}")
             try:
@@ -481,12 +494,17 @@ class _CsvReader(TraceReader):
             a = row[2].strip()
             allocator = _ALLOCATOR_NUMBERS.get(a)
             if allocator is None:
+                if not a[:1].isdigit():
+                    raise TraceError(f"{at}: unknown allocator {a!r} (a name such as "
+                                     "binary_alloc, or a number)")  # fmt: skip
+                # Any number, as in binary traces (another OTP's numbering): the replay counts
+                # events of allocators it does not model as anomalies.
                 allocator = _int(a, "allocator", at)
-                if allocator not in ALLOCATOR_NAMES:
-                    raise TraceError(f"{at}: unknown allocator {a!r}")
             new_id = row[7].strip()
             if op == Op.REALLOC and not new_id:
                 raise TraceError(f"{at}: realloc needs new_id")
+            if op != Op.REALLOC and new_id:
+                raise TraceError(f"{at}: new_id is for realloc only (empty on {row[1].strip()})")
             yield Event(
                 _int(row[0], "t_ns", at),
                 op,
@@ -498,6 +516,14 @@ class _CsvReader(TraceReader):
                 _int(new_id, "new_id", at) if new_id else 0,
                 _int(row[8], "thread", at) if len(row) == 9 and row[8].strip() else 0,
             )
+
+
+def _check_utf8(text: str, at: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TraceError(f"{at}: not UTF-8 text") from None
 
 
 def _int(text: str, what: str, at: str) -> int:
@@ -522,8 +548,16 @@ def open_trace(path: str | Path, *, allow_truncated: bool = False) -> TraceReade
         f = open(path, "rb")  # noqa: SIM115 - owned by the reader
     except OSError as exc:
         raise TraceError(f"{where}: {exc.strerror}") from None
+    return open_trace_stream(f, where, allow_truncated=allow_truncated)
+
+
+def open_trace_stream(
+    f: io.BufferedReader, where: str, *, allow_truncated: bool = False
+) -> TraceReader:
+    """`open_trace` on an open buffered stream (``where`` names it in errors); the reader owns
+    and closes it."""
     try:
-        head = f.peek(len(MAGIC))[: len(MAGIC)]  # type: ignore[attr-defined]
+        head = f.peek(len(MAGIC))[: len(MAGIC)]
         if head == MAGIC:
             return _BinaryReader(f, where, allow_truncated)
         if head.startswith(b"\x89BATR"):

@@ -222,13 +222,17 @@ def test_bad_records(tmp_path):
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,malloc,binary_alloc,0,x,1,1,\n",
          "op 'malloc' is not alloc"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,big_alloc,0,x,1,1,\n",
-         "allocator 'big_alloc' is not an integer"),
-        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,99,0,x,1,1,\n",
-         "unknown allocator '99'"),
+         "unknown allocator 'big_alloc'"),
+        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,9x9,0,x,1,1,\n",
+         "allocator '9x9' is not an integer"),
+        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,1,\n\xff\n",
+         ":3: not UTF-8 text"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,\n",
          ":2: expected 8 or 9 fields, got 7"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,realloc,10,0,x,1,1,\n",
          "realloc needs new_id"),
+        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,1,2\n",
+         "new_id is for realloc only (empty on alloc)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n-1,alloc,10,0,x,1,1,\n",
          "t_ns -1 is outside"),
         ("# beamalloc-trace 7\nt_ns,op,allocator,instance,type,size,id,new_id\n",
@@ -239,8 +243,25 @@ def test_bad_records(tmp_path):
 )  # fmt: skip
 def test_bad_csv(tmp_path, body, message):
     p = tmp_path / "bad.csv"
-    p.write_text(body)
+    p.write_bytes(body.encode("latin-1"))
     fails(p, message)
+
+
+def test_allocator_numbers_outside_otp25_survive_both_formats(tmp_path):
+    """The binary format carries any allocator number (another OTP's numbering); so does CSV,
+    so a converted trace reads back (found by atheris: a CSV written from a binary trace with
+    allocator 17 did not read)."""
+    events = [Event(1, Op.ALLOC, 17, 0, 214, 100, 1, 0, 0),
+              Event(2, Op.FREE, 10, 0, 214, 0, 1, 0, 0)]  # fmt: skip
+    src = tmp_path / "a.batr"
+    with TraceWriter(src) as w:
+        for ev in events:
+            w.write(ev)
+    convert(src, tmp_path / "a.csv")
+    convert(tmp_path / "a.csv", tmp_path / "b.batr")
+    for p in ("a.csv", "b.batr"):
+        with open_trace(tmp_path / p) as r:
+            assert list(r) == events
 
 
 def test_writer_rejects_out_of_range(tmp_path):

@@ -56,7 +56,7 @@ def main(out: Path) -> None:
         assert data.startswith(MAGIC)
         (hlen,) = struct.unpack_from("<I", data, 12)
         config = bytes([i, 0x31 * i & 0xFF, 0x52 + i, 0x95 + 7 * i & 0xFF])
-        (out / "replay_trace" / f"seed{i}").write_bytes(config + data[16 + hlen:])
+        (out / "replay_trace" / f"seed{i}").write_bytes(config + data[16 + hlen :])
 
 
 if __name__ == "__main__":

@@ -120,10 +120,12 @@ impl AddrSpace {
         let len = len.div_ceil(PAGE) * PAGE;
         if self.bottom_up {
             let start = self.bottom_up_next.div_ceil(align) * align;
-            self.bottom_up_next = start + len;
-            self.exhausted |= self.bottom_up_next > BRK_BASE;
-            self.occupy(start, start + len);
-            return start;
+            if start + len <= BRK_BASE {
+                self.bottom_up_next = start + len;
+                self.occupy(start, start + len);
+                return start;
+            }
+            return self.overflow(len, align);
         }
         let mut found = self.gap_tree.first_at_least(len);
         while let Some((key, _)) = found {
@@ -134,6 +136,11 @@ impl AddrSpace {
             }
             found = self.gap_tree.first_at_least_after(key, len);
         }
+        self.overflow(len, align)
+    }
+
+    /// No room below the mmap base: a mapping in the overflow area, and `exhausted` set.
+    fn overflow(&mut self, len: u64, align: u64) -> u64 {
         self.exhausted = true;
         let start = self.overflow_next.div_ceil(align) * align;
         self.overflow_next = start + len;

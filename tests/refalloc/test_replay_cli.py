@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import DATA, run_cli
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.cli import main
@@ -105,3 +106,15 @@ def test_unreadable_trace(tmp_path, capsys):
     assert main(["replay", str(bad)]) == 2
     assert "not a beamalloc trace" in capsys.readouterr().err
     assert main(["replay", str(tmp_path / "missing")]) == 2
+
+
+BAD_TRACES = sorted(p for p in (DATA / "bad_traces").iterdir() if p.name != "README.md")
+
+
+@pytest.mark.parametrize("path", BAD_TRACES, ids=[p.name for p in BAD_TRACES])
+def test_bad_traces_are_refused_with_one_line(path):
+    res = run_cli("replay", str(path))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and "panicked" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"beamalloc: {path}"), res.stderr
