@@ -53,9 +53,10 @@ test: setup
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-# Coverage-guided fuzzing of refalloc's trace reader and replay (refalloc/fuzz/README.md), each
-# target FUZZ_SECS seconds on its own core. Not part of `make test`: it needs a nightly toolchain
-# and cargo-fuzz (installed here by rustup and from crates.io) and is meant to run for an hour.
+# Coverage-guided fuzzing of the trace readers (Rust and Python) and the replay
+# (refalloc/fuzz/README.md), three fuzzers for FUZZ_SECS seconds, at once. Not part of `make test`:
+# it needs a nightly toolchain, cargo-fuzz and atheris (installed by it) and is meant to run for
+# an hour.
 FUZZ_SECS ?= 600
 fuzz: setup
 	FUZZ_SECS=$(FUZZ_SECS) PYTHON=$(CURDIR)/$(BIN)/python refalloc/fuzz/run.sh

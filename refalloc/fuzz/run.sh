@@ -1,30 +1,40 @@
 #!/usr/bin/env bash
-# Fuzz refalloc's trace reader and replay for FUZZ_SECS seconds each, both at once, each on one
-# core (README.md here). Exit 1 if either finds a crash: the input is left in artifacts/<target>/.
+# Fuzz the trace readers and the replay for FUZZ_SECS seconds, all three fuzzers at once
+# (README.md here): cargo-fuzz on refalloc's read_trace and replay_trace, atheris on the Python
+# reader. Exit 1 if any finds a crash: its input is left in artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECS:-600}
+python=${PYTHON:-$PWD/../.venv/bin/python}
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
-python=${PYTHON:-../.venv/bin/python}
+"$python" -c 'import atheris' 2>/dev/null || "$python" -m pip install -q atheris
 "$python" fuzz/seeds.py fuzz/seeds
 cargo +nightly fuzz build -O -a
+targets=(read_trace replay_trace python_reader)
 pids=()
-for t in read_trace replay_trace; do
-  mkdir -p "fuzz/corpus/$t" "fuzz/logs"
-  # -O -a: optimised, with overflow checks and debug assertions; seeds and regressions are read,
-  # new inputs go to corpus/.
-  cargo +nightly fuzz run -O -a "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" "fuzz/regressions/$t" -- \
-    -max_total_time="$secs" -print_final_stats=1 >"fuzz/logs/$t.log" 2>&1 &
+for t in "${targets[@]}"; do
+  mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t" fuzz/logs
+  if [ "$t" = python_reader ]; then
+    # Bad traces the harness once tripped on are the Python side's regressions.
+    "$python" ../tests/fuzz/atheris_trace.py -max_total_time="$secs" -max_len=4096 \
+      -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
+      "fuzz/corpus/$t" "fuzz/seeds/$t" ../tests/data/bad_traces >"fuzz/logs/$t.log" 2>&1 &
+  else
+    # -O -a: optimised, with overflow checks and debug assertions; new inputs go to corpus/.
+    cargo +nightly fuzz run -O -a "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" "fuzz/regressions/$t" -- \
+      -max_total_time="$secs" -print_final_stats=1 >"fuzz/logs/$t.log" 2>&1 &
+  fi
   pids+=($!)
 done
 rc=0
-for i in 0 1; do
-  t=$([ $i = 0 ] && echo read_trace || echo replay_trace)
+for i in "${!targets[@]}"; do
+  t=${targets[$i]}
   if wait "${pids[$i]}"; then
-    echo "$t: $(grep -E '^Done [0-9]+ runs' "fuzz/logs/$t.log"), no crash (log: fuzz/logs/$t.log)"
+    echo "$t: $(grep -E '^Done [0-9]+ runs' "fuzz/logs/$t.log" | tail -1), nothing found"
   else
-    echo "$t: FAILED, see fuzz/logs/$t.log and fuzz/artifacts/$t/"; rc=1
+    echo "$t: FAILED, see fuzz/logs/$t.log and fuzz/artifacts/$t/"
+    rc=1
   fi
 done
 exit $rc

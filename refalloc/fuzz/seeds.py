@@ -1,7 +1,8 @@
 """Write the fuzzers' starting corpora: small valid traces (fuzz/README.md).
 
 read_trace gets whole files; replay_trace gets 4 configuration bytes and the records that follow
-the header (its harness adds a header of its own). Sizes span the min block, the sbct and the
+the header (its harness adds a header of its own); python_reader (tests/fuzz/atheris_trace.py)
+gets the binary files and their CSV forms. Sizes span the min block, the sbct and the
 carrier sizes the harness configures, so the first mutations already reach every carrier path.
 """
 
@@ -13,7 +14,7 @@ import struct
 import sys
 from pathlib import Path
 
-from beamalloc.trace import MAGIC, Event, Op, TraceWriter
+from beamalloc.trace import MAGIC, Event, Op, TraceWriter, open_trace, write_csv
 
 SIZES = (8, 24, 100, 700, 3_000, 40_000, 300_000, 2_000_000)
 
@@ -48,7 +49,7 @@ def trace(seed: int, n: int) -> bytes:
 
 
 def main(out: Path) -> None:
-    for target in ("read_trace", "replay_trace"):
+    for target in ("read_trace", "replay_trace", "python_reader"):
         (out / target).mkdir(parents=True, exist_ok=True)
     for i, n in enumerate((0, 1, 5, 20, 60, 150)):
         data = trace(i, n)
@@ -57,6 +58,10 @@ def main(out: Path) -> None:
         (hlen,) = struct.unpack_from("<I", data, 12)
         config = bytes([i, 0x31 * i & 0xFF, 0x52 + i, 0x95 + 7 * i & 0xFF])
         (out / "replay_trace" / f"seed{i}").write_bytes(config + data[16 + hlen :])
+        binary = out / "python_reader" / f"seed{i}"
+        binary.write_bytes(data)
+        with open_trace(binary) as r:
+            write_csv(out / "python_reader" / f"seed{i}.csv", r.header, list(r))
 
 
 if __name__ == "__main__":
