@@ -4,7 +4,8 @@
 %% Reads the cookie from stdin (hex, one line), so it never appears in any argv, sets it for the
 %% target only, connects, and calls BIFs there through erpc. Nothing is loaded on the target:
 %% erpc spawns a process there that runs erpc:execute_call/4 (kernel's erpc is loaded at boot)
-%% and the calls are BIFs or os:getpid/0 (also loaded at boot).
+%% and the calls are BIFs or os:getpid/0 (also loaded at boot). Connecting and telling why a
+%% connection failed are beamalloc_link's, shared with beamalloc_session.
 %%
 %% Prints exactly one line, "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply, [compressed])),
 %% then halts:
@@ -16,7 +17,7 @@
 %% names, epmd answers and exit reasons; a crash reason can quote arguments, so live.py scrubs
 %% the cookie from free-form details.
 -module(beamalloc_agent).
--export([main/1, log/2, collect/1]).
+-export([main/1, collect/1]).
 
 -define(MARK, "BEAMALLOC-RESULT ").
 
@@ -34,115 +35,22 @@ main([TargetS, DeadlineS]) ->
     erlang:halt(0).
 
 run(Target, Deadline) ->
-    quiet_logger(),
-    case read_cookie() of
+    Failures = beamalloc_link:setup(),
+    case beamalloc_link:read_cookie() of
         {ok, Cookie} ->
+            true = erlang:set_cookie(Target, Cookie),  % for this target only
             Main = self(),
             MainUs = get(main_us),
+            Collect = fun() -> put(main_us, MainUs), collect(Target) end,
             {Pid, Ref} = spawn_monitor(fun() ->
-                                           put(main_us, MainUs),
-                                           Main ! {self(), work(Main, Target, Cookie)}
+                                           Main ! {self(), beamalloc_link:run(Main, Target,
+                                                                              Failures, Collect)}
                                        end),
-            wait(Pid, Ref, Target, Deadline, connecting);
+            Left = Deadline - os:system_time(millisecond),
+            beamalloc_link:wait(Pid, Ref, erlang:monotonic_time(millisecond) + Left, connecting);
         Error ->
             Error
     end.
-
-%% The default handler prints to standard_io, which carries our one result line: remove it, and
-%% keep only the handshake failures that net_kernel's verbose mode reports, to tell a rejected
-%% cookie from other failed connects.
-quiet_logger() ->
-    _ = logger:remove_handler(default),
-    ok = logger:set_primary_config(level, info),
-    _ = net_kernel:verbose(1),
-    ok.
-
-%% logger handler callback: forward net_kernel's reports of failed connection setups. They come
-%% through error_logger:info_report/1, so the report sits under the `report` key.
-log(#{msg := {report, #{report := {net_kernel, {'EXIT', _, Reason}}}}}, #{config := Main}) ->
-    Main ! {setup_failed, Reason},
-    ok;
-log(#{msg := {report, {net_kernel, {'EXIT', _, Reason}}}}, #{config := Main}) ->
-    Main ! {setup_failed, Reason},
-    ok;
-log(_, _) ->
-    ok.
-
-read_cookie() ->
-    case io:get_line(standard_io, "") of
-        Line when is_list(Line); is_binary(Line) ->
-            Hex = string:trim(unicode:characters_to_binary(Line)),
-            try binary:decode_hex(Hex) of
-                <<>> -> {error, no_cookie, <<>>};
-                Bin -> {ok, binary_to_atom(Bin, utf8)}
-            catch _:_ -> {error, no_cookie, <<"cookie not hex-encoded">>}
-            end;
-        _ -> {error, no_cookie, <<>>}
-    end.
-
-wait(Pid, Ref, Target, Deadline, Stage) ->
-    Left = max(0, Deadline - os:system_time(millisecond)),
-    receive
-        {Pid, Reply} ->
-            erlang:demonitor(Ref, [flush]),
-            Reply;
-        {stage, NewStage} ->
-            wait(Pid, Ref, Target, Deadline, NewStage);
-        {'DOWN', Ref, process, Pid, Why} ->
-            {error, agent_crash, iolist_to_binary(io_lib:format("~0P", [Why, 12]))}
-    after Left ->
-        exit(Pid, kill),
-        {error, timeout, Stage}
-    end.
-
-work(Main, Target, Cookie) ->
-    ok = logger:add_handler(beamalloc_agent, ?MODULE, #{config => self()}),
-    true = erlang:set_cookie(Target, Cookie),
-    case net_kernel:connect_node(Target) of
-        true ->
-            put(connected_us, os:system_time(microsecond)),
-            Main ! {stage, collecting},
-            erlang:monitor_node(Target, true),
-            try collect(Target)
-            catch
-                error:{erpc, noconnection} -> {error, nodedown, <<>>};
-                throw:nodedown -> {error, nodedown, <<>>};
-                Class:Reason -> {error, call_failed,
-                                 iolist_to_binary(io_lib:format("~0p:~0P", [Class, Reason, 12]))}
-            end;
-        _ ->
-            why_not(Target)
-    end.
-
-%% Why did connect_node/1 fail? Ask epmd on the target's host (what net_adm:names/1 reads), then
-%% look at the handshake: a node that is registered and closes the connection right after our
-%% challenge reply has rejected the cookie (the digest check of the distribution handshake).
-why_not(Target) ->
-    [Name, Host] = string:split(atom_to_list(Target), "@"),
-    case erl_epmd:names(Host) of
-        {ok, Names} ->
-            case lists:keymember(Name, 1, Names) of
-                false ->
-                    {error, no_such_node, [list_to_binary(N) || {N, _} <- Names]};
-                true ->
-                    Reasons = setup_failures([]),
-                    case lists:any(fun is_auth_failure/1, Reasons) of
-                        true -> {error, bad_cookie, <<>>};
-                        false -> {error, connect_failed,
-                                  iolist_to_binary(io_lib:format("~0P", [Reasons, 12]))}
-                    end
-            end;
-        {error, Why} ->
-            {error, host_unreachable, iolist_to_binary(io_lib:format("~0p", [Why]))}
-    end.
-
-setup_failures(Acc) ->
-    receive {setup_failed, R} -> setup_failures([R | Acc])
-    after 0 -> lists:reverse(Acc)
-    end.
-
-is_auth_failure({recv_challenge_ack_failed, _}) -> true;
-is_auth_failure(_) -> false.
 
 %% One erpc request per BIF, all in flight at once: each system_info({allocator, A}) gathers
 %% every scheduler's instance on the target, so the wall time is about the slowest call rather
