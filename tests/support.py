@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -26,3 +29,24 @@ def run_cli(
         env=env,
         **({"text": True} if input is None else {}),
     )
+
+
+def serve_in_thread(srv: Any) -> Callable[[], None]:
+    """Run a waitress server in a daemon thread; call the result to stop it. Closing the socket
+    under the running select() makes that select fail with EBADF: expected then, not reported."""
+    stopping = threading.Event()
+
+    def run() -> None:
+        try:
+            srv.run()
+        except OSError:
+            if not stopping.is_set():
+                raise
+
+    threading.Thread(target=run, daemon=True).start()
+
+    def stop() -> None:
+        stopping.set()
+        srv.close()
+
+    return stop

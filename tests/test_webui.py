@@ -8,12 +8,12 @@ import html
 import http.client
 import io
 import json
-import threading
 from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 from browser.synth import SAMPLE, build_store
+from support import serve_in_thread
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
@@ -80,7 +80,7 @@ def test_upload_limit_holds_on_the_real_server(store_path):
 
     srv = create_server(create_app(store_path, upload_limit=1 << 20), host="127.0.0.1", port=0)
     port = srv.socket.getsockname()[1]
-    threading.Thread(target=srv.run, daemon=True).start()
+    stop = serve_in_thread(srv)
     try:
         body = b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.txt\"\r\n" \
                b"\r\n" + b"a" * (2 << 20) + b"\r\n--x--\r\n"
@@ -91,7 +91,7 @@ def test_upload_limit_holds_on_the_real_server(store_path):
         assert r.status == 413
         assert "larger than the upload limit of 1.0 MiB" in page
     finally:
-        srv.close()
+        stop()
 
 
 def test_upload_bad_and_good(client):

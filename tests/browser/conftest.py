@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import serve_in_thread
 
 from beamalloc.analyzer.series import derive
 from beamalloc.collector.store import Store
@@ -47,10 +47,9 @@ def server(store_path: Path) -> Iterator[str]:
     srv = create_server(create_app(store_path, upload_limit=4 << 20), host="127.0.0.1", port=0,
                         threads=4)
     port = srv.socket.getsockname()[1]
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
+    stop = serve_in_thread(srv)
     yield f"http://127.0.0.1:{port}"
-    srv.close()
+    stop()
 
 
 @pytest.fixture(scope="session")

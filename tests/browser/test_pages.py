@@ -143,6 +143,8 @@ def test_upload_bad_file_says_why(browser, server):
     visit(browser, server + "/upload", charts=False)
     browser.find_element(By.ID, "file").send_keys(str(ROOT / "tests/data/bad/garbage.bin"))
     browser.find_element(By.ID, "upload-submit").click()
+    # The answer is a new page: wait for it rather than read the old one mid-navigation.
+    wait_for(browser, "return document.getElementById('upload-error') !== null")
     msg = browser.find_element(By.ID, "upload-error").text
     assert "garbage.bin" in msg and "not a snapshot" in msg
     assert "/tmp" not in msg and "beamalloc-upload" not in msg  # no server path leaks
