@@ -137,28 +137,74 @@ class TraceHeader:
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> TraceHeader:
+        """Validate a parsed header: a wrong type anywhere is one TraceError naming the field."""
         if not isinstance(d, dict):
             raise TraceError(f"{where}: header is not a JSON object")
         if d.get("format", "beamalloc-trace") != "beamalloc-trace":
             raise TraceError(f"{where}: header format is {d.get('format')!r}, not beamalloc-trace")
-        try:
-            types = [
-                TypeInfo(int(t["n"]), str(t["name"]), int(t["allocator"]))
-                for t in d.get("types", [])
-            ]
-            threads = {int(k): str(v) for k, v in (d.get("threads") or {}).items()}
-            schedulers = int(d.get("schedulers", 1))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(f"{where}: bad header field ({exc})") from None
-        if schedulers < 1:
-            raise TraceError(f"{where}: header says {schedulers} schedulers")
-        known = {k: d[k] for k in cls._KNOWN if k in d and k not in ("types", "threads")}
-        known["otp"] = str(known.get("otp", "25"))
-        known["schedulers"] = schedulers
+
+        def bad(key: str, want: str) -> TraceError:
+            return TraceError(f"{where}: header field {key!r} is not {want}: {d[key]!r:.60}")
+
+        def text(key: str, default: str | None) -> str | None:
+            v = d.get(key, default)
+            if not (v is None and default is None) and not isinstance(v, str):
+                raise bad(key, "a string")
+            return v
+
+        def count(key: str, default: int | None, lo: int, hi: int) -> int | None:
+            v = d.get(key, default)
+            if v is None and default is None:
+                return None
+            if not _is_int(v) or not lo <= v <= hi:
+                raise bad(key, f"an integer in {lo}..{hi}")
+            return v
+
+        otp = d.get("otp", "25")
+        if _is_int(otp):
+            otp = str(otp)
+        if not isinstance(otp, str):
+            raise bad("otp", "a string")
+        types = d.get("types") or []
+        ok = isinstance(types, list) and all(
+            isinstance(t, dict) and _is_int(t.get("n")) and 0 <= t["n"] <= _MAX_U64
+            and isinstance(t.get("name"), str)
+            and _is_int(t.get("allocator")) and 0 <= t["allocator"] <= _MAX_U64
+            for t in types
+        )  # fmt: skip
+        if not ok:
+            raise bad("types", "a list of {n, name, allocator}")
+        threads = d.get("threads") or {}
+        if not isinstance(threads, dict) or not all(
+            k.isascii() and k.isdigit() and int(k) <= _MAX_U64 and isinstance(v, str)
+            for k, v in threads.items()
+        ):
+            raise bad("threads", "an object of thread number -> name")
+        for key in ("options", "clock"):
+            if d.get(key) is not None and not isinstance(d[key], dict):
+                raise bad(key, "an object")
+        word_size = d.get("word_size", 8)
+        if word_size not in (4, 8) or isinstance(word_size, bool):
+            raise bad("word_size", "4 or 8")
         extra = {
             k: v for k, v in d.items() if k not in cls._KNOWN and k not in ("format", "version")
         }
-        return cls(**known, types=types, threads=threads, extra=extra)
+        return cls(
+            node=text("node", None),
+            otp=otp,
+            erts=text("erts", None),
+            # ERTS runs at most 1024 schedulers of each kind.
+            schedulers=count("schedulers", 1, 1, 1024),  # type: ignore[arg-type]
+            dirty_cpu_schedulers=count("dirty_cpu_schedulers", None, 0, 1024),
+            word_size=word_size,
+            flags=text("flags", "") or "",
+            options=d.get("options"),
+            types=[TypeInfo(t["n"], t["name"], t["allocator"]) for t in types],
+            threads={int(k): v for k, v in threads.items()},
+            clock=d.get("clock") or {"source": "monotonic", "t0_ns": 0},
+            source=text("source", None),
+            extra=extra,
+        )
 
     def type_by_name(self) -> dict[str, TypeInfo]:
         return {t.name: t for t in self.types}
@@ -456,9 +502,9 @@ class _CsvReader(TraceReader):
     def close(self) -> None:
         self._text.close()
 
-    def _type(self, text: str, allocator: int) -> int:
-        if text.isdigit():
-            return int(text)
+    def _type(self, text: str, allocator: int, at: str) -> int:
+        if text[:1].isascii() and text[:1].isdigit():  # a number (range-checked), not a name
+            return _int(text, "type", at)
         n = self._types.get(text)
         if n is None:  # a hand-made type name: give it a number and record it in the header
             n = self._types[text] = self._next_type
@@ -510,12 +556,16 @@ class _CsvReader(TraceReader):
                 op,
                 allocator,
                 _int(row[3], "instance", at),
-                self._type(row[4].strip(), allocator),
+                self._type(row[4].strip(), allocator, at),
                 _int(row[5], "size", at) if row[5].strip() else 0,
                 _int(row[6], "id", at),
                 _int(new_id, "new_id", at) if new_id else 0,
                 _int(row[8], "thread", at) if len(row) == 9 and row[8].strip() else 0,
             )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_utf8(text: str, at: str) -> None:

@@ -195,7 +195,15 @@ def test_bad_magic_and_header(tmp_path):
     fails(raw(tmp_path / "f", b"", flags=1), "unknown header flags")
     fails(raw(tmp_path / "j", b"", hdr=b"{nope"), "header is not valid JSON")
     fails(raw(tmp_path / "o", b"", hdr=b"[1]"), "header is not a JSON object")
-    fails(raw(tmp_path / "s", b"", hdr=b'{"schedulers":0}'), "0 schedulers")
+    fails(raw(tmp_path / "s", b"", hdr=b'{"schedulers":0}'),
+          "header field 'schedulers' is not an integer in 1..1024: 0")
+    # Found by atheris: a wrong type anywhere in the header was an AttributeError or TypeError.
+    for hdr, field in [(b'{"threads":7}', "threads"), (b'{"threads":{"x":"y"}}', "threads"),
+                       (b'{"types":[{"n":1}]}', "types"), (b'{"types":{"a":1}}', "types"),
+                       (b'{"schedulers":true}', "schedulers"), (b'{"node":5}', "node"),
+                       (b'{"options":[]}', "options"), (b'{"word_size":3}', "word_size"),
+                       (b'{"types":[{"n":1e400,"name":"x","allocator":1}]}', "types")]:
+        fails(raw(tmp_path / "t", b"", hdr=hdr), f"header field {field!r} is not")
     (tmp_path / "h").write_bytes(MAGIC + struct.pack("<HHI", 1, 0, 100) + b"{}")
     fails(tmp_path / "h", "truncated header (2 of 100 bytes)")
     fails(tmp_path / "missing", "No such file")
@@ -231,6 +239,10 @@ def test_bad_records(tmp_path):
          ":2: expected 8 or 9 fields, got 7"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,realloc,10,0,x,1,1,\n",
          "realloc needs new_id"),
+        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,2555555555555555555555,1,1,\n",
+         "type 2555555555555555555555 is outside 0..2^64-1"),
+        ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,2nd,1,1,\n",
+         "type '2nd' is not an integer"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,1,2\n",
          "new_id is for realloc only (empty on alloc)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n-1,alloc,10,0,x,1,1,\n",
