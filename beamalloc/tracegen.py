@@ -158,36 +158,44 @@ def spike_and_drop(
     churn: int = 20_000,
     duration_s: float = 10.0,
     seed: int = 1,
+    allocator: str = "binary_alloc",
+    churn_after: float = 0.5,
 ) -> int:
-    """Binaries on every scheduler instance: churn, spike, random drop, churn. Returns the count."""
-    g = _Gen(path, _header(schedulers, "spike_and_drop", [(T_BINARY, "binary", BINARY)],
+    """Blocks on every scheduler instance of `allocator` (binaries by default, process heaps for
+    eheap_alloc): churn, spike, random drop, churn; `churn_after` is the share of the churn
+    that comes after the drop. Returns the count."""
+    number = _ALLOCATOR_NUMBERS[allocator]
+    typ, type_name = _TYPE_OF.get(allocator, (T_BINARY, "binary"))
+    g = _Gen(path, _header(schedulers, "spike_and_drop", [(typ, type_name, number)],
                            base_live=base_live, spike_factor=spike_factor,
-                           mean_size=mean_size), seed)  # fmt: skip
-    streams = [g.stream(BINARY, ix, T_BINARY) for ix in range(1, schedulers + 1)]
+                           mean_size=mean_size, allocator=allocator), seed)  # fmt: skip
+    streams = [g.stream(number, ix, typ) for ix in range(1, schedulers + 1)]
     per = max(base_live // schedulers, 1)
     total = int(per * schedulers * (2 + 2 * spike_factor) + 2 * churn)
     dt = max(int(duration_s * 1e9 / max(total, 1)), 1)
 
     def size() -> int:
-        return _lognormal(g.rng, mean_size, 1.0, 1, 400_000)
+        return _lognormal(g.rng, mean_size, 1.0, 1, max(400_000, 8 * mean_size))
 
+    def churn_rounds(n: int) -> None:
+        for _ in range(n // schedulers + 1):
+            for s in streams:
+                g.free_random(s, dt)
+                g.alloc(s, size(), dt)
+
+    after = round(churn * churn_after)
     for _ in range(per):
         for s in streams:
             g.alloc(s, size(), dt)
-    for _ in range(churn // (2 * schedulers) + 1):
-        for s in streams:
-            g.free_random(s, dt)
-            g.alloc(s, size(), dt)
+    churn_rounds(churn - after)
     for _ in range(int(per * (spike_factor - 1))):
         for s in streams:
             g.alloc(s, size(), dt)
     for s in streams:
         while len(s.live) > per:
             g.free_random(s, dt)
-    for _ in range(churn // (2 * schedulers) + 1):
-        for s in streams:
-            g.free_random(s, dt)
-            g.alloc(s, size(), dt)
+    if after:
+        churn_rounds(after)
     return g.close()
 
 

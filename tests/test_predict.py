@@ -62,6 +62,23 @@ def test_binspike_is_helped() -> None:
     assert "R3" in {x["rule"] for x in r["recommendations"]}
 
 
+def test_heapchurn_process_heaps_get_the_spike_model() -> None:
+    """heapchurn (a storm of processes that ends, 1 in 40 kept): eheap_alloc's peak is modelled
+    like binaries'; with half the churn after the drop the survivors move and the trace empties
+    its carriers, unlike the node, so the fit puts the churn before the spike. A real node
+    measured -54 % (tests/e2e): between the worst case and the best."""
+    f = finding(rec("heapchurn"), "R4")
+    p = f["predicted"]
+    assert p["model"]["generator"] == "spike_and_drop" and p["reproduces_symptom"]
+    assert p["model"]["params"]["allocator"] == "eheap_alloc"
+    assert p["model"]["params"]["churn_after"] == 0.0 and "none after the drop" in p[
+        "model"]["fitted_to"]  # fmt: skip
+    assert 0.5 <= p["fidelity"] <= 2
+    best = p["best_case"]
+    assert best["model"]["generator"] == "stragglers" and best["reproduces_symptom"]
+    assert 0.1 <= p["unused_saving"] < 0.54 < best["unused_saving"]
+
+
 def test_frag_random_drop_is_barely_helped() -> None:
     """frag (survivors at random) measured -5 %: the worst case predicts a small saving, far
     below binspike's best case; the snapshot cannot tell the two apart, so R3 stays."""
@@ -86,11 +103,15 @@ def test_placement_that_would_not_help_is_demoted() -> None:
 
 
 def test_trace_that_misses_the_symptom_judges_nothing() -> None:
-    """heapchurn: the stationary mix cannot show a peak; the prediction says so, no demotion."""
+    """The stationary mix cannot show a peak: for heapchurn's node as a whole (no allocator
+    singled out) the prediction says the trace misses the symptom, and demotes nothing."""
+    snap = load("heapchurn")
+    with pr.Predictor(snap, facts(snap)) as p:
+        out = p.predict(None, "R4", FlagSet.parse("+MHlmbcs 1024"))
+    assert out["model"]["generator"] == "stationary_mix" and not out["reproduces_symptom"]
+    assert "does not reproduce this symptom" in out["summary"]
+    assert not pr.would_not_help(out, "R4")
     r = rec("heapchurn")
-    p = finding(r, "R4")["predicted"]
-    assert p["model"]["generator"] == "stationary_mix" and not p["reproduces_symptom"]
-    assert "does not reproduce this symptom" in p["summary"]
     assert finding(r, "R4")["level"] == "action" and r["demoted"] == []
 
 

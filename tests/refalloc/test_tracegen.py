@@ -8,7 +8,7 @@ from pathlib import Path
 from beamalloc import tracegen as tg
 from beamalloc.collector.sources import read_file
 from beamalloc.replay import replay_snapshot
-from beamalloc.trace import Op, read_header
+from beamalloc.trace import Op, open_trace, read_header
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "otp25"
 
@@ -87,3 +87,17 @@ def test_predict_runs_each_flag_set_in_order():
         assert r["analysis"]["source"] == "replay" and r["series"]
     b = [a for a in runs[1]["snapshot"]["allocators"] if a["allocator"] == "binary_alloc"]
     assert {a["options"]["as"] for a in b} == {"aobf"}
+
+
+def test_spike_and_drop_of_process_heaps_without_churn_after(tmp_path):
+    """eheap_alloc's heaps (type `heap`, erts_types_otp25.tsv); churn_after=0 ends the trace
+    with the drop (the fit the recommender uses when a node kept its peak's carriers)."""
+    p = tmp_path / "h.batr"
+    tg.spike_and_drop(p, allocator="eheap_alloc", base_live=50, spike_factor=4, churn=200,
+                      churn_after=0.0)  # fmt: skip
+    with open_trace(p) as r:
+        events = list(r)
+        assert [(t.n, t.name, t.allocator) for t in r.header.types] == [(184, "heap", 6)]
+    assert {e.allocator for e in events} == {6}
+    assert all(e.op == Op.FREE for e in events[-150:])  # 200 live at the peak, 50 kept
+    assert events[-151].op == Op.ALLOC
