@@ -97,10 +97,8 @@ def _native_replay(
             try:
                 return _refalloc.replay(str(tmp_path), config, schedulers, sample_every_ns)
             except ValueError as e:  # name the user's file, not the converted copy
-                raise InputError(str(e).replace(str(tmp_path), str(path))) from None
-    except TraceError as e:
-        raise InputError(str(e)) from None
-    except ValueError as e:  # the native reader's one-line errors
+                raise TraceError(str(e).replace(str(tmp_path), str(path))) from None
+    except ValueError as e:  # TraceError and the native reader's one-line errors
         raise InputError(str(e)) from None
 
 

@@ -387,34 +387,9 @@ mod tests {
     use super::{LiveMap, Replay};
     use crate::config::{Globals, InstanceConfig};
     use crate::trace::{Event, Op};
-
-    #[test]
-    fn long_gaps_in_trace_time_are_skipped_not_looped() {
-        let cfgs = vec![InstanceConfig::default_for(10, 0)];
-        let mut rp = Replay::new(Globals::default(), 1, vec![cfgs], 0);
-        let ev = |t_ns, op, size, id| Event {
-            t_ns,
-            op,
-            allocator: 10,
-            instance: 0,
-            type_: 214,
-            size,
-            id,
-            new_id: 0,
-            thread: 0,
-        };
-        // A cached SBC segment is aged out at the first tick, then 10^9 ticks pass at once.
-        rp.apply(&ev(0, Op::Alloc, 600_000, 1));
-        rp.apply(&ev(1, Op::Free, 0, 1));
-        assert_eq!(rp.env.msegs[0].cached_segments(), 1);
-        rp.apply(&ev(1_000_000_000_000_000_000, Op::Alloc, 100, 2));
-        let m = &rp.env.msegs[0];
-        assert_eq!(m.cached_segments(), 0);
-        assert_eq!(m.stats.check_cache, 1_000_000_000);
-        assert_eq!(m.stats.destroy, 1);
-    }
     use std::collections::HashMap;
 
+    /// A binary_alloc event on instance 0 (new_id is used by reallocs only).
     fn ev(t_ns: u64, op: Op, size: u64, id: u64) -> Event {
         Event {
             t_ns,
@@ -427,6 +402,21 @@ mod tests {
             new_id: id + 1,
             thread: 0,
         }
+    }
+
+    #[test]
+    fn long_gaps_in_trace_time_are_skipped_not_looped() {
+        let cfgs = vec![InstanceConfig::default_for(10, 0)];
+        let mut rp = Replay::new(Globals::default(), 1, vec![cfgs], 0);
+        // A cached SBC segment is aged out at the first tick, then 10^9 ticks pass at once.
+        rp.apply(&ev(0, Op::Alloc, 600_000, 1));
+        rp.apply(&ev(1, Op::Free, 0, 1));
+        assert_eq!(rp.env.msegs[0].cached_segments(), 1);
+        rp.apply(&ev(1_000_000_000_000_000_000, Op::Alloc, 100, 2));
+        let m = &rp.env.msegs[0];
+        assert_eq!(m.cached_segments(), 0);
+        assert_eq!(m.stats.check_cache, 1_000_000_000);
+        assert_eq!(m.stats.destroy, 1);
     }
 
     #[test]
