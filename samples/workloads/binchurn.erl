@@ -22,27 +22,17 @@
 %% Prints "ready" once started.
 -module(binchurn).
 -export([main/0]).
+-include("wl.hrl").
 
 main() ->
     ets:new(keep, [named_table, public, set]),
     io:format("ready~n"),
-    loop().
-
-loop() ->
-    case io:get_line("") of
-        eof -> halt(0);
-        {error, _} -> halt(0);
-        Line ->
-            case string:lexemes(string:trim(Line), " ") of
-                ["quit"] -> halt(0);
-                Cmd -> reply(catch command(Cmd)), loop()
-            end
-    end.
+    stdin_loop(fun(Cmd) -> reply(catch command(Cmd)) end).
 
 reply(Words) when is_list(Words) ->
-    io:format("~s~n", [lists:join(" ", [to_s(W) || W <- Words])]);
+    lists:join(" ", [to_s(W) || W <- Words]);
 reply(Other) ->
-    io:format("error ~0p~n", [Other]).
+    io_lib:format("error ~0p", [Other]).
 
 to_s(A) when is_atom(A) -> atom_to_list(A);
 to_s(I) when is_integer(I) -> integer_to_list(I);

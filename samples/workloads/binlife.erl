@@ -20,22 +20,12 @@
 %% Prints "ready" once started.
 -module(binlife).
 -export([main/0]).
+-include("wl.hrl").
 
 main() ->
     ets:new(store, [named_table, public, set, {write_concurrency, true}]),
     io:format("ready~n"),
-    loop().
-
-loop() ->
-    case io:get_line("") of
-        eof -> halt(0);
-        {error, _} -> halt(0);
-        Line ->
-            case string:lexemes(string:trim(Line), " ") of
-                ["quit"] -> halt(0);
-                Cmd -> io:format("~s~n", [catch command(Cmd)]), loop()
-            end
-    end.
+    stdin_loop(fun(Cmd) -> catch command(Cmd) end).
 
 command(["settle"]) ->
     [erlang:garbage_collect(P) || P <- processes()],

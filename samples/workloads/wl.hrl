@@ -5,8 +5,25 @@
 %% instances), runs the phases in lock step, and finally settles: refc binaries are freed only
 %% when the last reference goes, and a reference on a process heap goes only with a garbage
 %% collection, so every worker collects, waits and collects again before "ready".
+%%
+%% stdin_loop/1 drives the eBPF tests' workloads (binchurn, binlife): one command per line of
+%% standard input, split into words, each answered by one line, Handle(Words); "quit" or the end of
+%% the input halts the node.
 -compile({nowarn_unused_function, [{cookie, 0}, {env_int, 2}, {run_workers, 2},
-                                   {run_workers, 3}, {binary, 2}, {say, 1}, {idle, 0}]}).
+                                   {run_workers, 3}, {worker, 3}, {worker_loop, 2},
+                                   {settle, 0}, {binary, 2}, {say, 1}, {idle, 0},
+                                   {stdin_loop, 1}]}).
+
+stdin_loop(Handle) ->
+    case io:get_line("") of
+        eof -> halt(0);
+        {error, _} -> halt(0);
+        Line ->
+            case string:lexemes(string:trim(Line), " ") of
+                ["quit"] -> halt(0);
+                Words -> io:format("~s~n", [Handle(Words)]), stdin_loop(Handle)
+            end
+    end.
 
 cookie() ->
     case os:getenv("FRAG_COOKIE") of
