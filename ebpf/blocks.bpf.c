@@ -12,6 +12,8 @@
 
 #include <uapi/linux/ptrace.h>
 
+#include "bits.bpf.h"
+
 #define OP_ALLOC 0
 #define OP_FREE 1
 #define OP_REALLOC 2
@@ -188,18 +190,6 @@ struct pending {
 
 BPF_PERCPU_HASH(hist, struct hkey, struct hval, 16384);
 BPF_HASH(pend, u32, struct pending, MAX_THREADS);
-
-static __always_inline u8 log2_slot(u64 v) {
-    u8 s = 0;
-#pragma unroll
-    for (int i = 32; i > 0; i >>= 1) {
-        if (v >= (1ULL << i)) {
-            v >>= i;
-            s += i;
-        }
-    }
-    return s;
-}
 
 static __always_inline void account(u64 allctr, u64 type, u32 op, u64 size, u64 blk, u64 old) {
     struct hkey k = {};

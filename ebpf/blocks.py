@@ -72,7 +72,8 @@ class BlockProbes:
         self.trace = trace
         self.returns = returns or trace
         pages = 1 << max(0, (ringbuf_mb * 256 - 1).bit_length())  # a power of two of 4K pages
-        cflags = [f"-DBATCH={BATCH}", f"-DMAX_THREADS={max_threads}",
+        # -I: bcc compiles the source as /virtual/main.c, so its #include "bits.bpf.h" needs it.
+        cflags = [f"-I{SOURCE.parent}", f"-DBATCH={BATCH}", f"-DMAX_THREADS={max_threads}",
                   f"-DRINGBUF_PAGES={pages}", "-Wno-macro-redefined"]
         if trace:
             cflags.append("-DTRACE_EVENTS")

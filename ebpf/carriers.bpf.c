@@ -10,6 +10,8 @@
 
 #include <uapi/linux/ptrace.h>
 
+#include "bits.bpf.h"
+
 #define NSLOTS 48
 enum kind {
     K_MMAP, K_MUNMAP, K_MREMAP, K_MADVISE,
@@ -41,18 +43,6 @@ BPF_HASH(pend, u32, struct live, 4096);              // foreign malloc in flight
 BPF_HASH(sysmark, u32, u32, 4096);                   // thread inside erts_sys_*
 BPF_STACK_TRACE(stacks, 4096);
 BPF_PERCPU_ARRAY(lost, u64, 1);                      // foreign blocks we could not remember
-
-static __always_inline u32 log2_slot(u64 v) {
-    u32 s = 0;
-#pragma unroll
-    for (int i = 32; i > 0; i >>= 1) {
-        if (v >= (1ULL << i)) {
-            v >>= i;
-            s += i;
-        }
-    }
-    return s;
-}
 
 static __always_inline void add(u32 kind, u32 sub, u64 size) {
     struct ckey k = {kind, sub, log2_slot(size), 0};

@@ -45,7 +45,8 @@ class CarrierProbes:
     def __init__(self, bcc: ModuleType, proc: beam.BeamProcess, *, libc: bool = True,
                  max_live: int = 1 << 17) -> None:
         self.proc = proc
-        cflags = [f"-DTGID={proc.pid}", f"-DMAX_LIVE={max_live}"]
+        # -I: for its #include "bits.bpf.h" (bcc compiles the source as /virtual/main.c).
+        cflags = [f"-I{SOURCE.parent}", f"-DTGID={proc.pid}", f"-DMAX_LIVE={max_live}"]
         try:
             # TRACEPOINT_PROBEs attach when the program loads: the syscalls are followed from here
             self.bpf = bcc.BPF(src_file=str(SOURCE).encode(), cflags=cflags)
