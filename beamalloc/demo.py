@@ -104,8 +104,6 @@ class WorkloadNode:
 
 
 def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> int:
-    from rich.console import Console
-
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.analyzer.outputs import summary
     from beamalloc.analyzer.recommend import recommend
@@ -114,7 +112,7 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
     from beamalloc.collector.live import snapshot_node
     from beamalloc.webui.report import write_report
 
-    console = Console(stderr=True)
+    console = wide_console(stderr=True)
     with WorkloadNode("frag") as wl:
         console.print(
             f"Started {wl.node}: steady churn of 600-1000 B binaries, a spike to 10x "
@@ -131,11 +129,11 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         for line in summary(recommend(snap)):
             out.print(line, markup=False)
         out.print(f"Details, with the evidence and cost of each flag: "
-                  f"beamalloc recommend {snap_path}", markup=False)
+                  f"beamalloc recommend {snap_path}", markup=False, soft_wrap=True)
         write_report([result], report_path, snapshots=[snap])
-        console.print(
-            f"\nWrote {report_path} and {snap_path}. Next: beamalloc analyze {snap_path} --json"
-        )
+        # soft_wrap: a command must reach the user whole, however long its path
+        console.print(f"\nWrote {report_path} and {snap_path}.", markup=False, soft_wrap=True)
+        console.print(f"Next: beamalloc analyze {snap_path} --json", markup=False, soft_wrap=True)
         if keep_node:
             console.print(f"{wl.node} keeps running; press Ctrl-C to stop it.")
             with contextlib.suppress(KeyboardInterrupt):

@@ -18,6 +18,8 @@ def test_demo_finds_the_fragmented_binary_alloc(tmp_path):
     assert "Most of the unused space is in binary_alloc" in out
     assert "Recommended +M flags: +MB" in out  # the demo ends with the advice and its prediction
     assert "Replay predicts binary_alloc unused bytes -" in out
+    # the command to run next is printed whole, not folded at 80 columns by a pipe
+    assert f"Next: beamalloc analyze {tmp_path / 'demo-snapshot.json'} --json" in res.stderr
     html = report.read_text()
     assert html.startswith("<!DOCTYPE html>") and "binary_alloc" in html
     # plotly is inlined (issue 6): scripts, but none loaded from anywhere
