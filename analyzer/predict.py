@@ -25,7 +25,6 @@ the recommender never fails because of the replay.
 
 from __future__ import annotations
 
-import math
 import random
 import tempfile
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from beamalloc.flags import (
     effective_config,
 )
 from beamalloc.snapshot import Snapshot
-from beamalloc.trace import ALLOCATOR_NAMES, Event, Op, TraceHeader, TraceWriter, TypeInfo
+from beamalloc.trace import ALLOCATOR_NUMBERS, Event, Op, TraceHeader, TraceWriter, TypeInfo
 from beamalloc.units import human
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
@@ -284,10 +283,10 @@ def stragglers(
 ) -> int:
     """Per scheduler instance: the live set, churn in it, a peak, the peak freed but for
     `stragglers` blocks evenly spread in allocation order, churn again. Returns the count."""
-    from beamalloc.tracegen import _TYPE_OF
+    from beamalloc.tracegen import TYPE_OF, spike_size
 
-    number = {v: k for k, v in ALLOCATOR_NAMES.items()}[allocator]
-    typ = _TYPE_OF.get(allocator, (1, "synthetic"))
+    number = ALLOCATOR_NUMBERS[allocator]
+    typ = TYPE_OF.get(allocator, (1, "synthetic"))
     header = TraceHeader(
         schedulers=schedulers,
         source="synthetic",
@@ -296,7 +295,6 @@ def stragglers(
         extra={"generator": "stragglers"},
     )
     rng = random.Random(seed)
-    mu = math.log(max(mean_size, 1)) - 0.5  # lognormal, sigma 1, with the given mean
     w = TraceWriter(path, header)
     t, next_id = 0, 1
     per = max(live // schedulers, 1)
@@ -310,7 +308,7 @@ def stragglers(
         nonlocal t, next_id
         t += 1000
         bid, next_id = next_id, next_id + 1
-        size = int(min(max(rng.lognormvariate(mu, 1.0), 1), max(400_000, 8 * mean_size)))
+        size = spike_size(rng, mean_size)
         sizes[bid] = size
         w.write(Event(t, Op.ALLOC, number, ix, typ[0], size, bid, 0, ix))
         return bid

@@ -25,6 +25,7 @@ from typing import IO, Any, NamedTuple
 
 __all__ = [
     "ALLOCATOR_NAMES",
+    "ALLOCATOR_NUMBERS",
     "FORMAT_VERSION",
     "MAGIC",
     "Event",
@@ -51,7 +52,8 @@ ALLOCATOR_NAMES: dict[int, str] = {
     6: "eheap_alloc", 7: "ets_alloc", 8: "fix_alloc", 9: "literal_alloc", 10: "binary_alloc",
     11: "driver_alloc", 12: "test_alloc",
 }  # fmt: skip
-_ALLOCATOR_NUMBERS = {name: n for n, name in ALLOCATOR_NAMES.items()}
+#: The other way round: an allocator's number by its name.
+ALLOCATOR_NUMBERS = {name: n for n, name in ALLOCATOR_NAMES.items()}
 #: Types named in a CSV but absent from its header's type table get numbers from here on.
 SYNTHETIC_TYPE_BASE = 0x10000
 
@@ -538,7 +540,7 @@ class _CsvReader(TraceReader):
             except ValueError:
                 raise TraceError(f"{at}: op {row[1]!r} is not alloc, free or realloc") from None
             a = row[2].strip()
-            allocator = _ALLOCATOR_NUMBERS.get(a)
+            allocator = ALLOCATOR_NUMBERS.get(a)
             if allocator is None:
                 if not a[:1].isdigit():
                     raise TraceError(f"{at}: unknown allocator {a!r} (a name such as "

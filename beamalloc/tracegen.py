@@ -31,22 +31,23 @@ from typing import Any
 
 from beamalloc.flags import FlagSet
 from beamalloc.snapshot import Snapshot
-from beamalloc.trace import ALLOCATOR_NAMES, Event, Op, TraceHeader, TraceWriter, TypeInfo
+from beamalloc.trace import ALLOCATOR_NUMBERS, Event, Op, TraceHeader, TraceWriter, TypeInfo
 
 __all__ = [
+    "TYPE_OF",
     "ets_churn",
     "large_binaries",
     "predict",
     "spike_and_drop",
+    "spike_size",
     "stationary_mix",
 ]
 
 BINARY, ETS = 10, 7
 #: Type numbers of OTP 25 (erts_types_otp25.tsv, alloc_util.md §7).
 T_BINARY, T_DB_TERM = 214, 195
-_ALLOCATOR_NUMBERS = {name: n for n, name in ALLOCATOR_NAMES.items()}
 #: One representative type per allocator for fitted traces (its name; numbers per §7).
-_TYPE_OF = {
+TYPE_OF = {
     "binary_alloc": (214, "binary"), "ets_alloc": (195, "db_term"),
     "eheap_alloc": (184, "heap"), "driver_alloc": (213, "drv_binary"),
     "fix_alloc": (197, "proc"), "literal_alloc": (212, "literal"), "temp_alloc": (9, "tmp"),
@@ -148,6 +149,12 @@ def _lognormal(rng: random.Random, mean: float, sigma: float, lo: int, hi: int) 
     return int(min(max(rng.lognormvariate(mu, sigma), lo), hi))
 
 
+def spike_size(rng: random.Random, mean_size: int) -> int:
+    """A block of a spike (spike_and_drop, and the recommender's stragglers best case):
+    lognormal with sigma 1 around `mean_size`, its tail cut at 400 000 bytes or 8 x the mean."""
+    return _lognormal(rng, mean_size, 1.0, 1, max(400_000, 8 * mean_size))
+
+
 def spike_and_drop(
     path: str | Path,
     *,
@@ -164,8 +171,8 @@ def spike_and_drop(
     """Blocks on every scheduler instance of `allocator` (binaries by default, process heaps for
     eheap_alloc): churn, spike, random drop, churn; `churn_after` is the share of the churn
     that comes after the drop. Returns the count."""
-    number = _ALLOCATOR_NUMBERS[allocator]
-    typ, type_name = _TYPE_OF.get(allocator, (T_BINARY, "binary"))
+    number = ALLOCATOR_NUMBERS[allocator]
+    typ, type_name = TYPE_OF.get(allocator, (T_BINARY, "binary"))
     g = _Gen(path, _header(schedulers, "spike_and_drop", [(typ, type_name, number)],
                            base_live=base_live, spike_factor=spike_factor,
                            mean_size=mean_size, allocator=allocator), seed)  # fmt: skip
@@ -175,7 +182,7 @@ def spike_and_drop(
     dt = max(int(duration_s * 1e9 / max(total, 1)), 1)
 
     def size() -> int:
-        return _lognormal(g.rng, mean_size, 1.0, 1, max(400_000, 8 * mean_size))
+        return spike_size(g.rng, mean_size)
 
     def churn_rounds(n: int) -> None:
         for _ in range(n // schedulers + 1):
@@ -282,7 +289,7 @@ def fit(snap: Snapshot) -> list[_Fit]:
     """Per allocator instance with live blocks: live count, mean block size, turnover."""
     out = []
     for inst in snap.allocators:
-        if inst.allocator not in _ALLOCATOR_NUMBERS:
+        if inst.allocator not in ALLOCATOR_NUMBERS:
             continue
         mb, sb = inst.mbcs.block_count.current, inst.sbcs.block_count.current
         if inst.mbcs_pool is not None:
@@ -319,15 +326,15 @@ def stationary_mix(
     live_total = sum(f.mbc_live + f.sbc_live for f in fits)
     scale = min(1.0, max_live / live_total) if live_total else 1.0
     schedulers = snap.schedulers or max((f.instance for f in fits), default=1) or 1
-    types = {(_TYPE_OF.get(f.name, (1 << 16, f.name))[0], _TYPE_OF.get(f.name, (0, f.name))[1],
-              _ALLOCATOR_NUMBERS[f.name]) for f in fits}  # fmt: skip
+    types = {(TYPE_OF.get(f.name, (1 << 16, f.name))[0], TYPE_OF.get(f.name, (0, f.name))[1],
+              ALLOCATOR_NUMBERS[f.name]) for f in fits}  # fmt: skip
     g = _Gen(path, _header(schedulers, "stationary_mix", sorted(types), node=snap.node,
                            scale=scale), seed)  # fmt: skip
     g.w.header.node = snap.node
     plans: list[tuple[_Stream, _Fit, int, int]] = []
     for f in fits:
-        typ = _TYPE_OF.get(f.name, (1 << 16, f.name))[0]
-        s = g.stream(_ALLOCATOR_NUMBERS[f.name], f.instance, typ)
+        typ = TYPE_OF.get(f.name, (1 << 16, f.name))[0]
+        s = g.stream(ALLOCATOR_NUMBERS[f.name], f.instance, typ)
         plans.append((s, f, round(f.mbc_live * scale), round(f.sbc_live * scale)))
     target = sum(m + s for _, _, m, s in plans)
     churn_budget = max(max_events - target, 0)
