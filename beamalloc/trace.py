@@ -186,7 +186,7 @@ class TraceHeader:
             if d.get(key) is not None and not isinstance(d[key], dict):
                 raise bad(key, "an object")
         word_size = d.get("word_size", 8)
-        if word_size not in (4, 8) or isinstance(word_size, bool):
+        if not (_is_int(word_size) and word_size in (4, 8)):
             raise bad("word_size", "4 or 8")
         extra = {
             k: v for k, v in d.items() if k not in cls._KNOWN and k not in ("format", "version")

@@ -202,6 +202,7 @@ def test_bad_magic_and_header(tmp_path):
                        (b'{"types":[{"n":1}]}', "types"), (b'{"types":{"a":1}}', "types"),
                        (b'{"schedulers":true}', "schedulers"), (b'{"node":5}', "node"),
                        (b'{"options":[]}', "options"), (b'{"word_size":3}', "word_size"),
+                       (b'{"word_size":8.0}', "word_size"), (b'{"word_size":true}', "word_size"),
                        (b'{"types":[{"n":1e400,"name":"x","allocator":1}]}', "types")]:
         fails(raw(tmp_path / "t", b"", hdr=hdr), f"header field {field!r} is not")
     (tmp_path / "h").write_bytes(MAGIC + struct.pack("<HHI", 1, 0, 100) + b"{}")
