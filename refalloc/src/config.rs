@@ -25,6 +25,20 @@ pub enum BlockOrder {
 }
 
 impl Strategy {
+    /// Every strategy, in the order of the `as` option (alloc_util.md §2.1).
+    pub const ALL: [Strategy; 10] = [
+        Strategy::Bf,
+        Strategy::Aobf,
+        Strategy::Aoff,
+        Strategy::Aoffcbf,
+        Strategy::Aoffcaobf,
+        Strategy::Ageffcaoff,
+        Strategy::Ageffcbf,
+        Strategy::Ageffcaobf,
+        Strategy::Gf,
+        Strategy::Af,
+    ];
+
     pub fn parse(s: &str) -> Option<Strategy> {
         Some(match s {
             "bf" => Strategy::Bf,

@@ -38,21 +38,8 @@ pub fn read_trace(data: &[u8]) {
     }
 }
 
-const STRATEGIES: [&str; 10] = [
-    "bf",
-    "aobf",
-    "aoff",
-    "aoffcbf",
-    "aoffcaobf",
-    "ageffcaoff",
-    "ageffcbf",
-    "ageffcaobf",
-    "gf",
-    "af",
-];
-
 fn configs(c: &[u8; 4]) -> (Globals, Vec<Vec<InstanceConfig>>) {
-    let strategy = Strategy::parse(STRATEGIES[c[0] as usize % STRATEGIES.len()]).unwrap();
+    let strategy = Strategy::ALL[c[0] as usize % Strategy::ALL.len()];
     let globals = Globals {
         scs: if c[1] & 1 != 0 { 1 << 30 } else { 0 },
         mcs: (c[1] >> 1 & 7) as usize,

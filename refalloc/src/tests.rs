@@ -434,19 +434,7 @@ fn random_run(strategy: Strategy, seed: u64, steps: usize, pool: bool) -> u64 {
 
 #[test]
 fn properties_hold_for_every_strategy() {
-    let all = [
-        Strategy::Bf,
-        Strategy::Aobf,
-        Strategy::Aoff,
-        Strategy::Aoffcbf,
-        Strategy::Aoffcaobf,
-        Strategy::Ageffcaoff,
-        Strategy::Ageffcbf,
-        Strategy::Ageffcaobf,
-        Strategy::Gf,
-        Strategy::Af,
-    ];
-    for s in all {
+    for s in Strategy::ALL {
         for seed in 1..6u64 {
             let _ = random_run(s, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), 3000, false);
         }
