@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from beamalloc.flags import FlagSet
 from beamalloc.snapshot import Snapshot
@@ -395,3 +395,175 @@ def events(path: str | Path) -> Iterator[Event]:
 
     with open_trace(path) as r:
         yield from r
+
+
+# --- from the node's own carriers ---------------------------------------------------------------
+
+
+class CarrierLike(Protocol):
+    """What :func:`from_carriers` reads of one carrier (snapshot.Carrier has it)."""
+
+    size: int
+    blocks: int
+    blocks_size: int
+    in_pool: bool
+
+    @property
+    def free_histogram(self) -> Any: ...  # .counts: free blocks per doubling size band
+
+
+#: A carrier holding one block that fills at least this share of it is a single-block carrier.
+SBC_FILL = 0.9
+#: Carriers at least this full hold the live set that turns over; sparser ones hold survivors
+#: that stay (the stragglers of a peak) [heur].
+DENSE_FILL = 0.5
+
+
+@dataclass(frozen=True)
+class CarrierFit:
+    """How a carrier-seeded trace maps onto the node: the carriers it rebuilds (single-block
+    ones among them), their bytes and blocks, and how many kept neighbours one traced block
+    stands for (1: every block as the node has it)."""
+
+    carriers: int
+    merge: int
+    sbcs: int
+    carrier_bytes: int
+    blocks: int
+    scale: float
+
+
+def _gaps(rng: random.Random, counts: Sequence[int], free: int) -> list[int]:
+    """Sizes of a carrier's free blocks: one per histogram count, drawn inside its doubling band
+    and scaled so they add up to the carrier's free bytes (only relative sizes are used, so the
+    band's unit does not matter)."""
+    raw = []
+    for i, n in enumerate(counts):
+        lo = 2.0 ** (i - 1) if i else 0.25
+        raw += [rng.uniform(lo, 2 * lo) for _ in range(n)]
+    if not raw and free > 0:
+        raw = [1.0]
+    rng.shuffle(raw)
+    total = sum(raw)
+    return [max(int(free * r / total), 1) for r in raw] if total else []
+
+
+def _window(rng: random.Random, c: CarrierLike, filler: int, merge: int) -> list[tuple[int, bool]]:
+    """One carrier as the allocation order that leaves it as the node has it: its blocks
+    (kept) in runs between its free blocks, each free block as fillers of about `filler` bytes
+    (allocated, then freed). Up to `merge` neighbouring kept blocks become one block of their
+    joint size (they sit side by side, so they pin the same carrier). Blocks are (size, kept)."""
+    n = max(c.blocks, 0)
+    gaps = _gaps(rng, tuple(c.free_histogram.counts), max(c.size - c.blocks_size, 0))
+    # Two free blocks are never neighbours (they coalesce): interior runs hold one block at least.
+    while len(gaps) > n + 1:
+        j = rng.randrange(len(gaps) - 1)
+        gaps[j] += gaps.pop(j + 1)
+    runs = [0] * (len(gaps) + 1)
+    for k in range(1, len(gaps)):
+        runs[k] = 1
+    for _ in range(n - sum(runs)):
+        runs[rng.randrange(len(runs))] += 1
+    size = max(c.blocks_size // n, 1) if n else 0
+    out: list[tuple[int, bool]] = []
+    for k, run in enumerate(runs):
+        if run:
+            parts = math.ceil(run / merge)
+            out += [(size * run // parts, True)] * parts
+        if k < len(gaps):
+            pieces = max(round(gaps[k] / filler), 1)
+            out += [(max(gaps[k] // pieces, 1), False)] * pieces
+    return out
+
+
+def from_carriers(
+    path: str | Path,
+    carriers: Sequence[CarrierLike],
+    *,
+    allocator: str,
+    schedulers: int = 1,
+    sbct: int | None = None,
+    max_blocks: int = 60_000,
+    churn: float = 1.0,
+    seed: int = 1,
+) -> tuple[int, CarrierFit]:
+    """A trace that rebuilds `allocator`'s carriers as the node reports them
+    (``instrument:carriers/1``) and runs its workload forward; returns (events, fit).
+
+    Each carrier becomes a window of the allocation order: the blocks it holds now, in runs
+    between its free blocks as its free-block histogram sizes them, and fillers where the free
+    blocks are, allocated and then freed (the peak that left the carrier as it is). Windows go
+    in carrier-size order (carriers grow as an instance grows, alloc_util.md §2.2), round robin
+    over the scheduler instances. Then the live set of the dense carriers turns over `churn`
+    times (free one at random, allocate one like it) while the blocks of sparse carriers stay:
+    the same stream replayed under other flags shows where those blocks would have gone.
+    Single-block carriers are allocated first and kept. Above `max_blocks` blocks are coarser,
+    never carriers fewer (`fit.merge` says by how much): the replay runs at the node's size."""
+    number = ALLOCATOR_NUMBERS[allocator]
+    typ, type_name = TYPE_OF.get(allocator, (T_BINARY, "binary"))
+    over = _overhead(allocator)
+
+    def is_sbc(c: CarrierLike) -> bool:
+        big = sbct is None or c.blocks_size >= sbct
+        return c.blocks == 1 and big and c.blocks_size >= SBC_FILL * c.size
+
+    sbcs = [c for c in carriers if is_sbc(c)]
+    mbcs = sorted((c for c in carriers if not is_sbc(c) and c.size > 0), key=lambda c: c.size)
+    dense = [c for c in mbcs if c.blocks and c.blocks_size >= DENSE_FILL * c.size]
+    pool = dense or [c for c in mbcs if c.blocks]
+    filler = max(sum(c.blocks_size for c in pool) // max(sum(c.blocks for c in pool), 1), 16)
+    # Above max_blocks, blocks grow instead of carriers going: fillers get larger and runs of
+    # kept neighbours merge, so every carrier keeps its size and its sparse blocks their count
+    # (what pins it), while blocks stay well below the smallest sbct in play [heur].
+    total = sum(c.blocks + (c.size - c.blocks_size) // filler for c in mbcs)
+    merge = max(math.ceil(total / max_blocks), 1)
+    cap = max((sbct or 512 * 1024) // 8, filler)
+    filler = min(filler * merge, cap)
+    fit = CarrierFit(len(mbcs) + len(sbcs), merge, len(sbcs),
+                     sum(c.size for c in mbcs) + sum(c.size for c in sbcs),
+                     sum(c.blocks for c in mbcs) + len(sbcs), 1.0)  # fmt: skip
+    g = _Gen(path, _header(schedulers, "from_carriers", [(typ, type_name, number)],
+                           allocator=allocator, carriers=fit.carriers, merge=merge),
+             seed)  # fmt: skip
+    streams = [g.stream(number, ix, typ) for ix in range(1, schedulers + 1)]
+    plans: list[list[tuple[int, bool, bool]]] = [[] for _ in streams]  # (size, kept, dense)
+    for k, c in enumerate(sbcs):
+        plans[k % schedulers].append((max(c.blocks_size - over, 1), True, False))
+    for k, c in enumerate(mbcs):
+        d = c.blocks_size >= DENSE_FILL * c.size
+        window = _window(g.rng, c, filler, merge)
+        plans[k % schedulers] += [(max(size - over, 1), keep, d) for size, keep in window]
+    dt = 1000
+    # Fill: every instance allocates its windows in order, interleaved as schedulers run.
+    ids: list[list[tuple[int, int, bool, bool]]] = [[] for _ in streams]
+    for j in range(max((len(p) for p in plans), default=0)):
+        for s, plan, out in zip(streams, plans, ids, strict=True):
+            if j < len(plan):
+                size, keep, d = plan[j]
+                g.alloc(s, size, dt)
+                out.append((s.live.ids[-1], size, keep, d))
+    # The drop: each instance frees its fillers in random order.
+    for s, out in zip(streams, ids, strict=True):
+        gone = [bid for bid, _, keep, _ in out if not keep]
+        g.rng.shuffle(gone)
+        for bid in gone:
+            g.t += dt
+            i = s.live.where[bid]
+            _, size = s.live.pop_at(i)
+            g.w.write(Event(g.t, Op.FREE, s.allocator, s.instance, s.type, size, bid, 0,
+                            s.instance))  # fmt: skip
+    # Forward: the dense carriers' live set turns over; the sparse carriers' blocks stay.
+    turning = [[bid for bid, _, keep, d in out if keep and d] for out in ids]
+    new_size = max(filler - over, 1)
+    for _ in range(round(churn * max((len(t) for t in turning), default=0))):
+        for s, t in zip(streams, turning, strict=True):
+            if not t:
+                continue
+            j = g.rng.randrange(len(t))
+            _, size = s.live.pop_at(s.live.where[t[j]])
+            g.t += dt
+            g.w.write(Event(g.t, Op.FREE, s.allocator, s.instance, s.type, size, t[j], 0,
+                            s.instance))  # fmt: skip
+            g.alloc(s, new_size, dt)
+            t[j] = s.live.ids[-1]
+    return g.close(), fit

@@ -101,3 +101,67 @@ def test_spike_and_drop_of_process_heaps_without_churn_after(tmp_path):
     assert {e.allocator for e in events} == {6}
     assert all(e.op == Op.FREE for e in events[-150:])  # 200 live at the peak, 50 kept
     assert events[-151].op == Op.ALLOC
+
+
+def _bytes(snap, container: str) -> int:
+    """binary_alloc's current carrier or block bytes, pooled carriers included (recon's sum)."""
+    from beamalloc.analyzer.metrics import container_size
+
+    return sum(container_size(i, "current", container) for i in snap.instances("binary_alloc"))
+
+
+def _carrier(size: int, blocks: int, blocks_size: int, counts: list[int], pool: bool = True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(size=size, blocks=blocks, blocks_size=blocks_size, in_pool=pool,
+                           free_histogram=SimpleNamespace(start=512, counts=counts))
+
+
+def _stragglers(n: int) -> list:
+    """n 4 MiB carriers, each pinned by two 1 KiB blocks between three large free blocks
+    (the carrier map of a peak's stragglers), beside one dense carrier of 2,000 blocks."""
+    mib = 1 << 20
+    sparse = [_carrier(4 * mib, 2, 2048, [0] * 10 + [1, 2, 0, 0]) for _ in range(n)]
+    return [_carrier(4 * mib, 2000, 2000 * 1700, [3] + [0] * 13, pool=False), *sparse]
+
+
+def test_from_carriers_rebuilds_the_node_and_is_deterministic(tmp_path):
+    cs = _stragglers(12)
+    a, b, c = tmp_path / "a.batr", tmp_path / "b.batr", tmp_path / "c.batr"
+    n, fit = tg.from_carriers(a, cs, allocator="binary_alloc", schedulers=2, seed=1)
+    tg.from_carriers(b, cs, allocator="binary_alloc", schedulers=2, seed=1)
+    tg.from_carriers(c, cs, allocator="binary_alloc", schedulers=2, seed=2)
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    assert (fit.carriers, fit.merge, fit.blocks) == (13, 1, 2024)
+    # What stays live at the end is what the carriers hold: every block kept, fillers gone.
+    curve, _ = live_curve(a)
+    assert len(curve) == n and curve[-1] == 2024
+    # Replayed under the flags the carriers were made with (the defaults), the trace leaves the
+    # node's unused bytes: 13 carriers of 4 MiB minus the blocks they hold.
+    node_unused = sum(x.size - x.blocks_size for x in cs)
+    snap = replay_snapshot(a, "", schedulers=2).snapshot
+    unused = _bytes(snap, "carriers_size") - _bytes(snap, "blocks_size")
+    assert 0.7 * node_unused <= unused <= 1.3 * node_unused, (unused, node_unused)
+
+
+def test_from_carriers_small_carriers_release_stragglers(tmp_path):
+    """The same stream under +MBlmbcs 512: two stragglers pin two small carriers, not 4 MiB."""
+    p = tmp_path / "s.batr"
+    tg.from_carriers(p, _stragglers(12), allocator="binary_alloc", schedulers=2, seed=1)
+
+    def carriers(flags: str) -> int:
+        return _bytes(replay_snapshot(p, flags, schedulers=2).snapshot, "carriers_size")
+
+    assert carriers("+MBas ageffcbf +MBsbct 256 +MBlmbcs 512") < 0.4 * carriers("")
+
+
+def test_from_carriers_coarsens_blocks_not_carriers(tmp_path):
+    """Past max_blocks the trace merges kept neighbours and grows fillers: carrier bytes stay."""
+    p, q = tmp_path / "p.batr", tmp_path / "q.batr"
+    cs = _stragglers(30)
+    n_full, full = tg.from_carriers(p, cs, allocator="binary_alloc", seed=1)
+    n_small, small = tg.from_carriers(q, cs, allocator="binary_alloc", seed=1, max_blocks=5_000)
+    assert small.merge > 1 and n_small < n_full / 2
+    assert small.carrier_bytes == full.carrier_bytes
+    csize = [_bytes(replay_snapshot(x, "").snapshot, "carriers_size") for x in (p, q)]
+    assert abs(csize[0] - csize[1]) <= 0.1 * csize[0], csize
