@@ -263,6 +263,11 @@ class TraceWriter:
             v = getattr(ev, name)
             if not 0 <= v <= _MAX_U64:
                 raise TraceError(f"event {self.count}: {name} {v} is outside 0..2^64-1")
+        self.write_checked(ev)
+
+    def write_checked(self, ev: Event) -> None:
+        """`write` for an event its maker has range-checked (the generators, whose fields
+        are counters and sizes they drew): the encoding without the checks."""
         buf = self._buf
         tag = ev.op
         ctx = (ev.allocator, ev.instance, ev.thread)

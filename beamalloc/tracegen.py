@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,23 +108,29 @@ class _Gen:
         self.t += dt
         bid = self.next_id
         self.next_id += 1
-        self.w.write(Event(self.t, Op.ALLOC, s.allocator, s.instance, s.type, size, bid, 0,
-                           s.instance))  # fmt: skip
+        self.w.write_checked(Event(self.t, Op.ALLOC, s.allocator, s.instance, s.type, size, bid,
+                                   0, s.instance))  # fmt: skip
         s.live.add(bid, size)
 
     def free_random(self, s: _Stream, dt: int) -> None:
         bid, size = s.live.pop_at(self.rng.randrange(len(s.live)))
         self.t += dt
-        self.w.write(Event(self.t, Op.FREE, s.allocator, s.instance, s.type, size, bid, 0,
-                           s.instance))  # fmt: skip
+        self.w.write_checked(Event(self.t, Op.FREE, s.allocator, s.instance, s.type, size, bid,
+                                   0, s.instance))  # fmt: skip
+
+    def free(self, s: _Stream, bid: int, dt: int) -> None:
+        _, size = s.live.pop_at(s.live.where[bid])
+        self.t += dt
+        self.w.write_checked(Event(self.t, Op.FREE, s.allocator, s.instance, s.type, size, bid,
+                                   0, s.instance))  # fmt: skip
 
     def realloc_random(self, s: _Stream, size: int, dt: int) -> None:
         bid, _ = s.live.pop_at(self.rng.randrange(len(s.live)))
         self.t += dt
         nid = self.next_id
         self.next_id += 1
-        self.w.write(Event(self.t, Op.REALLOC, s.allocator, s.instance, s.type, size, bid, nid,
-                           s.instance))  # fmt: skip
+        self.w.write_checked(Event(self.t, Op.REALLOC, s.allocator, s.instance, s.type, size,
+                                   bid, nid, s.instance))  # fmt: skip
         s.live.add(nid, size)
 
     def close(self) -> int:
@@ -476,6 +482,36 @@ def _window(rng: random.Random, c: CarrierLike, filler: int, merge: int) -> list
     return out
 
 
+def _follow(g: _Gen, streams: list[_Stream], turning: list[list[int]],
+            events: Iterable[Event]) -> None:  # fmt: skip
+    """Append a traced allocation stream of one allocator to the rebuilt carriers. A block the
+    trace saw allocated is followed by its own id; a free (or realloc) of a block allocated
+    before the trace began takes one of the rebuilt blocks of that instance's dense carriers,
+    the live set that turns over (sparse carriers' blocks stay, as in the fitted model)."""
+    ids: dict[int, tuple[_Stream, int]] = {}
+    last = None
+    n = len(streams)
+    for ev in events:
+        s = streams[(ev.instance - 1) % n] if ev.instance >= 1 else streams[0]
+        dt = 1 if last is None else max(ev.t_ns - last, 1)
+        last = ev.t_ns
+        if ev.op != Op.ALLOC:
+            old = ids.pop(ev.id, None)
+            if old is not None:
+                g.free(old[0], old[1], dt)
+            else:
+                pool = turning[s.instance - 1]
+                if pool:
+                    g.free(s, pool.pop(g.rng.randrange(len(pool))), dt)
+            if ev.op == Op.FREE:
+                continue
+            dt, key = 1, ev.new_id
+        else:
+            key = ev.id
+        g.alloc(s, max(ev.size, 1), dt)
+        ids[key] = (s, s.live.ids[-1])
+
+
 def from_carriers(
     path: str | Path,
     carriers: Sequence[CarrierLike],
@@ -483,8 +519,11 @@ def from_carriers(
     allocator: str,
     schedulers: int = 1,
     sbct: int | None = None,
-    max_blocks: int = 60_000,
+    max_blocks: int = 30_000,
     churn: float = 1.0,
+    peak_sbcs: int = 0,
+    peak_sbc_size: int = 0,
+    then: Iterable[Event] | None = None,
     seed: int = 1,
 ) -> tuple[int, CarrierFit]:
     """A trace that rebuilds `allocator`'s carriers as the node reports them
@@ -497,8 +536,13 @@ def from_carriers(
     over the scheduler instances. Then the live set of the dense carriers turns over `churn`
     times (free one at random, allocate one like it) while the blocks of sparse carriers stay:
     the same stream replayed under other flags shows where those blocks would have gone.
-    Single-block carriers are allocated first and kept. Above `max_blocks` blocks are coarser,
-    never carriers fewer (`fit.merge` says by how much): the replay runs at the node's size."""
+    Single-block carriers are allocated first and kept. Last, the peak the counters show in
+    single-block carriers comes back and goes (`peak_sbcs` blocks of `peak_sbc_size` bytes,
+    spread over the instances): gone from the carrier map, but a raised sbct puts its blocks
+    in multiblock carriers, where they can leave carriers behind. Above `max_blocks` blocks are
+    coarser, never carriers fewer (`fit.merge` says by how much): the replay runs at the node's
+    size. With `then` (the node's own events, from `beamalloc trace`), those events run forward
+    instead of the churn and the peak: see :func:`_follow`."""
     number = ALLOCATOR_NUMBERS[allocator]
     typ, type_name = TYPE_OF.get(allocator, (T_BINARY, "binary"))
     over = _overhead(allocator)
@@ -547,23 +591,35 @@ def from_carriers(
         gone = [bid for bid, _, keep, _ in out if not keep]
         g.rng.shuffle(gone)
         for bid in gone:
-            g.t += dt
-            i = s.live.where[bid]
-            _, size = s.live.pop_at(i)
-            g.w.write(Event(g.t, Op.FREE, s.allocator, s.instance, s.type, size, bid, 0,
-                            s.instance))  # fmt: skip
-    # Forward: the dense carriers' live set turns over; the sparse carriers' blocks stay.
+            g.free(s, bid, dt)
     turning = [[bid for bid, _, keep, d in out if keep and d] for out in ids]
+    if then is not None:
+        _follow(g, streams, turning, then)
+        return g.close(), fit
+    # Forward: the dense carriers' live set turns over; the sparse carriers' blocks stay.
     new_size = max(filler - over, 1)
     for _ in range(round(churn * max((len(t) for t in turning), default=0))):
         for s, t in zip(streams, turning, strict=True):
             if not t:
                 continue
             j = g.rng.randrange(len(t))
-            _, size = s.live.pop_at(s.live.where[t[j]])
-            g.t += dt
-            g.w.write(Event(g.t, Op.FREE, s.allocator, s.instance, s.type, size, t[j], 0,
-                            s.instance))  # fmt: skip
+            g.free(s, t[j], dt)
             g.alloc(s, new_size, dt)
             t[j] = s.live.ids[-1]
+    # The peak of single-block carriers, again: allocated round robin, then freed. The kept
+    # single-block blocks are made anew halfway through it, as the peak's large blocks were
+    # (a heap moves at each garbage collection; a large binary is made in its burst).
+    big = [(streams[k % schedulers], ids[k % schedulers][k // schedulers][:2])
+           for k in range(len(sbcs))] if peak_sbcs else []  # fmt: skip
+    peak: list[tuple[_Stream, int]] = []
+    for k in range(peak_sbcs):
+        s = streams[k % schedulers]
+        g.alloc(s, max(peak_sbc_size - over, 1), dt)
+        peak.append((s, s.live.ids[-1]))
+        if k == peak_sbcs // 2:
+            for s, (bid, size) in big:
+                g.free(s, bid, dt)
+                g.alloc(s, size, dt)
+    for s, bid in peak:
+        g.free(s, bid, dt)
     return g.close(), fit
