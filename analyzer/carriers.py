@@ -191,9 +191,9 @@ def classify(cm: AllocatorCarrierMap) -> Classification:
     kind, top = max(groups, key=lambda g: g[1])
     share = top / unused
     if kind == STRAGGLERS:
-        why = (f"{cm.sparse} of {cm.mbcs} multiblock carriers are under {SPARSE:.0%} full "
-               f"({cm.sparse_pooled} pooled) and hold {share:.0%} of the {human(unused)} unused; "
-               f"{cm.pinning_blocks} blocks ({human(cm.pinning_bytes)}) pin them")
+        why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} full "
+               f"({cm.sparse_pooled:,} pooled) and hold {share:.0%} of the {human(unused)} unused; "
+               f"{cm.pinning_blocks:,} blocks ({human(cm.pinning_bytes)}) pin them")
     elif kind == SCATTERED:
         why = (f"{share:.0%} of the {human(unused)} unused is in carriers {SPARSE:.0%}-{FULL:.0%} "
                "full: live data is spread over every carrier")
