@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from beamalloc.collector.instrument import MAX_CARRIERS
+from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
@@ -233,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DB",
                    help="SQLite file (default $XDG_DATA_HOME/beamalloc/watch.db)")
     p.add_argument("--prometheus", metavar="HOST:PORT", help="serve /metrics here")
+    p.add_argument("--carriers-every", type=int, default=CARRIERS_EVERY, metavar="N",
+                   help="read per-carrier data (instrument:carriers/1) on every Nth sample of "
+                   f"a node, the first included (default {CARRIERS_EVERY}; 0: never)")
     p.add_argument("--retain", type=float, metavar="DAYS", help="delete samples older than this")
     p.add_argument("--cluster", action="store_true",
                    help="also watch every node the given nodes are connected to")

@@ -25,6 +25,10 @@ from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
 #: `Snapshot.carriers_skipped` and named in a note. 20,000 carriers cost the target one message
 #: of about 4 MB while it is read and us about 0.2 s (tests/bench/bench_carriers.py).
 MAX_CARRIERS = 20_000
+#: `watch` reads carriers on every Nth sample of a node (`--carriers-every`; the first sample
+#: included): a carrier scan walks every block on the target's schedulers, which the counters
+#: of the other samples do not, and a sample with carriers is always stored whole.
+CARRIERS_EVERY = 10
 
 
 def _int(v: Any) -> int | None:
