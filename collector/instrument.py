@@ -144,7 +144,14 @@ def _unavailable(snap: Snapshot, why: str) -> None:
 
 
 def _add_tags(snap: Snapshot, answer: Any) -> None:
-    """`instrument:allocations/1`: `{ok, {HistStart, Unscanned, #{Origin => #{Type => Hist}}}}`."""
+    """`instrument:allocations/1`: `{ok, {HistStart, Unscanned, #{Origin => #{Type => Hist}}}}`,
+    or `{skipped, Blocks}` when the agent spared the target a second walk of that many blocks
+    (beamalloc_agent.erl, MAX_TAGGED_BLOCKS)."""
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "skipped":
+        snap.notes.append(f"tagged block histograms not read: the tagged allocators hold "
+                          f"{answer[1]} blocks, and instrument:allocations/1 would walk them all "
+                          "again")
+        return
     if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "ok"
             and isinstance(answer[1], tuple) and len(answer[1]) == 3
             and isinstance(answer[1][2], dict) and _int(answer[1][0])):

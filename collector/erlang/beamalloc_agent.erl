@@ -28,6 +28,10 @@
 %% given, erl_alloc_util.c gather_cinfo) in 18 doubling buckets, the last one open from ~32 MiB.
 -define(HIST_START, 128).
 -define(HIST_WIDTH, 18).
+%% instrument:allocations/1 walks every block again: it is skipped (and said so) when the tagged
+%% allocators hold more blocks than this (a 2 GiB binary_alloc of 1 KB binaries has 2 M; the walk
+%% costs the target about 70 ms per million blocks on this machine, tests/bench/bench_carriers.py).
+-define(MAX_TAGGED_BLOCKS, 500000).
 
 -define(MARK, "BEAMALLOC-RESULT ").
 
@@ -129,15 +133,22 @@ carriers(Target, Allocs, Cap) ->
                                      histogram_width => ?HIST_WIDTH}])}
             || {I, As} <- lists:sort(maps:to_list(ByInst))],
     Tagged = [A || {A, Info} <- Allocs, is_list(Info), atags_on(Info)],
+    TaggedBlocks = lists:sum([block_count(Props) || {A, Info} <- Allocs, lists:member(A, Tagged),
+                                                    {instance, _, Props} <- Info]),
     AReq = case Tagged of
                [] -> none;
+               _ when TaggedBlocks > ?MAX_TAGGED_BLOCKS -> {skipped, TaggedBlocks};
                _ -> erpc:send_request(Target, instrument, allocations,
                                       [#{allocator_types => Tagged,
                                          histogram_start => ?HIST_START,
                                          histogram_width => ?HIST_WIDTH}])
            end,
     Got = [{I, instrument_response(R)} || {I, R} <- Reqs],
-    Tags = case AReq of none -> none; _ -> instrument_response(AReq) end,
+    Tags = case AReq of
+               none -> none;
+               {skipped, _} -> AReq;
+               _ -> instrument_response(AReq)
+           end,
     [{carriers, Got},
      {carriers_skipped, [{A, I, N} || {A, I, N, _} <- Skip]},
      {carriers_cap, Cap},
@@ -157,6 +168,12 @@ carrier_count(Props) ->
     {C2, S2} = section(sbcs, Props),
     {C3, S3} = section(mbcs_pool, Props),
     {C1 + C2 + C3, S1 + S2 + S3}.
+
+block_count(Props) ->
+    lists:sum([stat(count, L) || Key <- [mbcs, sbcs, mbcs_pool],
+                                 {K, Sec} <- Props, K =:= Key, is_list(Sec),
+                                 {blocks, Types} <- Sec, is_list(Types),
+                                 {_Type, L} <- Types, is_list(L)]).
 
 section(Key, Props) ->
     case lists:keyfind(Key, 1, Props) of
