@@ -176,3 +176,24 @@ def test_analysis_json_and_terminal_map() -> None:
     out = io.StringIO()
     render(na, Console(file=out, width=80), top=5)
     assert "no per-carrier data" in out.getvalue()
+
+
+@pytest.mark.parametrize("n", [10, 7000])
+def test_carrier_map_figure_is_valid_plotly(n) -> None:
+    import plotly.graph_objects as go
+
+    from beamalloc.webui import figures
+
+    cs = [_c(1 << (18 + i % 6), (i % 97) / 97, i % 3 == 0) for i in range(n)]
+    a = analyze(_snap(cs))
+    figs = figures.carrier_maps(a)
+    assert list(figs) == ["cmap-0"]
+    f = figs["cmap-0"]
+    go.Figure(f)  # raises on any property plotly does not know
+    kinds = [t["type"] for t in f["data"]]
+    if n <= figures.MAP_MARKS:  # one mark per carrier
+        assert sum(len(t["x"]) for t in f["data"] if t["type"] == "scatter") == n
+    else:  # a density: the counts still add up to every carrier
+        assert "scatter" not in kinds
+        hm = next(t for t in f["data"] if t["type"] == "heatmap")
+        assert sum(v for row in hm["z"] for v in row if v) == n

@@ -113,3 +113,23 @@ def test_node_without_tools(node_factory, probe, marker) -> None:
     notes = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(notes) == 1 and notes[0].startswith("beamalloc: note: no per-carrier data"), notes
     assert '"carriers": null' in r.stdout
+
+
+def test_watch_reads_carriers_every_nth_sample(target, tmp_path, marker) -> None:
+    import io
+
+    from beamalloc.collector.store import Store
+    from beamalloc.collector.watch import Watcher
+
+    db = tmp_path / "w.db"
+    w = Watcher([target.node], target.cookie, store_path=str(db), interval=0.5,
+                carriers_every=3, out=io.StringIO())
+    written = w.run(duration=4.2)
+    with Store(db, readonly=True) as st:
+        samples = len(st.series(target.node)["t"])
+        snaps = [st.snapshot(s["id"]) for s in st.snapshots(target.node)]
+    with_carriers = [s for s in snaps if s.carriers is not None]
+    assert samples == written >= 5
+    # samples 0, 3, 6, ... read carriers, and each such sample is stored whole
+    assert len(with_carriers) == (samples + 2) // 3
+    assert all(s.carriers for s in with_carriers)
