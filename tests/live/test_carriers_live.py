@@ -133,3 +133,24 @@ def test_watch_reads_carriers_every_nth_sample(target, tmp_path, marker) -> None
     # samples 0, 3, 6, ... read carriers, and each such sample is stored whole
     assert len(with_carriers) == (samples + 2) // 3
     assert all(s.carriers for s in with_carriers)
+
+
+#: Keeps every third of 300,000 binaries: the survivors sit on every carrier the burst made.
+#: (No variable holds the whole burst: an -eval fun is interpreted and keeps its bindings.)
+SCATTER = ("spawn(fun() -> K = [B || {I, B} <- lists:zip(lists:seq(1, 300000), "
+           "[binary:copy(<<1>>, 900) || _ <- lists:seq(1, 300000)]), I rem 3 =:= 0], "
+           "erlang:garbage_collect(), register(keeper, self()), "
+           "receive stop -> length(K) end end)")
+
+
+def test_scattered_survivors(node_factory, probe, marker) -> None:
+    import time
+
+    n = node_factory(eval_=SCATTER)
+    deadline = time.monotonic() + 60
+    while "undefined" in probe(n, "erpc:call(T, erlang, whereis, [keeper])"):
+        assert time.monotonic() < deadline, "the node never kept its binaries"
+        time.sleep(0.2)
+    cm = carrier_map(live.snapshot_node(n.node, n.cookie))["binary_alloc"]
+    assert cm.classification is not None and cm.classification.kind == "scattered", cm
+    assert cm.mbcs >= 10 and cm.sparse <= cm.mbcs // 10
