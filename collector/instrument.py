@@ -22,8 +22,10 @@ from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
 
 #: Carriers a live snapshot reads at most (`--max-carriers`). Whole instances are read, those with
 #: the most carrier bytes first, until the next would pass the cap; the rest are counted in
-#: `Snapshot.carriers_skipped` and named in a note. 20,000 carriers cost the target one message
-#: of about 4 MB while it is read and us about 0.2 s (tests/bench/bench_carriers.py).
+#: `Snapshot.carriers_skipped` and named in a note. A carrier costs about 33 words of the
+#: target's heap while its answer is built and sent (20,000: ~5 MB) and about 22 us of wall
+#: time (100,000 read whole took 2.3 s more than a snapshot without them on this 2-core machine,
+#: tests/bench/bench_carriers.py); the cap keeps that under half a second.
 MAX_CARRIERS = 20_000
 #: `watch` reads carriers on every Nth sample of a node (`--carriers-every`; the first sample
 #: included): a carrier scan walks every block on the target's schedulers, which the counters
