@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.carriers import analysis_section
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 SCHEMA = "beamalloc.analysis/1"
@@ -223,4 +224,5 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         ],
         "allocated_types": dict(m.allocated_types(snap)),
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
+        "carriers": analysis_section(snap),
     }

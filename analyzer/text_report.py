@@ -33,6 +33,12 @@ def _verdict(a: dict[str, Any]) -> list[str]:
             f"Most of the unused space is in {w['allocator']}: {human(w['unused'])} unused of "
             f"{human(w['allocated'])} (usage {pct(w['usage'])})."
         )
+    c = a.get("carriers") or {}
+    worst = next((m for m in c.get("allocators", ())
+                  if m["classification"]["kind"] != "compact"), None)
+    if worst is not None:
+        cl = worst["classification"]
+        lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
     if os_["rss"] is not None:
         gap = os_["rss_minus_allocated"]
         lines.append(
@@ -181,6 +187,8 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     )
     console.print()
 
+    _carriers(a.get("carriers"), console)
+
     if a["cache_hit_rates"]:
         cache = Table(
             title="mseg_alloc segment cache (hit rate should be above 80% "
@@ -198,3 +206,98 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                 str(r["cached_segments"]),
             )
         console.print(cache)
+
+
+# ---- inside the carriers (analyzer/carriers.py) -------------------------------------------------
+
+_MARKS = "▁▂▃▄▅▆▇█"
+#: Lines of marks per strip before one mark stands for several carriers.
+_STRIP_LINES = 2
+
+
+def _mark(fill: float) -> Text:
+    ch = _MARKS[min(len(_MARKS) - 1, int(fill * len(_MARKS)))]
+    return Text(ch, style="red" if fill < 0.10 else "yellow" if fill < 0.75 else "green")
+
+
+def _strip(fills: list[float], width: int) -> tuple[list[Text], int]:
+    """Marks for carriers (one each while they fit in _STRIP_LINES lines of `width`, else each
+    mark the mean fill of k carriers in order), as lines, and k."""
+    k = max(1, -(-len(fills) // (width * _STRIP_LINES)))
+    marks = [sum(fills[i:i + k]) / len(fills[i:i + k]) for i in range(0, len(fills), k)]
+    lines = []
+    for i in range(0, len(marks), width):
+        t = Text()
+        for f in marks[i:i + width]:
+            t.append_text(_mark(f))
+        lines.append(t)
+    return lines, k
+
+
+def _carriers(c: dict[str, Any] | None, console: Console) -> None:
+    if c is None:
+        return
+    console.print(Text("Inside the carriers (instrument:carriers/1)", style="bold italic"))
+    if not c["available"]:
+        why = c["unavailable"] or "the source has no per-carrier data (only a live node does)"
+        console.print(f"  no per-carrier data: {why}", style="dim")
+        console.print()
+        return
+    if c["skipped"]:
+        console.print(f"  {c['skipped']} carriers were not read (the collector's cap); "
+                      "the maps below leave them out", style="yellow")
+    shown = [m for m in c["allocators"] if m["classification"]["kind"] != "compact"]
+    quiet = [m["allocator"] for m in c["allocators"] if m["classification"]["kind"] == "compact"]
+    width = max(20, console.width - 16)
+    for m in shown:
+        cl = m["classification"]
+        head = Text()
+        head.append(f"{m['allocator']}: ", style="bold")
+        head.append(cl["kind"], style="bold red" if cl["kind"] != "free inside carriers"
+                    else "bold yellow")
+        head.append(f" - {cl['reason']}")
+        console.print(head)
+        lf = m["largest_free"]
+        if lf is not None:
+            rng = f"{human(lf[0])} or more" if lf[1] is None else f"{human(lf[0])}-{human(lf[1])}"
+            console.print(f"  largest free block {rng}; sbct {_size_opt(m['sbct'])}, "
+                          f"lmbcs {_size_opt(m['lmbcs'])}", style="dim")
+        pts = m["map"]
+        for pooled, label in ((False, "owned"), (True, "pooled")):
+            fills = [f for f, p in zip(pts["fill"], pts["in_pool"], strict=True) if p == pooled]
+            if not fills:
+                continue
+            lines, k = _strip(fills, width)
+            tag = f"  {label:<6} {len(fills):>5} "
+            for i, line in enumerate(lines):
+                row = Text(tag if i == 0 else " " * len(tag))
+                row.append_text(line)
+                console.print(row, no_wrap=True, overflow="crop")
+            if k > 1:
+                console.print(" " * len(tag) + f"(each mark: the mean fill of {k} carriers)",
+                              style="dim")
+        bands = Table(box=None, padding=(0, 1), show_edge=False)
+        for col in ("mbcs fill", "owned", "owned bytes", "pooled", "pooled bytes"):
+            bands.add_column(col, justify="left" if col == "mbcs fill" else "right",
+                             no_wrap=True)
+        for b in m["fill_bands"]:
+            if b["owned"] or b["pooled"]:
+                bands.add_row(f"{b['lo']:.0%}-{b['hi']:.0%}", str(b["owned"]),
+                              human(b["owned_bytes"]), str(b["pooled"]), human(b["pooled_bytes"]))
+        console.print(bands)
+        sp = m["sparse"]
+        if sp["carriers"]:
+            console.print(f"  to give back the {sp['carriers']} sparse carriers "
+                          f"({human(sp['size'])}), {sp['pinning_blocks']} blocks "
+                          f"({human(sp['pinning_bytes'])}) would have to move", style="dim")
+    if quiet:
+        console.print(f"  compact (little unused in multiblock carriers): {', '.join(quiet)}",
+                      style="dim")
+    console.print("  One mark per multiblock or single-block carrier, smallest carriers first; "
+                  "its height is its fill (red under 10 %). Pooled carriers were abandoned by "
+                  "their instance and wait for another to fetch them.", style="dim")
+    console.print()
+
+
+def _size_opt(v: int | None) -> str:
+    return "-" if v is None else "∞" if v >= 1 << 60 else human(v)

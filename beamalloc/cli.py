@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
@@ -31,7 +32,15 @@ def load(source: str, args: argparse.Namespace) -> Snapshot:
         from beamalloc.collector import cookie, live
 
         secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-        return live.snapshot_node(source, secret, timeout=args.timeout)
+        snap = live.snapshot_node(source, secret, timeout=args.timeout,
+                                  max_carriers=getattr(args, "max_carriers", MAX_CARRIERS))
+        if snap.carriers_unavailable:
+            print(f"beamalloc: note: no per-carrier data: {snap.carriers_unavailable}",
+                  file=sys.stderr)
+        if snap.carriers_skipped:
+            print(f"beamalloc: note: {snap.carriers_skipped} carriers not read "
+                  f"(--max-carriers {args.max_carriers})", file=sys.stderr)
+        return snap
     return sources.read_file(source)
 
 
@@ -157,6 +166,16 @@ def wide_console(stderr: bool = False) -> Any:
     return Console(file=stream, width=None if stream.isatty() else 180)
 
 
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
 def _node_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cookie-file",
@@ -170,6 +189,14 @@ def _node_options(p: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="S",
         help="give up on a node after this many seconds (default 10)",
+    )
+    p.add_argument(
+        "--max-carriers",
+        type=_non_negative,
+        default=MAX_CARRIERS,
+        metavar="N",
+        help="read at most N carriers of a live node with OTP's instrument:carriers/1, "
+        f"whole allocator instances, largest first (default {MAX_CARRIERS}; 0: none)",
     )
 
 
@@ -206,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DB",
                    help="SQLite file (default $XDG_DATA_HOME/beamalloc/watch.db)")
     p.add_argument("--prometheus", metavar="HOST:PORT", help="serve /metrics here")
+    p.add_argument("--carriers-every", type=int, default=CARRIERS_EVERY, metavar="N",
+                   help="read per-carrier data (instrument:carriers/1) on every Nth sample of "
+                   f"a node, the first included (default {CARRIERS_EVERY}; 0: never)")
     p.add_argument("--retain", type=float, metavar="DAYS", help="delete samples older than this")
     p.add_argument("--cluster", action="store_true",
                    help="also watch every node the given nodes are connected to")

@@ -148,6 +148,157 @@ class MsegInstance:
     calls: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FreeHistogram:
+    """A histogram of block sizes from `instrument` (OTP 21+): `counts[i]` blocks in bucket i.
+
+    `start` is the scan's bucket unit in bytes. The VM puts a block of `size` bytes in bucket
+    `min(floor(log2(size // start + 1)), len(counts) - 1)` (erl_alloc_util.c, gather_cinfo_scan),
+    so bucket i holds sizes in [(2^i - 1) * start, (2^(i+1) - 1) * start) and the last bucket is
+    open above: roughly [start * 2^i, start * 2^(i+1)) as instrument's docs describe it. For
+    `instrument:carriers/1` the unit is twice the `histogram_start` it was given (verified on OTP
+    25.2.3: an empty 64 KiB carrier lands in the same bucket for start 256 and 128);
+    the collector stores the unit, not the option.
+    """
+
+    start: int
+    counts: tuple[int, ...]
+
+    def bounds(self, i: int) -> tuple[int, int | None]:
+        """Byte range [lo, hi) of bucket i; hi is None for the last, open bucket."""
+        lo = ((1 << i) - 1) * self.start
+        return lo, None if i == len(self.counts) - 1 else ((1 << (i + 1)) - 1) * self.start
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def largest(self) -> tuple[int, int | None] | None:
+        """The byte range of the largest non-empty bucket (where the largest block is)."""
+        for i in range(len(self.counts) - 1, -1, -1):
+            if self.counts[i]:
+                return self.bounds(i)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "counts": list(self.counts)}
+
+    @classmethod
+    def from_json(cls, v: Any, where: str) -> FreeHistogram:
+        if not isinstance(v, dict) or set(v) != {"start", "counts"}:
+            raise SnapshotError(f"{where}: expected {{start, counts}}, got {_short(v)}")
+        start, counts = v["start"], v["counts"]
+        if not _is_int(start) or start < 1:
+            raise SnapshotError(f"{where}.start: expected a positive int, got {_short(start)}")
+        if not (isinstance(counts, list) and 0 < len(counts) <= 64
+                and all(_is_int(c) and c >= 0 for c in counts)):
+            raise SnapshotError(f"{where}.counts: expected 1-64 counts (ints >= 0), "
+                                f"got {_short(counts)}")
+        return cls(start, tuple(counts))
+
+
+@dataclass(frozen=True)
+class Carrier:
+    """One carrier as `instrument:carriers/1` lists it (docs/snapshot-schema.md, "carriers").
+
+    `instance` is the allocator instance that created it (the scan lists a pooled carrier under
+    its creator), None where the source does not say. `in_pool`: it sits in the carrier pool,
+    abandoned by its creator and free for any instance to fetch (alloc_util.md §5). `blocks` and
+    `blocks_size` count every allocated block in it, headers included, of any allocator type;
+    `foreign_size` is the part allocated by other types (blocks fetched with the carrier from
+    the pool). `unscanned` is bytes the VM skipped (it gives up on a carrier after 16,000 blocks
+    to stay responsive). A single-block carrier holds one block and an empty histogram.
+    """
+
+    allocator: str
+    instance: int | None
+    in_pool: bool
+    size: int
+    blocks: int
+    blocks_size: int
+    free_histogram: FreeHistogram
+    foreign_size: int = 0
+    unscanned: int = 0
+
+    @property
+    def fill(self) -> float:
+        """Share of the carrier's bytes that hold blocks."""
+        return self.blocks_size / self.size if self.size else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "allocator": self.allocator,
+            "instance": self.instance,
+            "in_pool": self.in_pool,
+            "size": self.size,
+            "blocks": self.blocks,
+            "blocks_size": self.blocks_size,
+            "free_histogram": self.free_histogram.to_json(),
+            "foreign_size": self.foreign_size,
+            "unscanned": self.unscanned,
+        }
+
+    @classmethod
+    def from_json(cls, v: Any, where: str) -> Carrier:
+        if not isinstance(v, dict):
+            raise SnapshotError(f"{where}: expected a carrier object, got {_short(v)}")
+        unknown = set(v) - _CARRIER_FIELDS
+        if unknown:
+            raise SnapshotError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        missing = _CARRIER_REQUIRED - set(v)
+        if missing:
+            raise SnapshotError(f"{where}: missing field {sorted(missing)[0]!r}")
+        if not isinstance(v["allocator"], str) or not v["allocator"]:
+            raise SnapshotError(f"{where}.allocator: expected a name, got {_short(v['allocator'])}")
+        inst = v.get("instance")
+        if inst is not None and not (_is_int(inst) and inst >= 0):
+            raise SnapshotError(f"{where}.instance: expected an int >= 0 or null, "
+                                f"got {_short(inst)}")
+        if not isinstance(v["in_pool"], bool):
+            raise SnapshotError(f"{where}.in_pool: expected true or false, "
+                                f"got {_short(v['in_pool'])}")
+        ints = {}
+        for k in ("size", "blocks", "blocks_size", "foreign_size", "unscanned"):
+            x = v.get(k, 0)
+            if not _is_int(x) or x < 0:
+                raise SnapshotError(f"{where}.{k}: expected an int >= 0, got {_short(x)}")
+            ints[k] = x
+        if ints["blocks_size"] > ints["size"] or ints["foreign_size"] > ints["blocks_size"]:
+            raise SnapshotError(f"{where}: blocks_size {ints['blocks_size']} does not fit in "
+                                f"size {ints['size']} (or foreign_size in blocks_size)")
+        hist = FreeHistogram.from_json(v["free_histogram"], f"{where}.free_histogram")
+        return cls(v["allocator"], inst, v["in_pool"], ints["size"], ints["blocks"],
+                   ints["blocks_size"], hist, ints["foreign_size"], ints["unscanned"])
+
+
+_CARRIER_FIELDS = {"allocator", "instance", "in_pool", "size", "blocks", "blocks_size",
+                   "free_histogram", "foreign_size", "unscanned"}
+_CARRIER_REQUIRED = _CARRIER_FIELDS - {"instance", "foreign_size", "unscanned"}
+
+
+@dataclass(frozen=True)
+class TaggedBlocks:
+    """Allocated blocks of one origin and type, from `instrument:allocations/1` (allocators
+    with allocation tags on: `+M<S>atags`, default for binary_alloc and driver_alloc).
+    `origin` is the NIF or driver that allocated them, or `system`; `type` an erl_alloc.types
+    category (`binary`, `drv_binary`, ...). Sizes include block headers."""
+
+    origin: str
+    type: str
+    histogram: FreeHistogram
+
+    def to_json(self) -> dict[str, Any]:
+        return {"origin": self.origin, "type": self.type, "histogram": self.histogram.to_json()}
+
+    @classmethod
+    def from_json(cls, v: Any, where: str) -> TaggedBlocks:
+        if not (isinstance(v, dict) and set(v) == {"origin", "type", "histogram"}
+                and isinstance(v["origin"], str) and isinstance(v["type"], str)):
+            raise SnapshotError(f"{where}: expected {{origin, type, histogram}}, got {_short(v)}")
+        return cls(v["origin"], v["type"],
+                   FreeHistogram.from_json(v["histogram"], f"{where}.histogram"))
+
+
 @dataclass
 class Snapshot:
     """The allocator state of one node at one instant."""
@@ -169,14 +320,26 @@ class Snapshot:
     #: What the collector wants the reader to know (e.g. a crash dump cut off mid-section).
     notes: list[str] = field(default_factory=list)
     truncated: bool = False
-    #: The term the snapshot was built from, as Erlang text (or the crash dump's lines).
+    #: The term the snapshot was built from, as Erlang text (or the crash dump's lines); a live
+    #: snapshot's per-carrier data is left out of it (it is in `carriers`, whole).
     raw: str | None = None
+    #: Every carrier (instrument:carriers/1), or None where the source has none; then
+    #: `carriers_unavailable` says why when a live node was asked and could not answer.
+    carriers: list[Carrier] | None = None
+    carriers_unavailable: str | None = None
+    #: Carriers the VM reported but the collector did not read (its cap, see collector/live.py).
+    carriers_skipped: int = 0
+    #: Tagged blocks by origin and type (instrument:allocations/1), where tagging is on.
+    tagged_blocks: list[TaggedBlocks] | None = None
 
     def instances(self, allocator: str) -> list[AllocatorInstance]:
         return [a for a in self.allocators if a.allocator == allocator]
 
     def allocator_names(self) -> list[str]:
         return list(dict.fromkeys(a.allocator for a in self.allocators))
+
+    def carriers_of(self, allocator: str) -> list[Carrier]:
+        return [c for c in self.carriers or () if c.allocator == allocator]
 
     # ---- JSON -------------------------------------------------------------------------
 
@@ -227,7 +390,7 @@ def _short(v: Any) -> str:
 
 
 def _encode(obj: Any) -> Any:
-    if isinstance(obj, Triple):
+    if isinstance(obj, Triple | Carrier | TaggedBlocks):
         return obj.to_json()
     if hasattr(obj, "__dataclass_fields__"):
         return {f.name: _encode(getattr(obj, f.name)) for f in fields(obj)}
@@ -308,6 +471,8 @@ def _decode_value(t: str, v: Any, where: str) -> Any:
         if not isinstance(v, dict):
             raise SnapshotError(f"{where}: expected an object, got {_short(v)}")
         return {k: _decode_value(val_t, x, f"{where}.{k}") for k, x in v.items()}
+    if t in _LEAVES:  # frozen leaves with their own validation (and a fast path: 20,000 carriers)
+        return _LEAVES[t](v, where)
     if t in _CLASSES:
         return _decode(_CLASSES[t], v, where)
     raise AssertionError(f"no decoder for {t}")
@@ -319,3 +484,4 @@ _CLASSES.update(
         for c in (BlockStats, CarrierStats, PoolStats, FixType, AllocatorInstance, MsegInstance)
     }
 )
+_LEAVES = {"Carrier": Carrier.from_json, "TaggedBlocks": TaggedBlocks.from_json}

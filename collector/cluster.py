@@ -99,12 +99,15 @@ class Session:
         for fut in pending.values():
             fut.set_exception(NodeError(self.ended))
 
-    def request(self, kind: str, node: str, timeout: float) -> Future[Any]:
-        """Send one request; the future holds the raw reply term (or a NodeError)."""
+    def request(self, kind: str, node: str, timeout: float, max_carriers: int = 0
+                ) -> Future[Any]:
+        """Send one request; the future holds the raw reply term (or a NodeError).
+        A snap request with `max_carriers` > 0 also reads that many carriers at most."""
         live.split_node(node)
         fut: Future[Any] = Future()
         rid = str(next(self._ids)).encode()
-        line = b"%s %s %s %d\n" % (rid, kind.encode(), node.encode(), max(1, int(timeout * 1000)))
+        line = b"%s %s %s %d %d\n" % (rid, kind.encode(), node.encode(),
+                                     max(1, int(timeout * 1000)), max(0, max_carriers))
         with self._lock:
             if self.ended or self._proc is None or self._proc.stdin is None:
                 fut.set_exception(NodeError(self.ended or "the beamalloc session is not running"))
@@ -132,8 +135,8 @@ class Session:
             raise NodeError("unexpected answer from the beamalloc session")
         return reply[1]
 
-    def snapshot(self, node: str, timeout: float = 10.0) -> Snapshot:
-        fut = self.request("snap", node, timeout)
+    def snapshot(self, node: str, timeout: float = 10.0, max_carriers: int = 0) -> Snapshot:
+        fut = self.request("snap", node, timeout, max_carriers)
         return live.build_snapshot(node, self._reply(node, fut, timeout))
 
     def cluster_nodes(self, node: str, timeout: float = 10.0) -> list[str]:
@@ -162,12 +165,13 @@ class Session:
 
 
 def snapshot_nodes(nodes: list[str], cookie: str, timeout: float = 10.0,
-                   session: Session | None = None) -> dict[str, Snapshot | NodeError]:
+                   session: Session | None = None, max_carriers: int = live.MAX_CARRIERS
+                   ) -> dict[str, Snapshot | NodeError]:
     """Snapshot every node in parallel through one hidden node; a failure is that node's value."""
     if session is None:
         with Session(cookie, _long_names(nodes)) as s:
-            return snapshot_nodes(nodes, cookie, timeout, s)
-    futs = {n: session.request("snap", n, timeout) for n in dict.fromkeys(nodes)}
+            return snapshot_nodes(nodes, cookie, timeout, s, max_carriers)
+    futs = {n: session.request("snap", n, timeout, max_carriers) for n in dict.fromkeys(nodes)}
     out: dict[str, Snapshot | NodeError] = {}
     for n, fut in futs.items():
         try:
@@ -177,12 +181,12 @@ def snapshot_nodes(nodes: list[str], cookie: str, timeout: float = 10.0,
     return out
 
 
-def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0
-                     ) -> dict[str, Snapshot | NodeError]:
+def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
+                     max_carriers: int = live.MAX_CARRIERS) -> dict[str, Snapshot | NodeError]:
     """Find the nodes `node` is connected to and snapshot them all (one hidden node)."""
     with Session(cookie, _long_names([node])) as s:
         members = s.cluster_nodes(node, timeout)
-        return snapshot_nodes(members, cookie, timeout, s)
+        return snapshot_nodes(members, cookie, timeout, s, max_carriers)
 
 
 def cli_snapshot_cluster(args: Any) -> int:
@@ -195,7 +199,8 @@ def cli_snapshot_cluster(args: Any) -> int:
     if "@" not in args.source:
         raise live.NodeNameError("--cluster needs a node name (app@host) as SOURCE")
     secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-    results = snapshot_cluster(args.source, secret, args.timeout)
+    results = snapshot_cluster(args.source, secret, args.timeout,
+                               getattr(args, "max_carriers", live.MAX_CARRIERS))
     snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
     if args.output:
         out = Path(args.output)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.collector import etf
+from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
@@ -175,7 +176,8 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
-def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, float]:
+def _run_agent(node: str, host: str, cookie: str, timeout: float,
+               max_carriers: int = 0) -> tuple[Any, float]:
     """Run the agent; return its reply term and the time it finished."""
     start = time.time()
     deadline = start + timeout
@@ -183,7 +185,8 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float) -> tuple[Any, 
     if not erl:
         raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
     argv = hidden_node_argv(erl, "." in host, ["beamalloc_agent", "main", node,
-                                               str(int((deadline - AGENT_MARGIN) * 1000))])
+                                               str(int((deadline - AGENT_MARGIN) * 1000)),
+                                               str(max(0, max_carriers))])
     home = tempfile.mkdtemp(prefix="beamalloc_home_")
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -357,16 +360,28 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
             add_system_info(snap, str(entry[0]), entry[1])
     snap.rss = _rss(snap.os_pid, node)
-    snap.raw = raw_text(term)
+    add_carriers(snap, p)
+    # Carriers are in snap.carriers, whole; as text they would double the raw term.
+    snap.raw = raw_text([x for x in term if not (isinstance(x, tuple) and x
+                                                  and x[0] in _CARRIER_KEYS)]
+                        if isinstance(term, list) else term)
     return snap
 
 
-def snapshot_node(node: str, cookie: str, timeout: float = 10.0) -> Snapshot:
-    """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`."""
+_CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tags")
+
+
+def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
+                  max_carriers: int = MAX_CARRIERS) -> Snapshot:
+    """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`.
+
+    With `max_carriers` > 0 (the default) the snapshot also reads up to that many carriers
+    with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them.
+    """
     split_node(node)
     if not cookie:
         raise NodeError("empty cookie")
-    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout)
+    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return build_snapshot(node, reply[1], taken_at=done)
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":

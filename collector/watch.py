@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from beamalloc.analyzer.series import Point, derive
 from beamalloc.collector.cluster import Session, _long_names
+from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
 from beamalloc.collector.store import Store
 from beamalloc.errors import InputError
@@ -60,6 +61,9 @@ class Watcher:
     retain_days: float | None = None
     cluster: bool = False
     out: TextIO = field(default_factory=lambda: sys.stderr)
+    #: Carriers on samples 0, N, 2N, ... of each node (0: never), at most max_carriers each.
+    carriers_every: int = CARRIERS_EVERY
+    max_carriers: int = MAX_CARRIERS
 
     def __post_init__(self) -> None:
         self.status: dict[str, NodeStatus] = {}
@@ -101,10 +105,14 @@ class Watcher:
         start = time.monotonic()
         # Up to the interval (a stalled node is given up on in time for its next sample).
         timeout = max(0.5, min(self.timeout, self.interval))
+        tick = 0
         while not self.stop.is_set():
             session = self.session()
+            every = self.carriers_every
+            cap = self.max_carriers if every > 0 and tick % every == 0 else 0
+            tick += 1
             try:
-                snap = session.snapshot(node, timeout)
+                snap = session.snapshot(node, timeout, max_carriers=cap)
                 point = derive(snap)
             except (NodeError, InputError) as e:  # InputError: a reply we cannot read
                 if session.alive():
@@ -130,7 +138,8 @@ class Watcher:
             reason = f"restarted (os pid {st.pid} -> {pid})"
             self._q.put(lambda s, n=st.node, a=st.last_t: s.add_gap(n, a, t, reason))
             self._event(f"{st.node}: {reason}")
-        force = after_gap or restarted
+        # A sample with carriers is stored whole: the map is what the others do not have.
+        force = after_gap or restarted or snap.carriers is not None
 
         def write(s: Store) -> None:
             s.add_sample(snap, point, force_keep=force)
@@ -251,13 +260,16 @@ def cli(args: Any) -> int:
 
     if not args.interval > 0:
         raise InputError("--interval must be a positive number of seconds")
+    if args.carriers_every < 0:
+        raise InputError(f"--carriers-every must be 0 or more, got {args.carriers_every}")
     if args.retain is not None and not args.retain > 0:
         raise InputError("--retain must be a positive number of days")
     for n in args.nodes:
         live.split_node(n)
     w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
-                retain_days=args.retain, cluster=args.cluster)
+                retain_days=args.retain, cluster=args.cluster,
+                carriers_every=args.carriers_every, max_carriers=args.max_carriers)
     if args.prometheus:
         from beamalloc.collector.prometheus import serve
 

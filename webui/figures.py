@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 from typing import Any
 
 from beamalloc.units import human
@@ -48,7 +49,7 @@ def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "font": {"family": "system-ui, sans-serif", "size": 12},
-        "legend": {"orientation": "h", "y": -0.18},
+        "legend": {"orientation": "h", "y": -0.18, "itemsizing": "constant"},
         "hovermode": "closest",
     }
     base.update(kw)
@@ -231,11 +232,118 @@ def carrier_kinds(a: dict[str, Any]) -> Figure:
     }
 
 
+#: Golden-ratio steps: a deterministic, even spread of carriers of one size along the x axis.
+_PHI = 0.6180339887498949
+
+
+#: Up to this many carriers the map draws every carrier as one SVG mark (no WebGL needed: a
+#: report opens in any browser, headless or remote); above it, a density of counts.
+MAP_MARKS = 6000
+
+
+def carrier_map(m: dict[str, Any]) -> Figure:
+    """One allocator's carriers (analysis `carriers.allocators[i]`): size against fill, owned
+    and pooled apart, with the fill's distribution beside (counts per 5 % of fill).
+
+    Up to MAP_MARKS carriers, every carrier is one mark. Carrier sizes repeat (a few size
+    classes), so marks of one size are spread over ±12 % of it (log axis): a column of marks is
+    one size; marks shrink and fade as their number grows, so thousands read as a density.
+    Above MAP_MARKS, a heatmap counts carriers per size (powers of two) and 5 % of fill.
+    """
+    pts = m["map"]
+    n = len(pts["size"])
+    size, opacity = (9, 0.85) if n <= 60 else (6, 0.6) if n <= 1000 else (4, 0.4)
+    traces: list[dict[str, Any]] = []
+    if n > MAP_MARKS:
+        traces.append(_carrier_density(pts))
+    for pooled, name, color in ((False, "owned by an instance", USED),
+                                (True, "in the carrier pool", POOL)):
+        idx = [i for i in range(n) if pts["in_pool"][i] == pooled]
+        if not idx:
+            continue
+        ys = [100 * pts["fill"][i] for i in idx]
+        if n <= MAP_MARKS:
+            xs = [pts["size"][i] * (1 + 0.24 * (((k * _PHI) % 1.0) - 0.5))
+                  for k, i in enumerate(idx)]
+            traces.append({
+                "type": "scatter", "mode": "markers", "name": f"{name} ({len(idx)})",
+                "x": xs, "y": ys, "legendgroup": name,
+                "marker": {"color": color, "size": size, "opacity": opacity,
+                           "line": {"width": 0}},
+                "customdata": [[human(pts["size"][i]), pts["blocks"][i],
+                                "-" if pts["instance"][i] is None else pts["instance"][i]]
+                               for i in idx],
+                "hovertemplate": "carrier %{customdata[0]}, %{y:.1f}% full, %{customdata[1]} "
+                                 "blocks, instance %{customdata[2]}<extra>" + _t(name)
+                                 + "</extra>",
+            })
+        traces.append({
+            "type": "histogram", "y": ys, "xaxis": "x2", "yaxis": "y",
+            "name": f"{name} ({len(idx)})", "legendgroup": name, "showlegend": n > MAP_MARKS,
+            "marker": {"color": color}, "ybins": {"start": 0, "end": 100.0001, "size": 5},
+            "opacity": 0.8,
+            "hovertemplate": "%{x} carriers %{y}% full<extra>" + _t(name) + "</extra>",
+        })
+    cl = m["classification"]
+    title = f"{_t(m['allocator'])}: {n} carriers, {_t(cl['kind'])}"
+    # Ticks at powers of two (carrier sizes are multiples of 64 KiB or of pages): plotly's
+    # log ticks would crowd 50k, 60k, ... together.
+    lo = max(1, min(pts["size"], default=1) * 0.8)
+    hi = max(pts["size"], default=1) * 1.25
+    ticks = [1 << k for k in range(12, 44) if lo / 2 <= 1 << k <= hi * 2]
+    if len(ticks) > 8:
+        ticks = ticks[::2]
+    shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 0.78, "yref": "y", "y0": 10,
+               "y1": 10, "line": {"color": "#b2182b", "width": 1, "dash": "dot"}}]
+    return {
+        "data": traces,
+        "layout": _layout(title, height=380, barmode="stack", shapes=shapes,
+                          margin={"l": 60, "r": 20, "t": 50, "b": 45},
+                          xaxis={"type": "log", "domain": [0, 0.78], "tickvals": ticks,
+                                 "ticktext": [human(t) for t in ticks], "gridcolor": "#eee",
+                                 "range": [math.log10(lo), math.log10(hi)],
+                                 "title": {"text": "carrier size"}},
+                          xaxis2={"domain": [0.82, 1], "gridcolor": "#eee",
+                                  "title": {"text": "carriers"}},
+                          yaxis={"range": [-3, 103], "ticksuffix": "%", "gridcolor": "#eee",
+                                 "title": {"text": "fill (allocated / size)"}}),
+    }
+
+
+def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
+    """Counts of carriers per size (powers of two, drawn at the bin's geometric middle) and
+    5 % of fill: the map of more carriers than marks can show."""
+    bins: dict[tuple[int, int], int] = {}
+    for sz, f in zip(pts["size"], pts["fill"], strict=True):
+        key = (max(1, sz).bit_length() - 1, min(19, int(f * 20)))
+        bins[key] = bins.get(key, 0) + 1
+    ks = sorted({k for k, _ in bins})
+    xs = [float(1 << k) * 1.41 for k in ks]
+    ys = [2.5 + 5 * j for j in range(20)]
+    z = [[bins.get((k, j)) for k in ks] for j in range(20)]
+    return {"type": "heatmap", "x": xs, "y": ys, "z": z, "name": "carriers",
+            "colorscale": [[0, "#f0e6f6"], [1, "#3b1f5c"]], "showscale": False, "xgap": 2,
+            "hovertemplate": "%{z} carriers of about %{x:.3s}B, %{y:.1f}% full<extra></extra>"}
+
+
+def shown_carrier_maps(a: dict[str, Any]) -> list[dict[str, Any]]:
+    """The allocators whose carrier map a page shows: those worth a class, else the one with
+    the most unused bytes; none without carrier data."""
+    ms = (a.get("carriers") or {}).get("allocators") or []
+    return [m for m in ms if m["classification"]["kind"] != "compact"] or ms[:1]
+
+
+def carrier_maps(a: dict[str, Any]) -> dict[str, Figure]:
+    """`cmap-<i>`: the map of shown_carrier_maps(a)[i]."""
+    return {f"cmap-{i}": carrier_map(m) for i, m in enumerate(shown_carrier_maps(a))}
+
+
 def snapshot_figures(a: dict[str, Any]) -> dict[str, Figure]:
     """The figures of a snapshot page, in the order the page shows them."""
     figs = {
         "layers": memory_layers(a),
         "allocators": allocator_usage(a),
+        **carrier_maps(a),
         "heatmap": instance_heatmap(a),
         "instances": instance_bars(a),
         "blocks": block_sizes(a),

@@ -84,6 +84,38 @@ def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     } for r in a["allocators"]]
 
 
+def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
+    """The carrier section: why there is none, or per allocator shown (the same selection as
+    figures.carrier_maps, so `cmap-<i>` is maps[i]'s figure) its class and fill bands."""
+    c = a.get("carriers") or {"available": False, "unavailable": None, "allocators": []}
+    ms = c["allocators"]
+    shown = figures.shown_carrier_maps(a)
+    return {
+        "available": c["available"],
+        "unavailable": c.get("unavailable") or "the source has no per-carrier data (only a "
+                                               "snapshot of a live node has)",
+        "skipped": c.get("skipped", 0),
+        "compact": [m["allocator"] for m in ms if m not in shown],
+        "maps": [{
+            "allocator": m["allocator"],
+            "kind": m["classification"]["kind"],
+            "reason": m["classification"]["reason"],
+            "largest_free": "-" if m["largest_free"] is None else
+            f"{human(m['largest_free'][0])} or more" if m["largest_free"][1] is None else
+            f"{human(m['largest_free'][0])}-{human(m['largest_free'][1])}",
+            "sbct": _opt(m["sbct"]),
+            "lmbcs": _opt(m["lmbcs"]),
+            "bands": [{"fill": f"{b['lo']:.0%}-{b['hi']:.0%}", "owned": b["owned"],
+                       "owned_bytes": human(b["owned_bytes"]), "pooled": b["pooled"],
+                       "pooled_bytes": human(b["pooled_bytes"])}
+                      for b in m["fill_bands"] if b["owned"] or b["pooled"]],
+            "sparse": m["sparse"],
+            "sparse_size": human(m["sparse"]["size"]),
+            "pinning_bytes": human(m["sparse"]["pinning_bytes"]),
+        } for m in shown],
+    }
+
+
 def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
     rec = recommendations(snap) if snap is not None else None
     t, os_ = a["totals"], a["os"]
@@ -110,6 +142,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "types": type_rows(a),
         "instances": instance_rows(a),
         "cache": a["cache_hit_rates"],
+        "carriers": carrier_view(a),
         "figures": figures.snapshot_figures(a),
     }
 

@@ -1,11 +1,16 @@
 %% beamalloc_agent: runs on the hidden node that beamalloc starts, never on the target.
 %%
-%% Started as `erl -hidden -sname beamalloc_<random> ... -run beamalloc_agent main Target DeadlineMs`.
+%% Started as `erl -hidden -sname beamalloc_<random> ... -run beamalloc_agent main Target DeadlineMs
+%% [CarrierCap]`.
 %% Reads the cookie from stdin (hex, one line), so it never appears in any argv, sets it for the
 %% target only, connects, and calls BIFs there through erpc. Nothing is loaded on the target:
 %% erpc spawns a process there that runs erpc:execute_call/4 (kernel's erpc is loaded at boot)
-%% and the calls are BIFs or os:getpid/0 (also loaded at boot). Connecting and telling why a
-%% connection failed are beamalloc_link's, shared with beamalloc_session.
+%% and the calls are BIFs or os:getpid/0 (also loaded at boot). The one exception is per-carrier
+%% data (CarrierCap > 0): OTP's own instrument module (tools application; runtime_tools from OTP
+%% 27) is called there and loads from the target's own code path on first use, as any
+%% `instrument:carriers()` typed in a shell would (docs/snapshot-schema.md, "carriers").
+%% Connecting and telling why a connection failed are beamalloc_link's, shared with
+%% beamalloc_session.
 %%
 %% Prints exactly one line, "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply, [compressed])),
 %% then halts:
@@ -17,15 +22,27 @@
 %% names, epmd answers and exit reasons; a crash reason can quote arguments, so live.py scrubs
 %% the cookie from free-form details.
 -module(beamalloc_agent).
--export([main/1, collect/1]).
+-export([main/1, collect/2]).
+
+%% instrument:carriers/1 histograms: free blocks from 256 B (the scan doubles the start it is
+%% given, erl_alloc_util.c gather_cinfo) in 18 doubling buckets, the last one open from ~32 MiB.
+-define(HIST_START, 128).
+-define(HIST_WIDTH, 18).
+%% instrument:allocations/1 walks every block again: it is skipped (and said so) when the tagged
+%% allocators hold more blocks than this (a 2 GiB binary_alloc of 1 KB binaries has 2 M; the walk
+%% costs the target about 70 ms per million blocks on this machine, tests/bench/bench_carriers.py).
+-define(MAX_TAGGED_BLOCKS, 500000).
 
 -define(MARK, "BEAMALLOC-RESULT ").
 
 main([TargetS, DeadlineS]) ->
+    main([TargetS, DeadlineS, "0"]);
+main([TargetS, DeadlineS, CapS]) ->
     put(main_us, os:system_time(microsecond)),  % for the bench: when boot ended
     Deadline = list_to_integer(DeadlineS),  % Unix time in ms (the caller's clock)
     Target = list_to_atom(TargetS),
-    Reply = try run(Target, Deadline)
+    Cap = list_to_integer(CapS),
+    Reply = try run(Target, Deadline, Cap)
             catch C:R -> {error, agent_crash, iolist_to_binary(io_lib:format("~0p:~0P", [C, R, 12]))}
             end,
     %% Allocator statistics are mostly repeated atoms and small numbers: zlib level 1 shrinks a
@@ -34,14 +51,14 @@ main([TargetS, DeadlineS]) ->
     io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
     erlang:halt(0).
 
-run(Target, Deadline) ->
+run(Target, Deadline, Cap) ->
     Failures = beamalloc_link:setup(),
     case beamalloc_link:read_cookie() of
         {ok, Cookie} ->
             true = erlang:set_cookie(Target, Cookie),  % for this target only
             Main = self(),
             MainUs = get(main_us),
-            Collect = fun() -> put(main_us, MainUs), collect(Target) end,
+            Collect = fun() -> put(main_us, MainUs), collect(Target, Cap) end,
             {Pid, Ref} = spawn_monitor(fun() ->
                                            Main ! {self(), beamalloc_link:run(Main, Target,
                                                                               Failures, Collect)}
@@ -58,7 +75,8 @@ run(Target, Deadline) ->
 %% The one thing these calls change on the target is the "max since last call" element of each
 %% statistic, which every system_info({allocator, _}) resets (alloc_util.md §6.1), as any
 %% poller such as recon_alloc does.
-collect(Target) ->
+%% With Cap > 0 the carriers are read afterwards, see carriers/3.
+collect(Target, Cap) ->
     Simple = [{memory, erlang, memory, []},
               {otp_release, erlang, system_info, [otp_release]},
               {version, erlang, system_info, [version]},
@@ -78,13 +96,115 @@ collect(Target) ->
     Done = os:system_time(microsecond),
     Scalars = [{K, V} || {K, V} <- Results, is_atom(K)],
     Allocs = [{A, V} || {{allocator, A}, V} <- Results],
+    Carriers = carriers(Target, [{A, V} || {A, V} <- Allocs, lists:member(A, Utils)], Cap),
     {ok, [{node, Target}, {alloc_util_allocators, Utils} | Scalars]
-         ++ [{allocators, Allocs},
+         ++ [{allocators, Allocs} | Carriers]
+         ++ [
              {sampled_at_us, (Started + Done) div 2},
              %% where the time went, in Unix microseconds (tests/bench/bench_snapshot_s64.py)
              {timings, [{main, get(main_us)}, {connected, get(connected_us)},
                         {calls_sent, Started}, {replies_in, Done}]},
              {collect_us, Done - Started}]}.
+
+%% Per-carrier data through OTP's instrument:carriers/1, one request per allocator instance
+%% (scheduler id N scans instance N; 0 is the instance of non-scheduler threads and of the
+%% allocators that have one instance), all in flight at once. Each scan runs as aux work on the
+%% scheduler owning the instance and yields between carriers.
+%%
+%% The cap bounds what the target builds and sends: the carrier counts system_info just gave
+%% decide which instances are read, whole instances, largest carrier bytes first, until Cap
+%% carriers are taken; the rest is reported as skipped with its count. Allocation tags
+%% (instrument:allocations/1) are read for the allocators that have them on (atags), the same way.
+carriers(_Target, _Allocs, Cap) when Cap =< 0 ->
+    [];
+carriers(Target, Allocs, Cap) ->
+    Insts = lists:sort(fun({_, _, N1, S1}, {_, _, N2, S2}) -> {S1, N1} >= {S2, N2} end,
+                       [{A, I, N, S} || {A, Info} <- Allocs, is_list(Info),
+                                        {instance, I, Props} <- Info,
+                                        {N, S} <- [carrier_count(Props)], N > 0]),
+    {Take, Skip} = take(Insts, Cap, [], []),
+    ByInst = lists:foldl(fun({A, I, _, _}, M) -> maps:update_with(I, fun(L) -> [A | L] end,
+                                                                   [A], M) end,
+                         #{}, Take),
+    Started = os:system_time(microsecond),
+    Reqs = [{I, erpc:send_request(Target, instrument, carriers,
+                                  [#{scheduler_ids => [I], allocator_types => lists:reverse(As),
+                                     histogram_start => ?HIST_START,
+                                     histogram_width => ?HIST_WIDTH}])}
+            || {I, As} <- lists:sort(maps:to_list(ByInst))],
+    Tagged = [A || {A, Info} <- Allocs, is_list(Info), atags_on(Info)],
+    TaggedBlocks = lists:sum([block_count(Props) || {A, Info} <- Allocs, lists:member(A, Tagged),
+                                                    {instance, _, Props} <- Info]),
+    AReq = case Tagged of
+               [] -> none;
+               _ when TaggedBlocks > ?MAX_TAGGED_BLOCKS -> {skipped, TaggedBlocks};
+               _ -> erpc:send_request(Target, instrument, allocations,
+                                      [#{allocator_types => Tagged,
+                                         histogram_start => ?HIST_START,
+                                         histogram_width => ?HIST_WIDTH}])
+           end,
+    Got = [{I, instrument_response(R)} || {I, R} <- Reqs],
+    Tags = case AReq of
+               none -> none;
+               {skipped, _} -> AReq;
+               _ -> instrument_response(AReq)
+           end,
+    [{carriers, Got},
+     {carriers_skipped, [{A, I, N} || {A, I, N, _} <- Skip]},
+     {carriers_cap, Cap},
+     {carrier_hist, {?HIST_START, ?HIST_WIDTH}},
+     {allocation_tags, Tags},
+     {carriers_us, os:system_time(microsecond) - Started}].
+
+take([], _Left, Take, Skip) -> {Take, lists:reverse(Skip)};
+take([{_, _, N, _} = X | Rest], Left, Take, Skip) when N =< Left ->
+    take(Rest, Left - N, [X | Take], Skip);
+take([X | Rest], Left, Take, Skip) -> take(Rest, Left, Take, [X | Skip]).
+
+%% Carriers and their bytes of one instance: mbcs + sbcs + the pooled carriers it owns (the scan
+%% lists a pooled carrier under the instance that created it, erl_alloc_util.c blockscan).
+carrier_count(Props) ->
+    {C1, S1} = section(mbcs, Props),
+    {C2, S2} = section(sbcs, Props),
+    {C3, S3} = section(mbcs_pool, Props),
+    {C1 + C2 + C3, S1 + S2 + S3}.
+
+block_count(Props) ->
+    lists:sum([stat(count, L) || Key <- [mbcs, sbcs, mbcs_pool],
+                                 {K, Sec} <- Props, K =:= Key, is_list(Sec),
+                                 {blocks, Types} <- Sec, is_list(Types),
+                                 {_Type, L} <- Types, is_list(L)]).
+
+section(Key, Props) ->
+    case lists:keyfind(Key, 1, Props) of
+        {Key, L} when is_list(L) -> {stat(carriers, L), stat(carriers_size, L)};
+        _ -> {0, 0}
+    end.
+
+stat(Key, L) ->
+    case lists:keyfind(Key, 1, L) of
+        {Key, V} when is_integer(V) -> V;
+        {Key, V, _, _} when is_integer(V) -> V;
+        _ -> 0
+    end.
+
+atags_on(Info) ->
+    lists:any(fun({instance, _, Props}) ->
+                      case lists:keyfind(options, 1, Props) of
+                          {options, Os} -> lists:member({atags, true}, Os);
+                          _ -> false
+                      end;
+                 (_) -> false
+              end, Info).
+
+%% {ok, Result} | {error, Reason} | {exception, Class, Reason}: a target without the instrument
+%% module (no tools application in its code path) answers undef, which is not a failed snapshot.
+instrument_response(Req) ->
+    try response(Req)
+    catch error:{exception, Reason, _Stack} -> {exception, error, Reason};
+          exit:{exception, Reason} -> {exception, exit, Reason};
+          throw:Value -> {exception, throw, Value}
+    end.
 
 response(Req) ->
     receive {nodedown, _} -> throw(nodedown)

@@ -8,7 +8,8 @@
 %% Protocol (lines on stdin/stdout):
 %%   first line in:  the cookie, hex-encoded (never in argv); it becomes this node's cookie, so
 %%                   every target (a whole cluster shares one) is reached with it
-%%   request in:     "Id snap Node TimeoutMs" | "Id nodes Node TimeoutMs"
+%%   request in:     "Id snap Node TimeoutMs [CarrierCap]" | "Id nodes Node TimeoutMs"
+%%                   (CarrierCap > 0: also read per-carrier data, see beamalloc_agent:carriers/3)
 %%   reply out:      "BEAMALLOC-RESULT Id " ++ base64(term_to_binary(Reply))
 %%                   snap:  {ok, [{Key, Value}]} as beamalloc_agent's, or {error, Kind, Detail}
 %%                   nodes: {ok, [Node]} (the target's nodes(), the target first) or an error
@@ -35,9 +36,10 @@ loop(Failures) ->
     case io:get_line(standard_io, "") of
         Line when is_list(Line); is_binary(Line) ->
             case string:lexemes(unicode:characters_to_list(Line), " \n") of
-                [Id, Kind, Node, TimeoutMs] ->
+                [Id, Kind, Node, TimeoutMs | Cap] when length(Cap) =< 1 ->
                     spawn(fun() -> request(Id, Kind, list_to_atom(Node),
-                                           list_to_integer(TimeoutMs), Failures) end);
+                                           list_to_integer(TimeoutMs),
+                                           list_to_integer(hd(Cap ++ ["0"])), Failures) end);
                 _ -> ok
             end,
             loop(Failures);
@@ -45,11 +47,11 @@ loop(Failures) ->
             erlang:halt(0)
     end.
 
-request(Id, Kind, Target, TimeoutMs, Failures) ->
+request(Id, Kind, Target, TimeoutMs, Cap, Failures) ->
     Me = self(),
     Deadline = erlang:monotonic_time(millisecond) + TimeoutMs,
     Call = case Kind of
-               "snap" -> fun() -> beamalloc_agent:collect(Target) end;
+               "snap" -> fun() -> beamalloc_agent:collect(Target, Cap) end;
                "nodes" -> fun() -> {ok, [Target | erpc:call(Target, erlang, nodes, [])]} end;
                _ -> fun() -> {error, call_failed, <<"unknown request">>} end
            end,

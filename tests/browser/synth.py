@@ -102,3 +102,27 @@ def build_store(path: str | Path, node: str = "synth@host", days: float = 7.0,
         if batch:
             st.add_points(node, batch)
     return n
+
+
+def with_carriers(snap: Snapshot, n: int, seed: int = 1) -> Snapshot:
+    """`snap` with `n` synthetic binary_alloc carriers (a spike's leftovers: most pooled and
+    nearly empty, a few full), for the carrier map at 10 and at 5,000 carriers."""
+    import random
+
+    from beamalloc.snapshot import Carrier, FreeHistogram
+
+    rnd = random.Random(seed)
+    sizes = [1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23]
+    out = []
+    for i in range(n):
+        size = rnd.choice(sizes)
+        pooled = rnd.random() < 0.7
+        fill = rnd.uniform(0.005, 0.08) if pooled or rnd.random() < 0.3 else rnd.uniform(0.6, 1)
+        used = int(size * fill)
+        blocks = max(1, used // 900)
+        counts = [0] * 18
+        counts[min(17, max(0, (size - used) // 256).bit_length() - 1)] = 1
+        out.append(Carrier("binary_alloc", i % 4 + 1, pooled, size, blocks, used,
+                           FreeHistogram(256, tuple(counts))))
+    snap.carriers = out
+    return snap

@@ -1,0 +1,276 @@
+"""Inside the carriers: how full each one is, what pins the sparse ones, and what that means.
+
+Counters (system_info) say how many bytes an allocator's carriers hold and how few of them hold
+data; they cannot say whether the unused bytes are a few nearly empty carriers or a little free
+space in every carrier, and the remedy differs. `instrument:carriers/1` lists every carrier with
+its size and allocated bytes (`Snapshot.carriers`, docs/snapshot-schema.md), which tells them
+apart.
+
+API (what the verdict and the pages import):
+
+    carrier_map(snap) -> dict[str, AllocatorCarrierMap]   # {} when the snapshot has no carriers
+    classify(cmap) -> Classification                      # carrier_map() already calls it
+    AllocatorCarrierMap.to_json() -> dict                 # docs/analysis-schema.md, "carriers"
+
+Definitions (multiblock carriers only: a single-block carrier is one block, full by definition):
+
+- fill = allocated bytes (blocks with headers) / carrier size.
+- FILL_BANDS: the distribution's bands, counted and summed apart for pooled and owned carriers
+  (a pooled carrier was abandoned by its instance below its acul and waits for another instance
+  to fetch it, alloc_util.md §5).
+- sparse: fill below SPARSE (10 %). Its blocks are what pins it: the bytes that would have to
+  move (be freed, copied elsewhere) for the carrier to empty and go back to the OS.
+- The unused bytes of multiblock carriers (size − allocated) are split three ways by the fill of
+  the carrier they sit in: sparse (< SPARSE), middling (SPARSE to FULL), and full (>= FULL,
+  75 %). The class is the group holding most of them:
+    "stragglers": in sparse carriers, pinned by few blocks. Placement (a strategy that packs
+      the oldest carriers, a smaller lmbcs so fewer survivors share a carrier) and time (the
+      stragglers die) can empty them.
+    "scattered": in carriers a quarter to three quarters full: the survivors are spread over
+      every carrier, each carrier pinned by much data. No placement flag moves live data; only
+      freeing or copying it does.
+    "free inside carriers": in mostly full carriers: holes between live blocks. Carriers stay
+      because they are in use; the holes are reused by the next allocations of fitting size.
+  "compact" when the unused bytes are below COMPACT_SHARE of the carrier bytes or below
+  COMPACT_BYTES: nothing worth a class.
+- largest free block: the top bucket of the free-block histograms (a byte range, the histogram
+  is coarse), set against sbct (a block that large never goes in a multiblock carrier) and lmbcs
+  (the largest multiblock carrier size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from beamalloc.snapshot import Carrier, Snapshot
+from beamalloc.units import human
+
+#: Fill bands [lo, hi) of the distribution; the last band includes 1.0.
+FILL_BANDS: tuple[tuple[float, float], ...] = (
+    (0.0, 0.1), (0.1, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 0.9), (0.9, 1.0))
+#: A multiblock carrier below this fill is sparse: a few blocks pin it.
+SPARSE = 0.10
+#: A multiblock carrier at or above this fill is mostly full.
+FULL = 0.75
+#: Below this share of multiblock carrier bytes unused, or below COMPACT_BYTES (8 MiB: a few
+#: default-size carriers), there is nothing worth a class.
+COMPACT_SHARE = 0.10
+COMPACT_BYTES = 8 << 20
+
+STRAGGLERS = "stragglers"
+SCATTERED = "scattered"
+FREE_INSIDE = "free inside carriers"
+COMPACT = "compact"
+
+
+@dataclass(frozen=True)
+class FillBand:
+    """Carriers whose fill is in [lo, hi): counts and carrier bytes, pooled and owned apart."""
+
+    lo: float
+    hi: float
+    owned: int = 0
+    owned_bytes: int = 0
+    pooled: int = 0
+    pooled_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Classification:
+    kind: str  # STRAGGLERS, SCATTERED, FREE_INSIDE or COMPACT
+    share: float  # share of the unused multiblock bytes in the deciding group
+    reason: str  # one line, with the numbers
+
+
+@dataclass
+class AllocatorCarrierMap:
+    """One allocator's carriers, as counted and classified above."""
+
+    allocator: str
+    carriers: int = 0
+    size: int = 0  # carrier bytes, every carrier
+    blocks_size: int = 0
+    sbcs: int = 0
+    sbcs_size: int = 0
+    mbcs: int = 0
+    mbcs_size: int = 0
+    mbcs_blocks_size: int = 0
+    pooled: int = 0
+    pooled_size: int = 0
+    bands: list[FillBand] = field(default_factory=list)
+    sparse: int = 0  # multiblock carriers below SPARSE fill
+    sparse_size: int = 0  # their carrier bytes
+    sparse_pooled: int = 0
+    pinning_blocks: int = 0  # the blocks in them ...
+    pinning_bytes: int = 0  # ... and their bytes: what would have to move to give them back
+    unused_sparse: int = 0  # unused multiblock bytes in sparse carriers
+    unused_middling: int = 0  # ... in carriers SPARSE to FULL
+    unused_full: int = 0  # ... in carriers at or above FULL
+    largest_free: tuple[int, int | None] | None = None  # byte range, from the histograms
+    sbct: int | None = None
+    lmbcs: int | None = None
+    unscanned: int = 0
+    classification: Classification | None = None
+    #: One entry per carrier, for the map: (size, fill, in_pool, instance, blocks), sorted.
+    points: list[tuple[int, float, bool, int | None, int]] = field(default_factory=list)
+
+    @property
+    def unused(self) -> int:
+        return self.mbcs_size - self.mbcs_blocks_size
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.classification
+        return {
+            "allocator": self.allocator,
+            "carriers": self.carriers,
+            "size": self.size,
+            "blocks_size": self.blocks_size,
+            "sbcs": self.sbcs,
+            "sbcs_size": self.sbcs_size,
+            "mbcs": self.mbcs,
+            "mbcs_size": self.mbcs_size,
+            "mbcs_blocks_size": self.mbcs_blocks_size,
+            "mbcs_unused": self.unused,
+            "pooled": self.pooled,
+            "pooled_size": self.pooled_size,
+            "fill_bands": [
+                {"lo": b.lo, "hi": b.hi, "owned": b.owned, "owned_bytes": b.owned_bytes,
+                 "pooled": b.pooled, "pooled_bytes": b.pooled_bytes}
+                for b in self.bands
+            ],
+            "sparse": {"carriers": self.sparse, "size": self.sparse_size,
+                       "pooled": self.sparse_pooled, "pinning_blocks": self.pinning_blocks,
+                       "pinning_bytes": self.pinning_bytes},
+            "unused_by_fill": {"sparse": self.unused_sparse, "middling": self.unused_middling,
+                               "full": self.unused_full},
+            "largest_free": None if self.largest_free is None else list(self.largest_free),
+            "sbct": self.sbct,
+            "lmbcs": self.lmbcs,
+            "unscanned": self.unscanned,
+            "classification": None if c is None else
+            {"kind": c.kind, "share": c.share, "reason": c.reason},
+            "map": {
+                "size": [p[0] for p in self.points],
+                "fill": [round(p[1], 5) for p in self.points],
+                "in_pool": [p[2] for p in self.points],
+                "instance": [p[3] for p in self.points],
+                "blocks": [p[4] for p in self.points],
+            },
+        }
+
+
+def _is_sbc(c: Carrier) -> bool:
+    # instrument does not say which kind a carrier is; a single-block carrier has exactly one
+    # block and no free block (erl_alloc_util.c gather_cinfo_scan gives it no histogram).
+    return c.blocks == 1 and c.free_histogram.total == 0
+
+
+def _band(fill: float) -> int:
+    for i, (_, hi) in enumerate(FILL_BANDS):
+        if fill < hi:
+            return i
+    return len(FILL_BANDS) - 1
+
+
+def _option(snap: Snapshot, allocator: str, key: str) -> int | None:
+    # The first scheduler instance's options, as the analysis shows them (instance 0 can differ).
+    insts = sorted(snap.instances(allocator), key=lambda i: (i.instance == 0, i.instance))
+    v = insts[0].options.get(key) if insts else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def classify(cm: AllocatorCarrierMap) -> Classification:
+    """The class of an allocator's unused multiblock bytes (the module docstring's rules)."""
+    unused = cm.unused
+    if unused < COMPACT_BYTES or (cm.mbcs_size and unused < COMPACT_SHARE * cm.mbcs_size):
+        return Classification(COMPACT, 0.0, f"{human(unused)} unused in multiblock carriers: "
+                              "little to win")
+    groups = ((STRAGGLERS, cm.unused_sparse), (SCATTERED, cm.unused_middling),
+              (FREE_INSIDE, cm.unused_full))
+    kind, top = max(groups, key=lambda g: g[1])
+    share = top / unused
+    if kind == STRAGGLERS:
+        why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} full "
+               f"({cm.sparse_pooled:,} pooled) and hold {share:.0%} of the {human(unused)} unused; "
+               f"{cm.pinning_blocks:,} blocks ({human(cm.pinning_bytes)}) pin them")
+    elif kind == SCATTERED:
+        why = (f"{share:.0%} of the {human(unused)} unused is in carriers {SPARSE:.0%}-{FULL:.0%} "
+               "full: live data is spread over every carrier")
+    else:
+        why = (f"{share:.0%} of the {human(unused)} unused is free space inside carriers at "
+               f"least {FULL:.0%} full")
+    return Classification(kind, share, why)
+
+
+def allocator_map(snap: Snapshot, allocator: str, carriers: list[Carrier]) -> AllocatorCarrierMap:
+    cm = AllocatorCarrierMap(allocator, sbct=_option(snap, allocator, "sbct"),
+                             lmbcs=_option(snap, allocator, "lmbcs"))
+    bands = [[0, 0, 0, 0] for _ in FILL_BANDS]  # owned, owned_bytes, pooled, pooled_bytes
+    top_bucket = -1
+    top_hist = None
+    for c in carriers:
+        cm.carriers += 1
+        cm.size += c.size
+        cm.blocks_size += c.blocks_size
+        cm.unscanned += c.unscanned
+        fill = c.fill
+        cm.points.append((c.size, fill, c.in_pool, c.instance, c.blocks))
+        if c.in_pool:
+            cm.pooled += 1
+            cm.pooled_size += c.size
+        if _is_sbc(c):
+            cm.sbcs += 1
+            cm.sbcs_size += c.size
+            continue
+        cm.mbcs += 1
+        cm.mbcs_size += c.size
+        cm.mbcs_blocks_size += c.blocks_size
+        b = bands[_band(fill)]
+        off = 2 if c.in_pool else 0
+        b[off] += 1
+        b[off + 1] += c.size
+        free = c.size - c.blocks_size
+        if fill < SPARSE:
+            cm.sparse += 1
+            cm.sparse_size += c.size
+            cm.sparse_pooled += c.in_pool
+            cm.pinning_blocks += c.blocks
+            cm.pinning_bytes += c.blocks_size
+            cm.unused_sparse += free
+        elif fill < FULL:
+            cm.unused_middling += free
+        else:
+            cm.unused_full += free
+        counts = c.free_histogram.counts
+        for i in range(len(counts) - 1, top_bucket, -1):
+            if counts[i]:
+                top_bucket, top_hist = i, c.free_histogram
+                break
+    cm.bands = [FillBand(lo, hi, *b) for (lo, hi), b in zip(FILL_BANDS, bands, strict=True)]
+    if top_hist is not None:
+        cm.largest_free = top_hist.bounds(top_bucket)
+    cm.points.sort(key=lambda p: (p[2], p[0], p[1]))
+    cm.classification = classify(cm)
+    return cm
+
+
+def carrier_map(snap: Snapshot) -> dict[str, AllocatorCarrierMap]:
+    """Per allocator with carriers, most unused multiblock bytes first; {} without carrier data."""
+    by: dict[str, list[Carrier]] = {}
+    for c in snap.carriers or ():
+        by.setdefault(c.allocator, []).append(c)
+    maps = [allocator_map(snap, a, cs) for a, cs in by.items()]
+    maps.sort(key=lambda m: (-m.unused, m.allocator))
+    return {m.allocator: m for m in maps}
+
+
+def analysis_section(snap: Snapshot) -> dict[str, Any]:
+    """The `carriers` key of the analysis document (docs/analysis-schema.md)."""
+    return {
+        "available": snap.carriers is not None,
+        "unavailable": snap.carriers_unavailable,
+        "skipped": snap.carriers_skipped,
+        "count": len(snap.carriers or ()),
+        "allocators": [m.to_json() for m in carrier_map(snap).values()],
+    }

@@ -1,0 +1,171 @@
+"""Per-carrier data of a live node: the agent's `instrument:carriers/1` answers as Carriers.
+
+The agent (collector/erlang/beamalloc_agent.erl, carriers/3) asks OTP's own `instrument` module
+on the target, one request per allocator instance, and hands back the raw answers; here they
+become `Snapshot.carriers` (docs/snapshot-schema.md, "carriers"). Nothing here raises on an
+answer of another shape: an OTP release whose tuples we do not know, a target without the tools
+application, or a scan the VM refused leave `carriers` None, say why in `carriers_unavailable`,
+and keep the rest of the snapshot.
+
+Shapes read (the 6-tuple was checked by running instrument:carriers/1 on OTP 25.2.3):
+- OTP 23+: `{Allocator, InPool, TotalSize, UnscannedSize, [{Type, Count, Size}], FreeHist}`,
+  the allocations keyed by the allocator type that made them (foreign blocks from the pool);
+- OTP 21-22: `{Allocator, TotalSize, UnscannedSize, AllocatedSize, AllocatedCount, InPool,
+  FreeHist}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
+
+#: Carriers a live snapshot reads at most (`--max-carriers`). Whole instances are read, those with
+#: the most carrier bytes first, until the next would pass the cap; the rest are counted in
+#: `Snapshot.carriers_skipped` and named in a note. A carrier costs about 33 words of the
+#: target's heap while its answer is built and sent (20,000: ~5 MB) and about 22 us of wall
+#: time (100,000 read whole took 2.3 s more than a snapshot without them on this 2-core machine,
+#: tests/bench/bench_carriers.py); the cap keeps that under half a second.
+MAX_CARRIERS = 20_000
+#: `watch` reads carriers on every Nth sample of a node (`--carriers-every`; the first sample
+#: included): a carrier scan walks every block on the target's schedulers, which the counters
+#: of the other samples do not, and a sample with carriers is always stored whole.
+CARRIERS_EVERY = 10
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _bool(v: Any) -> bool | None:
+    return {"true": True, "false": False}.get(v) if isinstance(v, str) else None
+
+
+def _hist(v: Any, unit: int) -> FreeHistogram | None:
+    if isinstance(v, tuple) and v and all(_int(c) is not None and c >= 0 for c in v):
+        return FreeHistogram(unit, tuple(v))
+    return None
+
+
+def _carrier(t: Any, instance: int | None, unit: int) -> Carrier | None:
+    """One carrier tuple, or None when it has neither known shape."""
+    if not isinstance(t, tuple) or not t or not isinstance(t[0], str):
+        return None
+    alloc = str(t[0])
+    if len(t) == 6:  # OTP 23+
+        _, pool, size, unscanned, allocs, hist = t
+        if not isinstance(allocs, list):
+            return None
+        count = used = foreign = 0
+        for a in allocs:
+            if not (isinstance(a, tuple) and len(a) == 3 and _int(a[1]) is not None
+                    and _int(a[2]) is not None):
+                return None
+            count += a[1]
+            used += a[2]
+            if a[0] != alloc:
+                foreign += a[2]
+    elif len(t) == 7:  # OTP 21-22
+        _, size, unscanned, used, count, pool, hist = t
+        foreign = 0
+    else:
+        return None
+    in_pool = _bool(pool)
+    h = _hist(hist, unit)
+    if (in_pool is None or h is None or _int(size) is None or _int(unscanned) is None
+            or _int(used) is None or _int(count) is None or used > size):
+        return None
+    return Carrier(alloc, instance, in_pool, size, count, used, h, foreign, unscanned)
+
+
+def _why(answer: Any) -> str:
+    """Why an instance's answer holds no carriers, in words an operator can act on."""
+    if isinstance(answer, tuple) and len(answer) == 3 and answer[0] == "exception":
+        reason = answer[2]
+        if reason == "undef":
+            return ("the target has no instrument module in its code path (OTP's tools "
+                    "application; runtime_tools from OTP 27): start it with tools installed "
+                    "to see inside its carriers")
+        return f"instrument:carriers/1 failed on the target ({answer[1]}: {str(reason)[:120]})"
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "error":
+        return f"instrument:carriers/1 answered {{error, {answer[1]}}}"
+    return "instrument:carriers/1 answered in a shape this beamalloc does not read"
+
+
+def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
+    """Fill `snap.carriers` from the agent's proplist `p` (nothing when it did not ask)."""
+    answers = p.get("carriers")
+    if answers is None:
+        return
+    hist = p.get("carrier_hist")
+    start = hist[0] if isinstance(hist, tuple) and len(hist) == 2 else None
+    if _int(start) is None or start < 1 or not isinstance(answers, list):
+        snap.carriers_unavailable = "the agent's carrier data has an unknown shape"
+        snap.notes.append(f"no per-carrier data: {snap.carriers_unavailable}")
+        return
+    unit = 2 * start  # the scan doubles histogram_start (FreeHistogram's docstring)
+    carriers: list[Carrier] = []
+    for entry in answers:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and _int(entry[0]) is not None):
+            return _unavailable(snap, "the agent's carrier data has an unknown shape")
+        inst, answer = entry
+        if answer == ("error", "not_enabled"):  # no carrier of these types on this scheduler
+            continue
+        ok = (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "ok"
+              and isinstance(answer[1], tuple) and len(answer[1]) == 2
+              and isinstance(answer[1][1], list))
+        if not ok:
+            return _unavailable(snap, _why(answer))
+        for t in answer[1][1]:
+            c = _carrier(t, inst, unit)
+            if c is None:
+                return _unavailable(
+                    snap, f"instrument:carriers/1 of OTP {snap.otp_release or '?'} lists "
+                    "carriers in a shape this beamalloc does not read")
+            carriers.append(c)
+    carriers.sort(key=lambda c: (c.allocator, c.instance or 0, not c.in_pool, -c.size))
+    snap.carriers = carriers
+    skipped = p.get("carriers_skipped")
+    if isinstance(skipped, list) and skipped:
+        n = sum(s[2] for s in skipped if isinstance(s, tuple) and len(s) == 3
+                and _int(s[2]) is not None)
+        snap.carriers_skipped = n
+        names = ", ".join(f"{s[0]}[{s[1]}]" for s in skipped[:4] if isinstance(s, tuple))
+        more = f" and {len(skipped) - 4} more" if len(skipped) > 4 else ""
+        snap.notes.append(
+            f"per-carrier data capped at {p.get('carriers_cap')} carriers: {n} carriers of "
+            f"{names}{more} not read (whole instances are read, largest first; "
+            "--max-carriers raises the cap)")
+    _add_tags(snap, p.get("allocation_tags"))
+
+
+def _unavailable(snap: Snapshot, why: str) -> None:
+    snap.carriers = None
+    snap.carriers_unavailable = why
+    snap.notes.append(f"no per-carrier data: {why}")
+
+
+def _add_tags(snap: Snapshot, answer: Any) -> None:
+    """`instrument:allocations/1`: `{ok, {HistStart, Unscanned, #{Origin => #{Type => Hist}}}}`,
+    or `{skipped, Blocks}` when the agent spared the target a second walk of that many blocks
+    (beamalloc_agent.erl, MAX_TAGGED_BLOCKS)."""
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "skipped":
+        snap.notes.append(f"tagged block histograms not read: the tagged allocators hold "
+                          f"{answer[1]} blocks, and instrument:allocations/1 would walk them all "
+                          "again")
+        return
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "ok"
+            and isinstance(answer[1], tuple) and len(answer[1]) == 3
+            and isinstance(answer[1][2], dict) and _int(answer[1][0])):
+        return
+    unit = answer[1][0]  # allocations/1 does not double its start (erl_alloc_util.c)
+    out = []
+    for origin, types in answer[1][2].items():
+        if not isinstance(types, dict):
+            return
+        for typ, hist in types.items():
+            h = _hist(hist, unit)
+            if h is None:
+                return
+            out.append(TaggedBlocks(str(origin), str(typ), h))
+    snap.tagged_blocks = sorted(out, key=lambda t: (t.origin, t.type))
