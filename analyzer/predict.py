@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import random
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,28 @@ from beamalloc.flags import (
     effective_config,
 )
 from beamalloc.snapshot import Snapshot
-from beamalloc.trace import ALLOCATOR_NUMBERS, Event, Op, TraceHeader, TraceWriter, TypeInfo
+from beamalloc.trace import (
+    ALLOCATOR_NUMBERS,
+    Event,
+    Op,
+    TraceHeader,
+    TraceWriter,
+    TypeInfo,
+    open_trace,
+)
 from beamalloc.units import human
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
 #: seconds (Python writes the trace at ~200 k events/s; refalloc replays at ~3 M events/s).
 MAX_EVENTS = 200_000
 SEED = 7
+#: Orders of the blocks inside each carrier drawn for a carrier-seeded prediction: the
+#: carrier data gives how many blocks a carrier holds and its free blocks' sizes, not their
+#: order, so the prediction is the median of these draws and their spread its band.
+CARRIER_VARIANTS = 3
+#: Events of one allocator taken from a trace (`recommend --trace`): a minute of a busy node's
+#: binary_alloc, replayed within seconds.
+MAX_TRACED = 1_000_000
 #: A placement flag set that removes less than this share of the allocator's unused bytes in
 #: the replay is not worth a restart: the finding is demoted to information [heur].
 MIN_UNUSED_SAVING = 0.10
@@ -269,6 +286,46 @@ def _stragglers_model(f: Facts, name: str, max_events: int, schedulers: int) -> 
     return Model("stragglers", params, scale, fitted)
 
 
+def _carriers_model(snap: Snapshot, f: Facts, name: str, variant: int,
+                    trace: Path | None = None) -> Model | None:  # fmt: skip
+    """The node's own carriers of `name` rebuilt and run forward (tracegen.from_carriers), or
+    None where the snapshot has no carrier data for it. `variant` draws another order of the
+    blocks inside each carrier, which the carrier data does not give. With `trace` (the node's
+    own events from `beamalloc trace -o`), those run forward instead of the fitted workload."""
+    carriers = snap.carriers_of(name)
+    a = f.allocators.get(name)
+    if not carriers or a is None:
+        return None
+    pooled = sum(c.in_pool for c in carriers)
+    blocks = sum(c.blocks for c in carriers)
+    # The peak in single-block carriers left no carrier behind: the counters give it.
+    peak_sbcs = max(a.max_sbcs_blocks - a.sbcs_blocks, 0)
+    peak_size = a.max_sbcs_allocated // a.max_sbcs_blocks if a.max_sbcs_blocks else 0
+    params = (("allocator", name), ("schedulers", f.schedulers or 1), ("sbct", a.sbct),
+              ("peak_sbcs", peak_sbcs), ("peak_sbc_size", peak_size),
+              ("trace", str(trace) if trace else None), ("variant", variant))  # fmt: skip
+    again = (
+        f"; then its peak of {a.max_sbcs_blocks} single-block-carrier blocks of "
+        f"{human(peak_size)} comes back and goes" if peak_sbcs else ""
+    )
+    start = (
+        f"{name}: its {len(carriers)} carriers as instrument:carriers/1 reports them "
+        f"({pooled} pooled, {blocks} blocks), each block kept where its carrier holds it; "
+    )
+    if trace is not None:
+        return Model("from_carriers", params, 1.0, start + f"then the node's own {name} "
+                     f"events from {trace.name} (at most {MAX_TRACED} of them)")  # fmt: skip
+    fitted = start + f"then the live set of the carriers at least half full turns over once{again}"
+    return Model("from_carriers", params, 1.0, fitted)
+
+
+def traced_events(path: str | Path, allocator: str, limit: int = MAX_TRACED) -> Iterator[Event]:
+    """The first `limit` events of one allocator in a trace file (docs/trace-format.md)."""
+    number = ALLOCATOR_NUMBERS[allocator]
+    with open_trace(path) as r:
+        yield from islice((ev for ev in r if ev.allocator == number), limit)
+
+
 def stragglers(
     path: str | Path,
     *,
@@ -360,6 +417,14 @@ def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
     from beamalloc import tracegen
 
     p = dict(model.params)
+    if model.generator == "from_carriers":
+        name = p["allocator"]
+        then = traced_events(p["trace"], name) if p["trace"] else None
+        n, _ = tracegen.from_carriers(path, snap.carriers_of(name), allocator=name,
+                                      schedulers=p["schedulers"], sbct=p["sbct"],
+                                      peak_sbcs=p["peak_sbcs"], peak_sbc_size=p["peak_sbc_size"],
+                                      then=then, seed=seed + p["variant"])  # fmt: skip
+        return n
     if model.generator == "stragglers":
         return stragglers(path, seed=seed, **p)
     if model.generator == "spike_and_drop":
@@ -400,6 +465,8 @@ class Predictor:
     facts: Facts
     max_events: int = MAX_EVENTS
     seed: int = SEED
+    #: The node's own allocation stream (`beamalloc trace -o`), replayed instead of a fitted one.
+    trace: Path | None = None
     _tmp: tempfile.TemporaryDirectory | None = None
     _traces: dict[Any, tuple[Path, int]] = field(default_factory=dict)
     _runs: dict[Any, Snapshot] = field(default_factory=dict)
@@ -472,10 +539,45 @@ class Predictor:
             "reproduces_symptom": fidelity is not None and fidelity >= MIN_FIDELITY,
         }
 
+    def _seeded(self, target: str, flags: FlagSet) -> dict[str, Any] | None:
+        """The carrier-seeded comparison (the median of CARRIER_VARIANTS draws, with their
+        spread as its band), or None where the snapshot has no carrier data for `target`."""
+        runs = []
+        for variant in range(CARRIER_VARIANTS):
+            model = _carriers_model(self.snap, self.facts, target, variant, self.trace)
+            if model is None:
+                return None
+            runs.append(self._compare(model, flags, target))
+        runs.sort(key=lambda c: c["unused_saving"])
+        out = runs[len(runs) // 2]
+        pct = [c["change_pct"]["unused"] for c in runs]
+        known = [x for x in pct if x is not None]
+        out["band"] = {
+            "unused_saving": [runs[0]["unused_saving"], runs[-1]["unused_saving"]],
+            "unused_pct": [min(known), max(known)] if known else None,
+            "variants": len(runs),
+        }
+        return out
+
     def _predict(self, allocator: str | None, rule: str, flags: FlagSet) -> dict[str, Any]:
         target = allocator if allocator in self.facts.allocators else None
-        model = choose_model(self.facts, allocator or "", rule, max_events=self.max_events)
         base = self.base
+        seeded = self._seeded(target, flags) if target is not None else None
+        if seeded is not None:
+            out = {
+                "allocator": target,
+                "flags": flags.render(),
+                "flags_before": base.render(),
+                "flags_after": FlagSet(base.flags + flags.flags, otp=base.otp).render(),
+                "seeded_from": "carriers",
+                "workload": "traced" if self.trace else "fitted",
+                **seeded,
+                "not_modelled": NOT_MODELLED.get(rule),
+                "best_case": None,
+            }
+            out["summary"] = summary_line(out)
+            return out
+        model = choose_model(self.facts, allocator or "", rule, max_events=self.max_events)
         compared = self._compare(model, flags, target)
         if model.generator == "spike_and_drop" and not compared["reproduces_symptom"]:
             # The snapshot cannot say when the churn happened. Churn after the drop lets the
@@ -491,7 +593,10 @@ class Predictor:
             "flags": flags.render(),
             "flags_before": base.render(),
             "flags_after": FlagSet(base.flags + flags.flags, otp=base.otp).render(),
+            "seeded_from": "counters",
+            "workload": "fitted",
             **compared,
+            "band": None,
             "not_modelled": NOT_MODELLED.get(rule),
             "best_case": None,
         }
@@ -526,6 +631,13 @@ def _figures_line(c: dict[str, Any], allocator: str) -> str:
 def summary_line(p: dict[str, Any]) -> str:
     """One line: what the replay predicts (and its favourable reading, if any)."""
     line = _figures_line(p, p["allocator"])
+    band = p.get("band")
+    if band and band["unused_pct"]:
+        lo, hi = band["unused_pct"]
+        line += (
+            f" (from the node's own carriers; {_pc(lo)} to {_pc(hi)} over {band['variants']} "
+            "orders of the blocks inside them)"
+        )
     if p["model"]["generator"] in RANDOM_SURVIVORS:
         line += " (survivors at random: the worst case)"
     if not p["reproduces_symptom"]:
@@ -537,7 +649,8 @@ def summary_line(p: dict[str, Any]) -> str:
     if best is not None and best["reproduces_symptom"]:
         line += (
             f"; if the survivors are few stragglers (best case) unused "
-            f"{_pc(best['change_pct']['unused'])}: a snapshot cannot tell which"
+            f"{_pc(best['change_pct']['unused'])}: without carrier data a snapshot cannot "
+            "tell which"
         )
     if p["not_modelled"]:
         line += f"; not modelled: {p['not_modelled']}"

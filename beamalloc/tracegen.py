@@ -413,9 +413,10 @@ class CarrierLike(Protocol):
     blocks: int
     blocks_size: int
     in_pool: bool
+    instance: int | None
 
     @property
-    def free_histogram(self) -> Any: ...  # .counts: free blocks per doubling size band
+    def free_histogram(self) -> Any: ...  # .counts, .bounds(i): free blocks per size band
 
 
 #: A carrier holding one block that fills at least this share of it is a single-block carrier.
@@ -423,6 +424,7 @@ SBC_FILL = 0.9
 #: Carriers at least this full hold the live set that turns over; sparser ones hold survivors
 #: that stay (the stragglers of a peak) [heur].
 DENSE_FILL = 0.5
+_FILLER, _SBC, _DENSE, _SPARSE = range(4)
 
 
 @dataclass(frozen=True)
@@ -439,14 +441,15 @@ class CarrierFit:
     scale: float
 
 
-def _gaps(rng: random.Random, counts: Sequence[int], free: int) -> list[int]:
-    """Sizes of a carrier's free blocks: one per histogram count, drawn inside its doubling band
-    and scaled so they add up to the carrier's free bytes (only relative sizes are used, so the
-    band's unit does not matter)."""
-    raw = []
-    for i, n in enumerate(counts):
-        lo = 2.0 ** (i - 1) if i else 0.25
-        raw += [rng.uniform(lo, 2 * lo) for _ in range(n)]
+def _gaps(rng: random.Random, hist: Any, free: int) -> list[int]:
+    """Sizes of a carrier's free blocks: one per histogram count, drawn inside its size band
+    (the open last band up to twice its floor) and scaled so that they add up to the carrier's
+    free bytes: the histogram is coarse, the free bytes exact."""
+    raw: list[float] = []
+    for i, n in enumerate(hist.counts):
+        lo, hi = hist.bounds(i)
+        hi = hi if hi is not None else 2 * max(lo, 1)
+        raw += [rng.uniform(max(lo, 1), hi) for _ in range(n)]
     if not raw and free > 0:
         raw = [1.0]
     rng.shuffle(raw)
@@ -460,7 +463,7 @@ def _window(rng: random.Random, c: CarrierLike, filler: int, merge: int) -> list
     (allocated, then freed). Up to `merge` neighbouring kept blocks become one block of their
     joint size (they sit side by side, so they pin the same carrier). Blocks are (size, kept)."""
     n = max(c.blocks, 0)
-    gaps = _gaps(rng, tuple(c.free_histogram.counts), max(c.size - c.blocks_size, 0))
+    gaps = _gaps(rng, c.free_histogram, max(c.size - c.blocks_size, 0))
     # Two free blocks are never neighbours (they coalesce): interior runs hold one block at least.
     while len(gaps) > n + 1:
         j = rng.randrange(len(gaps) - 1)
@@ -570,29 +573,36 @@ def from_carriers(
                            allocator=allocator, carriers=fit.carriers, merge=merge),
              seed)  # fmt: skip
     streams = [g.stream(number, ix, typ) for ix in range(1, schedulers + 1)]
-    plans: list[list[tuple[int, bool, bool]]] = [[] for _ in streams]  # (size, kept, dense)
+
+    def home(k: int, c: CarrierLike) -> int:
+        """The stream of the instance that made the carrier, where the data says which."""
+        return (c.instance - 1) % schedulers if c.instance else k % schedulers
+
+    # Per stream, blocks in allocation order as (size, role): FILLER (freed by the drop), SBC,
+    # DENSE (kept, in a carrier at least DENSE_FILL full: it turns over) or SPARSE (kept).
+    plans: list[list[tuple[int, int]]] = [[] for _ in streams]
     for k, c in enumerate(sbcs):
-        plans[k % schedulers].append((max(c.blocks_size - over, 1), True, False))
+        plans[home(k, c)].append((max(c.blocks_size - over, 1), _SBC))
     for k, c in enumerate(mbcs):
-        d = c.blocks_size >= DENSE_FILL * c.size
-        window = _window(g.rng, c, filler, merge)
-        plans[k % schedulers] += [(max(size - over, 1), keep, d) for size, keep in window]
+        role = _DENSE if c.blocks_size >= DENSE_FILL * c.size else _SPARSE
+        plans[home(k, c)] += [(max(size - over, 1), role if keep else _FILLER)
+                              for size, keep in _window(g.rng, c, filler, merge)]  # fmt: skip
     dt = 1000
     # Fill: every instance allocates its windows in order, interleaved as schedulers run.
-    ids: list[list[tuple[int, int, bool, bool]]] = [[] for _ in streams]
+    made: list[list[tuple[int, int, int]]] = [[] for _ in streams]  # (id, size, role)
     for j in range(max((len(p) for p in plans), default=0)):
-        for s, plan, out in zip(streams, plans, ids, strict=True):
+        for s, plan, out in zip(streams, plans, made, strict=True):
             if j < len(plan):
-                size, keep, d = plan[j]
+                size, role = plan[j]
                 g.alloc(s, size, dt)
-                out.append((s.live.ids[-1], size, keep, d))
+                out.append((s.live.ids[-1], size, role))
     # The drop: each instance frees its fillers in random order.
-    for s, out in zip(streams, ids, strict=True):
-        gone = [bid for bid, _, keep, _ in out if not keep]
+    for s, out in zip(streams, made, strict=True):
+        gone = [bid for bid, _, role in out if role == _FILLER]
         g.rng.shuffle(gone)
         for bid in gone:
             g.free(s, bid, dt)
-    turning = [[bid for bid, _, keep, d in out if keep and d] for out in ids]
+    turning = [[bid for bid, _, role in out if role == _DENSE] for out in made]
     if then is not None:
         _follow(g, streams, turning, then)
         return g.close(), fit
@@ -609,15 +619,15 @@ def from_carriers(
     # The peak of single-block carriers, again: allocated round robin, then freed. The kept
     # single-block blocks are made anew halfway through it, as the peak's large blocks were
     # (a heap moves at each garbage collection; a large binary is made in its burst).
-    big = [(streams[k % schedulers], ids[k % schedulers][k // schedulers][:2])
-           for k in range(len(sbcs))] if peak_sbcs else []  # fmt: skip
+    big = [(s, bid, size) for s, out in zip(streams, made, strict=True)
+           for bid, size, role in out if role == _SBC]  # fmt: skip
     peak: list[tuple[_Stream, int]] = []
     for k in range(peak_sbcs):
         s = streams[k % schedulers]
         g.alloc(s, max(peak_sbc_size - over, 1), dt)
         peak.append((s, s.live.ids[-1]))
         if k == peak_sbcs // 2:
-            for s, (bid, size) in big:
+            for s, bid, size in big:
                 g.free(s, bid, dt)
                 g.alloc(s, size, dt)
     for s, bid in peak:

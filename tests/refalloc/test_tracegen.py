@@ -8,6 +8,7 @@ from pathlib import Path
 from beamalloc import tracegen as tg
 from beamalloc.collector.sources import read_file
 from beamalloc.replay import replay_snapshot
+from beamalloc.snapshot import Carrier, FreeHistogram
 from beamalloc.trace import Op, open_trace, read_header
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "otp25"
@@ -111,10 +112,8 @@ def _bytes(snap, container: str) -> int:
 
 
 def _carrier(size: int, blocks: int, blocks_size: int, counts: list[int], pool: bool = True):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(size=size, blocks=blocks, blocks_size=blocks_size, in_pool=pool,
-                           free_histogram=SimpleNamespace(start=512, counts=counts))
+    return Carrier("binary_alloc", None, pool, size, blocks, blocks_size,
+                   FreeHistogram(256, tuple(counts)))
 
 
 def _stragglers(n: int) -> list:
