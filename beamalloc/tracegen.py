@@ -424,6 +424,9 @@ SBC_FILL = 0.9
 #: Carriers at least this full hold the live set that turns over; sparser ones hold survivors
 #: that stay (the stragglers of a peak) [heur].
 DENSE_FILL = 0.5
+#: ... and so do carriers whose blocks sit in runs (fewer free blocks than this per block):
+#: blocks allocated together, lately, unlike stragglers, each alone between free blocks [heur].
+RUN_GAPS = 0.5
 _FILLER, _SBC, _DENSE, _SPARSE = range(4)
 
 
@@ -555,8 +558,12 @@ def from_carriers(
         return c.blocks == 1 and big and c.blocks_size >= SBC_FILL * c.size
 
     sbcs = [c for c in carriers if is_sbc(c)]
+    def turns_over(c: CarrierLike) -> bool:
+        runs = c.blocks >= 16 and sum(c.free_histogram.counts) < RUN_GAPS * c.blocks
+        return c.blocks > 0 and (c.blocks_size >= DENSE_FILL * c.size or runs)
+
     mbcs = sorted((c for c in carriers if not is_sbc(c) and c.size > 0), key=lambda c: c.size)
-    dense = [c for c in mbcs if c.blocks and c.blocks_size >= DENSE_FILL * c.size]
+    dense = [c for c in mbcs if turns_over(c)]
     pool = dense or [c for c in mbcs if c.blocks]
     filler = max(sum(c.blocks_size for c in pool) // max(sum(c.blocks for c in pool), 1), 16)
     # Above max_blocks, blocks grow instead of carriers going: fillers get larger and runs of
@@ -579,12 +586,12 @@ def from_carriers(
         return (c.instance - 1) % schedulers if c.instance else k % schedulers
 
     # Per stream, blocks in allocation order as (size, role): FILLER (freed by the drop), SBC,
-    # DENSE (kept, in a carrier at least DENSE_FILL full: it turns over) or SPARSE (kept).
+    # DENSE (kept, in a carrier that turns_over) or SPARSE (kept for good).
     plans: list[list[tuple[int, int]]] = [[] for _ in streams]
     for k, c in enumerate(sbcs):
         plans[home(k, c)].append((max(c.blocks_size - over, 1), _SBC))
     for k, c in enumerate(mbcs):
-        role = _DENSE if c.blocks_size >= DENSE_FILL * c.size else _SPARSE
+        role = _DENSE if turns_over(c) else _SPARSE
         plans[home(k, c)] += [(max(size - over, 1), role if keep else _FILLER)
                               for size, keep in _window(g.rng, c, filler, merge)]  # fmt: skip
     dt = 1000
