@@ -105,6 +105,8 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
             ("usage", pct(t["usage"])),
             ("RSS", human(os_["rss"])),
             ("RSS − allocated", human(os_["rss_minus_allocated"])),
+            ("of RSS lazily freed (LazyFree)", human(os_.get("rss_lazyfree"))),
+            ("MemAvailable (host)", human(os_.get("mem_available"))),
             ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
         ],
         "types": type_rows(a),

@@ -106,6 +106,17 @@ def test_cookie_with_quotes_and_spaces(node_factory, marker) -> None:
     assert snap.os_pid == odd.pid
 
 
+def test_os_memory_beside_rss(target) -> None:
+    """LazyFree (smaps_rollup) and MemAvailable beside VmRSS, read from /proc as they are."""
+    snap = live.snapshot_node(target.node, target.cookie)
+    rollup = Path(f"/proc/{target.pid}/smaps_rollup").read_text()
+    assert snap.rss_lazyfree == live._kb_field(rollup, "LazyFree")  # an idle node: unchanged
+    avail = live._kb_field(Path("/proc/meminfo").read_text(), "MemAvailable")
+    assert snap.mem_available is not None and avail is not None
+    assert abs(snap.mem_available - avail) < 0.2 * avail  # other developers share the host
+    assert live._os_memory(2**22 + 12345)[0] is None  # no such process: no LazyFree
+
+
 def test_rss_only_for_a_beam_of_that_node(target) -> None:
     assert live._rss(target.pid, target.node) is not None
     assert live._rss(target.pid, f"someone_else@{target.node.split('@')[1]}") is None
