@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
 def test_bad_config_fixed() -> None:
-    """Under `+MBas bf` the recommended flags cut binary_alloc's unused bytes by >= 40 %."""
+    """Under `+MBas bf` R3's flags cut binary_alloc's unused bytes by >= 40 %. Without carrier
+    data the verdict judges the worst case (about -17 %) and holds them back (issue 17), so this
+    measures the held-back flags: what the carrier-seeded prediction has to show."""
     row = measure("binspike", "+MBas bf", "binary_alloc")
     assert "R3" in row.rules and "+MBas ageffcbf" in row.recommended
     assert "+MBacul de" in row.recommended  # the pool was off: switch it back on (§0.2 item 2)
@@ -32,9 +34,10 @@ def test_bad_config_fixed() -> None:
 
 @pytest.mark.parametrize("module", ["binspike", "frag"])
 def test_defaults_never_worse(module: str) -> None:
-    """Under default flags the advice never grows the carriers by more than 5 %."""
+    """Under default flags R3's flags (advised or held back) never grow the carriers by more
+    than 5 %."""
     row = measure(module, "", "binary_alloc")
-    assert row.recommended  # both workloads fragment binary_alloc, so there is advice to test
+    assert row.recommended  # both workloads fragment binary_alloc, so there are flags to test
     assert row.total_after <= 1.05 * row.total_before, row
     assert row.after[0] <= 1.05 * row.before[0], row
 
@@ -58,6 +61,7 @@ def test_process_heap_storm_lands_inside_the_predicted_range() -> None:
 def test_healthy_node() -> None:
     r = recommend(run("healthy", ""))
     assert r["healthy"] is True and r["emulator_flags"] == "" and r["recommendations"] == []
+    assert r["verdict"]["state"] == "HEALTHY"
     assert all(f["level"] == "info" for f in r["findings"])
 
 
@@ -70,7 +74,8 @@ def _probe(node: str, cookie: str, expr: str) -> None:
 
 def _advice(r: dict) -> tuple:
     return (
-        r["healthy"],
+        r["verdict"]["state"],
+        r["verdict"]["flags_in_force"]["flags"],  # read from every source alike
         r["emulator_flags"],
         [(x["rule"], x["allocator"], x["flag"], x["value"]) for x in r["recommendations"]],
         sorted((x["rule"], x["level"], x["allocator"] or "") for x in r["findings"]),
@@ -102,7 +107,7 @@ def test_same_advice_from_every_source(tmp_path: Path) -> None:
     sources = {"live": live, "recon": read_file(str(recon)), "crashdump": read_file(str(dump))}
     assert {k: s.source for k, s in sources.items()} == {k: k for k in sources}
     advice = {k: _advice(recommend(s)) for k, s in sources.items()}
-    assert advice["live"][0] is False  # a node with advice, so the comparison means something
+    assert advice["live"][0] != "HEALTHY"  # a node with a verdict to compare
     assert advice["recon"] == advice["live"]
     assert advice["crashdump"] == advice["live"]
     # The numbers behind it agree too (the node idled between the three reads).

@@ -117,6 +117,21 @@ def test_os_memory_beside_rss(target) -> None:
     assert live._os_memory(2**22 + 12345)[0] is None  # no such process: no LazyFree
 
 
+def test_carrier_rate_between_two_samples(target) -> None:
+    """The rate a speed trade needs: calls per second between two live samples, never lifetime
+    counters; an idle node makes (almost) no carrier calls."""
+    from beamalloc.analyzer.recommend import carrier_rate
+
+    a = live.snapshot_node(target.node, target.cookie)
+    time.sleep(1.0)
+    b = live.snapshot_node(target.node, target.cookie)
+    rate, why = carrier_rate(a, b)
+    assert why is None and rate is not None and 0.9 < rate.seconds < 5
+    assert "binary_alloc" in rate.per_allocator and rate.per_allocator["binary_alloc"] < 50
+    assert carrier_rate(b, a) == (None, "the samples do not say when they were taken, or are "
+                                        "out of order")  # fmt: skip
+
+
 def test_rss_only_for_a_beam_of_that_node(target) -> None:
     assert live._rss(target.pid, target.node) is not None
     assert live._rss(target.pid, f"someone_else@{target.node.split('@')[1]}") is None
