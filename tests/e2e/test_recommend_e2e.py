@@ -75,7 +75,8 @@ def _probe(node: str, cookie: str, expr: str) -> None:
 def _advice(r: dict) -> tuple:
     return (
         r["verdict"]["state"],
-        r["verdict"]["flags_in_force"]["flags"],  # read from every source alike
+        r["verdict"]["flags_in_force"]["options"],  # read from every source alike (a recon
+        # file names no release, so its flags are the options as reported, not +M flags)
         r["emulator_flags"],
         [(x["rule"], x["allocator"], x["flag"], x["value"]) for x in r["recommendations"]],
         sorted((x["rule"], x["level"], x["allocator"] or "") for x in r["findings"]),
