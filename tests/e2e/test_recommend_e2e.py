@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from before_after import carriers, measure, run
+from before_after import carriers, measure, run, tested_flags
 
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.collector.crashdump import MAGIC
@@ -45,12 +45,17 @@ def test_defaults_never_worse(module: str) -> None:
 def test_process_heap_storm_lands_inside_the_predicted_range() -> None:
     """heapchurn under default flags: the advice (R4 on eheap_alloc) cuts its unused bytes by at
     least the replay's worst case and at most its best case (measured: -54 %, predicted -28 %
-    at random survivors, -74 % with stragglers)."""
+    at random survivors, -74 % with stragglers). The worst case lies near the 20 % line (19-28 %
+    over runs of this workload), so R4 is advised on some runs and held back on others: the
+    flags measured are R4's either way."""
     before = run("heapchurn", "")
     rec = recommend(before)
-    (pred,) = [r for r in rec["prediction"]["runs"] if r["allocator"] == "eheap_alloc"]
+    (r4,) = [f for f in rec["findings"] if f["rule"] == "R4"]
+    pred = r4["predicted"]
     assert pred["reproduces_symptom"] and pred["best_case"]["reproduces_symptom"]
-    after = run("heapchurn", rec["emulator_flags"])
+    flags, rules = tested_flags(rec)
+    assert rules.startswith("R4") and flags.startswith("+MHas ageffcbf +MHlmbcs")
+    after = run("heapchurn", flags)
     unused = carriers(before, "eheap_alloc")[1], carriers(after, "eheap_alloc")[1]
     assert unused[0] > 64 << 20  # the workload did fragment
     drop = 1 - unused[1] / unused[0]
