@@ -14,7 +14,7 @@ from typing import Any
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, erts_of, lint_flags, lint_in_force
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
-from beamalloc.analyzer.rules import MIN_UNUSED, evaluate
+from beamalloc.analyzer.rules import MIN_UNUSED, evaluate, placement_flags
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -367,12 +367,17 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
     waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)
              if _wasteful(a) and a.name not in advised]  # fmt: skip
     mostly_empty = f.usage < MOSTLY_EMPTY and f.unused >= MIN_UNUSED
-    if mostly_empty and not waste and not advised:
+    if mostly_empty and not waste and not advised:  # spread out: those holding a tenth of it
         waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)[:3]
-                 if a.unused > 0]  # fmt: skip
+                 if a.unused >= f.unused / 10]  # fmt: skip
+    base, schedulers = node_flags(snap), f.schedulers or 1
     entries = []
     for a in waste:
         why = [h["why"] for h in held if h["allocator"] == a.name]
+        if a.name not in in_force_flags and not why:  # the right flags may be set already
+            own = placement_flags(a)
+            if own and all(_changes_nothing(x, base, schedulers) for x in own):
+                in_force_flags[a.name] = [x.flag.render() for x in own]
         cls = classification(snap, a.name)
         pooled = (f" {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}) hold "
                   f"{human(a.pool_used)} of data." if a.pool_carriers else "")  # fmt: skip
@@ -383,7 +388,9 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
                      "pinned by stragglers from survivors scattered over every carrier")
         entries.append({
             "allocator": a.name, "unused": a.unused, "allocated": a.allocated,
-            "usage": round(a.usage, 4), "flags_in_force": in_force_flags.get(a.name, []),
+            "usage": round(a.usage, 4),  # the node's own flags for it, where the rules' are set
+            "flags_in_force": [x.render() for x in base.for_allocator(a.letter or "")]
+            if a.name in in_force_flags else [],
             "flags_held_back": why, "classification": cls and cls["kind"],
             "why": cause + "." + pooled, "remedies": remedies(a, cls),
         })  # fmt: skip
@@ -401,12 +408,15 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
         if entries:
             headline += (f" No flag releases {human(sum(e['unused'] for e in entries))} in "
                          + ", ".join(e["allocator"] for e in entries) + " (below).")
-    elif entries and all(e["flags_in_force"] and not e["flags_held_back"] for e in entries):
+    elif entries and entries[0]["flags_in_force"] and not held:
         state = IN_FORCE
         e = entries[0]
         headline = (f"{IN_FORCE}: {e['allocator']} already runs the flags the rules give "
                     f"({' '.join(e['flags_in_force'])}); {human(e['unused'])} of "
-                    f"{human(e['allocated'])} is still unused: {e['why']}")
+                    f"{human(e['allocated'])} is still unused ({total}): {e['why']}")
+        if snap.rss_lazyfree:  # where acful shows (never as "RSS falls")
+            headline += (f" Of {human(snap.rss)} resident, {human(snap.rss_lazyfree)} is lazily "
+                         "freed (MADV_FREE): the OS takes it back when it needs memory.")
     elif entries:
         state = NO_FLAG
         e = entries[0]

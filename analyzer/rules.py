@@ -240,6 +240,20 @@ def _small_carriers(
                    ev, sources, a.name, advice)  # fmt: skip
 
 
+def placement_flags(a: AllocFacts) -> list[Advice]:
+    """The flags R3/R4/R5 give an allocator, whatever its thresholds: what a node that already
+    runs them shows as FLAGS IN FORCE (none for allocators those rules do not cover)."""
+    if a.letter is None:
+        return []
+    if a.name == "binary_alloc":
+        return _small_carriers("R3", a, SRC_R3, lower_sbct=True).advice
+    if a.name == "eheap_alloc":
+        return _small_carriers("R4", a, SRC_R4, lower_sbct=False).advice
+    if a.name == "ets_alloc":
+        return _migration_fix(a, "R5", _ev(a), SRC_R5)
+    return []
+
+
 def r5_ets_fragmentation(f: Facts) -> list[Finding]:
     """R5 ets_alloc fragmentation: R2 met for ets_alloc.
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -61,6 +62,25 @@ def test_process_heap_storm_lands_inside_the_predicted_range() -> None:
     drop = 1 - unused[1] / unused[0]
     assert pred["unused_saving"] - 0.05 <= drop <= pred["best_case"]["unused_saving"] + 0.05, (
         drop, pred["unused_saving"], pred["best_case"]["unused_saving"])
+
+
+def test_mostly_empty_under_the_right_flags_is_not_healthy() -> None:
+    """Issue 17's "157 of 184.8 MiB empty, HEALTHY" case: binspike restarted with the flags R3
+    and R10 give keeps a quarter of its carriers' bytes in use. The verdict says the flags are in
+    force and what is still unused; acful's effect is shown as LazyFree, never as RSS falling."""
+    # 10x the default stragglers: 1 in 500 of the burst stays, enough to pin most carriers
+    snap = run("binspike", "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacful de",
+               env={"STRAGGLE": "500"})
+    r = recommend(snap)
+    v = r["verdict"]
+    assert r["usage"] < 0.5 and r["allocated"] - r["used"] >= 32 << 20  # mostly empty
+    assert v["state"] == "FLAGS IN FORCE" and not r["healthy"] and r["emulator_flags"] == ""
+    assert v["flags_in_force"]["flags"].startswith("+MBas ageffcbf +MBsbct 256 +MBlmbcs 512")
+    assert v["no_flag_helps"][0]["allocator"] == "binary_alloc"
+    assert snap.rss_lazyfree is not None and snap.mem_available is not None
+    if snap.rss_lazyfree:
+        assert "lazily freed" in v["headline"]
+    assert "RSS falls" not in json.dumps(r)
 
 
 def test_healthy_node() -> None:
