@@ -248,6 +248,9 @@ def judge(fnd: Finding, p: dict[str, Any] | None, err: str | None, rate: Rate | 
     """None if the finding's flags show the gain they are there for; else why not (one line)."""
     if runaway is not None:
         return "the node died of one runaway allocation: no flag until its holder is bounded"
+    if p is not None and p["unused_saving"] < 0:  # a speed trade too: never more waste
+        return (f"its own prediction grows {p['allocator']}'s unused bytes by "
+                f"{-p['unused_saving']:.0%} ({_judged(p)})")
     if fnd.rule in SPEED_RULES:
         if rate is None:
             return ("a speed trade needs a carrier-call rate measured over time (`recommend "
@@ -269,8 +272,6 @@ def judge(fnd: Finding, p: dict[str, Any] | None, err: str | None, rate: Rate | 
         return (f"no prediction to judge it by: the {p['model']['generator']} trace does not "
                 f"reproduce {p['allocator']}'s unused bytes (fidelity {p['fidelity']})")
     saving = p["unused_saving"]
-    if saving < 0:
-        return f"its own prediction grows {p['allocator']}'s unused bytes by {-saving:.0%}"
     if saving < MIN_GAIN:
         best = p.get("best_case") or {}
         also = (f"; {best['unused_saving']:.0%} if the survivors are a few stragglers, which "
@@ -404,7 +405,8 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
         headline = f"{NO_FLAG}: {runaway.message}"
     elif advice:
         state = CHANGE
-        headline = f"{CHANGE}: " + _change_line(findings, advice, preds) + f"; {total}."
+        headline = f"{CHANGE}: " + _change_line(snap, findings, advice, preds, rate)
+        headline += f"; {total}."
         if entries:
             headline += (f" No flag releases {human(sum(e['unused'] for e in entries))} in "
                          + ", ".join(e["allocator"] for e in entries) + " (below).")
@@ -436,8 +438,21 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
             "min_gain": MIN_GAIN, "min_rate": MIN_RATE}  # fmt: skip
 
 
-def _change_line(findings: list[Finding], advice: list[Advice], preds: dict[int, Pred]) -> str:
-    """What the advised flags are for, each finding with its predicted figure."""
+def _mseg_cost(snap: Snapshot, mcs: int) -> int:
+    """Resident bytes `+MMmcs mcs` may add: the extra cache slots of each mseg instance, each
+    holding a segment of the node's average size (cached segments are not in carrier bytes)."""
+    out = 0
+    for x in snap.mseg:
+        cur = x.options.get("mcs")
+        avg = x.segments_size.max // x.segments.max if x.segments.max else 0
+        out += max(mcs - (cur if isinstance(cur, int) else 10), 0) * avg
+    return out
+
+
+def _change_line(snap: Snapshot, findings: list[Finding], advice: list[Advice],
+                 preds: dict[int, Pred], rate: Rate | None) -> str:  # fmt: skip
+    """What the advised flags are for, each finding with its predicted figure (a speed trade:
+    its memory cost beside the rate it saves)."""
     parts = []
     for fnd in findings:
         if fnd.level != "action" or not fnd.advice:
@@ -448,12 +463,19 @@ def _change_line(findings: list[Finding], advice: list[Advice], preds: dict[int,
             parts.append(f"{flags} ({fnd.rule}, no prediction)")
             continue
         b, a = p["before"], p["after"]
-        if fnd.rule in SPEED_RULES:
+        if fnd.rule == "R6" and rate is not None:
+            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"), 30)
+            parts.append(f"{flags} trades memory for speed: up to "
+                         f"{human(_mseg_cost(snap, mcs))} more cached segments resident (not in "
+                         f"carrier bytes) for {rate.mseg_misses:.0f} mseg cache misses/s measured")
+        elif fnd.rule in SPEED_RULES:
             parts.append(
                 f"{flags} trades memory for speed: {p['allocator']} carrier bytes "
                 f"{_signed_pct(p['change_pct']['carriers_size'])} "
                 f"({human(a['carriers_size'] - b['carriers_size'])} in the replay) for carrier "
-                f"calls {_signed_pct(p['change_pct']['carrier_calls'])}")
+                f"calls {_signed_pct(p['change_pct']['carrier_calls'])}"
+                + (f" of {rate.per_allocator.get(p['allocator'], 0):.0f}/s measured" if rate
+                   else ""))
         else:
             parts.append(f"{flags} frees {p['unused_saving']:.0%} of {p['allocator']}'s unused "
                          f"bytes (judged on {_judged(p)})")
