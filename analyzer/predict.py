@@ -61,8 +61,9 @@ MIN_FIDELITY = 0.5
 PLACEMENT_RULES = ("R3", "R4", "R5", "R9", "R13")
 #: What the replay cannot show for a rule; said beside its prediction.
 NOT_MODELLED = {
-    "R10": "acful gives free pages of pooled carriers back to the OS (RSS); carrier bytes, which "
-    "the replay counts, do not change",
+    "R10": "acful lets the OS take back free pages of pooled carriers (MADV_FREE: LazyFree, "
+    "MemAvailable; VmRSS until the kernel needs them); carrier bytes, which the replay counts, "
+    "do not change",
     "R6": "cached segments are resident but not in carrier bytes; the gain is fewer mmap calls",
 }
 #: The user-size overhead of a block: header, plus an atag on binary/driver_alloc (§3.1).

@@ -137,3 +137,25 @@ def test_rss_only_for_a_beam_of_that_node(target) -> None:
     assert live._rss(target.pid, f"someone_else@{target.node.split('@')[1]}") is None
     assert live._rss(os.getpid(), target.node) is None  # not a beam process
     assert live._rss(2**22 + 12345, target.node) is None  # no such process
+
+
+def test_recommend_a_live_node_measures_the_rate(target) -> None:
+    """`recommend NODE` samples it twice, --rate-seconds apart, says so on stderr, and the
+    verdict carries the measured rate; --rate-seconds 0 says why there is none."""
+    import json
+
+    from support import run_cli
+
+    env = dict(os.environ, BEAMALLOC_COOKIE=target.cookie)
+    r = run_cli("recommend", target.node, "--json", "--rate-seconds", "1", "--no-predict",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert "sampling" in r.stderr and "--rate-seconds 0 skips it" in r.stderr
+    v = json.loads(r.stdout)["verdict"]
+    assert v["rate"] is not None and 0.9 <= v["rate"]["seconds"] < 5
+    assert "binary_alloc" in v["rate"]["carrier_calls_per_second"]
+    r = run_cli("recommend", target.node, "--json", "--rate-seconds", "0", "--no-predict",
+                env=env)
+    v = json.loads(r.stdout)["verdict"]
+    assert v["rate"] is None and v["rate_unavailable"].startswith("--rate-seconds 0")
+    assert run_cli("recommend", target.node, "--rate-seconds", "-1", env=env).returncode == 2
