@@ -275,7 +275,8 @@ def judge(fnd: Finding, p: dict[str, Any] | None, err: str | None, rate: Rate | 
     if saving < MIN_GAIN:
         best = p.get("best_case") or {}
         also = (f"; {best['unused_saving']:.0%} if the survivors are a few stragglers, which "
-                "only the carrier map can show" if best.get("reproduces_symptom") else "")
+                "only the carrier map can show" if best.get("reproduces_symptom")
+                and best["unused_saving"] >= MIN_GAIN else "")
         return (f"predicted to free {saving:.0%} of {p['allocator']}'s unused bytes (judged on "
                 f"{_judged(p)}), below the {MIN_GAIN:.0%} a restart is for{also}")
     return None
