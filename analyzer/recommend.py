@@ -88,18 +88,25 @@ def _lint_proposal(
     return advice, withheld
 
 
-def _changes_nothing(a: Advice, base: FlagSet, schedulers: int) -> bool:
-    """Whether the node already runs with this flag's value (its effective configuration)."""
-    fs = FlagSet((*base.flags, a.flag), otp=base.otp)
-    try:
-        if a.flag.target == "M":
-            return effective_globals(fs, schedulers, otp=base.otp) == effective_globals(
-                base, schedulers, otp=base.otp)  # fmt: skip
-        name = a.allocator
-        return (effective_config(fs, schedulers, otp=base.otp)[name]
-                == effective_config(base, schedulers, otp=base.otp)[name])  # fmt: skip
-    except (ValueError, KeyError):
-        return False
+class _Running:
+    """The node's flags (predict.node_flags) and the configuration they give, computed once."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.base = node_flags(snap)
+        self.schedulers = snap.schedulers or 1
+        self.config = effective_config(self.base, self.schedulers, otp=self.base.otp)
+        self.globals = effective_globals(self.base, self.schedulers, otp=self.base.otp)
+
+    def runs(self, a: Advice) -> bool:
+        """Whether the node already runs with this flag's value (its effective configuration)."""
+        fs, otp = FlagSet((*self.base.flags, a.flag), otp=self.base.otp), self.base.otp
+        try:
+            if a.flag.target == "M":
+                return effective_globals(fs, self.schedulers, otp=otp) == self.globals
+            return effective_config(fs, self.schedulers, otp=otp)[a.allocator] == self.config[
+                a.allocator]  # fmt: skip
+        except (ValueError, KeyError):
+            return False
 
 
 def _advice_json(a: Advice, pred: tuple[dict | None, str | None]) -> dict[str, Any]:
@@ -339,7 +346,7 @@ def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[dict[str, Any]]:
 HEALTHY, CHANGE, IN_FORCE, NO_FLAG = "HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"
 
 
-def flags_in_force(snap: Snapshot) -> dict[str, Any]:
+def flags_in_force(snap: Snapshot, base: FlagSet | None = None) -> dict[str, Any]:
     """The flags the node runs with, from the options its snapshot carries (every source does):
     rendered as `+M` flags against the defaults of a modelled release, else listed as reported."""
     opts = in_force(snap)
@@ -353,18 +360,20 @@ def flags_in_force(snap: Snapshot) -> dict[str, Any]:
         return {"flags": None, "options": shown,
                 "note": f"OTP {snap.otp_release or '?'} is not modelled (OTP "
                         f"{'/'.join(map(str, SUPPORTED_OTP))} are): its options as reported"}
-    return {"flags": node_flags(snap).render(), "options": shown, "note": None}
+    return {"flags": (base or node_flags(snap)).render(), "options": shown, "note": None}
 
 
 def _wasteful(a: AllocFacts) -> bool:
     return a.unused >= MIN_UNUSED and a.usage < MOSTLY_EMPTY
 
 
-def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Advice],
-             held: list[dict[str, Any]], in_force_flags: dict[str, list[str]],
-             preds: dict[int, Pred], runaway: Finding | None, rate: Rate | None,
+def _verdict(snap: Snapshot, f: Facts, running: _Running, findings: list[Finding],
+             advice: list[Advice], held: list[dict[str, Any]],
+             in_force_flags: dict[str, list[str]], preds: dict[int, Pred],
+             runaway: Finding | None, rate: Rate | None,
              rate_why: str | None) -> dict[str, Any]:  # fmt: skip
-    fin = flags_in_force(snap)
+    base = running.base
+    fin = flags_in_force(snap, base)
     advised = {a.allocator for a in advice}
     waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)
              if _wasteful(a) and a.name not in advised]  # fmt: skip
@@ -372,13 +381,12 @@ def _verdict(snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Adv
     if mostly_empty and not waste and not advised:  # spread out: those holding a tenth of it
         waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)[:3]
                  if a.unused >= f.unused / 10]  # fmt: skip
-    base, schedulers = node_flags(snap), f.schedulers or 1
     entries = []
     for a in waste:
         why = [h["why"] for h in held if h["allocator"] == a.name]
         if a.name not in in_force_flags and not why:  # the right flags may be set already
             own = placement_flags(a)
-            if own and all(_changes_nothing(x, base, schedulers) for x in own):
+            if own and all(running.runs(x) for x in own):
                 in_force_flags[a.name] = [x.flag.render() for x in own]
         cls = classification(snap, a.name)
         pooled = (f" {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}) hold "
@@ -498,12 +506,11 @@ def recommend(
     carrier-call rate measured between two samples of the node, which speed trades need."""
     f = facts(snap)
     findings = evaluate(f)
-    runaway = next((x for x in findings if x.rule == "OOM" and "runaway" in x.title), None)
-    base = node_flags(snap)
-    schedulers = f.schedulers or 1
+    runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
+    running = _Running(snap)
     in_force_flags: dict[str, list[str]] = {}
     for fnd in findings:  # a flag the node already runs with is no advice
-        for a in [a for a in fnd.advice if _changes_nothing(a, base, schedulers)]:
+        for a in [a for a in fnd.advice if running.runs(a)]:
             in_force_flags.setdefault(a.allocator, []).append(a.flag.render())
             fnd.advice.remove(a)
         if fnd.level == "action" and not fnd.advice:
@@ -548,8 +555,8 @@ def recommend(
         findings_json.append(d)
     if rate is None and rate_unavailable is None:
         rate_unavailable = NO_RATE
-    verdict = _verdict(snap, f, findings, advice, held, in_force_flags, preds, runaway, rate,
-                       rate_unavailable)  # fmt: skip
+    verdict = _verdict(snap, f, running, findings, advice, held, in_force_flags, preds, runaway,
+                       rate, rate_unavailable)  # fmt: skip
     return {
         "schema": SCHEMA,
         "node": snap.node,

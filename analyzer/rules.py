@@ -537,7 +537,8 @@ def oom_runaway(f: Facts) -> list[Finding]:
     name, size, typ = m.group(1), int(m.group(2)), m.group(3) or "?"
     a = f.allocators.get(name)
     bits = ADDRESS_BITS.get(f.wordsize or 8, 47)
-    ev: dict[str, int | float | str] = {"slogan": f.slogan or "", "size": size, "type": typ}
+    ev: dict[str, int | float | str | bool] = {"slogan": f.slogan or "", "size": size,
+                                               "type": typ}
     what = f"The node died allocating {size} bytes of \"{typ}\" in {name}"
     if size >= 1 << (8 * (f.wordsize or 8) - 1):
         neg = size - (1 << (8 * (f.wordsize or 8)))
@@ -559,6 +560,7 @@ def oom_runaway(f: Facts) -> list[Finding]:
                         f"{what} ({human(size)}); its carriers held {human(f.allocated)}. The "
                         "slogan does not say which OS call failed (erlang/otp#3489).", ev,
                         SRC_OOM, name)]  # fmt: skip
+    ev["runaway"] = True
     fix = ("Find the holder in the dump (crashdump_viewer: processes by memory; =binary sizes) "
            "and bound it: max_heap_size (erlang:process_flag/2) kills a process whose heap "
            "passes it; a queue or cache needs its own limit. No +M flag helps.")
