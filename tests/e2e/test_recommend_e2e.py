@@ -83,6 +83,46 @@ def test_mostly_empty_under_the_right_flags_is_not_healthy() -> None:
     assert "RSS falls" not in json.dumps(r)
 
 
+#: A short peak of large process heaps (issue 17's second case): 150 processes build heaps of a
+#: 120 000-element list (a few MiB each, in single-block carriers), all but 4 are killed.
+HEAP_PEAK = (
+    "Ps = [spawn(fun() -> L = lists:seq(1, 120000), receive stop -> length(L) end end) "
+    "|| _ <- lists:seq(1, 150)], timer:sleep(2000), {Keep, Drop} = lists:split(4, Ps), "
+    "[exit(P, kill) || P <- Drop], register(keep, spawn(fun() -> receive _ -> Keep end end)), "
+    "receive never -> ok end."
+)
+
+
+def test_heap_peak_speed_trade_is_held_back() -> None:
+    """R7 proposes +MHsbct/+MHlmbcs for the heaps left in single-block carriers; its own replay
+    grows eheap_alloc's unused bytes (+203 % measured here), so it is never advised, with or
+    without a measured rate (issue 17: +MHsbct 8192 +MHlmbcs 32768 beside +269 %)."""
+    from live.conftest import erl_eval, start_node
+
+    from beamalloc.analyzer.recommend import carrier_rate
+
+    node = start_node(eval_=HEAP_PEAK)
+    try:
+        deadline = time.monotonic() + 60
+        while "undefined" in erl_eval(node, "erpc:call(T, erlang, whereis, [keep])"):
+            assert time.monotonic() < deadline, "the heap peak did not settle"
+            time.sleep(0.5)
+        first = snapshot_node(node.node, node.cookie, timeout=60.0)
+        time.sleep(1.0)
+        snap = snapshot_node(node.node, node.cookie, timeout=60.0)
+    finally:
+        node.stop()
+    rate, why = carrier_rate(first, snap)
+    assert why is None and rate is not None
+    r = recommend(snap, rate=rate)
+    (r7,) = [f for f in r["findings"] if f["rule"] == "R7"]
+    assert r7["allocator"] == "eheap_alloc" and r7["candidate_flags"][0].startswith("+MHsbct")
+    assert r7["predicted"]["unused_saving"] < 0 and r7["level"] == "info"
+    (held,) = [h for h in r["held_back"] if h["rule"] == "R7"]
+    assert held["why"].startswith("its own prediction grows eheap_alloc's unused bytes")
+    assert "+MH" not in r["emulator_flags"]
+
+
 def test_healthy_node() -> None:
     r = recommend(run("healthy", ""))
     assert r["healthy"] is True and r["emulator_flags"] == "" and r["recommendations"] == []
