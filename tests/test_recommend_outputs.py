@@ -9,7 +9,7 @@ from recommend_fixtures import SNAPS, load
 from support import SAMPLES
 
 from beamalloc.analyzer.outputs import FORMATS, paste_block
-from beamalloc.analyzer.recommend import Rate, judge, recommend
+from beamalloc.analyzer.recommend import Rate, carrier_rate, judge, recommend
 
 FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512"
 PREDICTED_KEYS = {"allocator", "flags", "flags_before", "flags_after", "model", "before", "after",
@@ -159,3 +159,22 @@ def test_bad_input_exit_codes(cli) -> None:
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = cli("recommend", str(SNAPS / "healthy.json"), "--format", "yaml")
     assert r.returncode == 2
+
+
+def test_rate_from_an_earlier_snapshot(cli) -> None:
+    """--rate-from takes the rate between two samples of one node, and says why not otherwise."""
+    later = load("heapchurn")
+    earlier = load("heapchurn")
+    earlier.taken_at = later.taken_at - 10
+    for inst in earlier.allocators:
+        for k in ("mseg_alloc", "sys_alloc"):
+            if k in inst.calls:
+                inst.calls[k] = max(inst.calls[k] - 100, 0)
+    rate, why = carrier_rate(earlier, later)
+    assert why is None and rate is not None and rate.seconds == 10
+    assert rate.per_allocator["eheap_alloc"] > 0
+    assert carrier_rate(later, earlier)[1].startswith("the samples do not say")
+    doc = json.loads(cli("recommend", str(SNAPS / "heapchurn.json"), "--json", "--no-predict",
+                         "--rate-from", str(SNAPS / "frag.json")).stdout)
+    assert doc["verdict"]["rate"] is None
+    assert doc["verdict"]["rate_unavailable"].startswith("the samples are of two nodes")
