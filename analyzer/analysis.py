@@ -173,6 +173,8 @@ def _os_view(snap: Snapshot, allocated: int, allocated_all: int) -> dict[str, An
         "allocated_all": allocated_all,
         "rss": snap.rss,
         "rss_minus_allocated": None if snap.rss is None else snap.rss - allocated_all,
+        "rss_lazyfree": snap.rss_lazyfree,
+        "mem_available": snap.mem_available,
         "mseg_cached_segments": cached,
     }
     return view

@@ -86,6 +86,10 @@ class AllocFacts:
     pool_used: int
     calls: dict[str, int]
     sched_allocated: list[int]  # per scheduler instance (1..S), for imbalance
+    #: An upper bound on the largest block the allocator ever held: per instance, the most bytes
+    #: its single-block carriers held at once (one block, if it never had two); 0 if it never
+    #: had a single-block carrier (then every block stayed below sbct).
+    largest_block: int = 0
 
     @property
     def unused(self) -> int:
@@ -132,6 +136,8 @@ class Facts:
     mseg_calls: int
     mseg_hits: int
     mseg_mcs: int | None
+    slogan: str | None = None  # a crash dump's: why the node died
+    wordsize: int | None = None
 
     @property
     def unused(self) -> int:
@@ -178,6 +184,7 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
         pool_used=sum(p.block_size for p in pools),
         calls=calls,
         sched_allocated=[m.container_size(i, "current", "carriers_size") for i in sched],
+        largest_block=max((i.sbcs.block_size.max for i in insts), default=0),
     )
 
 
@@ -204,4 +211,6 @@ def facts(snap: Snapshot) -> Facts:
         mseg_calls=sum(x.calls.get("mseg_alloc", 0) for x in snap.mseg),
         mseg_hits=sum(x.cache_hits for x in snap.mseg),
         mseg_mcs=int(mcs[0]) if mcs else None,  # type: ignore[arg-type]
+        slogan=snap.extra.get("slogan") if isinstance(snap.extra.get("slogan"), str) else None,
+        wordsize=snap.wordsize,
     )

@@ -61,18 +61,23 @@ def evidence_line(ev: dict[str, Any]) -> str:
 
 
 def verdict(r: dict[str, Any]) -> str:
-    if r["healthy"]:
-        return (
-            f"HEALTHY: no +M flag to change. The allocators use {pct(r['usage'])} of "
-            f"{human(r['allocated'])} of carriers; nothing crosses a rule's threshold."
-        )
-    n = len(r["recommendations"])
-    trade = sum(1 for x in r["recommendations"] if x["trade_off"])
-    return (
-        f"CHANGE FLAGS: {n} flag{'s' if n > 1 else ''} to set"
-        + (f" ({trade} trade memory for speed)" if trade else "")
-        + f". The allocators use {pct(r['usage'])} of {human(r['allocated'])} of carriers."
-    )
+    """The verdict line: its state first (HEALTHY, CHANGE FLAGS, FLAGS IN FORCE, NO FLAG HELPS)."""
+    return str(r["verdict"]["headline"])
+
+
+#: Terminal style of each state: green only where nothing is to be done.
+STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "cyan",
+               "NO FLAG HELPS": "red"}  # fmt: skip
+
+
+def in_force_line(v: dict[str, Any]) -> str:
+    """The flags in force, as the snapshot shows them."""
+    fin = v["flags_in_force"]
+    if fin["flags"] is not None:
+        return f"`{fin['flags']}`" if fin["flags"] else "OTP defaults (no +M flag changes them)"
+    opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
+                     for n, o in fin["options"].items() if o)  # fmt: skip
+    return f"{fin['note']}: {opts}"
 
 
 def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
@@ -80,8 +85,23 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         console.print(Text(line, style=style or ""), soft_wrap=True)
 
     say(f"{r['node']}  OTP {r['otp_release'] or '?'}  source {r['source']}", "bold")
-    style = "green" if r["healthy"] else "yellow"
-    say(verdict(r), style=f"bold {style}")
+    v = r["verdict"]
+    say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
+    say(f"Flags in force: {in_force_line(v)}", style="dim")
+    for e in v["no_flag_helps"]:
+        say(f"\nNo flag helps {e['allocator']} ({human(e['unused'])} unused of "
+            f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
+        for why in e["flags_held_back"]:
+            say(f"  held back: {why}")
+        if e["flags_in_force"]:
+            say(f"  already in force: {' '.join(e['flags_in_force'])}")
+        say(f"  why: {e['why']}")
+        for rem in e["remedies"]:
+            bound = "up to " if rem["releases"] == e["unused"] else ""
+            say(f"  what does: {rem['action']}: releases {bound}{human(rem['releases'])} "
+                f"({'; '.join(rem['sources'])})")
+    if v["rate"] is None and v["rate_unavailable"]:
+        say(f"Speed trades: {v['rate_unavailable']}", style="dim")
     actions = [x for x in r["findings"] if x["level"] == "action"]
     infos = [x for x in r["findings"] if x["level"] == "info"]
     if actions:
@@ -121,11 +141,9 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(f"  withheld (our own proposal tripped the lint): {i['message']}")
     for note in r["notes"]:
         say(f"  note: {note}")
-    if not r["healthy"]:
+    if r["recommendations"]:
         whole = r.get("prediction")
-        say("\nPredicted for all the flags together (node's flags in force: "
-            + (f"`{whole['flags_before']}`" if whole and whole["flags_before"] else "defaults")
-            + "):")  # fmt: skip
+        say(f"\nPredicted for all the flags together (node's flags in force: {in_force_line(v)}):")
         if whole:
             for run in whole["runs"]:
                 say(f"  {run['summary']}")
@@ -137,8 +155,8 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
 
 def summary(r: dict[str, Any]) -> list[str]:
     """Two lines for `beamalloc demo`: the verdict's flags and the top recommendation."""
-    if r["healthy"]:
-        return ["Recommended +M flags: none (healthy)."]
+    if not r["recommendations"]:
+        return [verdict(r)]
     top = r["recommendations"][0]
     lines = [
         f"Recommended +M flags: {r['emulator_flags']}",

@@ -78,8 +78,9 @@ MIN_FIDELITY = 0.5
 PLACEMENT_RULES = ("R3", "R4", "R5", "R9", "R13")
 #: What the replay cannot show for a rule; said beside its prediction.
 NOT_MODELLED = {
-    "R10": "acful gives free pages of pooled carriers back to the OS (RSS); carrier bytes, which "
-    "the replay counts, do not change",
+    "R10": "acful lets the OS take back free pages of pooled carriers (MADV_FREE: LazyFree, "
+    "MemAvailable; VmRSS until the kernel needs them); carrier bytes, which the replay counts, "
+    "do not change",
     "R6": "cached segments are resident but not in carrier bytes; the gain is fewer mmap calls",
 }
 #: The user-size overhead of a block: header, plus an atag on binary/driver_alloc (§3.1).
@@ -139,6 +140,8 @@ def node_flags(snap: Snapshot) -> FlagSet:
             if param not in o or (letter in NO_MIGRATION and param.startswith("ac")):
                 continue
             want = o[param]
+            if param == "t" and isinstance(want, int) and not isinstance(want, bool):
+                want = want > 0  # a crash dump prints `t` as its instance count, live `true`
             cfg = effective_config(FlagSet(tuple(flags), otp=otp), schedulers, otp=otp)[name]
             if getattr(cfg, attr) == want:
                 continue

@@ -12,6 +12,7 @@ bytes and calls keep a small, healthy node from getting advice for noise.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding
@@ -239,6 +240,20 @@ def _small_carriers(
                    ev, sources, a.name, advice)  # fmt: skip
 
 
+def placement_flags(a: AllocFacts) -> list[Advice]:
+    """The flags R3/R4/R5 give an allocator, whatever its thresholds: what a node that already
+    runs them shows as FLAGS IN FORCE (none for allocators those rules do not cover)."""
+    if a.letter is None:
+        return []
+    if a.name == "binary_alloc":
+        return _small_carriers("R3", a, SRC_R3, lower_sbct=True).advice
+    if a.name == "eheap_alloc":
+        return _small_carriers("R4", a, SRC_R4, lower_sbct=False).advice
+    if a.name == "ets_alloc":
+        return _migration_fix(a, "R5", _ev(a), SRC_R5)
+    return []
+
+
 def r5_ets_fragmentation(f: Facts) -> list[Finding]:
     """R5 ets_alloc fragmentation: R2 met for ets_alloc.
 
@@ -302,6 +317,11 @@ def r7_sbcs(f: Facts) -> list[Finding]:
             continue
         avg = a.sbcs_used // a.sbcs_blocks if a.sbcs_blocks else 0
         new_sbct = 1 << max(2 * avg - 1, 1).bit_length() if avg else 0
+        # Bounded by what the node has shown (issue 17): no sbct above the largest block it ever
+        # held, no carrier larger than every carrier it ever mapped together.
+        bounded = new_sbct > a.largest_block
+        new_sbct = min(new_sbct, a.largest_block) // KB * KB
+        lmbcs = min(R7_LMBCS_FACTOR * new_sbct, _pow2_floor(f.max_allocated))
         allocs, mseg, sysc = a.call("alloc"), a.calls.get("mseg_alloc", 0), a.calls.get(
             "sys_alloc", 0)  # fmt: skip
         ev = {
@@ -321,25 +341,33 @@ def r7_sbcs(f: Facts) -> list[Finding]:
         msg = (f"{a.name}: {pct(share)} of its carrier bytes are single-block carriers, "
                f"{a.sbcs_blocks} blocks averaging {human(avg)} above sbct {human(sbct)}; "
                f"{mseg + sysc} mseg/sys_alloc calls for {allocs} allocations.")  # fmt: skip
-        if new_sbct <= sbct or mseg + sysc < R7_MIN_CARRIER_CALLS:
+        if new_sbct <= sbct or lmbcs < 2 * new_sbct or mseg + sysc < R7_MIN_CARRIER_CALLS:
+            if (bounded and new_sbct <= sbct) or lmbcs < 2 * new_sbct:
+                msg += (f" No larger sbct: the largest block it ever held is at most "
+                        f"{human(a.largest_block)}, and the node never mapped more than "
+                        f"{human(f.max_allocated)} of carriers.")  # fmt: skip
             out.append(Finding("R7", "info", f"{a.name}: data in single-block carriers", msg,
                                ev, src, a.name))  # fmt: skip
             continue
         cost = (f"trades memory for speed: blocks of up to {human(new_sbct)} share carriers of "
-                f"up to {human(R7_LMBCS_FACTOR * new_sbct)}, so a few live ones can pin a whole "
+                f"up to {human(lmbcs)}, so a few live ones can pin a whole "
                 f"carrier (more unused bytes); saves up to {mseg + sysc} carrier calls per "
                 f"{allocs} allocations")  # fmt: skip
         adv = [
             Advice("R7", a.name, _flag(a, "sbct", new_sbct),
                    f"blocks of {human(avg)} on average go into multiblock carriers", cost, ev, src,
                    trade_off=True),
-            Advice("R7", a.name, _flag(a, "lmbcs", R7_LMBCS_FACTOR * new_sbct),
+            Advice("R7", a.name, _flag(a, "lmbcs", lmbcs),
                    f"multiblock carriers large enough for several blocks (lmbcs = "
                    f"{R7_LMBCS_FACTOR} x sbct)", cost, ev, src, trade_off=True),
         ]  # fmt: skip
         out.append(Finding("R7", "action", f"{a.name}: data in single-block carriers", msg, ev,
                            src, a.name, adv))  # fmt: skip
     return out
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
 
 
 def r9_migration_off(f: Facts) -> list[Finding]:
@@ -404,8 +432,9 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
                                ev, SRC_R10, a.name))  # fmt: skip
             continue
         adv = Advice("R10", a.name, _flag(a, "acful", "de"),
-                     "let the OS reuse the free pages of pooled carriers (MADV_FREE below "
-                     "acul - 20 % utilization): RSS falls, carrier bytes do not",
+                     "let the OS take back the free pages of pooled carriers (MADV_FREE below "
+                     "acul - 20 % utilization): they show as LazyFree and count in MemAvailable; "
+                     "VmRSS and carrier bytes stay until the kernel needs the pages",
                      "madvise calls; OTP made it opt-in because carriers moving in and out of "
                      "the pool cost performance (PR #6378)", ev, SRC_R10)  # fmt: skip
         out.append(Finding("R10", "action", f"{a.name}: carrier pool bloat", msg, ev, SRC_R10,
@@ -483,8 +512,65 @@ def r13_realloc(f: Facts) -> list[Finding]:
     return out
 
 
+_CANNOT_ALLOCATE = re.compile(
+    r"^(\w+): Cannot allocate (\d+) bytes of memory(?: \(of type \"([^\"]+)\"\))?")
+#: A size no machine of the word size can map: user address space is 2^47 on x86-64 [heur: the
+#: common 4-level page tables], 2^32 on 32-bit builds.
+ADDRESS_BITS = {8: 47, 4: 32}
+RUNAWAY_FEW_BLOCKS = 4  # this few single-block-carrier blocks holding ...
+RUNAWAY_SHARE = 0.50  # ... this share of the node's carriers is one runaway [heur]
+SRC_OOM = ("tuning-lore.md §3 crashdump_viewer (the slogan)", "rabbitmq-server#39",
+           "erlang/otp#3489", "erts_alloc doc, max_heap_size in erlang:process_flag/2")
+
+
+def oom_runaway(f: Facts) -> list[Finding]:
+    """OOM A node that died of one runaway allocation: a crash dump's slogan `A: Cannot allocate
+    N bytes`, where N is a size no machine can map (a negative size read as unsigned, like
+    rabbitmq-server#39's `std_alloc: Cannot allocate 1125316227743680 bytes`), or where a few
+    blocks of that allocator's single-block carriers hold most of the node's carriers (one
+    process heap or binary that grew without bound). No +M flag helps: the remedy is the
+    holder's bound. Sources: tuning-lore.md §3; rabbitmq-server#39; erlang/otp#3489.
+    """
+    m = _CANNOT_ALLOCATE.match(f.slogan or "")
+    if m is None:
+        return []
+    name, size, typ = m.group(1), int(m.group(2)), m.group(3) or "?"
+    a = f.allocators.get(name)
+    bits = ADDRESS_BITS.get(f.wordsize or 8, 47)
+    ev: dict[str, int | float | str | bool] = {"slogan": f.slogan or "", "size": size,
+                                               "type": typ}
+    what = f"The node died allocating {size} bytes of \"{typ}\" in {name}"
+    if size >= 1 << (8 * (f.wordsize or 8) - 1):
+        neg = size - (1 << (8 * (f.wordsize or 8)))
+        why = (f"{what}: as a signed number that size is {neg}, a size computed negative and "
+               "read as unsigned: one runaway allocation (a bug or an unbounded term), not a "
+               "shortage of memory.")
+    elif size >= 1 << bits:
+        why = (f"{what} ({human(size)}): more than a {8 * (f.wordsize or 8)}-bit machine can "
+               "map: one runaway allocation, not a shortage of memory.")
+    elif (a is not None and 0 < a.sbcs_blocks <= RUNAWAY_FEW_BLOCKS
+          and a.sbcs_allocated >= RUNAWAY_SHARE * f.allocated):  # fmt: skip
+        ev.update(sbcs_blocks=a.sbcs_blocks, sbcs_allocated=a.sbcs_allocated,
+                  allocated=f.allocated)
+        why = (f"{what} ({human(size)}) while {a.sbcs_blocks} block(s) of its single-block "
+               f"carriers held {human(a.sbcs_allocated)} of the node's {human(f.allocated)}: "
+               "one runaway holder (a process heap or binary that grew without bound).")
+    else:
+        return [Finding("OOM", "info", f"{name}: the node ran out of memory",
+                        f"{what} ({human(size)}); its carriers held {human(f.allocated)}. The "
+                        "slogan does not say which OS call failed (erlang/otp#3489).", ev,
+                        SRC_OOM, name)]  # fmt: skip
+    ev["runaway"] = True
+    fix = ("Find the holder in the dump (crashdump_viewer: processes by memory; =binary sizes) "
+           "and bound it: max_heap_size (erlang:process_flag/2) kills a process whose heap "
+           "passes it; a queue or cache needs its own limit. No +M flag helps.")
+    return [Finding("OOM", "info", f"{name}: the node died of one runaway allocation",
+                    f"{why} {fix}", ev, SRC_OOM, name)]
+
+
 #: Evaluation order is priority order: where two rules set the same flag, the earlier wins.
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("OOM", oom_runaway),
     ("R0", r0_real_usage),
     ("R1", r1_outside_erts_alloc),
     ("R2", r2_fragmentation),

@@ -50,6 +50,14 @@ def _verdict(a: dict[str, Any]) -> list[str]:
                 else "."
             )
         )
+        if os_.get("rss_lazyfree"):
+            lines.append(
+                f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
+                "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
+                "counts in MemAvailable"
+                + (f" ({human(os_['mem_available'])} on this host)" if os_["mem_available"] else "")
+                + " while VmRSS still shows it."
+            )
     return lines
 
 

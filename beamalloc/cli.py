@@ -92,10 +92,28 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from beamalloc.analyzer.recommend import recommend
+    import time
 
-    result = recommend(load(args.source, args), given_flags=args.flags_in_use,
-                       predict=not args.no_predict)  # fmt: skip
+    from beamalloc.analyzer.recommend import carrier_rate, recommend
+    from beamalloc.collector.sources import is_node_name
+
+    if args.rate_seconds < 0:
+        raise InputError(f"--rate-seconds must be 0 or more, got {args.rate_seconds}")
+    snap = load(args.source, args)
+    rate, why = None, None
+    if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
+        rate, why = carrier_rate(load(args.rate_from, args), snap)
+    elif is_node_name(args.source) and args.rate_seconds > 0:
+        # A speed trade needs calls per second now, not over the node's life (issue 17).
+        print(f"sampling {args.source} again in {args.rate_seconds:g} s for the carrier-call "
+              "rate (--rate-seconds 0 skips it)", file=sys.stderr)
+        time.sleep(args.rate_seconds)
+        first, snap = snap, load(args.source, args)
+        rate, why = carrier_rate(first, snap)
+    elif is_node_name(args.source):
+        why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
+    result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
+                       rate=rate, rate_unavailable=why)  # fmt: skip
     if args.json:
         from beamalloc.analyzer.outputs import paste_block
 
@@ -267,7 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--no-predict", action="store_true", help="skip the replay of each flag set "
-                   "on a trace synthesized from the snapshot (faster; no demotion)")  # fmt: skip
+                   "on a trace synthesized from the snapshot (faster; then no flag is advised, "
+                   "each is listed with why)")  # fmt: skip
+    p.add_argument("--rate-seconds", type=float, default=5.0, metavar="S",
+                   help="for a live node: sample it again after S seconds to measure carrier "
+                   "calls per second, which speed-trade flags need (default 5; 0 skips)")
+    p.add_argument("--rate-from", metavar="FILE", help="an earlier snapshot of the same node: "
+                   "the carrier-call rate between it and SOURCE")  # fmt: skip
     _node_options(p)
     p.set_defaults(func=cmd_recommend)
 

@@ -313,6 +313,13 @@ class Snapshot:
     os_pid: int | None = None
     memory: dict[str, int] = field(default_factory=dict)  # erlang:memory()
     rss: int | None = None  # bytes resident, from /proc/PID/status (VmRSS) when on this host
+    #: Of the resident bytes, those the process gave back with MADV_FREE (`LazyFree` of
+    #: /proc/PID/smaps_rollup): the OS takes them when it needs memory, VmRSS keeps
+    #: counting them until then (acful, alloc_util.md §2.1). Same host only.
+    rss_lazyfree: int | None = None
+    #: The host's MemAvailable (/proc/meminfo) when `rss` was read: lazily freed pages
+    #: count as available, so this is where acful shows.
+    mem_available: int | None = None
     allocators: list[AllocatorInstance] = field(default_factory=list)
     mseg: list[MsegInstance] = field(default_factory=list)
     #: Sections kept as-is: sys_alloc and alloc_util options, erts_mmap (as Erlang term text).

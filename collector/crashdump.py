@@ -39,7 +39,13 @@ class CrashDumpError(InputError):
 
 _SECTION = re.compile(r"=allocator:([a-z_]+)(?:\[(\d+)\])?$")
 _SYSVER = re.compile(
-    r"Erlang/OTP (\S+) \[erts-([\d.]+)\].*?\[(\d+)-bit\](?:.*?\[smp:(\d+):(\d+)\])?"
+    r"Erlang/OTP (\S+) \[erts-([\d.]+)\](?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
+)
+# Releases before OTP 17 wrote "Erlang R16B02 (erts-5.10.3) ... [64-bit] [smp:4:4]", or only
+# "Erlang (BEAM) emulator version 5.6.1" (no release, no word size: 32-bit unless it says so).
+_SYSVER_OLD = re.compile(
+    r"Erlang (?:(R\w+) \(erts-([\d.]+)\)|\(BEAM\) emulator version ([\d.]+))"
+    r"(?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
 )
 # "mbcs blocks[binary_alloc] count: 0 20 20" (OTP ≥ 23); "mbcs blocks: 1 2 3" and
 # "mbcs blocks size: 4 5 6" (OTP ≤ 22, counted as the instance's own type)
@@ -251,13 +257,25 @@ def _header(snap: Snapshot, head: list[str]) -> None:
         with contextlib.suppress(ValueError):
             snap.taken_at = time.mktime(time.strptime(head[0].strip(), "%a %b %d %H:%M:%S %Y"))
     for line in head:
-        if line.startswith("System version: ") and (m := _SYSVER.search(line)):
+        if line.startswith("Slogan: "):
+            # Some dumps lack the newline after the slogan: "...by userSystem version: ...".
+            slogan, glued, version = line[8:].partition("System version: ")
+            snap.extra["slogan"] = slogan
+            if not glued:
+                continue
+            line = glued + version
+        if not line.startswith("System version: "):
+            continue
+        if m := _SYSVER.search(line):
             snap.otp_release, snap.erts_version = m.group(1), m.group(2)
-            snap.wordsize = int(m.group(3)) // 8
+            snap.wordsize = int(m.group(3)) // 8 if m.group(3) else 4  # "[64-bit]" or 32
             if m.group(4):
                 snap.schedulers = int(m.group(4))
-        elif line.startswith("Slogan: "):
-            snap.extra["slogan"] = line[8:]
+        elif m := _SYSVER_OLD.search(line):
+            snap.otp_release, snap.erts_version = m.group(1), m.group(2) or m.group(3)
+            snap.wordsize = int(m.group(4)) // 8 if m.group(4) else 4
+            if m.group(5):
+                snap.schedulers = int(m.group(5))
 
 
 def read_crashdump(path: str) -> Snapshot:

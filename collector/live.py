@@ -290,8 +290,24 @@ def _rss(pid: int | None, node: str) -> int | None:
     else:  # distribution started at run time: the host must at least be this one
         if host not in local:
             return None
-    m = re.search(r"^VmRSS:\s+(\d+)\s+kB", status, re.M)
+    return _kb_field(status, "VmRSS")
+
+
+def _kb_field(text: str, key: str) -> int | None:
+    m = re.search(rf"^{key}:\s+(\d+)\s+kB", text, re.M)
     return int(m.group(1)) * 1024 if m else None
+
+
+def _os_memory(pid: int | None) -> tuple[int | None, int | None]:
+    """(LazyFree of `pid` from smaps_rollup, the host's MemAvailable); None where unreadable.
+    smaps_rollup is one read however many mappings beam.smp has (Linux >= 4.14)."""
+    out: list[int | None] = []
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "LazyFree"), ("/proc/meminfo", "MemAvailable")):
+        try:
+            out.append(_kb_field(Path(path).read_text(), key))
+        except OSError:
+            out.append(None)
+    return out[0], out[1]
 
 
 def _str(v: Any) -> str | None:
@@ -360,10 +376,12 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
             add_system_info(snap, str(entry[0]), entry[1])
     snap.rss = _rss(snap.os_pid, node)
+    if snap.rss is not None:  # the same host: what the OS could take back, and has
+        snap.rss_lazyfree, snap.mem_available = _os_memory(snap.os_pid)
     add_carriers(snap, p)
     # Carriers are in snap.carriers, whole; as text they would double the raw term.
     snap.raw = raw_text([x for x in term if not (isinstance(x, tuple) and x
-                                                  and x[0] in _CARRIER_KEYS)]
+                                                 and x[0] in _CARRIER_KEYS)]
                         if isinstance(term, list) else term)
     return snap
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from recommend_fixtures import WORKLOADS, load
 
+from beamalloc.analyzer.findings import Advice, facts
 from beamalloc.analyzer.lint import lint_flags, lint_in_force
-from beamalloc.analyzer.recommend import in_force, recommend
+from beamalloc.analyzer.recommend import _lint_proposal, in_force, recommend
+from beamalloc.flags import Flag
 from beamalloc.snapshot import Snapshot
 
 OTP25 = (13, 1, 5)
@@ -72,11 +74,26 @@ def test_in_force() -> None:
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_our_advice_is_lint_clean(name: str) -> None:
     snap: Snapshot = load(name)
-    r = recommend(snap, predict=False)
+    r = recommend(snap, predict=False)  # every rule's flags, before any prediction judges them
     assert r["withheld"] == []
-    issues = lint_flags(r["emulator_flags"], where="proposed", base=in_force(snap),
+    proposal = " ".join(x for f in r["findings"] for x in f["candidate_flags"])
+    issues = lint_flags(proposal, where="proposed", base=in_force(snap),
                         schedulers=snap.schedulers, erts=OTP25)  # fmt: skip
     assert issues == []
     # appended after the node's own flags, the combination is still clean of order traps
     if name == "binspike_bf":
-        assert "order" not in [i.check for i in lint_flags("+MBas bf " + r["emulator_flags"])]
+        assert "order" not in [i.check for i in lint_flags("+MBas bf " + proposal)]
+
+
+def test_lint_holds_back_only_the_flags_it_concerns() -> None:
+    """Issue 17's broker: under a stale `+MBas bf` with a large sbct in force, a proposed lmbcs
+    trips lmbcs-sbct; the strategy change of the same allocator is not withheld with it."""
+    snap = load("binspike_bf")
+    for inst in snap.instances("binary_alloc"):
+        inst.options["sbct"] = 1 << 20  # 1 MiB: lmbcs 512 KiB < 2 x sbct
+    rule = "R3"
+    advice = [Advice(rule, "binary_alloc", Flag("B", "as", "ageffcbf"), "", "", {}, ()),
+              Advice(rule, "binary_alloc", Flag("B", "lmbcs", 512), "", "", {}, ())]
+    kept, withheld = _lint_proposal(advice, snap, facts(snap))
+    assert [a.flag.render() for a in kept] == ["+MBas ageffcbf"]
+    assert [(i.check, i.flag) for i in withheld] == [("lmbcs-sbct", "+MBlmbcs")]

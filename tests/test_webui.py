@@ -215,5 +215,25 @@ def test_recommendations_panel_never_breaks_the_page(client, monkeypatch):
                                        else set())
         # and the verdict reaches the page of that snapshot
         r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "n.txt")})
-        shown = html.escape(rec["verdict"]).replace("&#x27;", "&#39;").encode()  # as Jinja
-        assert shown in client.get(r.headers["Location"]).data
+        shown = html.escape(rec["headline"]).replace("&#x27;", "&#39;").encode()  # as Jinja
+        page = client.get(r.headers["Location"]).data
+        assert shown in page and rec["headline"].startswith(rec["verdict"]["state"])
+        assert b"{&#39;" not in page and b"{'" not in page  # no raw dict in a table (issue 17)
+
+
+def test_verdict_on_the_page(client):
+    """A page with advice shows each flag's predicted summary line, never a dict; a node where
+    no flag helps shows that in the banner's colour for it, with the remedies."""
+    from recommend_fixtures import SNAPS
+
+    def page(name: str) -> str:
+        data = (SNAPS / f"{name}.json").read_bytes()
+        r = client.post("/upload", data={"file": (io.BytesIO(data), f"{name}.json")})
+        return client.get(r.headers["Location"]).data.decode()
+
+    heap = page("heapchurn")
+    assert "CHANGE FLAGS: 2 flags" in heap and "replay of spike_and_drop" in heap
+    assert "{&#39;" not in heap and "&#39;before&#39;" not in heap
+    frag = page("frag")
+    assert 'class="verdict bad"' in frag and "NO FLAG HELPS: no +M flag" in frag
+    assert "No flag helps binary_alloc" in frag and "binary:copy/1" in frag

@@ -86,7 +86,7 @@ def _findings(d: Data, ref: str | None) -> str:
     if rec is None:
         return "n/a"
     n = len(rec.get("findings") or [])
-    return "healthy" if rec.get("healthy") else f"{n} finding{'s' if n != 1 else ''}"
+    return f"{rec['verdict']['state']}, {n} finding{'s' if n != 1 else ''}"
 
 
 def _range() -> tuple[float | None, float | None]:

@@ -19,8 +19,11 @@ from beamalloc.webui.recommend_view import FORMATS, recommendations
 SMALL = 64 << 20
 
 
-def severity(unused: int, usage: float) -> str:
-    """ok, warn or bad: by usage, but a few unused MiB are never worth a page."""
+def severity(unused: int, usage: float, state: str | None = None) -> str:
+    """ok, warn or bad: the recommender's state where there is one (a HEALTHY verdict is never
+    shown in red), else by usage, but a few unused MiB are never worth a page."""
+    if state is not None:
+        return {"HEALTHY": "ok", "CHANGE FLAGS": "warn", "FLAGS IN FORCE": "warn"}.get(state, "bad")
     if unused < SMALL or usage >= 0.75:
         return "ok"
     return "bad" if usage < 0.5 else "warn"
@@ -29,8 +32,8 @@ def severity(unused: int, usage: float) -> str:
 def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
     # recon's totals, like the terminal report's verdict lines below the headline.
     t = a["totals"]
-    if rec is not None and rec.get("verdict"):
-        return str(rec["verdict"])  # the recommender's own words, as `beamalloc recommend`
+    if rec is not None and rec.get("headline"):
+        return str(rec["headline"])  # the recommender's own words, as `beamalloc recommend`
     if rec is not None and rec.get("healthy"):
         return (f"Healthy: the allocators use {pct(t['usage'])} of what they hold; "
                 "no flags recommended.")
@@ -121,7 +124,8 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,
-        "severity": severity(t["unused"], t["usage"]),
+        "severity": severity(t["unused"], t["usage"],
+                             rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
         "verdict": verdict_lines(a) + ([f"Under {human(SMALL)} unused: little in absolute "
                                         "terms, whatever the usage."]
@@ -137,6 +141,8 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
             ("usage", pct(t["usage"])),
             ("RSS", human(os_["rss"])),
             ("RSS − allocated", human(os_["rss_minus_allocated"])),
+            ("of RSS lazily freed (LazyFree)", human(os_.get("rss_lazyfree"))),
+            ("MemAvailable (host)", human(os_.get("mem_available"))),
             ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
         ],
         "types": type_rows(a),

@@ -19,7 +19,7 @@ FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
 
 
 def recommendations(snap: Snapshot) -> dict[str, Any] | None:
-    """`{"healthy", "emulator_flags", "recommendations", "findings", "lint", "outputs"}` or None.
+    """recommend()'s dict (with `verdict`), plus `headline` and `outputs`, or None.
 
     `outputs` maps each format of FORMATS to the text a user pastes into that file.
     """
@@ -38,5 +38,8 @@ def _call(snap: Snapshot) -> dict[str, Any] | None:
         return None
     r = recommend(snap)
     flags = r.get("emulator_flags") or ""
-    return {**r, "verdict": verdict(r),
+    # `predicted` shows as its one-line summary, never as a dict (issue 17)
+    recs = [{**x, "predicted": (x["predicted"] or {}).get("summary") or x["not_predicted"]}
+            for x in r["recommendations"]]  # fmt: skip
+    return {**r, "recommendations": recs, "headline": verdict(r),
             "outputs": {f: paste_block(flags, f) for f in FORMATS} if flags else {}}

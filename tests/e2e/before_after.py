@@ -61,13 +61,23 @@ class Row:
         return self.total_after / self.total_before - 1
 
 
+def tested_flags(rec: dict) -> tuple[str, str]:
+    """(flags, rules): the advised flags, or where none passed (issue 17: a snapshot without
+    carrier data is judged on its worst case) the held-back memory flags, to measure what the
+    verdict held back."""
+    if rec["emulator_flags"]:
+        return rec["emulator_flags"], ",".join(sorted({r["rule"] for r in rec["recommendations"]}))
+    held = [h for h in rec["held_back"] if h["rule"] in ("R3", "R4", "R5")]
+    return " ".join(h["flags"] for h in held), ",".join(h["rule"] + " (held back)" for h in held)
+
+
 def measure(module: str, flags: str, allocator: str) -> Row:
     before = run(module, flags)
     rec = recommend(before)
-    new_flags = f"{flags} {rec['emulator_flags']}".strip()
-    after = run(module, new_flags) if rec["emulator_flags"] else before
-    rules = ",".join(sorted({r["rule"] for r in rec["recommendations"]}))
-    return Row(module, flags or "(defaults)", rec["emulator_flags"], rules, allocator,
+    tested, rules = tested_flags(rec)
+    new_flags = f"{flags} {tested}".strip()
+    after = run(module, new_flags) if tested else before
+    return Row(module, flags or "(defaults)", tested, rules, allocator,
                carriers(before, allocator), carriers(after, allocator),
                int(m.memory(before, "allocated")), int(m.memory(after, "allocated")),
                before.rss, after.rss)  # fmt: skip

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from before_after import carriers, measure, run
+from before_after import carriers, measure, run, tested_flags
 
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.collector.crashdump import MAGIC
@@ -22,7 +23,9 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
 def test_bad_config_fixed() -> None:
-    """Under `+MBas bf` the recommended flags cut binary_alloc's unused bytes by >= 40 %."""
+    """Under `+MBas bf` R3's flags cut binary_alloc's unused bytes by >= 40 %. Without carrier
+    data the verdict judges the worst case (about -17 %) and holds them back (issue 17), so this
+    measures the held-back flags: what the carrier-seeded prediction has to show."""
     row = measure("binspike", "+MBas bf", "binary_alloc")
     assert "R3" in row.rules and "+MBas ageffcbf" in row.recommended
     assert "+MBacul de" in row.recommended  # the pool was off: switch it back on (§0.2 item 2)
@@ -32,9 +35,10 @@ def test_bad_config_fixed() -> None:
 
 @pytest.mark.parametrize("module", ["binspike", "frag"])
 def test_defaults_never_worse(module: str) -> None:
-    """Under default flags the advice never grows the carriers by more than 5 %."""
+    """Under default flags R3's flags (advised or held back) never grow the carriers by more
+    than 5 %."""
     row = measure(module, "", "binary_alloc")
-    assert row.recommended  # both workloads fragment binary_alloc, so there is advice to test
+    assert row.recommended  # both workloads fragment binary_alloc, so there are flags to test
     assert row.total_after <= 1.05 * row.total_before, row
     assert row.after[0] <= 1.05 * row.before[0], row
 
@@ -42,12 +46,17 @@ def test_defaults_never_worse(module: str) -> None:
 def test_process_heap_storm_lands_inside_the_predicted_range() -> None:
     """heapchurn under default flags: the advice (R4 on eheap_alloc) cuts its unused bytes by at
     least the replay's worst case and at most its best case (measured: -54 %, predicted -28 %
-    at random survivors, -74 % with stragglers)."""
+    at random survivors, -74 % with stragglers). The worst case lies near the 20 % line (19-28 %
+    over runs of this workload), so R4 is advised on some runs and held back on others: the
+    flags measured are R4's either way."""
     before = run("heapchurn", "")
     rec = recommend(before)
-    (pred,) = [r for r in rec["prediction"]["runs"] if r["allocator"] == "eheap_alloc"]
+    (r4,) = [f for f in rec["findings"] if f["rule"] == "R4"]
+    pred = r4["predicted"]
     assert pred["reproduces_symptom"] and pred["best_case"]["reproduces_symptom"]
-    after = run("heapchurn", rec["emulator_flags"])
+    flags, rules = tested_flags(rec)
+    assert rules.startswith("R4") and flags.startswith("+MHas ageffcbf +MHlmbcs")
+    after = run("heapchurn", flags)
     unused = carriers(before, "eheap_alloc")[1], carriers(after, "eheap_alloc")[1]
     assert unused[0] > 64 << 20  # the workload did fragment
     drop = 1 - unused[1] / unused[0]
@@ -55,9 +64,69 @@ def test_process_heap_storm_lands_inside_the_predicted_range() -> None:
         drop, pred["unused_saving"], pred["best_case"]["unused_saving"])
 
 
+def test_mostly_empty_under_the_right_flags_is_not_healthy() -> None:
+    """Issue 17's "157 of 184.8 MiB empty, HEALTHY" case: binspike restarted with the flags R3
+    and R10 give keeps a quarter of its carriers' bytes in use. The verdict says the flags are in
+    force and what is still unused; acful's effect is shown as LazyFree, never as RSS falling."""
+    # 10x the default stragglers: 1 in 500 of the burst stays, enough to pin most carriers
+    snap = run("binspike", "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacful de",
+               env={"STRAGGLE": "500"})
+    r = recommend(snap)
+    v = r["verdict"]
+    assert r["usage"] < 0.5 and r["allocated"] - r["used"] >= 32 << 20  # mostly empty
+    assert v["state"] == "FLAGS IN FORCE" and not r["healthy"] and r["emulator_flags"] == ""
+    assert v["flags_in_force"]["flags"].startswith("+MBas ageffcbf +MBsbct 256 +MBlmbcs 512")
+    assert v["no_flag_helps"][0]["allocator"] == "binary_alloc"
+    assert snap.rss_lazyfree is not None and snap.mem_available is not None
+    if snap.rss_lazyfree:
+        assert "lazily freed" in v["headline"]
+    assert "RSS falls" not in json.dumps(r)
+
+
+#: A short peak of large process heaps (issue 17's second case): 150 processes build heaps of a
+#: 120 000-element list (a few MiB each, in single-block carriers), all but 4 are killed.
+HEAP_PEAK = (
+    "Ps = [spawn(fun() -> L = lists:seq(1, 120000), receive stop -> length(L) end end) "
+    "|| _ <- lists:seq(1, 150)], timer:sleep(2000), {Keep, Drop} = lists:split(4, Ps), "
+    "[exit(P, kill) || P <- Drop], register(keep, spawn(fun() -> receive _ -> Keep end end)), "
+    "receive never -> ok end."
+)
+
+
+def test_heap_peak_speed_trade_is_held_back() -> None:
+    """R7 proposes +MHsbct/+MHlmbcs for the heaps left in single-block carriers; its own replay
+    grows eheap_alloc's unused bytes (+203 % measured here), so it is never advised, with or
+    without a measured rate (issue 17: +MHsbct 8192 +MHlmbcs 32768 beside +269 %)."""
+    from live.conftest import erl_eval, start_node
+
+    from beamalloc.analyzer.recommend import carrier_rate
+
+    node = start_node(eval_=HEAP_PEAK)
+    try:
+        deadline = time.monotonic() + 60
+        while "undefined" in erl_eval(node, "erpc:call(T, erlang, whereis, [keep])"):
+            assert time.monotonic() < deadline, "the heap peak did not settle"
+            time.sleep(0.5)
+        first = snapshot_node(node.node, node.cookie, timeout=60.0)
+        time.sleep(1.0)
+        snap = snapshot_node(node.node, node.cookie, timeout=60.0)
+    finally:
+        node.stop()
+    rate, why = carrier_rate(first, snap)
+    assert why is None and rate is not None
+    r = recommend(snap, rate=rate)
+    (r7,) = [f for f in r["findings"] if f["rule"] == "R7"]
+    assert r7["allocator"] == "eheap_alloc" and r7["candidate_flags"][0].startswith("+MHsbct")
+    assert r7["predicted"]["unused_saving"] < 0 and r7["level"] == "info"
+    (held,) = [h for h in r["held_back"] if h["rule"] == "R7"]
+    assert held["why"].startswith("its own prediction grows eheap_alloc's unused bytes")
+    assert "+MH" not in r["emulator_flags"]
+
+
 def test_healthy_node() -> None:
     r = recommend(run("healthy", ""))
     assert r["healthy"] is True and r["emulator_flags"] == "" and r["recommendations"] == []
+    assert r["verdict"]["state"] == "HEALTHY"
     assert all(f["level"] == "info" for f in r["findings"])
 
 
@@ -70,7 +139,9 @@ def _probe(node: str, cookie: str, expr: str) -> None:
 
 def _advice(r: dict) -> tuple:
     return (
-        r["healthy"],
+        r["verdict"]["state"],
+        r["verdict"]["flags_in_force"]["options"],  # read from every source alike (a recon
+        # file names no release, so its flags are the options as reported, not +M flags)
         r["emulator_flags"],
         [(x["rule"], x["allocator"], x["flag"], x["value"]) for x in r["recommendations"]],
         sorted((x["rule"], x["level"], x["allocator"] or "") for x in r["findings"]),
@@ -102,7 +173,7 @@ def test_same_advice_from_every_source(tmp_path: Path) -> None:
     sources = {"live": live, "recon": read_file(str(recon)), "crashdump": read_file(str(dump))}
     assert {k: s.source for k, s in sources.items()} == {k: k for k in sources}
     advice = {k: _advice(recommend(s)) for k, s in sources.items()}
-    assert advice["live"][0] is False  # a node with advice, so the comparison means something
+    assert advice["live"][0] != "HEALTHY"  # a node with a verdict to compare
     assert advice["recon"] == advice["live"]
     assert advice["crashdump"] == advice["live"]
     # The numbers behind it agree too (the node idled between the three reads).

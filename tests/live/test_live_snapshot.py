@@ -107,8 +107,56 @@ def test_cookie_with_quotes_and_spaces(node_factory, marker) -> None:
     assert snap.os_pid == odd.pid
 
 
+def test_os_memory_beside_rss(target) -> None:
+    """LazyFree (smaps_rollup) and MemAvailable beside VmRSS, read from /proc as they are."""
+    snap = live.snapshot_node(target.node, target.cookie)
+    rollup = Path(f"/proc/{target.pid}/smaps_rollup").read_text()
+    assert snap.rss_lazyfree == live._kb_field(rollup, "LazyFree")  # an idle node: unchanged
+    avail = live._kb_field(Path("/proc/meminfo").read_text(), "MemAvailable")
+    assert snap.mem_available is not None and avail is not None
+    assert abs(snap.mem_available - avail) < 0.2 * avail  # other developers share the host
+    assert live._os_memory(2**22 + 12345)[0] is None  # no such process: no LazyFree
+
+
+def test_carrier_rate_between_two_samples(target) -> None:
+    """The rate a speed trade needs: calls per second between two live samples, never lifetime
+    counters; an idle node makes (almost) no carrier calls."""
+    from beamalloc.analyzer.recommend import carrier_rate
+
+    a = live.snapshot_node(target.node, target.cookie)
+    time.sleep(1.0)
+    b = live.snapshot_node(target.node, target.cookie)
+    rate, why = carrier_rate(a, b)
+    assert why is None and rate is not None and 0.9 < rate.seconds < 5
+    assert "binary_alloc" in rate.per_allocator and rate.per_allocator["binary_alloc"] < 50
+    assert carrier_rate(b, a) == (None, "the samples do not say when they were taken, or are "
+                                        "out of order")  # fmt: skip
+
+
 def test_rss_only_for_a_beam_of_that_node(target) -> None:
     assert live._rss(target.pid, target.node) is not None
     assert live._rss(target.pid, f"someone_else@{target.node.split('@')[1]}") is None
     assert live._rss(os.getpid(), target.node) is None  # not a beam process
     assert live._rss(2**22 + 12345, target.node) is None  # no such process
+
+
+def test_recommend_a_live_node_measures_the_rate(target) -> None:
+    """`recommend NODE` samples it twice, --rate-seconds apart, says so on stderr, and the
+    verdict carries the measured rate; --rate-seconds 0 says why there is none."""
+    import json
+
+    from support import run_cli
+
+    env = dict(os.environ, BEAMALLOC_COOKIE=target.cookie)
+    r = run_cli("recommend", target.node, "--json", "--rate-seconds", "1", "--no-predict",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert "sampling" in r.stderr and "--rate-seconds 0 skips it" in r.stderr
+    v = json.loads(r.stdout)["verdict"]
+    assert v["rate"] is not None and 0.9 <= v["rate"]["seconds"] < 5
+    assert "binary_alloc" in v["rate"]["carrier_calls_per_second"]
+    r = run_cli("recommend", target.node, "--json", "--rate-seconds", "0", "--no-predict",
+                env=env)
+    v = json.loads(r.stdout)["verdict"]
+    assert v["rate"] is None and v["rate_unavailable"].startswith("--rate-seconds 0")
+    assert run_cli("recommend", target.node, "--rate-seconds", "-1", env=env).returncode == 2

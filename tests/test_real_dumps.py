@@ -1,0 +1,108 @@
+"""The 44 real crash dumps of ../shared/samples/real-dumps (their INDEX.tsv says where each
+comes from): read as they are, and the verdict on each is one an operator can act on."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from support import ROOT
+
+from beamalloc.collector.sources import read_file
+
+DUMPS = ROOT.parent / "shared" / "samples" / "real-dumps"
+pytestmark = pytest.mark.skipif(
+    not (DUMPS / "INDEX.tsv").exists(),
+    reason=f"the real crash dumps are not here ({DUMPS}: ../shared is absent)",
+)
+
+
+def _index() -> list[dict[str, str]]:
+    if not (DUMPS / "INDEX.tsv").exists():
+        return []
+    with open(DUMPS / "INDEX.tsv", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+INDEX = _index()
+
+
+def _path(row: dict[str, str]) -> Path:
+    return DUMPS / row["file"]
+
+
+@pytest.mark.parametrize("row", INDEX, ids=[r["file"][:40] for r in INDEX])
+def test_header_read_as_written(row: dict[str, str]) -> None:
+    """Release and erts version from every header shape: `Erlang/OTP 20 [erts-9.3]` without
+    `[64-bit]`, `Erlang R16B02 (erts-5.10.3)`, `emulator version 5.6.1`, and a slogan with the
+    `System version:` glued onto it."""
+    snap = read_file(str(_path(row)))
+    assert snap.erts_version == row["erts"]
+    head = _path(row).read_bytes()[:600].decode("latin-1")
+    if f"OTP {row['otp']}" in head or f"Erlang {row['otp']} " in head:
+        assert snap.otp_release == row["otp"]
+    assert "System version" not in snap.extra.get("slogan", "")
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> dict[str, dict]:
+    """`beamalloc recommend --json` on every dump, as the before-stop hook runs it."""
+    import json
+
+    from support import run_cli
+
+    out = {}
+    for row in INDEX:
+        r = run_cli("recommend", str(_path(row)), "--json")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (row["file"], r.stderr[-300:])
+        out[row["file"]] = json.loads(r.stdout)
+    return out
+
+
+def test_every_dump_gets_a_verdict_and_no_harmful_flag(verdicts: dict[str, dict]) -> None:
+    """No recommendation whose own prediction grows the waste (unused_saving < 0), on any of
+    the 44; each verdict has a state, and `healthy` agrees with it."""
+    assert len(verdicts) == len(INDEX) == 44
+    for name, r in verdicts.items():
+        v = r["verdict"]
+        assert v["state"] in ("HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"), name
+        assert r["healthy"] is (v["state"] == "HEALTHY") and v["headline"].startswith(v["state"])
+        for rec in r["recommendations"]:
+            p = rec["predicted"]
+            assert p is not None and p["unused_saving"] >= 0, (name, rec["flag"])
+        assert v["rate"] is None and "lifetime counters" in v["rate_unavailable"]  # files
+
+
+def test_runaway_heap_is_told_not_given_flags(verdicts: dict[str, dict]) -> None:
+    """The one real dump that died of an allocation (OTP 20, `eheap_alloc: Cannot allocate
+    428624688 bytes`): two heap blocks held 8.1 of its 8.1 GiB. It is told so, with no flag."""
+    r = verdicts["Vintinthethird__erlang_benchmarking__ebin_erl_crash.dump.dump"]
+    assert r["verdict"]["state"] == "NO FLAG HELPS" and r["emulator_flags"] == ""
+    assert "one runaway holder" in r["verdict"]["headline"]
+    assert "max_heap_size" in r["verdict"]["headline"]
+    assert r["findings"][0]["rule"] == "OOM"
+
+
+def test_otp17_runaway_size_is_told_not_given_flags(tmp_path: Path) -> None:
+    """Issue 17's OTP 17 case: a heap allocation of 18446744072694856536 bytes (a negative size
+    read as unsigned). The shared dumps hold no such slogan, so an OTP 17 dump of them gets it
+    (a copy in tmp_path, only the slogan line changed): no flag, the runaway said first."""
+    import json
+
+    from support import run_cli
+
+    src = DUMPS / "276361270__game__erl_crash.dump.dump"
+    lines = src.read_bytes().split(b"\n")
+    (i,) = [k for k, x in enumerate(lines[:5]) if x.startswith(b"Slogan: ")]
+    lines[i] = (b'Slogan: eheap_alloc: Cannot allocate 18446744072694856536 bytes of memory '
+                b'(of type "heap").')
+    dump = tmp_path / "erl_crash.dump"
+    dump.write_bytes(b"\n".join(lines))
+    r = run_cli("recommend", str(dump), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["otp_release"] == "17" and doc["emulator_flags"] == ""
+    v = doc["verdict"]
+    assert v["state"] == "NO FLAG HELPS" and "-1014695080" in v["headline"]
+    assert "runaway" in v["headline"] and "No +M flag helps" in v["headline"]
