@@ -23,11 +23,12 @@ Definitions (multiblock carriers only: a single-block carrier is one block, full
 - The unused bytes of multiblock carriers (size − allocated) are split three ways by the fill of
   the carrier they sit in: sparse (< SPARSE), middling (SPARSE to FULL), and full (>= FULL,
   75 %). The class is the group holding most of them:
-    "stragglers": in sparse carriers, pinned by few blocks. Placement (a strategy that packs
-      the oldest carriers, a smaller lmbcs so fewer survivors share a carrier) and time (the
-      stragglers die) can empty them.
-    "scattered": in carriers a quarter to three quarters full: the survivors are spread over
-      every carrier, each carrier pinned by much data. No placement flag moves live data; only
+    "stragglers": in sparse carriers, pinned by few blocks (fewer than one per PIECE, 512 KiB,
+      of the carrier). Placement (a strategy that packs the oldest carriers, a smaller lmbcs so
+      fewer survivors share a carrier) and time (the stragglers die) can empty them.
+    "scattered": in carriers a tenth to three quarters full, or in sparse carriers crowded
+      with blocks (one or more per PIECE: even 512 KiB carriers would each keep one): the
+      survivors are spread over every carrier. No placement flag moves live data; only
       freeing or copying it does.
     "free inside carriers": in mostly full carriers: holes between live blocks. Carriers stay
       because they are in use; the holes are reused by the next allocations of fitting size.
@@ -51,6 +52,10 @@ FILL_BANDS: tuple[tuple[float, float], ...] = (
     (0.0, 0.1), (0.1, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 0.9), (0.9, 1.0))
 #: A multiblock carrier below this fill is sparse: a few blocks pin it.
 SPARSE = 0.10
+#: A sparse carrier with at least one block per PIECE of it on average is crowded, not pinned
+#: by stragglers: cut into carriers of this size (the smallest lmbcs a placement flag sets,
+#: tuning-lore.md §1 R3), every piece would still hold a block.
+PIECE = 512 << 10
 #: A multiblock carrier at or above this fill is mostly full.
 FULL = 0.75
 #: Below this share of multiblock carrier bytes unused, or below COMPACT_BYTES (8 MiB: a few
@@ -105,6 +110,9 @@ class AllocatorCarrierMap:
     pinning_blocks: int = 0  # the blocks in them ...
     pinning_bytes: int = 0  # ... and their bytes: what would have to move to give them back
     unused_sparse: int = 0  # unused multiblock bytes in sparse carriers
+    #: ... of which in sparse carriers crowded with blocks: one or more in every PIECE of them
+    unused_sparse_crowded: int = 0
+    sparse_crowded: int = 0  # those carriers
     unused_middling: int = 0  # ... in carriers SPARSE to FULL
     unused_full: int = 0  # ... in carriers at or above FULL
     largest_free: tuple[int, int | None] | None = None  # byte range, from the histograms
@@ -142,8 +150,9 @@ class AllocatorCarrierMap:
             "sparse": {"carriers": self.sparse, "size": self.sparse_size,
                        "pooled": self.sparse_pooled, "pinning_blocks": self.pinning_blocks,
                        "pinning_bytes": self.pinning_bytes},
-            "unused_by_fill": {"sparse": self.unused_sparse, "middling": self.unused_middling,
-                               "full": self.unused_full},
+            "unused_by_fill": {"sparse": self.unused_sparse,
+                               "sparse_crowded": self.unused_sparse_crowded,
+                               "middling": self.unused_middling, "full": self.unused_full},
             "largest_free": None if self.largest_free is None else list(self.largest_free),
             "sbct": self.sbct,
             "lmbcs": self.lmbcs,
@@ -186,11 +195,17 @@ def classify(cm: AllocatorCarrierMap) -> Classification:
     if unused < COMPACT_BYTES or (cm.mbcs_size and unused < COMPACT_SHARE * cm.mbcs_size):
         return Classification(COMPACT, 0.0, f"{human(unused)} unused in multiblock carriers: "
                               "little to win")
-    groups = ((STRAGGLERS, cm.unused_sparse), (SCATTERED, cm.unused_middling),
+    crowded = cm.unused_sparse_crowded
+    groups = ((STRAGGLERS, cm.unused_sparse - crowded), (SCATTERED, cm.unused_middling + crowded),
               (FREE_INSIDE, cm.unused_full))
     kind, top = max(groups, key=lambda g: g[1])
     share = top / unused
-    if kind == STRAGGLERS:
+    if kind == SCATTERED and crowded >= cm.unused_middling:
+        why = (f"{cm.sparse_crowded:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} "
+               f"full but hold a block in every {human(PIECE)} of them on average, with "
+               f"{share:.0%} of the {human(unused)} unused: the survivors are spread over every "
+               "carrier, so even the smallest carriers a flag sets would stay")
+    elif kind == STRAGGLERS:
         why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} full "
                f"({cm.sparse_pooled:,} pooled) and hold {share:.0%} of the {human(unused)} unused; "
                f"{cm.pinning_blocks:,} blocks ({human(cm.pinning_bytes)}) pin them")
@@ -238,6 +253,9 @@ def allocator_map(snap: Snapshot, allocator: str, carriers: list[Carrier]) -> Al
             cm.pinning_blocks += c.blocks
             cm.pinning_bytes += c.blocks_size
             cm.unused_sparse += free
+            if c.blocks >= max(c.size // PIECE, 1):
+                cm.sparse_crowded += 1
+                cm.unused_sparse_crowded += free
         elif fill < FULL:
             cm.unused_middling += free
         else:

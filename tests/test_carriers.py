@@ -136,6 +136,15 @@ def test_classes() -> None:
     assert [b.pooled for b in cm.bands] == [30, 0, 0, 0, 0, 0]
     assert [b.owned for b in cm.bands] == [0, 0, 0, 0, 2, 0]
     assert cm.largest_free == ((2**17 - 1) * 256, None)
+    # sparse but crowded: 2 MiB carriers at 4 % holding 40 blocks each (a block in every
+    # 512 KiB of each): the scatter workload's map, which no carrier size empties
+    crowded = [_c(2 * MIB, 0.04, True, 40) for _ in range(40)]
+    cm = carrier_map(_snap(crowded))["binary_alloc"]
+    assert cm.classification.kind == SCATTERED and cm.sparse == 40 and cm.sparse_crowded == 40
+    assert cm.unused_sparse_crowded == cm.unused_sparse == 40 * (2 * MIB - int(2 * MIB * 0.04))
+    # ... and three blocks in each 2 MiB carrier are stragglers again
+    cm = carrier_map(_snap([_c(2 * MIB, 0.004, True, 3) for _ in range(40)]))["binary_alloc"]
+    assert cm.classification.kind == STRAGGLERS and cm.sparse_crowded == 0
     # survivors everywhere: every carrier a third full
     cm = carrier_map(_snap([_c(8 * MIB, 0.33) for _ in range(20)]))["binary_alloc"]
     assert cm.classification.kind == SCATTERED and cm.sparse == 0
