@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, erts_of, lint_flags, lint_in_force
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
@@ -243,8 +244,9 @@ def carrier_rate(earlier: Snapshot, later: Snapshot) -> tuple[Rate | None, str |
 
 def _judged(p: dict[str, Any]) -> str:
     """Which figure of a prediction the verdict presents and judges by."""
-    if p.get("seeded_from") in ("carriers", "traced"):
-        return f"the replay from the node's own carriers ({p['seeded_from']})"
+    if p.get("seeded_from") == "carriers":
+        what = "its own traced events" if p.get("workload") == "traced" else "the fitted workload"
+        return f"{what} replayed from the node's own carriers"
     if p.get("best_case") is not None:
         return "the worst case, survivors at random: a snapshot without carrier data cannot tell"
     return f"the {p['model']['generator']} replay"
@@ -293,15 +295,10 @@ def judge(fnd: Finding, p: dict[str, Any] | None, err: str | None, rate: Rate | 
 
 
 def classification(snap: Snapshot, allocator: str) -> dict[str, Any] | None:
-    """THE HOOK for the carrier map (analyzer/carriers.py): `kind` ("stragglers", "scattered",
-    "free inside carriers", "compact"), `reason`, `sparse_size` (carrier bytes of the sparse
-    carriers) and `pinning_bytes` (the data that pins them), or None without carrier data."""
-    try:
-        from beamalloc.analyzer.carriers import carrier_map  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    if not getattr(snap, "carriers", None):
-        return None
+    """The carrier map's class of `allocator` (analyzer/carriers.py): `kind` ("stragglers",
+    "scattered", "free inside carriers", "compact"), `reason`, `sparse_size` (carrier bytes of
+    the sparse carriers) and `pinning_bytes` (the data that pins them); None without carrier
+    data."""
     cmap = carrier_map(snap).get(allocator)
     if cmap is None or cmap.classification is None:
         return None
@@ -319,6 +316,8 @@ def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[dict[str, Any]]:
     one, else an upper bound (its unused bytes)."""
     if cls is not None and cls["kind"] == "stragglers":
         releases, how = max(cls["sparse_size"] - cls["pinning_bytes"], 0), "the sparse carriers"
+    elif cls is not None:
+        releases, how = a.unused, "its unused bytes: the carriers the survivors are spread over"
     else:
         releases, how = a.unused, "at most its unused bytes (the carrier map would tell)"
     name = a.name
