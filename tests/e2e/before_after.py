@@ -61,7 +61,7 @@ class Row:
         return self.total_after / self.total_before - 1
 
 
-def tested_flags(rec: dict) -> tuple[str, str]:
+def flags_to_measure(rec: dict) -> tuple[str, str]:
     """(flags, rules): the advised flags, or where none passed (issue 17: a snapshot without
     carrier data is judged on its worst case) the held-back memory flags, to measure what the
     verdict held back."""
@@ -74,7 +74,7 @@ def tested_flags(rec: dict) -> tuple[str, str]:
 def measure(module: str, flags: str, allocator: str) -> Row:
     before = run(module, flags)
     rec = recommend(before)
-    tested, rules = tested_flags(rec)
+    tested, rules = flags_to_measure(rec)
     new_flags = f"{flags} {tested}".strip()
     after = run(module, new_flags) if tested else before
     return Row(module, flags or "(defaults)", tested, rules, allocator,
