@@ -105,18 +105,21 @@ class Tracer:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def probes_in_kernel(beam_or_pid: str | None = None) -> list[str]:
-    """Uprobes attached to beam.smp or libc right now: tracefs's uprobe_events (probes made
-    through tracefs) and bpftool's perf and link lists (probes made with perf_event_open)."""
+def probes_in_kernel(target: int) -> list[str]:
+    """Uprobes attached to the beam.smp or libc of process `target` right now: tracefs's
+    uprobe_events (probes made through tracefs) and bpftool's perf and link lists (probes made
+    with perf_event_open). The tracer names a binary by /proc/PID/root/…, so probes other
+    tracers on this machine hold on other processes are not counted."""
     found = []
+    mine = f"/proc/{target}/"
     events = Path("/sys/kernel/tracing/uprobe_events")
     if events.exists():
-        found += [ln for ln in events.read_text().splitlines() if ln.strip()]
+        found += [ln for ln in events.read_text().splitlines() if mine in ln]
     for what in ("perf", "link"):
         r = subprocess.run(["bpftool", "-j", what, "list"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         for item in json.loads(r.stdout or "[]"):
             text = json.dumps(item)
-            if "uprobe" in text and ("beam" in text or "libc" in text):
+            if "uprobe" in text and mine in text and ("beam" in text or "libc" in text):
                 found.append(text)
     return found
