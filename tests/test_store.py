@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from support import SAMPLES
+from support import DATA, SAMPLES
 
-from beamalloc.analyzer.series import derive, summarize, view
+from beamalloc.analyzer.series import derive, summarize
 from beamalloc.collector import store as store_mod
 from beamalloc.collector.prometheus import WatchCollector, parse_address
 from beamalloc.collector.sources import read_file
@@ -220,8 +220,12 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
     Store(path).close()  # already at 2: the migration does not run again (it would fail)
 
 
-def test_prometheus_exposition_parses(base) -> None:
-    p = derive(base)
+def test_prometheus_exposition_parses() -> None:
+    """The gauges of tests/data/hand_recon.txt, whose numbers are worked out by hand in
+    tests/test_metrics.py (recon_alloc.md §1)."""
+    hand = read_file(str(DATA / "hand_recon.txt"))
+    hand.node, hand.rss = NODE, 1_000_000
+    p = derive(hand)
     reg = CollectorRegistry()
     reg.register(WatchCollector(lambda: {NODE: (True, T0, p), "down@host": (False, None, None)}))
     text = generate_latest(reg).decode()
@@ -229,11 +233,11 @@ def test_prometheus_exposition_parses(base) -> None:
     assert {s.labels["node"]: s.value for s in fams["beamalloc_up"].samples} == {
         NODE: 1.0, "down@host": 0.0}
     used = {s.labels["allocator"]: s.value for s in fams["beamalloc_used_bytes"].samples}
-    v = view(p)
-    assert used["binary_alloc"] == v["types"]["binary_alloc"]["used"]
-    assert set(used) == set(base.allocator_names())
+    # binary 0 mbcs 1000; binary 1 mbcs 500 + pool 300 + sbcs 600000; eheap 250; literal 100
+    assert used == {"binary_alloc": 601800, "eheap_alloc": 250, "literal_alloc": 100}
     gap = fams["beamalloc_rss_gap_bytes"].samples
-    assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, base.rss - p["allocated"])]
+    # RSS minus every carrier: recon's 610112 plus literal_alloc's 10000
+    assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, 1_000_000 - 620112)]
     # A few gauges per allocator type, not one series per raw statistic.
     assert sum(
         len(f.samples) for f in fams.values()) <= 8 + 6 * len(used) + 2
