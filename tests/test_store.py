@@ -4,12 +4,15 @@ and the Prometheus exposition of the same numbers."""
 from __future__ import annotations
 
 import copy
+import socket
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from support import DATA, SAMPLES
+from support import DATA, SAMPLES, run_cli
 
 from beamalloc.analyzer.series import derive, summarize
 from beamalloc.collector import store as store_mod
@@ -204,7 +207,62 @@ def test_schema_version_and_bad_files(tmp_path) -> None:
     junk.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="cannot open"):
         Store(junk)
-    assert issubclass(StoreError, InputError)  # exit code 2
+
+
+def _set_version(path, version: int) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    db.commit()
+    db.close()
+
+
+def _files(d) -> dict[str, bytes]:
+    """The store's bytes: the database and anything written to its WAL (SQLite may leave an
+    empty -wal and a -shm index behind a read-only open; neither holds data)."""
+    return {p.name: p.read_bytes() for p in d.iterdir() if not p.name.endswith("-shm")
+            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+
+
+def test_a_newer_store_is_never_modified(tmp_path) -> None:
+    """docs/store.md: a newer store is refused (exit code 2, one line), never modified, by the
+    writer (watch) and the reader (serve) alike."""
+    path = tmp_path / "w.db"
+    Store(path).close()
+    _set_version(path, store_mod.SCHEMA_VERSION + 1)
+    before = _files(tmp_path)
+    for args in (["serve", "--store", str(path), "--port", str(_free_port())],
+                 ["watch", "nobody@nohost.invalid", "--store", str(path), "--duration", "1"]):
+        r = run_cli(*args)
+        assert r.returncode == 2, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("beamalloc: ") and "upgrade beamalloc" in last
+        assert f"schema {store_mod.SCHEMA_VERSION + 1}" in last and "Traceback" not in r.stderr
+        assert _files(tmp_path) == before, args[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_older_store_opened_read_only(tmp_path) -> None:
+    """An older store opened read-only (serve) is not migrated: one line asks to open it once
+    read-write (exit code 2), and the file is untouched. There is no older release to write an
+    old file, so the CLI runs with its schema one version ahead and a migration to it."""
+    path = tmp_path / "w.db"
+    Store(path).close()
+    before = _files(tmp_path)
+    code = ("import sys; from beamalloc.collector import store as s;"
+            " from beamalloc.cli import main;"
+            " s.SCHEMA_VERSION += 1; s.MIGRATIONS[s.SCHEMA_VERSION] = ['CREATE TABLE x (y INT)'];"
+            " sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "serve", "--store", str(path),
+                        "--port", str(_free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "needs migrating" in r.stderr and "read-write" in r.stderr
+    assert _files(tmp_path) == before
 
 
 def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
