@@ -1,6 +1,6 @@
 """Helpers of the eBPF tests (the fixtures are in conftest.py): a binchurn node driven over its
-stdin, and `beamalloc trace` run as users run it. Skipped, with the reason, only where BPF (or
-root, or bcc) is missing."""
+stdin, and `beamalloc trace` run as users run it. Without root they skip; as root a missing
+BPF, bcc, header or tracefs piece fails them with its reason."""
 
 from __future__ import annotations
 
@@ -32,7 +32,20 @@ def _bpf_missing() -> str | None:
 
 
 MISSING = _bpf_missing()
-requires_bpf = pytest.mark.skipif(MISSING is not None, reason=f"no BPF here: {MISSING}")
+
+
+def check_bpf() -> None:
+    """As root on Linux (CI, `make test` after `make setup`) tracing must work: a broken bcc,
+    kernel headers or tracefs fails the test with the reason. Only a run without root, where
+    nothing can be traced, skips."""
+    if MISSING is None:
+        return
+    if os.geteuid() == 0 and sys.platform == "linux":
+        pytest.fail(f"eBPF is broken on this machine (run `make setup`): {MISSING}", pytrace=False)
+    pytest.skip(f"needs root to trace: {MISSING}")
+
+
+requires_bpf = pytest.mark.usefixtures("bpf_ready")
 
 
 class Churn:
