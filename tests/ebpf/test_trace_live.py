@@ -7,6 +7,7 @@ import signal
 
 import pytest
 from ebpfhelp import Churn, Tracer, probes_in_kernel, requires_bpf
+from support import SecretWatch
 
 from beamalloc.trace import Op, open_trace
 
@@ -52,12 +53,16 @@ def test_summary_counts_and_sizes_agree_with_the_vm(churn: Churn) -> None:
 
 def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
     """-o: refalloc's format, node options and type table in the header, one event per call,
-    allocs before their frees, losses stated in the header."""
+    allocs before their frees, losses stated in the header. The cookie (--cookie-file) is in
+    no argv or environment of the hidden node that reads the node, no log line, no trace."""
     churn = Churn(ebin, sname=True)
     try:
         out = tmp_path / "churn.batr"
-        tr = Tracer("--node", churn.node, "-o", str(out), "--json",
-                    env={"BEAMALLOC_COOKIE": churn.cookie})
+        cookie = tmp_path / "cookie"
+        cookie.write_text(churn.cookie)
+        with SecretWatch(churn.cookie, skip=churn.pid) as watch:
+            tr = Tracer("--node", churn.node, "-o", str(out), "--json", "--cookie-file",
+                        str(cookie), env={"BEAMALLOC_COOKIE": ""})
         c0 = churn.calls()
         churn.cmd("burst 2 10000")
         c1 = churn.calls()
@@ -65,6 +70,10 @@ def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
         assert rc == 0, err
     finally:
         churn.stop()
+    assert watch.seen, "the poller never saw the tracer's hidden node (nothing was checked)"
+    assert watch.leaks == []
+    assert churn.cookie not in stdout + err
+    assert churn.cookie.encode() not in out.read_bytes()
     res = tr.json(stdout)
     with open_trace(out) as r:
         h = r.header
@@ -225,3 +234,27 @@ def test_max_overhead_calibrates_its_cost_on_the_target(churn: Churn) -> None:
         est = doc["blocks"]["binary_alloc"]["calls"]["alloc"]
         assert vm > 10_000 and 0.3 * vm < est < 2.0 * vm, (est, vm)
     assert docs["2"]["mode"]["target_fraction"] < docs["50"]["mode"]["target_fraction"]
+
+
+def test_summary_tables(churn: Churn) -> None:
+    """`--summary` (the default) prints the block-level table: a row per busy allocator with
+    its alloc calls (exact, counted at entry) and the binary type under binary_alloc; `--level
+    all` adds the carrier table."""
+    tr = Tracer("--pid", str(churn.pid), "--summary", "--level", "all")
+    c0 = churn.calls()
+    churn.cmd("burst 2 10000")
+    churn.cmd("keep 5 1000000")
+    c1 = churn.calls()
+    rc, out, err = tr.stop()
+    assert rc == 0, err
+    assert f"pid {churn.pid}" in out.splitlines()[0]
+    assert "alloc_util calls (block level)" in out and "carrier level" in out
+    rows = {ln.split("│")[1].strip(): ln.split("│") for ln in out.splitlines()
+            if ln.startswith("│") and ln.split("│")[1].strip()}
+    for a in ("binary_alloc", "eheap_alloc"):
+        vm = _delta(c0, c1, a)[0]
+        shown = int(rows[a][3])
+        assert vm > 1000 and abs(shown - vm) <= 0.01 * vm, (a, shown, vm)
+    assert any(ln.split("│")[2].strip() == "binary" for ln in out.splitlines()
+               if ln.startswith("│"))
+    assert any("mseg" in ln and "binary_alloc" in ln for ln in out.splitlines())
