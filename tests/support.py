@@ -50,3 +50,42 @@ def serve_in_thread(srv: Any) -> Callable[[], None]:
         srv.close()
 
     return stop
+
+
+class SecretWatch:
+    """While open, polls /proc for a secret in any process's argv, and in the environment of
+    beamalloc's hidden nodes (argv holds `beamalloc_`); `skip` is a pid allowed to have it (a
+    test's own target node, started with -setcookie). `seen` holds the hidden nodes it saw, so
+    a test can tell that something was checked."""
+
+    def __init__(self, secret: str, skip: int | None = None) -> None:
+        self.secret = secret.encode()
+        self.skip = skip
+        self.seen: set[int] = set()
+        self.leaks: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SecretWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for d in Path("/proc").iterdir():
+                if not d.name.isdigit() or int(d.name) == self.skip:
+                    continue
+                try:
+                    cmd = (d / "cmdline").read_bytes()
+                    if b"beamalloc_" in cmd:
+                        self.seen.add(int(d.name))
+                        if self.secret in (d / "environ").read_bytes():
+                            self.leaks.append(f"environ of {d.name}")
+                except OSError:
+                    continue
+                if self.secret in cmd:
+                    self.leaks.append(f"argv of {d.name}: {cmd[:80]!r}")

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 from support import run_cli
@@ -37,6 +44,33 @@ def test_demo_finds_the_fragmented_binary_alloc(tmp_path):
 
 
 def _epmd_names() -> str:
-    import subprocess
-
     return subprocess.run(["epmd", "-names"], capture_output=True, text=True).stdout
+
+
+def test_keep_node_leaves_the_node_running_until_ctrl_c(tmp_path):
+    """--keep-node: the demo node stays up (registered with epmd) after the report is written,
+    and Ctrl-C (SIGINT) stops the demo and the node with it."""
+    proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", "demo", "--keep-node",
+                             "--report", str(tmp_path / "r.html")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stderr], daemon=True).start()
+    try:
+        node = None
+        while node is None:
+            line = lines.get(timeout=180)
+            m = re.match(r"(beamalloc_demo_\w+@\S+) keeps running", line)
+            node = m and m.group(1)
+        name = node.split("@")[0]
+        assert (tmp_path / "r.html").exists()
+        assert name in _epmd_names() and proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 60
+        while name in _epmd_names():
+            assert time.monotonic() < deadline, "the demo node outlived the demo"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

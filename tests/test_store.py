@@ -4,14 +4,17 @@ and the Prometheus exposition of the same numbers."""
 from __future__ import annotations
 
 import copy
+import socket
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from support import SAMPLES
+from support import DATA, SAMPLES, run_cli
 
-from beamalloc.analyzer.series import derive, summarize, view
+from beamalloc.analyzer.series import derive, summarize
 from beamalloc.collector import store as store_mod
 from beamalloc.collector.prometheus import WatchCollector, parse_address
 from beamalloc.collector.sources import read_file
@@ -204,7 +207,62 @@ def test_schema_version_and_bad_files(tmp_path) -> None:
     junk.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="cannot open"):
         Store(junk)
-    assert issubclass(StoreError, InputError)  # exit code 2
+
+
+def _set_version(path, version: int) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    db.commit()
+    db.close()
+
+
+def _files(d) -> dict[str, bytes]:
+    """The store's bytes: the database and anything written to its WAL (SQLite may leave an
+    empty -wal and a -shm index behind a read-only open; neither holds data)."""
+    return {p.name: p.read_bytes() for p in d.iterdir() if not p.name.endswith("-shm")
+            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+
+
+def test_a_newer_store_is_never_modified(tmp_path) -> None:
+    """docs/store.md: a newer store is refused (exit code 2, one line), never modified, by the
+    writer (watch) and the reader (serve) alike."""
+    path = tmp_path / "w.db"
+    Store(path).close()
+    _set_version(path, store_mod.SCHEMA_VERSION + 1)
+    before = _files(tmp_path)
+    for args in (["serve", "--store", str(path), "--port", str(_free_port())],
+                 ["watch", "nobody@nohost.invalid", "--store", str(path), "--duration", "1"]):
+        r = run_cli(*args)
+        assert r.returncode == 2, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("beamalloc: ") and "upgrade beamalloc" in last
+        assert f"schema {store_mod.SCHEMA_VERSION + 1}" in last and "Traceback" not in r.stderr
+        assert _files(tmp_path) == before, args[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_older_store_opened_read_only(tmp_path) -> None:
+    """An older store opened read-only (serve) is not migrated: one line asks to open it once
+    read-write (exit code 2), and the file is untouched. There is no older release to write an
+    old file, so the CLI runs with its schema one version ahead and a migration to it."""
+    path = tmp_path / "w.db"
+    Store(path).close()
+    before = _files(tmp_path)
+    code = ("import sys; from beamalloc.collector import store as s;"
+            " from beamalloc.cli import main;"
+            " s.SCHEMA_VERSION += 1; s.MIGRATIONS[s.SCHEMA_VERSION] = ['CREATE TABLE x (y INT)'];"
+            " sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "serve", "--store", str(path),
+                        "--port", str(_free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "needs migrating" in r.stderr and "read-write" in r.stderr
+    assert _files(tmp_path) == before
 
 
 def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
@@ -220,8 +278,12 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
     Store(path).close()  # already at 2: the migration does not run again (it would fail)
 
 
-def test_prometheus_exposition_parses(base) -> None:
-    p = derive(base)
+def test_prometheus_exposition_parses() -> None:
+    """The gauges of tests/data/hand_recon.txt, whose numbers are worked out by hand in
+    tests/test_metrics.py (recon_alloc.md §1)."""
+    hand = read_file(str(DATA / "hand_recon.txt"))
+    hand.node, hand.rss = NODE, 1_000_000
+    p = derive(hand)
     reg = CollectorRegistry()
     reg.register(WatchCollector(lambda: {NODE: (True, T0, p), "down@host": (False, None, None)}))
     text = generate_latest(reg).decode()
@@ -229,11 +291,11 @@ def test_prometheus_exposition_parses(base) -> None:
     assert {s.labels["node"]: s.value for s in fams["beamalloc_up"].samples} == {
         NODE: 1.0, "down@host": 0.0}
     used = {s.labels["allocator"]: s.value for s in fams["beamalloc_used_bytes"].samples}
-    v = view(p)
-    assert used["binary_alloc"] == v["types"]["binary_alloc"]["used"]
-    assert set(used) == set(base.allocator_names())
+    # binary 0 mbcs 1000; binary 1 mbcs 500 + pool 300 + sbcs 600000; eheap 250; literal 100
+    assert used == {"binary_alloc": 601800, "eheap_alloc": 250, "literal_alloc": 100}
     gap = fams["beamalloc_rss_gap_bytes"].samples
-    assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, base.rss - p["allocated"])]
+    # RSS minus every carrier: recon's 610112 plus literal_alloc's 10000
+    assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, 1_000_000 - 620112)]
     # A few gauges per allocator type, not one series per raw statistic.
     assert sum(
         len(f.samples) for f in fams.values()) <= 8 + 6 * len(used) + 2

@@ -21,9 +21,16 @@ CORPUS = sorted(
 )
 
 
+# tests/data/bad_traces/README.md: these two read as traces and are refused by the replay (a
+# size or an address space the model cannot hold; tests/refalloc/test_replay_cli.py runs them).
+# Every other file there, and every fuzzer regression of the reader, is refused by the reader.
+READ_THEN_REFUSED_BY_REPLAY = {"size_above_2pow47.csv", "address_space_outgrown.csv"}
+
+
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
 def test_fuzz_finds_read_or_fail_cleanly(path):
-    trace_props.check(path.read_bytes())
+    accepted = trace_props.check(path.read_bytes())
+    assert accepted is (path.name in READ_THEN_REFUSED_BY_REPLAY)
 
 
 VALID = "t_ns,op,allocator,instance,type,size,id,new_id,thread\n" + "".join(

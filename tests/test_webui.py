@@ -13,7 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 from browser.synth import SAMPLE, build_store
-from support import serve_in_thread
+from support import run_cli, serve_in_thread
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
@@ -209,16 +209,25 @@ def test_recommendations_panel_never_breaks_the_page(client, monkeypatch):
     assert page.status_code == 200 and b"recommender not available" in page.data
     assert recommend_view.recommendations(read_file(str(SAMPLE))) is None
     monkeypatch.undo()
+    # The real recommender answers for the sample, as `beamalloc recommend` does for a user.
     rec = recommend_view.recommendations(read_file(str(SAMPLE)))
-    if rec is not None:  # the real recommender: one paste block per output format when flags
-        assert set(rec["outputs"]) == (set(recommend_view.FORMATS) if rec["emulator_flags"]
-                                       else set())
-        # and the verdict reaches the page of that snapshot
-        r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "n.txt")})
-        shown = html.escape(rec["headline"]).replace("&#x27;", "&#39;").encode()  # as Jinja
-        page = client.get(r.headers["Location"]).data
-        assert shown in page and rec["headline"].startswith(rec["verdict"]["state"])
-        assert b"{&#39;" not in page and b"{'" not in page  # no raw dict in a table (issue 17)
+    assert rec is not None, "the recommender failed on the sample (its exception is logged)"
+    r = run_cli("recommend", str(SAMPLE), "--json")
+    assert r.returncode == 0, r.stderr
+    assert rec["emulator_flags"] == json.loads(r.stdout)["emulator_flags"]
+    # one paste block per output format when there are flags, each what --format prints
+    assert rec["outputs"] == ({f: json.loads(run_cli("recommend", str(SAMPLE), "--json",
+                                                     "--format", f).stdout)["paste"]
+                               for f in recommend_view.FORMATS} if rec["emulator_flags"] else {})
+    # and the verdict line the CLI prints leads the page of that snapshot
+    r = run_cli("recommend", str(SAMPLE))
+    cli_verdict = r.stdout.splitlines()[1]
+    assert cli_verdict.startswith(rec["verdict"]["state"]), r.stdout
+    up = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "n.txt")})
+    page = client.get(up.headers["Location"]).data
+    assert html.escape(cli_verdict).replace("&#x27;", "&#39;").encode() in page  # as Jinja
+    assert b"recommender not available" not in page
+    assert b"{&#39;" not in page and b"{'" not in page  # no raw dict in a table (issue 17)
 
 
 def test_verdict_on_the_page(client):

@@ -77,13 +77,11 @@ def test_snapshot_page(browser, server, store_path):
 
     with Store(store_path, readonly=True) as st:
         rec = recommendations(st.snapshot(1))
-    if rec is None:
-        assert "allocated holds no data" in verdict
-        assert browser.find_element(By.ID, "rec-na").text.startswith("recommender not available")
-    else:  # the recommender's verdict leads the page, its findings follow
-        assert rec["headline"] in verdict and rec["headline"].startswith(rec["verdict"]["state"])
-        assert len(browser.find_elements(By.CSS_SELECTOR, "ul.findings li")) == len(
-            rec["findings"])
+    # The recommender answers for this snapshot: its verdict leads the page, its findings follow.
+    assert rec is not None, "the recommender failed (its exception is logged)"
+    assert rec["headline"] in verdict and rec["headline"].startswith(rec["verdict"]["state"])
+    assert browser.find_elements(By.ID, "rec-na") == []
+    assert len(browser.find_elements(By.CSS_SELECTOR, "ul.findings li")) == len(rec["findings"])
     a = json.loads(browser.execute_script(
         "return fetch('/api/snapshot/s1').then(r => r.text())"))
     types = [r for r in a["allocator_types"] if r["allocated"] > 0]

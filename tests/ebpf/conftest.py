@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from ebpfhelp import ROOT, Churn
+from ebpfhelp import ROOT, Churn, check_bpf
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +24,9 @@ def churn(ebin: str) -> Iterator[Churn]:
     c = Churn(ebin)
     yield c
     c.stop()
+
+
+@pytest.fixture
+def bpf_ready() -> None:
+    """What ebpfhelp.requires_bpf asks for: tracing works here (fails as root if it does not)."""
+    check_bpf()

@@ -1,6 +1,6 @@
 """Helpers of the eBPF tests (the fixtures are in conftest.py): a binchurn node driven over its
-stdin, and `beamalloc trace` run as users run it. Skipped, with the reason, only where BPF (or
-root, or bcc) is missing."""
+stdin, and `beamalloc trace` run as users run it. Without root they skip; as root a missing
+BPF, bcc, header or tracefs piece fails them with its reason."""
 
 from __future__ import annotations
 
@@ -32,7 +32,20 @@ def _bpf_missing() -> str | None:
 
 
 MISSING = _bpf_missing()
-requires_bpf = pytest.mark.skipif(MISSING is not None, reason=f"no BPF here: {MISSING}")
+
+
+def check_bpf() -> None:
+    """As root on Linux (CI, `make test` after `make setup`) tracing must work: a broken bcc,
+    kernel headers or tracefs fails the test with the reason. Only a run without root, where
+    nothing can be traced, skips."""
+    if MISSING is None:
+        return
+    if os.geteuid() == 0 and sys.platform == "linux":
+        pytest.fail(f"eBPF is broken on this machine (run `make setup`): {MISSING}", pytrace=False)
+    pytest.skip(f"needs root to trace: {MISSING}")
+
+
+requires_bpf = pytest.mark.usefixtures("bpf_ready")
 
 
 class Churn:
@@ -105,18 +118,21 @@ class Tracer:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def probes_in_kernel(beam_or_pid: str | None = None) -> list[str]:
-    """Uprobes attached to beam.smp or libc right now: tracefs's uprobe_events (probes made
-    through tracefs) and bpftool's perf and link lists (probes made with perf_event_open)."""
+def probes_in_kernel(target: int) -> list[str]:
+    """Uprobes attached to the beam.smp or libc of process `target` right now: tracefs's
+    uprobe_events (probes made through tracefs) and bpftool's perf and link lists (probes made
+    with perf_event_open). The tracer names a binary by /proc/PID/root/…, so probes other
+    tracers on this machine hold on other processes are not counted."""
     found = []
+    mine = f"/proc/{target}/"
     events = Path("/sys/kernel/tracing/uprobe_events")
     if events.exists():
-        found += [ln for ln in events.read_text().splitlines() if ln.strip()]
+        found += [ln for ln in events.read_text().splitlines() if mine in ln]
     for what in ("perf", "link"):
         r = subprocess.run(["bpftool", "-j", what, "list"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         for item in json.loads(r.stdout or "[]"):
             text = json.dumps(item)
-            if "uprobe" in text and ("beam" in text or "libc" in text):
+            if "uprobe" in text and mine in text and ("beam" in text or "libc" in text):
                 found.append(text)
     return found

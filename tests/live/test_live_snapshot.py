@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from support import SecretWatch
 
 from beamalloc.collector import live
 from beamalloc.collector.terms import parse_term
@@ -60,41 +60,12 @@ def test_read_only(target, probe, marker) -> None:
     assert after == before
 
 
-def _scan(cookie: bytes, skip: int, seen: set[int], leaks: list[str],
-          stop: threading.Event) -> None:
-    while not stop.is_set():
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit() or int(d.name) == skip:
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"beamalloc_" in cmd:
-                seen.add(int(d.name))
-                try:
-                    if cookie in (d / "environ").read_bytes():
-                        leaks.append(f"environ of {d.name}")
-                except OSError:
-                    pass
-            if cookie in cmd:
-                leaks.append(f"argv of {d.name}: {cmd[:80]!r}")
-
-
 def test_cookie_never_in_argv_env_or_output(target, marker, capfd) -> None:
-    seen: set[int] = set()
-    leaks: list[str] = []
-    stop = threading.Event()
     # The target itself was started with -setcookie (it is the test's node, not ours).
-    t = threading.Thread(target=_scan, args=(target.cookie.encode(), target.pid, seen, leaks, stop))
-    t.start()
-    try:
+    with SecretWatch(target.cookie, skip=target.pid) as watch:
         snap = live.snapshot_node(target.node, target.cookie)
-    finally:
-        stop.set()
-        t.join()
-    assert seen, "the poller never saw the hidden node (nothing was checked)"
-    assert leaks == []
+    assert watch.seen, "the poller never saw the hidden node (nothing was checked)"
+    assert watch.leaks == []
     assert target.cookie not in snap.to_json()
     out, err = capfd.readouterr()
     assert target.cookie not in out + err

@@ -16,7 +16,6 @@ size. Run this file directly to print the predicted-vs-measured table.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -41,11 +40,6 @@ FLAG_SETS = [
     "+MBas aoffcbf +MBlmbcs 2048 +MBsbct 128",
     "+MBas bf +MBlmbcs 20480 +MBsbct 1024",
 ]
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("erl") is None or shutil.which("erlc") is None, reason="needs Erlang/OTP"
-)
-
 
 def scenario(seed: int = 11) -> list[tuple[str, int, int]]:
     """("a", id, size) / ("f", id, 0): build-up, random drop, regrowth, churn, deep drop."""

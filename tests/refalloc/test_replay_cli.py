@@ -118,3 +118,20 @@ def test_bad_traces_are_refused_with_one_line(path):
     assert "Traceback" not in res.stderr and "panicked" not in res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"beamalloc: {path}"), res.stderr
+
+
+@pytest.mark.parametrize("ms", [100, 10, 2.5])
+def test_sample_ms_sets_the_series_interval(trace, ms):
+    """--sample-ms: a footprint sample at the first event of every MS of trace time that has
+    one (nothing changes in an interval without events), then the final state at the last
+    event (docs/refalloc.md, `series`)."""
+    res = run_cli("replay", str(trace), "--sample-ms", str(ms), "--json")
+    assert res.returncode == 0, res.stderr
+    series = json.loads(res.stdout)["runs"][0]["series"]
+    step = round(ms * 1_000_000)
+    events = [i * 1_000_000 for i in range(600)] + [700_000_000] + [
+        800_000_000 + i for i in range(0, 600, 2)]  # the fixture's event times
+    firsts: dict[int, int] = {}
+    for t in events:
+        firsts.setdefault(t // step, t)
+    assert [x["t_ns"] for x in series] == [*sorted(firsts.values()), events[-1]]
