@@ -598,6 +598,9 @@ class Predictor:
             "flags_after": FlagSet(base.flags + flags.flags, otp=base.otp).render(),
             "seeded_from": "counters",
             "workload": "fitted",
+            "trace_unused": (f"{target or 'the node'} has no carrier data for the trace to start "
+                             "from: a workload fitted to its counters is replayed instead")
+            if self.trace else None,
             **compared,
             "band": None,
             "not_modelled": NOT_MODELLED.get(rule),

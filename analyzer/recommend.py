@@ -9,6 +9,7 @@ lint is withheld, so our recommendations never do (issue 3, must-hold 3).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer.carriers import carrier_map
@@ -132,7 +133,7 @@ Pred = tuple[dict[str, Any] | None, str | None]  # (prediction, why there is non
 
 def _predict_findings(
     snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Advice], rate: Rate | None,
-    runaway: Finding | None,
+    runaway: Finding | None, trace: Path | None = None,
 ) -> tuple[dict[int, Pred], list[dict[str, Any]], Pred]:
     """Replay each action finding's flags and hold back those that do not show their gain
     (:func:`judge`); replay the flags that remain together. Returns per-finding predictions (by
@@ -140,7 +141,7 @@ def _predict_findings(
     findings' flags in place."""
     preds: dict[int, Pred] = {}
     held: list[dict[str, Any]] = []
-    with Predictor(snap, f) as pr:
+    with Predictor(snap, f, trace=trace) as pr:
         for fnd in findings:
             if fnd.level != "action" or not fnd.advice:
                 continue
@@ -199,6 +200,15 @@ MIN_GAIN = 0.20
 MIN_RATE = 50.0
 #: Rules whose flags buy speed with memory: they need a measured rate (never lifetime counters).
 SPEED_RULES = ("R6", "R7")
+
+
+def speed_trades(snap: Snapshot) -> list[str]:
+    """The speed-trade rules that propose flags for `snap`: only they need a measured rate, so
+    `recommend NODE` samples the node a second time only for them."""
+    return sorted({x.rule for x in evaluate(facts(snap))
+                   if x.rule in SPEED_RULES and x.level == "action" and x.advice})  # fmt: skip
+
+
 #: A node (or an allocator) below this usage, with at least rules.MIN_UNUSED unused, is mostly
 #: empty: never HEALTHY.
 MOSTLY_EMPTY = 0.50
@@ -497,12 +507,14 @@ def _signed_pct(x: float | None) -> str:
 
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
-    rate: Rate | None = None, rate_unavailable: str | None = None,
+    rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
     through refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only
     when the replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
-    carrier-call rate measured between two samples of the node, which speed trades need."""
+    carrier-call rate measured between two samples of the node, which speed trades need.
+    `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
+    carriers instead of a fitted workload (`workload: "traced"`)."""
     f = facts(snap)
     findings = evaluate(f)
     runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -524,7 +536,7 @@ def recommend(
             finding.level = "info"
     owner = {id(a): fnd for fnd in findings for a in fnd.advice}
     if predict:
-        preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway)
+        preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway, trace)
     else:
         preds, held, whole = {}, [], (None, NO_PREDICT)
         for fnd in findings:

@@ -10,7 +10,9 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
@@ -94,26 +96,45 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     import time
 
-    from beamalloc.analyzer.recommend import carrier_rate, recommend
+    from beamalloc.analyzer.recommend import carrier_rate, recommend, speed_trades
     from beamalloc.collector.sources import is_node_name
 
     if args.rate_seconds < 0:
         raise InputError(f"--rate-seconds must be 0 or more, got {args.rate_seconds}")
+    live = is_node_name(args.source)
+    if args.trace_for is not None and not (live and 0 < args.trace_for <= MAX_TRACE_FOR):
+        raise InputError("--trace-for takes a live node and 1 to "
+                         f"{MAX_TRACE_FOR:g} seconds, got {args.trace_for:g}")  # fmt: skip
+    trace = Path(args.trace) if args.trace else None
+    if trace is not None:
+        from beamalloc.trace import TraceError, read_header
+
+        try:
+            read_header(trace)
+        except TraceError as e:
+            raise InputError(str(e)) from None
     snap = load(args.source, args)
-    rate, why = None, None
-    if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
-        rate, why = carrier_rate(load(args.rate_from, args), snap)
-    elif is_node_name(args.source) and args.rate_seconds > 0:
-        # A speed trade needs calls per second now, not over the node's life (issue 17).
-        print(f"sampling {args.source} again in {args.rate_seconds:g} s for the carrier-call "
-              "rate (--rate-seconds 0 skips it)", file=sys.stderr)
-        time.sleep(args.rate_seconds)
-        first, snap = snap, load(args.source, args)
-        rate, why = carrier_rate(first, snap)
-    elif is_node_name(args.source):
-        why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
-    result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
-                       rate=rate, rate_unavailable=why)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
+        if args.trace_for is not None:
+            trace = _record_trace(args, Path(tmp) / "node.batr")
+        rate, why = None, None
+        trades = speed_trades(snap)
+        if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
+            rate, why = carrier_rate(load(args.rate_from, args), snap)
+        elif live and args.rate_seconds > 0 and trades:
+            # A speed trade needs calls per second now, not over the node's life (issue 17).
+            print(f"{', '.join(trades)} trade memory for speed: sampling {args.source} again in "
+                  f"{args.rate_seconds:g} s for the carrier-call rate (--rate-seconds 0 skips "
+                  "it)", file=sys.stderr)  # fmt: skip
+            time.sleep(args.rate_seconds)
+            first, snap = snap, load(args.source, args)
+            rate, why = carrier_rate(first, snap)
+        elif live and trades:
+            why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
+        elif live:
+            why = "no speed-trade rule fires on this node, so no rate was measured"
+        result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
+                           rate=rate, rate_unavailable=why, trace=trace)  # fmt: skip
     if args.json:
         from beamalloc.analyzer.outputs import paste_block
 
@@ -124,6 +145,30 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     render(result, wide_console(), fmt=args.format)
     return 0
+
+
+#: `recommend --trace-for` records at most this long: block tracing costs the node CPU.
+MAX_TRACE_FOR = 600.0
+
+
+def _record_trace(args: argparse.Namespace, path: Path) -> Path | None:
+    """`beamalloc trace --node NODE --duration S -o PATH`, for `recommend --trace-for S`; None
+    (and one line on stderr: the prediction then replays a fitted workload) where eBPF is not
+    available here."""
+    from beamalloc.ebpf.errors import EbpfUnavailable
+    from beamalloc.ebpf.run import Options, run
+
+    print(f"tracing {args.source}'s allocations for {args.trace_for:g} s with eBPF "
+          "(docs/ebpf.md) to replay them from its carriers", file=sys.stderr)
+    opts = Options(node=args.source, duration=args.trace_for, output=str(path), quiet=True,
+                   libc=False, cookie_file=args.cookie_file, timeout=args.timeout)
+    try:
+        run(opts)
+    except (EbpfUnavailable, OSError) as e:
+        print(f"no trace: {e}; the prediction replays a workload fitted to the snapshot",
+              file=sys.stderr)
+        return None
+    return path
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -292,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "calls per second, which speed-trade flags need (default 5; 0 skips)")
     p.add_argument("--rate-from", metavar="FILE", help="an earlier snapshot of the same node: "
                    "the carrier-call rate between it and SOURCE")  # fmt: skip
+    trace = p.add_mutually_exclusive_group()
+    trace.add_argument("--trace", metavar="TRACE", help="a block trace of the same node "
+                       "(`beamalloc trace -o`): its own allocations replayed from its carriers "
+                       "instead of a fitted workload")  # fmt: skip
+    trace.add_argument("--trace-for", type=float, metavar="S", help="for a live node on this "
+                       "host: record that trace for S seconds with eBPF (as root) first")
     _node_options(p)
     p.set_defaults(func=cmd_recommend)
 

@@ -563,8 +563,9 @@ def from_carriers(
         return c.blocks > 0 and (c.blocks_size >= DENSE_FILL * c.size or runs)
 
     mbcs = sorted((c for c in carriers if not is_sbc(c) and c.size > 0), key=lambda c: c.size)
-    dense = [c for c in mbcs if turns_over(c)]
-    pool = dense or [c for c in mbcs if c.blocks]
+    # Fillers are the size of the allocator's blocks: those of the scheduler instances' carriers
+    # (instance 0 serves other threads, a few odd blocks), of any carrier where none say.
+    pool = [c for c in mbcs if c.blocks and c.instance != 0] or [c for c in mbcs if c.blocks]
     filler = max(sum(c.blocks_size for c in pool) // max(sum(c.blocks for c in pool), 1), 16)
     # Above max_blocks, blocks grow instead of carriers going: fillers get larger and runs of
     # kept neighbours merge, so every carrier keeps its size and its sparse blocks their count

@@ -1,4 +1,4 @@
-"""Fixtures of the eBPF tests: the compiled binchurn workload and a node running it."""
+"""Fixtures of the eBPF tests: the compiled stdin-driven workloads and a binchurn node."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from ebpfhelp import ROOT, Churn, check_bpf
 @pytest.fixture(scope="session")
 def ebin() -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="beamalloc-ebpf-test-")
-    subprocess.run(["erlc", "-o", d, str(ROOT / "samples/workloads/binchurn.erl")], check=True)
+    for module in ("binchurn", "spikes"):
+        subprocess.run(["erlc", "-o", d, str(ROOT / f"samples/workloads/{module}.erl")],
+                       check=True)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -49,15 +50,17 @@ requires_bpf = pytest.mark.usefixtures("bpf_ready")
 
 
 class Churn:
-    """A binchurn node (samples/workloads/binchurn.erl) answering commands on its stdin."""
+    """A workload node answering commands on its stdin: samples/workloads/binchurn.erl, or
+    another stdin-driven `module` of that folder, started with the emulator `flags`."""
 
-    def __init__(self, ebin: str, sname: bool = False) -> None:
+    def __init__(self, ebin: str, sname: bool = False, module: str = "binchurn",
+                 flags: Sequence[str] = ()) -> None:  # fmt: skip
         self.cookie = f"C{secrets.token_hex(10)}"
         self.name = f"t_ebpf_{secrets.token_hex(3)}"
-        argv = ["erl", "-noshell", "-pa", ebin]
+        argv = ["erl", "-noshell", *flags, "-pa", ebin]
         if sname:
             argv += ["-sname", self.name, "-setcookie", self.cookie]
-        self.proc = subprocess.Popen([*argv, "-eval", "binchurn:main()"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*argv, "-eval", f"{module}:main()"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert self.readline() == "ready"
 
