@@ -112,22 +112,34 @@ def test_rss_only_for_a_beam_of_that_node(target) -> None:
 
 
 def test_recommend_a_live_node_measures_the_rate(target) -> None:
-    """`recommend NODE` samples it twice, --rate-seconds apart, says so on stderr, and the
-    verdict carries the measured rate; --rate-seconds 0 says why there is none."""
+    """`recommend NODE` samples a node twice, --rate-seconds apart, only where a speed-trade
+    rule fires (bigbin: R7), says so on stderr, and the verdict carries the measured rate;
+    --rate-seconds 0 says why there is none; an idle node is sampled once and told why."""
     import json
 
     from support import run_cli
 
+    from beamalloc.demo import WorkloadNode
+
+    with WorkloadNode("bigbin") as wl:
+        wl.wait_ready()
+        env = dict(os.environ, BEAMALLOC_COOKIE=wl.cookie)
+        r = run_cli("recommend", wl.node, "--json", "--rate-seconds", "1", "--no-predict",
+                    env=env)
+        assert r.returncode == 0, r.stderr
+        assert "R7 trade memory for speed: sampling" in r.stderr
+        assert "--rate-seconds 0 skips it" in r.stderr
+        v = json.loads(r.stdout)["verdict"]
+        assert v["rate"] is not None and 0.9 <= v["rate"]["seconds"] < 5
+        assert "binary_alloc" in v["rate"]["carrier_calls_per_second"]
+        r = run_cli("recommend", wl.node, "--json", "--rate-seconds", "0", "--no-predict",
+                    env=env)
+        v = json.loads(r.stdout)["verdict"]
+        assert v["rate"] is None and v["rate_unavailable"].startswith("--rate-seconds 0")
     env = dict(os.environ, BEAMALLOC_COOKIE=target.cookie)
     r = run_cli("recommend", target.node, "--json", "--rate-seconds", "1", "--no-predict",
                 env=env)
-    assert r.returncode == 0, r.stderr
-    assert "sampling" in r.stderr and "--rate-seconds 0 skips it" in r.stderr
+    assert r.returncode == 0 and "sampling" not in r.stderr, r.stderr
     v = json.loads(r.stdout)["verdict"]
-    assert v["rate"] is not None and 0.9 <= v["rate"]["seconds"] < 5
-    assert "binary_alloc" in v["rate"]["carrier_calls_per_second"]
-    r = run_cli("recommend", target.node, "--json", "--rate-seconds", "0", "--no-predict",
-                env=env)
-    v = json.loads(r.stdout)["verdict"]
-    assert v["rate"] is None and v["rate_unavailable"].startswith("--rate-seconds 0")
+    assert v["rate"] is None and v["rate_unavailable"].startswith("no speed-trade rule fires")
     assert run_cli("recommend", target.node, "--rate-seconds", "-1", env=env).returncode == 2
