@@ -1,6 +1,6 @@
 """Synthetic allocation traces, so what-if works without eBPF (issue 4).
 
-Four generators write ordinary trace files (docs/trace-format.md), deterministic for a seed:
+Five generators write ordinary trace files (docs/trace-format.md), deterministic for a seed:
 
 * :func:`spike_and_drop` — churn at a base live set, a spike to several times that, a random drop
   back (most of the spike freed in random order, so survivors pin carriers), churn again;
@@ -9,7 +9,10 @@ Four generators write ordinary trace files (docs/trace-format.md), deterministic
 * :func:`ets_churn` — ets_alloc: a table's small term blocks inserted, updated (realloc) and
   deleted while the table grows and shrinks;
 * :func:`stationary_mix` — fitted to a Snapshot: per allocator instance, the current live block
-  count and average block size (mbcs and sbcs apart) and a turnover from its call counts.
+  count and average block size (mbcs and sbcs apart) and a turnover from its call counts;
+* :func:`from_carriers` — an allocator's carriers as ``instrument:carriers/1`` reports them,
+  rebuilt block by block, then its workload (fitted, or the node's own traced events) forward:
+  the recommender's seeded predictions (docs/recommend.md, "Prediction").
 
 :func:`predict` replays a snapshot's fitted mix under candidate flag sets; the recommender uses
 it for its ``predicted`` field.

@@ -49,12 +49,6 @@ class Seeded:
     def measured_pct(self) -> float:
         return 100.0 * (self.after[1] - self.before[1]) / self.before[1]
 
-    @property
-    def predicted_after(self) -> int:
-        """The predicted unused bytes after, at the node's size."""
-        p = self.prediction
-        return round(self.before[1] * p["after"]["unused"] / max(p["before"]["unused"], 1))
-
 
 def predict(snap: Snapshot, allocator: str, rule: str, flags: str) -> dict[str, Any]:
     with Predictor(snap, facts(snap)) as pr:
@@ -70,14 +64,17 @@ def seeded(workload: str, allocator: str, rule: str, flags: str) -> Seeded:
 
 def table(rows: list[Seeded]) -> str:
     mib = 1 << 20
-    out = ["| workload | allocator | flags | predicted unused (band) | measured unused | "
-           "difference |", "|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| workload | allocator | flags | predicted unused (band; the replay's bytes) | "
+           "measured unused | difference |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        lo, hi = r.prediction["band"]["unused_pct"]
+        p = r.prediction
+        lo, hi = p["band"]["unused_pct"]
         out.append(
             f"| {r.workload} | {r.allocator} | `{r.flags}` | {r.predicted_pct:+.0f} % "
-            f"({lo:+.0f} to {hi:+.0f}) | {r.before[1] / mib:.1f} → {r.after[1] / mib:.1f} MiB "
-            f"({r.measured_pct:+.0f} %) | {r.predicted_pct - r.measured_pct:+.0f} points |"
+            f"({lo:+.0f} to {hi:+.0f}; {p['before']['unused'] / mib:.1f} → "
+            f"{p['after']['unused'] / mib:.1f} MiB) | {r.before[1] / mib:.1f} → "
+            f"{r.after[1] / mib:.1f} MiB ({r.measured_pct:+.0f} %) | "
+            f"{r.predicted_pct - r.measured_pct:+.0f} points |"
         )
     return "\n".join(out)
 
