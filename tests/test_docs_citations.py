@@ -108,8 +108,8 @@ def check_file(path: Path) -> list[str]:
             with_section = bool(AFTER_DOC.match(line, m.end()))
             target = _resolve(name, path, with_section)
             if target is None:
-                problems.append(f"{where}: {name} is not a file in the repository"
-                                + (" (cite it by its path)" if "/" not in name else ""))  # fmt: skip
+                hint = "" if "/" in name else " (cite it by its path)"
+                problems.append(f"{where}: {name} is not a file in the repository{hint}")
             on_line.append((m.end(), target, name))
             if with_section and target is not None:
                 named = NAMED.match(line, m.end())
