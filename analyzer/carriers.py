@@ -17,7 +17,7 @@ Definitions (multiblock carriers only: a single-block carrier is one block, full
 - fill = allocated bytes (blocks with headers) / carrier size.
 - FILL_BANDS: the distribution's bands, counted and summed apart for pooled and owned carriers
   (a pooled carrier was abandoned by its instance below its acul and waits for another instance
-  to fetch it, alloc_util.md §5).
+  to fetch it, docs/erts/alloc_util.md §5).
 - sparse: fill below SPARSE (10 %). Its blocks are what pins it: the bytes that would have to
   move (be freed, copied elsewhere) for the carrier to empty and go back to the OS.
 - The unused bytes of multiblock carriers (size − allocated) are split three ways by the fill of
@@ -54,7 +54,7 @@ FILL_BANDS: tuple[tuple[float, float], ...] = (
 SPARSE = 0.10
 #: A sparse carrier with at least one block per PIECE of it on average is crowded, not pinned
 #: by stragglers: cut into carriers of this size (the smallest lmbcs a placement flag sets,
-#: tuning-lore.md §1 R3), every piece would still hold a block.
+#: docs/erts/tuning.md §1 R3), every piece would still hold a block.
 PIECE = 512 << 10
 #: A multiblock carrier at or above this fill is mostly full.
 FULL = 0.75

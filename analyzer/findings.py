@@ -3,7 +3,7 @@
 Facts are read from a Snapshot using only the *current* and the *max-ever* value of each
 statistic. The middle value ("max since the last call") is reset by every live
 `system_info({allocator, _})` call but not in a crash dump, so advice built on it would differ
-by source (issue 3, must-hold 7; alloc_util.md §6.1).
+by source (issue 3, must-hold 7; docs/erts/alloc_util.md §6.1).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 Level = Literal["action", "info"]
 
-#: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; alloc_util.md §2.3).
+#: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; docs/erts/alloc_util.md §2.3).
 INFINITE = (1 << 64) - 1
 
 

@@ -1,11 +1,11 @@
 """Lint `+M` flags: the ones in force (read from a snapshot's options) and any flag string
-(the user's vm.args, our own proposal). tuning-lore.md §0.2 lists the gotchas checked here:
+(the user's vm.args, our own proposal). docs/erts/tuning.md §0.2 lists the gotchas checked here:
 
 * R8: lmbcs < 2 x sbct (erlang/otp#9521: steady RSS growth to OOM);
 * R9 / §0.2 item 1: bf, aobf, gf switch carrier migration off (acul 0); `t false` too (item 3);
 * §0.2 item 2: the order of `+M<S>as` and `+M<S>acul` decides which one survives;
-* values erts clamps or rejects (alloc_util.md §2.1, §2.2);
-* flags the node's release does not know (alloc_util.md §2.5).
+* values erts clamps or rejects (docs/erts/alloc_util.md §2.1, §2.2);
+* flags the node's release does not know (docs/erts/alloc_util.md §2.5).
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ from beamalloc.units import human
 
 Where = Literal["in force", "given", "proposed"]
 
-R8_FACTOR = 2  # tuning-lore.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
+R8_FACTOR = 2  # docs/erts/tuning.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
 NON_MIGRATING = ("bf", "aobf", "gf")  # §0.2 item 1 (af is temp_alloc's, which never migrates)
-NO_POOL = ("T", "I")  # temp_alloc and literal_alloc never have a pool (alloc_util.md §2.1)
-MCS_MAX = 30  # +MMmcs is clamped to 0..30 (alloc_util.md §2.2)
+# temp_alloc and literal_alloc never have a pool (docs/erts/alloc_util.md §2.1)
+NO_POOL = ("T", "I")
+MCS_MAX = 30  # +MMmcs is clamped to 0..30 (docs/erts/alloc_util.md §2.2)
 PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (§2.1)
 
-#: First erts release that knows a parameter or strategy (alloc_util.md §2.5).
+#: First erts release that knows a parameter or strategy (docs/erts/alloc_util.md §2.5).
 SINCE: dict[str, tuple[int, ...]] = {
     "acful": (13, 1, 2),  # OTP 25.1.2
     "acnl": (9, 2, 1),  # OTP 20.2.1
@@ -100,7 +101,7 @@ def _lmbcs_sbct(
                      f"{name}: lmbcs {human(lmbcs)} < 2 x sbct {human(sbct)}: blocks just below "
                      "sbct need carriers larger than lmbcs, and RSS can grow without bound "
                      "(erlang/otp#9521). Lower sbct with lmbcs, or keep lmbcs >= 2 x sbct.",
-                     "tuning-lore.md §1 R8, §0.2 item 5", name, flag)  # fmt: skip
+                     "docs/erts/tuning.md §1 R8, §0.2 item 5", name, flag)  # fmt: skip
 
 
 def lint_in_force(snap: Snapshot) -> list[LintIssue]:
@@ -119,7 +120,7 @@ def lint_in_force(snap: Snapshot) -> list[LintIssue]:
                                  f"off, so a free carrier of one scheduler cannot serve another "
                                  f"(likely from +M{letter}as {o['as']}). Prefer ageffcbf or "
                                  "aoffcbf.",
-                                 "tuning-lore.md §1 R9, §0.2 item 1", name))  # fmt: skip
+                                 "docs/erts/tuning.md §1 R9, §0.2 item 1", name))  # fmt: skip
         issue = _lmbcs_sbct(name, o, "in force", None)
         if issue:
             out.append(issue)
@@ -172,7 +173,7 @@ def lint_flags(
                 good += group
             except FlagError as e:
                 check = "release" if "needs OTP" in str(e) or "removed" in str(e) else "invalid"
-                out.append(LintIssue(check, "error", where, str(e), "alloc_util.md §2",
+                out.append(LintIssue(check, "error", where, str(e), "docs/erts/alloc_util.md §2",
                                      flag=group[0]))  # fmt: skip
         fs = parse(good, otp=_parse_otp(erts))
     out += _release(fs, where, erts) + _ranges(fs, where) + _order(fs, where)
@@ -189,7 +190,7 @@ def _release(fs: FlagSet, where: Where, erts: tuple[int, ...] | None) -> list[Li
                 out.append(LintIssue("release", "error", where,
                                      f"{f.render()}: erts {ver} does not know {key!r} "
                                      f"(needs erts {'.'.join(map(str, SINCE[key]))})",
-                                     "alloc_util.md §2.5", flag=f.name))  # fmt: skip
+                                     "docs/erts/alloc_util.md §2.5", flag=f.name))  # fmt: skip
     return out
 
 
@@ -203,7 +204,7 @@ def _ranges(fs: FlagSet, where: Where) -> list[LintIssue]:
                 "warning",
                 where,
                 f"{f.render()}: {what}",
-                "alloc_util.md §2.1, §2.2",
+                "docs/erts/alloc_util.md §2.1, §2.2",
                 flag=f.name,
             )
         )
@@ -226,7 +227,7 @@ def _ranges(fs: FlagSet, where: Where) -> list[LintIssue]:
                     "warning",
                     where,
                     f"+M{letter}acful {acful} > acul {acul}: erts lowers it to {acul}",
-                    "alloc_util.md §2.1",
+                    "docs/erts/alloc_util.md §2.1",
                     flag=f"+M{letter}acful",
                 )
             )
@@ -234,7 +235,8 @@ def _ranges(fs: FlagSet, where: Where) -> list[LintIssue]:
 
 
 def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
-    """§0.2 items 1-3: what each as/t/acul does to the others, per allocator, in order."""
+    """docs/erts/tuning.md §0.2 items 1-3: what each as/t/acul does to the others, per allocator,
+    in order."""
     out = []
     for letter in ALLOCATORS:
         if letter in NO_POOL:
@@ -254,7 +256,7 @@ def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
                             where,
                             f"{acul_set.render()} is lost: the later {f.render()} "
                             "sets acul to 0. Put acul after as.",
-                            "tuning-lore.md §0.2 item 2",
+                            "docs/erts/tuning.md §0.2 item 2",
                             name,
                             acul_set.name,
                         )
@@ -273,7 +275,7 @@ def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
                             where,
                             f"{off.render()} then {f.render()}: {what}, because a "
                             "non-zero acul re-enables migration.",
-                            "tuning-lore.md §0.2 item 2",
+                            "docs/erts/tuning.md §0.2 item 2",
                             name,
                             off.name,
                         )
@@ -287,7 +289,7 @@ def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
                     where,
                     f"{off.render()} switches carrier migration off for {name} "
                     "(acul 0). Prefer ageffcbf or aoffcbf.",
-                    "tuning-lore.md §1 R9, §0.2 items 1 and 3",
+                    "docs/erts/tuning.md §1 R9, §0.2 items 1 and 3",
                     name,
                     off.name,
                 )

@@ -1,7 +1,9 @@
-"""recon_alloc's numbers, computed exactly as recon computes them (recon_alloc.md §0.4, §1).
+"""recon_alloc's numbers, computed exactly as recon computes them (docs/erts/recon-formulas.md
+§0.4, §1).
 
 Everything here reads one Snapshot, so unlike recon (which samples the node again for each call,
-recon_alloc.md §5 bug 1) `used`, `allocated`, `unused` and `usage` always agree with each other.
+docs/erts/recon-formulas.md §5 bug 1) `used`, `allocated`, `unused` and `usage` always agree with
+each other.
 
 `keyword` is "current" (recon's element 2 of a statistic; the carrier pool is added to mbcs) or
 "max" (element 4, the all-time maximum; the pool is not added, it has no maxima). Remember that
@@ -17,7 +19,8 @@ from beamalloc.snapshot import AllocatorInstance, CarrierStats, Snapshot, Triple
 
 Keyword = Literal["current", "max"]
 
-#: The allocators recon counts (?UTIL_ALLOCATORS, recon_alloc.md §0.3). literal_alloc, exec_alloc
+#: The allocators recon counts (?UTIL_ALLOCATORS, docs/erts/recon-formulas.md §0.3). literal_alloc,
+#: exec_alloc
 #: and test_alloc are left out by recon; beamalloc reports them beside recon's totals.
 RECON_ALLOCATORS = (
     "temp_alloc",
@@ -182,7 +185,8 @@ def average(size: int, count: int) -> int | float:
     if size == 0 and count == 0:
         return 0  # recon returns the integer 0 here
     if count == 0:
-        # recon would crash with badarith (recon_alloc.md §5 bug 9); say "no blocks" instead.
+        # recon would crash with badarith (docs/erts/recon-formulas.md §5 bug 9); say "no blocks"
+        # instead.
         return 0
     return size / count
 

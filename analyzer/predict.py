@@ -1,4 +1,4 @@
-"""What the replay predicts for the recommender's flags (DESIGN.md "What it does" 4; issue 3,
+"""What the replay predicts for the recommender's flags (docs/design.md "What it does" 4; issue 3,
 must-hold 6).
 
 For a finding, a trace that shows the finding's symptom is synthesized from the snapshot
@@ -83,11 +83,12 @@ NOT_MODELLED = {
     "do not change",
     "R6": "cached segments are resident but not in carrier bytes; the gain is fewer mmap calls",
 }
-#: The user-size overhead of a block: header, plus an atag on binary/driver_alloc (§3.1).
+#: The user-size overhead of a block: header, plus an atag on binary/driver_alloc
+#: (docs/erts/alloc_util.md §3.1).
 _OVERHEAD = {"binary_alloc": 16, "driver_alloc": 16}
 
 #: Options read from the snapshot and rendered as flags, in the order erts processes them
-#: (`as` before `ac*`, tuning-lore.md §0.2 item 2). (option, config attribute)
+#: (`as` before `ac*`, docs/erts/tuning.md §0.2 item 2). (option, config attribute)
 _PARAMS = (
     ("e", "e"), ("t", "t"), ("as", "strategy"), ("atags", "atags"), ("ramv", "ramv"),
     ("sbct", "sbct"), ("asbcst", "asbcst"), ("rsbcst", "rsbcst"), ("rsbcmt", "rsbcmt"),
@@ -99,7 +100,7 @@ _PARAMS = (
 #: few stragglers is replayed beside them, since a snapshot cannot show how survivors spread.
 RANDOM_SURVIVORS = ("spike_and_drop", "ets_churn")
 #: Allocators whose post-peak state the spike model stands for: a burst of binaries, or of
-#: processes whose heaps go when they exit (tuning-lore.md §1 R3, R4).
+#: processes whose heaps go when they exit (docs/erts/tuning.md §1 R3, R4).
 SPIKE_ALLOCATORS = ("binary_alloc", "eheap_alloc")
 _KB_PARAMS = ("sbct", "asbcst", "mmbcs", "lmbcs", "smbcs")
 

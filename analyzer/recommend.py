@@ -2,7 +2,8 @@
 
 `recommend(snap)` returns the dict that `beamalloc recommend --json` prints (schema
 `beamalloc.recommend/1`, docs/recommend.md). The flags are rendered by flags.FlagSet in its fixed
-order (`as` before `acul`, tuning-lore.md §0.2 item 2). Any proposed flag that would trip our own
+order (`as` before `acul`, docs/erts/tuning.md §0.2 item 2). Any proposed flag that would trip our
+own
 lint is withheld, so our recommendations never do (issue 3, must-hold 3).
 """
 
@@ -52,7 +53,8 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
 
 
 def in_force(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    """Options of each allocator's first scheduler instance (instance 0 never pools, §2.3)."""
+    """Options of each allocator's first scheduler instance (instance 0 never pools,
+    docs/erts/alloc_util.md §2.3)."""
     out: dict[str, dict[str, Any]] = {}
     for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
         out.setdefault(inst.allocator, dict(inst.options))

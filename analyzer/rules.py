@@ -1,4 +1,4 @@
-"""The rule base: one small function per rule of tuning-lore.md §1 that has a symptom in the
+"""The rule base: one small function per rule of docs/erts/tuning.md §1 that has a symptom in the
 statistics. Each takes Facts and returns Findings; a finding below its threshold is `info` and
 never carries a flag (issue 3, must-hold 1: false advice costs restarts of production nodes).
 
@@ -6,7 +6,7 @@ Implemented: R0, R1, R2, R3, R4, R5, R6, R7, R9, R10, R11, R13. R8 and the confi
 R9 are lint (analyzer/lint.py). Not rules, because nothing in a snapshot shows their symptom:
 R12 (an operator's choice), R14 (lock contention), R15 (an A/B diagnostic, never shipped).
 
-Thresholds marked [heur] are our operationalisation (tuning-lore.md §1 legend); the floors on
+Thresholds marked [heur] are our operationalisation (docs/erts/tuning.md §1 legend); the floors on
 bytes and calls keep a small, healthy node from getting advice for noise.
 """
 
@@ -43,7 +43,7 @@ R3_SMALL_BLOCKS = R3_SBCT // 8  # mbcs blocks this small are far from the lowere
 MIGRATING_STRATEGY = "ageffcbf"  # RabbitMQ default; keeps carrier migration (§0.2 item 1)
 # --- R6 ---------------------------------------------------------------------------------------
 R6_HIT_RATE = 0.80  # recon cache_hit_rates/0 doc
-R6_MCS = 30  # the maximum (alloc_util.md §2.2)
+R6_MCS = 30  # the maximum (docs/erts/alloc_util.md §2.2)
 # --- R7 ---------------------------------------------------------------------------------------
 R7_SBCS_SHARE = 0.50  # [heur: recon "if most of the data ends up in sbcs"]
 R7_SBCS_TO_MBCS = 1.0  # [heur]
@@ -55,7 +55,7 @@ R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
 NON_MIGRATING = ("bf", "aobf", "gf")
 # --- R10 --------------------------------------------------------------------------------------
 R10_POOL_SHARE = 0.25  # [heur]
-ACFUL_SINCE = (13, 1, 2)  # erts of OTP 25.1.2 (alloc_util.md §2.5)
+ACFUL_SINCE = (13, 1, 2)  # erts of OTP 25.1.2 (docs/erts/alloc_util.md §2.5)
 # --- R11 --------------------------------------------------------------------------------------
 R11_BINARY_SHARE = 0.50  # [heur] binary holds most of erlang:memory(total)
 R11_MIN_BINARY = 64 * MB
@@ -66,7 +66,7 @@ R13_REALLOC_RATIO = 0.2  # [heur]
 SRC_EIA = "Erlang in Anger §7.3.1"
 SRC_R3 = ("heroku/logplex b2d9ffd, PR #163", "rabbitmq-server PR #1604", "erlang/otp#9521")
 SRC_R4 = ("rabbitmq-server PR #1604, PR #1612", "basho/riak_kv#1820")
-SRC_R5 = ("Dahrkael/ExTracker#1", "erlang/otp#9521", "carriermigration.md")
+SRC_R5 = ("Dahrkael/ExTracker#1", "erlang/otp#9521", "docs/erts/carrier-migration.md")
 SRC_R10 = ("Erlang in Anger §7.3.2", "erlang/otp PR #6378", "erlang/otp PR #2046")
 
 Rule = Callable[[Facts], list[Finding]]
@@ -90,7 +90,8 @@ def _ev(a: AllocFacts) -> dict[str, int | float]:
 
 
 def _migration_fix(a: AllocFacts, rule: str, ev: dict, sources: tuple[str, ...]) -> list[Advice]:
-    """`as ageffcbf`, plus `acul de` where the node runs with the pool off (§0.2 items 1-2).
+    """`as ageffcbf`, plus `acul de` where the node runs with the pool off (docs/erts/tuning.md
+    §0.2 items 1-2).
 
     Appended after flags that zeroed acul (`+MBas bf`), a new `as` alone would leave acul 0;
     the explicit `acul de` (rendered after `as`) switches the pool back on.
@@ -99,7 +100,8 @@ def _migration_fix(a: AllocFacts, rule: str, ev: dict, sources: tuple[str, ...])
         Advice(rule, a.name, _flag(a, "as", MIGRATING_STRATEGY),
                f"{MIGRATING_STRATEGY}: age-ordered first fit, so new blocks go to the oldest "
                "carriers and the young ones (from the peak) can empty; keeps carrier migration",
-               "a little CPU per allocation against bf/gf (carriermigration.md)", ev, sources),
+               "a little CPU per allocation against bf/gf (docs/erts/carrier-migration.md)", ev,
+               sources),
     ]  # fmt: skip
     if a.options.get("acul") == 0:
         out.append(
@@ -374,7 +376,7 @@ def r9_migration_off(f: Facts) -> list[Finding]:
     """R9 Strategy vs migration: bf/aobf/gf (pool off) on an allocator whose scheduler
     instances are out of balance ((max - min) / max >= 0.5) and which wastes MIN_UNUSED.
 
-    Sources: carriermigration.md; tuning-lore.md §0.2 item 1.
+    Sources: docs/erts/carrier-migration.md; docs/erts/tuning.md §0.2 item 1.
     """
     out = []
     for a in f.allocators.values():
@@ -386,7 +388,7 @@ def r9_migration_off(f: Facts) -> list[Finding]:
         imbalance = (hi - lo) / hi if hi else 0.0
         ev = {**_ev(a), "as": a.options.get("as"), "acul": 0, "imbalance": round(imbalance, 4),
               "scheduler_instances_allocated": a.sched_allocated}  # fmt: skip
-        src = ("carriermigration.md", "tuning-lore.md §0.2 item 1")
+        src = ("docs/erts/carrier-migration.md", "docs/erts/tuning.md §0.2 item 1")
         if imbalance < R9_IMBALANCE or a.unused < MIN_UNUSED:
             continue  # the lint reports the strategy itself
         out.append(Finding("R9", "action", f"{a.name}: carrier migration is off",
@@ -519,7 +521,7 @@ _CANNOT_ALLOCATE = re.compile(
 ADDRESS_BITS = {8: 47, 4: 32}
 RUNAWAY_FEW_BLOCKS = 4  # this few single-block-carrier blocks holding ...
 RUNAWAY_SHARE = 0.50  # ... this share of the node's carriers is one runaway [heur]
-SRC_OOM = ("tuning-lore.md §3 crashdump_viewer (the slogan)", "rabbitmq-server#39",
+SRC_OOM = ("docs/erts/tuning.md §3 crashdump_viewer (the slogan)", "rabbitmq-server#39",
            "erlang/otp#3489", "erts_alloc doc, max_heap_size in erlang:process_flag/2")
 
 
@@ -529,7 +531,7 @@ def oom_runaway(f: Facts) -> list[Finding]:
     rabbitmq-server#39's `std_alloc: Cannot allocate 1125316227743680 bytes`), or where a few
     blocks of that allocator's single-block carriers hold most of the node's carriers (one
     process heap or binary that grew without bound). No +M flag helps: the remedy is the
-    holder's bound. Sources: tuning-lore.md §3; rabbitmq-server#39; erlang/otp#3489.
+    holder's bound. Sources: docs/erts/tuning.md §3; rabbitmq-server#39; erlang/otp#3489.
     """
     m = _CANNOT_ALLOCATE.match(f.slogan or "")
     if m is None:

@@ -1,4 +1,4 @@
-"""`beamalloc`: one command, one subcommand per stage (DESIGN.md, "Conventions").
+"""`beamalloc`: one command, one subcommand per stage (docs/design.md, "Conventions").
 
 Exit codes: 0 success, 2 bad input or usage (one line on stderr), 3 node unreachable,
 authentication failed or timed out.

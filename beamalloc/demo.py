@@ -3,7 +3,7 @@
 Starts a local node running samples/workloads/frag.erl (churn, a spike to ten times the live
 set, a random drop back, churn again), snapshots it live, prints the analysis, writes an HTML
 report and stops the node. The demo node's cookie is random and reaches it through its
-environment, never its argv (DESIGN.md, "Conventions").
+environment, never its argv (docs/design.md, "Conventions").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The two kinds of failure a user sees (DESIGN.md, "Conventions": exit codes)."""
+"""The two kinds of failure a user sees (docs/design.md, "Conventions": exit codes)."""
 
 
 class InputError(ValueError):

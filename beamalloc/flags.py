@@ -1,6 +1,6 @@
 """The `+M` emulator-flag grammar of erts_alloc: parse, validate, render, and resolve.
 
-Facts come from shared/reference/alloc_util.md (cited as §n). Three layers:
+Facts come from docs/erts/alloc_util.md (cited as §n). Three layers:
 
 * :func:`parse` turns a flag string (``"+MBas aoffcbf +MBlmbcs 512 +MMmcs 20 +Mea max"``) or a
   token list into a :class:`FlagSet`: an ordered tuple of :class:`Flag` (target letter, parameter,

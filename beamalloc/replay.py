@@ -2,7 +2,8 @@
 
 `run(trace, flags)` replays through refalloc (beamalloc._refalloc) and builds a
 :class:`~beamalloc.snapshot.Snapshot` with source ``"replay"`` from the native result, which is
-shaped like ``erlang:system_info({allocator, A})`` (alloc_util.md §6.1): the terms go through
+shaped like ``erlang:system_info({allocator, A})`` (docs/erts/alloc_util.md §6.1): the terms go
+through
 :func:`beamalloc.collector.system_info.add_system_info`, the same code path a live snapshot takes,
 so the analyzer, the recommender and the web UI read a replay exactly like a node.
 
@@ -343,7 +344,8 @@ def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
     blocks = tot(lambda i: i.mbcs.block_count + i.sbcs.block_count)
     bsize = tot(lambda i: i.mbcs.block_size + i.sbcs.block_size)
     sbcs = tot(lambda i: i.sbcs.carriers_size)
-    # Pooled carriers and their blocks are counted apart (mbcs_pool, §5); they are still mapped.
+    # Pooled carriers and their blocks are counted apart (mbcs_pool, docs/erts/alloc_util.md §5);
+    # they are still mapped.
     pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
     pool = sum(p.carriers_size for p in pools)
     carriers = (carriers[0] + sum(p.carriers for p in pools), carriers[1])

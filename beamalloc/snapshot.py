@@ -1,11 +1,12 @@
-"""Snapshot: the allocator state of one BEAM node at one instant (DESIGN.md, "One data model").
+"""Snapshot: the allocator state of one BEAM node at one instant (docs/design.md, "One data model").
 
 Every collector (live node, recon file, crash dump, beamalloc JSON) and the replay produce a
 Snapshot; the analyzer, recommender, web UI and report only read Snapshots.
 
-Statistics keep the VM's three values where the VM has three (alloc_util.md §6.1):
+Statistics keep the VM's three values where the VM has three (docs/erts/alloc_util.md §6.1):
 `(current, max since the last system_info call, max ever)`. recon calls element 2 `current` and
-element 4 `max` (recon_alloc.md §0); the middle one is reset by every `system_info({allocator, _})`
+element 4 `max` (docs/erts/recon-formulas.md §0); the middle one is reset by every
+`system_info({allocator, _})`
 call, so it says little about a node that someone else also polls.
 
 JSON: `to_json()` / `from_json()` round-trip losslessly through the versioned schema
@@ -63,11 +64,12 @@ class BlockStats:
 
 @dataclass
 class CarrierStats:
-    """The `mbcs` or `sbcs` section of an allocator instance (alloc_util.md §6.1).
+    """The `mbcs` or `sbcs` section of an allocator instance (docs/erts/alloc_util.md §6.1).
 
     `blocks` is keyed by the allocator type that allocated the blocks: on OTP ≥ 23 the VM reports
     blocks per type, and a carrier fetched from the pool can hold another type's blocks
-    ("foreign blocks", recon_alloc.md §0.1). Older releases report one total; it is keyed by the
+    ("foreign blocks", docs/erts/recon-formulas.md §0.1). Older releases report one total; it is
+    keyed by the
     instance's own allocator name.
     """
 
@@ -136,7 +138,8 @@ class AllocatorInstance:
 
 @dataclass
 class MsegInstance:
-    """One mseg_alloc instance: the segment cache in front of mmap (alloc_util.md §3.7)."""
+    """One mseg_alloc instance: the segment cache in front of mmap (docs/erts/alloc_util.md
+    §3.7)."""
 
     instance: int
     options: dict[str, int | bool | str] = field(default_factory=dict)
@@ -203,7 +206,8 @@ class Carrier:
 
     `instance` is the allocator instance that created it (the scan lists a pooled carrier under
     its creator), None where the source does not say. `in_pool`: it sits in the carrier pool,
-    abandoned by its creator and free for any instance to fetch (alloc_util.md §5). `blocks` and
+    abandoned by its creator and free for any instance to fetch (docs/erts/alloc_util.md §5).
+    `blocks` and
     `blocks_size` count every allocated block in it, headers included, of any allocator type;
     `foreign_size` is the part allocated by other types (blocks fetched with the carrier from
     the pool). `unscanned` is bytes the VM skipped (it gives up on a carrier after 16,000 blocks
@@ -315,7 +319,7 @@ class Snapshot:
     rss: int | None = None  # bytes resident, from /proc/PID/status (VmRSS) when on this host
     #: Of the resident bytes, those the process gave back with MADV_FREE (`LazyFree` of
     #: /proc/PID/smaps_rollup): the OS takes them when it needs memory, VmRSS keeps
-    #: counting them until then (acful, alloc_util.md §2.1). Same host only.
+    #: counting them until then (acful, docs/erts/alloc_util.md §2.1). Same host only.
     rss_lazyfree: int | None = None
     #: The host's MemAvailable (/proc/meminfo) when `rss` was read: lazily freed pages
     #: count as available, so this is where acful shows.

@@ -46,7 +46,8 @@ FORMAT_VERSION = 1
 CSV_MARKER = "# beamalloc-trace"
 CSV_COLUMNS = ("t_ns", "op", "allocator", "instance", "type", "size", "id", "new_id")
 
-#: ERTS_ALC_A_* numbers (alloc_util.md §1); the trace stores numbers, CSV accepts names too.
+#: ERTS_ALC_A_* numbers (docs/erts/alloc_util.md §1); the trace stores numbers, CSV accepts names
+#: too.
 ALLOCATOR_NAMES: dict[int, str] = {
     1: "sys_alloc", 2: "temp_alloc", 3: "sl_alloc", 4: "std_alloc", 5: "ll_alloc",
     6: "eheap_alloc", 7: "ets_alloc", 8: "fix_alloc", 9: "literal_alloc", 10: "binary_alloc",
@@ -98,7 +99,8 @@ class Event(NamedTuple):
 
 @dataclass(frozen=True)
 class TypeInfo:
-    """One allocation type: ``n`` is ERTS_ALC_T2N, as in erts_types_otp25.tsv (§7)."""
+    """One allocation type: ``n`` is ERTS_ALC_T2N, as in docs/erts/erts_types_otp25.tsv
+    (docs/erts/alloc_util.md §7)."""
 
     n: int
     name: str

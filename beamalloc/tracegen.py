@@ -18,7 +18,8 @@ Five generators write ordinary trace files (docs/trace-format.md), deterministic
 it for its ``predicted`` field.
 
 Sizes in traces are user sizes: a block is ``8`` (header) ``+ 8`` (atag, binary/driver_alloc on
-OTP 25) ``+ user`` bytes (alloc_util.md §3.1); snapshots report block sizes, so the fit subtracts
+OTP 25) ``+ user`` bytes (docs/erts/alloc_util.md §3.1); snapshots report block sizes, so the fit
+subtracts
 the overhead.
 """
 
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 BINARY, ETS = 10, 7
-#: Type numbers of OTP 25 (erts_types_otp25.tsv, alloc_util.md §7).
+#: Type numbers of OTP 25 (docs/erts/erts_types_otp25.tsv, docs/erts/alloc_util.md §7).
 T_BINARY, T_DB_TERM = 214, 195
 #: One representative type per allocator for fitted traces (its name; numbers per §7).
 TYPE_OF = {
@@ -541,7 +542,8 @@ def from_carriers(
     Each carrier becomes a window of the allocation order: the blocks it holds now, in runs
     between its free blocks as its free-block histogram sizes them, and fillers where the free
     blocks are, allocated and then freed (the peak that left the carrier as it is). Windows go
-    in carrier-size order (carriers grow as an instance grows, alloc_util.md §2.2), round robin
+    in carrier-size order (carriers grow as an instance grows, docs/erts/alloc_util.md §2.2), round
+    robin
     over the scheduler instances. Then the live set of the dense carriers turns over `churn`
     times (free one at random, allocate one like it) while the blocks of sparse carriers stay:
     the same stream replayed under other flags shows where those blocks would have gone.

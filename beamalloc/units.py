@@ -1,4 +1,4 @@
-"""Sizes are bytes in data and JSON; humans see KiB/MiB (DESIGN.md, "Conventions")."""
+"""Sizes are bytes in data and JSON; humans see KiB/MiB (docs/design.md, "Conventions")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where the Erlang cookie comes from (DESIGN.md, "Conventions": the cookie rule).
+"""Where the Erlang cookie comes from (docs/design.md, "Conventions": the cookie rule).
 
 `--cookie-file`, else `$BEAMALLOC_COOKIE`, else `~/.erlang.cookie`. Error messages name the
 source, never the cookie.

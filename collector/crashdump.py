@@ -1,4 +1,4 @@
-"""Read the allocator state out of an `erl_crash.dump` (alloc_util.md §6.3).
+"""Read the allocator state out of an `erl_crash.dump` (docs/erts/alloc_util.md §6.3).
 
 A crash dump is written while the node dies and is often cut short (disk full, a supervisor's
 kill, `ERL_CRASH_DUMP_SECONDS`). The reader streams the file line by line, keeps only the header,

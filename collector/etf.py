@@ -24,7 +24,7 @@ from beamalloc.collector.terms import Atom, Opaque
 #: Largest encoded (or decompressed) input accepted. A +S 1024 node's full allocator data is
 #: about 25 MB of ETF; four times that is garbage.
 MAX_BYTES = 128 * 1024 * 1024
-#: Deepest nesting accepted (allocator data nests about 8 deep, recon_alloc.md §3.1).
+#: Deepest nesting accepted (allocator data nests about 8 deep, docs/erts/recon-formulas.md §3.1).
 MAX_DEPTH = 256
 #: Largest bignum accepted, in bytes of magnitude (mmmbc, 2^64-1, needs 8).
 MAX_BIG_BYTES = 32

@@ -1,4 +1,4 @@
-"""Snapshot a running node over Erlang distribution, read-only (DESIGN.md, "What it does" 1).
+"""Snapshot a running node over Erlang distribution, read-only (docs/design.md, "What it does" 1).
 
 A local hidden node runs collector/erlang/beamalloc_agent.erl: it connects to the target, calls
 BIFs there through erpc (nothing is loaded on the target) and prints the collected terms as one

@@ -1,4 +1,4 @@
-"""Read recon_alloc snapshot files and raw allocator dumps (recon_alloc.md §3).
+"""Read recon_alloc snapshot files and raw allocator dumps (docs/erts/recon-formulas.md §3).
 
 Accepted terms, each written as one `~p.` term:
 

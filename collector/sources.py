@@ -1,4 +1,4 @@
-"""Turn a SOURCE argument into a Snapshot (DESIGN.md, "Conventions").
+"""Turn a SOURCE argument into a Snapshot (docs/design.md, "Conventions").
 
 A SOURCE with `@` is a node name; anything else is a file (or `-` for standard input) whose
 format is detected from its first bytes: an `=erl_crash_dump:` header, a beamalloc JSON document

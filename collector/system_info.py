@@ -1,6 +1,7 @@
 """Build Snapshot objects from `erlang:system_info({allocator, A})` terms.
 
-Three shapes of the same data reach this module (recon_alloc.md §0.1, §0.2; alloc_util.md §6.1-6.2):
+Three shapes of the same data reach this module (docs/erts/recon-formulas.md §0.1, §0.2;
+docs/erts/alloc_util.md §6.1-6.2):
 
 * OTP ≥ 23, raw: `{blocks, [{Type, [{count,C,L,M}, {size,C,L,M}]}]}` per carrier section, and in
   `mbcs_pool` `{blocks, [{Type, [{count,N}, {size,N}]}]}`;
@@ -29,7 +30,7 @@ from beamalloc.snapshot import (
     Triple,
 )
 
-GIGA = 1_000_000_000  # call counters are {Name, Giga, Ones} (recon_alloc.md §0)
+GIGA = 1_000_000_000  # call counters are {Name, Giga, Ones} (docs/erts/recon-formulas.md §0)
 
 
 class FormatError(InputError):

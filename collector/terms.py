@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from beamalloc.errors import InputError
 
 #: Longest integer literal accepted. The largest in real allocator data is mmmbc,
-#: 18446744073709551615 (20 digits, alloc_util.md §6.1); anything near this bound is garbage.
+#: 18446744073709551615 (20 digits, docs/erts/alloc_util.md §6.1); anything near this bound is
+#: garbage.
 MAX_INT_DIGITS = 64
-#: Deepest nesting accepted. Allocator data nests about 8 deep (recon_alloc.md §3.1).
+#: Deepest nesting accepted. Allocator data nests about 8 deep (docs/erts/recon-formulas.md §3.1).
 MAX_DEPTH = 256
 
 

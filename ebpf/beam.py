@@ -1,6 +1,7 @@
 """The traced beam.smp: its binary, its type table and its allocator instances.
 
-Everything is read from the running process (alloc_util.md §7): the numbers of types, their
+Everything is read from the running process (docs/erts/alloc_util.md §7): the numbers of types,
+their
 names and allocators, and the `Allctr_t *` of every instance, so that a block's owner (read in
 the kernel from its carrier header) maps to (allocator, instance).
 """
@@ -16,7 +17,8 @@ from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.ebpf.procmem import ProcError, ProcessMemory
 from beamalloc.trace import TypeInfo
 
-#: Entry points of alloc_util, one family per way an allocator is reached (alloc_util.md §7):
+#: Entry points of alloc_util, one family per way an allocator is reached (docs/erts/alloc_util.md
+#: §7):
 #: thread-preferred (most), thread-specific (temp_alloc), thread-safe (literal, `t false`), plain.
 FAMILIES = ("_thr_pref", "_thr_spec", "_ts", "")
 ALLOC_FUNCS = tuple(f"erts_alcu_alloc{f}" for f in FAMILIES)
@@ -24,7 +26,7 @@ FREE_FUNCS = tuple(f"erts_alcu_free{f}" for f in FAMILIES)
 REALLOC_FUNCS = tuple(f"erts_alcu_realloc{f}" for f in FAMILIES) + tuple(
     f"erts_alcu_realloc_mv{f}" for f in FAMILIES
 )
-#: Data symbols read from the process (alloc_util.md §7, "Data").
+#: Data symbols read from the process (docs/erts/alloc_util.md §7, "Data").
 TABLES = ("erts_alc_n2t", "erts_alc_n2td", "erts_alc_a2ad", "erts_allctr_thr_spec",
           "erts_allctrs")
 REQUIRED = ALLOC_FUNCS + FREE_FUNCS + REALLOC_FUNCS + TABLES

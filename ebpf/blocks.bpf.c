@@ -1,4 +1,4 @@
-// Block level: uprobes on alloc_util's exported entry points in beam.smp (alloc_util.md §7).
+// Block level: uprobes on alloc_util's exported entry points in beam.smp (docs/erts/alloc_util.md §7).
 //
 // erts_alcu_alloc*(type, extra, size) / erts_alcu_free*(type, extra, p) /
 // erts_alcu_realloc*(type, extra, p, size), one family per way an allocator is reached.
@@ -58,7 +58,7 @@ static __always_inline void stat_add(int i, u64 n) {
         *v += n;
 }
 
-// Block size and owning Allctr_t of the block whose user pointer is p (alloc_util.md §7):
+// Block size and owning Allctr_t of the block whose user pointer is p (docs/erts/alloc_util.md §7):
 // an SBC block has all three low flag bits set and sits right after the 32-byte SBC header;
 // an MBC block stores its carrier's distance in 16 KB units in the header's high bits.
 static __always_inline void owner_of(u64 p, u64 *blk, u64 *allctr) {

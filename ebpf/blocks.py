@@ -30,7 +30,8 @@ OP_ALLOC, OP_FREE, OP_REALLOC = 0, 1, 2
 STAT_NAMES = ("ringbuf_full", "entry_overwritten", "return_without_entry", "calls")
 
 
-#: The entry points most calls go through (alloc_util.md §7: every thread-preferred allocator
+#: The entry points most calls go through (docs/erts/alloc_util.md §7: every thread-preferred
+#: allocator
 #: reaches *_thr_pref, temp_alloc *_thr_spec), detached first.
 HOT = ("erts_alcu_alloc_thr_pref", "erts_alcu_free_thr_pref", "erts_alcu_alloc_thr_spec",
        "erts_alcu_free_thr_spec", "erts_alcu_realloc_thr_pref")
@@ -48,7 +49,7 @@ class Probe:
 
 
 def probes(returns: bool = True) -> list[Probe]:
-    """Every entry point of every family (alloc_util.md §7): alloc and realloc need their
+    """Every entry point of every family (docs/erts/alloc_util.md §7): alloc and realloc need their
     return value (the block), free only its entry (the header is read before it changes).
     Without returns (sampling) calls and requested sizes are still counted, at entry."""
     out = []

@@ -2,7 +2,7 @@
 //
 // * syscalls mmap/munmap/mremap/madvise (tracepoints: no trap), counts and log2 sizes;
 // * erts_mseg_{alloc,dealloc,realloc}_opt and erts_sys_{alloc,realloc,free,aligned_*}: carriers
-//   and sys_alloc blocks, per allocator (alloc_util.md §7 signatures);
+//   and sys_alloc blocks, per allocator (docs/erts/alloc_util.md §7 signatures);
 // * libc malloc/calloc/realloc/posix_memalign/aligned_alloc/free called from anywhere but
 //   erts_sys_* (NIFs, drivers, libraries): outstanding bytes and the call stacks that hold them.
 //   An erts_sys_* entry marks the thread; the next libc call on it is the one erts_sys_* makes

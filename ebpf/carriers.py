@@ -15,7 +15,7 @@ SOURCE = Path(__file__).with_name("carriers.bpf.c")
 KINDS = ("mmap", "munmap", "mremap", "madvise", "mseg_alloc", "mseg_dealloc", "mseg_realloc",
          "sys_alloc", "sys_realloc", "sys_free", "libc_alloc", "libc_free", "libc_realloc")
 SYSCALLS = KINDS[:4]
-#: (symbol in beam.smp, BPF function); alloc_util.md §7 gives the signatures.
+#: (symbol in beam.smp, BPF function); docs/erts/alloc_util.md §7 gives the signatures.
 ERTS_PROBES = (
     ("erts_mseg_alloc_opt", "mseg_alloc"), ("erts_mseg_dealloc_opt", "mseg_dealloc"),
     ("erts_mseg_realloc_opt", "mseg_realloc"), ("erts_sys_alloc", "sys_alloc"),

@@ -1,7 +1,7 @@
 """Read a running beam.smp: its exported symbols (ELF .dynsym) and its memory (/proc/PID/mem).
 
 beam.smp is a stripped PIE, but the allocator tables the tracer needs are exported data
-(alloc_util.md §7): the type table (`erts_alc_n2t`, `erts_alc_n2td`), the allocator names
+(docs/erts/alloc_util.md §7): the type table (`erts_alc_n2t`, `erts_alc_n2td`), the allocator names
 (`erts_alc_a2ad`) and the instances (`erts_allctr_thr_spec`, `erts_allctrs`). Reading them from
 the live process gets relocated pointers for free and states the numbers of this very build.
 """

@@ -88,7 +88,8 @@ def _target(opts: Options) -> tuple[int, Any]:
 
 
 def _flags_of(pid: int) -> str:
-    """The +M flags on the emulator's command line (alloc_util.md §2), as `erl` takes them.
+    """The +M flags on the emulator's command line (docs/erts/alloc_util.md §2), as `erl` takes
+    them.
 
     erlexec hands `+MBas aobf` (from the command line, ERL_FLAGS, ERL_AFLAGS, ERL_ZFLAGS or an
     args file) to beam.smp as `-MBas aobf`, before the first `--`."""

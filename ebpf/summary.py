@@ -2,7 +2,8 @@
 
 Calls are counted at entry, so they are exact even when a return probe is missed; block bytes
 (outstanding = allocated − freed block sizes, headers included, as the `blocks` statistics count
-them, alloc_util.md §3.1, §6.1) come from the block headers read at alloc return and at free.
+them, docs/erts/alloc_util.md §3.1, §6.1) come from the block headers read at alloc return and at
+free.
 A time-sliced (sampled) run scales the calls by 1/attached fraction and says so; its outstanding
 bytes are not meaningful (frees of blocks made outside a slice) and are left out.
 """

@@ -4,7 +4,7 @@ The kernel side hands over batches, one thread's events each, in the order the b
 the trace wants one stream ordered by time. Each thread's events are in time order already, so
 the raw file is split per thread and the threads are merged (heapq), streaming, in bounded
 memory. A block's owner (the `Allctr_t *` read from its carrier header) becomes (allocator,
-instance) through the table read from the process (alloc_util.md §7).
+instance) through the table read from the process (docs/erts/alloc_util.md §7).
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ NAMES = {"Makefile"}
 SKIP_DIRS = {".git", ".venv", "venv", "target", "node_modules", "__pycache__", ".pytest_cache",
              ".ruff_cache", "build", "dist", "data"}  # fmt: skip
 
-#: A document named by path or bare name. Not after ':' (owner/repo:path is another repository),
-#: not inside a longer path or word.
-DOC = re.compile(r"(?<![\w/.:-])((?:\.\./|[\w.-]+/)*[\w-][\w.-]*\.(?:md|tsv))\b")
+#: A document named by path or bare name: a Markdown file, or the type table (the one data
+#: file cited as a reference; other data files are named as inputs, not cited). Not after ':'
+#: (owner/repo:path is another repository), not inside a longer path or word.
+DOC = re.compile(r"(?<![\w/.:-])((?:\.\./|[\w.-]+/)*(?:[\w-][\w.-]*\.md|erts_types_otp\d+\.tsv))\b")
 SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
 #: A section reference right after a document name: `x.md §3`, `x.md, "Name"`, `x.md "Name"`.
 AFTER_DOC = re.compile(r'\s*(?:§\d|,?\s*"[A-Z])')

@@ -1,4 +1,4 @@
-"""Tests of beamalloc.flags against shared/reference/alloc_util.md §2."""
+"""Tests of beamalloc.flags against docs/erts/alloc_util.md §2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every input format becomes the same Snapshot (recon_alloc.md §0.1-§0.2, §3; alloc_util.md §6)."""
+"""Every input format becomes the same Snapshot (docs/erts/recon-formulas.md §0.1-§0.2, §3;
+docs/erts/alloc_util.md §6)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def test_real_otp25_inputs_hold_every_instance(name):
     assert [x.instance for x in sorted(snap.mseg, key=lambda x: x.instance)] == [0, 1, 2]
     assert snap.memory["total"] > 0
     for inst in snap.allocators:
-        # The pool section exists exactly where carrier migration is on (alloc_util.md §6.1).
+        # The pool section exists exactly where carrier migration is on (docs/erts/alloc_util.md
+        # §6.1).
         assert (inst.mbcs_pool is not None) == (
             inst.instance > 0 and inst.allocator not in ("temp_alloc", "literal_alloc")
         ), inst.key

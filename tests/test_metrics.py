@@ -1,5 +1,5 @@
 """recon_alloc's numbers on fixtures whose expected values are worked out from the spec by hand
-(recon_alloc.md §0.4 and §1), and on recon's own published output (§2)."""
+(docs/erts/recon-formulas.md §0.4 and §1), and on recon's own published output (§2)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_allocated_types_and_instances(hand):
 
 
 def test_recon_published_pool_case():
-    """recon's own output for pooltest.erl (recon_alloc.md §2), to the last digit."""
+    """recon's own output for pooltest.erl (docs/erts/recon-formulas.md §2), to the last digit."""
     snap = read_file(str(DATA / "pooltest_raw.txt"))
     cur = dict(m.fragmentation(snap))[("binary_alloc", 1)]
     peak = dict(m.fragmentation(snap, "max"))[("binary_alloc", 1)]

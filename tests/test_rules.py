@@ -1,4 +1,4 @@
-"""Each rule of tuning-lore.md §1 with a symptom in the statistics: one snapshot that fires it,
+"""Each rule of docs/erts/tuning.md §1 with a symptom in the statistics: one snapshot that fires it,
 one that does not (issue 3, must-hold 2). Snapshots are real (recommend_fixtures.py)."""
 
 from __future__ import annotations

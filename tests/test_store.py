@@ -280,7 +280,7 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
 
 def test_prometheus_exposition_parses() -> None:
     """The gauges of tests/data/hand_recon.txt, whose numbers are worked out by hand in
-    tests/test_metrics.py (recon_alloc.md §1)."""
+    tests/test_metrics.py (docs/erts/recon-formulas.md §1)."""
     hand = read_file(str(DATA / "hand_recon.txt"))
     hand.node, hand.rss = NODE, 1_000_000
     p = derive(hand)

@@ -175,7 +175,7 @@ def block_sizes(a: dict[str, Any]) -> Figure:
     """Average block sizes against sbct and lmbcs (log scale), per allocator type.
 
     A block at or above sbct gets a carrier of its own; mbcs blocks near lmbcs fit badly into
-    multiblock carriers (alloc_util.md §3).
+    multiblock carriers (docs/erts/alloc_util.md §3).
     """
     rows = [r for r in a["allocator_types"] if r["mbcs_blocks"] or r["sbcs_blocks"]][::-1]
     ys = [_t(r["allocator"]) for r in rows]

@@ -73,7 +73,7 @@ run(Target, Deadline, Cap) ->
 %% every scheduler's instance on the target, so the wall time is about the slowest call rather
 %% than the sum. The allocator list is only known after alloc_util_allocators answers.
 %% The one thing these calls change on the target is the "max since last call" element of each
-%% statistic, which every system_info({allocator, _}) resets (alloc_util.md §6.1), as any
+%% statistic, which every system_info({allocator, _}) resets (docs/erts/alloc_util.md §6.1), as any
 %% poller such as recon_alloc does.
 %% With Cap > 0 the carriers are read afterwards, see carriers/3.
 collect(Target, Cap) ->

@@ -1,4 +1,4 @@
-//! Virtual addresses of carriers, because address order decides placement (alloc_util.md §3.8).
+//! Virtual addresses of carriers, because address order decides placement (docs/erts/alloc_util.md §3.8).
 //!
 //! Linux hands out mmap regions top-down: a new mapping goes into the highest gap below the mmap
 //! base that fits, so newer carriers usually sit lower, and holes left by unmapped carriers are

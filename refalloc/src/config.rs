@@ -1,7 +1,7 @@
 //! Options of one allocator instance and the node-wide settings, already resolved (defaults,
 //! flags, scheduler scaling) by beamalloc/flags.py; this side only consumes them.
 
-/// Placement strategies (alloc_util.md §4).
+/// Placement strategies (docs/erts/alloc_util.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
     Bf,
@@ -25,7 +25,7 @@ pub enum BlockOrder {
 }
 
 impl Strategy {
-    /// Every strategy, in the order of the `as` option (alloc_util.md §2.1).
+    /// Every strategy, in the order of the `as` option (docs/erts/alloc_util.md §2.1).
     pub const ALL: [Strategy; 10] = [
         Strategy::Bf,
         Strategy::Aobf,

@@ -1,4 +1,4 @@
-//! Free-block structures of the placement strategies (alloc_util.md §4).
+//! Free-block structures of the placement strategies (docs/erts/alloc_util.md §4).
 //!
 //! Blocks live in an arena (`Vec<Block>`); lists of equal-size blocks and gf/af buckets are
 //! intrusive (`lprev`/`lnext` in the block), so unlinking any free block is O(1) plus the tree.

@@ -1,5 +1,5 @@
 //! One alloc_util allocator (all its instances): blocks, carriers, alloc/free/realloc, and the
-//! carrier pool between its instances (alloc_util.md §3, §4, §5).
+//! carrier pool between its instances (docs/erts/alloc_util.md §3, §4, §5).
 
 use crate::addr::AddrSpace;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};

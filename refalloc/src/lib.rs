@@ -1,4 +1,4 @@
-//! refalloc: a reference model of OTP's alloc_util (shared/reference/alloc_util.md).
+//! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `freelist` (strategy
 //! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,

@@ -1,4 +1,4 @@
-//! mseg_alloc: segment rounding and the per-instance segment cache (alloc_util.md §3.7).
+//! mseg_alloc: segment rounding and the per-instance segment cache (docs/erts/alloc_util.md §3.7).
 
 use crate::addr::AddrSpace;
 use crate::config::{ceil, ceil_2pow, Globals};

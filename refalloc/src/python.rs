@@ -1,6 +1,6 @@
 //! The pyo3 surface: `replay(trace_path, config, schedulers, sample_every_ns) -> dict`.
 //! `config` is `beamalloc.flags.replay_config(...)`; the result mirrors
-//! `erlang:system_info({allocator, A})` per allocator and instance (§6.1), plus a footprint
+//! `erlang:system_info({allocator, A})` per allocator and instance (docs/erts/alloc_util.md §6.1), plus a footprint
 //! series and the anomalies seen.
 // pyo3 0.22's `#[pyfunction]` expansion converts PyErr into PyErr; newer clippy flags it.
 #![allow(clippy::useless_conversion)]

@@ -103,7 +103,7 @@ impl LiveMap {
     }
 }
 
-/// Allocator numbers 1..=12 (alloc_util.md §1).
+/// Allocator numbers 1..=12 (docs/erts/alloc_util.md §1).
 pub const MAX_ALLOC_NO: usize = 12;
 /// Larger than any allocation a 64-bit machine can satisfy (x86_64 gives a process 128 TiB of
 /// address space); refusing it up front also keeps every size computation far from overflow.

@@ -1,4 +1,4 @@
-//! Per-instance statistics with the fields of `erlang:system_info({allocator, A})` (§6.1).
+//! Per-instance statistics with the fields of `erlang:system_info({allocator, A})` (docs/erts/alloc_util.md §6.1).
 
 /// A value with its maximum (replay never resets "max since last", so both maxima are equal).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

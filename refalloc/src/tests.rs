@@ -1,4 +1,4 @@
-//! Placement on hand-made sequences (§4, tie-breaks included), carrier sizing (§3.3, §3.4), and
+//! Placement on hand-made sequences (docs/erts/alloc_util.md §4, tie-breaks included), carrier sizing (§3.3, §3.4), and
 //! randomized property tests of the model's invariants.
 
 use crate::config::{Globals, InstanceConfig, Strategy};

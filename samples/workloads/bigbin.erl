@@ -3,7 +3,7 @@
 %% Each worker keeps LIVE binaries of 1.2-2 MB and replaces a random one CHURN times. Every
 %% binary is larger than sbct (512 KiB), so each gets a single-block carrier of its own: one
 %% mseg_alloc (mmap, or a cache hit) per allocation. Most of binary_alloc's bytes sit in sbcs
-%% (tuning-lore.md §1 R7).
+%% (docs/erts/tuning.md §1 R7).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'bigbin:main()'
 %% Environment: FRAG_COOKIE (cookie, kept out of argv); LIVE (default 10); CHURN (default 2000).

@@ -73,7 +73,7 @@ allocators() ->
     erlang:system_info(alloc_util_allocators).
 
 %% {calls, [{A_alloc, G, N}, {A_free, ..}, {A_realloc, ..}, {mseg_alloc, ..} ...]}: the count
-%% is G * 10^9 + N (alloc_util.md §6.1).
+%% is G * 10^9 + N (docs/erts/alloc_util.md §6.1).
 calls(A) ->
     Totals = lists:foldl(
                fun({instance, _, Info}, [Al, Fr, Re]) ->

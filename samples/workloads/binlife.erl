@@ -5,7 +5,7 @@
 %% A fresh node settles (every process collected, so nothing from boot is freed later), the
 %% tracer attaches, then `run` makes W workers (spread over the schedulers) build up a store of
 %% binaries of mixed sizes in a public ETS table, drop most of them from other workers (frees of
-%% blocks another scheduler's instance owns, alloc_util.md §4.9), churn, and drop to a small
+%% blocks another scheduler's instance owns, docs/erts/alloc_util.md §4.9), churn, and drop to a small
 %% remainder that stays alive. Sizes: lognormal around 2 KB, 8 % 20-200 KB, 1 % 0.6-1.5 MB
 %% (single-block carriers under the default sbct of 512 KB).
 %%

@@ -5,7 +5,7 @@
 %% STRAGGLE (a few messages that something keeps referring to). The stragglers are spread evenly
 %% in time, so they are spread evenly over the carriers the burst created: with big carriers
 %% every carrier keeps one and none can go back to the OS; with small carriers most carriers
-%% hold none and are freed (tuning-lore.md §1 R3, the logplex case).
+%% hold none and are freed (docs/erts/tuning.md §1 R3, the logplex case).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'binspike:main()'
 %% Environment: FRAG_COOKIE sets the cookie (kept out of argv); BURST binaries per worker

@@ -3,7 +3,7 @@
 %% Each worker owns TABLES tables, fills them to ROWS rows in total (a peak), then deletes
 %% random rows down to a tenth and keeps inserting and deleting at that size. Rows are copied
 %% into ets_alloc, so the survivors sit scattered over the carriers of the peak
-%% (tuning-lore.md §1 R5; erlang-questions 2019-02, the ETS delete experiment).
+%% (docs/erts/tuning.md §1 R5; erlang-questions 2019-02, the ETS delete experiment).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'etschurn:main()'
 %% Environment: FRAG_COOKIE (cookie); TABLES (default 50); ROWS per worker (default 300000).

@@ -4,7 +4,7 @@
 %% heap, because it is larger than 64 bytes), a spike to ten times the live set, a random drop
 %% back to the base, then churn again. The survivors of the drop are scattered over every
 %% carrier the spike created, so those carriers cannot be returned to the OS: allocated stays
-%% near the peak while used falls back to the base (tuning-lore.md, the post-spike case).
+%% near the peak while used falls back to the base (docs/erts/tuning.md, the post-spike case).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'frag:main()'
 %% Environment: FRAG_COOKIE sets the node's cookie (kept out of argv); FRAG_BASE the live set

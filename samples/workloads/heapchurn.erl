@@ -3,7 +3,7 @@
 %% Each worker spawns PROCS processes on its scheduler; each builds a heap of 20-60 KB and
 %% waits. Then all but one in STRAGGLE exit (a connection storm that ends, with a few
 %% long-lived sessions). Heaps are freed when a process exits; the stragglers' heaps keep the
-%% peak's carriers (tuning-lore.md §1 R4).
+%% peak's carriers (docs/erts/tuning.md §1 R4).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'heapchurn:main()'
 %% Environment: FRAG_COOKIE (cookie); PROCS per worker (default 2500); STRAGGLE (default 40).

@@ -4,7 +4,7 @@
 %% large reply being assembled), then all of them exit but KEEP, which stay with heaps of about
 %% 2 MB: those live in single-block carriers (above the default sbct), and the peak's carriers
 %% go back to the OS when their heaps go. What remains is a few large heaps: raising sbct would
-%% move them into multiblock carriers that can only grow the waste (tuning-lore.md §1 R7).
+%% move them into multiblock carriers that can only grow the waste (docs/erts/tuning.md §1 R7).
 %%
 %% Run: erl -sname NAME -noshell -pa DIR -eval 'heappeak:main()'
 %% Environment: FRAG_COOKIE (cookie); PROCS per worker (default 40); KEEP per worker (default 2).

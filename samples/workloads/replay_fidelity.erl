@@ -3,7 +3,7 @@
 %% (tests/refalloc/test_fidelity.py).
 %%
 %% Ops file, one op per line: "a Id Size" allocates a refc binary of Size bytes with
-%% binary:copy/2 (one binary_alloc block: Binary header + Size, alloc_util.md §3.1), "f Id" drops
+%% binary:copy/2 (one binary_alloc block: Binary header + Size, docs/erts/alloc_util.md §3.1), "f Id" drops
 %% it. A refc binary is freed when its last reference is garbage collected, so every free is a
 %% removal from the process's map followed by a major collection: the frees happen one by one, in
 %% file order. Run with +S 1, so everything happens in binary_alloc instance 1 (§2.4).

@@ -29,7 +29,8 @@ def test_bad_config_fixed() -> None:
     measures the held-back flags: what the carrier-seeded prediction has to show."""
     row = measure("binspike", "+MBas bf", "binary_alloc")
     assert "R3" in row.rules and "+MBas ageffcbf" in row.recommended
-    assert "+MBacul de" in row.recommended  # the pool was off: switch it back on (§0.2 item 2)
+    # the pool was off: switch it back on (docs/erts/tuning.md §0.2 item 2)
+    assert "+MBacul de" in row.recommended
     assert row.before[1] > 64 << 20  # the workload did fragment
     assert row.unused_drop >= 0.40, row
 
@@ -128,7 +129,8 @@ def test_same_advice_from_every_source(tmp_path: Path) -> None:
     with WorkloadNode("binspike", env={"ERL_CRASH_DUMP": str(dump)}) as wl:
         wl.wait_ready()
         live = snapshot_node(wl.node, wl.cookie, timeout=60.0)
-        # Format B of recon_alloc.md §3.3, written with ~p from the target's own statistics.
+        # Format B of docs/erts/recon-formulas.md §3.3, written with ~p from the target's own
+        # statistics.
         _probe(wl.node, wl.cookie,
                "As = erpc:call(T, erlang, system_info, [alloc_util_allocators]) "
                "++ [sys_alloc, mseg_alloc], "

@@ -14,7 +14,7 @@ tracer says it is attached and ends, all processes collected, before the tracer 
 trace holds the whole life of every binary the workload makes. The node's own statistics are
 read after the tracer has detached (the node idles in between); a reading once the tracer is
 attached begins the "max since last call" period, so the last one's middle values are the peaks
-of the traced period (alloc_util.md §6.1). What the trace cannot hold is counted and
+of the traced period (docs/erts/alloc_util.md §6.1). What the trace cannot hold is counted and
 reported: frees and reallocs of blocks allocated before it began (per allocator), events the
 tracer lost, and the replay's own anomalies.
 """
@@ -91,7 +91,8 @@ class BinLife:
 
 def stats(insts: list[AllocatorInstance]) -> dict[str, tuple[int, int]]:
     """(final, peak) of the compared statistics summed over the instances; a pooled carrier
-    counts as an mbcs carrier of the instance that created it (alloc_util.md §5). The peak is
+    counts as an mbcs carrier of the instance that created it (docs/erts/alloc_util.md §5). The
+    peak is
     the sum of each instance's own maximum, for the node and the model alike."""
     out = dict.fromkeys(STATS + DETAIL, (0, 0))
 

@@ -22,7 +22,7 @@ def _delta(c0: dict, c1: dict, a: str) -> tuple[int, int, int]:
 
 def test_summary_counts_and_sizes_agree_with_the_vm(churn: Churn) -> None:
     """Every call counted: traced alloc calls per allocator = Δ `calls` within 1%; outstanding
-    block bytes = Δ `blocks` size within 1% (alloc_util.md §6.1)."""
+    block bytes = Δ `blocks` size within 1% (docs/erts/alloc_util.md §6.1)."""
     tr = Tracer("--pid", str(churn.pid), "--json")
     c0, b0 = churn.calls(), churn.blocks()
     churn.cmd("burst 4 15000")
@@ -81,7 +81,8 @@ def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
         assert h.extra["lost_events"] == res["lost_events"]
         assert h.extra["complete"] is (res["lost_events"] == 0)
         names = {t.n: (t.name, t.allocator) for t in h.types}
-        assert names[214] == ("binary", 10) and names[184] == ("heap", 6)  # erts_types_otp25.tsv
+        # docs/erts/erts_types_otp25.tsv
+        assert names[214] == ("binary", 10) and names[184] == ("heap", 6)
         assert h.options["binary_alloc"]["0"]["as"] == "aoffcbf"
         assert any(name.endswith("_scheduler") for name in h.threads.values())
         allocs: dict[int, int] = {}

@@ -1,5 +1,5 @@
 #!/usr/bin/env escript
-%% An independent, Erlang-side implementation of recon_alloc's formulas (recon_alloc.md §0.2-§1),
+%% An independent, Erlang-side implementation of recon_alloc's formulas (docs/erts/recon-formulas.md §0.2-§1),
 %% used by tests/live/test_live_numbers.py to check beamalloc's Python numbers on live data.
 %% Input: a file holding beamalloc's raw live term ([{memory, M}, {allocators, [{A, Info}]}, ...]).
 %% Output, one line each: "totals Used Allocated" and

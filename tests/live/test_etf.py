@@ -20,7 +20,8 @@ def _b(*parts: bytes | int) -> bytes:
 def test_scalars() -> None:
     assert etf.decode(_b(97, 200)) == 200
     assert etf.decode(_b(98, struct.pack(">i", -5))) == -5
-    assert etf.decode(_b(110, 8, 0, b"\xff" * 8)) == 2**64 - 1  # mmmbc (alloc_util.md §6.1)
+    # mmmbc (docs/erts/alloc_util.md §6.1)
+    assert etf.decode(_b(110, 8, 0, b"\xff" * 8)) == 2**64 - 1
     assert etf.decode(_b(110, 1, 1, 7)) == -7
     assert etf.decode(_b(70, struct.pack(">d", 1.5))) == 1.5
     a = etf.decode(_b(119, 3, b"abc"))

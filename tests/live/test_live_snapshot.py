@@ -36,7 +36,7 @@ def test_snapshot_content(target, probe, marker) -> None:
     assert snap.memory["total"] > 0 and snap.memory["binary"] > 0
 
     # Every alloc_util allocator of the target, one instance per scheduler plus instance 0;
-    # literal_alloc has a single instance (alloc_util.md §6.1).
+    # literal_alloc has a single instance (docs/erts/alloc_util.md §6.1).
     assert sorted(snap.allocator_names()) == sorted(str(a) for a in info)
     for name in info:
         got = sorted(i.instance for i in snap.instances(str(name)))

@@ -8,7 +8,8 @@ count and sbcs carriers size must agree within 10 % (goal 2 %).
 
 Per-binary overhead (calibrated once on OTP 25.2.3: two binaries of 100 000 and 5 000 bytes grew
 binary_alloc's block bytes by 105 080): the user request is the `Binary` header, 24 B, plus the
-data; the block adds 8 B header and 8 B atag (alloc_util.md §3.1). The node's own blocks in
+data; the block adds 8 B header and 8 B atag (docs/erts/alloc_util.md §3.1). The node's own blocks
+in
 instance 1 at the start (a dozen small ones) are replayed first as allocations of their average
 size. Run this file directly to print the predicted-vs-measured table.
 """

@@ -17,7 +17,8 @@ def write(path, events, schedulers=2):
 
 
 def test_sbc_and_main_carrier_match_the_real_sample(tmp_path):
-    # §6.4: a 657 104-B binary block lives in a 659 456-B mseg SBC; instance 1 keeps its 64 KB
+    # docs/erts/alloc_util.md §6.4: a 657 104-B binary block lives in a 659 456-B mseg SBC;
+    # instance 1 keeps its 64 KB
     # sys_alloc main carrier (S=2).
     p = write(tmp_path / "t.batr", [
         Event(0, Op.ALLOC, BIN, 1, 214, 657_088, 1),

@@ -63,7 +63,8 @@ def test_ets_churn_uses_ets_alloc_with_realloc(tmp_path):
     assert ops == {Op.ALLOC, Op.FREE, Op.REALLOC}
     inst = replay_snapshot(p).snapshot.instances("ets_alloc")[1]
     assert inst.calls["ets_realloc"] == 2 * 500
-    # a moving realloc allocates the new block before freeing the old (§3.6): +1 at most
+    # a moving realloc allocates the new block before freeing the old (docs/erts/alloc_util.md
+    # §3.6): +1 at most
     assert inst.mbcs.block_count.max in (2000, 2001)
 
 
@@ -91,7 +92,8 @@ def test_predict_runs_each_flag_set_in_order():
 
 
 def test_spike_and_drop_of_process_heaps_without_churn_after(tmp_path):
-    """eheap_alloc's heaps (type `heap`, erts_types_otp25.tsv); churn_after=0 ends the trace
+    """eheap_alloc's heaps (type `heap`, docs/erts/erts_types_otp25.tsv); churn_after=0 ends the
+    trace
     with the drop (the fit the recommender uses when a node kept its peak's carriers)."""
     p = tmp_path / "h.batr"
     tg.spike_and_drop(p, allocator="eheap_alloc", base_live=50, spike_factor=4, churn=200,
