@@ -67,6 +67,11 @@ CARRIER_VARIANTS = 3
 #: Events of one allocator taken from a trace (`recommend --trace`): a minute of a busy node's
 #: binary_alloc, replayed within seconds.
 MAX_TRACED = 1_000_000
+#: Blocks a carrier-seeded trace rebuilds before it coarsens them (tracegen.from_carriers):
+#: fitted, within `recommend`'s few seconds; traced, finer, since coarse fillers shift where
+#: the traced blocks land (the spikes workload: -73 % at 100,000 blocks, -65 % uncoarsened,
+#: measured -65 %), and a traced prediction is a slower, deliberate run anyway.
+CARRIER_BLOCKS = {"fitted": 30_000, "traced": 250_000}
 #: A placement flag set that removes less than this share of the allocator's unused bytes in
 #: the replay is not worth a restart: the finding is demoted to information [heur].
 MIN_UNUSED_SAVING = 0.10
@@ -307,7 +312,9 @@ def _carriers_model(snap: Snapshot, f: Facts, name: str, variant: int,
     peak_size = a.max_sbcs_allocated // a.max_sbcs_blocks if a.max_sbcs_blocks else 0
     params = (("allocator", name), ("schedulers", f.schedulers or 1), ("sbct", a.sbct),
               ("peak_sbcs", peak_sbcs), ("peak_sbc_size", peak_size),
-              ("trace", str(trace) if trace else None), ("variant", variant))  # fmt: skip
+              ("trace", str(trace) if trace else None),
+              ("max_blocks", CARRIER_BLOCKS["traced" if trace else "fitted"]),
+              ("variant", variant))  # fmt: skip
     again = (
         f"; then its peak of {a.max_sbcs_blocks} single-block-carrier blocks of "
         f"{human(peak_size)} comes back and goes" if peak_sbcs else ""
@@ -427,7 +434,8 @@ def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
         n, _ = tracegen.from_carriers(path, snap.carriers_of(name), allocator=name,
                                       schedulers=p["schedulers"], sbct=p["sbct"],
                                       peak_sbcs=p["peak_sbcs"], peak_sbc_size=p["peak_sbc_size"],
-                                      then=then, seed=seed + p["variant"])  # fmt: skip
+                                      max_blocks=p["max_blocks"], then=then,
+                                      seed=seed + p["variant"])  # fmt: skip
         return n
     if model.generator == "stragglers":
         return stragglers(path, seed=seed, **p)
