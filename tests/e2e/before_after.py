@@ -8,6 +8,7 @@ tests/e2e/test_recommend_e2e.py asserts on the same measurements.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 
 from beamalloc.analyzer import metrics as m
@@ -28,6 +29,15 @@ def run(module: str, flags: str, env: dict[str, str] | None = None) -> Snapshot:
     with WorkloadNode(module, extra_args=flags.split(), env=env) as wl:
         wl.wait_ready()
         return snapshot_node(wl.node, wl.cookie, timeout=60.0)
+
+
+def run_node_twice(module: str) -> tuple[Snapshot, Snapshot]:
+    """Two snapshots of one idle workload node, a second apart."""
+    with WorkloadNode(module) as wl:
+        wl.wait_ready()
+        first = snapshot_node(wl.node, wl.cookie, timeout=60.0)
+        time.sleep(1.0)  # an interval between the reads, not a wait for anything
+        return first, snapshot_node(wl.node, wl.cookie, timeout=60.0)
 
 
 def carriers(snap: Snapshot, allocator: str) -> tuple[int, int]:
