@@ -445,7 +445,6 @@ class CarrierFit:
     sbcs: int
     carrier_bytes: int
     blocks: int
-    scale: float
 
 
 def _gaps(rng: random.Random, hist: Any, free: int) -> list[int]:
@@ -542,10 +541,10 @@ def from_carriers(
     Each carrier becomes a window of the allocation order: the blocks it holds now, in runs
     between its free blocks as its free-block histogram sizes them, and fillers where the free
     blocks are, allocated and then freed (the peak that left the carrier as it is). Windows go
-    in carrier-size order (carriers grow as an instance grows, docs/erts/alloc_util.md §2.2), round
-    robin
-    over the scheduler instances. Then the live set of the dense carriers turns over `churn`
-    times (free one at random, allocate one like it) while the blocks of sparse carriers stay:
+    in carrier-size order (carriers grow as an instance grows, docs/erts/alloc_util.md §2.2),
+    each on the instance that made it (round robin where that is unknown). Then the live set
+    of the dense carriers turns over `churn` times (free one at random, allocate one like it)
+    while the blocks of sparse carriers stay:
     the same stream replayed under other flags shows where those blocks would have gone.
     Single-block carriers are allocated first and kept. Last, the peak the counters show in
     single-block carriers comes back and goes (`peak_sbcs` blocks of `peak_sbc_size` bytes,
@@ -562,11 +561,11 @@ def from_carriers(
         big = sbct is None or c.blocks_size >= sbct
         return c.blocks == 1 and big and c.blocks_size >= SBC_FILL * c.size
 
-    sbcs = [c for c in carriers if is_sbc(c)]
     def turns_over(c: CarrierLike) -> bool:
         runs = c.blocks >= 16 and sum(c.free_histogram.counts) < RUN_GAPS * c.blocks
         return c.blocks > 0 and (c.blocks_size >= DENSE_FILL * c.size or runs)
 
+    sbcs = [c for c in carriers if is_sbc(c)]
     mbcs = sorted((c for c in carriers if not is_sbc(c) and c.size > 0), key=lambda c: c.size)
     # Fillers are the size of the allocator's blocks: those of the scheduler instances' carriers
     # (instance 0 serves other threads, a few odd blocks), of any carrier where none say.
@@ -581,7 +580,7 @@ def from_carriers(
     filler = min(filler * merge, cap)
     fit = CarrierFit(len(mbcs) + len(sbcs), merge, len(sbcs),
                      sum(c.size for c in mbcs) + sum(c.size for c in sbcs),
-                     sum(c.blocks for c in mbcs) + len(sbcs), 1.0)  # fmt: skip
+                     sum(c.blocks for c in mbcs) + len(sbcs))  # fmt: skip
     g = _Gen(path, _header(schedulers, "from_carriers", [(typ, type_name, number)],
                            allocator=allocator, carriers=fit.carriers, merge=merge),
              seed)  # fmt: skip
@@ -640,9 +639,9 @@ def from_carriers(
         g.alloc(s, max(peak_sbc_size - over, 1), dt)
         peak.append((s, s.live.ids[-1]))
         if k == peak_sbcs // 2:
-            for s, bid, size in big:
-                g.free(s, bid, dt)
-                g.alloc(s, size, dt)
+            for owner, bid, size in big:
+                g.free(owner, bid, dt)
+                g.alloc(owner, size, dt)
     for s, bid in peak:
         g.free(s, bid, dt)
     return g.close(), fit
