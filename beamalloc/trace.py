@@ -603,10 +603,13 @@ def open_trace(path: str | Path, *, allow_truncated: bool = False) -> TraceReade
     was killed), yielding the complete records.
     """
     where = str(path)
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - owned by the reader
-    except OSError as exc:
-        raise TraceError(f"{where}: {exc.strerror}") from None
+    from beamalloc.errors import InputError
+    from beamalloc.files import open_input
+
+    try:  # a FIFO, a device or a symlink loop is refused before open (beamalloc/files.py)
+        f = open_input(path)
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     return open_trace_stream(f, where, allow_truncated=allow_truncated)
 
 

@@ -84,6 +84,10 @@ def carrier_stats(alloc: str, section: Any, what: str) -> CarrierStats:
     if not p and section != []:
         raise FormatError(f"{what}: not a property list")
     blocks = p.get("raw_blocks", p.get("blocks", []))
+    if "raw_blocks" in p:  # recon's totals beside the list: not used, but never impossible
+        for k in ("blocks", "blocks_size"):
+            if k in p:
+                _triple(p[k], what)
     if isinstance(blocks, list):
         by_type = _typed_blocks(blocks, what)
     else:  # OTP ≤ 22 totals, or recon's normalized totals without raw_blocks
