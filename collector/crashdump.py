@@ -40,13 +40,14 @@ class CrashDumpError(InputError):
 
 _SECTION = re.compile(r"=allocator:([a-z_]{1,64})(?:\[([0-9]{1,6})\])?$")
 _SYSVER = re.compile(
-    r"Erlang/OTP (\S+) \[erts-([\d.]+)\](?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
+    r"Erlang/OTP (\S{1,32}) \[erts-([\d.]{1,32})\](?:.*?\[(32|64)-bit\])?"
+    r"(?:.*?\[smp:(\d{1,9}):(\d{1,9})\])?"
 )
 # Releases before OTP 17 wrote "Erlang R16B02 (erts-5.10.3) ... [64-bit] [smp:4:4]", or only
 # "Erlang (BEAM) emulator version 5.6.1" (no release, no word size: 32-bit unless it says so).
 _SYSVER_OLD = re.compile(
-    r"Erlang (?:(R\w+) \(erts-([\d.]+)\)|\(BEAM\) emulator version ([\d.]+))"
-    r"(?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
+    r"Erlang (?:(R\w{1,16}) \(erts-([\d.]{1,32})\)|\(BEAM\) emulator version ([\d.]{1,32}))"
+    r"(?:.*?\[(32|64)-bit\])?(?:.*?\[smp:(\d{1,9}):(\d{1,9})\])?"
 )
 # "mbcs blocks[binary_alloc] count: 0 20 20" (OTP ≥ 23); "mbcs blocks: 1 2 3" and
 # "mbcs blocks size: 4 5 6" (OTP ≤ 22, counted as the instance's own type)
@@ -243,7 +244,10 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
         elif section == "memory":
             k, _, v = line.partition(": ")
             if _UINT.match(v):
-                snap.memory[k] = _num(v, "memory")
+                try:
+                    snap.memory[k] = _num(v, "a value")
+                except _BadValue as e:
+                    raise CrashDumpError(f"{name}: =memory: {e}") from None
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
             snap.extra.setdefault("erts_mmap", "")

@@ -172,3 +172,16 @@ def test_cookie_file_as_source_shows_none_of_it(secret: str, tmp_path: Path) -> 
     assert res.returncode == 2 and len(err.strip().splitlines()) == 1, err
     shown = (err + res.stdout.decode("utf-8", "replace")).replace(str(cookie), "")
     assert _secret_shown(shown) is None, err
+
+
+FUZZ_FINDS = sorted((CORPUS / "fuzz").glob("*/*"))
+
+
+@pytest.mark.parametrize("path", FUZZ_FINDS, ids=[f"{p.parent.name}/{p.name}" for p in FUZZ_FINDS])
+def test_reader_fuzzer_finds_stay_fixed(path: Path) -> None:
+    """Each input a reader fuzzer (tests/fuzz/atheris_readers.py) once failed on, through the
+    same property: a result or the reader's own one-line error."""
+    sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+    import reader_props
+
+    reader_props.CHECKS[path.parent.name](path.read_bytes())
