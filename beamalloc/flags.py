@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from beamalloc.snapshot import MAX_SCHEDULERS
+
 __all__ = [
     "ALLOCATORS",
     "ALLOCATOR_LETTERS",
@@ -620,8 +622,9 @@ def effective_config(
     family and thread-preferred instances), clamps, and the per-scheduler scaling of
     mmbcs/smbcs/lmbcs for thread-preferred allocators that did not set them explicitly.
     """
-    if schedulers < 1:
-        raise FlagError(f"schedulers must be at least 1, got {schedulers}")
+    if not (isinstance(schedulers, int) and 1 <= schedulers <= MAX_SCHEDULERS):
+        # The VM's own limit (erl +S); 10^9 instances would take the machine's memory.
+        raise FlagError(f"schedulers must be 1 to {MAX_SCHEDULERS}, got {schedulers}")
     fs = _as_flagset(flags, otp)
     dai = effective_globals(fs, schedulers, dirty_cpu_schedulers=dirty_cpu_schedulers).dai
     return {ALLOCATORS[letter][0]: _resolve(letter, fs, schedulers, dai) for letter in ALLOCATORS}
