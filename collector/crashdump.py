@@ -349,10 +349,13 @@ def widen_word_limits(snap: Snapshot) -> None:
     carrier, no limit). Stored as the 64-bit ~0, the one value every consumer already reads as
     infinite, instead of 4 GiB; the note says so."""
     n = 0
-    for inst in snap.allocators:
-        for k, v in inst.options.items():
+    tables = [inst.options for inst in snap.allocators]
+    tables += [o for sec in snap.extra.values() if isinstance(sec, dict) for o in sec.values()
+               if isinstance(o, dict)]  # sys_alloc and alloc_util options (mmc)
+    for options in tables:
+        for k, v in options.items():
             if v == UINT32_MAX:
-                inst.options[k] = UINT64_MAX
+                options[k] = UINT64_MAX
                 n += 1
     if n:
         snap.notes.append(f"32-bit node: {n} options set to 4294967295 (~0, \"infinite\") are "
