@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import math
+
 from beamalloc.snapshot import MAX_SCHEDULERS
 
 
@@ -43,9 +46,6 @@ class _Range:
         return f"from {self.lo:g} to {self.hi:g}{unit}"
 
     def __call__(self, text: str) -> int | float:
-        import argparse
-        import math
-
         what = "a whole number" if self.kind is int else "a finite number"
         bad = argparse.ArgumentTypeError(f"expected {what} {self.describe()}, got "
                                          f"{text[:30]!r}")
@@ -84,3 +84,18 @@ OPTIONS: dict[str, _Range] = {
 def option_type(option: str) -> _Range:
     """The argparse `type=` for `option` (a key of OPTIONS)."""
     return OPTIONS[option]
+
+
+def apply_ranges(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give every option of `parser` and its subcommands that OPTIONS names its range: the one
+    call the CLI makes after building its parser, so a new command gets the checks too."""
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:  # argparse has no public walk of its options
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            for s in action.option_strings:
+                if s in OPTIONS:
+                    action.type = OPTIONS[s]
+    return parser
