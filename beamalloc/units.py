@@ -99,3 +99,20 @@ def apply_ranges(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 if s in OPTIONS:
                     action.type = OPTIONS[s]
     return parser
+
+
+def unix_time(name: str, text: str | None) -> float | None:
+    """A Unix time given as text (a web query's `start`, `end`): None when absent, else a finite
+    number of seconds between 1970 and 9999, or InputError in one line (a 400, not a 500)."""
+    from beamalloc.errors import InputError
+    from beamalloc.snapshot import MAX_TIME
+
+    if text is None or text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v <= MAX_TIME):
+        raise InputError(f"{name}: expected a Unix time in seconds, 0 to {MAX_TIME:.0f}")
+    return v
