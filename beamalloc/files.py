@@ -44,12 +44,8 @@ def _kind(mode: int) -> str | None:
 
 def _why(e: OSError) -> str:
     if e.errno == errno.ELOOP:
-        return "too many levels of symbolic links (a symlink loop)"
-    if e.errno == errno.ENOENT:
-        return "no such file"
-    if e.errno == errno.EACCES or e.errno == errno.EPERM:
-        return "permission denied"
-    return (e.strerror or type(e).__name__).lower()
+        return "Too many levels of symbolic links (a symlink loop)"
+    return e.strerror or type(e).__name__
 
 
 def open_input(path: str | Path, name: str | None = None) -> BinaryIO:

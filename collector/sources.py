@@ -112,14 +112,9 @@ def _check(snap: Snapshot, name: str) -> None:
 
 
 def _open(path: str) -> BinaryIO:
-    try:
-        return open_input(path)
-    except InputError as e:
-        if str(e).endswith(": no such file"):
-            raise InputError(
-                f"{path}: no such file (a node name needs an '@', as in app@host)"
-            ) from None
-        raise
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: no such file (a node name needs an '@', as in app@host)")
+    return open_input(path)
 
 
 def _node_from_name(path: str) -> str:
