@@ -363,5 +363,11 @@ def widen_word_limits(snap: Snapshot) -> None:
 
 
 def read_crashdump(path: str) -> Snapshot:
-    with open(path, encoding="latin-1", newline="") as f:
-        return read_crashdump_lines(f, path)
+    """A crash dump file, opened as every input is (beamalloc/files.py: a FIFO or a device is
+    refused before open)."""
+    from beamalloc.files import open_input
+
+    with open_input(path) as f:
+        snap = read_crashdump_lines((b.decode("latin-1") for b in f), path)
+    snap.check()
+    return snap
