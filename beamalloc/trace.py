@@ -545,12 +545,12 @@ class _CsvReader(TraceReader):
             try:
                 op = Op.NAMES.index(row[1].strip())
             except ValueError:
-                raise TraceError(f"{at}: op {row[1]!r} is not alloc, free or realloc") from None
+                raise TraceError(f"{at}: op {row[1]!r:.24} is not alloc, free or realloc") from None
             a = row[2].strip()
             allocator = ALLOCATOR_NUMBERS.get(a)
             if allocator is None:
                 if not a[:1].isdigit():
-                    raise TraceError(f"{at}: unknown allocator {a!r} (a name such as "
+                    raise TraceError(f"{at}: unknown allocator {a!r:.24} (a name such as "
                                      "binary_alloc, or a number)")  # fmt: skip
                 # Any number, as in binary traces (another OTP's numbering): the replay counts
                 # events of allocators it does not model as anomalies.
@@ -590,9 +590,9 @@ def _int(text: str, what: str, at: str) -> int:
     try:
         v = int(text, 16) if text[:2].lower() == "0x" else int(text)
     except ValueError:
-        raise TraceError(f"{at}: {what} {text!r} is not an integer") from None
+        raise TraceError(f"{at}: {what} {text!r:.24} is not an integer") from None
     if not 0 <= v <= _MAX_U64:
-        raise TraceError(f"{at}: {what} {text} is outside 0..2^64-1")
+        raise TraceError(f"{at}: {what} {text:.24} is outside 0..2^64-1")
     return v
 
 
