@@ -150,3 +150,17 @@ def test_otp17_runaway_size_is_told_not_given_flags(tmp_path: Path) -> None:
     v = doc["verdict"]
     assert v["state"] == "NO FLAG HELPS" and "-1014695080" in v["headline"]
     assert "runaway" in v["headline"] and "No +M flag helps" in v["headline"]
+
+
+def test_32bit_infinite_sbct_is_not_linted(verdicts: dict[str, dict]) -> None:
+    """Issue 16: a 32-bit dump's `sbct 4294967295` (~0, never a single-block carrier) was read
+    as 4 GiB and linted as lmbcs < 2 x sbct on 11 of 116 dumps. Every dump whose options hold
+    the 32-bit ~0 gets no such lint now."""
+    checked = 0
+    for row in INDEX:
+        if b"sbct: 4294967295" not in _path(row).read_bytes():
+            continue
+        checked += 1
+        lint = verdicts[row["file"]]["lint"]
+        assert not [i for i in lint if "4.0 GiB" in i["message"] or i["check"] == "lmbcs-sbct"]
+    assert checked >= 5
