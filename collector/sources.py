@@ -54,8 +54,8 @@ def read_file(path: str) -> Snapshot:
         head = _head(f)
         if not head.strip():
             raise InputError(f"{name}: empty file")
-        if head.startswith(MAGIC.encode()):
-            snap = read_crashdump_lines(_lines(head, f), name)
+        if head.lstrip().startswith(MAGIC.encode()):
+            snap = read_crashdump_lines(_lines(head.lstrip(), f), name)
             _check(snap, name)
             return snap
         if path != "-":
