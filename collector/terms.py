@@ -211,8 +211,8 @@ def _scalar(kind: str, tok: str, text: str, pos: int) -> Term:
         return Atom(tok)
     if kind == "qatom":
         return Atom(_unescape(tok[1:-1]))
-    if kind == "string":
-        return _unescape(tok[1:-1])
+    if kind == "string":  # "" is [] in Erlang, and format_term prints it so
+        return _unescape(tok[1:-1]) or []
     if kind == "char":
         return ord(_unescape(tok[1:]))
     return Opaque(tok)
