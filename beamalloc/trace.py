@@ -36,6 +36,7 @@ __all__ = [
     "TraceWriter",
     "TypeInfo",
     "convert",
+    "native_csv_rows",
     "open_trace",
     "read_header",
     "write_csv",
@@ -679,26 +680,42 @@ def _csv_rows_at(path: str | Path) -> tuple[int, int] | None:
     return None
 
 
+def native_csv_rows(path: str | Path, r: TraceReader | None = None
+                    ) -> tuple[int, int, dict[str, int], int] | None:
+    """What refalloc's CSV fast path needs to read a CSV trace's rows (refalloc/src/csv.rs):
+    (byte offset and line number where the rows start, the header's type table, the next
+    synthetic type number); None for a binary trace or a header the fast path does not take.
+    The header is read (and checked) here, by this module's reader."""
+    if r is None:
+        with open_trace(path) as opened:
+            return native_csv_rows(path, opened)
+    if not isinstance(r, _CsvReader):
+        return None
+    start = _csv_rows_at(path)
+    if start is None:
+        return None
+    return start[0], start[1], dict(r._types), r._next_type
+
+
 def _native_csv_to_binary(src: str | Path, dst: str | Path, r: _CsvReader) -> int | None:
-    """Convert the rows of a CSV trace with refalloc's fast path (refalloc/src/csv.rs), which
-    reads plain rows only and declines anything else; None when it declined (or is not built),
-    and then the caller converts with this module's reader, whose messages are the reference.
-    Both give the same file: the fuzzer tests/fuzz/csv_fast.py compares them."""
+    """Convert the rows of a CSV trace with refalloc's fast path, which reads plain rows only
+    and declines anything else; None when it declined (or is not built), and then the caller
+    converts with this module's reader, whose messages are the reference. Both give the same
+    file: the fuzzer tests/fuzz/csv_props.py compares them."""
     try:
         from beamalloc._refalloc import csv_rows
     except ImportError:
         return None
-    start = _csv_rows_at(src)
-    if start is None:
+    rows = native_csv_rows(src, r)
+    if rows is None:
         return None
-    offset, line = start
-    scan = csv_rows(str(src), offset, line, dict(r._types), r._next_type)
+    scan = csv_rows(str(src), rows)
     if scan["declined"] is not None:
         return None
     header = r.header
     header.types.extend(TypeInfo(n, name, allocator) for name, n, allocator in scan["types"])
     blob = json.dumps(header.to_json(), separators=(",", ":"))
-    done = csv_rows(str(src), offset, line, dict(r._types), r._next_type, str(dst), blob)
+    done = csv_rows(str(src), rows, str(dst), blob)
     if done["events"] != scan["events"]:
         raise TraceError(f"{src}: the file changed while it was converted")
     return int(done["events"])

@@ -8,7 +8,8 @@
 //! reads means the same events as the reference's, and every error keeps the reference's
 //! words. The fuzzer `csv_fast` (tests/fuzz/) checks that equivalence on arbitrary bytes.
 
-use crate::trace::{Event, Op};
+use crate::replay::Replay;
+use crate::trace::{Event, Op, TraceError};
 use std::collections::HashMap;
 use std::io::Read;
 
@@ -44,6 +45,16 @@ pub struct Types {
     pub added: Vec<(String, u64, u64)>,
 }
 
+impl Types {
+    pub fn new(known: HashMap<String, u64>, next: u64) -> Types {
+        Types {
+            known: known.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect(),
+            next,
+            added: Vec::new(),
+        }
+    }
+}
+
 /// Why the fast path stopped: the 1-based line number of the row it did not take.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Declined(pub u64);
@@ -73,6 +84,16 @@ fn number(f: &[u8]) -> Option<u64> {
             v = (v << 4) | (b as char).to_digit(16)? as u64;
         }
         return Some(v);
+    }
+    if f.len() <= 19 {
+        // Below 10^19: no overflow to check, and no branch per digit.
+        let mut bad = false;
+        for &b in f {
+            let d = b.wrapping_sub(b'0');
+            bad |= d > 9;
+            v = v.wrapping_mul(10).wrapping_add(d as u64);
+        }
+        return (!bad).then_some(v);
     }
     for &b in f {
         let d = b.wrapping_sub(b'0');
@@ -119,24 +140,29 @@ fn row(line: &[u8], types: &mut Types) -> Result<Option<Event>, ()> {
     if line.len() > FIELD_LIMIT {
         return Err(());
     }
+    // Bytes the reference treats specially: quotes, NUL and other controls, a lone CR,
+    // anything outside ASCII (UTF-8 checks, unicode whitespace and digits). A fold without
+    // early exit, which the compiler vectorizes.
+    let special = line.iter().fold(false, |acc, &b| {
+        acc | (b == b'"') | ((b < 0x20) & (b != b'\t')) | (b >= 0x7f)
+    });
+    if special {
+        return Err(());
+    }
+    // Fields are a few bytes long: a plain scan beats memchr's setup here.
     let mut fields: [&[u8]; 9] = [&[]; 9];
-    let (mut n, mut from) = (0, 0);
-    for (i, &b) in line.iter().enumerate() {
-        if b == b',' {
-            if n == 8 {
-                return Err(());
-            }
-            fields[n] = &line[from..i];
-            n += 1;
-            from = i + 1;
-        } else if b == b'"' || (b < 0x20 && b != b'\t') || b >= 0x7f {
-            // Bytes the reference treats specially: quotes, NUL and other controls, a lone
-            // CR, anything outside ASCII (UTF-8 checks, unicode whitespace and digits).
+    let (mut n, mut rest) = (0, line);
+    while let Some(p) = rest.iter().position(|&b| b == b',') {
+        if n == 8 {
             return Err(());
         }
+        fields[n] = &rest[..p];
+        rest = &rest[p + 1..];
+        n += 1;
     }
-    fields[n] = &line[from..];
+    fields[n] = rest;
     n += 1;
+    let num = |i: usize| number(fields[i]);
     if line.is_empty() || line[0] == b'#' {
         return Ok(None);
     }
@@ -154,22 +180,22 @@ fn row(line: &[u8], types: &mut Types) -> Result<Option<Event>, ()> {
     if (op == Op::Realloc) == new_id_text.is_empty() {
         return Err(());
     }
-    let t_ns = number(fields[0]).ok_or(())?;
-    let instance = number(fields[3]).ok_or(())?;
+    let t_ns = num(0).ok_or(())?;
+    let instance = num(3).ok_or(())?;
     let type_ = type_number(fields[4], alloc, types).ok_or(())?;
-    let size = if strip(fields[5]).is_empty() {
-        0
+    let size = if !strip(fields[5]).is_empty() {
+        num(5).ok_or(())?
     } else {
-        number(fields[5]).ok_or(())?
+        0
     };
-    let id = number(fields[6]).ok_or(())?;
+    let id = num(6).ok_or(())?;
     let new_id = if new_id_text.is_empty() {
         0
     } else {
-        number(new_id_text).ok_or(())?
+        num(7).ok_or(())?
     };
     let thread = if n == 9 && !strip(fields[8]).is_empty() {
-        number(fields[8]).ok_or(())?
+        num(8).ok_or(())?
     } else {
         0
     };
@@ -236,6 +262,30 @@ pub fn read_rows<R: Read>(
         }
         start = next;
     }
+}
+
+/// Replay the rows of `r` (as `read_rows`) straight into `rp`, with no binary file between:
+/// Ok(Err(declined)) leaves `rp` half-fed, for the caller to drop.
+pub fn replay_rows<R: Read>(
+    rp: &mut Replay,
+    r: R,
+    line: u64,
+    types: &mut Types,
+    where_: &str,
+) -> Result<Result<(), Declined>, TraceError> {
+    let mut last = 0;
+    let read = read_rows(r, line, types, |ev| {
+        last = ev.t_ns;
+        rp.apply(ev);
+        Ok(())
+    })
+    .map_err(|e| TraceError(format!("{where_}: {e}")))?;
+    if let Err(d) = read {
+        return Ok(Err(d));
+    }
+    // As for a binary trace, the model's failure (an outgrown address space) is the error.
+    rp.finish(last, where_)?;
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

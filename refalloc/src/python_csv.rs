@@ -1,38 +1,32 @@
 //! The pyo3 surface of the CSV fast path (csv.rs):
-//! `csv_rows(path, offset, line, types, next_type, dst=None, header_json=None) -> dict`.
+//! `csv_rows(path, (offset, line, types, next_type), dst=None, header_json=None) -> dict`.
 // pyo3 0.22's `#[pyfunction]` expansion converts PyErr into PyErr; newer clippy flags it.
 #![allow(clippy::useless_conversion)]
 
 use crate::csv::{read_rows, Types};
+use crate::python::CsvRows;
 use crate::trace::TraceWriter;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom};
 
 /// Read the rows of a CSV trace from byte `offset` (after the header; `line` = its last line)
 /// with the header's type table `types` (name -> number); new type names are numbered from
-/// `next_type`. With `dst` and `header_json`, also write the events as a binary trace there.
+/// `next_type` (python.rs's `CsvRows`). With `dst` and `header_json`, also write the events as a binary trace there.
 /// Returns {"events", "types": [(name, number, allocator)...], "declined": line or None}; on a
 /// declined row `dst` is incomplete and the caller reads the file with the reference reader.
 #[pyfunction]
-#[pyo3(signature = (path, offset, line, types, next_type, dst = None, header_json = None))]
+#[pyo3(signature = (path, rows, dst = None, header_json = None))]
 pub fn csv_rows(
     py: Python<'_>,
     path: &str,
-    offset: u64,
-    line: u64,
-    types: HashMap<String, u64>,
-    next_type: u64,
+    rows: CsvRows,
     dst: Option<&str>,
     header_json: Option<&str>,
 ) -> PyResult<PyObject> {
-    let mut t = Types {
-        known: types.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect(),
-        next: next_type,
-        added: Vec::new(),
-    };
+    let (offset, line, types, next_type) = rows;
+    let mut t = Types::new(types, next_type);
     let mut f = File::open(path)?;
     f.seek(SeekFrom::Start(offset))?;
     let input = f;
