@@ -186,6 +186,20 @@ def unprivileged() -> tuple[list[str], int, int] | None:
             uid, gid)
 
 
+def _home_parent(dropping: bool) -> str:
+    """Where the throw-away HOME goes: the temporary directory, unless the node runs as
+    NODE_USER and could not delete its HOME there (deleting an entry takes write permission on
+    the directory: /tmp is world-writable and sticky, a private TMPDIR is not); then /tmp."""
+    tmp = tempfile.gettempdir()
+    if not dropping:
+        return tmp
+    try:
+        mode = os.stat(tmp).st_mode
+    except OSError:
+        return "/tmp"
+    return tmp if mode & 0o1003 == 0o1003 else "/tmp"  # sticky, and o+wx
+
+
 def start_hidden_node(run: list[str], long_names: bool,
                       stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen[bytes], str]:
     """Start a hidden node of ours running `run`; return it and its throw-away HOME.
@@ -200,7 +214,7 @@ def start_hidden_node(run: list[str], long_names: bool,
         raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
     ebin = erlang_ebin()
     drop = unprivileged()
-    home = tempfile.mkdtemp(prefix="beamalloc_home_")
+    home = tempfile.mkdtemp(prefix="beamalloc_home_", dir=_home_parent(drop is not None))
     try:
         own = Path(home) / "ebin"
         own.mkdir()
