@@ -132,10 +132,12 @@ def _node_suffix() -> str:
     return secrets.token_hex(5)
 
 
-def hidden_node_argv(erl: str, long_names: bool, run: list[str], ebin: str | Path) -> list[str]:
+def hidden_node_argv(erl: str, long_names: bool, run: list[str],
+                     ebin: str | Path | None = None) -> list[str]:
     """argv of a hidden node of ours (the one-shot agent or the watch session) running `run`,
-    e.g. ["beamalloc_agent", "main", Target, DeadlineMs]. No cookie here, ever, and no node name:
-    beamalloc_link:start/1 starts distribution under a pooled name once the node is up."""
+    e.g. ["beamalloc_agent", "main", Target, DeadlineMs], loading our modules from `ebin` (default
+    the compiled cache). No cookie here, ever, and no node name: beamalloc_link:start/1 starts
+    distribution under a pooled name once the node is up. start_hidden_node() runs it."""
     host: list[str] = []
     if long_names:  # the target uses long names (net_kernel refuses to mix the two)
         fqdn = socket.getfqdn()
@@ -148,7 +150,7 @@ def hidden_node_argv(erl: str, long_names: bool, run: list[str], ebin: str | Pat
         "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
         # Accept distribution connections on loopback only: nobody needs to reach us.
         "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
-        "-pa", str(ebin),
+        "-pa", str(ebin or erlang_ebin()),
         "-beamalloc_run", _node_suffix(), *host,
         "-run", *run,
     ]
