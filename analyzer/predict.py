@@ -2,7 +2,7 @@
 must-hold 6).
 
 For a finding, a trace that shows the finding's symptom is synthesized from the snapshot
-(beamalloc.tracegen), replayed through refalloc under the flags the node runs with (read from the
+(refalloc/tracegen.py), replayed through refalloc under the flags the node runs with (read from the
 snapshot's options, :func:`node_flags`) and under those flags followed by the proposal, and the
 affected allocator's carrier bytes, unused bytes and carrier (mseg/sys_alloc) calls are compared.
 
@@ -351,7 +351,7 @@ def stragglers(
 ) -> int:
     """Per scheduler instance: the live set, churn in it, a peak, the peak freed but for
     `stragglers` blocks evenly spread in allocation order, churn again. Returns the count."""
-    from beamalloc.tracegen import TYPE_OF, spike_size
+    from beamalloc.refalloc.tracegen import TYPE_OF, spike_size
 
     number = ALLOCATOR_NUMBERS[allocator]
     typ = TYPE_OF.get(allocator, (1, "synthetic"))
@@ -425,7 +425,7 @@ def choose_model(f: Facts, allocator: str, rule: str, *, max_events: int = MAX_E
 
 
 def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
-    from beamalloc import tracegen
+    from beamalloc.refalloc import tracegen
 
     p = dict(model.params)
     if model.generator == "from_carriers":
@@ -507,7 +507,7 @@ class Predictor:
         return self._traces[model.key]
 
     def _replay(self, model: Model, flags: FlagSet) -> Snapshot:
-        from beamalloc.replay import replay_snapshot
+        from beamalloc.refalloc.replay import replay_snapshot
 
         key = (model.key, flags.render())
         if key not in self._runs:

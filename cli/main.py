@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
+from beamalloc.console import wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
@@ -74,7 +75,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from beamalloc.collector.watch import cli
+    from beamalloc.timeseries.watch import cli
 
     return cli(args)
 
@@ -87,7 +88,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _write(None, json.dumps(result, indent=1))
         return 0
 
-    from beamalloc.analyzer.text_report import render
+    from beamalloc.reporters.analyze import render
 
     render(result, wide_console(), top=args.top)
     return 0
@@ -136,12 +137,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
                            rate=rate, rate_unavailable=why, trace=trace)  # fmt: skip
     if args.json:
-        from beamalloc.analyzer.outputs import paste_block
+        from beamalloc.reporters.recommend import paste_block
 
         _write(None, json.dumps({**result, "paste": paste_block(
             result["emulator_flags"], args.format)}, indent=1))  # fmt: skip
         return 0
-    from beamalloc.analyzer.outputs import render
+    from beamalloc.reporters.recommend import render
 
     render(result, wide_console(), fmt=args.format)
     return 0
@@ -182,7 +183,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from beamalloc.replay import render, replay_snapshot
+    from beamalloc.refalloc.replay import render, replay_snapshot
 
     if args.schedulers is not None and args.schedulers < 1:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
@@ -201,7 +202,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from beamalloc.collector.store import default_path
+    from beamalloc.timeseries.store import default_path
     from beamalloc.webui.app import serve
 
     token = args.token or os.environ.get("BEAMALLOC_TOKEN") or None
@@ -210,7 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from beamalloc.demo import run_demo
+    from beamalloc.cli.demo import run_demo
 
     return run_demo(report_path=args.report, keep_node=args.keep_node)
 
@@ -219,14 +220,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from beamalloc.ebpf.run import main_args
 
     return main_args(args)
-
-
-def wide_console(stderr: bool = False) -> Any:
-    """A terminal keeps its width; a pipe or a file gets room for the widest table."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 180)
 
 
 def _non_negative(text: str) -> int:

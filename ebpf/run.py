@@ -264,7 +264,7 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
     if opts.json:
         print(json.dumps(doc))
     else:
-        from beamalloc.cli import wide_console
+        from beamalloc.console import wide_console
 
         render(doc, wide_console())
     return 0

@@ -25,6 +25,7 @@ from beamalloc.errors import InputError
 from beamalloc.flags import FlagError, FlagSet, effective_config, parse, replay_config
 from beamalloc.snapshot import Snapshot
 from beamalloc.trace import MAGIC, TraceError, TraceHeader, convert, read_header
+from beamalloc.units import human
 
 __all__ = ["SERIES_COLUMNS", "ReplayResult", "compare", "replay_snapshot", "run", "snapshot_from"]
 
@@ -324,13 +325,6 @@ def _active(results: Sequence[ReplayResult]) -> list[str]:
     return list(names)
 
 
-def _human(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.1f} {unit}"
-    return f"{n} B"
-
-
 def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
     """(metric, value) rows of one allocator in one replay: final / peak."""
     insts = snap.instances(name)
@@ -359,11 +353,11 @@ def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
     usage = f"{bsize[0] / csize[0]:.0%}" if csize[0] else "-"
     return [
         ("carriers final / peak", f"{carriers[0]} / {carriers[1]}"),
-        ("carriers size final / peak", f"{_human(csize[0])} / {_human(csize[1])}"),
-        ("  of which sbcs", f"{_human(sbcs[0])} / {_human(sbcs[1])}"),
-        ("  of which pooled (final)", _human(pool)),
+        ("carriers size final / peak", f"{human(csize[0])} / {human(csize[1])}"),
+        ("  of which sbcs", f"{human(sbcs[0])} / {human(sbcs[1])}"),
+        ("  of which pooled (final)", human(pool)),
         ("blocks final / peak", f"{blocks[0]} / {blocks[1]}"),
-        ("blocks size final / peak", f"{_human(bsize[0])} / {_human(bsize[1])}"),
+        ("blocks size final / peak", f"{human(bsize[0])} / {human(bsize[1])}"),
         ("usage (final)", usage),
         (
             "mseg alloc / dealloc / realloc",
@@ -390,12 +384,12 @@ def render(results: Sequence[ReplayResult], console: Any) -> None:
     table.add_row(
         "all",
         "footprint peak",
-        *(_human(r.peak["footprint"].get("carriers_size", 0)) for r in results),
+        *(human(r.peak["footprint"].get("carriers_size", 0)) for r in results),
     )
     table.add_row(
         "",
         "mseg cache at peak",
-        *(_human(r.peak["footprint"].get("mseg_cached", 0)) for r in results),
+        *(human(r.peak["footprint"].get("mseg_cached", 0)) for r in results),
     )
     for name in _active(results):
         per_run = [dict(allocator_rows(r.snapshot, name)) for r in results]

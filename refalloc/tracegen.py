@@ -391,7 +391,7 @@ def predict(
 ) -> list[dict[str, Any]]:
     """Replay `snap`'s fitted stationary mix under each flag set (in order); one run each, shaped
     as in ``beamalloc replay --json`` (flags, snapshot, analysis, peak, series)."""
-    from beamalloc.replay import run
+    from beamalloc.refalloc.replay import run
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "mix.batr"

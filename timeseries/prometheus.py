@@ -1,7 +1,7 @@
 """The Prometheus endpoint of `beamalloc watch --prometheus HOST:PORT` (docs/metrics.md).
 
 A few derived gauges per node and allocator type, computed from each node's latest sample (the
-same numbers the store keeps, analyzer/series.py), rather than one series per raw statistic:
+same numbers the store keeps, timeseries/series.py), rather than one series per raw statistic:
 prometheus.erl's allocator collector exports hundreds per node, and users end up dropping them.
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from beamalloc.analyzer.series import view
 from beamalloc.errors import InputError
+from beamalloc.timeseries.series import view
 
 #: (name, help, key in series.view()'s per-type dict)
 TYPE_GAUGES = (

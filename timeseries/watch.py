@@ -1,4 +1,4 @@
-"""`beamalloc watch`: sample nodes every interval into the store (collector/store.py).
+"""`beamalloc watch`: sample nodes every interval into the store (timeseries/store.py).
 
 Threads, and why:
 - one poller per node: it asks the shared hidden node (cluster.Session) for a snapshot and waits
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from beamalloc.analyzer.series import Point, derive
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
-from beamalloc.collector.store import Store
 from beamalloc.errors import InputError
+from beamalloc.timeseries.series import Point, derive
+from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 
 #: Seconds between looks for new cluster members.
@@ -252,11 +252,11 @@ class Watcher:
 
 
 def cli(args: Any) -> int:
-    """`beamalloc watch` (beamalloc/cli.py builds the parser)."""
+    """`beamalloc watch` (cli/main.py builds the parser)."""
     import signal
 
     from beamalloc.collector import cookie, live
-    from beamalloc.collector.store import StoreError, default_path
+    from beamalloc.timeseries.store import StoreError, default_path
 
     if not args.interval > 0:
         raise InputError("--interval must be a positive number of seconds")
@@ -271,7 +271,7 @@ def cli(args: Any) -> int:
                 retain_days=args.retain, cluster=args.cluster,
                 carriers_every=args.carriers_every, max_carriers=args.max_carriers)
     if args.prometheus:
-        from beamalloc.collector.prometheus import serve
+        from beamalloc.timeseries.prometheus import serve
 
         _server, port = serve(args.prometheus, lambda: {
             n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})

@@ -6,7 +6,7 @@ that came from a snapshot goes through `_t()`: plotly.js reads a subset of HTML 
 hover text, so `<`, `>` and `&` must arrive as entities.
 
 Snapshot figures read the analysis dict (docs/analysis-schema.md); node figures read the store's
-`series()` columns (analyzer/series.py keys) and a few sampled snapshots; compare figures read a
+`series()` columns (timeseries/series.py keys) and a few sampled snapshots; compare figures read a
 list of analyses with a label each, so a replay result (a Snapshot with source "replay") compares
 like any other snapshot.
 """

@@ -24,7 +24,7 @@ def show(v: Any) -> str:
         return v
     if isinstance(v, dict):
         try:  # the recommender's own evidence formatting: sizes in KiB/MiB, ratios in %
-            from beamalloc.analyzer.outputs import evidence_line
+            from beamalloc.reporters.recommend import evidence_line
 
             return evidence_line(v)
         except ImportError:

@@ -1,6 +1,6 @@
 """What a snapshot or compare page says, computed once for the server and the report alike.
 
-The verdict comes first and says what the terminal report says (analyzer/text_report.py); then
+The verdict comes first and says what the terminal report says (reporters/analyze.py); then
 the evidence: figures (figures.py), tables, the options in force. Templates only lay it out.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.text_report import _verdict as verdict_lines
+from beamalloc.reporters.analyze import _verdict as verdict_lines
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures

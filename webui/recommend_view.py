@@ -32,8 +32,8 @@ def recommendations(snap: Snapshot) -> dict[str, Any] | None:
 
 def _call(snap: Snapshot) -> dict[str, Any] | None:
     try:
-        from beamalloc.analyzer.outputs import paste_block, verdict
         from beamalloc.analyzer.recommend import recommend
+        from beamalloc.reporters.recommend import paste_block, verdict
     except ImportError:
         return None
     r = recommend(snap)

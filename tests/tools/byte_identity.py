@@ -4,6 +4,10 @@ and replay on every sample and workload trace, and store or compare the outputs 
     .venv/bin/python tests/tools/byte_identity.py capture DIR   # at the base commit
     .venv/bin/python tests/tools/byte_identity.py check DIR     # after: exit 1 on any difference
 
+To capture a base commit without checking it out, lay its packages out as the installed namespace
+(beamalloc/, beamalloc/collector/, ...; the built beamalloc/_refalloc*.so copied in) and pass that
+folder in BYTE_IDENTITY_PYTHONPATH: it is put first on the path of every command run.
+
 Not part of `make test` (it takes minutes: each recommend replays its predictions). The traces
 are generated once, at capture time, into DIR/traces and replayed from there on check, so a
 change to the generators shows up as a replay difference of the generated trace's own, not here.
@@ -21,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "samples" / "otp25"
 PY = str(ROOT / ".venv" / "bin" / "python")
+#: Commands run outside the repository, so `-m` imports the installed (or given) package, not the
+#: folder under the current directory.
+RUN_IN = "/"
 
 
 def sources() -> list[Path]:
@@ -34,7 +41,10 @@ def make_traces(tdir: Path) -> list[Path]:
     tdir.mkdir(parents=True, exist_ok=True)
     code = f"""
 from pathlib import Path
-from beamalloc import tracegen
+try:
+    from beamalloc.refalloc import tracegen
+except ImportError:  # before issue 11
+    from beamalloc import tracegen
 from beamalloc.snapshot import Snapshot
 d = Path({str(tdir)!r})
 tracegen.spike_and_drop(d / "spike.batr", base_live=500, churn=4000)
@@ -43,14 +53,17 @@ tracegen.ets_churn(d / "ets.batr", rows=5000, cycles=2)
 snap = Snapshot.from_json(Path({str(ROOT / "samples/workloads/snapshots/frag.json")!r}).read_text())
 tracegen.stationary_mix(snap, d / "frag_mix.batr", max_live=5000, max_events=20000)
 """
-    subprocess.run([PY, "-c", code], check=True, cwd=ROOT)
+    env = dict(os.environ)
+    if os.environ.get("BYTE_IDENTITY_PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["BYTE_IDENTITY_PYTHONPATH"]
+    subprocess.run([PY, "-c", code], check=True, cwd=RUN_IN, env=env)
     return sorted(tdir.glob("*.batr"))
 
 
 def runs(traces: list[Path]) -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
     for src in sources():
-        tag = f"{src.parent.name}_{src.name}"
+        tag = ("shared_" if SHARED in src.parents else "") + f"{src.parent.name}_{src.name}"
         out.append((f"analyze_{tag}.txt", ["analyze", str(src)]))
         out.append((f"analyze_{tag}.json", ["analyze", str(src), "--json"]))
         out.append((f"recommend_{tag}.txt", ["recommend", str(src)]))
@@ -67,8 +80,10 @@ def runs(traces: list[Path]) -> list[tuple[str, list[str]]]:
 
 def run_one(args: list[str]) -> bytes:
     env = {**os.environ, "COLUMNS": "100", "TERM": "dumb"}
+    if os.environ.get("BYTE_IDENTITY_PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["BYTE_IDENTITY_PYTHONPATH"]
     p = subprocess.run([PY, "-m", "beamalloc.cli", *args], capture_output=True, env=env,
-                       cwd=ROOT)
+                       cwd=RUN_IN)
     return b"rc=%d\n--stdout--\n%s--stderr--\n%s" % (p.returncode, p.stdout, p.stderr)
 
 
