@@ -183,7 +183,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from beamalloc.refalloc.replay import render, replay_snapshot
+    from beamalloc.refalloc.replay import replay_snapshot
+    from beamalloc.reporters.replay import render
 
     if args.schedulers is not None and args.schedulers < 1:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")

@@ -1,11 +1,10 @@
 """Replay a trace under a flag set and return what the collectors return: a Snapshot.
 
-`run(trace, flags)` replays through refalloc (beamalloc._refalloc) and builds a
-:class:`~beamalloc.snapshot.Snapshot` with source ``"replay"`` from the native result, which is
-shaped like ``erlang:system_info({allocator, A})`` (docs/erts/alloc_util.md §6.1): the terms go
-through
-:func:`beamalloc.collector.system_info.add_system_info`, the same code path a live snapshot takes,
-so the analyzer, the recommender and the web UI read a replay exactly like a node.
+:func:`replay_snapshot` is the one entry point: it replays through refalloc (beamalloc._refalloc)
+and builds a :class:`~beamalloc.snapshot.Snapshot` with source ``"replay"`` straight from the
+native result, which has the fields of ``erlang:system_info({allocator, A})``
+(docs/erts/alloc_util.md §6.1), so the analyzer, the recommender and the web UI read a replay
+exactly like a node. :func:`run` is its ``--json`` run object.
 
 A run is the dict that ``beamalloc replay --json`` prints per flag set:
 ``{"flags", "snapshot", "analysis", "peak", "series"}`` (docs/refalloc.md).
@@ -16,18 +15,30 @@ Replay statistics have no "since last call" period: a Triple is (current, max, m
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from beamalloc.collector.system_info import add_system_info
 from beamalloc.errors import InputError
-from beamalloc.flags import FlagError, FlagSet, effective_config, parse, replay_config
-from beamalloc.snapshot import Snapshot
+from beamalloc.flags import (
+    FlagError,
+    FlagSet,
+    effective_config,
+    effective_globals,
+    parse,
+    replay_config,
+)
+from beamalloc.snapshot import (
+    AllocatorInstance,
+    BlockStats,
+    CarrierStats,
+    MsegInstance,
+    PoolStats,
+    Snapshot,
+    Triple,
+)
 from beamalloc.trace import MAGIC, TraceError, TraceHeader, convert, read_header
-from beamalloc.units import human
 
-__all__ = ["SERIES_COLUMNS", "ReplayResult", "compare", "replay_snapshot", "run", "snapshot_from"]
+__all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_snapshot", "run", "snapshot_from"]
 
 SERIES_COLUMNS = ("t_ns", "carriers_size", "blocks_size", "mseg_cached")
 #: The model's version string is recorded in each snapshot (which model produced it).
@@ -104,73 +115,63 @@ def _native_replay(
         raise InputError(str(e)) from None
 
 
-# --- native result -> system_info terms -> Snapshot ----------------------------------------------
+# --- native result -> Snapshot ------------------------------------------------------------------
+# The native result has the shape of erlang:system_info({allocator, A}) (docs/erts/alloc_util.md
+# §6.1) as plain dicts and lists, so it maps field by field onto the model.
 
 
-def _blocks(d: dict[str, Any], triple: bool) -> list[tuple]:
-    out = []
-    for typ, b in d.items():
-        if triple:
-            out.append((typ, [("count", *b["count"]), ("size", *b["size"])]))
-        else:
-            out.append((typ, [("count", b["count"]), ("size", b["size"])]))
-    return out
+def _section(s: dict[str, Any]) -> CarrierStats:
+    return CarrierStats(
+        blocks={
+            typ: BlockStats(count=Triple(*b["count"]), size=Triple(*b["size"]))
+            for typ, b in s["blocks"].items()
+        },
+        carriers=Triple(*s["carriers"]),
+        carriers_size=Triple(*s["carriers_size"]),
+        mseg_carriers=s["mseg_alloc_carriers"],
+        sys_carriers=s["sys_alloc_carriers"],
+        mseg_carriers_size=s["mseg_alloc_carriers_size"],
+        sys_carriers_size=s["sys_alloc_carriers_size"],
+    )
 
 
-def _section(s: dict[str, Any]) -> list[tuple]:
-    return [
-        ("blocks", _blocks(s["blocks"], True)),
-        ("carriers", *s["carriers"]),
-        ("mseg_alloc_carriers", s["mseg_alloc_carriers"]),
-        ("sys_alloc_carriers", s["sys_alloc_carriers"]),
-        ("carriers_size", *s["carriers_size"]),
-        ("mseg_alloc_carriers_size", s["mseg_alloc_carriers_size"]),
-        ("sys_alloc_carriers_size", s["sys_alloc_carriers_size"]),
-    ]
+def _pool(p: dict[str, Any]) -> PoolStats:
+    return PoolStats(
+        blocks={typ: (b["count"], b["size"]) for typ, b in p["blocks"].items()},
+        carriers=p["carriers"],
+        carriers_size=p["carriers_size"],
+        counters={k: p[k] for k in ("fetch", "fail", "skip_size") if k in p},
+    )
 
 
-def _instance_term(inst: dict[str, Any], options: list[tuple[str, Any]]) -> list[tuple]:
-    props: list[tuple] = [("versions", *VERSIONS), ("options", options)]
-    props.append(("mbcs", _section(inst["mbcs"])))
-    if "mbcs_pool" in inst:
-        p = inst["mbcs_pool"]
-        pool: list[tuple] = [
-            ("blocks", _blocks(p["blocks"], False)),
-            ("carriers", p["carriers"]),
-            ("carriers_size", p["carriers_size"]),
-        ]
-        pool += [(k, p[k]) for k in ("fetch", "fail", "skip_size") if k in p]
-        props.append(("mbcs_pool", pool))
-    props.append(("sbcs", _section(inst["sbcs"])))
-    props.append(("calls", list(inst["calls"].items())))
-    return props
+def _instance(name: str, inst: dict[str, Any], options: list[tuple[str, Any]]) -> AllocatorInstance:
+    return AllocatorInstance(
+        allocator=name,
+        instance=inst["instance"],
+        options=dict(options),
+        mbcs=_section(inst["mbcs"]),
+        sbcs=_section(inst["sbcs"]),
+        mbcs_pool=_pool(inst["mbcs_pool"]) if "mbcs_pool" in inst else None,
+        calls=dict(inst["calls"]),
+        versions=list(VERSIONS),
+    )
 
 
-def _mseg_term(m: dict[str, Any], mcs: int) -> list[tuple]:
-    calls = [
-        (k, m[k])
-        for k in (
-            "mseg_alloc",
-            "mseg_dealloc",
-            "mseg_realloc",
-            "mseg_create",
-            "mseg_destroy",
-            "mseg_check_cache",
-        )
-        if k in m
-    ]
-    status = [
-        ("cached_segments", m["cached_segments"]),
-        ("cache_hits", m["cache_hits"]),
-        ("segments", *m["segments"]),
-        ("segments_watermark", m["segments"][2]),
-        ("segments_size", *m["segments_size"]),
-    ]
-    return [
-        ("version", "0.9"),
-        ("options", [("amcbf", 4194304), ("rmcbf", 20), ("mcs", mcs)]),
-        ("memkind", [("name", "all memory"), ("status", status), ("calls", calls)]),
-    ]
+_MSEG_CALLS = ("mseg_alloc", "mseg_dealloc", "mseg_realloc", "mseg_create", "mseg_destroy",
+               "mseg_check_cache")  # fmt: skip
+
+
+def _mseg(m: dict[str, Any], mcs: int) -> MsegInstance:
+    return MsegInstance(
+        instance=m["instance"],
+        options={"amcbf": 4194304, "rmcbf": 20, "mcs": mcs},
+        cached_segments=m["cached_segments"],
+        cache_hits=m["cache_hits"],
+        segments=Triple(*m["segments"]),
+        segments_watermark=m["segments"][2],
+        segments_size=Triple(*m["segments_size"]),
+        calls={k: m[k] for k in _MSEG_CALLS if k in m},
+    )
 
 
 def snapshot_from(
@@ -189,23 +190,12 @@ def snapshot_from(
     )
     for name, insts in native["allocators"].items():
         cfg = configs[name]
-        term = [
-            (
-                "instance",
-                i["instance"],
-                _instance_term(i, cfg.for_instance(i["instance"], schedulers=schedulers).options()),
-            )
+        snap.allocators += [
+            _instance(name, i, cfg.for_instance(i["instance"], schedulers=schedulers).options())
             for i in insts
         ]
-        add_system_info(snap, name, term)
-    from beamalloc.flags import effective_globals
-
     glob = effective_globals(flags, schedulers, otp=flags.otp)
-    add_system_info(
-        snap,
-        "mseg_alloc",
-        [("instance", m["instance"], _mseg_term(m, glob.mcs)) for m in native["mseg_alloc"]],
-    )
+    snap.mseg += [_mseg(m, glob.mcs) for m in native["mseg_alloc"]]
     snap.extra["alloc_util"] = {"0": {"mmc": glob.mmc, "ycs": glob.ycs, "sac": glob.sac}}
     snap.extra["replay"] = {
         "flags": flags.render(),
@@ -293,114 +283,3 @@ def run(
     return replay_snapshot(
         trace, flags, schedulers=schedulers, sample_every_ns=sample_every_ns
     ).to_run()
-
-
-def compare(
-    trace: str | Path,
-    flag_sets: Sequence[FlagSet | str | None],
-    *,
-    schedulers: int | None = None,
-    sample_every_ns: int = 100_000_000,
-) -> list[dict[str, Any]]:
-    """One run per flag set, in the order given."""
-    return [
-        run(trace, f, schedulers=schedulers, sample_every_ns=sample_every_ns) for f in flag_sets
-    ]
-
-
-# --- terminal output ------------------------------------------------------------------------------
-
-
-def _active(results: Sequence[ReplayResult]) -> list[str]:
-    """Allocators that the trace used in any run (others hold only idle main carriers)."""
-    names: dict[str, None] = {}
-    for r in results:
-        for inst in r.snapshot.allocators:
-            if any(
-                v
-                for k, v in inst.calls.items()
-                if k.endswith(("_alloc", "_realloc")) and not k.startswith(("mseg", "sys"))
-            ):
-                names.setdefault(inst.allocator, None)
-    return list(names)
-
-
-def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
-    """(metric, value) rows of one allocator in one replay: final / peak."""
-    insts = snap.instances(name)
-
-    def tot(f: Any) -> tuple[int, int]:
-        cur = sum(f(i).current for i in insts)
-        return cur, sum(f(i).max for i in insts)
-
-    carriers = tot(lambda i: i.mbcs.carriers + i.sbcs.carriers)
-    csize = tot(lambda i: i.mbcs.carriers_size + i.sbcs.carriers_size)
-    blocks = tot(lambda i: i.mbcs.block_count + i.sbcs.block_count)
-    bsize = tot(lambda i: i.mbcs.block_size + i.sbcs.block_size)
-    sbcs = tot(lambda i: i.sbcs.carriers_size)
-    # Pooled carriers and their blocks are counted apart (mbcs_pool, docs/erts/alloc_util.md §5);
-    # they are still mapped.
-    pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
-    pool = sum(p.carriers_size for p in pools)
-    carriers = (carriers[0] + sum(p.carriers for p in pools), carriers[1])
-    csize = (csize[0] + pool, csize[1])
-    blocks = (blocks[0] + sum(p.block_count for p in pools), blocks[1])
-    bsize = (bsize[0] + sum(p.block_size for p in pools), bsize[1])
-    calls: dict[str, int] = {}
-    for i in insts:
-        for k, v in i.calls.items():
-            calls[k] = calls.get(k, 0) + v
-    usage = f"{bsize[0] / csize[0]:.0%}" if csize[0] else "-"
-    return [
-        ("carriers final / peak", f"{carriers[0]} / {carriers[1]}"),
-        ("carriers size final / peak", f"{human(csize[0])} / {human(csize[1])}"),
-        ("  of which sbcs", f"{human(sbcs[0])} / {human(sbcs[1])}"),
-        ("  of which pooled (final)", human(pool)),
-        ("blocks final / peak", f"{blocks[0]} / {blocks[1]}"),
-        ("blocks size final / peak", f"{human(bsize[0])} / {human(bsize[1])}"),
-        ("usage (final)", usage),
-        (
-            "mseg alloc / dealloc / realloc",
-            f"{calls.get('mseg_alloc', 0)} / {calls.get('mseg_dealloc', 0)} / "
-            f"{calls.get('mseg_realloc', 0)}",
-        ),
-        (
-            "sys alloc / free / realloc",
-            f"{calls.get('sys_alloc', 0)} / {calls.get('sys_free', 0)} / "
-            f"{calls.get('sys_realloc', 0)}",
-        ),
-    ]
-
-
-def render(results: Sequence[ReplayResult], console: Any) -> None:
-    """One table, the flag sets side by side, per allocator the trace used."""
-    from rich.table import Table
-
-    table = Table(title="refalloc replay (final / peak)", show_lines=False)
-    table.add_column("allocator")
-    table.add_column("metric")
-    for r in results:
-        table.add_column(r.flags or "(defaults)", justify="right")
-    table.add_row(
-        "all",
-        "footprint peak",
-        *(human(r.peak["footprint"].get("carriers_size", 0)) for r in results),
-    )
-    table.add_row(
-        "",
-        "mseg cache at peak",
-        *(human(r.peak["footprint"].get("mseg_cached", 0)) for r in results),
-    )
-    for name in _active(results):
-        per_run = [dict(allocator_rows(r.snapshot, name)) for r in results]
-        for i, metric in enumerate(per_run[0]):
-            table.add_row(
-                name if i == 0 else "",
-                metric,
-                *(p[metric] for p in per_run),
-                end_section=i == len(per_run[0]) - 1,
-            )
-    console.print(table)
-    for r in results:
-        for note in r.snapshot.notes:
-            console.print(f"[{r.flags or 'defaults'}] {note}")
