@@ -66,18 +66,6 @@ class LintIssue:
                 ("check", "level", "where", "allocator", "flag", "message", "rule")}  # fmt: skip
 
 
-def erts_of(erts_version: str | None, otp_release: str | None) -> tuple[int, ...] | None:
-    """The erts version as a tuple; from the OTP major when only that is known."""
-    if erts_version:
-        try:
-            return tuple(int(x) for x in erts_version.split("."))
-        except ValueError:
-            pass
-    try:
-        otp = int(str(otp_release).split(".")[0])
-    except ValueError:
-        return None
-    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else (otp - 12, 0) if otp >= 23 else None
 
 
 def _known(key: str, erts: tuple[int, ...] | None) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding
 from beamalloc.flags import Flag
 from beamalloc.units import human, pct
+from beamalloc.versions import erts_tuple
 
 KB = 1024
 MB = 1024 * KB
@@ -400,10 +401,7 @@ def r9_migration_off(f: Facts) -> list[Finding]:
 
 
 def _erts(f: Facts) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in (f.erts_version or "").split("."))
-    except ValueError:
-        return ()
+    return erts_tuple(f.erts_version) or ()
 
 
 def r10_pool_bloat(f: Facts) -> list[Finding]:

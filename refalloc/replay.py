@@ -37,6 +37,7 @@ from beamalloc.snapshot import (
     Triple,
 )
 from beamalloc.trace import MAGIC, TraceError, TraceHeader, convert, read_header
+from beamalloc.versions import modelled_otp
 
 __all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_snapshot", "run", "snapshot_from"]
 
@@ -84,14 +85,6 @@ def _flagset(flags: FlagSet | str | None, otp: int) -> FlagSet:
         return parse(flags, otp=otp)
     except FlagError as e:
         raise InputError(str(e)) from None
-
-
-def _otp_major(header: TraceHeader) -> int:
-    try:
-        major = int(str(header.otp).split(".")[0])
-    except ValueError:
-        return 25
-    return major if major in (25, 26, 27) else 25
 
 
 def _native_replay(
@@ -260,7 +253,7 @@ def replay_snapshot(
     except TraceError as e:
         raise InputError(str(e)) from None
     s = schedulers or header.schedulers
-    fs = _flagset(flags, _otp_major(header))
+    fs = _flagset(flags, modelled_otp(header.otp))
     try:
         config = replay_config(fs, s, otp=fs.otp)
     except FlagError as e:
