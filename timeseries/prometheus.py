@@ -17,33 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from beamalloc.errors import InputError
-from beamalloc.timeseries.series import view
-
-#: (name, help, key in series.view()'s per-type dict)
-TYPE_GAUGES = (
-    ("beamalloc_allocated_bytes", "Bytes in carriers of this allocator type (mbcs, sbcs, pool).",
-     "allocated"),
-    ("beamalloc_used_bytes", "Bytes in blocks of this allocator type.", "used"),
-    ("beamalloc_unused_bytes", "Allocated minus used: held by carriers, not by blocks.", "unused"),
-    ("beamalloc_usage_ratio", "Used / allocated (recon_alloc's usage; 1 when both are 0).",
-     "usage"),
-    ("beamalloc_sbcs_share_ratio", "Share of allocated bytes in single-block carriers.",
-     "sbcs_share"),
-    ("beamalloc_pool_bytes", "Bytes of abandoned carriers in the carrier pool.", "pool"),
-)
-#: (name, help, key in series.view()'s node dict)
-NODE_GAUGES = (
-    ("beamalloc_node_allocated_bytes", "Bytes in carriers of all alloc_util allocators.",
-     "allocated"),
-    ("beamalloc_node_used_bytes", "Bytes in blocks of all alloc_util allocators.", "used"),
-    ("beamalloc_erlang_memory_total_bytes", "erlang:memory(total).", "erlang_total"),
-    ("beamalloc_rss_bytes", "Resident set size of the node's OS process (same host only).",
-     "rss"),
-    ("beamalloc_rss_gap_bytes", "RSS minus allocated: memory outside the alloc_util carriers "
-     "(NIFs, drivers, mseg cache, code).", "rss_gap"),
-    ("beamalloc_mseg_cache_hit_ratio", "mseg_alloc cache hits / mseg_alloc calls, all instances "
-     "(recon_alloc's cache_hit_rates, since the node started).", "mseg_cache_hit_rate"),
-)
+from beamalloc.timeseries.series import NODE_GAUGES, TYPE_GAUGES, view
 
 
 class WatchCollector(Collector):
