@@ -19,6 +19,7 @@ from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.console import wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
+from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 
 
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recommend", help="the +M flags to set, each with its rule, numbers, cost")
     p.add_argument("source", metavar="SOURCE", help=source_help)
     p.add_argument("--format", default="vm.args",
-                   choices=("vm.args", "erl_flags", "rabbitmq", "mix", "flags"),
+                   choices=FORMATS,
                    help="where the flags go (default vm.args)")  # fmt: skip
     p.add_argument("--flags-in-use", metavar="FLAGS",
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")
