@@ -130,6 +130,16 @@ def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
     return out
 
 
+def first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """The options each allocator runs with: those of its first scheduler instance (instance 0
+    serves other threads and never pools, docs/erts/alloc_util.md §2.3), or instance 0's where
+    it is the only one. The one definition of "the options in force"."""
+    out: dict[str, dict[str, Any]] = {}
+    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
+        out.setdefault(inst.allocator, dict(inst.options))
+    return out
+
+
 def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for inst in snap.allocators:
@@ -148,14 +158,10 @@ def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:
         )
         t["instances"] += 1
         t["max_allocated"] += m.container_size(inst, "max", "carriers_size")
-        if not t["options"] or inst.instance == 1:  # the first scheduler instance's options
-            t["options"] = {
-                k: inst.options[k]
-                for k in ("as", "sbct", "lmbcs", "smbcs", "acul")
-                if k in inst.options
-            }
     for name, sums in type_sums(snap).items():
         out[name].update(sums)
+    for name, o in first_scheduler_options(snap).items():
+        out[name]["options"] = {k: o[k] for k in ("as", "sbct", "lmbcs", "smbcs", "acul") if k in o}
     for t in out.values():
         t["unused"] = t["allocated"] - t["used"]
         t["usage"] = m.usage(t["used"], t["allocated"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.findings import INFINITE
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
@@ -95,13 +96,10 @@ def _lmbcs_sbct(
 def lint_in_force(snap: Snapshot) -> list[LintIssue]:
     """Check the options each allocator runs with (its first scheduler instance)."""
     out: list[LintIssue] = []
-    seen: set[str] = set()
-    for inst in sorted(snap.allocators, key=lambda i: (i.allocator, i.instance == 0, i.instance)):
-        name, o = inst.allocator, inst.options
+    for name, o in sorted(first_scheduler_options(snap).items()):
         letter = ALLOCATOR_LETTERS.get(name)
-        if name in seen or letter is None:
+        if letter is None:
             continue
-        seen.add(name)
         if letter not in NO_POOL and o.get("as") in NON_MIGRATING and o.get("acul") == 0:
             out.append(LintIssue("migration-off", "warning", "in force",
                                  f"{name} runs `as {o['as']}` with acul 0: carrier migration is "

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.findings import Facts
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
@@ -113,13 +114,6 @@ def otp_of(snap: Snapshot) -> int:
     return modelled_otp(snap.otp_release)
 
 
-def _first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
-
-
 def node_flags(snap: Snapshot) -> FlagSet:
     """The `+M` flags that give the options in force in `snap` (its first scheduler instances),
     against the modelled defaults for its scheduler count: each option that differs becomes a
@@ -127,7 +121,7 @@ def node_flags(snap: Snapshot) -> FlagSet:
     stands for `as bf, acul 0`). Options that no flag can reproduce are left at the default."""
     schedulers = snap.schedulers or 1
     otp = otp_of(snap)
-    opts = _first_scheduler_options(snap)
+    opts = first_scheduler_options(snap)
     flags: list[Flag] = []
     for name, o in sorted(opts.items()):
         letter = ALLOCATOR_LETTERS.get(name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
@@ -53,13 +54,8 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
     return list(chosen.values()), notes
 
 
-def in_force(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    """Options of each allocator's first scheduler instance (instance 0 never pools,
-    docs/erts/alloc_util.md §2.3)."""
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
+#: Options of each allocator's first scheduler instance (analysis.first_scheduler_options).
+in_force = first_scheduler_options
 
 
 def _concerns(issue: LintIssue, a: Advice) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.reporters.analyze import verdict_lines
 from beamalloc.reporters.recommend import FORMATS
@@ -169,11 +170,7 @@ def option_diffs(snaps: list[Snapshot]) -> list[dict[str, Any]]:
     the flag change being compared, as the VMs report it."""
     per: list[dict[str, dict[str, Any]]] = []
     for s in snaps:
-        opts: dict[str, dict[str, Any]] = {}
-        for inst in s.allocators:
-            if inst.allocator not in opts or inst.instance == 1:
-                opts[inst.allocator] = dict(inst.options)
-        per.append(opts)
+        per.append(first_scheduler_options(s))
     names = sorted({n for p in per for n in p})
     out = []
     for n in names:
