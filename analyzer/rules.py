@@ -17,7 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, Level
+from beamalloc.analyzer.findings import (
+    MCS_MAX,
+    NON_MIGRATING,
+    SINCE,
+    Advice,
+    AllocFacts,
+    Facts,
+    Finding,
+    Level,
+)
 from beamalloc.flags import Flag
 from beamalloc.units import human, pct
 from beamalloc.versions import erts_tuple
@@ -54,7 +63,7 @@ R3_SMALL_BLOCKS = R3_SBCT // 8  # mbcs blocks this small are far from the lowere
 MIGRATING_STRATEGY = "ageffcbf"  # RabbitMQ default; keeps carrier migration (§0.2 item 1)
 # --- R6 ---------------------------------------------------------------------------------------
 R6_HIT_RATE = 0.80  # recon cache_hit_rates/0 doc
-R6_MCS = 30  # the maximum (docs/erts/alloc_util.md §2.2)
+R6_MCS = MCS_MAX  # the maximum
 # --- R7 ---------------------------------------------------------------------------------------
 R7_SBCS_SHARE = 0.50  # [heur: recon "if most of the data ends up in sbcs"]
 R7_SBCS_TO_MBCS = 1.0  # [heur]
@@ -63,10 +72,9 @@ R7_LMBCS_FACTOR = 4  # "keep lmbcs >= several x sbct"
 R7_MIN_CARRIER_CALLS = 1000  # mseg/sys_alloc calls worth saving [heur]
 # --- R9 ---------------------------------------------------------------------------------------
 R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
-NON_MIGRATING = ("bf", "aobf", "gf")
 # --- R10 --------------------------------------------------------------------------------------
 R10_POOL_SHARE = 0.25  # [heur]
-ACFUL_SINCE = (13, 1, 2)  # erts of OTP 25.1.2 (docs/erts/alloc_util.md §2.5)
+ACFUL_SINCE = SINCE["acful"]  # erts of OTP 25.1.2
 # --- R11 --------------------------------------------------------------------------------------
 R11_BINARY_SHARE = 0.50  # [heur] binary holds most of erlang:memory(total)
 R11_MIN_BINARY = 64 * MB
