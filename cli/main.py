@@ -76,9 +76,44 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from beamalloc.timeseries.watch import cli
+    import signal
 
-    return cli(args)
+    from beamalloc.collector import cookie, live
+    from beamalloc.timeseries.store import StoreError, default_path
+    from beamalloc.timeseries.watch import Watcher
+
+    if not args.interval > 0:
+        raise InputError("--interval must be a positive number of seconds")
+    if args.carriers_every < 0:
+        raise InputError(f"--carriers-every must be 0 or more, got {args.carriers_every}")
+    if args.retain is not None and not args.retain > 0:
+        raise InputError("--retain must be a positive number of days")
+    for n in args.nodes:
+        live.split_node(n)
+    w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
+                store_path=args.store, interval=args.interval, timeout=args.timeout,
+                retain_days=args.retain, cluster=args.cluster,
+                carriers_every=args.carriers_every, max_carriers=args.max_carriers)
+    if args.prometheus:
+        from beamalloc.timeseries.prometheus import serve
+
+        _server, port = serve(args.prometheus, lambda: {
+            n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})
+        host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
+        print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    path = args.store or default_path()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: w.stop.set())
+    print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",
+          file=sys.stderr, flush=True)
+    try:
+        written = w.run(args.duration)
+    except Exception as e:
+        if isinstance(e, InputError):
+            raise
+        raise StoreError(f"cannot write to the store {path}: {e}") from None
+    print(f"stopped: {written} samples written; {w.status_line()}", file=sys.stderr)
+    return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -219,9 +254,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from beamalloc.ebpf.run import main_args
+    from beamalloc.ebpf.errors import EbpfUnavailable
+    from beamalloc.ebpf.run import Options, run
 
-    return main_args(args)
+    opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
+                   json=args.json, level=args.level, sample=args.sample,
+                   slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
+                   libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
+    try:
+        return run(opts)
+    except EbpfUnavailable:
+        raise
+    except OSError as e:
+        raise EbpfUnavailable(f"trace failed: {e}") from None
 
 
 def _non_negative(text: str) -> int:
