@@ -32,7 +32,7 @@ from beamalloc.units import human
 Where = Literal["in force", "given", "proposed"]
 
 R8_FACTOR = 2  # docs/erts/tuning.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
-PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (§2.1)
+PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (docs/erts/alloc_util.md §2.1)
 
 
 
