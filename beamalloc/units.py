@@ -31,6 +31,11 @@ def pct(x: float | None) -> str:
 # its range is one line and exit 2, never nan reaching a timer or 10^9 schedulers a replay.
 
 
+def _plain(x: float) -> str:
+    """1000000 -> '1,000,000', 0.5 -> '0.5', 1e-06 -> '1e-06'."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
 class _Range:
     """An argparse `type=`: the text as an int or a float within [lo, hi] (`lo` excluded when
     `open_lo`), in `unit`, else argparse.ArgumentTypeError with the range."""
@@ -41,9 +46,8 @@ class _Range:
 
     def describe(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
-        if self.open_lo:
-            return f"above {self.lo:g}, at most {self.hi:g}{unit}"
-        return f"from {self.lo:g} to {self.hi:g}{unit}"
+        lo, hi = _plain(self.lo), _plain(self.hi)
+        return f"above {lo}, at most {hi}{unit}" if self.open_lo else f"from {lo} to {hi}{unit}"
 
     def __call__(self, text: str) -> int | float:
         what = "a whole number" if self.kind is int else "a finite number"
