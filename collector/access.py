@@ -8,8 +8,9 @@ gives their own nodes:
   `inet6_tls`; OTP appends `_dist` to find the module;
 - `ssl_dist_optfile`: the TLS option file (`-ssl_dist_optfile`), an Erlang term file of
   `{server, Opts}` and `{client, Opts}`;
-- `long_names`: force long names (`-name`) where the host does not say so (`app@localhost`);
-  by default a host with a dot or a colon (an IPv6 address) means long names;
+- long names need no option: a target whose host has a dot or a colon (an IPv6 address) is a
+  long name (`-name`), and our node takes one too (net_kernel refuses to mix the two; a long-named
+  node refuses a host without a dot, so `app@localhost` is reached with a short name);
 - `epmd_port`: the port epmd listens on (ERL_EPMD_PORT), here and on the target's host;
 - `dist_port`: the target runs without epmd (`-start_epmd false -erl_epmd_port P`): connect to
   port P directly, through collector/erlang/beamalloc_epmd.erl.
@@ -35,7 +36,6 @@ from beamalloc.errors import InputError
 
 ENV_PROTO_DIST = "BEAMALLOC_PROTO_DIST"
 ENV_SSL_DIST_OPTFILE = "BEAMALLOC_SSL_DIST_OPTFILE"
-ENV_LONG_NAMES = "BEAMALLOC_LONG_NAMES"
 ENV_DIST_PORT = "BEAMALLOC_DIST_PORT"
 ENV_EPMD_PORT = "ERL_EPMD_PORT"
 
@@ -57,7 +57,6 @@ class AccessError(InputError):
 class Access:
     proto_dist: str | None = None
     ssl_dist_optfile: str | None = None
-    long_names: bool | None = None
     epmd_port: int | None = None
     dist_port: int | None = None
 
@@ -88,10 +87,6 @@ class Access:
     def ipv6(self) -> bool:
         return self.proto.startswith("inet6")
 
-    def long_for(self, host: str) -> bool:
-        """Long names for a target on `host`? (net_kernel refuses to mix the two kinds)"""
-        return self.long_names if self.long_names is not None else is_long_host(host)
-
     def describe(self) -> str:
         """What a failed connection used, for its message: 'over inet_tls, epmd-less port P'."""
         parts = [] if self.proto == "inet_tcp" else [f"over {self.proto}"]
@@ -116,15 +111,11 @@ def _port(value: str, name: str) -> int:
 
 def from_env(env: dict[str, str] | None = None) -> Access:
     env = dict(os.environ) if env is None else env
-    long = env.get(ENV_LONG_NAMES, "").strip().lower()
-    if long and long not in ("1", "true", "yes", "0", "false", "no"):
-        raise AccessError(f"${ENV_LONG_NAMES} takes 1 or 0, got {long[:20]!r}")
     epmd = env.get(ENV_EPMD_PORT, "").strip()
     dist = env.get(ENV_DIST_PORT, "").strip()
     return Access(
         proto_dist=env.get(ENV_PROTO_DIST, "").strip() or None,
         ssl_dist_optfile=env.get(ENV_SSL_DIST_OPTFILE, "").strip() or None,
-        long_names=(long in ("1", "true", "yes")) if long else None,
         epmd_port=_port(epmd, ENV_EPMD_PORT) if epmd else None,
         dist_port=_port(dist, ENV_DIST_PORT) if dist else None,
     )
@@ -197,7 +188,7 @@ def prepare_tls(access: Access, into: Path, owner: tuple[int, int] | None) -> st
         target = Path(name).expanduser()
         if not target.is_absolute():
             target = Path.cwd() / target
-        data = _read(target, f"{key} in the TLS option file {path}")
+        data = _read(target, key, f" (named in the TLS option file {path})")
         dest = into / f"{len(copies)}-{key}.pem"
         dest.write_bytes(data)
         copies.append(dest)
@@ -216,17 +207,17 @@ def prepare_tls(access: Access, into: Path, owner: tuple[int, int] | None) -> st
     return str(optfile)
 
 
-def _read(path: Path, what: str) -> bytes:
+def _read(path: Path, what: str, where: str = "") -> bytes:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_OPTFILE + 1)
     except FileNotFoundError:
-        raise AccessError(f"{what} {path} does not exist") from None
+        raise AccessError(f"{what} {path} does not exist{where}") from None
     except IsADirectoryError:
-        raise AccessError(f"{what} {path} is a directory") from None
+        raise AccessError(f"{what} {path} is a directory{where}") from None
     except OSError as e:
-        raise AccessError(f"cannot read {what} {path}: {e.strerror}") from None
+        raise AccessError(f"cannot read {what} {path}{where}: {e.strerror}") from None
     if len(data) > MAX_OPTFILE:
-        raise AccessError(f"{what} {path} is over {MAX_OPTFILE >> 20} MiB: not a TLS option "
-                          "file or certificate")
+        raise AccessError(f"{what} {path} is over {MAX_OPTFILE >> 20} MiB{where}: not a TLS "
+                          "option file or certificate")
     return data

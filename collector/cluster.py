@@ -36,9 +36,8 @@ from beamalloc.snapshot import Snapshot
 MARK = b"BEAMALLOC-RESULT "
 
 
-def _long_names(nodes: list[str], access: Access | None = None) -> bool:
-    access = access or access_mod.current()
-    kinds = {access.long_for(live.split_node(n)[1]) for n in nodes}
+def _long_names(nodes: list[str]) -> bool:
+    kinds = {access_mod.is_long_host(live.split_node(n)[1]) for n in nodes}
     if len(kinds) > 1:
         raise live.NodeNameError("cannot mix short and long node names (net_kernel refuses)")
     return kinds == {True}
@@ -52,7 +51,7 @@ class Session:
         check_cookie(cookie, "the cookie")
         self._cookie = cookie
         self._access = access or access_mod.current()
-        self._long = long_names or bool(self._access.long_names)
+        self._long = long_names
         self._ids = itertools.count(1)
         self._pending: dict[bytes, Future[Any]] = {}
         self._lock = threading.Lock()

@@ -299,7 +299,7 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float,
     home = ""
     try:
         access = access or access_mod.current()
-        proc, home = start_hidden_node(run, access.long_for(host), access=access)
+        proc, home = start_hidden_node(run, access_mod.is_long_host(host), access=access)
         assert proc.stdin is not None
         try:  # stdin stays open: its end is the node's signal that we are gone
             proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
@@ -584,7 +584,7 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
 
     With `max_carriers` > 0 (the default) the snapshot also reads up to that many carriers
     with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them. `access`: how to
-    reach it (TLS, IPv6, long names, epmd port, epmd-less); default access.current().
+    reach it (TLS, IPv6, epmd port, epmd-less); default access.current().
     """
     split_node(node)
     check_cookie(cookie, "the cookie")
