@@ -140,6 +140,14 @@ def merge(base: Access, **given: object) -> Access:
     return Access(**{**base.__dict__, **fields})
 
 
+def from_args(args: object) -> Access:
+    """The access of a CLI run: `--proto-dist`, `--ssl-dist-optfile`, `--epmd-port`,
+    `--dist-port` (argparse dests of the same names; absent or None: not given) over the
+    environment's."""
+    return merge(from_env(), **{k: getattr(args, k, None) for k in
+                                ("proto_dist", "ssl_dist_optfile", "epmd_port", "dist_port")})
+
+
 # ---- the hidden node's side --------------------------------------------------------------
 
 def node_args(access: Access, tls_optfile: str | None) -> list[str]:
