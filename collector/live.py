@@ -413,6 +413,8 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
     if kind == "no_such_node":
         others = sorted(_text(n) for n in detail if not _text(n).startswith("beamalloc_"))
         known = f"epmd there knows {', '.join(others)}" if others else "epmd there knows no node"
+        if how:  # which epmd we asked, or that the node may be epmd-less
+            known += f"; {how}"
         return NodeError(f"no node named {name} on host {host} ({known})")
     if kind == "host_unreachable":
         return NodeError(f"cannot reach epmd on host {host}: the host is unreachable or no "
