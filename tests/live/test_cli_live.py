@@ -131,7 +131,7 @@ def test_watch_keeps_the_cookie_out_of_argv_logs_and_store(target, tmp_path) -> 
     assert "samples written" in r.stderr and target.cookie not in r.stdout + r.stderr
     stored = [p for p in tmp_path.iterdir() if p.name.startswith("w.db")]
     assert stored and all(target.cookie.encode() not in p.read_bytes() for p in stored)
-    from beamalloc.collector.store import Store
+    from beamalloc.timeseries.store import Store
 
     with Store(db, readonly=True) as st:
         assert {n["node"]: n["samples"] for n in st.list_nodes()}[target.node] >= 2

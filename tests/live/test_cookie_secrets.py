@@ -21,7 +21,7 @@ from support import SecretWatch, run_cli
 
 from beamalloc.collector import cluster, live
 from beamalloc.collector.cookie import CookieError
-from beamalloc.collector.store import Store
+from beamalloc.timeseries.store import Store
 from live.conftest import HOST, start_node
 
 pytestmark = pytest.mark.live
