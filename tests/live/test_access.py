@@ -192,6 +192,14 @@ def test_tls_option_file_ssl_refuses(tmp_path, tls_target, marker):
 
 # ---- IPv6 and long names ------------------------------------------------------------------
 
+def _written(path: Path) -> list[str]:
+    """What a probe wrote: it writes on nodeup, which may come after our snapshot returns."""
+    end = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    return path.read_text().split()
+
+
 def _family_probe(out: Path) -> str:
     """-eval for a target that writes the peer address of each node that connects to it: an
     8-tuple is IPv6."""
@@ -210,7 +218,7 @@ def test_ipv6_distribution(nodes, tmp_path, marker):
     snap = live.snapshot_node(t.node, t.cookie, timeout=30, max_carriers=0,
                               access=Access(proto_dist="inet6_tcp"))
     _check(snap, t.node)
-    assert seen.read_text().split() == ["{0,0,0,0,0,0,0,1}"]  # ::1, our loopback interface
+    assert _written(seen) == ["{0,0,0,0,0,0,0,1}"]  # ::1, our loopback interface
 
 
 def test_ipv6_long_names(nodes, marker):
@@ -229,7 +237,7 @@ def test_long_names(nodes, tmp_path, marker):
     t = nodes([], name_flag="-name", host="127.0.0.1", eval_=_name_probe(seen))
     node = f"{t.name}@127.0.0.1"
     _check(live.snapshot_node(node, t.cookie, timeout=30, max_carriers=0, access=Access()), node)
-    (ours,) = seen.read_text().split()
+    (ours,) = _written(seen)
     fqdn = socket.getfqdn()
     assert ours.startswith("beamalloc_")
     assert ours.endswith("@" + (fqdn if "." in fqdn else "127.0.0.1")), ours
