@@ -4,13 +4,18 @@ line and exit 2, and a snippet file is a SOURCE for every command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +183,46 @@ def test_snippet_command_and_its_file_as_source(tmp_path) -> None:
     junk.write_bytes(b"\x83h\x02d\x00\x03abcj" + b"\x00" * 10)
     j = run_cli("analyze", str(junk), env=env)
     assert j.returncode == 2 and str(junk) in _one_line(j)
+
+
+def test_tls_copy_goes_with_a_killed_watch(tmp_path) -> None:
+    """`watch` over TLS killed with SIGKILL once it samples: its hidden node halts at the end of
+    its stdin and takes HOME, our copy of the TLS files with it (docs/access.md)."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not installed")
+    from beamalloc.timeseries.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="t_ba_tmp_", dir="/tmp"))
+    tmp.chmod(0o1777)  # like /tmp: where the HOME goes even when the node runs as nobody
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    tls = make_tls(certs, HOST)
+    t = start_node(["-proto_dist", "inet_tls", "-ssl_dist_optfile", str(tls["optfile"])])
+    db = tmp_path / "w.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beamalloc.cli", "watch", t.node, "--ssl-dist-optfile",
+         str(tls["optfile"]), "--interval", "1", "--store", str(db), "--carriers-every", "0"],
+        env={**_env(tmp_path, t.cookie), "TMPDIR": str(tmp)}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def sampled() -> bool:
+            if not db.exists():
+                return False
+            with contextlib.suppress(Exception), Store(db, readonly=True) as st:
+                return any(n["samples"] >= 1 for n in st.list_nodes())
+            return False
+
+        _until(sampled, "watch over TLS wrote no sample", proc, limit=60)
+        copies = list(tmp.glob("beamalloc_home_*/tls/ssl_dist.conf"))
+        assert len(copies) == 1, list(tmp.iterdir())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        end = time.monotonic() + 10
+        while any(tmp.iterdir()) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert list(tmp.iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        t.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
