@@ -202,16 +202,15 @@ why_not(Target, Since, Failures) ->
     case Listed of
         epmd_less ->
             Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
-            case [R || {recv_challenge_ack_failed, _} = R <- Reasons] of
-                [_ | _] -> {error, bad_cookie, <<>>};
-                [] -> {error, connect_failed,
-                       iolist_to_binary(io_lib:format("~0P", [Reasons, 12]))}
+            case {[R || {recv_challenge_ack_failed, _} = R <- Reasons], handshake(Reasons)} of
+                {[_ | _], _} -> {error, bad_cookie, <<>>};
+                {[], []} -> {error, connect_failed, <<"no node answered on that port">>};
+                {[], Handshake} -> {error, connect_failed,
+                                    iolist_to_binary(io_lib:format("~0P", [Handshake, 12]))}
             end;
         {ok, Names} ->
             Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
-            %% A setup that ended in plain `shutdown` never reached the node (no port from epmd,
-            %% connection refused); any other reason is a handshake step that failed.
-            Handshake = [R || R <- Reasons, R =/= shutdown],
+            Handshake = handshake(Reasons),
             case lists:keymember(Name, 1, Names) of
                 false when Handshake =/= [] ->
                     %% the handshake began, so epmd gave us its port: the node died meanwhile
@@ -229,6 +228,12 @@ why_not(Target, Since, Failures) ->
         {error, Why} ->
             {error, host_unreachable, iolist_to_binary(io_lib:format("~0p", [Why]))}
     end.
+
+%% The failed steps that reached the node: a setup that ended in plain `shutdown` or found no
+%% port with epmd (inet_tls_dist reports that as port_please_failed) never reached it.
+handshake(Reasons) ->
+    [R || R <- Reasons, R =/= shutdown,
+          not (is_tuple(R) andalso element(1, R) =:= port_please_failed)].
 
 %% The reply of the worker Pid (monitored by Ref) by Deadline (erlang:monotonic_time(millisecond));
 %% past it the worker is killed and the reply says at which stage it was.

@@ -305,7 +305,7 @@ def test_epmd_less(nodes, marker):
 def test_epmd_less_nothing_listening(marker):
     """An epmd-less port nothing listens on: one line naming the port."""
     port = _free_port()
-    with pytest.raises(live.NodeError, match=f"epmd-less, port {port}"):
+    with pytest.raises(live.NodeError, match=f"epmd-less, port {port}.*no node answered"):
         live.snapshot_node(f"nobody_{secrets.token_hex(3)}@{HOST}", "c", timeout=15,
                            max_carriers=0, access=Access(dist_port=port))
 
@@ -333,3 +333,11 @@ def test_access_from_environment(monkeypatch):
     access_mod.configure(Access(proto_dist="inet6_tcp"))
     assert access_mod.current().dist_port is None  # the CLI's choice wins over the environment
     access_mod.configure(None)
+
+
+def test_tls_no_such_node(tls, marker):
+    """A name epmd does not list, over TLS: 'no node named', not 'went away during the
+    handshake' (inet_tls_dist reports the missing port as a failed setup step)."""
+    with pytest.raises(live.NodeError, match=r"no node named .*over inet_tls"):
+        live.snapshot_node(f"nobody_{secrets.token_hex(3)}@{HOST}", "c", timeout=15,
+                           max_carriers=0, access=Access(ssl_dist_optfile=str(tls["optfile"])))
