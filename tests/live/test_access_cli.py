@@ -226,3 +226,37 @@ def test_tls_copy_goes_with_a_killed_watch(tmp_path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         t.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_cluster_snapshot_epmd_less(epmd_less, tmp_path) -> None:
+    """`snapshot --cluster` goes through the session: it takes --dist-port too."""
+    node, port = epmd_less
+    r = run_cli("snapshot", node.node, "--cluster", "--json", "--dist-port", str(port),
+                "--timeout", "30", env=_env(tmp_path, node.cookie))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s["node"] for s in doc["snapshots"]] == [node.node] and doc["errors"] == {}
+
+
+def test_epmd_port_through_the_cli(tmp_path) -> None:
+    """A target registered with an epmd of the test's own on another port: `--epmd-port`."""
+    port = _free_port()
+    subprocess.run(["epmd", "-port", str(port), "-daemon"], check=True, timeout=10)
+    name = f"t_{secrets.token_hex(4)}"
+    cookie = f"C{secrets.token_hex(12)}"
+    proc = subprocess.Popen(["erl", "-sname", name, "-setcookie", cookie, "-noshell"],
+                            env={**os.environ, "ERL_EPMD_PORT": str(port)},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    t = Node(name, cookie, proc)
+    try:
+        from .test_access import _epmd_names
+
+        _until(lambda: name in _epmd_names(port), "target did not register", proc)
+        r = run_cli("recommend", t.node, "--json", "--no-predict", "--rate-seconds", "0",
+                    "--epmd-port", str(port), "--timeout", "30", env=_env(tmp_path, cookie))
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["node"] == t.node
+    finally:
+        t.stop()
+        subprocess.run(["epmd", "-port", str(port), "-kill"], capture_output=True, timeout=10)
