@@ -200,3 +200,21 @@ def test_is_snippet() -> None:
     assert snippet.is_snippet(b"\x83P\x00\x00")
     assert not snippet.is_snippet(b"=erl_crash_dump:0.5")
     assert HOST
+
+
+def test_snippet_file_through_sources_and_upload(tmp_path: Path) -> None:
+    """The file is a SOURCE like any other: collector/sources.read_file (every command) and the
+    web UI's upload both recognise it by its first byte."""
+    from beamalloc.collector.sources import read_file
+    from beamalloc.webui.data import parse_upload
+
+    out = tmp_path / "local.etf"
+    expr = snippet.erlang_expression(str(out)).removesuffix(".")
+    r = subprocess.run(["erl", "-noshell", "-eval", f"io:format(\"~p~n\", [{expr}]), halt()."],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and "beamalloc_snippet" in r.stdout, r.stderr
+    snap = read_file(str(out))
+    assert snap.node == "nonode@nohost" and snap.rss and len(snap.allocators) > 10
+    up = parse_upload("node.etf", out.read_bytes())
+    assert (up.node, up.os_pid, len(up.allocators)) == (snap.node, snap.os_pid,
+                                                         len(snap.allocators))
