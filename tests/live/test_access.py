@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -341,3 +342,32 @@ def test_tls_no_such_node(tls, marker):
     with pytest.raises(live.NodeError, match=r"no node named .*over inet_tls"):
         live.snapshot_node(f"nobody_{secrets.token_hex(3)}@{HOST}", "c", timeout=15,
                            max_carriers=0, access=Access(ssl_dist_optfile=str(tls["optfile"])))
+
+
+def test_prepare_tls_rewrites_every_file_option(tmp_path):
+    """certs_keys maps, binary paths and relative paths are copied and renamed too, and the
+    copy is still a file Erlang consults to the same options but the paths."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a.pem", "b.key", "c.pem"):
+        (src / name).write_text(f"-----{name}-----\n")
+    conf = src / "dist.conf"
+    conf.write_text('[{client, [{certs_keys, [#{certfile => "a.pem", keyfile => <<"'
+                    f'{src}/b.key">>}}]}}, {{cacertfile, "{src}/c.pem"}}, '
+                    '{verify, verify_peer}]}].\n')
+    cwd = os.getcwd()
+    os.chdir(src)  # relative paths are ours, not the hidden node's (/)
+    try:
+        copy = access_mod.prepare_tls(Access(ssl_dist_optfile=str(conf)), tmp_path / "tls", None)
+    finally:
+        os.chdir(cwd)
+    assert copy is not None
+    r = subprocess.run(["erl", "-noshell", "-eval", f'io:format("~p~n", [file:consult("{copy}")]),'
+                        " halt()."], capture_output=True, text=True, timeout=60)
+    out = r.stdout
+    assert out.startswith("{ok,") and "verify_peer" in out, out + r.stderr
+    assert str(src) not in out
+    files = re.findall(r'"(/[^"]+)"', out)
+    assert len(files) == 3 and all(Path(f).parent == tmp_path / "tls" for f in files)
+    assert sorted(Path(f).read_text() for f in files) == sorted(
+        f"-----{n}-----\n" for n in ("a.pem", "b.key", "c.pem"))
