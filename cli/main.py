@@ -268,6 +268,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise EbpfUnavailable(f"trace failed: {e}") from None
 
 
+def cmd_snippet(args: argparse.Namespace) -> int:
+    from beamalloc.collector.snippet import cli
+
+    return cli(args)
+
+
 def _non_negative(text: str) -> int:
     try:
         n = int(text)
@@ -300,6 +306,16 @@ def _node_options(p: argparse.ArgumentParser) -> None:
         help="read at most N carriers of a live node with OTP's instrument:carriers/1, "
         f"whole allocator instances, largest first (default {MAX_CARRIERS}; 0: none)",
     )
+    # How our hidden node reaches the node (docs/access.md); else $BEAMALLOC_PROTO_DIST,
+    # $BEAMALLOC_SSL_DIST_OPTFILE, $ERL_EPMD_PORT, $BEAMALLOC_DIST_PORT.
+    p.add_argument("--proto-dist", metavar="MOD", help="the node's -proto_dist: inet_tls (TLS), "
+                   "inet6_tcp (IPv6), inet6_tls (default inet_tcp)")
+    p.add_argument("--ssl-dist-optfile", metavar="FILE", help="the TLS option file the node's "
+                   "cluster uses (-ssl_dist_optfile); alone, it means --proto-dist inet_tls")
+    p.add_argument("--epmd-port", type=int, metavar="PORT",
+                   help="epmd listens on PORT, here and on the node's host (ERL_EPMD_PORT)")
+    p.add_argument("--dist-port", type=int, metavar="PORT", help="the node runs without epmd "
+                   "(-start_epmd false -erl_epmd_port PORT): connect to PORT directly")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     source_help = (
         "a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
-        "file, an allocator dump or an erl_crash.dump ('-' reads standard input)"
+        "file, an allocator dump, an erl_crash.dump or a `beamalloc snippet` file ('-' reads "
+        "standard input)"
     )
     p = sub.add_parser("snapshot", help="snapshot a node or convert a file to beamalloc JSON")
     p.add_argument("source", metavar="SOURCE", help=source_help)
@@ -461,6 +478,14 @@ def build_parser() -> argparse.ArgumentParser:
     _node_options(p)
     p.set_defaults(func=cmd_trace)
 
+    p = sub.add_parser("snippet", help="one line to paste into the node's remote shell "
+                       "(remote_console, rpc, iex --remsh) that writes a SOURCE file, where no "
+                       "new distribution connection is allowed")
+    p.add_argument("--elixir", action="store_true", help="Elixir syntax (bin/app rpc, iex)")
+    p.add_argument("-o", "--output", metavar="PATH", help="the file the line writes on the "
+                   "node's host (default /tmp/beamalloc-snippet-OSPID.etf)")
+    p.set_defaults(func=cmd_snippet)
+
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
     )
@@ -474,6 +499,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int]
     try:
         args = build_parser().parse_args(argv)
+        if hasattr(args, "proto_dist"):  # a command that may connect: how (docs/access.md)
+            from beamalloc.collector import access
+
+            access.configure(access.from_args(args))
         run = args.func
         return run(args)
     except (InputError, NodeUnavailable) as e:

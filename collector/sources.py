@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
+from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human as _human
@@ -64,6 +65,9 @@ def read_file(path: str) -> Snapshot:
             raise InputError(f"{name}: empty file")
         if head.startswith(MAGIC.encode()):
             return read_crashdump_lines(_lines(head, f), name)
+        if is_snippet(head):  # an external term: a `beamalloc snippet` file (docs/access.md)
+            return read_snippet(head + f.read(MAX_TERM_FILE), name,
+                                os.fstat(f.fileno()).st_mtime if path != "-" else None)
         if path != "-":
             size = os.fstat(f.fileno()).st_size
             if size > MAX_TERM_FILE:
