@@ -19,9 +19,9 @@ from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import store as store_mod
 from beamalloc.timeseries.prometheus import WatchCollector, parse_address
-from beamalloc.timeseries.watch import NodeStatus
 from beamalloc.timeseries.series import active_findings, derive, summarize
 from beamalloc.timeseries.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
+from beamalloc.timeseries.watch import NodeStatus
 
 T0 = 1_700_000_000.0
 NODE = "app@host"
