@@ -210,7 +210,7 @@ def _record_trace(args: argparse.Namespace, path: Path) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.webui.report import write_report
+    from beamalloc.reporters.html import write_report
 
     snaps = [load(s, args) for s in args.sources]
     write_report([analyze(s) for s in snaps], args.output, snapshots=snaps)
