@@ -15,9 +15,10 @@ from collections import defaultdict
 from typing import Any
 
 from beamalloc.ebpf.beam import BeamProcess
+from beamalloc.ebpf.event import OP_FREE, OP_RET
 
+#: Call names by op number (event.bpf.h: OP_ALLOC, OP_FREE, OP_REALLOC).
 OPS = ("alloc", "free", "realloc")
-OP_RET = 0x10
 MADVICE = {0: "normal", 1: "random", 2: "sequential", 3: "willneed", 4: "dontneed", 8: "free",
            9: "remove", 10: "dontfork", 12: "mergeable", 14: "hugepage", 15: "nohugepage",
            20: "cold", 21: "pageout"}
@@ -50,8 +51,8 @@ def block_summary(proc: BeamProcess, hist: list[tuple[int, ...]], elapsed: float
         t = e["types"].setdefault(tname, {**dict.fromkeys(OPS, 0), "requested_bytes": 0,
                                           "outstanding_bytes": 0, "log2_hist": {}})
         base = op & ~OP_RET
-        if op & OP_RET or base == 1:  # block bytes, by owner
-            delta = blk - old_blk if base != 1 else -blk
+        if op & OP_RET or base == OP_FREE:  # block bytes, by owner
+            delta = blk - old_blk if base != OP_FREE else -blk
             t["outstanding_bytes"] += delta
             e["outstanding_bytes"] += delta
             owner = proc.instances.get(allctr)
@@ -62,7 +63,7 @@ def block_summary(proc: BeamProcess, hist: list[tuple[int, ...]], elapsed: float
         n = round(count * scale)
         t[OPS[base]] += n
         e["calls"][OPS[base]] += n
-        if base != 1:
+        if base != OP_FREE:
             t["requested_bytes"] += round(nbytes * scale)
             e["requested_bytes"] += round(nbytes * scale)
         key = f"{OPS[base]}:{1 << slot}"
