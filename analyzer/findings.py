@@ -12,13 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from beamalloc.analyzer import metrics as m
-from beamalloc.flags import ALLOCATOR_LETTERS, Flag
+from beamalloc.flags import ALLOCATOR_LETTERS, UINT_MAX, Flag
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 Level = Literal["action", "info"]
 
-#: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; docs/erts/alloc_util.md §2.3).
-INFINITE = (1 << 64) - 1
 #: Strategies that turn the carrier pool off (docs/erts/tuning.md §0.2 item 1; af is
 #: temp_alloc's, which never migrates).
 NON_MIGRATING = ("bf", "aobf", "gf")
@@ -128,7 +126,8 @@ class AllocFacts:
     @property
     def sbct(self) -> int | None:
         v = self.options.get("sbct")
-        return v if isinstance(v, int) and not isinstance(v, bool) and v < INFINITE else None
+        # ~0 (beamalloc.flags.UINT_MAX) is "infinite": ll_alloc, literal_alloc (§2.3).
+        return v if isinstance(v, int) and not isinstance(v, bool) and v < UINT_MAX else None
 
     def call(self, kind: str) -> int:
         """Calls of `<short>_<kind>` (binary_alloc, binary_realloc, …) as the VM counts them."""
