@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.flags import ALLOCATOR_LETTERS, UINT_MAX, Flag
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
@@ -179,21 +180,22 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
         return sum(_cv(i, kw, kind, c) for i in insts)
 
     pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
+    now = instance_sums(insts)
     return AllocFacts(
         name=name,
         letter=ALLOCATOR_LETTERS.get(name),
         options=dict(first.options),
-        allocated=sum(m.container_size(i, "current", "carriers_size") for i in insts),
-        used=sum(m.container_size(i, "current", "blocks_size") for i in insts),
+        allocated=now["allocated"],
+        used=now["used"],
         max_allocated=sum(m.container_size(i, "max", "carriers_size") for i in insts),
         max_used=sum(m.container_size(i, "max", "blocks_size") for i in insts),
-        mbcs_allocated=total("current", "mbcs", "carriers_size"),
-        mbcs_used=total("current", "mbcs", "blocks_size"),
-        mbcs_blocks=total("current", "mbcs", "blocks"),
+        mbcs_allocated=now["mbcs_carriers_size"],
+        mbcs_used=now["mbcs_block_size"],
+        mbcs_blocks=now["mbcs_blocks"],
         max_mbcs_blocks=total("max", "mbcs", "blocks"),
-        sbcs_allocated=total("current", "sbcs", "carriers_size"),
-        sbcs_used=total("current", "sbcs", "blocks_size"),
-        sbcs_blocks=total("current", "sbcs", "blocks"),
+        sbcs_allocated=now["sbcs_carriers_size"],
+        sbcs_used=now["sbcs_block_size"],
+        sbcs_blocks=now["sbcs_blocks"],
         max_sbcs_allocated=total("max", "sbcs", "carriers_size"),
         max_sbcs_blocks=total("max", "sbcs", "blocks"),
         pool_carriers=sum(p.carriers for p in pools),
