@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("web", ("beamalloc.webui",)),
     # The static HTML report: a reporter that renders the web UI's templates and page data, so it
     # sits above webui/ (which takes verdict lines and paste formats from the reporters below).
-    ("page report", ("beamalloc.reporters.html",)),
+    ("html", ("beamalloc.reporters.html",)),
     # The `beamalloc` command and the demo.
     ("app", ("beamalloc.cli",)),
 ]
