@@ -17,6 +17,7 @@ from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import analysis_section
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 SCHEMA = "beamalloc.analysis/1"
@@ -136,16 +137,6 @@ def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
     for inst in snap.allocators:
         groups.setdefault(inst.allocator, []).append(inst)
     return {name: instance_sums(g) for name, g in groups.items()}
-
-
-def first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    """The options each allocator runs with: those of its first scheduler instance (instance 0
-    serves other threads and never pools, docs/erts/alloc_util.md §2.3), or instance 0's where
-    it is the only one. The one definition of "the options in force"."""
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
 
 
 def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
+from beamalloc.analyzer.options import first_scheduler_instance
 from beamalloc.flags import ALLOCATOR_LETTERS, UINT_MAX, Flag
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
@@ -170,7 +171,8 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
     sched = [
         i for i in insts if i.instance >= 1 and (schedulers is None or i.instance <= schedulers)
     ]
-    first = min(sched or insts, key=lambda i: i.instance)
+    first = first_scheduler_instance(insts)
+    assert first is not None  # a group has an instance
     calls: dict[str, int] = {}
     for i in insts:
         for k, v in i.calls.items():

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
-from beamalloc.analyzer.analysis import first_scheduler_options, instance_sums
+from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.analyzer.findings import Facts
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     NO_MIGRATION,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
 from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
@@ -54,7 +54,7 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
     return list(chosen.values()), notes
 
 
-#: Options of each allocator's first scheduler instance (analysis.first_scheduler_options).
+#: Options of each allocator's first scheduler instance (analyzer/options.py).
 in_force = first_scheduler_options
 
 

@@ -26,8 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Readers: files, live nodes, eBPF. They build Snapshots and trace files.
     ("collect", ("beamalloc.collector", "beamalloc.ebpf")),
     # recon_alloc's numbers and the carrier view of one Snapshot.
-    ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.carriers",
-                  "beamalloc.analyzer.analysis")),
+    ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.options",
+                  "beamalloc.analyzer.carriers", "beamalloc.analyzer.analysis")),
     # Replay: the Rust model's adapter and the trace generators; a replay is a Snapshot.
     ("replay", ("beamalloc.refalloc",)),
     # Findings, rules, lint, predictions, the recommendation (they replay).

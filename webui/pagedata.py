@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.analysis import first_scheduler_options
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.reporters.analyze import verdict_lines
