@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
-from beamalloc.analyzer.rules import MIN_UNUSED, evaluate, placement_flags
+from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -54,7 +54,7 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
     return list(chosen.values()), notes
 
 
-#: Options of each allocator's first scheduler instance (analysis.first_scheduler_options).
+#: Options of each allocator's first scheduler instance (analyzer/options.py).
 in_force = first_scheduler_options
 
 
@@ -477,7 +477,8 @@ def _change_line(snap: Snapshot, findings: list[Finding], advice: list[Advice],
             continue
         b, a = p["before"], p["after"]
         if fnd.rule == "R6" and rate is not None:
-            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"), 30)
+            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"),
+                       R6_MCS)
             parts.append(f"{flags} trades memory for speed: up to "
                          f"{human(_mseg_cost(snap, mcs))} more cached segments resident (not in "
                          f"carrier bytes) for {rate.mseg_misses:.0f} mseg cache misses/s measured")

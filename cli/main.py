@@ -209,7 +209,7 @@ def _record_trace(args: argparse.Namespace, path: Path) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.webui.report import write_report
+    from beamalloc.reporters.html import write_report
 
     snaps = [load(s, args) for s in args.sources]
     write_report([analyze(s) for s in snaps], args.output, snapshots=snaps)
@@ -257,15 +257,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from beamalloc.ebpf.run import Options, run
 
     opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
-                   json=args.json, level=args.level, sample=args.sample,
+                   level=args.level, sample=args.sample,
                    slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
                    libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
     try:
-        return run(opts)
+        doc = run(opts)
     except EbpfUnavailable:
         raise
     except OSError as e:
         raise EbpfUnavailable(f"trace failed: {e}") from None
+    if args.json:
+        print(json.dumps(doc))
+    elif not args.output:
+        from beamalloc.reporters.trace import render
+
+        render(doc, wide_console())
+    return 0
 
 
 def cmd_snippet(args: argparse.Namespace) -> int:

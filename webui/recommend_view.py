@@ -16,7 +16,6 @@ from beamalloc.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 
-
 def recommendations(snap: Snapshot) -> dict[str, Any] | None:
     """recommend()'s dict (with `verdict`), plus `headline` and `outputs`, or None.
 
