@@ -1,0 +1,375 @@
+%% beamalloc_procs: who holds the memory, read from a target's processes (docs/processes.md).
+%%
+%% Runs on OUR hidden node, never on the target, like beamalloc_agent. Started as
+%%   erl -hidden ... -run beamalloc_procs main Target DeadlineMs scan MaxProcs BudgetMs Top
+%%   erl -hidden ... -run beamalloc_procs main Target DeadlineMs probe Pid1 Pid2 ...
+%% with the cookie on stdin (beamalloc_link:read_cookie/0). Prints one line
+%% "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply)) and halts; Reply is {ok, [{Key, Value}]}
+%% or {error, Kind, Detail} as the agent's (collector/live.py turns errors into one line).
+%%
+%% scan: read-only. On the target only BIFs run, inside the processes erpc spawns there:
+%% erlang:processes/0, erlang:system_info/1, erlang:memory/1, erlang:whereis/1 (through lists:map)
+%% and erlang:process_info/2 with a fixed item list (through lists:zipwith, an external fun: no
+%% code of ours is loaded there, `lists` is loaded at boot). No message is sent to any process of
+%% the target, none is suspended or collected. On OTP 25, where process_info has no
+%% {dictionary, Key} item, the '$initial_call' proc_lib keeps is resolved with
+%% proc_lib:translate_initial_call/1 for the reported processes only (see resolve/3).
+%%
+%% probe: the one action that changes the target (`--gc-probe N`): erlang:garbage_collect/1 of
+%% each given process, one at a time, each measured before and after.
+-module(beamalloc_procs).
+-export([main/1, scan/4, probe/2]).
+
+-define(MARK, "BEAMALLOC-RESULT ").
+%% Pids per erpc request, and requests in flight at once: a chunk is one process_info call per
+%% pid on one target scheduler; three in flight keep both ends busy (tests/bench/bench_processes.py).
+-define(CHUNK, 4000).
+-define(IN_FLIGHT, 3).
+%% The first pass, every process read: what the totals, the groups and the ranking need.
+-define(PASS1, [memory, total_heap_size, message_queue_len, initial_call, binary]).
+%% The second pass, the reported processes only: the issue's fixed item list.
+-define(ITEMS, [memory, heap_size, total_heap_size, binary, message_queue_len, registered_name,
+                initial_call, current_function, status, reductions, garbage_collection,
+                garbage_collection_info]).
+
+-record(r, {pid, memory, total_heap, mq, initial_call, bin_bytes, bin_count, bin_refs,
+            bin_exclusive}).
+
+main([TargetS, DeadlineS | Args]) ->
+    Deadline = list_to_integer(DeadlineS),
+    Target = list_to_atom(TargetS),
+    Reply = try run(Target, Deadline, Args)
+            catch C:R -> {error, agent_crash, iolist_to_binary(io_lib:format("~0p:~0P", [C, R, 12]))}
+            end,
+    Bin = term_to_binary(Reply, [{compressed, 1}]),
+    io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
+    erlang:halt(0).
+
+run(Target, Deadline, Args) ->
+    Failures = beamalloc_link:setup(),
+    case beamalloc_link:read_cookie() of
+        {ok, Cookie} ->
+            true = erlang:set_cookie(Target, Cookie),
+            Main = self(),
+            Work = case Args of
+                       ["scan", MaxS, BudgetS, TopS] ->
+                           fun() -> scan(Target, list_to_integer(MaxS), list_to_integer(BudgetS),
+                                         list_to_integer(TopS)) end;
+                       ["probe" | Pids] ->
+                           fun() -> probe(Target, Pids) end
+                   end,
+            {Pid, Ref} = spawn_monitor(fun() ->
+                                           Main ! {self(), beamalloc_link:run(Main, Target,
+                                                                              Failures, Work)}
+                                       end),
+            Left = Deadline - os:system_time(millisecond),
+            beamalloc_link:wait(Pid, Ref, erlang:monotonic_time(millisecond) + Left, connecting);
+        Error ->
+            Error
+    end.
+
+%% ---- the scan ----------------------------------------------------------------------------
+
+%% Two passes. The first reads every process (or the sample, below) with the few items the
+%% totals, the groups and the ranking need (?PASS1); the second reads the fixed item list
+%% (?ITEMS) of the processes worth reporting only: the Top largest by each measure. At 300,000
+%% processes the full list for all would cost the target several seconds of process_info and
+%% us the decoding of 200 MB (tests/bench/bench_processes.py).
+%%
+%% At most MaxProcs processes are read, and no new chunk is asked for once BudgetMs have passed
+%% since the first (the first is always asked for). Registered processes come first (the usual
+%% suspects, few); the others follow as a systematic sample spread over the whole process table
+%% (pids are in creation order, so every chunk holds old and young processes alike), so that
+%% whatever the budget cuts off leaves a fair sample.
+scan(Target, MaxProcs, BudgetMs, Top) ->
+    StartUs = os:system_time(microsecond),
+    OtpReq = erpc:send_request(Target, erlang, system_info, [otp_release]),
+    WsReq = erpc:send_request(Target, erlang, system_info, [wordsize]),
+    NamesReq = erpc:send_request(Target, erlang, registered, []),
+    Pids = call(Target, erlang, processes, []),
+    Otp = list_to_integer(response(OtpReq)),
+    Wordsize = response(WsReq),
+    Names = response(NamesReq),
+    Named = [{P, N} || {N, P} <- lists:zip(Names, call(Target, lists, map,
+                                                       [fun erlang:whereis/1, Names])),
+                       is_pid(P)],
+    Count = length(Pids),
+    ListedUs = os:system_time(microsecond),
+    Order = order(Pids, [P || {P, _} <- Named], MaxProcs),
+    Bins = ets:new(bins, [set, private]),
+    ChunksUs = os:system_time(microsecond),
+    {Recs, Asked, Dead} = chunks(Target, Order, erlang:monotonic_time(millisecond) + BudgetMs,
+                                 Bins),
+    ReadUs = os:system_time(microsecond),
+    {UniqueCount, UniqueBytes} = ets:foldl(fun({_, S}, {C, B}) -> {C + 1, B + S} end, {0, 0},
+                                           Bins),
+    ets:delete(Bins),
+    Shown = resolve(Target, Otp, details(Target, Otp, top(Recs, Top))),
+    MemBinary = call(Target, erlang, memory, [binary]),
+    Done = os:system_time(microsecond),
+    {ok, [{node, Target}, {otp_release, Otp}, {wordsize, Wordsize},
+          {count, Count}, {asked, Asked}, {scanned, Asked - Dead}, {died, Dead},
+          {complete, Asked =:= Count},
+          {budget, [{max_processes, MaxProcs}, {budget_ms, BudgetMs}, {top, Top}]},
+          {memory_binary, MemBinary},
+          {binaries, [{count, UniqueCount}, {bytes, UniqueBytes}]},
+          {totals, totals(Recs)},
+          {records, Shown},
+          {groups, groups(Recs, maps:from_list(Named))},
+          {sampled_at_us, (StartUs + Done) div 2},
+          {scan_us, Done - StartUs},
+          %% where the time went (tests/bench/bench_processes.py)
+          {timings, [{listed, ListedUs - StartUs}, {ordered, ChunksUs - ListedUs},
+                     {read, ReadUs - ChunksUs}, {reported, Done - ReadUs}]}]}.
+
+%% Named processes first, then the rest: all of them, or MaxProcs of them taken at an even
+%% stride from a random offset (systematic sampling over the process table).
+order(Pids, Named, MaxProcs) ->
+    NamedSet = maps:from_keys(Named, true),
+    Rest = [P || P <- Pids, not maps:is_key(P, NamedSet)],
+    Head = lists:sublist(Named, MaxProcs),
+    Left = MaxProcs - length(Head),
+    N = length(Rest),
+    Tail = if
+               Left >= N -> Rest;
+               Left =< 0 -> [];
+               true ->
+                   T = list_to_tuple(Rest),
+                   Off = rand:uniform(),
+                   [element(1 + trunc((I + Off) * N / Left), T) || I <- lists:seq(0, Left - 1)]
+           end,
+    Head ++ interleave(Tail).
+
+%% The pids in an order where each chunk spreads over the whole list: a scan stopped by the
+%% time budget after K of S chunks has read K processes in every S, not the oldest ones.
+interleave(Pids) ->
+    N = length(Pids),
+    Stride = max(1, (N + ?CHUNK - 1) div ?CHUNK),
+    T = list_to_tuple(Pids),
+    [element(I, T) || S <- lists:seq(1, Stride), I <- lists:seq(S, N, Stride)].
+
+chunks(Target, Order, Deadline, Bins) ->
+    chunks(Target, Order, Deadline, Bins, [], [], 0, 0).
+
+chunks(Target, Order, Deadline, Bins, InFlight, Acc, Asked, Dead)
+  when Order =/= [], length(InFlight) < ?IN_FLIGHT ->
+    case Asked =:= 0 orelse erlang:monotonic_time(millisecond) < Deadline of
+        true ->
+            {Chunk, Rest} = split(?CHUNK, Order),
+            Req = erpc:send_request(Target, lists, zipwith,
+                                    [fun erlang:process_info/2, Chunk,
+                                     lists:duplicate(length(Chunk), ?PASS1)]),
+            chunks(Target, Rest, Deadline, Bins, InFlight ++ [{Req, Chunk}], Acc,
+                   Asked + length(Chunk), Dead);
+        false ->
+            drain(InFlight, Bins, Acc, Asked, Dead)
+    end;
+chunks(_Target, [], _Deadline, Bins, InFlight, Acc, Asked, Dead) ->
+    drain(InFlight, Bins, Acc, Asked, Dead);
+chunks(Target, Order, Deadline, Bins, [{Req, Chunk} | InFlight], Acc, Asked, Dead) ->
+    {Recs, D} = reduce(Chunk, response(Req), Bins, Acc, 0),
+    chunks(Target, Order, Deadline, Bins, InFlight, Recs, Asked, Dead + D).
+
+drain([], _Bins, Acc, Asked, Dead) -> {Acc, Asked, Dead};
+drain([{Req, Chunk} | InFlight], Bins, Acc, Asked, Dead) ->
+    {Recs, D} = reduce(Chunk, response(Req), Bins, Acc, 0),
+    drain(InFlight, Bins, Recs, Asked, Dead + D).
+
+split(N, L) when length(L) =< N -> {L, []};
+split(N, L) -> lists:split(N, L).
+
+%% One record per live process; a process that died since processes/0 answers undefined and is
+%% skipped (counted in `died`).
+reduce([], [], _Bins, Acc, Dead) -> {Acc, Dead};
+reduce([_ | Pids], [undefined | Infos], Bins, Acc, Dead) ->
+    reduce(Pids, Infos, Bins, Acc, Dead + 1);
+reduce([Pid | Pids], [[{memory, M}, {total_heap_size, TH}, {message_queue_len, Q},
+                       {initial_call, IC}, {binary, BL}] | Infos], Bins, Acc, Dead) ->
+    {Bytes, Count, Excl} = bins(BL, Bins),
+    reduce(Pids, Infos, Bins, [#r{pid = Pid, memory = M, total_heap = TH, mq = Q,
+                                  initial_call = IC, bin_bytes = Bytes, bin_count = Count,
+                                  bin_refs = length(BL), bin_exclusive = Excl} | Acc], Dead).
+
+%% {Bytes, Count, ExclusiveBytes} of the distinct refc binaries in a process_info binary list.
+%% A process may reference one binary several times (one ProcBin per reference): each counts
+%% once per process, and once across processes in the Bins table (none when Bins is none).
+%% Exclusive: no holder but this process (its refcount is its references here), so a collection
+%% that finds the references dead frees the binary.
+bins([], _Bins) -> {0, 0, 0};
+bins(BL, Bins) ->
+    Own = lists:foldl(fun({Addr, Size, Refc}, Acc) ->
+                              case Acc of
+                                  #{Addr := {Sz, Rc, K}} -> Acc#{Addr := {Sz, Rc, K + 1}};
+                                  _ -> Acc#{Addr => {Size, Refc, 1}}
+                              end
+                      end, #{}, BL),
+    Bins =/= none andalso ets:insert(Bins, [{A, Sz} || {A, {Sz, _, _}} <- maps:to_list(Own)]),
+    maps:fold(fun(_, {Sz, Rc, K}, {B, C, E}) when Rc =< K -> {B + Sz, C + 1, E + Sz};
+                 (_, {Sz, _, _}, {B, C, E}) -> {B + Sz, C + 1, E}
+              end, {0, 0, 0}, Own).
+
+%% The union of the Top largest by each measure the analysis ranks (analyzer/holders.py ranks
+%% again and applies its thresholds; this only bounds what travels).
+top(Recs, Top) ->
+    Keys = [#r.bin_bytes, #r.bin_exclusive, #r.total_heap, #r.memory, #r.mq],
+    Picked = lists:foldl(fun(Key, Acc) ->
+                                 Sorted = lists:sublist(lists:reverse(lists:keysort(Key, Recs)),
+                                                        Top),
+                                 lists:foldl(fun(R, A) when element(Key, R) > 0 ->
+                                                     A#{R#r.pid => true};
+                                                (_, A) -> A end, Acc, Sorted)
+                         end, #{}, Keys),
+    maps:keys(Picked).
+
+%% The fixed item list of the reported processes, read again (the first pass is a moment
+%% older); one that died in between is left out.
+details(_Target, _Otp, []) -> [];
+details(Target, Otp, Pids) ->
+    Items = case Otp >= 26 of
+                true -> ?ITEMS ++ [{dictionary, '$initial_call'}];
+                false -> ?ITEMS
+            end,
+    Infos = call(Target, lists, zipwith, [fun erlang:process_info/2, Pids,
+                                          lists:duplicate(length(Pids), Items)]),
+    [detail(P, I) || {P, I} <- lists:zip(Pids, Infos), I =/= undefined].
+
+detail(Pid, [{memory, M}, {heap_size, H}, {total_heap_size, TH}, {binary, BL},
+             {message_queue_len, Q}, {registered_name, N}, {initial_call, IC},
+             {current_function, CF}, {status, S}, {reductions, R}, {garbage_collection, GC},
+             {garbage_collection_info, GI} | Dict]) ->
+    {Bytes, Count, Excl} = bins(BL, none),
+    DictCall = case Dict of
+                   [{{dictionary, '$initial_call'}, {_, _, _} = D}] -> D;
+                   _ -> undefined
+               end,
+    [{pid, pid_text(Pid)}, {name, case N of [] -> undefined; _ -> N end}, {initial_call, IC},
+     {dict_initial_call, DictCall}, {current_function, CF}, {status, S}, {reductions, R},
+     {memory, M}, {heap_size, H}, {total_heap_size, TH}, {message_queue_len, Q},
+     {binary_bytes, Bytes}, {binary_count, Count}, {binary_refs, length(BL)},
+     {binary_exclusive_bytes, Excl},
+     {minor_gcs, prop(minor_gcs, GC)}, {fullsweep_after, prop(fullsweep_after, GC)},
+     %% words: used young heap, its data that survived the last collection, used old heap...
+     {gc_info, [{K, prop(K, GI)} || K <- [heap_size, recent_size, old_heap_size, stack_size,
+                                          heap_block_size, old_heap_block_size, mbuf_size,
+                                          bin_vheap_size, bin_old_vheap_size]]}].
+
+prop(K, L) ->
+    case lists:keyfind(K, 1, L) of
+        {K, V} when is_integer(V) -> V;
+        _ -> 0
+    end.
+
+%% OTP 25 has no {dictionary, Key} item: for the reported proc_lib processes only, ask
+%% proc_lib:translate_initial_call/1 on the target. It copies that process's dictionary into the
+%% erpc process there (freed when the call returns) and sends back just {M, F, Arity}: the
+%% dictionary itself (it can hold secrets) never leaves the target.
+resolve(_Target, Otp, Recs) when Otp >= 26 -> Recs;
+resolve(Target, _Otp, Recs) ->
+    Lib = [R || R <- Recs, proplists:get_value(initial_call, R) =:= {proc_lib, init_p, 5}],
+    Calls = case Lib of
+                [] -> #{};
+                _ -> Ps = [Text || R <- Lib, {pid, Text} <- [lists:keyfind(pid, 1, R)]],
+                     Real = call(Target, lists, map, [fun erlang:list_to_pid/1,
+                                                      [binary_to_list(T) || T <- Ps]]),
+                     maps:from_list(lists:zip(Ps, call(Target, lists, map,
+                                                       [fun proc_lib:translate_initial_call/1,
+                                                        Real])))
+            end,
+    [case maps:get(proplists:get_value(pid, R), Calls, none) of
+         {M, F, A} when {M, F, A} =/= {proc_lib, init_p, 5} ->
+             lists:keystore(dict_initial_call, 1, R, {dict_initial_call, {M, F, A}});
+         _ -> R
+     end || R <- Recs].
+
+totals(Recs) ->
+    {M, H, Q, B} = lists:foldl(fun(#r{memory = M, total_heap = H, mq = Q, bin_refs = B},
+                                   {M0, H0, Q0, B0}) -> {M0 + M, H0 + H, Q0 + Q, B0 + B}
+                               end, {0, 0, 0, 0}, Recs),
+    [{memory, M}, {total_heap_size, H}, {message_queue_len, Q}, {binary_refs, B}].
+
+%% Per initial call as process_info gives it (proc_lib's '$initial_call' is only read for the
+%% reported processes, see resolve/2): count, memory, heap words, queued messages, binary bytes
+%% (summed per process: a binary two members share counts twice here) and up to three
+%% registered names.
+groups(Recs, Named) ->
+    G = lists:foldl(fun(#r{initial_call = Key} = R, Acc) ->
+                            {C, M, H, Q, B, Ns} = maps:get(Key, Acc, {0, 0, 0, 0, 0, []}),
+                            Ns1 = case Named of
+                                      #{R#r.pid := N} when length(Ns) < 3 -> [N | Ns];
+                                      _ -> Ns
+                                  end,
+                            Acc#{Key => {C + 1, M + R#r.memory, H + R#r.total_heap, Q + R#r.mq,
+                                         B + R#r.bin_bytes, Ns1}}
+                    end, #{}, Recs),
+    Sorted = lists:reverse(lists:keysort(2, [{K, M, V} || {K, {_, M, _, _, _, _} = V}
+                                                             <- maps:to_list(G)])),
+    [[{initial_call, K}, {count, C}, {memory, M}, {total_heap_size, H},
+      {message_queue_len, Q}, {binary_bytes, B}, {names, lists:reverse(Ns)}]
+     || {K, _, {C, M, H, Q, B, Ns}} <- lists:sublist(Sorted, 200)].
+
+%% "<0.123.0>" as the target itself prints the pid (ours would show our index for its node).
+pid_text(Pid) ->
+    [_Node, X, Y] = string:lexemes(pid_to_list(Pid), "<.>"),
+    iolist_to_binary(["<0.", X, ".", Y, ">"]).
+
+%% ---- the probe ---------------------------------------------------------------------------
+
+%% For each pid ("<0.X.Y>", the target's own spelling), in the order given, one at a time:
+%% its binary list and heap, erlang:memory(binary); erlang:garbage_collect/1; the same again.
+%% A pid that is dead (or dies in between) is reported as such and nothing is done to it.
+probe(Target, PidTexts) ->
+    Ws = call(Target, erlang, system_info, [wordsize]),
+    {ok, [{wordsize, Ws}, {probe, [probe_one(Target, T) || T <- PidTexts]}]}.
+
+probe_one(Target, Text) ->
+    %% list_to_pid/1 refuses a pid the target's table could never hold: no such process either
+    case try {ok, call(Target, erlang, list_to_pid, [Text])}
+         catch error:{exception, badarg, _} -> none
+         end of
+        none -> [{pid, list_to_binary(Text)}, {dead, true}];
+        {ok, Pid} -> probe_pid(Target, Text, Pid)
+    end.
+
+probe_pid(Target, Text, Pid) ->
+    B0 = call(Target, erlang, memory, [binary]),
+    Before = call(Target, erlang, process_info, [Pid, [binary, total_heap_size,
+                                                       registered_name]]),
+    T0 = erlang:monotonic_time(microsecond),
+    Collected = Before =/= undefined andalso call(Target, erlang, garbage_collect, [Pid]),
+    Us = erlang:monotonic_time(microsecond) - T0,
+    B1 = call(Target, erlang, memory, [binary]),
+    After = call(Target, erlang, process_info, [Pid, [binary, total_heap_size]]),
+    case {Collected, Before, After} of
+        {true, [{binary, L0}, {total_heap_size, H0}, {registered_name, N}],
+         [{binary, L1}, {total_heap_size, H1}]} ->
+            [{pid, list_to_binary(Text)}, {name, case N of [] -> undefined; _ -> N end},
+             {binary_before, bin_list(L0)}, {binary_after, bin_list(L1)},
+             %% the bytes of binaries it referenced alone and no longer does: freed
+             {freed_exclusive, freed(L0, L1)},
+             {heap_before, H0}, {heap_after, H1},
+             {memory_binary_before, B0}, {memory_binary_after, B1}, {gc_us, Us}];
+        _ ->  % dead before, or died in between
+            [{pid, list_to_binary(Text)}, {dead, true}]
+    end.
+
+%% {Count, Bytes} of the distinct binaries in a process_info binary list.
+bin_list(L) ->
+    M = maps:from_list([{A, S} || {A, S, _} <- L]),
+    {map_size(M), lists:sum(maps:values(M))}.
+
+freed(L0, L1) ->
+    After = maps:from_list([{A, true} || {A, _, _} <- L1]),
+    Refs = lists:foldl(fun({A, _, _}, M) -> maps:update_with(A, fun(K) -> K + 1 end, 1, M) end,
+                       #{}, L0),
+    Gone = maps:from_list([{A, {S, Rc}} || {A, S, Rc} <- L0, not maps:is_key(A, After)]),
+    lists:sum([S || {A, {S, Rc}} <- maps:to_list(Gone), Rc =< maps:get(A, Refs)]).
+
+%% ---- erpc --------------------------------------------------------------------------------
+
+call(Target, M, F, A) ->
+    response(erpc:send_request(Target, M, F, A)).
+
+response(Req) ->
+    receive {nodedown, _} -> throw(nodedown)
+    after 0 -> erpc:receive_response(Req, infinity)
+    end.
