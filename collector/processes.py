@@ -59,6 +59,8 @@ class Proc:
     binary_exclusive_bytes: int | None  # of those, referenced by nothing else
     minor_gcs: int | None = None  # since its last fullsweep
     fullsweep_after: int | None = None
+    min_heap_bytes: int | None = None  # its own minimum (spawn_opt or +hms)
+    min_bin_vheap_bytes: int | None = None  # its own binary virtual heap minimum (+hmbs)
     survived_bytes: int | None = None  # young data that survived its last collection + old heap
     heap_used_bytes: int | None = None  # used words of young and old heap and stack
     heap_unused_bytes: int | None = None  # crash dump: heap unused + old heap unused
@@ -225,6 +227,8 @@ def _proc(p: dict[str, Any], ws: int) -> Proc:
         binary_exclusive_bytes=_n(p.get("binary_exclusive_bytes")),
         minor_gcs=_n(p.get("minor_gcs")),
         fullsweep_after=_n(p.get("fullsweep_after")),
+        min_heap_bytes=_n(p.get("min_heap_size")) * ws,
+        min_bin_vheap_bytes=_n(p.get("min_bin_vheap_size")) * ws,
         survived_bytes=(_n(gi.get("recent_size")) + _n(gi.get("old_heap_size"))) * ws,
         heap_used_bytes=(_n(gi.get("heap_size")) + _n(gi.get("old_heap_size"))
                          + _n(gi.get("stack_size"))) * ws,

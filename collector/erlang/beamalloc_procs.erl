@@ -248,6 +248,7 @@ detail(Pid, [{memory, M}, {heap_size, H}, {total_heap_size, TH}, {binary, BL},
      {binary_bytes, Bytes}, {binary_count, Count}, {binary_refs, length(BL)},
      {binary_exclusive_bytes, Excl},
      {minor_gcs, prop(minor_gcs, GC)}, {fullsweep_after, prop(fullsweep_after, GC)},
+     {min_heap_size, prop(min_heap_size, GC)}, {min_bin_vheap_size, prop(min_bin_vheap_size, GC)},
      %% words: used young heap, its data that survived the last collection, used old heap...
      {gc_info, [{K, prop(K, GI)} || K <- [heap_size, recent_size, old_heap_size, stack_size,
                                           heap_block_size, old_heap_block_size, mbuf_size,

@@ -1,0 +1,281 @@
+"""Who holds the memory: the holders of refc binaries, heap and mailboxes (issue 12).
+
+Input: a ProcessTable (a live scan, collector/processes.py, or a crash dump's =proc sections,
+collector/procdump.py) and, where `--gc-probe N` ran, its measured results. Output: the
+`processes` section of the analysis JSON (docs/analysis-schema.md, `processes`), with findings
+that name the process, the bytes and where the figure comes from.
+
+The discipline is the verdict's (docs/design.md "The verdict"): a claim rests on what was
+measured. Without the probe, whether a holder's references are dead or live is an inference
+from its garbage-collection counters and says so; with it, the bytes a collection released are
+the answer. The `+h` emulator flags are weighed the same way as the `+M` ones: one is advised
+only when its effect is shown, and none can be shown from a scan (see h_flags()).
+
+Facts this relies on (docs/processes.md, "Facts"): a refc binary is freed when its last
+reference goes, and a reference on a process heap goes only when that process collects; an
+idle process (waiting, empty mailbox) allocates nothing, so nothing triggers its next
+collection; hibernation (erlang:hibernate/3) collects and shrinks the heap to its live data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from beamalloc.collector.processes import ProbeResult, Proc, ProcessTable
+from beamalloc.units import human
+
+#: Rows per top list in the JSON and the reports.
+TOP_ROWS = 10
+#: Refc binary bytes a single idle process must reference alone for a finding (the issue's
+#: router: 40 MB; a default binary virtual heap is 46,422 words, 363 KiB on 64-bit).
+MIN_PINNED = 4 << 20
+#: Heap of an idle process worth a hibernation finding, and the sum over such processes
+#: for the finding to be an action rather than information.
+MIN_IDLE_HEAP = 256 << 10
+MIN_IDLE_HEAP_TOTAL = 16 << 20
+#: A mailbox this long is reported.
+MIN_MAILBOX = 1_000
+#: Words of one reference to a refc binary on a process heap (a ProcBin: header, size, next,
+#: the binary, bytes, flags; erts/emulator/beam/erl_bits.h in OTP 25).
+PROCBIN_WORDS = 6
+#: Of a holder's exclusive binary bytes, the share a probe must release to call them dead,
+#: and under which they are live.
+DEAD_SHARE, LIVE_SHARE = 0.5, 0.1
+
+SRC_GC = "erlang:garbage_collect/1 doc"
+SRC_HIB = "erlang:hibernate/3 doc"
+SRC_EIA = "Erlang in Anger §7.2"
+SRC_PI = "erlang:process_info/2 doc"
+
+
+def _idle(p: Proc) -> bool:
+    return p.status == "waiting" and p.message_queue_len == 0
+
+
+def _row(p: Proc) -> dict[str, Any]:
+    """One process as item 4 of the issue shapes it, plus what a crash dump cannot know (None)."""
+    return {
+        "pid": p.pid, "name": p.name, "initial_call": p.initial_call,
+        "current_function": p.current_function, "status": p.status,
+        "binary_bytes": p.binary_bytes, "binary_count": p.binary_count,
+        "binary_exclusive_bytes": p.binary_exclusive_bytes,
+        "total_heap_bytes": p.total_heap_bytes, "heap_used_bytes": p.heap_used_bytes,
+        "memory": p.memory, "message_queue_len": p.message_queue_len,
+    }
+
+
+def _top(procs: Iterable[Proc], key: Any, n: int = TOP_ROWS) -> list[Proc]:
+    return [p for p in sorted(procs, key=lambda p: (-(key(p) or 0), p.pid)) if key(p)][:n]
+
+
+def _probed(probe: list[ProbeResult] | None) -> dict[str, ProbeResult]:
+    return {r.pid: r for r in probe or [] if not r.dead}
+
+
+def _references_survived(p: Proc, ws: int) -> int | None:
+    """How many of its binary references could have survived its last collection, from the
+    bytes that did (None where the source does not say)."""
+    if p.survived_bytes is None or p.binary_count is None:
+        return None
+    return min(p.binary_count, p.survived_bytes // (PROCBIN_WORDS * ws))
+
+
+def binary_holder(p: Proc, ws: int, probe: ProbeResult | None) -> dict[str, Any]:
+    """Whether an idle holder's binaries are dead or live, and on what evidence."""
+    excl = p.binary_exclusive_bytes or 0
+    if probe is not None:
+        share = probe.released_binary_bytes / excl if excl else 0.0
+        kind = "dead" if share >= DEAD_SHARE else "live" if share < LIVE_SHARE else "mixed"
+        return {"kind": kind, "measured": True, "released": probe.released_binary_bytes,
+                "why": f"the GC probe collected it: {human(probe.released_binary_bytes)} of "
+                       f"{human(excl)} it alone referenced were freed (erlang:memory(binary) "
+                       f"{human(probe.memory_binary_before)} -> "
+                       f"{human(probe.memory_binary_after)})"}
+    survived = _references_survived(p, ws)
+    if survived is None:
+        return {"kind": "unknown", "measured": False, "released": None,
+                "why": "the source gives no garbage-collection counters"}
+    n = p.binary_count or 0
+    if survived < n // 2:
+        return {"kind": "probably dead", "measured": False, "released": None,
+                "why": f"at most {survived:,} of its {n:,} references survived its last "
+                       f"collection ({human(p.survived_bytes)} did): the rest arrived since and "
+                       "have not been through one; --gc-probe measures what a collection frees"}
+    return {"kind": "probably live", "measured": False, "released": None,
+            "why": f"{human(p.survived_bytes)} survived its last collection, room for its "
+                   f"{n:,} references: they were live then (a cache or a queue?); --gc-probe "
+                   "measures it"}
+
+
+def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[dict[str, Any]]:
+    """H1 pinned binaries, H2 idle heaps (hibernation candidates), H3 long mailboxes."""
+    ws = t.wordsize or 8
+    measured = _probed(probe)
+    out: list[dict[str, Any]] = []
+    for p in _top([p for p in t.procs if _idle(p)], lambda p: p.binary_exclusive_bytes, 50):
+        if (p.binary_exclusive_bytes or 0) < MIN_PINNED:
+            break
+        h = binary_holder(p, ws, measured.get(p.pid))
+        if h["kind"] in ("dead", "probably dead", "mixed"):
+            frees = h["released"] if h["measured"] else p.binary_exclusive_bytes
+            verb = "a collection freed" if h["measured"] else "a collection would free up to"
+            out.append(_finding(
+                "H1", "action", p, f"{p.label()} pins {human(p.binary_exclusive_bytes)} of refc "
+                f"binaries and does not collect",
+                f"{p.label()} is idle and alone references {p.binary_count:,} refc binaries "
+                f"({human(p.binary_exclusive_bytes)}); {h['why']}. {verb} {human(frees)}: "
+                "garbage-collect or hibernate it after a burst, or fix the code that keeps it "
+                "idle with references (recon:bin_leak/1 does the same collection)",
+                {"holder": h, "releases": frees}, (SRC_GC, SRC_HIB, SRC_EIA)))
+        else:
+            out.append(_finding(
+                "H1", "info", p, f"{p.label()} keeps {human(p.binary_exclusive_bytes)} of live "
+                "refc binaries",
+                f"{p.label()} references {p.binary_count:,} refc binaries "
+                f"({human(p.binary_exclusive_bytes)}) that are live: {h['why']}. A collection "
+                "does not release them; it is a cache or a queue: bound it (size, length, "
+                "expiry) or keep the data elsewhere (ETS, disk)",
+                {"holder": h, "releases": h["released"] or 0}, (SRC_EIA,)))
+    idle = [p for p in t.procs if _idle(p) and p.total_heap_bytes >= MIN_IDLE_HEAP]
+    if idle:
+        total = sum(p.total_heap_bytes for p in idle)
+        probed = [measured[p.pid] for p in idle if p.pid in measured]
+        if probed:
+            freed = sum(r.released_heap_bytes for r in probed)
+            before = sum(r.heap_before for r in probed)
+            how = (f"the GC probe collected {len(probed)} of them: {human(freed)} of "
+                   f"{human(before)} of heap released")
+        else:
+            used = sum(p.heap_used_bytes or p.total_heap_bytes for p in idle)
+            how = (f"in use at most {human(used)} (their used heap words; what survived their "
+                   "last collections is smaller), so a hibernation leaves at most that")
+        names = ", ".join(p.label() for p in _top(idle, lambda p: p.total_heap_bytes, 3))
+        more = f" and {len(idle) - 3} more" if len(idle) > 3 else ""
+        # the reported processes only: a group of equal workers may have more members
+        out.append({
+            "rule": "H2", "level": "action" if total >= MIN_IDLE_HEAP_TOTAL else "info",
+            "process": None, "processes": [p.pid for p in idle],
+            "title": f"{len(idle)} idle processes hold {human(total)} of heap",
+            "message": f"At least {len(idle)} idle processes ({names}{more}) hold "
+                       f"{human(total)} of heap; {how}. Hibernation candidates: "
+                       "erlang:hibernate/3 (gen_server: the `hibernate` return or "
+                       "{hibernate_after, Ms}) shrinks each to its live data; it costs a full "
+                       "collection per hibernation and a heap rebuilt on the next message",
+            "evidence": {"count": len(idle), "total_heap_bytes": total,
+                         "probed": [r.pid for r in probed]},
+            "sources": [SRC_HIB, SRC_GC, SRC_EIA],
+        })
+    for p in _top(t.procs, lambda p: p.message_queue_len, 20):
+        if p.message_queue_len < MIN_MAILBOX:
+            break
+        out.append(_finding(
+            "H3", "action", p, f"{p.label()} has {p.message_queue_len:,} messages queued",
+            f"{p.label()} has {p.message_queue_len:,} messages in its mailbox ({human(p.memory)} "
+            f"in all, current function {p.current_function or '?'}): it receives faster than it "
+            "handles, or waits in a receive that skips them. The queue is data it has not "
+            "handled; a collection releases none of it",
+            {"message_queue_len": p.message_queue_len, "memory": p.memory}, (SRC_PI, SRC_EIA)))
+    return out
+
+
+def _finding(rule: str, level: str, p: Proc, title: str, message: str,
+             evidence: dict[str, Any], sources: tuple[str, ...]) -> dict[str, Any]:
+    return {"rule": rule, "level": level, "process": p.pid, "name": p.name, "title": title,
+            "message": message, "evidence": {"pid": p.pid, **evidence},
+            "sources": list(sources)}
+
+
+def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `+h` emulator flags weighed against the findings, each with its cost and why it is
+    or is not advised. None is: each changes a default for every process on the next start,
+    and what it would do to this node's memory cannot be shown from a scan (nor from a probe,
+    which collects once). What would show it is said."""
+    out = []
+    pinned = [f for f in found if f["rule"] == "H1" and f["level"] == "action"]
+    if pinned:
+        own = [p for p in t.procs if p.pid in {f["process"] for f in pinned}
+               and p.min_bin_vheap_bytes and p.min_bin_vheap_bytes > 46_422 * (t.wordsize or 8)]
+        why = ("an idle process receives nothing, and a smaller binary virtual heap only "
+               "triggers a collection when binaries arrive: no flag makes an idle process "
+               "collect")
+        if own:
+            why += ("; " + ", ".join(p.label() for p in own) + " sets its own minimum "
+                    f"({human(own[0].min_bin_vheap_bytes)}), which the flag does not change")
+        out.append({"flag": "+hmbs", "advised": False, "for": "H1",
+                    "cost": "more frequent collections of every process that handles binaries",
+                    "why": why, "would_show": "a node restarted with it and the same traffic, "
+                    "scanned again: binary bytes of the holders"})
+    if any(f["rule"] == "H3" for f in found):
+        out.append({"flag": "+hmqd off_heap", "advised": False, "for": "H3",
+                    "cost": "every message to every process is allocated outside its heap "
+                            "(a heap fragment per send: slower sends)",
+                    "why": "the long mailbox is one process's: process_flag(message_queue_data, "
+                           "off_heap) in that process keeps its queue out of its collections "
+                           "without changing every other process; the queue itself stays",
+                    "would_show": "the owner's collection times before and after"})
+    if any(f["rule"] == "H2" for f in found):
+        out.append({"flag": "+hms", "advised": False, "for": "H2",
+                    "cost": "a larger minimum heap for every process",
+                    "why": "idle heaps are too large, not too small: raising the minimum heap "
+                           "would grow them; it cannot be lowered below its default (233 words)",
+                    "would_show": None})
+    return out
+
+
+def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> dict[str, Any]:
+    """The `processes` section (docs/analysis-schema.md; issue 12 item 4)."""
+    found = findings(t, probe)
+    procs = t.procs
+    return {
+        "source": t.source, "count": t.count, "scanned": t.scanned, "complete": t.complete,
+        "died": t.died, "budget": t.budget or None, "wordsize": t.wordsize,
+        "memory": t.memory, "total_heap_bytes": t.total_heap_bytes,
+        "message_queue_len": t.message_queue_len,
+        "binary_bytes": t.binary_bytes, "binary_count": t.binary_count,
+        "memory_binary": t.memory_binary,
+        "top_binary": [_row(p) for p in _top(procs, lambda p: p.binary_bytes)],
+        "top_heap": [_row(p) for p in _top(procs, lambda p: p.total_heap_bytes)],
+        "mailboxes": [_row(p) for p in _top(procs, lambda p: p.message_queue_len)],
+        "groups": [{"initial_call": g.initial_call, "count": g.count, "memory": g.memory,
+                    "total_heap_bytes": g.total_heap_bytes,
+                    "message_queue_len": g.message_queue_len, "binary_bytes": g.binary_bytes,
+                    "names": g.names} for g in t.groups[:TOP_ROWS * 2]],
+        "gc_probe": None if probe is None else [
+            {"pid": r.pid, "name": r.name, "dead": r.dead,
+             "released_binary_bytes": r.released_binary_bytes,
+             "released_heap_bytes": r.released_heap_bytes,
+             "binary_before": r.binary_before, "binary_after": r.binary_after,
+             "heap_before": r.heap_before, "heap_after": r.heap_after,
+             "memory_binary_before": r.memory_binary_before,
+             "memory_binary_after": r.memory_binary_after, "gc_ms": r.gc_ms}
+            for r in probe],
+        "findings": found,
+        "h_flags": h_flags(t, found),
+        "notes": list(t.notes),
+    }
+
+
+def probe_candidates(t: ProcessTable, n: int) -> list[str]:
+    """The N strongest candidates for the GC probe: idle processes by what a collection could
+    free, the binaries they alone reference first, then heap beyond what is in use."""
+    def gain(p: Proc) -> tuple[int, int]:
+        heap = p.total_heap_bytes - (p.heap_used_bytes or 0) if p.heap_used_bytes else 0
+        return (p.binary_exclusive_bytes or 0, heap + (p.total_heap_bytes >> 4))
+    idle = [p for p in t.procs if _idle(p)]
+    return [p.pid for p in sorted(idle, key=lambda p: (gain(p)[0] + gain(p)[1], p.pid),
+                                  reverse=True)[:max(0, n)]]
+
+
+def headline(processes: dict[str, Any]) -> str | None:
+    """One sentence for the verdict when processes, not placement, hold the memory: the
+    strongest action finding, or a live holder named as such (None when neither)."""
+    found = processes.get("findings") or []
+    act = [f for f in found if f["level"] == "action"]
+    live = [f for f in found if f["rule"] == "H1" and f["level"] == "info"]
+    parts = []
+    for f in act[:2]:
+        parts.append(f["title"])
+    for f in live[:1]:
+        parts.append(f["title"] + " (live data: a collection would not release it)")
+    return "; ".join(parts) if parts else None
