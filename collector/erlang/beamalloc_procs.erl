@@ -332,13 +332,14 @@ probe_one(Target, Text) ->
     end.
 
 probe_pid(Target, Text, Pid) ->
-    B0 = call(Target, erlang, memory, [binary]),
+    %% memory(binary) right around the collection: the lists travel outside that window
     Before = call(Target, erlang, process_info, [Pid, [binary, total_heap_size,
                                                        registered_name]]),
+    B0 = call(Target, erlang, memory, [binary]),
     T0 = erlang:monotonic_time(microsecond),
     Collected = Before =/= undefined andalso call(Target, erlang, garbage_collect, [Pid]),
     Us = erlang:monotonic_time(microsecond) - T0,
-    B1 = call(Target, erlang, memory, [binary]),
+    B1 = settle(Target, call(Target, erlang, memory, [binary]), 50),
     After = call(Target, erlang, process_info, [Pid, [binary, total_heap_size]]),
     case {Collected, Before, After} of
         {true, [{binary, L0}, {total_heap_size, H0}, {registered_name, N}],
@@ -351,6 +352,18 @@ probe_pid(Target, Text, Pid) ->
              {memory_binary_before, B0}, {memory_binary_after, B1}, {gc_us, Us}];
         _ ->  % dead before, or died in between
             [{pid, list_to_binary(Text)}, {dead, true}]
+    end.
+
+%% erlang:memory(binary) once it stops falling (every 20 ms, at most Tries times): a binary
+%% freed by a collection on one scheduler but allocated in another's instance is queued to its
+%% owner and counted until the owner frees it, in its next allocation or aux work
+%% (docs/erts/alloc_util.md §4.9).
+settle(_Target, Last, 0) -> Last;
+settle(Target, Last, Tries) ->
+    timer:sleep(20),
+    case call(Target, erlang, memory, [binary]) of
+        Now when Now < Last -> settle(Target, Now, Tries - 1);
+        Now -> Now
     end.
 
 %% {Count, Bytes} of the distinct binaries in a process_info binary list.

@@ -10,8 +10,8 @@
 %%   idle_worker_N WORKERS (100) workers; each built a list of WORK (20,000) elements once, its heap
 %%                 grew for it, and it now idles with that heap full of garbage (no collection
 %%                 since): hibernation or a GC would give the heap back.
-%%   slow_consumer never receives; a producer sends it a small message every 2 ms: a mailbox
-%%                 that grows.
+%%   slow_consumer never receives; a producer sends it 10 small messages every 2 ms: a mailbox
+%%                 that grows (by some 4,000 a second).
 %% Every binary is made by a helper that then collects, so each holder is the binary's only
 %% holder. Prints "ready" when all are in place, then one line per command on stdin is not read:
 %% the node idles.
@@ -87,6 +87,6 @@ worker(Work) ->
     receive stop -> Sum end.
 
 produce(To, I) ->
-    To ! {tick, I},
+    [To ! {tick, I, K} || K <- lists:seq(1, 10)],
     timer:sleep(2),
     produce(To, I + 1).
