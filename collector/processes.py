@@ -29,11 +29,12 @@ from beamalloc.collector.terms import Atom, proplist
 #: Processes a scan reads at most (`--max-processes`). Beyond, registered processes and a fair
 #: (systematic) sample of the rest are read, and `complete` is false.
 MAX_PROCESSES = 1_000_000
-#: Wall time of the scan's process_info requests at most, in ms, from the first request: a node
-#: with 300,000 processes is read whole in 1-2 s on this (shared) 2-core machine
-#: (tests/bench/bench_processes.py); what the budget cuts off leaves a fair sample
+#: Wall time of the scan's process_info requests at most, in ms, from the first request: with
+#: the hidden node's boot (~0.4 s), the listing and the report it keeps a scan of 300,000
+#: processes within 3 s of wall time; they are read whole in 1-2 s on this (shared) 2-core
+#: machine (tests/bench/bench_processes.py), and what the budget cuts off leaves a fair sample
 #: (docs/processes.md).
-BUDGET_MS = 2_000
+BUDGET_MS = 1_500
 #: Processes reported per measure (binaries, exclusive binaries, heap, memory, mailbox).
 TOP = 30
 

@@ -213,11 +213,11 @@ bins(BL, Bins) ->
 top(Recs, Top) ->
     Keys = [#r.bin_bytes, #r.bin_exclusive, #r.total_heap, #r.memory, #r.mq],
     Picked = lists:foldl(fun(Key, Acc) ->
-                                 Sorted = lists:sublist(lists:reverse(lists:keysort(Key, Recs)),
+                                 %% most processes hold no binary and no message: sort the rest
+                                 Some = [R || R <- Recs, element(Key, R) > 0],
+                                 Sorted = lists:sublist(lists:reverse(lists:keysort(Key, Some)),
                                                         Top),
-                                 lists:foldl(fun(R, A) when element(Key, R) > 0 ->
-                                                     A#{R#r.pid => true};
-                                                (_, A) -> A end, Acc, Sorted)
+                                 lists:foldl(fun(R, A) -> A#{R#r.pid => true} end, Acc, Sorted)
                          end, #{}, Keys),
     maps:keys(Picked).
 
