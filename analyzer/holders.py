@@ -37,7 +37,7 @@ MIN_IDLE_HEAP_TOTAL = 16 << 20
 #: A mailbox this long is reported.
 MIN_MAILBOX = 1_000
 #: Words of one reference to a refc binary on a process heap (a ProcBin: header, size, next,
-#: the binary, bytes, flags; erts/emulator/beam/erl_bits.h in OTP 25).
+#: the binary, bytes, flags; ProcBin in erts/emulator/beam/erl_binary.h of OTP 25).
 PROCBIN_WORDS = 6
 #: Of a holder's exclusive binary bytes, the share a probe must release to call them dead,
 #: and under which they are live.
