@@ -34,6 +34,8 @@ MIN_PINNED = 4 << 20
 #: for the finding to be an action rather than information.
 MIN_IDLE_HEAP = 256 << 10
 MIN_IDLE_HEAP_TOTAL = 16 << 20
+#: The default minimum heap of a process, in words (+hms; erlang:spawn_opt/2 doc).
+MIN_HEAP_WORDS = 233
 #: A mailbox this long is reported.
 MIN_MAILBOX = 1_000
 #: Words of one reference to a refc binary on a process heap (a ProcBin: header, size, next,
@@ -47,10 +49,6 @@ SRC_GC = "erlang:garbage_collect/1 doc"
 SRC_HIB = "erlang:hibernate/3 doc"
 SRC_EIA = "Erlang in Anger §7.2"
 SRC_PI = "erlang:process_info/2 doc"
-
-
-def _idle(p: Proc) -> bool:
-    return p.status == "waiting" and p.message_queue_len == 0
 
 
 def _row(p: Proc) -> dict[str, Any]:
@@ -113,7 +111,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
     ws = t.wordsize or 8
     measured = _probed(probe)
     out: list[dict[str, Any]] = []
-    for p in _top([p for p in t.procs if _idle(p)], lambda p: p.binary_exclusive_bytes, 50):
+    for p in _top([p for p in t.procs if p.idle], lambda p: p.binary_exclusive_bytes, 50):
         if (p.binary_exclusive_bytes or 0) < MIN_PINNED:
             break
         h = binary_holder(p, ws, measured.get(p.pid))
@@ -137,33 +135,46 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
                 "does not release them; it is a cache or a queue: bound it (size, length, "
                 "expiry) or keep the data elsewhere (ETS, disk)",
                 {"holder": h, "releases": h["released"] or 0}, (SRC_EIA,)))
-    idle = [p for p in t.procs if _idle(p) and p.total_heap_bytes >= MIN_IDLE_HEAP]
-    if idle:
-        total = sum(p.total_heap_bytes for p in idle)
-        probed = [measured[p.pid] for p in idle if p.pid in measured]
+    big = [p for p in t.procs if p.idle and p.total_heap_bytes >= MIN_IDLE_HEAP]
+    n_idle = t.idle_count if t.idle_count is not None else len(big)
+    idle_heap = (t.idle_total_heap_bytes if t.idle_total_heap_bytes is not None
+                 else sum(p.total_heap_bytes for p in big))
+    grown = max(idle_heap - n_idle * MIN_HEAP_WORDS * ws, 0)  # beyond their minimum heaps
+    if big or grown >= MIN_IDLE_HEAP_TOTAL:
+        probed = [measured[p.pid] for p in big if p.pid in measured]
         if probed:
             freed = sum(r.released_heap_bytes for r in probed)
             before = sum(r.heap_before for r in probed)
             how = (f"the GC probe collected {len(probed)} of them: {human(freed)} of "
                    f"{human(before)} of heap released")
+        elif big:
+            used = sum(p.heap_used_bytes or p.total_heap_bytes for p in big)
+            held = sum(p.total_heap_bytes for p in big)
+            how = (f"the {len(big)} largest reported hold {human(held)}, at most {human(used)} "
+                   "of it in use (used heap words): a hibernation leaves no more than that")
         else:
-            used = sum(p.heap_used_bytes or p.total_heap_bytes for p in idle)
-            how = (f"in use at most {human(used)} (their used heap words; what survived their "
-                   "last collections is smaller), so a hibernation leaves at most that")
-        names = ", ".join(p.label() for p in _top(idle, lambda p: p.total_heap_bytes, 3))
-        more = f" and {len(idle) - 3} more" if len(idle) > 3 else ""
-        # the reported processes only: a group of equal workers may have more members
+            how = "their heaps are no more than a collection's worth each"
+        gs = sorted((g for g in t.groups if g.idle_total_heap_bytes),
+                    key=lambda g: -(g.idle_total_heap_bytes or 0))[:3]
+        where = "; ".join(f"{g.initial_call}: {g.idle_count:,} idle, "
+                          f"{human(g.idle_total_heap_bytes)}"
+                          + (f" ({', '.join(g.names[:2])}, ...)" if g.names else "")
+                          for g in gs)
+        names = ", ".join(p.label() for p in _top(big, lambda p: p.total_heap_bytes, 3))
+        partial = "" if t.complete else " of those read"
         out.append({
-            "rule": "H2", "level": "action" if total >= MIN_IDLE_HEAP_TOTAL else "info",
-            "process": None, "processes": [p.pid for p in idle],
-            "title": f"{len(idle)} idle processes hold {human(total)} of heap",
-            "message": f"At least {len(idle)} idle processes ({names}{more}) hold "
-                       f"{human(total)} of heap; {how}. Hibernation candidates: "
-                       "erlang:hibernate/3 (gen_server: the `hibernate` return or "
-                       "{hibernate_after, Ms}) shrinks each to its live data; it costs a full "
-                       "collection per hibernation and a heap rebuilt on the next message",
-            "evidence": {"count": len(idle), "total_heap_bytes": total,
-                         "probed": [r.pid for r in probed]},
+            "rule": "H2", "level": "action" if grown >= MIN_IDLE_HEAP_TOTAL else "info",
+            "process": None, "processes": [p.pid for p in big],
+            "title": f"{n_idle:,} idle processes hold {human(idle_heap)} of heap",
+            "message": f"{n_idle:,} idle processes{partial} hold {human(idle_heap)} of heap, "
+                       f"{human(grown)} beyond their minimum heaps (by initial call: {where}); "
+                       f"largest: {names or 'none over ' + human(MIN_IDLE_HEAP)}; {how}. "
+                       "Hibernation candidates: erlang:hibernate/3 (gen_server: the "
+                       "`hibernate` return or {hibernate_after, Ms}) shrinks each to its live "
+                       "data; it costs a full collection per hibernation and a heap rebuilt "
+                       "on the next message",
+            "evidence": {"count": n_idle, "total_heap_bytes": idle_heap, "grown_bytes": grown,
+                         "largest": [p.pid for p in big], "probed": [r.pid for r in probed]},
             "sources": [SRC_HIB, SRC_GC, SRC_EIA],
         })
     for p in _top(t.procs, lambda p: p.message_queue_len, 20):
@@ -262,7 +273,7 @@ def probe_candidates(t: ProcessTable, n: int) -> list[str]:
     def gain(p: Proc) -> tuple[int, int]:
         heap = p.total_heap_bytes - (p.heap_used_bytes or 0) if p.heap_used_bytes else 0
         return (p.binary_exclusive_bytes or 0, heap + (p.total_heap_bytes >> 4))
-    idle = [p for p in t.procs if _idle(p)]
+    idle = [p for p in t.procs if p.idle]
     return [p.pid for p in sorted(idle, key=lambda p: (gain(p)[0] + gain(p)[1], p.pid),
                                   reverse=True)[:max(0, n)]]
 

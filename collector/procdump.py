@@ -135,7 +135,10 @@ def _table(node: str, ws: int, procs: list[Proc], sections: int) -> ProcessTable
                 total_heap_bytes=sum(p.total_heap_bytes for p in v),
                 message_queue_len=sum(p.message_queue_len for p in v),
                 binary_bytes=sum(p.binary_bytes or 0 for p in v),
-                names=[p.name for p in v if p.name][:3]) for k, v in groups.items()]
+                names=[p.name for p in v if p.name][:3],
+                idle_count=sum(1 for p in v if p.idle),
+                idle_total_heap_bytes=sum(p.total_heap_bytes for p in v if p.idle))
+          for k, v in groups.items()]
     gs.sort(key=lambda g: (-g.memory, g.initial_call))
     t = ProcessTable(
         node=node, source="crashdump", count=sections, scanned=len(procs),
@@ -143,6 +146,8 @@ def _table(node: str, ws: int, procs: list[Proc], sections: int) -> ProcessTable
         memory=sum(p.memory for p in procs),
         total_heap_bytes=sum(p.total_heap_bytes for p in procs),
         message_queue_len=sum(p.message_queue_len for p in procs),
+        idle_count=sum(1 for p in procs if p.idle),
+        idle_total_heap_bytes=sum(p.total_heap_bytes for p in procs if p.idle),
     )
     t.notes.append("from a crash dump: binaries are the words each process's binary virtual "
                    "heaps count (no addresses: not deduplicated, exclusivity unknown); no GC "

@@ -66,6 +66,12 @@ class Proc:
     heap_used_bytes: int | None = None  # used words of young and old heap and stack
     heap_unused_bytes: int | None = None  # crash dump: heap unused + old heap unused
 
+    @property
+    def idle(self) -> bool:
+        """Waiting with nothing to handle: it allocates nothing, so nothing makes it collect
+        (beamalloc_procs.erl counts idle processes the same way)."""
+        return self.status == "waiting" and self.message_queue_len == 0
+
     def label(self) -> str:
         return self.name or (f"{self.pid} ({self.initial_call})" if self.initial_call
                              else self.pid)
@@ -80,6 +86,8 @@ class Group:
     message_queue_len: int
     binary_bytes: int | None
     names: list[str] = field(default_factory=list)
+    idle_count: int | None = None  # members waiting with an empty mailbox
+    idle_total_heap_bytes: int | None = None
 
 
 @dataclass
@@ -101,6 +109,8 @@ class ProcessTable:
     memory: int | None = None  # summed over scanned processes
     total_heap_bytes: int | None = None
     message_queue_len: int | None = None
+    idle_count: int | None = None  # scanned processes waiting with an empty mailbox
+    idle_total_heap_bytes: int | None = None
     died: int = 0  # died between processes/0 and their process_info
     budget: dict[str, int] = field(default_factory=dict)
     scan_ms: float | None = None
@@ -250,7 +260,9 @@ def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None)
                             total_heap_bytes=_n(gp.get("total_heap_size")) * ws,
                             message_queue_len=_n(gp.get("message_queue_len")),
                             binary_bytes=_n(gp.get("binary_bytes")),
-                            names=[str(n) for n in gp.get("names") or []]))
+                            names=[str(n) for n in gp.get("names") or []],
+                            idle_count=_n(gp.get("idle_count")),
+                            idle_total_heap_bytes=_n(gp.get("idle_total_heap_size")) * ws))
     sampled = p.get("sampled_at_us")
     t = ProcessTable(
         node=node, source="live", count=_n(p.get("count")), scanned=_n(p.get("scanned")),
@@ -262,6 +274,8 @@ def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None)
         binary_bytes=_n(bins.get("bytes")), binary_count=_n(bins.get("count")),
         memory=_n(totals.get("memory")), total_heap_bytes=_n(totals.get("total_heap_size")) * ws,
         message_queue_len=_n(totals.get("message_queue_len")), died=_n(p.get("died")),
+        idle_count=_n(totals.get("idle_count")),
+        idle_total_heap_bytes=_n(totals.get("idle_total_heap_size")) * ws,
         budget=budget, scan_ms=_n(p.get("scan_us")) / 1000,
         timings_ms={k: _n(v) / 1000 for k, v in proplist(p.get("timings")).items()},
     )

@@ -26,13 +26,13 @@
 -define(CHUNK, 4000).
 -define(IN_FLIGHT, 3).
 %% The first pass, every process read: what the totals, the groups and the ranking need.
--define(PASS1, [memory, total_heap_size, message_queue_len, initial_call, binary]).
+-define(PASS1, [memory, total_heap_size, message_queue_len, initial_call, status, binary]).
 %% The second pass, the reported processes only: the issue's fixed item list.
 -define(ITEMS, [memory, heap_size, total_heap_size, binary, message_queue_len, registered_name,
                 initial_call, current_function, status, reductions, garbage_collection,
                 garbage_collection_info]).
 
--record(r, {pid, memory, total_heap, mq, initial_call, bin_bytes, bin_count, bin_refs,
+-record(r, {pid, memory, total_heap, mq, initial_call, idle, bin_bytes, bin_count, bin_refs,
             bin_exclusive}).
 
 main([TargetS, DeadlineS | Args]) ->
@@ -184,10 +184,14 @@ reduce([], [], _Bins, Acc, Dead) -> {Acc, Dead};
 reduce([_ | Pids], [undefined | Infos], Bins, Acc, Dead) ->
     reduce(Pids, Infos, Bins, Acc, Dead + 1);
 reduce([Pid | Pids], [[{memory, M}, {total_heap_size, TH}, {message_queue_len, Q},
-                       {initial_call, IC}, {binary, BL}] | Infos], Bins, Acc, Dead) ->
+                       {initial_call, IC}, {status, S}, {binary, BL}] | Infos], Bins, Acc,
+       Dead) ->
     {Bytes, Count, Excl} = bins(BL, Bins),
+    %% idle: waiting with nothing to handle (analyzer/holders.py, the same definition)
+    Idle = S =:= waiting andalso Q =:= 0,
     reduce(Pids, Infos, Bins, [#r{pid = Pid, memory = M, total_heap = TH, mq = Q,
-                                  initial_call = IC, bin_bytes = Bytes, bin_count = Count,
+                                  initial_call = IC, idle = Idle, bin_bytes = Bytes,
+                                  bin_count = Count,
                                   bin_refs = length(BL), bin_exclusive = Excl} | Acc], Dead).
 
 %% {Bytes, Count, ExclusiveBytes} of the distinct refc binaries in a process_info binary list.
@@ -283,30 +287,39 @@ resolve(Target, _Otp, Recs) ->
      end || R <- Recs].
 
 totals(Recs) ->
-    {M, H, Q, B} = lists:foldl(fun(#r{memory = M, total_heap = H, mq = Q, bin_refs = B},
-                                   {M0, H0, Q0, B0}) -> {M0 + M, H0 + H, Q0 + Q, B0 + B}
-                               end, {0, 0, 0, 0}, Recs),
-    [{memory, M}, {total_heap_size, H}, {message_queue_len, Q}, {binary_refs, B}].
+    {M, H, Q, B, IC, IH} =
+        lists:foldl(fun(#r{memory = M, total_heap = H, mq = Q, bin_refs = B, idle = I},
+                        {M0, H0, Q0, B0, IC0, IH0}) ->
+                            {M0 + M, H0 + H, Q0 + Q, B0 + B, IC0 + idle(I, 1), IH0 + idle(I, H)}
+                    end, {0, 0, 0, 0, 0, 0}, Recs),
+    [{memory, M}, {total_heap_size, H}, {message_queue_len, Q}, {binary_refs, B},
+     {idle_count, IC}, {idle_total_heap_size, IH}].
+
+idle(true, N) -> N;
+idle(false, _) -> 0.
 
 %% Per initial call as process_info gives it (proc_lib's '$initial_call' is only read for the
 %% reported processes, see resolve/2): count, memory, heap words, queued messages, binary bytes
-%% (summed per process: a binary two members share counts twice here) and up to three
-%% registered names.
+%% (summed per process: a binary two members share counts twice here), the idle members and
+%% their heap words, and up to three registered names.
 groups(Recs, Named) ->
     G = lists:foldl(fun(#r{initial_call = Key} = R, Acc) ->
-                            {C, M, H, Q, B, Ns} = maps:get(Key, Acc, {0, 0, 0, 0, 0, []}),
+                            {C, M, H, Q, B, Ns, IC, IH} = maps:get(Key, Acc, {0, 0, 0, 0, 0, [],
+                                                                              0, 0}),
                             Ns1 = case Named of
                                       #{R#r.pid := N} when length(Ns) < 3 -> [N | Ns];
                                       _ -> Ns
                                   end,
                             Acc#{Key => {C + 1, M + R#r.memory, H + R#r.total_heap, Q + R#r.mq,
-                                         B + R#r.bin_bytes, Ns1}}
+                                         B + R#r.bin_bytes, Ns1, IC + idle(R#r.idle, 1),
+                                         IH + idle(R#r.idle, R#r.total_heap)}}
                     end, #{}, Recs),
-    Sorted = lists:reverse(lists:keysort(2, [{K, M, V} || {K, {_, M, _, _, _, _} = V}
+    Sorted = lists:reverse(lists:keysort(2, [{K, M, V} || {K, {_, M, _, _, _, _, _, _} = V}
                                                              <- maps:to_list(G)])),
     [[{initial_call, K}, {count, C}, {memory, M}, {total_heap_size, H},
-      {message_queue_len, Q}, {binary_bytes, B}, {names, lists:reverse(Ns)}]
-     || {K, _, {C, M, H, Q, B, Ns}} <- lists:sublist(Sorted, 200)].
+      {message_queue_len, Q}, {binary_bytes, B}, {names, lists:reverse(Ns)},
+      {idle_count, IC}, {idle_total_heap_size, IH}]
+     || {K, _, {C, M, H, Q, B, Ns, IC, IH}} <- lists:sublist(Sorted, 200)].
 
 %% "<0.123.0>" as the target itself prints the pid (ours would show our index for its node).
 pid_text(Pid) ->

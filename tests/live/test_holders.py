@@ -112,6 +112,11 @@ def test_findings_name_each_holder(table: ProcessTable) -> None:
     idle = next(x for x in j["findings"] if x["rule"] == "H2")
     names = {p.name for p in table.procs if p.pid in idle["processes"]}
     assert sum(n.startswith("idle_worker_") for n in names if n) >= 20
+    # every idle worker counts, not only the reported ones: the whole group's heaps
+    w = next(p for p in table.procs if (p.name or "").startswith("idle_worker_"))
+    assert idle["level"] == "action" and idle["evidence"]["count"] >= WORKERS
+    assert idle["evidence"]["total_heap_bytes"] >= WORKERS * w.total_heap_bytes
+    assert idle["evidence"]["grown_bytes"] >= WORKERS * (w.total_heap_bytes - 233 * 8) * 0.9
     assert j["top_binary"][0]["name"] == "leaky_router"
     assert j["top_binary"][0]["binary_bytes"] == ROUTER * KB
     assert {"+hmbs", "+hmqd off_heap", "+hms"} == {x["flag"] for x in j["h_flags"]}
