@@ -125,7 +125,8 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
                 f"({human(p.binary_exclusive_bytes)}); {h['why']}. {verb} {human(frees)}: "
                 "garbage-collect or hibernate it after a burst, or fix the code that keeps it "
                 "idle with references (recon:bin_leak/1 does the same collection)",
-                {"holder": h, "releases": frees}, (SRC_GC, SRC_HIB, SRC_EIA)))
+                {"holder": h, "bytes": p.binary_exclusive_bytes, "releases": frees},
+                (SRC_GC, SRC_HIB, SRC_EIA)))
         else:
             out.append(_finding(
                 "H1", "info", p, f"{p.label()} keeps {human(p.binary_exclusive_bytes)} of live "
@@ -134,7 +135,8 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
                 f"({human(p.binary_exclusive_bytes)}) that are live: {h['why']}. A collection "
                 "does not release them; it is a cache or a queue: bound it (size, length, "
                 "expiry) or keep the data elsewhere (ETS, disk)",
-                {"holder": h, "releases": h["released"] or 0}, (SRC_EIA,)))
+                {"holder": h, "bytes": p.binary_exclusive_bytes, "releases": h["released"] or 0},
+                (SRC_EIA,)))
     big = [p for p in t.procs if p.idle and p.total_heap_bytes >= MIN_IDLE_HEAP]
     n_idle = t.idle_count if t.idle_count is not None else len(big)
     idle_heap = (t.idle_total_heap_bytes if t.idle_total_heap_bytes is not None
@@ -290,3 +292,81 @@ def headline(processes: dict[str, Any]) -> str | None:
     for f in live[:1]:
         parts.append(f["title"] + " (live data: a collection would not release it)")
     return "; ".join(parts) if parts else None
+
+
+def _holder_sentences(processes: dict[str, Any]) -> list[str]:
+    """The holders worth a verdict's words, strongest first: dead references and idle heaps
+    (what a collection or hibernation releases), long mailboxes, then live data (named as
+    live, with no collection suggested)."""
+    out = []
+    for f in processes.get("findings") or []:
+        if f["level"] != "action":
+            continue
+        if f["rule"] == "H1":
+            h = f["evidence"]["holder"]
+            since = ("a collection freed them when probed" if h["measured"]
+                     else "it has not collected since they arrived")
+            out.append(f"{human(f['evidence']['releases'])} of refc binaries are held by "
+                       f"{f['name'] or f['process']}, which is idle: {since}")
+        elif f["rule"] == "H2":
+            out.append(f"{f['title']} ({human(f['evidence']['grown_bytes'])} beyond their "
+                       "minimum heaps: hibernation candidates)")
+        elif f["rule"] == "H3":
+            out.append(f["title"])
+    for f in processes.get("findings") or []:
+        if f["rule"] == "H1" and f["level"] == "info":
+            out.append(f"{f['name'] or f['process']} keeps {human(f['evidence']['bytes'])} "
+                       "of refc binaries that are live (a cache or a queue: bound it; a "
+                       "collection would not release them)")
+    return out
+
+
+def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
+    """Put the holders into a recommendation (analyzer/recommend.py's result): the `processes`
+    key, and in the verdict the processes that hold the memory where the allocators do not
+    explain it, or beside what they do. The state stays the allocators' (HEALTHY stays HEALTHY:
+    no +M flag is involved); the headline says that processes, not placement, hold the memory.
+    A NO FLAG HELPS entry of binary_alloc or eheap_alloc gets the holders' own remedies first,
+    each with the bytes it releases (measured by the probe, else an upper bound), and a live
+    cache or queue named as such instead of a collection."""
+    rec["processes"] = processes
+    v = rec.get("verdict")
+    if not isinstance(v, dict):
+        return
+    said = _holder_sentences(processes)
+    v["holders"] = said
+    if said:
+        lead = ("Processes, not allocator placement, hold the memory: "
+                if v.get("state") == "HEALTHY" else "Processes hold memory too: ")
+        v["headline"] = v["headline"].rstrip() + " " + lead + "; ".join(said) + "."
+    found = processes.get("findings") or []
+    for e in v.get("no_flag_helps") or []:
+        extra = []
+        if e.get("allocator") == "binary_alloc":
+            for f in found:
+                if f["rule"] != "H1":
+                    continue
+                who = f["name"] or f["process"]
+                if f["level"] == "action":
+                    h = f["evidence"]["holder"]
+                    extra.append({"action": f"garbage-collect or hibernate {who} (idle, it pins "
+                                            "dead references)",
+                                  "releases": f["evidence"]["releases"],
+                                  "releases_how": "measured by the GC probe" if h["measured"]
+                                  else "at most: the binaries it alone references",
+                                  "sources": f["sources"]})
+                else:
+                    extra.append({"action": f"bound {who}: it keeps its binaries live (a cache "
+                                            "or a queue); a collection releases nothing",
+                                  "releases": 0, "releases_how": "measured by the GC probe"
+                                  if f["evidence"]["holder"]["measured"] else "live data",
+                                  "sources": f["sources"]})
+        elif e.get("allocator") == "eheap_alloc":
+            for f in found:
+                if f["rule"] == "H2" and f["level"] == "action":
+                    extra.append({"action": f"hibernate the idle processes ({f['title']})",
+                                  "releases": f["evidence"]["grown_bytes"],
+                                  "releases_how": "at most: their heaps beyond the minimum",
+                                  "sources": f["sources"]})
+        if extra:
+            e["remedies"] = extra + list(e.get("remedies") or [])

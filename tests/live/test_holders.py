@@ -181,6 +181,24 @@ def test_probe_of_dead_or_unknown_pids(wl: WorkloadNode) -> None:
         procs.gc_probe(wl.node, wl.cookie, ["<1.2.3>"])
 
 
+def test_processes_dying_mid_scan_are_skipped() -> None:
+    """A node that starts and ends thousands of processes a second: those that end between the
+    listing and their read are counted in `died`, the others read."""
+    n = start_node(eval_="Churn = fun C() -> [spawn(fun() -> timer:sleep(rand:uniform(20)) end) "
+                   "|| _ <- lists:seq(1, 200)], timer:sleep(1), C() end, Churn().")
+    try:
+        died = 0
+        for _ in range(5):
+            t = procs.scan_node(n.node, n.cookie, timeout=60)
+            assert t.complete and t.scanned == t.count - t.died and t.scanned > 0
+            died += t.died
+            if died:
+                break
+        assert died > 0, "no process ended mid-scan in five scans"
+    finally:
+        n.stop()
+
+
 def test_node_dying_mid_scan_is_node_error() -> None:
     """Exit 3's error, not a half table: the node is killed while 200,000 processes are read."""
     n = start_node(["+P", "1048576"], eval_="[spawn(fun() -> receive stop -> ok end end) "
