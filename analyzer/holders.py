@@ -117,7 +117,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
         h = binary_holder(p, ws, measured.get(p.pid))
         if h["kind"] in ("dead", "probably dead", "mixed"):
             frees = h["released"] if h["measured"] else p.binary_exclusive_bytes
-            verb = "a collection freed" if h["measured"] else "a collection would free up to"
+            verb = "A collection freed" if h["measured"] else "A collection would free up to"
             out.append(_finding(
                 "H1", "action", p, f"{p.label()} pins {human(p.binary_exclusive_bytes)} of refc "
                 f"binaries and does not collect",
@@ -209,7 +209,7 @@ def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]
     if pinned:
         own = [p for p in t.procs if p.pid in {f["process"] for f in pinned}
                and p.min_bin_vheap_bytes and p.min_bin_vheap_bytes > 46_422 * (t.wordsize or 8)]
-        why = ("an idle process receives nothing, and a smaller binary virtual heap only "
+        why = ("An idle process receives nothing, and a smaller binary virtual heap only "
                "triggers a collection when binaries arrive: no flag makes an idle process "
                "collect")
         if own:
@@ -223,14 +223,14 @@ def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]
         out.append({"flag": "+hmqd off_heap", "advised": False, "for": "H3",
                     "cost": "every message to every process is allocated outside its heap "
                             "(a heap fragment per send: slower sends)",
-                    "why": "the long mailbox is one process's: process_flag(message_queue_data, "
+                    "why": "The long mailbox is one process's: process_flag(message_queue_data, "
                            "off_heap) in that process keeps its queue out of its collections "
                            "without changing every other process; the queue itself stays",
                     "would_show": "the owner's collection times before and after"})
     if any(f["rule"] == "H2" for f in found):
         out.append({"flag": "+hms", "advised": False, "for": "H2",
                     "cost": "a larger minimum heap for every process",
-                    "why": "idle heaps are too large, not too small: raising the minimum heap "
+                    "why": "Idle heaps are too large, not too small: raising the minimum heap "
                            "would grow them; it cannot be lowered below its default (233 words)",
                     "would_show": None})
     return out
@@ -244,7 +244,8 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> d
         "source": t.source, "count": t.count, "scanned": t.scanned, "complete": t.complete,
         "died": t.died, "budget": t.budget or None, "wordsize": t.wordsize,
         "memory": t.memory, "total_heap_bytes": t.total_heap_bytes,
-        "message_queue_len": t.message_queue_len,
+        "message_queue_len": t.message_queue_len, "idle_count": t.idle_count,
+        "idle_total_heap_bytes": t.idle_total_heap_bytes,
         "binary_bytes": t.binary_bytes, "binary_count": t.binary_count,
         "memory_binary": t.memory_binary,
         "top_binary": [_row(p) for p in _top(procs, lambda p: p.binary_bytes)],
@@ -253,7 +254,9 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> d
         "groups": [{"initial_call": g.initial_call, "count": g.count, "memory": g.memory,
                     "total_heap_bytes": g.total_heap_bytes,
                     "message_queue_len": g.message_queue_len, "binary_bytes": g.binary_bytes,
-                    "names": g.names} for g in t.groups[:TOP_ROWS * 2]],
+                    "names": g.names, "idle_count": g.idle_count,
+                    "idle_total_heap_bytes": g.idle_total_heap_bytes}
+                   for g in t.groups[:TOP_ROWS * 2]],
         "gc_probe": None if probe is None else [
             {"pid": r.pid, "name": r.name, "dead": r.dead,
              "released_binary_bytes": r.released_binary_bytes,
