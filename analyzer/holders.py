@@ -346,6 +346,9 @@ def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
     for e in v.get("no_flag_helps") or []:
         extra = []
         if e.get("allocator") == "binary_alloc":
+            # whose references keep the surviving binaries (and so the carriers they sit in)
+            e["held_by"] = [{k: r[k] for k in ("pid", "name", "binary_bytes", "binary_count")}
+                            for r in (processes.get("top_binary") or [])[:5]]
             for f in found:
                 if f["rule"] != "H1":
                     continue
