@@ -98,8 +98,13 @@ scan(Target, MaxProcs, BudgetMs, Top) ->
     Order = order(Pids, [P || {P, _} <- Named], MaxProcs),
     Bins = ets:new(bins, [set, private]),
     ChunksUs = os:system_time(microsecond),
-    {Recs, Asked, Dead} = chunks(Target, Order, erlang:monotonic_time(millisecond) + BudgetMs,
-                                 Bins),
+    %% OTP 26+: proc_lib's '$initial_call' for the groups too, one dictionary key each
+    Pass1 = case Otp >= 26 of
+                true -> ?PASS1 ++ [{dictionary, '$initial_call'}];
+                false -> ?PASS1
+            end,
+    {Recs, Asked, Dead} = chunks({Target, Pass1}, Order,
+                                 erlang:monotonic_time(millisecond) + BudgetMs, Bins),
     ReadUs = os:system_time(microsecond),
     {UniqueCount, UniqueBytes} = ets:foldl(fun({_, S}, {C, B}) -> {C + 1, B + S} end, {0, 0},
                                            Bins),
@@ -148,27 +153,27 @@ interleave(Pids) ->
     T = list_to_tuple(Pids),
     [element(I, T) || S <- lists:seq(1, Stride), I <- lists:seq(S, N, Stride)].
 
-chunks(Target, Order, Deadline, Bins) ->
-    chunks(Target, Order, Deadline, Bins, [], [], 0, 0).
+chunks(Ctx, Order, Deadline, Bins) ->
+    chunks(Ctx, Order, Deadline, Bins, [], [], 0, 0).
 
-chunks(Target, Order, Deadline, Bins, InFlight, Acc, Asked, Dead)
+chunks({Target, Items} = Ctx, Order, Deadline, Bins, InFlight, Acc, Asked, Dead)
   when Order =/= [], length(InFlight) < ?IN_FLIGHT ->
     case Asked =:= 0 orelse erlang:monotonic_time(millisecond) < Deadline of
         true ->
             {Chunk, Rest} = split(?CHUNK, Order),
             Req = erpc:send_request(Target, lists, zipwith,
                                     [fun erlang:process_info/2, Chunk,
-                                     lists:duplicate(length(Chunk), ?PASS1)]),
-            chunks(Target, Rest, Deadline, Bins, InFlight ++ [{Req, Chunk}], Acc,
+                                     lists:duplicate(length(Chunk), Items)]),
+            chunks(Ctx, Rest, Deadline, Bins, InFlight ++ [{Req, Chunk}], Acc,
                    Asked + length(Chunk), Dead);
         false ->
             drain(InFlight, Bins, Acc, Asked, Dead)
     end;
-chunks(_Target, [], _Deadline, Bins, InFlight, Acc, Asked, Dead) ->
+chunks(_Ctx, [], _Deadline, Bins, InFlight, Acc, Asked, Dead) ->
     drain(InFlight, Bins, Acc, Asked, Dead);
-chunks(Target, Order, Deadline, Bins, [{Req, Chunk} | InFlight], Acc, Asked, Dead) ->
+chunks(Ctx, Order, Deadline, Bins, [{Req, Chunk} | InFlight], Acc, Asked, Dead) ->
     {Recs, D} = reduce(Chunk, response(Req), Bins, Acc, 0),
-    chunks(Target, Order, Deadline, Bins, InFlight, Recs, Asked, Dead + D).
+    chunks(Ctx, Order, Deadline, Bins, InFlight, Recs, Asked, Dead + D).
 
 drain([], _Bins, Acc, Asked, Dead) -> {Acc, Asked, Dead};
 drain([{Req, Chunk} | InFlight], Bins, Acc, Asked, Dead) ->
@@ -184,9 +189,13 @@ reduce([], [], _Bins, Acc, Dead) -> {Acc, Dead};
 reduce([_ | Pids], [undefined | Infos], Bins, Acc, Dead) ->
     reduce(Pids, Infos, Bins, Acc, Dead + 1);
 reduce([Pid | Pids], [[{memory, M}, {total_heap_size, TH}, {message_queue_len, Q},
-                       {initial_call, IC}, {status, S}, {binary, BL}] | Infos], Bins, Acc,
-       Dead) ->
+                       {initial_call, IC0}, {status, S}, {binary, BL} | Dict] | Infos], Bins,
+       Acc, Dead) ->
     {Bytes, Count, Excl} = bins(BL, Bins),
+    IC = case Dict of
+             [{{dictionary, '$initial_call'}, {_, _, _} = D}] -> D;
+             _ -> IC0
+         end,
     %% idle: waiting with nothing to handle (analyzer/holders.py, the same definition)
     Idle = S =:= waiting andalso Q =:= 0,
     reduce(Pids, Infos, Bins, [#r{pid = Pid, memory = M, total_heap = TH, mq = Q,
@@ -298,7 +307,7 @@ totals(Recs) ->
 idle(true, N) -> N;
 idle(false, _) -> 0.
 
-%% Per initial call as process_info gives it (proc_lib's '$initial_call' is only read for the
+%% Per initial call (proc_lib's '$initial_call' on OTP 26+; on OTP 25 it is only read for the
 %% reported processes, see resolve/2): count, memory, heap words, queued messages, binary bytes
 %% (summed per process: a binary two members share counts twice here), the idle members and
 %% their heap words, and up to three registered names.
