@@ -11,7 +11,9 @@
 %% erlang:processes/0, erlang:system_info/1, erlang:memory/1, erlang:whereis/1 (through lists:map)
 %% and erlang:process_info/2 with a fixed item list (through lists:zipwith, an external fun: no
 %% code of ours is loaded there, `lists` is loaded at boot). No message is sent to any process of
-%% the target, none is suspended or collected. On OTP 25, where process_info has no
+%% the target, none is suspended or collected (process_info/2 of another process is a signal that
+%% process handles itself: a few reductions, docs/processes.md "What is never done to the
+%% target"). On OTP 25, where process_info has no
 %% {dictionary, Key} item, the '$initial_call' proc_lib keeps is resolved with
 %% proc_lib:translate_initial_call/1 for the reported processes only (see resolve/3).
 %%
