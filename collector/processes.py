@@ -192,6 +192,8 @@ def _run(node: str, cookie: str, timeout: float, args: list[str]) -> Any:
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return proplist(reply[1])
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
+        if reply[1] == "timeout" and reply[2] != "connecting":
+            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of {node}")
         raise live._error(node, str(reply[1]), reply[2], timeout, cookie)
     raise live.NodeError("unexpected answer from the beamalloc agent")
 
