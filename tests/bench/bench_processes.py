@@ -4,9 +4,10 @@
 
 Prints the wall time of scan_node() (goal: an answer within 3 s, issue 12 item 1), whether the
 scan was complete or how much of the node it read within its budget, where the time went
-(listing, ordering, reading, reporting), and the baseline: the same first-pass process_info
-calls made inside the target itself (timer:tc, one process, no distribution), with the ratio
-of the two. A plain script, not a test: tests never assert wall-clock times.
+(listing, ordering, reading, reporting, totals and groups), and the baseline: the same
+first-pass process_info calls made inside the target itself (timer:tc, one process, no
+distribution), with the ratio of the two. A plain script, not a test: tests never assert
+wall-clock times.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def main() -> int:
               f"{min(walls):.3f}, max {max(walls):.3f}, {args.runs} runs; goal: within 3 s)")
         print("read: " + ", ".join(f"{x.scanned:,}{'' if x.complete else ' (budget)'}"
                                    for x in tables))
-        for k in ("listed", "ordered", "read", "reported"):
+        for k in ("listed", "ordered", "read", "reported", "summed"):
             ms = statistics.median(x.timings_ms.get(k, 0) for x in tables)
             print(f"  {k:<10} median {ms:7.1f} ms")
         print(f"first pass inside the target (timer:tc, one process): median {here * 1000:.1f} ms "
