@@ -135,8 +135,8 @@ scan(Target, MaxProcs, BudgetMs, Top) ->
                      {read, ReadUs - ChunksUs}, {reported, ShownUs - ReadUs},
                      {summed, Done - ShownUs}]}]}.
 
-%% Named processes first, then the rest: all of them, or MaxProcs of them taken at an even
-%% stride from a random offset (systematic sampling over the process table).
+%% The chunks to read: named processes first, then the rest: all of them, or MaxProcs of them
+%% taken at an even stride from a random offset (systematic sampling over the process table).
 order(Pids, Named, MaxProcs) ->
     NamedSet = maps:from_keys(Named, true),
     Rest = [P || P <- Pids, not maps:is_key(P, NamedSet)],
@@ -151,15 +151,17 @@ order(Pids, Named, MaxProcs) ->
                    Off = rand:uniform(),
                    [element(1 + trunc((I + Off) * N / Left), T) || I <- lists:seq(0, Left - 1)]
            end,
-    Head ++ interleave(Tail).
+    split(Head) ++ interleave(Tail).
 
-%% The pids in an order where each chunk spreads over the whole list: a scan stopped by the
-%% time budget after K of S chunks has read K processes in every S, not the oldest ones.
+%% The pids as chunks that each spread over the whole list (chunk S holds every Stride-th pid
+%% from the S-th): a scan stopped by the time budget after K of Stride chunks has read K
+%% processes in every Stride, not the oldest ones.
+interleave([]) -> [];
 interleave(Pids) ->
     N = length(Pids),
     Stride = max(1, (N + ?CHUNK - 1) div ?CHUNK),
     T = list_to_tuple(Pids),
-    [element(I, T) || S <- lists:seq(1, Stride), I <- lists:seq(S, N, Stride)].
+    [[element(I, T) || I <- lists:seq(S, N, Stride)] || S <- lists:seq(1, Stride)].
 
 chunks(Ctx, Order, Deadline, Bins) ->
     chunks(Ctx, Order, Deadline, Bins, [], [], 0, 0).
@@ -168,7 +170,7 @@ chunks({Target, Items} = Ctx, Order, Deadline, Bins, InFlight, Acc, Asked, Dead)
   when Order =/= [], length(InFlight) < ?IN_FLIGHT ->
     case Asked =:= 0 orelse erlang:monotonic_time(millisecond) < Deadline of
         true ->
-            {Chunk, Rest} = split(?CHUNK, Order),
+            [Chunk | Rest] = Order,
             Req = erpc:send_request(Target, lists, zipwith,
                                     [fun erlang:process_info/2, Chunk,
                                      lists:duplicate(length(Chunk), Items)]),
@@ -188,8 +190,10 @@ drain([{Req, Chunk} | InFlight], Bins, Acc, Asked, Dead) ->
     {Recs, D} = reduce(Chunk, response(Req), Bins, Acc, 0),
     drain(InFlight, Bins, Recs, Asked, Dead + D).
 
-split(N, L) when length(L) =< N -> {L, []};
-split(N, L) -> lists:split(N, L).
+%% Chunks of ?CHUNK pids at most, in order.
+split([]) -> [];
+split(L) when length(L) =< ?CHUNK -> [L];
+split(L) -> {C, Rest} = lists:split(?CHUNK, L), [C | split(Rest)].
 
 %% One record per live process; a process that died since processes/0 answers undefined and is
 %% skipped (counted in `died`).

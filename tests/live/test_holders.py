@@ -132,6 +132,34 @@ def test_sampled_scan_keeps_registered_and_says_so(wl: WorkloadNode) -> None:
     assert t.procs and all(p.name for p in t.procs)
 
 
+def test_sampling_and_budget_are_fair() -> None:
+    """15,000 processes of one kind, then 15,000 of another: a sample of 2,000, and whatever a
+    1 ms budget lets through, hold both kinds alike (the oldest are not read first)."""
+    n = start_node(["+P", "262144"], eval_="[spawn(timer, sleep, [infinity]) "
+                   "|| _ <- lists:seq(1, 15000)], [spawn(erlang, hibernate, [timer, sleep, "
+                   "[infinity]]) || _ <- lists:seq(1, 15000)], register(up, self()), "
+                   "receive _ -> ok end.")
+    try:
+        deadline = time.monotonic() + 60
+        while "undefined" in erl_eval(n, "erpc:call(T, erlang, whereis, [up])"):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+
+        def kinds(t: ProcessTable) -> tuple[int, int]:
+            g = {x.initial_call: x.count for x in t.groups}
+            return g.get("timer:sleep/1", 0), g.get("erlang:hibernate/3", 0)
+        t = procs.scan_node(n.node, n.cookie, timeout=60, max_processes=2000)
+        a, b = kinds(t)
+        assert t.scanned <= 2000 and not t.complete and a + b >= 1900
+        assert abs(a - b) <= 200, (a, b)
+        t = procs.scan_node(n.node, n.cookie, timeout=60, budget_ms=1)
+        a, b = kinds(t)
+        if not t.complete:  # one or two chunks of 10,000 of the 30,000
+            assert abs(a - b) <= (a + b) // 10, (a, b)
+    finally:
+        n.stop()
+
+
 def test_scan_changes_nothing(wl: WorkloadNode) -> None:
     """No message, no collection: the router keeps its dead references. process_info/2 of
     another process is a signal the process read handles itself (OTP 21+): a few reductions."""
