@@ -62,14 +62,13 @@ def test_recommend_says_processes_hold_the_memory(wl: WorkloadNode, env: dict[st
         assert "Processes, not allocator placement, hold the memory" in v["headline"]
 
 
-@pytest.mark.parametrize("width", [80, 100])
-def test_terminal_section(wl: WorkloadNode, env: dict[str, str], width: int) -> None:
+def test_terminal_section(wl: WorkloadNode, env: dict[str, str]) -> None:
     r = run_cli("recommend", wl.node, "--no-predict", "--rate-seconds", "0", "--timeout", "60",
-                env={**env, "COLUMNS": str(width)})
+                env=env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "Who holds the memory" in out and "leaky_router" in out and "slow_consumer" in out
-    assert max(len(line) for line in out.splitlines()) <= max(width, 180)
+    assert out.index("Who holds the memory") > out.index("leaky_router")  # the verdict first
 
 
 def test_gc_probe_is_announced_and_measured(wl: WorkloadNode, env: dict[str, str]) -> None:
