@@ -106,7 +106,41 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
     }
 
 
-def _type_rows(snap: Snapshot, rows: list[dict]) -> list[dict[str, Any]]:
+#: The per-type sums (type_sums): carrier and block bytes and block counts of each carrier kind,
+#: the pool's carriers counted in mbcs as recon counts them (metrics.container_value).
+TYPE_SUMS = ("mbcs_carriers_size", "sbcs_carriers_size", "mbcs_block_size", "sbcs_block_size",
+             "mbcs_blocks", "sbcs_blocks", "pool_carriers_size")  # fmt: skip
+
+
+def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
+    """Per allocator type, in snapshot order, the current sums of TYPE_SUMS plus `allocated`
+    (carrier bytes) and `used` (block bytes): the one place instances are summed by type."""
+    out: dict[str, dict[str, int]] = {}
+    for inst in snap.allocators:
+        t = out.setdefault(inst.allocator, dict.fromkeys(TYPE_SUMS, 0))
+        for kind in ("mbcs", "sbcs"):
+            t[f"{kind}_carriers_size"] += m.container_value(inst, "current", kind, "carriers_size")
+            t[f"{kind}_block_size"] += m.container_value(inst, "current", kind, "blocks_size")
+            t[f"{kind}_blocks"] += m.container_value(inst, "current", kind, "blocks")
+        if inst.mbcs_pool is not None:
+            t["pool_carriers_size"] += inst.mbcs_pool.carriers_size
+    for t in out.values():
+        t["used"] = t["mbcs_block_size"] + t["sbcs_block_size"]
+        t["allocated"] = t["mbcs_carriers_size"] + t["sbcs_carriers_size"]
+    return out
+
+
+def first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """The options each allocator runs with: those of its first scheduler instance (instance 0
+    serves other threads and never pools, docs/erts/alloc_util.md §2.3), or instance 0's where
+    it is the only one. The one definition of "the options in force"."""
+    out: dict[str, dict[str, Any]] = {}
+    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
+        out.setdefault(inst.allocator, dict(inst.options))
+    return out
+
+
+def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for inst in snap.allocators:
         t = out.setdefault(
@@ -117,41 +151,18 @@ def _type_rows(snap: Snapshot, rows: list[dict]) -> list[dict[str, Any]]:
                 "instances": 0,
                 "used": 0,
                 "allocated": 0,
-                "mbcs_carriers_size": 0,
-                "sbcs_carriers_size": 0,
-                "mbcs_block_size": 0,
-                "sbcs_block_size": 0,
-                "mbcs_blocks": 0,
-                "sbcs_blocks": 0,
-                "pool_carriers_size": 0,
+                **dict.fromkeys(TYPE_SUMS, 0),
                 "max_allocated": 0,
                 "options": {},
             },
         )
         t["instances"] += 1
         t["max_allocated"] += m.container_size(inst, "max", "carriers_size")
-        if inst.mbcs_pool is not None:
-            t["pool_carriers_size"] += inst.mbcs_pool.carriers_size
-        if not t["options"] or inst.instance == 1:  # the first scheduler instance's options
-            t["options"] = {
-                k: inst.options[k]
-                for k in ("as", "sbct", "lmbcs", "smbcs", "acul")
-                if k in inst.options
-            }
-    for r in rows:
-        t = out[r["allocator"]]
-        for k in (
-            "mbcs_carriers_size",
-            "sbcs_carriers_size",
-            "mbcs_block_size",
-            "sbcs_block_size",
-            "mbcs_blocks",
-            "sbcs_blocks",
-        ):
-            t[k] += r[k]
+    for name, sums in type_sums(snap).items():
+        out[name].update(sums)
+    for name, o in first_scheduler_options(snap).items():
+        out[name]["options"] = {k: o[k] for k in ("as", "sbct", "lmbcs", "smbcs", "acul") if k in o}
     for t in out.values():
-        t["used"] = t["mbcs_block_size"] + t["sbcs_block_size"]
-        t["allocated"] = t["mbcs_carriers_size"] + t["sbcs_carriers_size"]
         t["unused"] = t["allocated"] - t["used"]
         t["usage"] = m.usage(t["used"], t["allocated"])
         t["sbcs_share"] = t["sbcs_carriers_size"] / t["allocated"] if t["allocated"] else 0.0
@@ -210,7 +221,7 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "totals_max": _totals(snap, "max", recon_insts),
         "totals_all": totals_all,
         "os": _os_view(snap, totals["allocated"], totals_all["allocated"]),
-        "allocator_types": _type_rows(snap, rows),
+        "allocator_types": _type_rows(snap),
         "allocators": rows,
         "cache_hit_rates": [
             {

@@ -19,6 +19,24 @@ Level = Literal["action", "info"]
 
 #: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; docs/erts/alloc_util.md §2.3).
 INFINITE = (1 << 64) - 1
+#: Strategies that turn the carrier pool off (docs/erts/tuning.md §0.2 item 1; af is
+#: temp_alloc's, which never migrates).
+NON_MIGRATING = ("bf", "aobf", "gf")
+MCS_MAX = 30  # +MMmcs is clamped to 0..30 (docs/erts/alloc_util.md §2.2)
+
+#: First erts release that knows a parameter or strategy (docs/erts/alloc_util.md §2.5).
+SINCE: dict[str, tuple[int, ...]] = {
+    "acful": (13, 1, 2),  # OTP 25.1.2
+    "acnl": (9, 2, 1),  # OTP 20.2.1
+    "acfml": (9, 2, 1),
+    "ageffcaoff": (9, 2, 1),
+    "ageffcbf": (9, 2, 1),
+    "ageffcaobf": (9, 2, 1),
+    "atags": (10, 0),  # OTP 21.0
+    "cp": (11, 1, 1),  # OTP 23.1.1 (also 22.3.4.x, erts 10.7.2)
+    "dai": (12, 2),  # OTP 24.2
+    "lp": (15, 0),  # OTP 27.0
+}
 
 
 @dataclass(frozen=True)

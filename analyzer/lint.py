@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from beamalloc.analyzer.findings import INFINITE
+from beamalloc.analyzer.analysis import first_scheduler_options
+from beamalloc.analyzer.findings import INFINITE, MCS_MAX, NON_MIGRATING, SINCE
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     ALLOCATORS,
     AOFF_FAMILY,
+    NO_MIGRATION,
     Flag,
     FlagError,
     FlagSet,
@@ -30,25 +32,8 @@ from beamalloc.units import human
 Where = Literal["in force", "given", "proposed"]
 
 R8_FACTOR = 2  # docs/erts/tuning.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
-NON_MIGRATING = ("bf", "aobf", "gf")  # §0.2 item 1 (af is temp_alloc's, which never migrates)
-# temp_alloc and literal_alloc never have a pool (docs/erts/alloc_util.md §2.1)
-NO_POOL = ("T", "I")
-MCS_MAX = 30  # +MMmcs is clamped to 0..30 (docs/erts/alloc_util.md §2.2)
-PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (§2.1)
+PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (docs/erts/alloc_util.md §2.1)
 
-#: First erts release that knows a parameter or strategy (docs/erts/alloc_util.md §2.5).
-SINCE: dict[str, tuple[int, ...]] = {
-    "acful": (13, 1, 2),  # OTP 25.1.2
-    "acnl": (9, 2, 1),  # OTP 20.2.1
-    "acfml": (9, 2, 1),
-    "ageffcaoff": (9, 2, 1),
-    "ageffcbf": (9, 2, 1),
-    "ageffcaobf": (9, 2, 1),
-    "atags": (10, 0),  # OTP 21.0
-    "cp": (11, 1, 1),  # OTP 23.1.1 (also 22.3.4.x, erts 10.7.2)
-    "dai": (12, 2),  # OTP 24.2
-    "lp": (15, 0),  # OTP 27.0
-}
 
 
 @dataclass(frozen=True)
@@ -66,18 +51,6 @@ class LintIssue:
                 ("check", "level", "where", "allocator", "flag", "message", "rule")}  # fmt: skip
 
 
-def erts_of(erts_version: str | None, otp_release: str | None) -> tuple[int, ...] | None:
-    """The erts version as a tuple; from the OTP major when only that is known."""
-    if erts_version:
-        try:
-            return tuple(int(x) for x in erts_version.split("."))
-        except ValueError:
-            pass
-    try:
-        otp = int(str(otp_release).split(".")[0])
-    except ValueError:
-        return None
-    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else (otp - 12, 0) if otp >= 23 else None
 
 
 def _known(key: str, erts: tuple[int, ...] | None) -> bool:
@@ -107,14 +80,11 @@ def _lmbcs_sbct(
 def lint_in_force(snap: Snapshot) -> list[LintIssue]:
     """Check the options each allocator runs with (its first scheduler instance)."""
     out: list[LintIssue] = []
-    seen: set[str] = set()
-    for inst in sorted(snap.allocators, key=lambda i: (i.allocator, i.instance == 0, i.instance)):
-        name, o = inst.allocator, inst.options
+    for name, o in sorted(first_scheduler_options(snap).items()):
         letter = ALLOCATOR_LETTERS.get(name)
-        if name in seen or letter is None:
+        if letter is None:
             continue
-        seen.add(name)
-        if letter not in NO_POOL and o.get("as") in NON_MIGRATING and o.get("acul") == 0:
+        if letter not in NO_MIGRATION and o.get("as") in NON_MIGRATING and o.get("acul") == 0:
             out.append(LintIssue("migration-off", "warning", "in force",
                                  f"{name} runs `as {o['as']}` with acul 0: carrier migration is "
                                  f"off, so a free carrier of one scheduler cannot serve another "
@@ -239,7 +209,7 @@ def _order(fs: FlagSet, where: Where) -> list[LintIssue]:
     in order."""
     out = []
     for letter in ALLOCATORS:
-        if letter in NO_POOL:
+        if letter in NO_MIGRATION:
             continue
         name = ALLOCATORS[letter][0]
         acul_set: Flag | None = None  # the last acul > 0 not yet cancelled

@@ -2,7 +2,7 @@
 must-hold 6).
 
 For a finding, a trace that shows the finding's symptom is synthesized from the snapshot
-(beamalloc.tracegen), replayed through refalloc under the flags the node runs with (read from the
+(refalloc/tracegen.py), replayed through refalloc under the flags the node runs with (read from the
 snapshot's options, :func:`node_flags`) and under those flags followed by the proposal, and the
 affected allocator's carrier bytes, unused bytes and carrier (mseg/sys_alloc) calls are compared.
 
@@ -25,7 +25,6 @@ the recommender never fails because of the replay.
 
 from __future__ import annotations
 
-import random
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.findings import Facts
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     NO_MIGRATION,
-    SUPPORTED_OTP,
     Flag,
     FlagSet,
     GlobalConfig,
@@ -48,13 +47,10 @@ from beamalloc.snapshot import Snapshot
 from beamalloc.trace import (
     ALLOCATOR_NUMBERS,
     Event,
-    Op,
-    TraceHeader,
-    TraceWriter,
-    TypeInfo,
     open_trace,
 )
 from beamalloc.units import human
+from beamalloc.versions import modelled_otp
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
 #: seconds (Python writes the trace at ~200 k events/s; refalloc replays at ~3 M events/s).
@@ -115,18 +111,7 @@ class PredictionError(Exception):
 
 
 def otp_of(snap: Snapshot) -> int:
-    try:
-        major = int(str(snap.otp_release).split(".")[0])
-    except ValueError:
-        return 25
-    return major if major in SUPPORTED_OTP else 25
-
-
-def _first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
+    return modelled_otp(snap.otp_release)
 
 
 def node_flags(snap: Snapshot) -> FlagSet:
@@ -136,7 +121,7 @@ def node_flags(snap: Snapshot) -> FlagSet:
     stands for `as bf, acul 0`). Options that no flag can reproduce are left at the default."""
     schedulers = snap.schedulers or 1
     otp = otp_of(snap)
-    opts = _first_scheduler_options(snap)
+    opts = first_scheduler_options(snap)
     flags: list[Flag] = []
     for name, o in sorted(opts.items()):
         letter = ALLOCATOR_LETTERS.get(name)
@@ -337,77 +322,6 @@ def traced_events(path: str | Path, allocator: str, limit: int = MAX_TRACED) -> 
         yield from islice((ev for ev in r if ev.allocator == number), limit)
 
 
-def stragglers(
-    path: str | Path,
-    *,
-    schedulers: int,
-    allocator: str,
-    live: int,
-    peak: int,
-    stragglers: int,
-    mean_size: int,
-    churn: int,
-    seed: int = SEED,
-) -> int:
-    """Per scheduler instance: the live set, churn in it, a peak, the peak freed but for
-    `stragglers` blocks evenly spread in allocation order, churn again. Returns the count."""
-    from beamalloc.tracegen import TYPE_OF, spike_size
-
-    number = ALLOCATOR_NUMBERS[allocator]
-    typ = TYPE_OF.get(allocator, (1, "synthetic"))
-    header = TraceHeader(
-        schedulers=schedulers,
-        source="synthetic",
-        types=[TypeInfo(typ[0], typ[1], number)],
-        threads={i: f"{i}_scheduler" for i in range(1, schedulers + 1)},
-        extra={"generator": "stragglers"},
-    )
-    rng = random.Random(seed)
-    w = TraceWriter(path, header)
-    t, next_id = 0, 1
-    per = max(live // schedulers, 1)
-    spike = max((peak - live) // schedulers, 0)
-    keep_every = max(spike // max(stragglers // schedulers, 1), 1)
-    rounds = churn // (2 * schedulers) + 1
-    kept: list[list[int]] = [[] for _ in range(schedulers)]
-    sizes: dict[int, int] = {}
-
-    def alloc(ix: int) -> int:
-        nonlocal t, next_id
-        t += 1000
-        bid, next_id = next_id, next_id + 1
-        size = spike_size(rng, mean_size)
-        sizes[bid] = size
-        w.write(Event(t, Op.ALLOC, number, ix, typ[0], size, bid, 0, ix))
-        return bid
-
-    def free(ix: int, bid: int) -> None:
-        nonlocal t
-        t += 1000
-        w.write(Event(t, Op.FREE, number, ix, typ[0], sizes.pop(bid), bid, 0, ix))
-
-    def churn_phase() -> None:
-        for _ in range(rounds):
-            for ix in range(1, schedulers + 1):
-                base = kept[ix - 1]
-                j = rng.randrange(len(base))
-                free(ix, base[j])
-                base[j] = alloc(ix)
-
-    for _ in range(per):
-        for ix in range(1, schedulers + 1):
-            kept[ix - 1].append(alloc(ix))
-    churn_phase()
-    burst = [[alloc(ix) for _ in range(spike)] for ix in range(1, schedulers + 1)]
-    for ix, blocks in enumerate(burst, 1):
-        for k, bid in enumerate(blocks):
-            if k % keep_every != keep_every // 2:
-                free(ix, bid)
-    churn_phase()
-    w.close()
-    return w.count
-
-
 def choose_model(f: Facts, allocator: str, rule: str, *, max_events: int = MAX_EVENTS) -> Model:
     """The trace that shows the finding's symptom (module docstring)."""
     schedulers = f.schedulers or 1
@@ -425,7 +339,7 @@ def choose_model(f: Facts, allocator: str, rule: str, *, max_events: int = MAX_E
 
 
 def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
-    from beamalloc import tracegen
+    from beamalloc.refalloc import tracegen
 
     p = dict(model.params)
     if model.generator == "from_carriers":
@@ -438,7 +352,7 @@ def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
                                       seed=seed + p["variant"])  # fmt: skip
         return n
     if model.generator == "stragglers":
-        return stragglers(path, seed=seed, **p)
+        return tracegen.stragglers(path, seed=seed, **p)
     if model.generator == "spike_and_drop":
         return tracegen.spike_and_drop(path, seed=seed, **p)
     if model.generator == "large_binaries":
@@ -507,7 +421,7 @@ class Predictor:
         return self._traces[model.key]
 
     def _replay(self, model: Model, flags: FlagSet) -> Snapshot:
-        from beamalloc.replay import replay_snapshot
+        from beamalloc.refalloc.replay import replay_snapshot
 
         key = (model.key, flags.render())
         if key not in self._runs:

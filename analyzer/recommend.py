@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
-from beamalloc.analyzer.lint import LintIssue, erts_of, lint_flags, lint_in_force
+from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
 from beamalloc.analyzer.rules import MIN_UNUSED, evaluate, placement_flags
 from beamalloc.flags import (
@@ -27,6 +28,7 @@ from beamalloc.flags import (
 )
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
+from beamalloc.versions import erts_of, otp_major
 
 SCHEMA = "beamalloc.recommend/1"
 NO_PREDICT = "not predicted: --no-predict"
@@ -52,13 +54,8 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
     return list(chosen.values()), notes
 
 
-def in_force(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    """Options of each allocator's first scheduler instance (instance 0 never pools,
-    docs/erts/alloc_util.md §2.3)."""
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
+#: Options of each allocator's first scheduler instance (analysis.first_scheduler_options).
+in_force = first_scheduler_options
 
 
 def _concerns(issue: LintIssue, a: Advice) -> bool:
@@ -363,11 +360,7 @@ def flags_in_force(snap: Snapshot, base: FlagSet | None = None) -> dict[str, Any
     opts = in_force(snap)
     shown = {n: {k: o[k] for k in ("as", "sbct", "lmbcs", "acul", "acful") if k in o}
              for n, o in sorted(opts.items()) if ALLOCATOR_LETTERS.get(n)}  # fmt: skip
-    try:
-        major = int(str(snap.otp_release).split(".")[0])
-    except ValueError:
-        major = None
-    if major not in SUPPORTED_OTP:
+    if otp_major(snap.otp_release) not in SUPPORTED_OTP:
         return {"flags": None, "options": shown,
                 "note": f"OTP {snap.otp_release or '?'} is not modelled (OTP "
                         f"{'/'.join(map(str, SUPPORTED_OTP))} are): its options as reported"}

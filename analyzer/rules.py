@@ -14,10 +14,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding
+from beamalloc.analyzer.findings import (
+    MCS_MAX,
+    NON_MIGRATING,
+    SINCE,
+    Advice,
+    AllocFacts,
+    Facts,
+    Finding,
+    Level,
+)
 from beamalloc.flags import Flag
 from beamalloc.units import human, pct
+from beamalloc.versions import erts_tuple
 
 KB = 1024
 MB = 1024 * KB
@@ -33,6 +45,14 @@ R0_USAGE_HEALTHY = 0.90  # EiA §7.3.1 "close to 100%" [heur]
 R2_USAGE_SUSPECT = 0.80  # riak_kv#1820 reports 0.5–0.8 [case]
 R2_MBCS_USAGE_PROBLEM = 0.50  # [heur, beamlens PR #29]
 R2_MBCS_USAGE_SEVERE = 0.30  # ejabberd#775 0.094 [case]
+
+
+def usage_level(u: float) -> str:
+    """How a usage reads by R2's thresholds: "bad" below R2_MBCS_USAGE_PROBLEM, "warn" below
+    R2_USAGE_SUSPECT, else "ok". The terminal's and the web UI's usage colours follow it, so a
+    colour never disagrees with the rules."""
+    return "bad" if u < R2_MBCS_USAGE_PROBLEM else "warn" if u < R2_USAGE_SUSPECT else "ok"
+
 # --- R1 ---------------------------------------------------------------------------------------
 R1_GAP_SHARE = 0.10
 R1_GAP_MIN = 256 * MB
@@ -43,7 +63,7 @@ R3_SMALL_BLOCKS = R3_SBCT // 8  # mbcs blocks this small are far from the lowere
 MIGRATING_STRATEGY = "ageffcbf"  # RabbitMQ default; keeps carrier migration (§0.2 item 1)
 # --- R6 ---------------------------------------------------------------------------------------
 R6_HIT_RATE = 0.80  # recon cache_hit_rates/0 doc
-R6_MCS = 30  # the maximum (docs/erts/alloc_util.md §2.2)
+R6_MCS = MCS_MAX  # the maximum
 # --- R7 ---------------------------------------------------------------------------------------
 R7_SBCS_SHARE = 0.50  # [heur: recon "if most of the data ends up in sbcs"]
 R7_SBCS_TO_MBCS = 1.0  # [heur]
@@ -52,10 +72,9 @@ R7_LMBCS_FACTOR = 4  # "keep lmbcs >= several x sbct"
 R7_MIN_CARRIER_CALLS = 1000  # mseg/sys_alloc calls worth saving [heur]
 # --- R9 ---------------------------------------------------------------------------------------
 R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
-NON_MIGRATING = ("bf", "aobf", "gf")
 # --- R10 --------------------------------------------------------------------------------------
 R10_POOL_SHARE = 0.25  # [heur]
-ACFUL_SINCE = (13, 1, 2)  # erts of OTP 25.1.2 (docs/erts/alloc_util.md §2.5)
+ACFUL_SINCE = SINCE["acful"]  # erts of OTP 25.1.2
 # --- R11 --------------------------------------------------------------------------------------
 R11_BINARY_SHARE = 0.50  # [heur] binary holds most of erlang:memory(total)
 R11_MIN_BINARY = 64 * MB
@@ -64,10 +83,46 @@ R11_USAGE = 0.80
 R13_REALLOC_RATIO = 0.2  # [heur]
 
 SRC_EIA = "Erlang in Anger §7.3.1"
-SRC_R3 = ("heroku/logplex b2d9ffd, PR #163", "rabbitmq-server PR #1604", "erlang/otp#9521")
-SRC_R4 = ("rabbitmq-server PR #1604, PR #1612", "basho/riak_kv#1820")
-SRC_R5 = ("Dahrkael/ExTracker#1", "erlang/otp#9521", "docs/erts/carrier-migration.md")
-SRC_R10 = ("Erlang in Anger §7.3.2", "erlang/otp PR #6378", "erlang/otp PR #2046")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule's id and sources, declared once; its findings and advice are built from it."""
+
+    id: str
+    sources: tuple[str, ...]
+
+    def finding(self, level: Level, title: str, message: str, evidence: dict[str, Any],
+                allocator: str | None = None, advice: list[Advice] | None = None) -> Finding:
+        return Finding(rule=self.id, level=level, title=title, message=message,
+                       evidence=evidence, sources=self.sources, allocator=allocator,
+                       advice=advice or [])  # fmt: skip
+
+    def advice(self, allocator: str, flag: Flag, reason: str, cost: str,
+               evidence: dict[str, Any], trade_off: bool = False) -> Advice:
+        return Advice(rule=self.id, allocator=allocator, flag=flag, reason=reason, cost=cost,
+                      evidence=evidence, sources=self.sources, trade_off=trade_off)
+
+
+#: Every rule's id and sources (docs/erts/tuning.md §1), in one table.
+OOM = RuleSpec("OOM", ("docs/erts/tuning.md §3 crashdump_viewer (the slogan)",
+                       "rabbitmq-server#39", "erlang/otp#3489",
+                       "erts_alloc doc, max_heap_size in erlang:process_flag/2"))
+R0 = RuleSpec("R0", (SRC_EIA,))
+R1 = RuleSpec("R1", ("recon_alloc memory/1 doc", "erlang/otp PR #7049", "rclex PR #284"))
+R2 = RuleSpec("R2", (SRC_EIA, "basho/riak_kv#1820", "processone/ejabberd#775",
+                     "beamlens PR #29"))
+R3 = RuleSpec("R3", ("heroku/logplex b2d9ffd, PR #163", "rabbitmq-server PR #1604",
+                     "erlang/otp#9521"))
+R4 = RuleSpec("R4", ("rabbitmq-server PR #1604, PR #1612", "basho/riak_kv#1820"))
+R5 = RuleSpec("R5", ("Dahrkael/ExTracker#1", "erlang/otp#9521", "docs/erts/carrier-migration.md"))
+R6 = RuleSpec("R6", ("recon_alloc cache_hit_rates/0 doc", "RabbitMQ runtime defaults"))
+R7 = RuleSpec("R7", ("recon_alloc sbcs_to_mbcs/1, average_block_sizes/1 docs",
+                     "Larsson, Memory Management: Battle Stories, case 1"))
+R9 = RuleSpec("R9", ("docs/erts/carrier-migration.md", "docs/erts/tuning.md §0.2 item 1"))
+R10 = RuleSpec("R10", ("Erlang in Anger §7.3.2", "erlang/otp PR #6378", "erlang/otp PR #2046"))
+R11 = RuleSpec("R11", ("Erlang in Anger §7.2", "heroku/logplex PR #48", "helium/miner PR #288"))
+R13 = RuleSpec("R13", ("erts_alloc doc",))
 
 Rule = Callable[[Facts], list[Finding]]
 
@@ -89,28 +144,28 @@ def _ev(a: AllocFacts) -> dict[str, int | float]:
     }
 
 
-def _migration_fix(a: AllocFacts, rule: str, ev: dict, sources: tuple[str, ...]) -> list[Advice]:
+def _migration_fix(a: AllocFacts, rule: RuleSpec, ev: dict) -> list[Advice]:
     """`as ageffcbf`, plus `acul de` where the node runs with the pool off (docs/erts/tuning.md
     §0.2 items 1-2).
 
     Appended after flags that zeroed acul (`+MBas bf`), a new `as` alone would leave acul 0;
     the explicit `acul de` (rendered after `as`) switches the pool back on.
     """
-    out = [
-        Advice(rule, a.name, _flag(a, "as", MIGRATING_STRATEGY),
-               f"{MIGRATING_STRATEGY}: age-ordered first fit, so new blocks go to the oldest "
-               "carriers and the young ones (from the peak) can empty; keeps carrier migration",
-               "a little CPU per allocation against bf/gf (docs/erts/carrier-migration.md)", ev,
-               sources),
-    ]  # fmt: skip
+    out = [rule.advice(
+        a.name, _flag(a, "as", MIGRATING_STRATEGY),
+        reason=f"{MIGRATING_STRATEGY}: age-ordered first fit, so new blocks go to the oldest "
+        "carriers and the young ones (from the peak) can empty; keeps carrier migration",
+        cost="a little CPU per allocation against bf/gf (docs/erts/carrier-migration.md)",
+        evidence=ev,
+    )]
     if a.options.get("acul") == 0:
-        out.append(
-            Advice(rule, a.name, _flag(a, "acul", "de"),
-                   "the pool is off on this node (acul 0): turn carrier migration back on, "
-                   "so a mostly empty carrier can move to where it is needed",
-                   "carriers shuttle between schedulers; small CPU cost",
-                   {**ev, "acul": 0, "as": a.options.get("as")}, sources)
-        )  # fmt: skip
+        out.append(rule.advice(
+            a.name, _flag(a, "acul", "de"),
+            reason="the pool is off on this node (acul 0): turn carrier migration back on, "
+            "so a mostly empty carrier can move to where it is needed",
+            cost="carriers shuttle between schedulers; small CPU cost",
+            evidence={**ev, "acul": 0, "as": a.options.get("as")},
+        ))
     return out
 
 
@@ -126,12 +181,13 @@ def r0_real_usage(f: Facts) -> list[Finding]:
     """
     if f.usage < R0_USAGE_HEALTHY:
         return []
-    return [Finding("R0", "info", "usage is real",
-                    f"The allocators use {pct(f.usage)} of their carriers: memory is held by "
-                    "data, not lost to fragmentation. No +M flag helps; look at erlang:memory() "
-                    "categories, ets:i() and recon:proc_count/2.",
-                    {"usage": round(f.usage, 4), "used": f.used, "allocated": f.allocated},
-                    (SRC_EIA,))]  # fmt: skip
+    return [R0.finding(
+        "info", "usage is real",
+        message=f"The allocators use {pct(f.usage)} of their carriers: memory is held by "
+        "data, not lost to fragmentation. No +M flag helps; look at erlang:memory() "
+        "categories, ets:i() and recon:proc_count/2.",
+        evidence={"usage": round(f.usage, 4), "used": f.used, "allocated": f.allocated},
+    )]
 
 
 def r1_outside_erts_alloc(f: Facts) -> list[Finding]:
@@ -145,13 +201,13 @@ def r1_outside_erts_alloc(f: Facts) -> list[Finding]:
     gap = f.rss - f.allocated
     if gap <= max(R1_GAP_SHARE * f.rss, R1_GAP_MIN):
         return []
-    return [Finding("R1", "info", "memory outside the allocators",
-                    f"The OS sees {human(f.rss)} resident but the allocators hold "
-                    f"{human(f.allocated)}: {human(gap)} is elsewhere. No +M flag fixes this: "
-                    "look for NIFs or drivers calling malloc, the mseg cache, thread stacks.",
-                    {"rss": f.rss, "allocated": f.allocated, "gap": gap},
-                    ("recon_alloc memory/1 doc", "erlang/otp PR #7049",
-                     "rclex PR #284"))]  # fmt: skip
+    return [R1.finding(
+        "info", "memory outside the allocators",
+        message=f"The OS sees {human(f.rss)} resident but the allocators hold "
+        f"{human(f.allocated)}: {human(gap)} is elsewhere. No +M flag fixes this: "
+        "look for NIFs or drivers calling malloc, the mseg cache, thread stacks.",
+        evidence={"rss": f.rss, "allocated": f.allocated, "gap": gap},
+    )]
 
 
 def r2_fragmentation(f: Facts) -> list[Finding]:
@@ -167,15 +223,16 @@ def r2_fragmentation(f: Facts) -> list[Finding]:
         severe = a.mbcs_usage < R2_MBCS_USAGE_SEVERE
         after_peak = a.max_usage - a.usage
         has_rule = a.name in ("binary_alloc", "eheap_alloc", "ets_alloc")
-        out.append(Finding(
-            "R2", "info", f"{a.name} is fragmented" + (" (severe)" if severe else ""),
-            f"{a.name} holds {human(a.allocated)} of carriers and uses {human(a.used)} "
+        out.append(R2.finding(
+            "info", f"{a.name} is fragmented" + (" (severe)" if severe else ""),
+            message=f"{a.name} holds {human(a.allocated)} of carriers and uses {human(a.used)} "
             f"(mbcs usage {pct(a.mbcs_usage)}; at its peak {pct(a.max_usage)}): "
             + ("the carriers stayed after a peak. " if after_peak > 0.2 else "")
             + ("R3-R5 give its flags." if has_rule else
                "The rule base has no flag for this allocator; find what allocates there."),
-            {**_ev(a), "node_usage": round(f.usage, 4)}, (SRC_EIA, "basho/riak_kv#1820",
-            "processone/ejabberd#775", "beamlens PR #29"), a.name))  # fmt: skip
+            evidence={**_ev(a), "node_usage": round(f.usage, 4)},
+            allocator=a.name,
+        ))
     return out
 
 
@@ -189,7 +246,7 @@ def r3_binary_fragmentation(f: Facts) -> list[Finding]:
     a = f.allocators.get("binary_alloc")
     if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
         return []
-    return [_small_carriers("R3", a, SRC_R3, lower_sbct=True)]
+    return [_small_carriers(R3, a, lower_sbct=True)]
 
 
 def r4_eheap_fragmentation(f: Facts) -> list[Finding]:
@@ -202,16 +259,14 @@ def r4_eheap_fragmentation(f: Facts) -> list[Finding]:
     a = f.allocators.get("eheap_alloc")
     if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
         return []
-    return [_small_carriers("R4", a, SRC_R4, lower_sbct=False)]
+    return [_small_carriers(R4, a, lower_sbct=False)]
 
 
-def _small_carriers(
-    rule: str, a: AllocFacts, sources: tuple[str, ...], lower_sbct: bool
-) -> Finding:
+def _small_carriers(rule: RuleSpec, a: AllocFacts, lower_sbct: bool) -> Finding:
     ev = _ev(a)
     sbct = a.sbct or 512 * KB
     avg = a.mbcs_used / a.mbcs_blocks if a.mbcs_blocks else 0
-    advice = _migration_fix(a, rule, ev, sources)
+    advice = _migration_fix(a, rule, ev)
     # Lower sbct only where no big blocks live in sbcs (else R7's case: raise it, not lower).
     few_sbcs = a.max_sbcs_allocated < R7_MIN_SBCS
     if lower_sbct and few_sbcs and avg <= R3_SMALL_BLOCKS and sbct > R3_SBCT:
@@ -222,24 +277,29 @@ def _small_carriers(
     if isinstance(cur_lmbcs, int) and cur_lmbcs <= lmbcs:
         lmbcs = cur_lmbcs  # already small: nothing to shrink
     else:
-        advice.append(Advice(
-            rule, a.name, _flag(a, "lmbcs", lmbcs),
-            f"carriers of at most {human(lmbcs)} instead of {human(cur_lmbcs)} (mseg rounds "
-            "carriers up to a power of two): a carrier holding fewer blocks empties sooner "
-            "and goes back to the OS",
-            "more, smaller carriers: more mmap calls when the allocator grows; logplex warns it "
-            "can make usage worse if unlucky", {**ev, "lmbcs": cur_lmbcs}, sources))  # fmt: skip
+        advice.append(rule.advice(
+            a.name, _flag(a, "lmbcs", lmbcs),
+            reason=f"carriers of at most {human(lmbcs)} instead of {human(cur_lmbcs)} (mseg "
+            "rounds carriers up to a power of two): a carrier holding fewer blocks empties "
+            "sooner and goes back to the OS",
+            cost="more, smaller carriers: more mmap calls when the allocator grows; logplex "
+            "warns it can make usage worse if unlucky",
+            evidence={**ev, "lmbcs": cur_lmbcs},
+        ))
     if new_sbct != sbct:
-        advice.append(Advice(
-            rule, a.name, _flag(a, "sbct", new_sbct),
-            f"keep lmbcs >= 2 x sbct (R8, erlang/otp#9521): blocks here average {human(avg)}, "
-            f"far below {human(new_sbct)}",
-            f"blocks of {human(new_sbct)}..{human(sbct)} get a carrier (an mmap) each",
-            {**ev, "sbct": sbct, "mbcs_average_block": round(avg)}, sources))  # fmt: skip
-    return Finding(rule, "action", f"{a.name}: smaller carriers and age-ordered placement",
-                   f"{a.name} keeps {human(a.unused)} of empty space in its carriers "
-                   f"(mbcs usage {pct(a.mbcs_usage)}). Smaller carriers empty sooner after a peak.",
-                   ev, sources, a.name, advice)  # fmt: skip
+        advice.append(rule.advice(
+            a.name, _flag(a, "sbct", new_sbct),
+            reason=f"keep lmbcs >= 2 x sbct (R8, erlang/otp#9521): blocks here average "
+            f"{human(avg)}, far below {human(new_sbct)}",
+            cost=f"blocks of {human(new_sbct)}..{human(sbct)} get a carrier (an mmap) each",
+            evidence={**ev, "sbct": sbct, "mbcs_average_block": round(avg)},
+        ))
+    return rule.finding(
+        "action", f"{a.name}: smaller carriers and age-ordered placement",
+        message=f"{a.name} keeps {human(a.unused)} of empty space in its carriers "
+        f"(mbcs usage {pct(a.mbcs_usage)}). Smaller carriers empty sooner after a peak.",
+        evidence=ev, allocator=a.name, advice=advice,
+    )
 
 
 def placement_flags(a: AllocFacts) -> list[Advice]:
@@ -248,11 +308,11 @@ def placement_flags(a: AllocFacts) -> list[Advice]:
     if a.letter is None:
         return []
     if a.name == "binary_alloc":
-        return _small_carriers("R3", a, SRC_R3, lower_sbct=True).advice
+        return _small_carriers(R3, a, lower_sbct=True).advice
     if a.name == "eheap_alloc":
-        return _small_carriers("R4", a, SRC_R4, lower_sbct=False).advice
+        return _small_carriers(R4, a, lower_sbct=False).advice
     if a.name == "ets_alloc":
-        return _migration_fix(a, "R5", _ev(a), SRC_R5)
+        return _migration_fix(a, R5, _ev(a))
     return []
 
 
@@ -266,18 +326,11 @@ def r5_ets_fragmentation(f: Facts) -> list[Finding]:
     if a is None or not _fragmented(a) or f.usage >= R2_USAGE_SUSPECT:
         return []
     ev = _ev(a)
-    return [
-        Finding(
-            "R5",
-            "action",
-            "ets_alloc: age-ordered placement",
-            f"ets_alloc keeps {human(a.unused)} empty (mbcs usage {pct(a.mbcs_usage)}).",
-            ev,
-            SRC_R5,
-            a.name,
-            _migration_fix(a, "R5", ev, SRC_R5),
-        )
-    ]
+    return [R5.finding(
+        "action", "ets_alloc: age-ordered placement",
+        message=f"ets_alloc keeps {human(a.unused)} empty (mbcs usage {pct(a.mbcs_usage)}).",
+        evidence=ev, allocator=a.name, advice=_migration_fix(a, R5, ev),
+    )]
 
 
 def r6_mseg_cache(f: Facts) -> list[Finding]:
@@ -292,13 +345,15 @@ def r6_mseg_cache(f: Facts) -> list[Finding]:
         return []
     ev = {"hit_rate": round(rate, 4), "cache_hits": f.mseg_hits, "mseg_alloc_calls": f.mseg_calls,
           "mcs": f.mseg_mcs}  # fmt: skip
-    src = ("recon_alloc cache_hit_rates/0 doc", "RabbitMQ runtime defaults")
-    adv = Advice("R6", "mseg_alloc", Flag("M", "mcs", R6_MCS),
-                 f"only {pct(rate)} of {f.mseg_calls} segment requests hit the cache; "
-                 "30 slots (the maximum) keep more freed carriers for reuse",
-                 "cached segments stay resident but are not counted in `allocated`", ev, src,
-                 trade_off=True)  # fmt: skip
-    return [Finding("R6", "action", "mseg cache misses", adv.reason, ev, src, "mseg_alloc", [adv])]
+    adv = R6.advice(
+        "mseg_alloc", Flag("M", "mcs", R6_MCS),
+        reason=f"only {pct(rate)} of {f.mseg_calls} segment requests hit the cache; "
+        "30 slots (the maximum) keep more freed carriers for reuse",
+        cost="cached segments stay resident but are not counted in `allocated`",
+        evidence=ev, trade_off=True,
+    )
+    return [R6.finding("action", "mseg cache misses", message=adv.reason, evidence=ev,
+                       allocator="mseg_alloc", advice=[adv])]
 
 
 def r7_sbcs(f: Facts) -> list[Finding]:
@@ -338,8 +393,6 @@ def r7_sbcs(f: Facts) -> list[Finding]:
             "sys_alloc_calls": sysc,
             "carrier_calls_per_alloc": round((mseg + sysc) / allocs, 4) if allocs else None,
         }
-        src = ("recon_alloc sbcs_to_mbcs/1, average_block_sizes/1 docs",
-               "Larsson, Memory Management: Battle Stories, case 1")  # fmt: skip
         msg = (f"{a.name}: {pct(share)} of its carrier bytes are single-block carriers, "
                f"{a.sbcs_blocks} blocks averaging {human(avg)} above sbct {human(sbct)}; "
                f"{mseg + sysc} mseg/sys_alloc calls for {allocs} allocations.")  # fmt: skip
@@ -348,23 +401,23 @@ def r7_sbcs(f: Facts) -> list[Finding]:
                 msg += (f" No larger sbct: the largest block it ever held is at most "
                         f"{human(a.largest_block)}, and the node never mapped more than "
                         f"{human(f.max_allocated)} of carriers.")  # fmt: skip
-            out.append(Finding("R7", "info", f"{a.name}: data in single-block carriers", msg,
-                               ev, src, a.name))  # fmt: skip
+            out.append(R7.finding("info", f"{a.name}: data in single-block carriers",
+                                  message=msg, evidence=ev, allocator=a.name))
             continue
         cost = (f"trades memory for speed: blocks of up to {human(new_sbct)} share carriers of "
                 f"up to {human(lmbcs)}, so a few live ones can pin a whole "
                 f"carrier (more unused bytes); saves up to {mseg + sysc} carrier calls per "
                 f"{allocs} allocations")  # fmt: skip
         adv = [
-            Advice("R7", a.name, _flag(a, "sbct", new_sbct),
-                   f"blocks of {human(avg)} on average go into multiblock carriers", cost, ev, src,
-                   trade_off=True),
-            Advice("R7", a.name, _flag(a, "lmbcs", lmbcs),
-                   f"multiblock carriers large enough for several blocks (lmbcs = "
-                   f"{R7_LMBCS_FACTOR} x sbct)", cost, ev, src, trade_off=True),
-        ]  # fmt: skip
-        out.append(Finding("R7", "action", f"{a.name}: data in single-block carriers", msg, ev,
-                           src, a.name, adv))  # fmt: skip
+            R7.advice(a.name, _flag(a, "sbct", new_sbct),
+                      reason=f"blocks of {human(avg)} on average go into multiblock carriers",
+                      cost=cost, evidence=ev, trade_off=True),
+            R7.advice(a.name, _flag(a, "lmbcs", lmbcs),
+                      reason="multiblock carriers large enough for several blocks (lmbcs = "
+                      f"{R7_LMBCS_FACTOR} x sbct)", cost=cost, evidence=ev, trade_off=True),
+        ]
+        out.append(R7.finding("action", f"{a.name}: data in single-block carriers",
+                              message=msg, evidence=ev, allocator=a.name, advice=adv))
     return out
 
 
@@ -388,22 +441,20 @@ def r9_migration_off(f: Facts) -> list[Finding]:
         imbalance = (hi - lo) / hi if hi else 0.0
         ev = {**_ev(a), "as": a.options.get("as"), "acul": 0, "imbalance": round(imbalance, 4),
               "scheduler_instances_allocated": a.sched_allocated}  # fmt: skip
-        src = ("docs/erts/carrier-migration.md", "docs/erts/tuning.md §0.2 item 1")
         if imbalance < R9_IMBALANCE or a.unused < MIN_UNUSED:
             continue  # the lint reports the strategy itself
-        out.append(Finding("R9", "action", f"{a.name}: carrier migration is off",
-                           f"{a.name} runs `as {a.options.get('as')}`, which turns the carrier "
-                           f"pool off, and its scheduler instances differ by {pct(imbalance)}: "
-                           "free carriers of one scheduler cannot serve another.",
-                           ev, src, a.name, _migration_fix(a, "R9", ev, src)))  # fmt: skip
+        out.append(R9.finding(
+            "action", f"{a.name}: carrier migration is off",
+            message=f"{a.name} runs `as {a.options.get('as')}`, which turns the carrier "
+            f"pool off, and its scheduler instances differ by {pct(imbalance)}: "
+            "free carriers of one scheduler cannot serve another.",
+            evidence=ev, allocator=a.name, advice=_migration_fix(a, R9, ev),
+        ))
     return out
 
 
 def _erts(f: Facts) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in (f.erts_version or "").split("."))
-    except ValueError:
-        return ()
+    return erts_tuple(f.erts_version) or ()
 
 
 def r10_pool_bloat(f: Facts) -> list[Finding]:
@@ -429,18 +480,23 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
         # A release that knows acful lists it among the options, in every source (a recon
         # file carries no version); else fall back to the erts version.
         if "acful" not in a.options and _erts(f) < ACFUL_SINCE:
-            out.append(Finding("R10", "info", f"{a.name}: carrier pool bloat", msg + " This "
-                               "release has no acful; +M<S>acul 0 would turn migration off.",
-                               ev, SRC_R10, a.name))  # fmt: skip
+            out.append(R10.finding(
+                "info", f"{a.name}: carrier pool bloat",
+                message=msg + " This release has no acful; +M<S>acul 0 would turn migration off.",
+                evidence=ev, allocator=a.name,
+            ))
             continue
-        adv = Advice("R10", a.name, _flag(a, "acful", "de"),
-                     "let the OS take back the free pages of pooled carriers (MADV_FREE below "
-                     "acul - 20 % utilization): they show as LazyFree and count in MemAvailable; "
-                     "VmRSS and carrier bytes stay until the kernel needs the pages",
-                     "madvise calls; OTP made it opt-in because carriers moving in and out of "
-                     "the pool cost performance (PR #6378)", ev, SRC_R10)  # fmt: skip
-        out.append(Finding("R10", "action", f"{a.name}: carrier pool bloat", msg, ev, SRC_R10,
-                           a.name, [adv]))  # fmt: skip
+        adv = R10.advice(
+            a.name, _flag(a, "acful", "de"),
+            reason="let the OS take back the free pages of pooled carriers (MADV_FREE below "
+            "acul - 20 % utilization): they show as LazyFree and count in MemAvailable; "
+            "VmRSS and carrier bytes stay until the kernel needs the pages",
+            cost="madvise calls; OTP made it opt-in because carriers moving in and out of "
+            "the pool cost performance (PR #6378)",
+            evidence=ev,
+        )
+        out.append(R10.finding("action", f"{a.name}: carrier pool bloat", message=msg,
+                               evidence=ev, allocator=a.name, advice=[adv]))
     return out
 
 
@@ -456,18 +512,13 @@ def r11_binary_leak(f: Facts) -> list[Finding]:
         return []
     if a is not None and a.usage < R11_USAGE:
         return []  # low usage is R2/R3's case
-    return [
-        Finding(
-            "R11",
-            "info",
-            "binaries are retained, not fragmented",
-            f"Binaries hold {human(binary)} of {human(total)}. If that is more than "
-            "the node should hold, run recon:bin_leak/1; fixes are in code (hibernate, "
-            "binary:copy/1 for long-kept slices, fullsweep_after), not in +M flags.",
-            {"binary": binary, "total": total, "binary_share": round(binary / total, 4)},
-            ("Erlang in Anger §7.2", "heroku/logplex PR #48", "helium/miner PR #288"),
-        )
-    ]
+    return [R11.finding(
+        "info", "binaries are retained, not fragmented",
+        message=f"Binaries hold {human(binary)} of {human(total)}. If that is more than "
+        "the node should hold, run recon:bin_leak/1; fixes are in code (hibernate, "
+        "binary:copy/1 for long-kept slices, fullsweep_after), not in +M flags.",
+        evidence={"binary": binary, "total": total, "binary_share": round(binary / total, 4)},
+    )]
 
 
 def r13_realloc(f: Facts) -> list[Finding]:
@@ -487,30 +538,17 @@ def r13_realloc(f: Facts) -> list[Finding]:
               "realloc_ratio": round(reallocs / allocs, 4)}  # fmt: skip
         msg = f"{a.name}: {reallocs} reallocs for {allocs} allocations."
         if not (_fragmented(a) and f.usage < R2_USAGE_SUSPECT):
-            out.append(
-                Finding(
-                    "R13",
-                    "info",
-                    f"{a.name}: many reallocs",
-                    msg + " Not fragmented, so no flag.",
-                    ev,
-                    ("erts_alloc doc",),
-                    a.name,
-                )
-            )
+            out.append(R13.finding("info", f"{a.name}: many reallocs",
+                                   message=msg + " Not fragmented, so no flag.", evidence=ev,
+                                   allocator=a.name))
             continue
-        adv = Advice(
-            "R13",
-            a.name,
-            _flag(a, "ramv", True),
-            "every realloc moves the block, so grown blocks do not leave holes behind",
-            "a copy per realloc (CPU)",
-            ev,
-            ("erts_alloc doc",),
-            trade_off=True,
+        adv = R13.advice(
+            a.name, _flag(a, "ramv", True),
+            reason="every realloc moves the block, so grown blocks do not leave holes behind",
+            cost="a copy per realloc (CPU)", evidence=ev, trade_off=True,
         )
-        out.append(Finding("R13", "action", f"{a.name}: realloc-driven fragmentation", msg, ev,
-                           ("erts_alloc doc",), a.name, [adv]))  # fmt: skip
+        out.append(R13.finding("action", f"{a.name}: realloc-driven fragmentation",
+                               message=msg, evidence=ev, allocator=a.name, advice=[adv]))
     return out
 
 
@@ -521,8 +559,6 @@ _CANNOT_ALLOCATE = re.compile(
 ADDRESS_BITS = {8: 47, 4: 32}
 RUNAWAY_FEW_BLOCKS = 4  # this few single-block-carrier blocks holding ...
 RUNAWAY_SHARE = 0.50  # ... this share of the node's carriers is one runaway [heur]
-SRC_OOM = ("docs/erts/tuning.md §3 crashdump_viewer (the slogan)", "rabbitmq-server#39",
-           "erlang/otp#3489", "erts_alloc doc, max_heap_size in erlang:process_flag/2")
 
 
 def oom_runaway(f: Facts) -> list[Finding]:
@@ -558,34 +594,36 @@ def oom_runaway(f: Facts) -> list[Finding]:
                f"carriers held {human(a.sbcs_allocated)} of the node's {human(f.allocated)}: "
                "one runaway holder (a process heap or binary that grew without bound).")
     else:
-        return [Finding("OOM", "info", f"{name}: the node ran out of memory",
-                        f"{what} ({human(size)}); its carriers held {human(f.allocated)}. The "
-                        "slogan does not say which OS call failed (erlang/otp#3489).", ev,
-                        SRC_OOM, name)]  # fmt: skip
+        return [OOM.finding(
+            "info", f"{name}: the node ran out of memory",
+            message=f"{what} ({human(size)}); its carriers held {human(f.allocated)}. The "
+            "slogan does not say which OS call failed (erlang/otp#3489).",
+            evidence=ev, allocator=name,
+        )]
     ev["runaway"] = True
     fix = ("Find the holder in the dump (crashdump_viewer: processes by memory; =binary sizes) "
            "and bound it: max_heap_size (erlang:process_flag/2) kills a process whose heap "
            "passes it; a queue or cache needs its own limit. No +M flag helps.")
-    return [Finding("OOM", "info", f"{name}: the node died of one runaway allocation",
-                    f"{why} {fix}", ev, SRC_OOM, name)]
+    return [OOM.finding("info", f"{name}: the node died of one runaway allocation",
+                        message=f"{why} {fix}", evidence=ev, allocator=name)]
 
 
 #: Evaluation order is priority order: where two rules set the same flag, the earlier wins.
-RULES: tuple[tuple[str, Rule], ...] = (
-    ("OOM", oom_runaway),
-    ("R0", r0_real_usage),
-    ("R1", r1_outside_erts_alloc),
-    ("R2", r2_fragmentation),
-    ("R3", r3_binary_fragmentation),
-    ("R4", r4_eheap_fragmentation),
-    ("R5", r5_ets_fragmentation),
-    ("R9", r9_migration_off),
-    ("R7", r7_sbcs),
-    ("R10", r10_pool_bloat),
-    ("R13", r13_realloc),
-    ("R6", r6_mseg_cache),
-    ("R11", r11_binary_leak),
-)
+RULES: tuple[tuple[str, Rule], ...] = tuple((spec.id, fn) for spec, fn in (
+    (OOM, oom_runaway),
+    (R0, r0_real_usage),
+    (R1, r1_outside_erts_alloc),
+    (R2, r2_fragmentation),
+    (R3, r3_binary_fragmentation),
+    (R4, r4_eheap_fragmentation),
+    (R5, r5_ets_fragmentation),
+    (R9, r9_migration_off),
+    (R7, r7_sbcs),
+    (R10, r10_pool_bloat),
+    (R13, r13_realloc),
+    (R6, r6_mseg_cache),
+    (R11, r11_binary_leak),
+))
 
 
 def evaluate(f: Facts) -> list[Finding]:

@@ -679,34 +679,3 @@ def convert(src: str | Path, dst: str | Path, *, to: str | None = None) -> int:
             w.write(ev)
         return w.count
 
-
-def replay(
-    path: str | Path,
-    flags: Any = None,
-    *,
-    schedulers: int | None = None,
-    sample_every_ns: int = 1_000_000_000,
-) -> dict[str, Any]:
-    """Replay a trace through refalloc under ``flags`` (a FlagSet or a ``+M`` string).
-
-    The scheduler count defaults to the trace header's. CSV traces are converted to a temporary
-    binary file first. Returns the native result: per allocator a list of instances shaped like
-    ``erlang:system_info({allocator, A})`` (mbcs, sbcs, mbcs_pool, calls), ``mseg_alloc``, a
-    ``footprint`` series and ``anomalies``.
-    """
-    import tempfile
-
-    from beamalloc import _refalloc
-    from beamalloc.flags import replay_config
-
-    hdr = read_header(path)
-    s = schedulers or hdr.schedulers
-    config = replay_config(flags, s)
-    with open(path, "rb") as f:
-        binary = f.read(len(MAGIC)) == MAGIC
-    if binary:
-        return _refalloc.replay(str(path), config, s, sample_every_ns)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp_path = Path(tmp) / "trace.batr"
-        convert(path, tmp_path, to="binary")
-        return _refalloc.replay(str(tmp_path), config, s, sample_every_ns)

@@ -20,13 +20,13 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from beamalloc.collector import etf, live
+from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.live import NodeError
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
@@ -45,8 +45,7 @@ class Session:
     """A hidden node serving snapshot requests; thread-safe; use as a context manager."""
 
     def __init__(self, cookie: str, long_names: bool = False) -> None:
-        if not cookie:
-            raise NodeError("empty cookie")
+        check_cookie(cookie, "the cookie")
         self._cookie = cookie
         self._long = long_names
         self._ids = itertools.count(1)
@@ -56,6 +55,7 @@ class Session:
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self.ended: str | None = None  # why the hidden node is gone, once it is
+        self.start_failure: str | None = None
 
     def __enter__(self) -> Session:
         self.start()
@@ -65,17 +65,12 @@ class Session:
         self.close()
 
     def start(self) -> None:
-        erl = shutil.which("erl")
-        if not erl:
-            raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox)")
-        argv = live.hidden_node_argv(erl, self._long, ["beamalloc_session", "main"])
-        self._home = tempfile.mkdtemp(prefix="beamalloc_home_")
-        self._proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=self._home, env=live._agent_env(self._home), start_new_session=True)
+        self._proc, self._home = live.start_hidden_node(["beamalloc_session", "main"], self._long,
+                                                        stderr=subprocess.DEVNULL)
         assert self._proc.stdin is not None
-        self._proc.stdin.write(self._cookie.encode("utf-8").hex().encode() + b"\n")
-        self._proc.stdin.flush()
+        with contextlib.suppress(BrokenPipeError):  # a node dead at boot: the reader says so
+            self._proc.stdin.write(self._cookie.encode("utf-8").hex().encode() + b"\n")
+            self._proc.stdin.flush()
         self._reader = threading.Thread(target=self._read, name="beamalloc-session", daemon=True)
         self._reader.start()
 
@@ -85,6 +80,13 @@ class Session:
             if not line.startswith(MARK):
                 continue
             rid, _, payload = line[len(MARK):].strip().partition(b" ")
+            if rid == b"0":  # the node could not start (beamalloc_session.erl): why it ends
+                with contextlib.suppress(ValueError, etf.ETFError):
+                    err = etf.decode(base64.b64decode(payload, validate=True))
+                    if isinstance(err, tuple) and len(err) == 3:
+                        self.start_failure = str(live.start_error(str(err[1]), err[2],
+                                                                  self._cookie))
+                continue
             with self._lock:
                 fut = self._pending.pop(rid, None)
             if fut is None:
@@ -94,7 +96,7 @@ class Session:
             except (ValueError, etf.ETFError) as e:
                 fut.set_exception(NodeError(f"unreadable answer from the beamalloc session: {e}"))
         with self._lock:
-            self.ended = "the beamalloc hidden node exited"
+            self.ended = self.start_failure or "the beamalloc hidden node exited"
             pending, self._pending = self._pending, {}
         for fut in pending.values():
             fut.set_exception(NodeError(self.ended))

@@ -1,7 +1,12 @@
 """Where the Erlang cookie comes from (docs/design.md, "Conventions": the cookie rule).
 
 `--cookie-file`, else `$BEAMALLOC_COOKIE`, else `~/.erlang.cookie`. Error messages name the
-source, never the cookie.
+source, never the cookie, nor any character of it.
+
+A cookie Erlang cannot use is refused here, before any node starts (exit 2): OTP keeps a cookie
+as an atom, at most 255 characters, and the handshake digests its characters as bytes, so one
+above U+00FF makes the digest fail on both sides (no node can use it: a target started with
+such a -setcookie accepts no connection either).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from pathlib import Path
 from beamalloc.errors import InputError
 
 ENV_VAR = "BEAMALLOC_COOKIE"
+#: An atom's limit in characters (erlang:system_info(atom_limit) is the count, not the length).
+MAX_LEN = 255
 
 
 class CookieError(InputError):
@@ -32,6 +39,22 @@ def _read(path: Path, what: str) -> str:
         raise CookieError(f"{what} {path} is empty")
     if "\n" in cookie or "\r" in cookie:
         raise CookieError(f"{what} {path} holds more than one line")
+    return check_cookie(cookie, f"the cookie in {path}")
+
+
+def check_cookie(cookie: str, what: str) -> str:
+    """`cookie` if Erlang can use it, else CookieError naming `what` (its source), its length
+    and the position of the first bad character, never a character."""
+    if not cookie:
+        raise CookieError(f"{what} is empty")
+    if len(cookie) > MAX_LEN:
+        raise CookieError(f"{what} has {len(cookie)} characters; Erlang takes at most {MAX_LEN} "
+                          "(a cookie is an atom)")
+    bad = next((i for i, c in enumerate(cookie) if ord(c) > 0xFF), None)
+    if bad is not None:
+        raise CookieError(f"{what} has a character above U+00FF (character {bad + 1} of "
+                          f"{len(cookie)}): Erlang's handshake digests a cookie as bytes, so no "
+                          "node can use it")
     return cookie
 
 
@@ -41,7 +64,7 @@ def resolve_cookie(cookie_file: str | None) -> str:
         return _read(Path(cookie_file).expanduser(), "cookie file")
     env = os.environ.get(ENV_VAR, "").strip()
     if env:  # set but empty counts as unset
-        return env
+        return check_cookie(env, f"${ENV_VAR}")
     default = Path.home() / ".erlang.cookie"
     if not default.exists():
         raise CookieError(

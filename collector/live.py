@@ -6,8 +6,15 @@ line of base64 ETF. The cookie reaches the agent over its stdin only; the hidden
 without -setcookie, with a throw-away HOME (so it neither reads nor creates ~/.erlang.cookie) and
 without ERL_FLAGS/ERL_AFLAGS/ERL_ZFLAGS (erlexec would copy them into its argv).
 
-Every path out of snapshot_node() kills the hidden node's process group (beam.smp and its
-erl_child_setup), including exceptions and KeyboardInterrupt.
+How the hidden node is held (docs/robustness-target.md):
+- it dies with us: its stdin stays open while we live and it halts when stdin ends, which the
+  kernel does when this process dies, SIGKILL included; every path out of snapshot_node() also
+  kills its process group (beam.smp and its erl_child_setup);
+- it leaves nothing: it deletes its throw-away HOME as soon as distribution is up;
+- it costs a target a bounded number of atoms: its name is one of beamalloc_1..16
+  (beamalloc_link.erl picks one epmd does not list);
+- run as root, it runs as `nobody` with no capability (setpriv): a target can run code on our
+  side of a distribution connection (Erlang trusts both ways), and there it is nobody.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import contextlib
 import hashlib
 import itertools
 import os
+import pwd
 import re
 import secrets
+import selectors
 import shutil
 import signal
 import socket
@@ -29,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.collector import etf
+from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
@@ -41,6 +51,12 @@ MARK = b"BEAMALLOC-RESULT "
 AGENT_MARGIN = 0.3
 #: Seconds past the deadline before we stop waiting for the agent and kill it.
 KILL_GRACE = 1.0
+#: Our hidden nodes are named beamalloc_1 .. beamalloc_POOL (the ?POOL of beamalloc_link.erl).
+NAME_POOL = 16
+#: Run as root, the hidden node runs as this user (no groups, no capabilities, no new privileges).
+NODE_USER = "nobody"
+#: Bytes of the agent's stderr kept for an error message (its last line is all we show).
+STDERR_KEEP = 65536
 
 _NODE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.+-]*)@([A-Za-z0-9_][A-Za-z0-9_.-]*)\Z")
 _SCRUB_ENV = ("ERL_FLAGS", "ERL_AFLAGS", "ERL_ZFLAGS", "BEAMALLOC_COOKIE")
@@ -111,28 +127,31 @@ def _local_host_names() -> set[str]:
 
 
 def _node_suffix() -> str:
-    """The random part of the hidden node's name (tests replace it to find their processes)."""
+    """A random tag in the hidden node's argv (`-beamalloc_run TAG`) that tests use to find their
+    processes; the node's name comes from the pool, not from here."""
     return secrets.token_hex(5)
 
 
-def hidden_node_argv(erl: str, long_names: bool, run: list[str]) -> list[str]:
+def hidden_node_argv(erl: str, long_names: bool, run: list[str],
+                     ebin: str | Path | None = None) -> list[str]:
     """argv of a hidden node of ours (the one-shot agent or the watch session) running `run`,
-    e.g. ["beamalloc_agent", "main", Target, DeadlineMs]. No cookie here, ever."""
-    me = f"beamalloc_{_node_suffix()}"
+    e.g. ["beamalloc_agent", "main", Target, DeadlineMs], loading our modules from `ebin` (default
+    the compiled cache). No cookie here, ever, and no node name: beamalloc_link:start/1 starts
+    distribution under a pooled name once the node is up. start_hidden_node() runs it."""
+    host: list[str] = []
     if long_names:  # the target uses long names (net_kernel refuses to mix the two)
         fqdn = socket.getfqdn()
-        name = ["-name", f"{me}@{fqdn if '.' in fqdn else '127.0.0.1'}"]
-    else:
-        name = ["-sname", me]
+        host = ["-beamalloc_host", fqdn if "." in fqdn else "127.0.0.1"]
     return [
-        erl, "-hidden", *name, "-noshell", "-boot", "no_dot_erlang",
+        erl, "-hidden", "-noshell", "-boot", "no_dot_erlang",
         # One scheduler and no busy-waiting: the node only waits on the network, and should
         # not take CPU from the node it is looking at.
         "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
         "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
         # Accept distribution connections on loopback only: nobody needs to reach us.
         "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
-        "-pa", str(erlang_ebin()),
+        "-pa", str(ebin or erlang_ebin()),
+        "-beamalloc_run", _node_suffix(), *host,
         "-run", *run,
     ]
 
@@ -143,6 +162,83 @@ def _agent_env(home: str) -> dict[str, str]:
     env["XDG_CONFIG_HOME"] = home  # OTP 26+ also looks for the cookie file here
     env["ERL_CRASH_DUMP_BYTES"] = "0"  # a crash dump would hold the cookie atom
     return env
+
+
+def unprivileged() -> tuple[list[str], int, int] | None:
+    """(argv prefix, uid, gid) that runs the hidden node as NODE_USER when we are root, else None
+    (then it runs as the user running beamalloc, who is no more than the operator already is).
+
+    setpriv (util-linux) changes the real and effective ids, drops every supplementary group and
+    every capability (inheritable, ambient, bounding set) and sets no_new_privs, so nothing the
+    node execs can gain privilege back.
+    """
+    if os.geteuid() != 0:
+        return None
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        raise NodeError("running as root, beamalloc runs its hidden node as an unprivileged user "
+                        "with setpriv, which is missing (Debian: util-linux)")
+    try:
+        pw = pwd.getpwnam(NODE_USER)
+        uid, gid = pw.pw_uid, pw.pw_gid
+    except KeyError:
+        uid = gid = 65534  # nobody/nogroup on Debian, when the passwd entry is gone
+    return ([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+             "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs"],
+            uid, gid)
+
+
+def _home_parent(dropping: bool) -> str:
+    """Where the throw-away HOME goes: the temporary directory, unless the node runs as
+    NODE_USER and could not delete its HOME there (deleting an entry takes write permission on
+    the directory: /tmp is world-writable and sticky, a private TMPDIR is not); then /tmp."""
+    tmp = tempfile.gettempdir()
+    if not dropping:
+        return tmp
+    try:
+        mode = os.stat(tmp).st_mode
+    except OSError:
+        return "/tmp"
+    return tmp if mode & 0o1003 == 0o1003 else "/tmp"  # sticky, and o+wx
+
+
+def start_hidden_node(run: list[str], long_names: bool,
+                      stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a hidden node of ours running `run`; return it and its throw-away HOME.
+
+    HOME holds a copy of our compiled modules (the node may run as NODE_USER, who cannot read
+    root's ~/.cache) and is the node's to delete; the caller removes it too, after killing the
+    node's process group. stdin, stdout: pipes; the caller writes the hex cookie line first and
+    keeps stdin open for as long as the node may live.
+    """
+    erl = shutil.which("erl")
+    if not erl:
+        raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
+    ebin = erlang_ebin()
+    drop = unprivileged()
+    home = tempfile.mkdtemp(prefix="beamalloc_home_", dir=_home_parent(drop is not None))
+    try:
+        own = Path(home) / "ebin"
+        own.mkdir()
+        for beam in ebin.glob("*.beam"):
+            shutil.copyfile(beam, own / beam.name)
+        prefix: list[str] = []
+        if drop is not None:
+            prefix, uid, gid = drop
+            for path in (home, own, *own.iterdir()):
+                os.chown(path, uid, gid)
+        try:
+            proc = subprocess.Popen(
+                [*prefix, *hidden_node_argv(erl, long_names, run, own)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                # "/" and not HOME: the node deletes HOME while it runs
+                cwd="/", env=_agent_env(home), start_new_session=True)
+        except OSError as e:
+            raise NodeError(f"cannot start {erl}: {e.strerror}") from None
+    except BaseException:
+        shutil.rmtree(home, ignore_errors=True)
+        raise
+    return proc, home
 
 
 def _kill_group(proc: subprocess.Popen[bytes], limit: float = 2.0) -> None:
@@ -181,33 +277,25 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float,
     """Run the agent; return its reply term and the time it finished."""
     start = time.time()
     deadline = start + timeout
-    erl = shutil.which("erl")
-    if not erl:
-        raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
-    argv = hidden_node_argv(erl, "." in host, ["beamalloc_agent", "main", node,
-                                               str(int((deadline - AGENT_MARGIN) * 1000)),
-                                               str(max(0, max_carriers))])
-    home = tempfile.mkdtemp(prefix="beamalloc_home_")
+    run = ["beamalloc_agent", "main", node, str(int((deadline - AGENT_MARGIN) * 1000)),
+           str(max(0, max_carriers))]
     proc: subprocess.Popen[bytes] | None = None
+    home = ""
     try:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, cwd=home, env=_agent_env(home),
-                                    start_new_session=True)
-        except OSError as e:
-            raise NodeError(f"cannot start {erl}: {e.strerror}") from None
-        secret = cookie.encode("utf-8").hex().encode() + b"\n"
-        try:
-            left = max(0.1, deadline + KILL_GRACE - time.time())
-            out, err = proc.communicate(secret, timeout=left)
-        except subprocess.TimeoutExpired:
-            raise NodeError(f"timed out after {timeout:g} s talking to {node} "
-                            "(the agent did not finish)") from None
+        proc, home = start_hidden_node(run, "." in host)
+        assert proc.stdin is not None
+        try:  # stdin stays open: its end is the node's signal that we are gone
+            proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the node died at boot; its stderr says why
+        out, err = _read_output(proc, deadline + KILL_GRACE, node, timeout)
         done = time.time()
     finally:
         if proc is not None:
             _kill_group(proc)
-        shutil.rmtree(home, ignore_errors=True)
+        if home:
+            shutil.rmtree(home, ignore_errors=True)
     for line in out.splitlines():
         if line.startswith(MARK):
             try:
@@ -215,15 +303,75 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float,
             except (ValueError, etf.ETFError) as e:
                 raise NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-    raise NodeError(f"the beamalloc agent exited with status {proc.returncode} and no answer: "
+    raise NodeError(f"the beamalloc agent exited with status {proc.poll()} and no answer: "
                     f"{_scrub(tail[0], cookie)[:200]}")
 
 
+def _read_output(proc: subprocess.Popen[bytes], until: float, node: str,
+                 timeout: float) -> tuple[bytes, bytes]:
+    """The node's stdout up to its end and what its stderr said meanwhile (the last
+    STDERR_KEEP bytes), without closing its stdin (communicate() would)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out: list[bytes] = []
+    err = bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        stdout_open = True
+        while stdout_open:
+            left = until - time.time()
+            if left <= 0:
+                raise NodeError(f"timed out after {timeout:g} s talking to {node} "
+                                "(the agent did not finish)")
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if key.fileobj is proc.stdout:
+                    if chunk:
+                        out.append(chunk)
+                    else:
+                        stdout_open = False
+                elif chunk:
+                    err += chunk
+                    del err[:-STDERR_KEEP]
+                else:
+                    sel.unregister(proc.stderr)
+    # stdout ends when the node exits; what stderr still holds is read without waiting for an
+    # end a stray grandchild could hold off.
+    with contextlib.suppress(OSError):
+        os.set_blocking(proc.stderr.fileno(), False)
+        while chunk := os.read(proc.stderr.fileno(), 1 << 16):
+            err += chunk
+            del err[:-STDERR_KEEP]
+    return b"".join(out), bytes(err)
+
+
 def _scrub(text: str, cookie: str) -> str:
-    """`text` without the cookie, plain or as the hex the agent reads."""
+    """`text` without any piece of the cookie: plain, as the hex the agent reads, or as the
+    list of character codes Erlang prints for a string (`~p` of a list of integers); any run of
+    4 or more characters found in one of those forms becomes `***` (a truncated print of the
+    cookie is still a secret). Over-redacting a message is the safe side."""
     if not cookie:
         return text
-    return text.replace(cookie, "***").replace(cookie.encode("utf-8").hex(), "***")
+    for form in (cookie, cookie.encode("utf-8", "surrogatepass").hex(),
+                 ",".join(str(ord(c)) for c in cookie)):
+        text = _redact(text, form, min(4, len(form)))
+    return text
+
+
+def _redact(text: str, secret: str, least: int) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = i + least
+        if j <= len(text) and text[i:j] in secret:
+            while j < len(text) and text[i:j + 1] in secret:
+                j += 1
+            out.append("***")
+            i = j
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 # ---- errors ------------------------------------------------------------------------------
@@ -260,7 +408,25 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str) -> No
         return NodeError(f"a call on {node} failed: {_text(detail, cookie)[:200]}")
     if kind == "no_cookie":
         return NodeError("the beamalloc agent received no cookie")
+    if kind == "died_in_handshake":
+        return NodeError(f"node {node} went away during the connection handshake (epmd listed "
+                         f"it when we connected, and no longer does: "
+                         f"{_text(detail, cookie)[:160]})")
+    if kind in ("names_in_use", "no_distribution"):
+        return start_error(kind, detail, cookie)
     return NodeError(f"the beamalloc agent failed ({kind}): {_text(detail, cookie)[:200]}")
+
+
+def start_error(kind: str, detail: Any, cookie: str = "") -> NodeError:
+    """The message for a hidden node that could not start distribution on our side."""
+    if kind == "no_cookie":
+        return NodeError("the beamalloc hidden node received no cookie")
+    if kind == "names_in_use":
+        return NodeError(f"all {NAME_POOL} beamalloc node names (beamalloc_1..{NAME_POOL}) are "
+                         "registered with epmd on this host: as many beamalloc runs at once, "
+                         "or nodes of that name; retry when one ends")
+    return NodeError(f"cannot start Erlang distribution on this host: "
+                     f"{_text(detail, cookie)[:200]}")
 
 
 # ---- the snapshot ------------------------------------------------------------------------
@@ -397,8 +563,7 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
     with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them.
     """
     split_node(node)
-    if not cookie:
-        raise NodeError("empty cookie")
+    check_cookie(cookie, "the cookie")
     reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return build_snapshot(node, reply[1], taken_at=done)

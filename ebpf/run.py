@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.ebpf import beam, kernel
-from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.errors import InputError
 from beamalloc.trace import TraceHeader
 
@@ -264,7 +263,7 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
     if opts.json:
         print(json.dumps(doc))
     else:
-        from beamalloc.cli import wide_console
+        from beamalloc.console import wide_console
 
         render(doc, wide_console())
     return 0
@@ -404,17 +403,3 @@ class _Sampler:
         if self._since is not None:
             self._off()
         return self.attached_s
-
-
-def main_args(args: Any) -> int:
-    """Entry from beamalloc.cli (the `trace` subcommand)."""
-    opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
-                   json=args.json, level=args.level, sample=args.sample,
-                   slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
-                   libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
-    try:
-        return run(opts)
-    except EbpfUnavailable:
-        raise
-    except OSError as e:
-        raise EbpfUnavailable(f"trace failed: {e}") from None

@@ -20,13 +20,13 @@ from beamalloc.analyzer.carriers import (
     STRAGGLERS,
     carrier_map,
 )
-from beamalloc.analyzer.series import derive
-from beamalloc.analyzer.text_report import render
 from beamalloc.collector.instrument import add_carriers
 from beamalloc.collector.sources import read_file
-from beamalloc.collector.store import Store
 from beamalloc.collector.terms import Atom
+from beamalloc.reporters.analyze import render
 from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot
+from beamalloc.timeseries.series import derive
+from beamalloc.timeseries.store import Store
 
 MIB = 1 << 20
 HIST = FreeHistogram(256, (0,) * 17 + (1,))

@@ -10,6 +10,7 @@ import pytest
 from recommend_fixtures import SNAPS, load
 
 from beamalloc.analyzer import predict as pr
+from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.findings import facts
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.flags import FlagSet, effective_config
@@ -37,7 +38,7 @@ def test_node_flags_reproduce_the_options_in_force(name: str, flags: str) -> Non
     fs = pr.node_flags(snap)
     assert fs.render() == flags
     cfg = effective_config(fs, snap.schedulers)
-    for alloc, opts in pr._first_scheduler_options(snap).items():
+    for alloc, opts in first_scheduler_options(snap).items():
         if alloc not in cfg:
             continue
         for param, attr in pr._PARAMS:

@@ -8,8 +8,8 @@ import pytest
 from recommend_fixtures import SNAPS, load
 from support import SAMPLES
 
-from beamalloc.analyzer.outputs import FORMATS, paste_block
 from beamalloc.analyzer.recommend import Rate, carrier_rate, judge, recommend
+from beamalloc.reporters.recommend import FORMATS, paste_block
 
 FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512"
 PREDICTED_KEYS = {"allocator", "flags", "flags_before", "flags_after", "model", "before", "after",

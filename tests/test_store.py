@@ -14,13 +14,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support import DATA, SAMPLES, run_cli
 
-from beamalloc.analyzer.series import derive, summarize
-from beamalloc.collector import store as store_mod
-from beamalloc.collector.prometheus import WatchCollector, parse_address
 from beamalloc.collector.sources import read_file
-from beamalloc.collector.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries import store as store_mod
+from beamalloc.timeseries.prometheus import WatchCollector, parse_address
+from beamalloc.timeseries.series import derive, summarize
+from beamalloc.timeseries.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
 
 T0 = 1_700_000_000.0
 NODE = "app@host"
@@ -253,7 +253,7 @@ def test_an_older_store_opened_read_only(tmp_path) -> None:
     path = tmp_path / "w.db"
     Store(path).close()
     before = _files(tmp_path)
-    code = ("import sys; from beamalloc.collector import store as s;"
+    code = ("import sys; from beamalloc.timeseries import store as s;"
             " from beamalloc.cli import main;"
             " s.SCHEMA_VERSION += 1; s.MIGRATIONS[s.SCHEMA_VERSION] = ['CREATE TABLE x (y INT)'];"
             " sys.exit(main(sys.argv[1:]))")

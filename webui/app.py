@@ -128,7 +128,7 @@ def serve(store_path: str | None, host: str, port: int, token: str | None) -> No
     if not 0 < port < 65536:
         raise InputError(f"--port must be between 1 and 65535, got {port}")
     if store_path and os.path.exists(store_path):
-        from beamalloc.collector.store import Store
+        from beamalloc.timeseries.store import Store
 
         Store(store_path, readonly=True).close()  # a bad store: one line now, not a 500 later
     app = create_app(store_path, token)

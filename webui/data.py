@@ -19,9 +19,9 @@ from typing import Any
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
-from beamalloc.collector.store import Store, StoreError
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries.store import Store, StoreError
 
 MAX_UPLOADS = 32
 #: Per-instance usage over time comes from stored snapshots; this many at most per page view.

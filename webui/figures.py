@@ -6,7 +6,7 @@ that came from a snapshot goes through `_t()`: plotly.js reads a subset of HTML 
 hover text, so `<`, `>` and `&` must arrive as entities.
 
 Snapshot figures read the analysis dict (docs/analysis-schema.md); node figures read the store's
-`series()` columns (analyzer/series.py keys) and a few sampled snapshots; compare figures read a
+`series()` columns (timeseries/series.py keys) and a few sampled snapshots; compare figures read a
 list of analyses with a label each, so a replay result (a Snapshot with source "replay") compares
 like any other snapshot.
 """
@@ -18,6 +18,7 @@ import itertools
 import math
 from typing import Any
 
+from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT
 from beamalloc.units import human
 
 Figure = dict[str, Any]
@@ -28,9 +29,10 @@ POOL = "#c9a0dc"
 SBCS = "#f0b860"
 PALETTE = ("#3b6fb6", "#e07b39", "#4c9a5b", "#b8455b", "#7a5cb0", "#8c6d46", "#d16aa8",
            "#6f7f8f", "#a8a83a", "#3aa8a8")
-#: Usage 0-100 %: red below 50 %, amber to 75 %, green above (the tables' thresholds).
-USAGE_SCALE = [[0, "#b2182b"], [0.5, "#f4a582"], [0.75, "#fee08b"], [0.9, "#a6d96a"],
-               [1, "#1a9850"]]
+#: Usage 0-100 %: red below R2's problem threshold, amber to its suspect one, green above (the
+#: tables' colours, analyzer/rules.py usage_level).
+USAGE_SCALE = [[0, "#b2182b"], [R2_MBCS_USAGE_PROBLEM, "#f4a582"], [R2_USAGE_SUSPECT, "#fee08b"],
+               [0.9, "#a6d96a"], [1, "#1a9850"]]
 #: sbct is "infinite" when set to its maximum; such a marker line would say nothing.
 INFINITE = 1 << 60
 #: Allocator types drawn separately in the stacked series; the rest are summed as "other".

@@ -7,13 +7,15 @@ from typing import Any
 
 from jinja2 import Environment
 
+from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
+from beamalloc.reporters.recommend import evidence_line
 from beamalloc.units import human, pct
 
 
 def usage_class(u: float | None) -> str:
     if u is None:
         return ""
-    return "bad" if u < 0.5 else "warn" if u < 0.75 else "ok"
+    return usage_level(u)
 
 
 def show(v: Any) -> str:
@@ -23,12 +25,7 @@ def show(v: Any) -> str:
     if isinstance(v, str):
         return v
     if isinstance(v, dict):
-        try:  # the recommender's own evidence formatting: sizes in KiB/MiB, ratios in %
-            from beamalloc.analyzer.outputs import evidence_line
-
-            return evidence_line(v)
-        except ImportError:
-            return ", ".join(f"{k}: {show(x)}" for k, x in v.items())
+        return evidence_line(v)  # the recommender's own: sizes in KiB/MiB, ratios in %
     if isinstance(v, list | tuple):
         return "; ".join(show(x) for x in v)
     return json.dumps(v)
@@ -39,3 +36,5 @@ def install(env: Environment) -> None:
 
     env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show)
     env.globals["plotly_version"] = plotly_version()
+    env.globals["usage_bad_pct"] = round(100 * R2_MBCS_USAGE_PROBLEM)
+    env.globals["usage_warn_pct"] = round(100 * R2_USAGE_SUSPECT)

@@ -8,8 +8,8 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
-from beamalloc.analyzer.series import view as point_view
-from beamalloc.collector.store import StoreError
+from beamalloc.timeseries.series import view as point_view
+from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.data import MAX_POINTS, Data

@@ -1,6 +1,6 @@
 """What a snapshot or compare page says, computed once for the server and the report alike.
 
-The verdict comes first and says what the terminal report says (analyzer/text_report.py); then
+The verdict comes first and says what the terminal report says (reporters/analyze.py); then
 the evidence: figures (figures.py), tables, the options in force. Templates only lay it out.
 """
 
@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.text_report import _verdict as verdict_lines
+from beamalloc.analyzer.analysis import first_scheduler_options
+from beamalloc.analyzer.rules import usage_level
+from beamalloc.reporters.analyze import verdict_lines
+from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
-from beamalloc.webui.recommend_view import FORMATS, recommendations
+from beamalloc.webui.recommend_view import recommendations
 
 #: Below this many unused bytes a low usage is not worth anyone's night.
 SMALL = 64 << 20
@@ -24,9 +27,9 @@ def severity(unused: int, usage: float, state: str | None = None) -> str:
     shown in red), else by usage, but a few unused MiB are never worth a page."""
     if state is not None:
         return {"HEALTHY": "ok", "CHANGE FLAGS": "warn", "FLAGS IN FORCE": "warn"}.get(state, "bad")
-    if unused < SMALL or usage >= 0.75:
+    if unused < SMALL:
         return "ok"
-    return "bad" if usage < 0.5 else "warn"
+    return usage_level(usage)
 
 
 def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
@@ -129,7 +132,8 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "headline": headline(a, rec),
         "verdict": verdict_lines(a) + ([f"Under {human(SMALL)} unused: little in absolute "
                                         "terms, whatever the usage."]
-                                       if t["unused"] < SMALL and t["usage"] < 0.75 else []),
+                                       if t["unused"] < SMALL and usage_level(t["usage"]) != "ok"
+                                       else []),
         "rec": rec,
         "formats": FORMATS,
         "memory": [
@@ -166,11 +170,7 @@ def option_diffs(snaps: list[Snapshot]) -> list[dict[str, Any]]:
     the flag change being compared, as the VMs report it."""
     per: list[dict[str, dict[str, Any]]] = []
     for s in snaps:
-        opts: dict[str, dict[str, Any]] = {}
-        for inst in s.allocators:
-            if inst.allocator not in opts or inst.instance == 1:
-                opts[inst.allocator] = dict(inst.options)
-        per.append(opts)
+        per.append(first_scheduler_options(s))
     names = sorted({n for p in per for n in p})
     out = []
     for n in names:

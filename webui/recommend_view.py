@@ -1,8 +1,8 @@
 """The one place the web UI and the report call the recommender (analyzer/recommend.py).
 
-Until the recommender lands, `recommendations()` returns None and the pages say "recommender not
-available" instead of failing; so does any error inside it, because a page that explains the
-numbers is still worth showing when the advice cannot be computed.
+An error inside it makes `recommendations()` return None and the pages say "recommender not
+available" instead of failing, because a page that explains the numbers is still worth showing
+when the advice cannot be computed.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
-#: The output formats of `beamalloc recommend --format`, in the order the page shows them.
-FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
 
 
 def recommendations(snap: Snapshot) -> dict[str, Any] | None:
@@ -30,12 +29,10 @@ def recommendations(snap: Snapshot) -> dict[str, Any] | None:
         return None
 
 
-def _call(snap: Snapshot) -> dict[str, Any] | None:
-    try:
-        from beamalloc.analyzer.outputs import paste_block, verdict
-        from beamalloc.analyzer.recommend import recommend
-    except ImportError:
-        return None
+def _call(snap: Snapshot) -> dict[str, Any]:
+    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.reporters.recommend import paste_block, verdict
+
     r = recommend(snap)
     flags = r.get("emulator_flags") or ""
     # `predicted` shows as its one-line summary, never as a dict (issue 17)

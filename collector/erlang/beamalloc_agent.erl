@@ -1,9 +1,10 @@
 %% beamalloc_agent: runs on the hidden node that beamalloc starts, never on the target.
 %%
-%% Started as `erl -hidden -sname beamalloc_<random> ... -run beamalloc_agent main Target DeadlineMs
-%% [CarrierCap]`.
-%% Reads the cookie from stdin (hex, one line), so it never appears in any argv, sets it for the
-%% target only, connects, and calls BIFs there through erpc. Nothing is loaded on the target:
+%% Started as `erl -hidden ... -run beamalloc_agent main Target DeadlineMs [CarrierCap]`, without
+%% distribution: beamalloc_link:start/1 reads the cookie from stdin (hex, one line), so it never
+%% appears in any argv, starts distribution under a pooled name and halts the node when stdin
+%% ends (the Python process that holds it is gone). The cookie is set for the target only; the
+%% agent connects and calls BIFs there through erpc. Nothing is loaded on the target:
 %% erpc spawns a process there that runs erpc:execute_call/4 (kernel's erpc is loaded at boot)
 %% and the calls are BIFs or os:getpid/0 (also loaded at boot). The one exception is per-carrier
 %% data (CarrierCap > 0): OTP's own instrument module (tools application; runtime_tools from OTP
@@ -18,6 +19,7 @@
 %%   {error, Kind, Detail}                 Kind :: no_cookie | bad_cookie | no_such_node
 %%                                           | host_unreachable | connect_failed | nodedown
 %%                                           | call_failed | timeout | agent_crash
+%%                                           | names_in_use | no_distribution
 %% The Python side (collector/live.py) turns an error into its one-line message. Details are node
 %% names, epmd answers and exit reasons; a crash reason can quote arguments, so live.py scrubs
 %% the cookie from free-form details.
@@ -49,11 +51,11 @@ main([TargetS, DeadlineS, CapS]) ->
     %% +S 64 node's 700 kB to 14 kB in 2 ms, sparing base64 (plain Erlang in OTP 25) 40 ms.
     Bin = term_to_binary(Reply, [{compressed, 1}]),
     io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
-    erlang:halt(0).
+    beamalloc_link:quit(0).
 
 run(Target, Deadline, Cap) ->
     Failures = beamalloc_link:setup(),
-    case beamalloc_link:read_cookie() of
+    case beamalloc_link:start(true) of
         {ok, Cookie} ->
             true = erlang:set_cookie(Target, Cookie),  % for this target only
             Main = self(),

@@ -1,20 +1,30 @@
 %% beamalloc_link: what beamalloc_agent and beamalloc_session share on our hidden node: reading
-%% the cookie, connecting to a target, and telling why a connection failed.
+%% the cookie, starting distribution under a pooled name, dying with the Python process that
+%% started us, connecting to a target, and telling why a connection failed.
 %%
-%% A failed net_kernel:connect_node/1 says only `false`. To give the user the reason, setup/1
+%% The node boots without distribution; start/1 starts it under the first of ?POOL fixed names
+%% (beamalloc_1 ... beamalloc_16) that epmd on this host does not list, so a target learns at most
+%% ?POOL atoms from all our runs on one host (docs/robustness-target.md, "What we change on a
+%% target"); epmd refuses a name already registered, so two concurrent runs never share one.
+%% Once distribution is up, our modules are loaded and the throw-away HOME (it held only the
+%% compiled modules and the random cookie file net_kernel writes there) is deleted: a run killed
+%% with SIGKILL leaves no directory behind. quit/1 deletes it too, for the paths that end earlier.
+%%
+%% A failed net_kernel:connect_node/1 says only `false`. To give the user the reason, setup/0
 %% installs a logger handler that records the failed handshakes net_kernel reports in verbose mode
 %% (they come through error_logger:info_report/1, so the report sits under the `report` key), and
 %% why_not/3 asks epmd on the target's host whether the node exists; a node that exists and
 %% failed our handshake at the challenge ack rejected the cookie (the digest check).
 -module(beamalloc_link).
--export([setup/0, log/2, read_cookie/0, run/4, wait/4]).
+-export([setup/0, log/2, start/1, quit/1, run/4, wait/4]).
+
+-define(POOL, 16).
 
 %% Remove the default handler (standard_io carries our result lines only) and start recording
 %% failed handshakes. Returns the table run/4 reads them from.
 setup() ->
     _ = logger:remove_handler(default),
     ok = logger:set_primary_config(level, info),
-    _ = net_kernel:verbose(1),
     Failures = ets:new(setup_failures, [public, ordered_set]),
     ok = logger:add_handler(?MODULE, ?MODULE, #{config => Failures}),
     Failures.
@@ -28,6 +38,100 @@ log(#{msg := {report, {net_kernel, {'EXIT', _, Reason}}}}, #{config := Tab}) ->
     ok;
 log(_, _) ->
     ok.
+
+%% Read the cookie, start distribution, drop HOME; with WatchStdin, also halt as soon as stdin
+%% ends (the agent: its stdin stays open while the Python process that started it lives, and the
+%% kernel closes it when that process dies, however it dies). The session reads its requests from
+%% stdin and halts at its end itself.
+start(WatchStdin) ->
+    case read_cookie() of
+        {ok, Cookie} ->
+            WatchStdin andalso spawn(fun watch_stdin/0),
+            case start_dist() of
+                ok ->
+                    _ = net_kernel:verbose(1),  % failed handshakes reach the log (why_not/3)
+                    seal(),
+                    {ok, Cookie};
+                Error -> Error
+            end;
+        Error ->
+            Error
+    end.
+
+watch_stdin() ->
+    case io:get_line(standard_io, "") of
+        eof -> quit(0);
+        {error, _} -> quit(0);
+        _ -> watch_stdin()
+    end.
+
+%% Delete the throw-away HOME (only one of ours: its name says so), then halt at once.
+quit(Status) ->
+    drop_home(),
+    erlang:halt(Status).
+
+drop_home() ->
+    case os:getenv("HOME") of
+        false -> ok;
+        Home ->
+            case lists:prefix("beamalloc_home_", filename:basename(Home)) of
+                true -> _ = file:del_dir_r(Home), ok;
+                false -> ok
+            end
+    end.
+
+%% Every module of ours loaded now (they live in HOME), then HOME goes.
+seal() ->
+    Dir = filename:dirname(code:which(?MODULE)),
+    _ = [code:ensure_loaded(list_to_atom(filename:basename(F, ".beam")))
+         || F <- filelib:wildcard(filename:join(Dir, "*.beam"))],
+    drop_home().
+
+%% Long names when Python passed `-beamalloc_host Host` (the target uses long names).
+start_dist() ->
+    {Domain, Suffix} = case init:get_argument(beamalloc_host) of
+                           {ok, [[Host]]} -> {longnames, "@" ++ Host};
+                           _ -> {shortnames, ""}
+                       end,
+    case registered_names() of
+        {ok, Taken} ->
+            Free = [N || I <- lists:seq(1, ?POOL),
+                         N <- ["beamalloc_" ++ integer_to_list(I)],
+                         not lists:member(N, Taken)],
+            start_dist(Free, Domain, Suffix);
+        Error ->
+            Error
+    end.
+
+start_dist([], _Domain, _Suffix) ->
+    {error, names_in_use, ?POOL};
+start_dist([Name | Rest], Domain, Suffix) ->
+    case net_kernel:start([list_to_atom(Name ++ Suffix), Domain]) of
+        {ok, _} -> ok;
+        {error, _} -> start_dist(Rest, Domain, Suffix)  % taken meanwhile by another run
+    end.
+
+%% Names epmd on this host lists; epmd is started first when none runs, as `erl -sname` would.
+registered_names() ->
+    case erl_epmd:names() of
+        {ok, Names} -> {ok, [N || {N, _} <- Names]};
+        {error, _} ->
+            Epmd = case os:find_executable("epmd") of
+                       false -> filename:join([code:root_dir(), "bin", "epmd"]);
+                       Path -> Path
+                   end,
+            Port = open_port({spawn_executable, Epmd}, [{args, ["-daemon"]}, exit_status]),
+            receive {Port, {exit_status, _}} -> ok after 5000 -> ok end,
+            registered_names(20)
+    end.
+
+registered_names(0) ->
+    {error, no_distribution, <<"epmd is not running on this host and could not be started">>};
+registered_names(N) ->
+    case erl_epmd:names() of
+        {ok, Names} -> {ok, [Nm || {Nm, _} <- Names]};
+        {error, _} -> timer:sleep(50), registered_names(N - 1)
+    end.
 
 %% The cookie comes as one hex line on stdin, so that it is in no argv.
 read_cookie() ->
@@ -66,11 +170,18 @@ why_not(Target, Since, Failures) ->
     [Name, Host] = string:split(atom_to_list(Target), "@"),
     case erl_epmd:names(Host) of
         {ok, Names} ->
+            Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
+            %% A setup that ended in plain `shutdown` never reached the node (no port from epmd,
+            %% connection refused); any other reason is a handshake step that failed.
+            Handshake = [R || R <- Reasons, R =/= shutdown],
             case lists:keymember(Name, 1, Names) of
+                false when Handshake =/= [] ->
+                    %% the handshake began, so epmd gave us its port: the node died meanwhile
+                    {error, died_in_handshake,
+                     iolist_to_binary(io_lib:format("~0P", [Handshake, 8]))};
                 false ->
                     {error, no_such_node, [list_to_binary(N) || {N, _} <- Names]};
                 true ->
-                    Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
                     case [R || {recv_challenge_ack_failed, _} = R <- Reasons] of
                         [_ | _] -> {error, bad_cookie, <<>>};
                         [] -> {error, connect_failed,

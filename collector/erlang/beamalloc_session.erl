@@ -15,6 +15,8 @@
 %%                   nodes: {ok, [Node]} (the target's nodes(), the target first) or an error
 %%   end of stdin:   the node halts, so it never outlives the Python process that started it,
 %%                   even one killed with SIGKILL.
+%%   start failure:  "BEAMALLOC-RESULT 0 " ++ base64(term_to_binary({error, Kind, Detail})) and
+%%                   the node halts (no cookie, or distribution could not start).
 %% Each request runs in its own process with its own deadline: one stalled target never delays
 %% the requests for the others.
 -module(beamalloc_session).
@@ -24,12 +26,13 @@
 
 main() ->
     Failures = beamalloc_link:setup(),
-    case beamalloc_link:read_cookie() of
+    case beamalloc_link:start(false) of
         {ok, Cookie} ->
             true = erlang:set_cookie(Cookie),
             loop(Failures);
-        _ ->
-            erlang:halt(2)
+        Error ->
+            io:put_chars(standard_io, [?MARK, "0 ", base64:encode(term_to_binary(Error)), $\n]),
+            beamalloc_link:quit(2)
     end.
 
 loop(Failures) ->
@@ -44,7 +47,7 @@ loop(Failures) ->
             end,
             loop(Failures);
         _ ->  % eof: whoever started us is gone
-            erlang:halt(0)
+            beamalloc_link:quit(0)
     end.
 
 request(Id, Kind, Target, TimeoutMs, Cap, Failures) ->

@@ -21,8 +21,8 @@ import sys
 import time
 
 from beamalloc.analyzer.recommend import recommend
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
-from beamalloc.demo import WorkloadNode
 
 
 def main() -> int:

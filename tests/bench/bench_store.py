@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from beamalloc.analyzer.series import derive, summarize
 from beamalloc.collector.cluster import Session
-from beamalloc.collector.store import Store
+from beamalloc.timeseries.series import derive, summarize
+from beamalloc.timeseries.store import Store
 
 YEAR_SAMPLES = 10 * 365 * 24 * 60
 WORKLOAD = (

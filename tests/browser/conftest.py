@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from support import serve_in_thread
 
-from beamalloc.analyzer.series import derive
-from beamalloc.collector.store import Store
+from beamalloc.timeseries.series import derive
+from beamalloc.timeseries.store import Store
 
 from .synth import T0, base_snapshot, build_store, snapshot_at
 

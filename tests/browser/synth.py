@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from beamalloc.analyzer.series import derive
 from beamalloc.collector.sources import read_file
-from beamalloc.collector.store import Store
 from beamalloc.snapshot import Snapshot, Triple
+from beamalloc.timeseries.series import derive
+from beamalloc.timeseries.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "otp25" / "recon_snapshot.txt"

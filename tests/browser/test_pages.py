@@ -12,7 +12,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
 from beamalloc.collector.sources import read_file
-from beamalloc.collector.store import Store
+from beamalloc.timeseries.store import Store
 
 from .conftest import XSS
 from .pages import points, screenshot, visit, wait_for

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.recommend import recommend
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
-from beamalloc.demo import WorkloadNode
 from beamalloc.snapshot import Snapshot
 
 #: (workload, flags the node runs with, the allocator the advice is about)

@@ -15,10 +15,10 @@ import pytest
 from before_after import carriers, measure, run
 
 from beamalloc.analyzer.recommend import recommend
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.crashdump import MAGIC
 from beamalloc.collector.live import snapshot_node
 from beamalloc.collector.sources import read_file
-from beamalloc.demo import WorkloadNode
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 

@@ -12,9 +12,9 @@ import pytest
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import STRAGGLERS, carrier_map
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live
 from beamalloc.collector.terms import parse_term
-from beamalloc.demo import WorkloadNode
 from beamalloc.snapshot import Snapshot
 
 pytestmark = pytest.mark.live
@@ -118,8 +118,8 @@ def test_node_without_tools(node_factory, probe, marker) -> None:
 def test_watch_reads_carriers_every_nth_sample(target, tmp_path, marker) -> None:
     import io
 
-    from beamalloc.collector.store import Store
-    from beamalloc.collector.watch import Watcher
+    from beamalloc.timeseries.store import Store
+    from beamalloc.timeseries.watch import Watcher
 
     db = tmp_path / "w.db"
     w = Watcher([target.node], target.cookie, store_path=str(db), interval=0.5,

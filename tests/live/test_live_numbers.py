@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from beamalloc.analyzer.analysis import analyze
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live
-from beamalloc.demo import WorkloadNode
 
 ESCRIPT = Path(__file__).with_name("recon_formulas.escript")
 

@@ -119,7 +119,7 @@ def test_recommend_a_live_node_measures_the_rate(target) -> None:
 
     from support import run_cli
 
-    from beamalloc.demo import WorkloadNode
+    from beamalloc.cli.demo import WorkloadNode
 
     with WorkloadNode("bigbin") as wl:
         wl.wait_ready()

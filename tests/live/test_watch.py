@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from beamalloc.collector.store import Store, StoreError
+from beamalloc.timeseries.store import Store, StoreError
 
 pytestmark = pytest.mark.live
 

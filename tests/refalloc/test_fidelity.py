@@ -24,7 +24,7 @@ import pytest
 
 from beamalloc.collector.system_info import add_system_info
 from beamalloc.collector.terms import parse_term
-from beamalloc.replay import replay_snapshot
+from beamalloc.refalloc.replay import replay_snapshot
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
 

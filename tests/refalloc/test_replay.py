@@ -1,12 +1,19 @@
-"""End-to-end: trace file -> beamalloc._refalloc.replay -> system_info-shaped statistics."""
+"""End-to-end: trace file -> beamalloc._refalloc.replay -> system_info-shaped statistics (the
+native result that refalloc/replay.py turns into a Snapshot; ReplayResult.native keeps it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from beamalloc.trace import Event, Op, TraceError, TraceHeader, TraceWriter, replay
+from beamalloc.errors import InputError
+from beamalloc.refalloc.replay import replay_snapshot
+from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
 
 BIN = 10  # binary_alloc
+
+
+def replay(path, flags=None, *, schedulers=None):
+    return replay_snapshot(path, flags, schedulers=schedulers).native
 
 
 def write(path, events, schedulers=2):
@@ -88,5 +95,5 @@ def test_csv_traces_and_bad_files(tmp_path):
     )
     with pytest.raises(ValueError, match="no END record"):
         replay(bad)
-    with pytest.raises(TraceError):
+    with pytest.raises(InputError, match=r"missing\.batr"):
         replay(tmp_path / "missing.batr")

@@ -1,4 +1,4 @@
-"""`beamalloc replay` and beamalloc.replay: a replay is a Snapshot (source "replay") that the
+"""`beamalloc replay` and refalloc/replay.py: a replay is a Snapshot (source "replay") that the
 analyzer reads unchanged, plus a peak and a footprint series (issue 4)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from support import DATA, run_cli
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.cli import main
-from beamalloc.replay import replay_snapshot
+from beamalloc.refalloc.replay import replay_snapshot
 from beamalloc.snapshot import Snapshot
 from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
 

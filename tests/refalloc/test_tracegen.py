@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from beamalloc import tracegen as tg
 from beamalloc.collector.sources import read_file
-from beamalloc.replay import replay_snapshot
+from beamalloc.refalloc import tracegen as tg
+from beamalloc.refalloc.replay import replay_snapshot
 from beamalloc.snapshot import Carrier, FreeHistogram
 from beamalloc.trace import Op, open_trace, read_header
 

@@ -1,4 +1,4 @@
-"""`beamalloc watch`: sample nodes every interval into the store (collector/store.py).
+"""`beamalloc watch`: sample nodes every interval into the store (timeseries/store.py).
 
 Threads, and why:
 - one poller per node: it asks the shared hidden node (cluster.Session) for a snapshot and waits
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from beamalloc.analyzer.series import Point, derive
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
-from beamalloc.collector.store import Store
 from beamalloc.errors import InputError
+from beamalloc.timeseries.series import Point, derive
+from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 
 #: Seconds between looks for new cluster members.
@@ -249,44 +249,3 @@ class Watcher:
         if self.writer_error is not None:
             raise self.writer_error
         return self.written
-
-
-def cli(args: Any) -> int:
-    """`beamalloc watch` (beamalloc/cli.py builds the parser)."""
-    import signal
-
-    from beamalloc.collector import cookie, live
-    from beamalloc.collector.store import StoreError, default_path
-
-    if not args.interval > 0:
-        raise InputError("--interval must be a positive number of seconds")
-    if args.carriers_every < 0:
-        raise InputError(f"--carriers-every must be 0 or more, got {args.carriers_every}")
-    if args.retain is not None and not args.retain > 0:
-        raise InputError("--retain must be a positive number of days")
-    for n in args.nodes:
-        live.split_node(n)
-    w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
-                store_path=args.store, interval=args.interval, timeout=args.timeout,
-                retain_days=args.retain, cluster=args.cluster,
-                carriers_every=args.carriers_every, max_carriers=args.max_carriers)
-    if args.prometheus:
-        from beamalloc.collector.prometheus import serve
-
-        _server, port = serve(args.prometheus, lambda: {
-            n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})
-        host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
-        print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
-    path = args.store or default_path()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: w.stop.set())
-    print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",
-          file=sys.stderr, flush=True)
-    try:
-        written = w.run(args.duration)
-    except Exception as e:
-        if isinstance(e, InputError):
-            raise
-        raise StoreError(f"cannot write to the store {path}: {e}") from None
-    print(f"stopped: {written} samples written; {w.status_line()}", file=sys.stderr)
-    return 0

@@ -3,9 +3,9 @@
 Per sample two things are kept, sized so that a year of 1-minute samples of 10 nodes stays under
 1 GB (tests/bench/bench_store.py measures the bytes per sample):
 
-- the derived numbers (analyzer/series.py, one int per key): first as a row of `recent`, then, once
-  a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise `chunks` row;
-  a series read touches only the chunks overlapping its range.
+- the derived numbers (timeseries/series.py, one int per key): first as a row of `recent`, then,
+  once a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise
+  `chunks` row; a series read touches only the chunks overlapping its range.
 - the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
   dictionary: consecutive snapshots share almost every byte). Every sample replaces the node's
   previous transient snapshot, so `latest()` is always exact; a snapshot is kept for good every
@@ -32,9 +32,9 @@ from typing import Any
 
 import zstandard
 
-from beamalloc.analyzer.series import Point
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries.series import Point
 
 SCHEMA_VERSION = 1
 
@@ -514,7 +514,7 @@ class _Tx:
 
 
 def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
-    from beamalloc.analyzer.series import derive
+    from beamalloc.timeseries.series import derive
 
     p = derive(snap)
     return p.get("allocated", 0), p.get("pid")

@@ -12,14 +12,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from beamalloc.analyzer.rules import usage_level
 from beamalloc.units import human, pct
 
 
 def _usage_style(u: float) -> str:
-    return "red" if u < 0.5 else "yellow" if u < 0.75 else "green"
+    return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u)]
 
 
-def _verdict(a: dict[str, Any]) -> list[str]:
+def verdict_lines(a: dict[str, Any]) -> list[str]:
     t, os_ = a["totals"], a["os"]
     lines = [
         f"The allocators hold {human(t['allocated'])} of carriers and use "
@@ -73,7 +74,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     for note in a["notes"]:
         console.print(Text(f"note: {note}", style="yellow" if a["truncated"] else "dim"))
     console.print()
-    for line in _verdict(a):
+    for line in verdict_lines(a):
         console.print(line)
     console.print()
 

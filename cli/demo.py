@@ -105,11 +105,11 @@ class WorkloadNode:
 
 def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> int:
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.analyzer.outputs import summary
     from beamalloc.analyzer.recommend import recommend
-    from beamalloc.analyzer.text_report import render
-    from beamalloc.cli import wide_console
     from beamalloc.collector.live import snapshot_node
+    from beamalloc.console import wide_console
+    from beamalloc.reporters.analyze import render
+    from beamalloc.reporters.recommend import summary
     from beamalloc.webui.report import write_report
 
     console = wide_console(stderr=True)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
+from beamalloc.console import wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
+from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 
 
@@ -74,9 +76,44 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from beamalloc.collector.watch import cli
+    import signal
 
-    return cli(args)
+    from beamalloc.collector import cookie, live
+    from beamalloc.timeseries.store import StoreError, default_path
+    from beamalloc.timeseries.watch import Watcher
+
+    if not args.interval > 0:
+        raise InputError("--interval must be a positive number of seconds")
+    if args.carriers_every < 0:
+        raise InputError(f"--carriers-every must be 0 or more, got {args.carriers_every}")
+    if args.retain is not None and not args.retain > 0:
+        raise InputError("--retain must be a positive number of days")
+    for n in args.nodes:
+        live.split_node(n)
+    w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
+                store_path=args.store, interval=args.interval, timeout=args.timeout,
+                retain_days=args.retain, cluster=args.cluster,
+                carriers_every=args.carriers_every, max_carriers=args.max_carriers)
+    if args.prometheus:
+        from beamalloc.timeseries.prometheus import serve
+
+        _server, port = serve(args.prometheus, lambda: {
+            n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})
+        host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
+        print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    path = args.store or default_path()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: w.stop.set())
+    print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",
+          file=sys.stderr, flush=True)
+    try:
+        written = w.run(args.duration)
+    except Exception as e:
+        if isinstance(e, InputError):
+            raise
+        raise StoreError(f"cannot write to the store {path}: {e}") from None
+    print(f"stopped: {written} samples written; {w.status_line()}", file=sys.stderr)
+    return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -87,7 +124,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _write(None, json.dumps(result, indent=1))
         return 0
 
-    from beamalloc.analyzer.text_report import render
+    from beamalloc.reporters.analyze import render
 
     render(result, wide_console(), top=args.top)
     return 0
@@ -136,12 +173,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
                            rate=rate, rate_unavailable=why, trace=trace)  # fmt: skip
     if args.json:
-        from beamalloc.analyzer.outputs import paste_block
+        from beamalloc.reporters.recommend import paste_block
 
         _write(None, json.dumps({**result, "paste": paste_block(
             result["emulator_flags"], args.format)}, indent=1))  # fmt: skip
         return 0
-    from beamalloc.analyzer.outputs import render
+    from beamalloc.reporters.recommend import render
 
     render(result, wide_console(), fmt=args.format)
     return 0
@@ -182,7 +219,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from beamalloc.replay import render, replay_snapshot
+    from beamalloc.refalloc.replay import replay_snapshot
+    from beamalloc.reporters.replay import render
 
     if args.schedulers is not None and args.schedulers < 1:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
@@ -201,7 +239,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from beamalloc.collector.store import default_path
+    from beamalloc.timeseries.store import default_path
     from beamalloc.webui.app import serve
 
     token = args.token or os.environ.get("BEAMALLOC_TOKEN") or None
@@ -210,23 +248,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from beamalloc.demo import run_demo
+    from beamalloc.cli.demo import run_demo
 
     return run_demo(report_path=args.report, keep_node=args.keep_node)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from beamalloc.ebpf.run import main_args
+    from beamalloc.ebpf.errors import EbpfUnavailable
+    from beamalloc.ebpf.run import Options, run
 
-    return main_args(args)
-
-
-def wide_console(stderr: bool = False) -> Any:
-    """A terminal keeps its width; a pipe or a file gets room for the widest table."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 180)
+    opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
+                   json=args.json, level=args.level, sample=args.sample,
+                   slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
+                   libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
+    try:
+        return run(opts)
+    except EbpfUnavailable:
+        raise
+    except OSError as e:
+        raise EbpfUnavailable(f"trace failed: {e}") from None
 
 
 def _non_negative(text: str) -> int:
@@ -324,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recommend", help="the +M flags to set, each with its rule, numbers, cost")
     p.add_argument("source", metavar="SOURCE", help=source_help)
     p.add_argument("--format", default="vm.args",
-                   choices=("vm.args", "erl_flags", "rabbitmq", "mix", "flags"),
+                   choices=FORMATS,
                    help="where the flags go (default vm.args)")  # fmt: skip
     p.add_argument("--flags-in-use", metavar="FLAGS",
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")

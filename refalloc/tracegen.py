@@ -1,6 +1,6 @@
 """Synthetic allocation traces, so what-if works without eBPF (issue 4).
 
-Five generators write ordinary trace files (docs/trace-format.md), deterministic for a seed:
+Six generators write ordinary trace files (docs/trace-format.md), deterministic for a seed:
 
 * :func:`spike_and_drop` — churn at a base live set, a spike to several times that, a random drop
   back (most of the spike freed in random order, so survivors pin carriers), churn again;
@@ -8,6 +8,8 @@ Five generators write ordinary trace files (docs/trace-format.md), deterministic
   lmbcs and the mseg cache decide the footprint;
 * :func:`ets_churn` — ets_alloc: a table's small term blocks inserted, updated (realloc) and
   deleted while the table grows and shrinks;
+* :func:`stragglers` — a spike freed but for a few blocks spread evenly over its carriers (the
+  recommender's best case for the survivors of a spike);
 * :func:`stationary_mix` — fitted to a Snapshot: per allocator instance, the current live block
   count and average block size (mbcs and sbcs apart) and a turnover from its call counts;
 * :func:`from_carriers` — an allocator's carriers as ``instrument:carriers/1`` reports them,
@@ -45,6 +47,7 @@ __all__ = [
     "spike_and_drop",
     "spike_size",
     "stationary_mix",
+    "stragglers",
 ]
 
 BINARY, ETS = 10, 7
@@ -276,6 +279,76 @@ def ets_churn(
     return g.close()
 
 
+def stragglers(
+    path: str | Path,
+    *,
+    schedulers: int,
+    allocator: str,
+    live: int,
+    peak: int,
+    stragglers: int,
+    mean_size: int,
+    churn: int,
+    seed: int = 7,
+) -> int:
+    """Per scheduler instance: the live set, churn in it, a peak, the peak freed but for
+    `stragglers` blocks evenly spread in allocation order, churn again. Returns the count (the
+    recommender's best case for survivors of a spike, analyzer/predict.py)."""
+    number = ALLOCATOR_NUMBERS[allocator]
+    typ = TYPE_OF.get(allocator, (1, "synthetic"))
+    header = TraceHeader(
+        schedulers=schedulers,
+        source="synthetic",
+        types=[TypeInfo(typ[0], typ[1], number)],
+        threads={i: f"{i}_scheduler" for i in range(1, schedulers + 1)},
+        extra={"generator": "stragglers"},
+    )
+    rng = random.Random(seed)
+    w = TraceWriter(path, header)
+    t, next_id = 0, 1
+    per = max(live // schedulers, 1)
+    spike = max((peak - live) // schedulers, 0)
+    keep_every = max(spike // max(stragglers // schedulers, 1), 1)
+    rounds = churn // (2 * schedulers) + 1
+    kept: list[list[int]] = [[] for _ in range(schedulers)]
+    sizes: dict[int, int] = {}
+
+    def alloc(ix: int) -> int:
+        nonlocal t, next_id
+        t += 1000
+        bid, next_id = next_id, next_id + 1
+        size = spike_size(rng, mean_size)
+        sizes[bid] = size
+        w.write(Event(t, Op.ALLOC, number, ix, typ[0], size, bid, 0, ix))
+        return bid
+
+    def free(ix: int, bid: int) -> None:
+        nonlocal t
+        t += 1000
+        w.write(Event(t, Op.FREE, number, ix, typ[0], sizes.pop(bid), bid, 0, ix))
+
+    def churn_phase() -> None:
+        for _ in range(rounds):
+            for ix in range(1, schedulers + 1):
+                base = kept[ix - 1]
+                j = rng.randrange(len(base))
+                free(ix, base[j])
+                base[j] = alloc(ix)
+
+    for _ in range(per):
+        for ix in range(1, schedulers + 1):
+            kept[ix - 1].append(alloc(ix))
+    churn_phase()
+    burst = [[alloc(ix) for _ in range(spike)] for ix in range(1, schedulers + 1)]
+    for ix, blocks in enumerate(burst, 1):
+        for k, bid in enumerate(blocks):
+            if k % keep_every != keep_every // 2:
+                free(ix, bid)
+    churn_phase()
+    w.close()
+    return w.count
+
+
 # --- fitted to a snapshot -------------------------------------------------------------------------
 
 
@@ -391,7 +464,7 @@ def predict(
 ) -> list[dict[str, Any]]:
     """Replay `snap`'s fitted stationary mix under each flag set (in order); one run each, shaped
     as in ``beamalloc replay --json`` (flags, snapshot, analysis, peak, series)."""
-    from beamalloc.replay import run
+    from beamalloc.refalloc.replay import run
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "mix.batr"

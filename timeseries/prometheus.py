@@ -1,7 +1,7 @@
 """The Prometheus endpoint of `beamalloc watch --prometheus HOST:PORT` (docs/metrics.md).
 
 A few derived gauges per node and allocator type, computed from each node's latest sample (the
-same numbers the store keeps, analyzer/series.py), rather than one series per raw statistic:
+same numbers the store keeps, timeseries/series.py), rather than one series per raw statistic:
 prometheus.erl's allocator collector exports hundreds per node, and users end up dropping them.
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
@@ -16,34 +16,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from beamalloc.analyzer.series import view
 from beamalloc.errors import InputError
-
-#: (name, help, key in series.view()'s per-type dict)
-TYPE_GAUGES = (
-    ("beamalloc_allocated_bytes", "Bytes in carriers of this allocator type (mbcs, sbcs, pool).",
-     "allocated"),
-    ("beamalloc_used_bytes", "Bytes in blocks of this allocator type.", "used"),
-    ("beamalloc_unused_bytes", "Allocated minus used: held by carriers, not by blocks.", "unused"),
-    ("beamalloc_usage_ratio", "Used / allocated (recon_alloc's usage; 1 when both are 0).",
-     "usage"),
-    ("beamalloc_sbcs_share_ratio", "Share of allocated bytes in single-block carriers.",
-     "sbcs_share"),
-    ("beamalloc_pool_bytes", "Bytes of abandoned carriers in the carrier pool.", "pool"),
-)
-#: (name, help, key in series.view()'s node dict)
-NODE_GAUGES = (
-    ("beamalloc_node_allocated_bytes", "Bytes in carriers of all alloc_util allocators.",
-     "allocated"),
-    ("beamalloc_node_used_bytes", "Bytes in blocks of all alloc_util allocators.", "used"),
-    ("beamalloc_erlang_memory_total_bytes", "erlang:memory(total).", "erlang_total"),
-    ("beamalloc_rss_bytes", "Resident set size of the node's OS process (same host only).",
-     "rss"),
-    ("beamalloc_rss_gap_bytes", "RSS minus allocated: memory outside the alloc_util carriers "
-     "(NIFs, drivers, mseg cache, code).", "rss_gap"),
-    ("beamalloc_mseg_cache_hit_ratio", "mseg_alloc cache hits / mseg_alloc calls, all instances "
-     "(recon_alloc's cache_hit_rates, since the node started).", "mseg_cache_hit_rate"),
-)
+from beamalloc.timeseries.series import NODE_GAUGES, TYPE_GAUGES, view
 
 
 class WatchCollector(Collector):

@@ -2,9 +2,10 @@
 
 A sample is a flat `{key: int}` (a Point): node-wide keys plus `<allocator>.<field>` per allocator
 type. Only sums are stored; ratios (usage, sbcs share, hit rate) are computed when read, so
-downsampling and summaries never average ratios. The numbers are `analyze()`'s own
-(`allocator_types`, `totals_all`, `cache_hit_rates`), so a series agrees with `beamalloc analyze`
-of the same snapshot.
+downsampling and summaries never average ratios. The numbers come from the same functions as
+`analyze()`'s `totals_all`, `allocator_types` and `cache_hit_rates` (analysis.type_sums,
+metrics.memory, metrics.cache_hit_rates) without running the whole analysis, so a series agrees
+with `beamalloc analyze` of the same snapshot.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from beamalloc.analyzer.analysis import analyze
+from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.analysis import type_sums
 from beamalloc.analyzer.metrics import usage
 from beamalloc.snapshot import Snapshot
 
@@ -24,21 +26,54 @@ NODE_FIELDS = ("pid", "rss", "erlang_total", "allocated", "used", "mseg_hits", "
 TYPE_FIELDS = ("allocated", "used", "sbcs", "pool")
 
 
+# The gauges: each is a key of view() (per node, or per allocator type) with its Prometheus name
+# and help. A new gauge is a key here and in view() (and derive() if it needs a new sum); the
+# exporter (prometheus.py) reads these tables, the store keeps derive()'s sums.
+#: (name, help, key in series.view()'s per-type dict)
+TYPE_GAUGES = (
+    ("beamalloc_allocated_bytes", "Bytes in carriers of this allocator type (mbcs, sbcs, pool).",
+     "allocated"),
+    ("beamalloc_used_bytes", "Bytes in blocks of this allocator type.", "used"),
+    ("beamalloc_unused_bytes", "Allocated minus used: held by carriers, not by blocks.", "unused"),
+    ("beamalloc_usage_ratio", "Used / allocated (recon_alloc's usage; 1 when both are 0).",
+     "usage"),
+    ("beamalloc_sbcs_share_ratio", "Share of allocated bytes in single-block carriers.",
+     "sbcs_share"),
+    ("beamalloc_pool_bytes", "Bytes of abandoned carriers in the carrier pool.", "pool"),
+)
+#: (name, help, key in series.view()'s node dict)
+NODE_GAUGES = (
+    ("beamalloc_node_allocated_bytes", "Bytes in carriers of all alloc_util allocators.",
+     "allocated"),
+    ("beamalloc_node_used_bytes", "Bytes in blocks of all alloc_util allocators.", "used"),
+    ("beamalloc_erlang_memory_total_bytes", "erlang:memory(total).", "erlang_total"),
+    ("beamalloc_rss_bytes", "Resident set size of the node's OS process (same host only).",
+     "rss"),
+    ("beamalloc_rss_gap_bytes", "RSS minus allocated: memory outside the alloc_util carriers "
+     "(NIFs, drivers, mseg cache, code).", "rss_gap"),
+    ("beamalloc_mseg_cache_hit_ratio", "mseg_alloc cache hits / mseg_alloc calls, all instances "
+     "(recon_alloc's cache_hit_rates, since the node started).", "mseg_cache_hit_rate"),
+)
+
+
 def derive(snap: Snapshot) -> Point:
-    a = analyze(snap)
+    every = m.util_instances(snap, recon_only=False)
+    mseg = [vals for _, vals in m.cache_hit_rates(snap)]
     p: Point = {
-        "allocated": a["totals_all"]["allocated"],
-        "used": a["totals_all"]["used"],
+        "allocated": int(m.memory(snap, "allocated", "current", every)),
+        "used": int(m.memory(snap, "used", "current", every)),
         "erlang_total": snap.memory.get("total", 0),
-        "mseg_hits": sum(r["hits"] for r in a["cache_hit_rates"]),
-        "mseg_calls": sum(r["calls"] for r in a["cache_hit_rates"]),
+        "mseg_hits": sum(int(r["hits"]) for r in mseg),
+        "mseg_calls": sum(int(r["calls"]) for r in mseg),
     }
     if snap.os_pid is not None:
         p["pid"] = snap.os_pid
     if snap.rss is not None:
         p["rss"] = snap.rss
-    for t in a["allocator_types"]:
-        name = t["allocator"]
+    sums = type_sums(snap)
+    # Most unused first, as analyze()'s allocator_types: the order keys are first seen in.
+    for name, t in sorted(sums.items(), key=lambda kv: kv[1]["allocated"] - kv[1]["used"],
+                          reverse=True):
         p[f"{name}.allocated"] = t["allocated"]
         p[f"{name}.used"] = t["used"]
         p[f"{name}.sbcs"] = t["sbcs_carriers_size"]

@@ -1,0 +1,42 @@
+"""OTP and erts version strings, read one way (issue 11): snapshots and trace headers carry them
+as text ("25", "25.2.3", "13.1.5", "?" or nothing)."""
+
+from __future__ import annotations
+
+from beamalloc.flags import SUPPORTED_OTP
+
+
+def otp_major(release: object) -> int | None:
+    """"25.2.3" -> 25; None when the text does not start with a number."""
+    try:
+        return int(str(release).split(".")[0])
+    except ValueError:
+        return None
+
+
+def modelled_otp(release: object) -> int:
+    """The release whose defaults the flag grammar and the replay use: the node's own when it is
+    modelled (flags.SUPPORTED_OTP), else 25."""
+    major = otp_major(release)
+    return major if major in SUPPORTED_OTP else 25
+
+
+def erts_tuple(version: str | None) -> tuple[int, ...] | None:
+    """"13.1.5" -> (13, 1, 5); None when absent or not numeric."""
+    if not version:
+        return None
+    try:
+        return tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return None
+
+
+def erts_of(erts_version: str | None, otp_release: object) -> tuple[int, ...] | None:
+    """The erts version as a tuple; from the OTP major when only that is known."""
+    erts = erts_tuple(erts_version)
+    if erts is not None:
+        return erts
+    otp = otp_major(otp_release)
+    if otp is None:
+        return None
+    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else (otp - 12, 0) if otp >= 23 else None
