@@ -18,12 +18,12 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from beamalloc.collector import etf, live
+from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.terms import Atom, proplist
 
 #: Processes a scan reads at most (`--max-processes`). Beyond, registered processes and a fair
@@ -146,38 +146,30 @@ class ProbeResult:
 # ---- running the hidden node -------------------------------------------------------------
 
 def _run(node: str, cookie: str, timeout: float, args: list[str]) -> Any:
-    """Run beamalloc_procs on a hidden node (as live._run_agent runs the agent) and return its
-    {ok, Props} props; NodeError (exit 3, one line) for every failure, nothing half-returned."""
-    live.split_node(node)
-    if not cookie:
-        raise live.NodeError("empty cookie")
+    """Run beamalloc_procs on a hidden node (started, fed its cookie and killed as
+    live._run_agent does the agent) and return its {ok, Props} props; NodeError (exit 3, one
+    line) for every failure, nothing half-returned."""
     host = live.split_node(node)[1]
+    check_cookie(cookie, "the cookie")
     deadline = time.time() + timeout
-    erl = shutil.which("erl")
-    if not erl:
-        raise live.NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox)")
-    argv = live.hidden_node_argv(erl, "." in host, ["beamalloc_procs", "main", node,
-                                                    str(int((deadline - live.AGENT_MARGIN) * 1000)),
-                                                    *args])
-    home = tempfile.mkdtemp(prefix="beamalloc_home_")
+    run = ["beamalloc_procs", "main", node, str(int((deadline - live.AGENT_MARGIN) * 1000)),
+           *args]
     proc: subprocess.Popen[bytes] | None = None
+    home = ""
     try:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, cwd=home, env=live._agent_env(home),
-                                    start_new_session=True)
-        except OSError as e:
-            raise live.NodeError(f"cannot start {erl}: {e.strerror}") from None
-        try:
-            out, err = proc.communicate(cookie.encode("utf-8").hex().encode() + b"\n",
-                                        timeout=max(0.1, deadline + live.KILL_GRACE - time.time()))
-        except subprocess.TimeoutExpired:
-            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of "
-                                 f"{node}") from None
+        proc, home = live.start_hidden_node(run, "." in host)
+        assert proc.stdin is not None
+        try:  # stdin stays open: its end is the node's signal that we are gone
+            proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the node died at boot; its stderr says why
+        out, err = live._read_output(proc, deadline + live.KILL_GRACE, node, timeout)
     finally:
         if proc is not None:
             live._kill_group(proc)
-        shutil.rmtree(home, ignore_errors=True)
+        if home:
+            shutil.rmtree(home, ignore_errors=True)
     reply = None
     for line in out.splitlines():
         if line.startswith(live.MARK):
@@ -187,13 +179,15 @@ def _run(node: str, cookie: str, timeout: float, args: list[str]) -> Any:
                 raise live.NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
     if reply is None:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise live.NodeError(f"the beamalloc agent exited with status {proc.returncode} and no "
+        raise live.NodeError(f"the beamalloc agent exited with status {proc.poll()} and no "
                              f"answer: {live._scrub(tail[0], cookie)[:200]}")
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return proplist(reply[1])
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
         if reply[1] == "timeout" and reply[2] != "connecting":
             raise live.NodeError(f"timed out after {timeout:g} s reading the processes of {node}")
+        if reply[1] == "nodedown":
+            raise live.NodeError(f"node {node} went down while its processes were read")
         raise live._error(node, str(reply[1]), reply[2], timeout, cookie)
     raise live.NodeError("unexpected answer from the beamalloc agent")
 

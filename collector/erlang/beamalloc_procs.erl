@@ -3,7 +3,8 @@
 %% Runs on OUR hidden node, never on the target, like beamalloc_agent. Started as
 %%   erl -hidden ... -run beamalloc_procs main Target DeadlineMs scan MaxProcs BudgetMs Top
 %%   erl -hidden ... -run beamalloc_procs main Target DeadlineMs probe Pid1 Pid2 ...
-%% with the cookie on stdin (beamalloc_link:read_cookie/0). Prints one line
+%% with the cookie on stdin, distribution started and the node's life tied to its stdin by
+%% beamalloc_link:start/1, as the agent's. Prints one line
 %% "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply)) and halts; Reply is {ok, [{Key, Value}]}
 %% or {error, Kind, Detail} as the agent's (collector/live.py turns errors into one line).
 %%
@@ -47,11 +48,11 @@ main([TargetS, DeadlineS | Args]) ->
             end,
     Bin = term_to_binary(Reply, [{compressed, 1}]),
     io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
-    erlang:halt(0).
+    beamalloc_link:quit(0).
 
 run(Target, Deadline, Args) ->
     Failures = beamalloc_link:setup(),
-    case beamalloc_link:read_cookie() of
+    case beamalloc_link:start(true) of
         {ok, Cookie} ->
             true = erlang:set_cookie(Target, Cookie),
             Main = self(),

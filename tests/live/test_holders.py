@@ -17,7 +17,7 @@ from beamalloc.analyzer import holders as h
 from beamalloc.collector import live as live_mod
 from beamalloc.collector import processes as procs
 from beamalloc.collector.processes import ProcessTable
-from beamalloc.demo import WorkloadNode
+from beamalloc.cli.demo import WorkloadNode
 from live.conftest import erl_eval, start_node
 
 pytestmark = pytest.mark.live

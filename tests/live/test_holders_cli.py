@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support import run_cli
 
-from beamalloc.demo import WorkloadNode
+from beamalloc.cli.demo import WorkloadNode
 
 pytestmark = pytest.mark.live
 

@@ -15,7 +15,7 @@ import pytest
 from beamalloc.analyzer import holders as h
 from beamalloc.collector import processes as procs
 from beamalloc.collector.procdump import read_procdump
-from beamalloc.demo import WorkloadNode
+from beamalloc.cli.demo import WorkloadNode
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples/otp25/erl_crash.dump"
