@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from beamalloc.analyzer import holders as h
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live as live_mod
 from beamalloc.collector import processes as procs
 from beamalloc.collector.processes import ProcessTable
-from beamalloc.cli.demo import WorkloadNode
 from live.conftest import erl_eval, start_node
 
 pytestmark = pytest.mark.live

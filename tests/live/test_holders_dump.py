@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from beamalloc.analyzer import holders as h
+from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import processes as procs
 from beamalloc.collector.procdump import read_procdump
-from beamalloc.cli.demo import WorkloadNode
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples/otp25/erl_crash.dump"
