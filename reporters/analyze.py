@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from beamalloc.analyzer.rules import usage_level
+from beamalloc.reporters import holders
 from beamalloc.units import human, pct
 
 
@@ -215,6 +216,9 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                 str(r["cached_segments"]),
             )
         console.print(cache)
+    if a.get("processes"):
+        console.print()
+        holders.render(a["processes"], console)
 
 
 # ---- inside the carriers (analyzer/carriers.py) -------------------------------------------------
