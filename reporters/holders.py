@@ -67,13 +67,16 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
     if groups:
         t = Table(title="By initial call (groups; binaries summed per member)",
                   title_justify="left", box=None)
-        for c in ("initial call", "count", "memory", "heap", "idle", "binary", "names"):
-            t.add_column(c, justify="left" if c in ("initial call", "names") else "right",
-                         overflow="fold")
+        t.add_column("initial call", overflow="fold", min_width=18)
+        for c in ("count", "memory", "heap", "idle", "binary"):
+            t.add_column(c, justify="right")
+        t.add_column("names", no_wrap=True, overflow="ellipsis", max_width=24)
         for g in groups[:top]:
+            names = g["names"][0] + (f" +{len(g['names']) - 1}" if len(g["names"]) > 1 else "") \
+                if g["names"] else ""
             t.add_row(g["initial_call"], _n(g["count"]), _h(g["memory"]),
                       _h(g["total_heap_bytes"]), _n(g.get("idle_count")),
-                      _h(g["binary_bytes"]), ", ".join(g["names"]))
+                      _h(g["binary_bytes"]), names)
         console.print(t)
     probe = p.get("gc_probe")
     if probe:
