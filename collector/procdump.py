@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -82,6 +83,12 @@ def _proc(pid: str, kv: dict[str, str], ws: int) -> Proc:
 def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
     """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
     skipped; OSError for a file that cannot be read (the caller's one-line message)."""
+    with open(path, encoding="latin-1", newline=None) as f:
+        return read_proc_lines(f, err)
+
+
+def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessTable:
+    """The same from the dump's lines (an upload held in memory)."""
     err = err or sys.stderr
     node, ws = "?", 8
     procs: list[Proc] = []
@@ -99,31 +106,30 @@ def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
             print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
                   file=err)
 
-    with open(path, encoding="latin-1", newline=None) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.startswith("="):
-                close()
-                if line.startswith("=node:"):
-                    node = line[6:].strip().strip("'") or node
-                pid, kv = None, {}
-                if line.startswith("=proc:"):
-                    sections += 1
-                    start = lineno
-                    text = line[6:].strip()
-                    if _PID.match(text):
-                        pid = text
-                    else:
-                        print(f"beamalloc: skipped the process section at line {lineno}: "
-                              "not a pid after =proc:", file=err)
-                continue
-            if pid is not None:
-                key, sep, value = line.partition(": ")
-                if sep:
-                    kv.setdefault(key, value.strip())
-            elif lineno < 50 and line.startswith("System version:"):
-                m = _WORDSIZE.search(line)
-                ws = int(m.group(1)) // 8 if m else ws
-        close()
+    for lineno, line in enumerate(lines, 1):
+        if line.startswith("="):
+            close()
+            if line.startswith("=node:"):
+                node = line[6:].strip().strip("'") or node
+            pid, kv = None, {}
+            if line.startswith("=proc:"):
+                sections += 1
+                start = lineno
+                text = line[6:].strip()
+                if _PID.match(text):
+                    pid = text
+                else:
+                    print(f"beamalloc: skipped the process section at line {lineno}: "
+                          "not a pid after =proc:", file=err)
+            continue
+        if pid is not None:
+            key, sep, value = line.partition(": ")
+            if sep:
+                kv.setdefault(key, value.strip())
+        elif lineno < 50 and line.startswith("System version:"):
+            m = _WORDSIZE.search(line)
+            ws = int(m.group(1)) // 8 if m else ws
+    close()
     return _table(node, ws, procs, sections)
 
 

@@ -90,3 +90,22 @@ def test_every_process_of_the_real_dumps_reads() -> None:
         assert all(p.total_heap_bytes >= 0 and p.memory > 0 for p in t.procs), dump.name
         n += t.scanned
     assert n > 500
+
+
+def test_web_upload_of_a_dump_shows_its_holders() -> None:
+    """The web UI reads an uploaded crash dump's =proc sections too: the snapshot page and its
+    analysis JSON carry them (the same partial as the HTML report)."""
+    from beamalloc.webui.app import create_app
+
+    c = create_app(None).test_client()
+    r = c.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "erl_crash.dump")})
+    assert r.status_code == 303
+    ref = r.headers["Location"].rsplit("/", 1)[1]
+    page = c.get(f"/snapshot/{ref}").data.decode()
+    assert "Who holds the memory" in page and "code_server" in page
+    a = c.get(f"/api/snapshot/{ref}").get_json()
+    assert a["processes"]["count"] == 38 and a["processes"]["top_heap"][0]["name"] == "code_server"
+    r = c.post("/upload", data={"file": (io.BytesIO((ROOT / "samples/otp25/recon_snapshot.txt")
+                                                    .read_bytes()), "n.txt")})
+    ref = r.headers["Location"].rsplit("/", 1)[1]
+    assert "Who holds the memory" not in c.get(f"/snapshot/{ref}").data.decode()
