@@ -324,6 +324,14 @@ def _holder_sentences(processes: dict[str, Any]) -> list[str]:
     return out
 
 
+def _label(row: dict[str, Any]) -> str:
+    """A process as an operator finds it again: its name, else its pid and where it waits."""
+    if row["name"]:
+        return str(row["name"])
+    where = row.get("current_function") or row.get("initial_call")
+    return f"{row['pid']} in {where}" if where else str(row["pid"])
+
+
 def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
     """Put the holders into a recommendation (analyzer/recommend.py's result): the `processes`
     key, and in the verdict the processes that hold the memory where the allocators do not
@@ -337,17 +345,27 @@ def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
     if not isinstance(v, dict):
         return
     said = _holder_sentences(processes)
+    bins = next((e for e in v.get("no_flag_helps") or [] if e.get("allocator") == "binary_alloc"),
+                None)
+    top = [r for r in processes.get("top_binary") or [] if r["binary_bytes"]][:3]
+    pinned = any(f["rule"] == "H1" and f["level"] == "action"
+                 for f in processes.get("findings") or [])
+    if bins is not None and top and not pinned:
+        # the surviving binaries that keep binary_alloc's carriers: whose they are
+        said.append("the binaries that survive in binary_alloc are referenced by " + ", ".join(
+            f"{_label(r)} ({human(r['binary_bytes'])})" for r in top))
     v["holders"] = said
     if said:
         lead = ("Processes, not allocator placement, hold the memory: "
-                if v.get("state") == "HEALTHY" else "Processes hold memory too: ")
+                if v.get("state") == "HEALTHY" else "Who holds the memory: ")
         v["headline"] = v["headline"].rstrip() + " " + lead + "; ".join(said) + "."
     found = processes.get("findings") or []
     for e in v.get("no_flag_helps") or []:
         extra = []
         if e.get("allocator") == "binary_alloc":
             # whose references keep the surviving binaries (and so the carriers they sit in)
-            e["held_by"] = [{k: r[k] for k in ("pid", "name", "binary_bytes", "binary_count")}
+            e["held_by"] = [{k: r[k] for k in ("pid", "name", "initial_call", "current_function",
+                                               "binary_bytes", "binary_count")}
                             for r in (processes.get("top_binary") or [])[:5]]
             for f in found:
                 if f["rule"] != "H1":
