@@ -79,6 +79,12 @@ def _references_survived(p: Proc, ws: int) -> int | None:
     return min(p.binary_count, p.survived_bytes // (PROCBIN_WORDS * ws))
 
 
+def _pinned(p: Proc) -> int | None:
+    """The binary bytes a process holds alone, or where the source cannot tell (a crash dump)
+    all it references."""
+    return p.binary_exclusive_bytes if p.binary_exclusive_bytes is not None else p.binary_bytes
+
+
 def binary_holder(p: Proc, ws: int, probe: ProbeResult | None) -> dict[str, Any]:
     """Whether an idle holder's binaries are dead or live, and on what evidence."""
     excl = p.binary_exclusive_bytes or 0
@@ -111,11 +117,19 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
     ws = t.wordsize or 8
     measured = _probed(probe)
     out: list[dict[str, Any]] = []
-    for p in _top([p for p in t.procs if p.idle], lambda p: p.binary_exclusive_bytes, 50):
-        if (p.binary_exclusive_bytes or 0) < MIN_PINNED:
+    for p in _top([p for p in t.procs if p.idle], _pinned, 50):
+        if (_pinned(p) or 0) < MIN_PINNED:
             break
         h = binary_holder(p, ws, measured.get(p.pid))
-        if h["kind"] in ("dead", "probably dead", "mixed"):
+        if h["kind"] == "unknown":  # a crash dump: no addresses, no collection counters
+            out.append(_finding(
+                "H1", "info", p, f"{p.label()} references {human(_pinned(p))} of refc binaries",
+                f"{p.label()} was idle and its binary virtual heaps counted "
+                f"{human(_pinned(p))} of refc binaries; {h['why']}, so whether they were dead "
+                "(a collection frees them) or live (a cache or a queue) is not known: read the "
+                "live node, with --gc-probe to measure it",
+                {"holder": h, "bytes": _pinned(p), "releases": None}, (SRC_GC, SRC_EIA)))
+        elif h["kind"] in ("dead", "probably dead", "mixed"):
             frees = h["released"] if h["measured"] else p.binary_exclusive_bytes
             verb = "A collection freed" if h["measured"] else "A collection would free up to"
             out.append(_finding(
@@ -317,11 +331,16 @@ def _holder_sentences(processes: dict[str, Any]) -> list[str]:
         elif f["rule"] == "H3":
             out.append(f["title"])
     for f in processes.get("findings") or []:
-        if f["rule"] == "H1" and f["level"] == "info":
+        if f["rule"] == "H1" and f["level"] == "info" and _live(f):
             out.append(f"{f['name'] or f['process']} keeps {human(f['evidence']['bytes'])} "
                        "of refc binaries that are live (a cache or a queue: bound it; a "
                        "collection would not release them)")
     return out
+
+
+def _live(f: dict[str, Any]) -> bool:
+    """An H1 finding about live binaries (not one whose source cannot tell)."""
+    return f["evidence"]["holder"]["kind"] in ("live", "probably live")
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -368,7 +387,7 @@ def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
                                                "binary_bytes", "binary_count")}
                             for r in (processes.get("top_binary") or [])[:5]]
             for f in found:
-                if f["rule"] != "H1":
+                if f["rule"] != "H1" or (f["level"] == "info" and not _live(f)):
                     continue
                 who = f["name"] or f["process"]
                 if f["level"] == "action":
