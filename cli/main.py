@@ -146,10 +146,14 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
                   "changes the node (the one beamalloc action that does)", file=sys.stderr)
             probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
         return processes_json(table, probe)
-    if snap.source == "crashdump" and source != "-":
+    if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
+        from beamalloc.collector.crashdump import MAGIC
         from beamalloc.collector.procdump import read_procdump
 
         try:
+            with open(source, "rb") as f:
+                if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
+                    return None
             return processes_json(read_procdump(source))
         except OSError as e:
             raise InputError(f"cannot read {source}: {e.strerror}") from None
