@@ -36,6 +36,7 @@ __all__ = [
     "TraceWriter",
     "TypeInfo",
     "convert",
+    "native_csv_rows",
     "open_trace",
     "read_header",
     "write_csv",
@@ -662,14 +663,77 @@ def write_csv(path: str | Path, header: TraceHeader, events: Iterable[Event]) ->
     return n
 
 
-def convert(src: str | Path, dst: str | Path, *, to: str | None = None) -> int:
-    """Convert a trace between binary and CSV (``to`` = "binary"/"csv", else by dst suffix)."""
+def _csv_rows_at(path: str | Path) -> tuple[int, int] | None:
+    """Byte offset and line number where a CSV trace's rows start (after the marker line, if
+    any, and the column line), or None when a header line ends in a lone CR, which Python's
+    text reader splits differently from bytes."""
+    offset = line = 0
+    with open(path, "rb") as f:
+        for _ in range(2):
+            text = f.readline()
+            if b"\r" in text.removesuffix(b"\r\n"):
+                return None
+            offset += len(text)
+            line += 1
+            if not text.startswith(CSV_MARKER.encode()):
+                return offset, line
+    return None
+
+
+def native_csv_rows(path: str | Path, r: TraceReader | None = None
+                    ) -> tuple[int, int, dict[str, int], int] | None:
+    """What refalloc's CSV fast path needs to read a CSV trace's rows (refalloc/src/csv.rs):
+    (byte offset and line number where the rows start, the header's type table, the next
+    synthetic type number); None for a binary trace or a header the fast path does not take.
+    The header is read (and checked) here, by this module's reader."""
+    if r is None:
+        with open_trace(path) as opened:
+            return native_csv_rows(path, opened)
+    if not isinstance(r, _CsvReader):
+        return None
+    start = _csv_rows_at(path)
+    if start is None:
+        return None
+    return start[0], start[1], dict(r._types), r._next_type
+
+
+def _native_csv_to_binary(src: str | Path, dst: str | Path, r: _CsvReader) -> int | None:
+    """Convert the rows of a CSV trace with refalloc's fast path, which reads plain rows only
+    and declines anything else; None when it declined (or is not built), and then the caller
+    converts with this module's reader, whose messages are the reference. Both give the same
+    file: the fuzzer tests/fuzz/csv_props.py compares them."""
+    try:
+        from beamalloc._refalloc import csv_rows
+    except ImportError:
+        return None
+    rows = native_csv_rows(src, r)
+    if rows is None:
+        return None
+    scan = csv_rows(str(src), rows)
+    if scan["declined"] is not None:
+        return None
+    header = r.header
+    header.types.extend(TypeInfo(n, name, allocator) for name, n, allocator in scan["types"])
+    blob = json.dumps(header.to_json(), separators=(",", ":"))
+    done = csv_rows(str(src), rows, str(dst), blob)
+    if done["events"] != scan["events"]:
+        raise TraceError(f"{src}: the file changed while it was converted")
+    return int(done["events"])
+
+
+def convert(src: str | Path, dst: str | Path, *, to: str | None = None,
+            native: bool = True) -> int:
+    """Convert a trace between binary and CSV (``to`` = "binary"/"csv", else by dst suffix).
+    A CSV's plain rows go through refalloc's reader unless ``native`` is False."""
     fmt = to or ("csv" if str(dst).endswith(".csv") else "binary")
     with open_trace(src) as r:
         if fmt == "csv":
             return write_csv(dst, r.header, r)
         header = r.header
         if isinstance(r, _CsvReader):
+            n = _native_csv_to_binary(src, dst, r) if native else None
+            if n is not None:
+                return n
             # Type names get numbers while reading (deterministically); a first streaming pass
             # completes the table so the binary header can be written before the records.
             for _ in r:

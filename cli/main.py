@@ -97,8 +97,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if args.prometheus:
         from beamalloc.timeseries.prometheus import serve
 
-        _server, port = serve(args.prometheus, lambda: {
-            n: (s.up, s.last_t, s.point) for n, s in list(w.status.items())})
+        _server, port = serve(args.prometheus, lambda: dict(w.status))
         host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
         print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
     path = args.store or default_path()

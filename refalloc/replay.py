@@ -36,7 +36,14 @@ from beamalloc.snapshot import (
     Snapshot,
     Triple,
 )
-from beamalloc.trace import MAGIC, TraceError, TraceHeader, convert, read_header
+from beamalloc.trace import (
+    MAGIC,
+    TraceError,
+    TraceHeader,
+    convert,
+    native_csv_rows,
+    read_header,
+)
 from beamalloc.versions import modelled_otp
 
 __all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_snapshot", "run", "snapshot_from"]
@@ -97,9 +104,16 @@ def _native_replay(
     try:
         if binary:
             return _refalloc.replay(str(path), config, schedulers, sample_every_ns)
-        with tempfile.TemporaryDirectory() as tmp:  # CSV: converted once, streaming
+        # CSV: the native reader replays plain rows straight from the file; a row it declines
+        # (refalloc/src/csv.rs) sends the whole file through the reference reader instead.
+        rows = native_csv_rows(path)
+        if rows is not None:
+            native = _refalloc.replay(str(path), config, schedulers, sample_every_ns, csv=rows)
+            if "declined" not in native:
+                return native
+        with tempfile.TemporaryDirectory() as tmp:  # converted once, streaming
             tmp_path = Path(tmp) / "trace.batr"
-            convert(path, tmp_path, to="binary")
+            convert(path, tmp_path, to="binary", native=False)
             try:
                 return _refalloc.replay(str(tmp_path), config, schedulers, sample_every_ns)
             except ValueError as e:  # name the user's file, not the converted copy

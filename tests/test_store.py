@@ -19,7 +19,8 @@ from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import store as store_mod
 from beamalloc.timeseries.prometheus import WatchCollector, parse_address
-from beamalloc.timeseries.series import derive, summarize
+from beamalloc.timeseries.watch import NodeStatus
+from beamalloc.timeseries.series import active_findings, derive, summarize
 from beamalloc.timeseries.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
 
 T0 = 1_700_000_000.0
@@ -284,10 +285,26 @@ def test_prometheus_exposition_parses() -> None:
     hand = read_file(str(DATA / "hand_recon.txt"))
     hand.node, hand.rss = NODE, 1_000_000
     p = derive(hand)
+    findings, lint = active_findings(hand)
+    findings.append(("R2", "binary_alloc", "info"))  # what a fragmented sample would add
+    lint.append(("lmbcs-sbct", "ets_alloc"))
     reg = CollectorRegistry()
-    reg.register(WatchCollector(lambda: {NODE: (True, T0, p), "down@host": (False, None, None)}))
+    reg.register(WatchCollector(lambda: {
+        NODE: NodeStatus(NODE, up=True, last_t=T0, point=p, findings=findings, lint=lint),
+        "down@host": NodeStatus("down@host")}))
     text = generate_latest(reg).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
+    # Counters, from the hand file's calls: binary_alloc 10 + 5 allocs, 8 + 3 frees.
+    calls = {(s.labels["allocator"], s.labels["op"]): s.value
+             for s in fams["beamalloc_allocator_calls"].samples if s.name.endswith("_total")}
+    assert calls[("binary_alloc", "alloc")] == 15 and calls[("binary_alloc", "free")] == 11
+    assert calls[("eheap_alloc", "alloc")] == 1
+    hits = fams["beamalloc_mseg_cache_hits"].samples
+    assert [(s.name, s.value) for s in hits] == [("beamalloc_mseg_cache_hits_total", 3.0)]
+    assert [s.labels for s in fams["beamalloc_finding"].samples] == [
+        {"node": NODE, "rule": r, "allocator": a, "level": lv} for r, a, lv in findings]
+    assert [s.labels for s in fams["beamalloc_lint_in_force"].samples] == [
+        {"node": NODE, "check": "lmbcs-sbct", "allocator": "ets_alloc"}]
     assert {s.labels["node"]: s.value for s in fams["beamalloc_up"].samples} == {
         NODE: 1.0, "down@host": 0.0}
     used = {s.labels["allocator"]: s.value for s in fams["beamalloc_used_bytes"].samples}
@@ -296,9 +313,10 @@ def test_prometheus_exposition_parses() -> None:
     gap = fams["beamalloc_rss_gap_bytes"].samples
     # RSS minus every carrier: recon's 610112 plus literal_alloc's 10000
     assert [(s.labels, s.value) for s in gap] == [({"node": NODE}, 1_000_000 - 620112)]
-    # A few gauges per allocator type, not one series per raw statistic.
-    assert sum(
-        len(f.samples) for f in fams.values()) <= 8 + 6 * len(used) + 2
+    # A few gauges and counters per allocator type, not one series per raw statistic
+    # (docs/metrics.md: 8 + 6 per node, 6 gauges + 3 counters per type, one per finding).
+    samples = [s for f in fams.values() for s in f.samples if not s.name.endswith("_created")]
+    assert len(samples) <= 8 + 8 + 9 * len(used) + 2 + len(findings) + len(lint)
 
 
 @pytest.mark.parametrize("bad", ["9100", "host:", "host:99999", "host:x"])

@@ -3,6 +3,8 @@
 A few derived gauges per node and allocator type, computed from each node's latest sample (the
 same numbers the store keeps, timeseries/series.py), rather than one series per raw statistic:
 prometheus.erl's allocator collector exports hundreds per node, and users end up dropping them.
+Beside them: counters of the node's calls (to rate()), and a gauge per rule or lint check that
+holds, so alerts say what the rule base says (deploy/prometheus/).
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
 """
@@ -13,33 +15,54 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from beamalloc.errors import InputError
-from beamalloc.timeseries.series import NODE_GAUGES, TYPE_GAUGES, view
+from beamalloc.timeseries.series import (
+    NODE_COUNTERS,
+    NODE_GAUGES,
+    TYPE_COUNTERS,
+    TYPE_GAUGES,
+    view,
+)
 
 
 class WatchCollector(Collector):
-    """Builds the gauges at scrape time from `latest()`: node -> (up, time, Point | None)."""
+    """Builds the metrics at scrape time from `latest()`: node -> its NodeStatus (watch.py):
+    `up`, `last_t` (time of the last good sample), `point` (its derived numbers, or None),
+    `findings` and `lint` (the labels of the rules and lint checks that hold)."""
 
-    def __init__(self, latest: Callable[[], dict[str, tuple[bool, float | None, Any]]]) -> None:
+    def __init__(self, latest: Callable[[], dict[str, Any]]) -> None:
         self.latest = latest
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         nodes = self.latest()
         up = GaugeMetricFamily("beamalloc_up", "1 if the node's last sample succeeded.",
                                labels=["node"])
         ts = GaugeMetricFamily("beamalloc_sample_timestamp_seconds",
                                "Unix time of the node's last good sample.", labels=["node"])
+        finding = GaugeMetricFamily(
+            "beamalloc_finding", "1 while a rule of beamalloc's rule base holds on the node "
+            "(rule, allocator, level: the rule's own; `beamalloc recommend NODE` explains it).",
+            labels=["node", "rule", "allocator", "level"])  # fmt: skip
+        lint = GaugeMetricFamily(
+            "beamalloc_lint_in_force", "1 while a +M flag in force fails beamalloc's lint "
+            "(check: lmbcs-sbct, migration-off, ...).", labels=["node", "check", "allocator"])
         per_type = {n: GaugeMetricFamily(n, h, labels=["node", "allocator"])
                      for n, h, _ in TYPE_GAUGES}
         per_node = {n: GaugeMetricFamily(n, h, labels=["node"]) for n, h, _ in NODE_GAUGES}
-        for node, (is_up, t, point) in sorted(nodes.items()):
-            up.add_metric([node], 1.0 if is_up else 0.0)
-            if point is None or t is None:
+        type_counters = {n: CounterMetricFamily(n, h, labels=["node", "allocator", "op"])
+                         for n, h, _ in TYPE_COUNTERS}  # fmt: skip
+        node_counters = {n: CounterMetricFamily(n, h, labels=["node", "call"] if len(k) > 1
+                                                else ["node"])
+                         for n, h, k in NODE_COUNTERS}  # fmt: skip
+        for node, st in sorted(nodes.items()):
+            up.add_metric([node], 1.0 if st.up else 0.0)
+            point = st.point
+            if point is None or st.last_t is None:
                 continue
-            ts.add_metric([node], t)
+            ts.add_metric([node], st.last_t)
             v = view(point)
             for name, _, key in NODE_GAUGES:
                 if v[key] is not None:
@@ -47,10 +70,29 @@ class WatchCollector(Collector):
             for alloc, row in v["types"].items():
                 for name, _, key in TYPE_GAUGES:
                     per_type[name].add_metric([node, alloc], float(row[key]))
+                for name, _, keys in TYPE_COUNTERS:
+                    for key in keys:
+                        if f"{alloc}.{key}" in point:
+                            type_counters[name].add_metric(
+                                [node, alloc, key.removeprefix("calls_")],
+                                float(point[f"{alloc}.{key}"]))  # fmt: skip
+            for name, _, keys in NODE_COUNTERS:
+                for key in keys:
+                    if key in point:
+                        labels = [node, key.removeprefix("calls_")] if len(keys) > 1 else [node]
+                        node_counters[name].add_metric(labels, float(point[key]))
+            for rule, alloc, level in st.findings:
+                finding.add_metric([node, rule, alloc, level], 1.0)
+            for check, alloc in st.lint:
+                lint.add_metric([node, check, alloc], 1.0)
         yield up
         yield ts
         yield from per_node.values()
         yield from per_type.values()
+        yield from type_counters.values()
+        yield from node_counters.values()
+        yield finding
+        yield lint
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -60,8 +102,7 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def serve(address: str, latest: Callable[[], dict[str, tuple[bool, float | None, Any]]]
-          ) -> tuple[Any, int]:
+def serve(address: str, latest: Callable[[], dict[str, Any]]) -> tuple[Any, int]:
     """Start /metrics in a daemon thread; returns (server, port actually bound)."""
     host, port = parse_address(address)
     registry = CollectorRegistry()  # ours only: no process_/python_ series of the watcher

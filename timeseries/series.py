@@ -15,20 +15,32 @@ from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import type_sums
+from beamalloc.analyzer.findings import facts
+from beamalloc.analyzer.lint import lint_in_force
 from beamalloc.analyzer.metrics import usage
+from beamalloc.analyzer.rules import evaluate
 from beamalloc.snapshot import Snapshot
 
 Point = dict[str, int]
 
-#: Node-wide keys of a Point.
-NODE_FIELDS = ("pid", "rss", "erlang_total", "allocated", "used", "mseg_hits", "mseg_calls")
-#: Per allocator type: carriers size, blocks size, single-block carriers size, pool carriers size.
-TYPE_FIELDS = ("allocated", "used", "sbcs", "pool")
+#: The carrier calls each allocator instance counts (mseg_alloc's segments, sys_alloc's malloc).
+CARRIER_CALLS = ("mseg_alloc", "mseg_dealloc", "mseg_realloc", "sys_alloc", "sys_free",
+                 "sys_realloc")  # fmt: skip
+#: Node-wide keys of a Point (`calls_<carrier call>` summed over every instance).
+NODE_FIELDS = ("pid", "rss", "erlang_total", "allocated", "used", "mseg_hits", "mseg_calls",
+               *(f"calls_{c}" for c in CARRIER_CALLS))  # fmt: skip
+#: Per allocator type: carriers size, blocks size, single-block carriers size, pool carriers size,
+#: and the calls of its block operations since the node started (counters, not gauges).
+TYPE_FIELDS = ("allocated", "used", "sbcs", "pool", "calls_alloc", "calls_free", "calls_realloc")
+#: How often the watcher evaluates the rules and the lint on a node's sample (seconds): the
+#: alerts built on them wait for minutes, and an evaluation costs a few ms (docs/metrics.md).
+FINDINGS_EVERY = 30.0
 
 
 # The gauges: each is a key of view() (per node, or per allocator type) with its Prometheus name
 # and help. A new gauge is a key here and in view() (and derive() if it needs a new sum); the
-# exporter (prometheus.py) reads these tables, the store keeps derive()'s sums.
+# exporter (prometheus.py) reads these tables, the store keeps derive()'s sums. A new counter is
+# a Point key in derive() and an entry of TYPE_COUNTERS or NODE_COUNTERS.
 #: (name, help, key in series.view()'s per-type dict)
 TYPE_GAUGES = (
     ("beamalloc_allocated_bytes", "Bytes in carriers of this allocator type (mbcs, sbcs, pool).",
@@ -55,6 +67,23 @@ NODE_GAUGES = (
      "(recon_alloc's cache_hit_rates, since the node started).", "mseg_cache_hit_rate"),
 )
 
+#: Counters: (name without _total, help, Point key), per allocator type ("<type>.<key>") or per
+#: node. The node's own counts since it started: rate() gives calls per second, and a restart
+#: of the node is a counter reset, which rate() handles.
+TYPE_COUNTERS = (
+    ("beamalloc_allocator_calls", "Block operations of this allocator type (op: alloc, free, "
+     "realloc), all instances.", ("calls_alloc", "calls_free", "calls_realloc")),
+)
+NODE_COUNTERS = (
+    ("beamalloc_carrier_calls", "Carrier calls of all allocator instances (call: mseg_alloc, "
+     "mseg_dealloc, mseg_realloc, sys_alloc, sys_free, sys_realloc).",
+     tuple(f"calls_{c}" for c in CARRIER_CALLS)),
+    ("beamalloc_mseg_cache_hits", "mseg_alloc calls served from its segment cache.",
+     ("mseg_hits",)),
+    ("beamalloc_mseg_alloc_calls", "mseg_alloc calls of mseg_alloc's own instances (the "
+     "denominator of recon_alloc's cache_hit_rates).", ("mseg_calls",)),
+)
+
 
 def derive(snap: Snapshot) -> Point:
     every = m.util_instances(snap, recon_only=False)
@@ -66,6 +95,8 @@ def derive(snap: Snapshot) -> Point:
         "mseg_hits": sum(int(r["hits"]) for r in mseg),
         "mseg_calls": sum(int(r["calls"]) for r in mseg),
     }
+    for c in CARRIER_CALLS:
+        p[f"calls_{c}"] = sum(i.calls.get(c, 0) for i in every)
     if snap.os_pid is not None:
         p["pid"] = snap.os_pid
     if snap.rss is not None:
@@ -78,7 +109,22 @@ def derive(snap: Snapshot) -> Point:
         p[f"{name}.used"] = t["used"]
         p[f"{name}.sbcs"] = t["sbcs_carriers_size"]
         p[f"{name}.pool"] = t["pool_carriers_size"]
+    # Block calls per type: an instance counts them as <prefix>_alloc/_free/_realloc, the
+    # prefix being its allocator's name without "_alloc" (binary_alloc: binary_alloc, ...).
+    for i in every:
+        prefix = i.allocator.removesuffix("_alloc")
+        for op in ("alloc", "free", "realloc"):
+            key = f"{i.allocator}.calls_{op}"
+            p[key] = p.get(key, 0) + i.calls.get(f"{prefix}_{op}", 0)
     return p
+
+
+def active_findings(snap: Snapshot) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """What the rule base and the lint say of a sample, as the labels of their gauges:
+    [(rule, allocator or "", level)] and [(lint check, allocator or "")] (docs/metrics.md)."""
+    found = sorted({(f.rule, f.allocator or "", f.level) for f in evaluate(facts(snap))})
+    lint = sorted({(i.check, i.allocator or "") for i in lint_in_force(snap)})
+    return found, lint
 
 
 def types_of(keys: Any) -> list[str]:

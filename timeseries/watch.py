@@ -27,7 +27,7 @@ from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
 from beamalloc.errors import InputError
-from beamalloc.timeseries.series import Point, derive
+from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 
@@ -49,6 +49,11 @@ class NodeStatus:
     pid: int | None = None
     error: str | None = None
     down_since: float | None = None
+    #: What the rules and the lint said of the last sample evaluated (series.active_findings),
+    #: every FINDINGS_EVERY seconds: the labels of the finding and lint gauges.
+    findings: list[tuple[str, str, str]] = field(default_factory=list)
+    lint: list[tuple[str, str]] = field(default_factory=list)
+    findings_t: float | None = None
 
 
 @dataclass
@@ -146,6 +151,9 @@ class Watcher:
             self.written += 1
 
         self._q.put(write)
+        if st.findings_t is None or t - st.findings_t >= FINDINGS_EVERY or restarted:
+            st.findings, st.lint = active_findings(snap)
+            st.findings_t = t
         st.up, st.error, st.down_since = True, None, None
         st.samples += 1
         st.last_t, st.point, st.pid = t, point, pid

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fuzz the trace readers and the replay for FUZZ_SECS seconds, all three fuzzers at once
+# Fuzz the trace readers and the replay for FUZZ_SECS seconds, all four fuzzers at once
 # (README.md here): cargo-fuzz on refalloc's read_trace and replay_trace, atheris on the Python
-# reader. Exit 1 if any finds a crash: its input is left in artifacts/<target>/.
+# reader and on the native CSV rows against it. Exit 1 if any finds a crash: its input is left
+# in artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECS:-600}
@@ -11,11 +12,16 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 "$python" -c 'import atheris' 2>/dev/null || "$python" -m pip install -q atheris
 "$python" fuzz/seeds.py fuzz/seeds
 cargo +nightly fuzz build -O -a
-targets=(read_trace replay_trace python_reader)
+targets=(read_trace replay_trace python_reader csv_fast)
 pids=()
 for t in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t" fuzz/logs
-  if [ "$t" = python_reader ]; then
+  if [ "$t" = csv_fast ]; then
+    # The native CSV rows against the reference reader (tests/fuzz/csv_props.py).
+    "$python" ../tests/fuzz/atheris_csv.py -max_total_time="$secs" -max_len=4096 \
+      -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
+      "fuzz/corpus/$t" "fuzz/seeds/$t" ../tests/data/bad_traces >"fuzz/logs/$t.log" 2>&1 &
+  elif [ "$t" = python_reader ]; then
     # Bad traces the harness once tripped on are the Python side's regressions.
     "$python" ../tests/fuzz/atheris_trace.py -max_total_time="$secs" -max_len=4096 \
       -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \

@@ -2,10 +2,11 @@
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `freelist` (strategy
 //! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
-//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `replay`, `fuzzing`
+//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing`
 //! (the fuzz targets' bodies).
 pub mod addr;
 pub mod config;
+pub mod csv;
 pub mod freelist;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
@@ -21,6 +22,8 @@ mod tests;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod python_csv;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -31,5 +34,6 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Version of the replay model, stated so snapshots can say which model produced them.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The pyo3 surface: `replay(trace_path, config, schedulers, sample_every_ns) -> dict`.
+//! The pyo3 surface: `replay(trace_path, config, schedulers, sample_every_ns, csv=None) -> dict`.
 //! `config` is `beamalloc.flags.replay_config(...)`; the result mirrors
 //! `erlang:system_info({allocator, A})` per allocator and instance (docs/erts/alloc_util.md §6.1), plus a footprint
 //! series and the anomalies seen.
@@ -6,6 +6,7 @@
 #![allow(clippy::useless_conversion)]
 
 use crate::config::{Globals, InstanceConfig, Strategy};
+use crate::csv::{replay_rows, Declined, Types};
 use crate::heap::Heap;
 use crate::replay::Replay;
 use crate::stats::{Cm, Section};
@@ -13,6 +14,12 @@ use crate::trace::TraceReader;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+
+/// Where a CSV trace's rows start and the header's type table (`csv_rows`'s arguments).
+pub type CsvRows = (u64, u64, HashMap<String, u64>, u64);
 
 fn get<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
     d.get_item(key)?
@@ -121,14 +128,19 @@ fn heap_info(py: Python<'_>, h: &Heap, name: &str) -> PyResult<PyObject> {
 }
 
 /// Replay a binary trace under `config` (from `beamalloc.flags.replay_config`).
+///
+/// `csv`: (offset, line, types, next_type) of a CSV trace's rows (as `csv_rows`): replayed
+/// straight from the CSV by the fast path; a row it declines returns `{"declined": line}`
+/// and the caller replays through the reference reader instead.
 #[pyfunction]
-#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000))]
+#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000, csv = None))]
 pub fn replay(
     py: Python<'_>,
     trace_path: &str,
     config: &Bound<'_, PyDict>,
     schedulers: usize,
     sample_every_ns: u64,
+    csv: Option<CsvRows>,
 ) -> PyResult<PyObject> {
     let g: Bound<'_, PyDict> = get(config, "globals")?;
     let globals = Globals {
@@ -156,10 +168,25 @@ pub fn replay(
         }
         cfgs.push(v);
     }
-    let mut reader = TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
     let mut rp = Replay::new(globals, schedulers + 1, cfgs, sample_every_ns);
-    py.allow_threads(|| rp.run_reader(&mut reader))
-        .map_err(|e| PyValueError::new_err(e.0))?;
+    if let Some((offset, line, types, next_type)) = csv {
+        let mut t = Types::new(types, next_type);
+        let mut f = File::open(trace_path)?;
+        f.seek(SeekFrom::Start(offset))?;
+        let read = py
+            .allow_threads(|| replay_rows(&mut rp, f, line, &mut t, trace_path))
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        if let Err(Declined(line)) = read {
+            let out = PyDict::new_bound(py);
+            out.set_item("declined", line)?;
+            return Ok(out.into_py(py));
+        }
+    } else {
+        let mut reader =
+            TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
+        py.allow_threads(|| rp.run_reader(&mut reader))
+            .map_err(|e| PyValueError::new_err(e.0))?;
+    }
 
     let out = PyDict::new_bound(py);
     let allocators = PyDict::new_bound(py);

@@ -320,7 +320,7 @@ impl Replay {
         read
     }
 
-    fn finish(&mut self, last_t: u64, where_: &str) -> Result<(), TraceError> {
+    pub(crate) fn finish(&mut self, last_t: u64, where_: &str) -> Result<(), TraceError> {
         if let Some(f) = &self.failure {
             return Err(TraceError(format!("{where_}: {f}")));
         }

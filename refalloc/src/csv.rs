@@ -1,0 +1,381 @@
+//! Native fast path for the rows of a CSV trace (docs/trace-format.md, "CSV").
+//!
+//! `beamalloc.trace`'s Python reader is the reference: it owns the header, the messages and
+//! every corner of Python's `csv` and `int()`. This reader takes the rows after the header and
+//! accepts only the plain shape that `write_csv` and most tools write (ASCII, unquoted, decimal
+//! or `0x` numbers, `\n` or `\r\n` line ends). On anything else, valid or not, it stops and
+//! names the row, and the caller hands the whole file to the reference reader: so a row it
+//! reads means the same events as the reference's, and every error keeps the reference's
+//! words. The fuzzer `csv_fast` (tests/fuzz/) checks that equivalence on arbitrary bytes.
+
+use crate::replay::Replay;
+use crate::trace::{Event, Op, TraceError};
+use std::collections::HashMap;
+use std::io::Read;
+
+/// Allocator names a CSV may use instead of numbers (ERTS_ALC_A_*, docs/erts/alloc_util.md §1;
+/// the same table as `beamalloc.trace.ALLOCATOR_NAMES`).
+fn allocator_number(name: &[u8]) -> Option<u64> {
+    Some(match name {
+        b"sys_alloc" => 1,
+        b"temp_alloc" => 2,
+        b"sl_alloc" => 3,
+        b"std_alloc" => 4,
+        b"ll_alloc" => 5,
+        b"eheap_alloc" => 6,
+        b"ets_alloc" => 7,
+        b"fix_alloc" => 8,
+        b"literal_alloc" => 9,
+        b"binary_alloc" => 10,
+        b"driver_alloc" => 11,
+        b"test_alloc" => 12,
+        _ => return None,
+    })
+}
+
+/// Python's `csv.field_size_limit()` default: a longer field is an error there.
+const FIELD_LIMIT: usize = 131_072;
+
+/// Type names seen so far: the header's table, then the names rows introduce, numbered from
+/// `next` on in order of first appearance (as the reference reader numbers them).
+pub struct Types {
+    pub known: HashMap<Vec<u8>, u64>,
+    pub next: u64,
+    /// (name, number, allocator of the row that introduced it)
+    pub added: Vec<(String, u64, u64)>,
+}
+
+impl Types {
+    pub fn new(known: HashMap<String, u64>, next: u64) -> Types {
+        Types {
+            known: known.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect(),
+            next,
+            added: Vec::new(),
+        }
+    }
+}
+
+/// Why the fast path stopped: the 1-based line number of the row it did not take.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Declined(pub u64);
+
+fn strip(mut f: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = f {
+        f = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = f {
+        f = rest;
+    }
+    f
+}
+
+/// `[0-9]+` or `0x[0-9a-fA-F]+` within u64; anything else is the reference's to judge.
+fn number(f: &[u8]) -> Option<u64> {
+    let f = strip(f);
+    if f.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    if let [b'0', b'x' | b'X', digits @ ..] = f {
+        if digits.is_empty() || digits.len() > 16 {
+            return None;
+        }
+        for &b in digits {
+            v = (v << 4) | (b as char).to_digit(16)? as u64;
+        }
+        return Some(v);
+    }
+    if f.len() <= 19 {
+        // Below 10^19: no overflow to check, and no branch per digit.
+        let mut bad = false;
+        for &b in f {
+            let d = b.wrapping_sub(b'0');
+            bad |= d > 9;
+            v = v.wrapping_mul(10).wrapping_add(d as u64);
+        }
+        return (!bad).then_some(v);
+    }
+    for &b in f {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(v)
+}
+
+fn allocator(f: &[u8]) -> Option<u64> {
+    let f = strip(f);
+    if let Some(n) = allocator_number(f) {
+        return Some(n);
+    }
+    if f.first().is_some_and(u8::is_ascii_digit) {
+        return number(f);
+    }
+    None
+}
+
+fn type_number(f: &[u8], alloc: u64, types: &mut Types) -> Option<u64> {
+    let f = strip(f);
+    if f.first().is_some_and(u8::is_ascii_digit) {
+        return number(f);
+    }
+    if let Some(&n) = types.known.get(f) {
+        return Some(n);
+    }
+    let n = types.next;
+    types.next += 1;
+    types.known.insert(f.to_vec(), n);
+    // ASCII only reaches here (rows with other bytes are declined), so this cannot fail.
+    types.added.push((String::from_utf8_lossy(f).into_owned(), n, alloc));
+    Some(n)
+}
+
+/// One data row (without its line end) -> Some(event), or None for a skipped row (blank or
+/// `#` comment), or Err when the row is not the plain shape.
+fn row(line: &[u8], types: &mut Types) -> Result<Option<Event>, ()> {
+    // Lines long enough to hold a field over Python csv's default field_size_limit are the
+    // reference's to judge.
+    if line.len() > FIELD_LIMIT {
+        return Err(());
+    }
+    // Bytes the reference treats specially: quotes, NUL and other controls, a lone CR,
+    // anything outside ASCII (UTF-8 checks, unicode whitespace and digits). A fold without
+    // early exit, which the compiler vectorizes.
+    let special = line.iter().fold(false, |acc, &b| {
+        acc | (b == b'"') | ((b < 0x20) & (b != b'\t')) | (b >= 0x7f)
+    });
+    if special {
+        return Err(());
+    }
+    // Fields are a few bytes long: a plain scan beats memchr's setup here.
+    let mut fields: [&[u8]; 9] = [&[]; 9];
+    let (mut n, mut rest) = (0, line);
+    while let Some(p) = rest.iter().position(|&b| b == b',') {
+        if n == 8 {
+            return Err(());
+        }
+        fields[n] = &rest[..p];
+        rest = &rest[p + 1..];
+        n += 1;
+    }
+    fields[n] = rest;
+    n += 1;
+    let num = |i: usize| number(fields[i]);
+    if line.is_empty() || line[0] == b'#' {
+        return Ok(None);
+    }
+    if n < 8 {
+        return Err(());
+    }
+    let op = match strip(fields[1]) {
+        b"alloc" => Op::Alloc,
+        b"free" => Op::Free,
+        b"realloc" => Op::Realloc,
+        _ => return Err(()),
+    };
+    let alloc = allocator(fields[2]).ok_or(())?;
+    let new_id_text = strip(fields[7]);
+    if (op == Op::Realloc) == new_id_text.is_empty() {
+        return Err(());
+    }
+    let t_ns = num(0).ok_or(())?;
+    let instance = num(3).ok_or(())?;
+    let type_ = type_number(fields[4], alloc, types).ok_or(())?;
+    let size = if !strip(fields[5]).is_empty() {
+        num(5).ok_or(())?
+    } else {
+        0
+    };
+    let id = num(6).ok_or(())?;
+    let new_id = if new_id_text.is_empty() {
+        0
+    } else {
+        num(7).ok_or(())?
+    };
+    let thread = if n == 9 && !strip(fields[8]).is_empty() {
+        num(8).ok_or(())?
+    } else {
+        0
+    };
+    Ok(Some(Event {
+        t_ns,
+        op,
+        allocator: alloc,
+        instance,
+        type_,
+        size,
+        id,
+        new_id,
+        thread,
+    }))
+}
+
+/// Read the rows of `r` (positioned after the header; `line` is the number of the last header
+/// line), calling `emit` per event. Returns the event count, or the row it declined.
+pub fn read_rows<R: Read>(
+    mut r: R,
+    mut line: u64,
+    types: &mut Types,
+    mut emit: impl FnMut(&Event) -> std::io::Result<()>,
+) -> std::io::Result<Result<u64, Declined>> {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut start, mut end, mut eof) = (0, 0, false);
+    let mut count = 0u64;
+    loop {
+        let (body, next, newline) = match memchr::memchr(b'\n', &buf[start..end]) {
+            Some(p) => (start..start + p, start + p + 1, true),
+            None if eof => {
+                if start == end {
+                    return Ok(Ok(count));
+                }
+                (start..end, end, false)
+            }
+            None => {
+                // Keep the partial line and read more; a line longer than the buffer is far
+                // past the field limit, so the buffer never needs to grow.
+                buf.copy_within(start..end, 0);
+                end -= start;
+                start = 0;
+                if end == buf.len() {
+                    return Ok(Err(Declined(line + 1)));
+                }
+                let got = r.read(&mut buf[end..])?;
+                eof = got == 0;
+                end += got;
+                continue;
+            }
+        };
+        line += 1;
+        let mut text = &buf[body];
+        if let (true, [rest @ .., b'\r']) = (newline, text) {
+            text = rest; // \r\n; a lone \r stays and is declined
+        }
+        match row(text, types) {
+            Ok(Some(ev)) => {
+                emit(&ev)?;
+                count += 1;
+            }
+            Ok(None) => {}
+            Err(()) => return Ok(Err(Declined(line))),
+        }
+        start = next;
+    }
+}
+
+/// Events handed from the reading thread to the replaying one at a time.
+const BATCH: usize = 1 << 14;
+
+/// Replay the rows of `r` (as `read_rows`) straight into `rp`, with no binary file between:
+/// one thread reads and parses rows while this one replays the previous batch, so a CSV costs
+/// about what the slower of the two costs. Ok(Err(declined)) leaves `rp` half-fed, for the
+/// caller to drop.
+pub fn replay_rows<R: Read + Send>(
+    rp: &mut Replay,
+    r: R,
+    line: u64,
+    types: &mut Types,
+    where_: &str,
+) -> Result<Result<(), Declined>, TraceError> {
+    let mut last = 0;
+    let read = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
+        let reader = s.spawn(move || {
+            let mut batch = Vec::with_capacity(BATCH);
+            let read = read_rows(r, line, types, |ev| {
+                batch.push(*ev);
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    // The replay stopped listening only if it panicked: stop reading too.
+                    tx.send(full).map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+                }
+                Ok(())
+            });
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            read
+        });
+        for batch in rx {
+            for ev in &batch {
+                last = ev.t_ns;
+                rp.apply(ev);
+            }
+        }
+        reader.join().expect("the CSV reading thread panicked")
+    })
+    .map_err(|e| TraceError(format!("{where_}: {e}")))?;
+    if let Err(d) = read {
+        return Ok(Err(d));
+    }
+    // As for a binary trace, the model's failure (an outgrown address space) is the error.
+    rp.finish(last, where_)?;
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types() -> Types {
+        Types {
+            known: HashMap::from([(b"binary".to_vec(), 7)]),
+            next: 0x10000,
+            added: Vec::new(),
+        }
+    }
+
+    fn read(text: &str) -> (Result<u64, Declined>, Vec<Event>, Types) {
+        let mut t = types();
+        let mut out = Vec::new();
+        let r = read_rows(text.as_bytes(), 1, &mut t, |e| {
+            out.push(*e);
+            Ok(())
+        })
+        .unwrap();
+        (r, out, t)
+    }
+
+    #[test]
+    fn reads_plain_rows_and_numbers_new_types_in_order() {
+        let (r, ev, t) = read(
+            "5,alloc,binary_alloc,1,binary,100,0x10,,2\r\n\
+             # a comment\n\n\
+             6,realloc,10,1,msg,200,16,32\n\
+             7,free,eheap_alloc,0,heap,,32,,\n\
+             8,alloc,6,0,msg,8,48,\n",
+        );
+        assert_eq!(r, Ok(4));
+        assert_eq!(ev[0].allocator, 10);
+        assert_eq!((ev[0].type_, ev[0].id, ev[0].thread), (7, 16, 2));
+        assert_eq!((ev[1].op, ev[1].new_id, ev[1].type_), (Op::Realloc, 32, 0x10000));
+        assert_eq!((ev[2].size, ev[2].type_), (0, 0x10001));
+        assert_eq!(ev[3].type_, 0x10000);
+        assert_eq!(
+            t.added,
+            vec![("msg".into(), 0x10000, 10), ("heap".into(), 0x10001, 6)]
+        );
+    }
+
+    #[test]
+    fn declines_what_the_reference_must_judge() {
+        for (text, line) in [
+            ("1,alloc,binary_alloc,0,binary,1,2,\n\"q\",x\n", 3),
+            ("1,alloc,binary_alloc,0,binary,+1,2,\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1_0,2,\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1,18446744073709551616,\n", 2),
+            ("1,allocate,binary_alloc,0,binary,1,2,\n", 2),
+            ("1,alloc,binary_alloc,0,bin\u{e4}ry,1,2,\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1,2,3\n", 2),
+            ("1,realloc,binary_alloc,0,binary,1,2,\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1,2,,0,9\n", 2),
+            ("1,alloc,binary_alloc,0,binary,1,2,\rx\n", 2),
+            ("1,alloc,nope,0,binary,1,2,\n", 2),
+            ("  \n", 2),
+        ] {
+            assert_eq!(read(text).0, Err(Declined(line)), "{text:?}");
+        }
+    }
+}
