@@ -237,4 +237,7 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "allocated_types": dict(m.allocated_types(snap)),
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
         "carriers": analysis_section(snap),
+        # who holds the memory: a Snapshot has no processes; the caller fills this in from a
+        # live scan or a crash dump's =proc sections (analyzer/holders.py, docs/processes.md)
+        "processes": None,
     }

@@ -15,6 +15,7 @@ from typing import Any
 
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
+from beamalloc.analyzer.holders import apply_to_verdict
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
@@ -504,13 +505,16 @@ def _signed_pct(x: float | None) -> str:
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
+    processes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
     through refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only
     when the replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
     carrier-call rate measured between two samples of the node, which speed trades need.
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
-    carriers instead of a fitted workload (`workload: "traced"`)."""
+    carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
+    section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
+    verdict (docs/processes.md)."""
     f = facts(snap)
     findings = evaluate(f)
     runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -564,7 +568,7 @@ def recommend(
         rate_unavailable = NO_RATE
     verdict = _verdict(snap, f, running, findings, advice, held, in_force_flags, preds, runaway,
                        rate, rate_unavailable)  # fmt: skip
-    return {
+    result = {
         "schema": SCHEMA,
         "node": snap.node,
         "source": snap.source,
@@ -588,4 +592,8 @@ def recommend(
         "mem_available": snap.mem_available,
         "prediction": whole[0],
         "not_predicted": whole[1],
+        "processes": None,
     }
+    if processes is not None:  # who holds the memory: the holders' words join the verdict
+        apply_to_verdict(result, processes)
+    return result

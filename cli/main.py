@@ -115,10 +115,56 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, Any] | None:
+    """The `processes` section for SOURCE (docs/processes.md): a live node's process scan, with
+    `--gc-probe N` the one action of beamalloc that changes the node (announced on stderr
+    before it starts); a crash dump's =proc sections; None for other sources, with
+    --no-processes, or a dump read from stdin."""
+    from beamalloc.analyzer.holders import probe_candidates, processes_json
+    from beamalloc.collector import sources
+
+    probe_n = getattr(args, "gc_probe", 0)
+    live = sources.is_node_name(source)
+    if probe_n and not live:
+        raise InputError(f"--gc-probe takes a live node (name@host), not {source!r}")
+    if probe_n and args.no_processes:
+        raise InputError("--gc-probe needs the process scan: drop --no-processes")
+    if args.no_processes:
+        return None
+    if live:
+        from beamalloc.collector import cookie, processes
+
+        secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+        table = processes.scan_node(source, secret, timeout=args.timeout,
+                                    max_processes=args.max_processes)
+        probe = None
+        if probe_n:
+            pids = probe_candidates(table, probe_n)
+            print(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
+                  f"processes of {source} one at a time, measured before and after: this "
+                  "changes the node (the one beamalloc action that does)", file=sys.stderr)
+            probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
+        return processes_json(table, probe)
+    if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
+        from beamalloc.collector.crashdump import MAGIC
+        from beamalloc.collector.procdump import read_procdump
+
+        try:
+            with open(source, "rb") as f:
+                if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
+                    return None
+            return processes_json(read_procdump(source))
+        except OSError as e:
+            raise InputError(f"cannot read {source}: {e.strerror}") from None
+    return None
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
 
-    result = analyze(load(args.source, args))
+    snap = load(args.source, args)
+    result = analyze(snap)
+    result["processes"] = holders(args.source, args, snap)
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
@@ -150,6 +196,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         except TraceError as e:
             raise InputError(str(e)) from None
     snap = load(args.source, args)
+    procs = holders(args.source, args, snap)  # the same moment as the snapshot
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
             trace = _record_trace(args, Path(tmp) / "node.batr")
@@ -170,7 +217,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         elif live:
             why = "no speed-trade rule fires on this node, so no rate was measured"
         result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
-                           rate=rate, rate_unavailable=why, trace=trace)  # fmt: skip
+                           rate=rate, rate_unavailable=why, trace=trace,
+                           processes=procs)  # fmt: skip
     if args.json:
         from beamalloc.reporters.recommend import paste_block
 
@@ -212,7 +260,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.reporters.html import write_report
 
     snaps = [load(s, args) for s in args.sources]
-    write_report([analyze(s) for s in snaps], args.output, snapshots=snaps)
+    analyses = [analyze(s) for s in snaps]
+    for a, source, snap in zip(analyses, args.sources, snaps, strict=True):
+        a["processes"] = holders(source, args, snap)
+    write_report(analyses, args.output, snapshots=snaps)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -288,6 +339,29 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def _process_options(p: argparse.ArgumentParser, probe: bool = True) -> None:
+    """Who holds the memory (docs/processes.md): a live node's processes are read, read-only,
+    unless --no-processes; --gc-probe is the one option that changes the node."""
+    from beamalloc.collector.processes import MAX_PROCESSES
+
+    p.add_argument("--no-processes", action="store_true", help="do not read the processes of a "
+                   "live node or the process sections of a crash dump")
+    p.add_argument("--max-processes", type=_positive, default=MAX_PROCESSES, metavar="N",
+                   help=f"read at most N processes of a live node: the registered ones and a "
+                   f"fair sample of the rest (default {MAX_PROCESSES:,})")
+    if probe:
+        p.add_argument("--gc-probe", type=_non_negative, default=0, metavar="N",
+                       help="CHANGES THE NODE: garbage-collect its N strongest idle holders, one "
+                       "at a time, and measure what each releases (default 0: none)")
+
+
+def _positive(text: str) -> int:
+    n = _non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more, got 0")
     return n
 
 
@@ -382,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances to list in the terminal report (default 20)",
     )
     _node_options(p)
+    _process_options(p)
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("recommend", help="the +M flags to set, each with its rule, numbers, cost")
@@ -407,12 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--trace-for", type=float, metavar="S", help="for a live node on this "
                        "host: record that trace for S seconds with eBPF (as root) first")
     _node_options(p)
+    _process_options(p)
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("report", help="write a self-contained HTML report")
     p.add_argument("sources", metavar="SOURCE", nargs="+", help=source_help)
     p.add_argument("-o", "--output", metavar="FILE", default="report.html")
     _node_options(p)
+    _process_options(p, probe=False)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("replay", help="replay an allocation trace through refalloc under flag sets")

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.flags import UINT_MAX
+from beamalloc.reporters import holders
 from beamalloc.units import human, pct
 
 
@@ -216,6 +217,9 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                 str(r["cached_segments"]),
             )
         console.print(cache)
+    if a.get("processes"):
+        console.print()
+        holders.render(a["processes"], console)
 
 
 # ---- inside the carriers (analyzer/carriers.py) -------------------------------------------------

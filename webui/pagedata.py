@@ -124,7 +124,7 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
-    rec = recommendations(snap) if snap is not None else None
+    rec = recommendations(snap, a.get("processes")) if snap is not None else None
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,
