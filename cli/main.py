@@ -57,9 +57,7 @@ def _write(path: str | None, text: str) -> None:
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.cluster:
-        from beamalloc.collector.cluster import cli_snapshot_cluster
-
-        return cli_snapshot_cluster(args)
+        return _snapshot_cluster(args)
     snap = load(args.source, args)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
@@ -73,6 +71,36 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.json or not args.output:
         _write(None, text)
     return 0
+
+
+def _snapshot_cluster(args: argparse.Namespace) -> int:
+    """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
+    from beamalloc.collector import cookie
+    from beamalloc.collector.cluster import snapshot_cluster
+    from beamalloc.collector.live import NodeError, NodeNameError
+
+    if "@" not in args.source:
+        raise NodeNameError("--cluster needs a node name (app@host) as SOURCE")
+    secret = cookie.resolve_cookie(args.cookie_file)
+    results = snapshot_cluster(args.source, secret, args.timeout, args.max_carriers)
+    snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for n, s in snaps.items():
+                (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot write to {out}: {e.strerror}") from None
+        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
+    if args.json or not args.output:
+        doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
+               "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
+        print(json.dumps(doc, indent=None if args.json else 1))
+    for n, e in results.items():
+        if isinstance(e, NodeError):
+            print(f"beamalloc: {n}: {e}", file=sys.stderr)
+    return 0 if len(snaps) == len(results) else NodeError.exit_code
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

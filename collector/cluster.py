@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from beamalloc.collector import access as access_mod
@@ -30,7 +29,6 @@ from beamalloc.collector import etf, live
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.live import NodeError
-from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 
 MARK = b"BEAMALLOC-RESULT "
@@ -195,35 +193,3 @@ def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
     with Session(cookie, _long_names([node])) as s:
         members = s.cluster_nodes(node, timeout)
         return snapshot_nodes(members, cookie, timeout, s, max_carriers)
-
-
-def cli_snapshot_cluster(args: Any) -> int:
-    """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
-    import json
-    import sys
-
-    from beamalloc.collector import cookie
-
-    if "@" not in args.source:
-        raise live.NodeNameError("--cluster needs a node name (app@host) as SOURCE")
-    secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-    results = snapshot_cluster(args.source, secret, args.timeout,
-                               getattr(args, "max_carriers", live.MAX_CARRIERS))
-    snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
-    if args.output:
-        out = Path(args.output)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            for n, s in snaps.items():
-                (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"cannot write to {out}: {e.strerror}") from None
-        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
-    if args.json or not args.output:
-        doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
-               "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
-        print(json.dumps(doc, indent=None if args.json else 1))
-    for n, e in results.items():
-        if isinstance(e, NodeError):
-            print(f"beamalloc: {n}: {e}", file=sys.stderr)
-    return 0 if len(snaps) == len(results) else NodeError.exit_code
