@@ -11,11 +11,13 @@ is beamalloc's own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import analysis_section
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 SCHEMA = "beamalloc.analysis/1"
@@ -112,32 +114,29 @@ TYPE_SUMS = ("mbcs_carriers_size", "sbcs_carriers_size", "mbcs_block_size", "sbc
              "mbcs_blocks", "sbcs_blocks", "pool_carriers_size")  # fmt: skip
 
 
-def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
-    """Per allocator type, in snapshot order, the current sums of TYPE_SUMS plus `allocated`
-    (carrier bytes) and `used` (block bytes): the one place instances are summed by type."""
-    out: dict[str, dict[str, int]] = {}
-    for inst in snap.allocators:
-        t = out.setdefault(inst.allocator, dict.fromkeys(TYPE_SUMS, 0))
+def instance_sums(insts: Iterable[AllocatorInstance]) -> dict[str, int]:
+    """The current sums of TYPE_SUMS over `insts` plus `allocated` (carrier bytes) and `used`
+    (block bytes), pooled carriers counted as their owner's (recon's container_value): the one
+    place instances are summed (by type here, by allocator in findings and the predictions)."""
+    t = dict.fromkeys(TYPE_SUMS, 0)
+    for inst in insts:
         for kind in ("mbcs", "sbcs"):
             t[f"{kind}_carriers_size"] += m.container_value(inst, "current", kind, "carriers_size")
             t[f"{kind}_block_size"] += m.container_value(inst, "current", kind, "blocks_size")
             t[f"{kind}_blocks"] += m.container_value(inst, "current", kind, "blocks")
         if inst.mbcs_pool is not None:
             t["pool_carriers_size"] += inst.mbcs_pool.carriers_size
-    for t in out.values():
-        t["used"] = t["mbcs_block_size"] + t["sbcs_block_size"]
-        t["allocated"] = t["mbcs_carriers_size"] + t["sbcs_carriers_size"]
-    return out
+    t["used"] = t["mbcs_block_size"] + t["sbcs_block_size"]
+    t["allocated"] = t["mbcs_carriers_size"] + t["sbcs_carriers_size"]
+    return t
 
 
-def first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
-    """The options each allocator runs with: those of its first scheduler instance (instance 0
-    serves other threads and never pools, docs/erts/alloc_util.md §2.3), or instance 0's where
-    it is the only one. The one definition of "the options in force"."""
-    out: dict[str, dict[str, Any]] = {}
-    for inst in sorted(snap.allocators, key=lambda i: (i.instance == 0, i.instance)):
-        out.setdefault(inst.allocator, dict(inst.options))
-    return out
+def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
+    """Per allocator type, in snapshot order, instance_sums of its instances."""
+    groups: dict[str, list[AllocatorInstance]] = {}
+    for inst in snap.allocators:
+        groups.setdefault(inst.allocator, []).append(inst)
+    return {name: instance_sums(g) for name, g in groups.items()}
 
 
 def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:
@@ -238,4 +237,7 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "allocated_types": dict(m.allocated_types(snap)),
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
         "carriers": analysis_section(snap),
+        # who holds the memory: a Snapshot has no processes; the caller fills this in from a
+        # live scan or a crash dump's =proc sections (analyzer/holders.py, docs/processes.md)
+        "processes": None,
     }

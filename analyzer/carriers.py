@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from beamalloc.analyzer.options import first_scheduler_instance
 from beamalloc.snapshot import Carrier, Snapshot
 from beamalloc.units import human
 
@@ -183,9 +184,8 @@ def _band(fill: float) -> int:
 
 
 def _option(snap: Snapshot, allocator: str, key: str) -> int | None:
-    # The first scheduler instance's options, as the analysis shows them (instance 0 can differ).
-    insts = sorted(snap.instances(allocator), key=lambda i: (i.instance == 0, i.instance))
-    v = insts[0].options.get(key) if insts else None
+    first = first_scheduler_instance(snap.instances(allocator))  # as the analysis shows them
+    v = first.options.get(key) if first else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 

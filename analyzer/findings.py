@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from beamalloc.analyzer import metrics as m
-from beamalloc.flags import ALLOCATOR_LETTERS, Flag
+from beamalloc.analyzer.analysis import instance_sums
+from beamalloc.analyzer.options import first_scheduler_instance
+from beamalloc.flags import ALLOCATOR_LETTERS, UINT_MAX, Flag
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 Level = Literal["action", "info"]
 
-#: `~0` on 64-bit: "infinite" sbct (ll_alloc, literal_alloc; docs/erts/alloc_util.md §2.3).
-INFINITE = (1 << 64) - 1
 #: Strategies that turn the carrier pool off (docs/erts/tuning.md §0.2 item 1; af is
 #: temp_alloc's, which never migrates).
 NON_MIGRATING = ("bf", "aobf", "gf")
@@ -128,7 +128,8 @@ class AllocFacts:
     @property
     def sbct(self) -> int | None:
         v = self.options.get("sbct")
-        return v if isinstance(v, int) and not isinstance(v, bool) and v < INFINITE else None
+        # ~0 (beamalloc.flags.UINT_MAX) is "infinite": ll_alloc, literal_alloc (§2.3).
+        return v if isinstance(v, int) and not isinstance(v, bool) and v < UINT_MAX else None
 
     def call(self, kind: str) -> int:
         """Calls of `<short>_<kind>` (binary_alloc, binary_realloc, …) as the VM counts them."""
@@ -170,7 +171,8 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
     sched = [
         i for i in insts if i.instance >= 1 and (schedulers is None or i.instance <= schedulers)
     ]
-    first = min(sched or insts, key=lambda i: i.instance)
+    first = first_scheduler_instance(insts)
+    assert first is not None  # a group has an instance
     calls: dict[str, int] = {}
     for i in insts:
         for k, v in i.calls.items():
@@ -180,21 +182,22 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
         return sum(_cv(i, kw, kind, c) for i in insts)
 
     pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
+    now = instance_sums(insts)
     return AllocFacts(
         name=name,
         letter=ALLOCATOR_LETTERS.get(name),
         options=dict(first.options),
-        allocated=sum(m.container_size(i, "current", "carriers_size") for i in insts),
-        used=sum(m.container_size(i, "current", "blocks_size") for i in insts),
+        allocated=now["allocated"],
+        used=now["used"],
         max_allocated=sum(m.container_size(i, "max", "carriers_size") for i in insts),
         max_used=sum(m.container_size(i, "max", "blocks_size") for i in insts),
-        mbcs_allocated=total("current", "mbcs", "carriers_size"),
-        mbcs_used=total("current", "mbcs", "blocks_size"),
-        mbcs_blocks=total("current", "mbcs", "blocks"),
+        mbcs_allocated=now["mbcs_carriers_size"],
+        mbcs_used=now["mbcs_block_size"],
+        mbcs_blocks=now["mbcs_blocks"],
         max_mbcs_blocks=total("max", "mbcs", "blocks"),
-        sbcs_allocated=total("current", "sbcs", "carriers_size"),
-        sbcs_used=total("current", "sbcs", "blocks_size"),
-        sbcs_blocks=total("current", "sbcs", "blocks"),
+        sbcs_allocated=now["sbcs_carriers_size"],
+        sbcs_used=now["sbcs_block_size"],
+        sbcs_blocks=now["sbcs_blocks"],
         max_sbcs_allocated=total("max", "sbcs", "carriers_size"),
         max_sbcs_blocks=total("max", "sbcs", "blocks"),
         pool_carriers=sum(p.carriers for p in pools),

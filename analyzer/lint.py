@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from beamalloc.analyzer.analysis import first_scheduler_options
-from beamalloc.analyzer.findings import INFINITE, MCS_MAX, NON_MIGRATING, SINCE
+from beamalloc.analyzer.findings import MCS_MAX, NON_MIGRATING, SINCE
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     ALLOCATORS,
     AOFF_FAMILY,
     NO_MIGRATION,
+    UINT_MAX,
     Flag,
     FlagError,
     FlagSet,
@@ -28,6 +29,7 @@ from beamalloc.flags import (
 )
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
+from beamalloc.versions import nearest_modelled_otp
 
 Where = Literal["in force", "given", "proposed"]
 
@@ -65,7 +67,7 @@ def _lmbcs_sbct(
     name: str, opts: dict[str, Any], where: Where, flag: str | None
 ) -> LintIssue | None:
     sbct, lmbcs, smbcs = opts.get("sbct"), opts.get("lmbcs"), opts.get("smbcs", 0)
-    if not (isinstance(sbct, int) and isinstance(lmbcs, int)) or sbct >= INFINITE or sbct == 0:
+    if not (isinstance(sbct, int) and isinstance(lmbcs, int)) or sbct >= UINT_MAX or sbct == 0:
         return None
     lmbcs = max(lmbcs, smbcs if isinstance(smbcs, int) else 0)  # effective lmbcs (§2.1)
     if lmbcs >= R8_FACTOR * sbct:
@@ -117,10 +119,6 @@ def _complete(token: str) -> bool:
     return True
 
 
-def _parse_otp(erts: tuple[int, ...] | None) -> int:
-    return 25 if erts is None else min(max(erts[0] + 12, 25), 27)
-
-
 def lint_flags(
     flags: str | FlagSet,
     *,
@@ -139,13 +137,13 @@ def lint_flags(
         good: list[str] = []
         for group in _groups(flags.split()):
             try:
-                parse(group, otp=_parse_otp(erts))
+                parse(group, otp=nearest_modelled_otp(erts))
                 good += group
             except FlagError as e:
                 check = "release" if "needs OTP" in str(e) or "removed" in str(e) else "invalid"
                 out.append(LintIssue(check, "error", where, str(e), "docs/erts/alloc_util.md §2",
                                      flag=group[0]))  # fmt: skip
-        fs = parse(good, otp=_parse_otp(erts))
+        fs = parse(good, otp=nearest_modelled_otp(erts))
     out += _release(fs, where, erts) + _ranges(fs, where) + _order(fs, where)
     out += _resulting_sizes(fs, where, base, schedulers)
     return out

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
-from beamalloc.analyzer.analysis import first_scheduler_options
+from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.analyzer.findings import Facts
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     NO_MIGRATION,
@@ -369,8 +370,8 @@ def _figures(snap: Snapshot, allocator: str | None) -> dict[str, int]:
     """Final and peak carrier bytes, unused bytes, carrier calls of one allocator (or all)."""
     insts = [i for i in m.util_instances(snap, recon_only=False)
              if allocator is None or i.allocator == allocator]  # fmt: skip
-    csize = sum(m.container_size(i, "current", "carriers_size") for i in insts)
-    bsize = sum(m.container_size(i, "current", "blocks_size") for i in insts)
+    now = instance_sums(insts)
+    csize, bsize = now["allocated"], now["used"]
     peak = sum(i.mbcs.carriers_size.max + i.sbcs.carriers_size.max for i in insts)
     mseg = sum(i.calls.get("mseg_alloc", 0) for i in insts)
     sysc = sum(i.calls.get("sys_alloc", 0) for i in insts)

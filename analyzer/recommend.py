@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
+from beamalloc.analyzer.holders import apply_to_verdict
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
-from beamalloc.analyzer.rules import MIN_UNUSED, evaluate, placement_flags
+from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -54,7 +55,7 @@ def _merge(findings: list[Finding]) -> tuple[list[Advice], list[str]]:
     return list(chosen.values()), notes
 
 
-#: Options of each allocator's first scheduler instance (analysis.first_scheduler_options).
+#: Options of each allocator's first scheduler instance (analyzer/options.py).
 in_force = first_scheduler_options
 
 
@@ -491,7 +492,8 @@ def _change_line(snap: Snapshot, findings: list[Finding], advice: list[Advice],
             continue
         b, a = p["before"], p["after"]
         if fnd.rule == "R6" and rate is not None:
-            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"), 30)
+            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"),
+                       R6_MCS)
             parts.append(f"{flags} trades memory for speed: up to "
                          f"{human(_mseg_cost(snap, mcs))} more cached segments resident (not in "
                          f"carrier bytes) for {rate.mseg_misses:.0f} mseg cache misses/s measured")
@@ -517,13 +519,16 @@ def _signed_pct(x: float | None) -> str:
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
+    processes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
     through refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only
     when the replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
     carrier-call rate measured between two samples of the node, which speed trades need.
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
-    carriers instead of a fitted workload (`workload: "traced"`)."""
+    carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
+    section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
+    verdict (docs/processes.md)."""
     f = facts(snap)
     findings = evaluate(f)
     runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -582,7 +587,7 @@ def recommend(
         verdict["headline"] += (f" The input is truncated: this is judged from the "
                                 f"{len(snap.allocators)} allocator instances read before the cut.")
         notes = [n for n in snap.notes if "truncated" in n] + notes
-    return {
+    result = {
         "schema": SCHEMA,
         "node": snap.node,
         "source": snap.source,
@@ -606,4 +611,8 @@ def recommend(
         "mem_available": snap.mem_available,
         "prediction": whole[0],
         "not_predicted": whole[1],
+        "processes": None,
     }
+    if processes is not None:  # who holds the memory: the holders' words join the verdict
+        apply_to_verdict(result, processes)
+    return result

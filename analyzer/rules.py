@@ -27,7 +27,7 @@ from beamalloc.analyzer.findings import (
     Finding,
     Level,
 )
-from beamalloc.flags import Flag
+from beamalloc.flags import NO_MIGRATION, Flag
 from beamalloc.units import human, pct
 from beamalloc.versions import erts_tuple
 
@@ -433,7 +433,7 @@ def r9_migration_off(f: Facts) -> list[Finding]:
     """
     out = []
     for a in f.allocators.values():
-        if a.letter in (None, "T", "I") or a.options.get("as") not in NON_MIGRATING:
+        if a.letter in (None, *NO_MIGRATION) or a.options.get("as") not in NON_MIGRATING:
             continue
         if a.options.get("acul") != 0 or len(a.sched_allocated) < 2:
             continue

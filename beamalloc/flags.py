@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from beamalloc.snapshot import MAX_SCHEDULERS
+from beamalloc.snapshot import MAX_SCHEDULERS, UINT64_MAX
 
 __all__ = [
     "ALLOCATORS",
@@ -48,7 +48,7 @@ FlagValue = int | bool | str
 KB = 1024
 MB = 1024 * 1024
 #: `~0` on 64-bit: erts prints "infinite" sizes and counts as this number (§2.3, §6.4).
-UINT_MAX = (1 << 64) - 1
+UINT_MAX = UINT64_MAX  # one home: beamalloc/snapshot.py (readers map a 32-bit ~0 to it)
 #: OTP releases whose defaults are modelled; 25–27 differ only in atag size (§2.5).
 SUPPORTED_OTP = (25, 26, 27)
 

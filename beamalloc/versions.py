@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from beamalloc.flags import SUPPORTED_OTP
 
+#: From OTP 23 on, erts N ships with OTP N + 12 (erts 13.1.5 is OTP 25.2.3).
+ERTS_TO_OTP = 12
+
 
 def otp_major(release: object) -> int | None:
     """"25.2.3" -> 25; None when the text does not start with a number."""
@@ -19,6 +22,15 @@ def modelled_otp(release: object) -> int:
     modelled (flags.SUPPORTED_OTP), else 25."""
     major = otp_major(release)
     return major if major in SUPPORTED_OTP else 25
+
+
+def nearest_modelled_otp(erts: tuple[int, ...] | None) -> int:
+    """The modelled release nearest to the one an erts version ships with (flags.SUPPORTED_OTP):
+    newer releases are read with the newest defaults modelled, older with the oldest; 25 when
+    the version is not known."""
+    if erts is None:
+        return 25
+    return min(max(erts[0] + ERTS_TO_OTP, SUPPORTED_OTP[0]), SUPPORTED_OTP[-1])
 
 
 def erts_tuple(version: str | None) -> tuple[int, ...] | None:
@@ -39,4 +51,6 @@ def erts_of(erts_version: str | None, otp_release: object) -> tuple[int, ...] | 
     otp = otp_major(otp_release)
     if otp is None:
         return None
-    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else (otp - 12, 0) if otp >= 23 else None
+    if otp >= 23:
+        return (otp - ERTS_TO_OTP, 0)
+    return (10, 4) if otp == 22 else (10, 0) if otp == 21 else None

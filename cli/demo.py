@@ -109,8 +109,8 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
     from beamalloc.collector.live import snapshot_node
     from beamalloc.console import wide_console
     from beamalloc.reporters.analyze import render
+    from beamalloc.reporters.html import write_report
     from beamalloc.reporters.recommend import summary
-    from beamalloc.webui.report import write_report
 
     console = wide_console(stderr=True)
     with WorkloadNode("frag") as wl:

@@ -58,9 +58,7 @@ def _write(path: str | None, text: str) -> None:
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.cluster:
-        from beamalloc.collector.cluster import cli_snapshot_cluster
-
-        return cli_snapshot_cluster(args)
+        return _snapshot_cluster(args)
     snap = load(args.source, args)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
@@ -74,6 +72,36 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.json or not args.output:
         _write(None, text)
     return 0
+
+
+def _snapshot_cluster(args: argparse.Namespace) -> int:
+    """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
+    from beamalloc.collector import cookie
+    from beamalloc.collector.cluster import snapshot_cluster
+    from beamalloc.collector.live import NodeError, NodeNameError
+
+    if "@" not in args.source:
+        raise NodeNameError("--cluster needs a node name (app@host) as SOURCE")
+    secret = cookie.resolve_cookie(args.cookie_file)
+    results = snapshot_cluster(args.source, secret, args.timeout, args.max_carriers)
+    snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for n, s in snaps.items():
+                (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot write to {out}: {e.strerror}") from None
+        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
+    if args.json or not args.output:
+        doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
+               "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
+        print(json.dumps(doc, indent=None if args.json else 1))
+    for n, e in results.items():
+        if isinstance(e, NodeError):
+            print(f"beamalloc: {n}: {e}", file=sys.stderr)
+    return 0 if len(snaps) == len(results) else NodeError.exit_code
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -116,10 +144,56 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, Any] | None:
+    """The `processes` section for SOURCE (docs/processes.md): a live node's process scan, with
+    `--gc-probe N` the one action of beamalloc that changes the node (announced on stderr
+    before it starts); a crash dump's =proc sections; None for other sources, with
+    --no-processes, or a dump read from stdin."""
+    from beamalloc.analyzer.holders import probe_candidates, processes_json
+    from beamalloc.collector import sources
+
+    probe_n = getattr(args, "gc_probe", 0)
+    live = sources.is_node_name(source)
+    if probe_n and not live:
+        raise InputError(f"--gc-probe takes a live node (name@host), not {source!r}")
+    if probe_n and args.no_processes:
+        raise InputError("--gc-probe needs the process scan: drop --no-processes")
+    if args.no_processes:
+        return None
+    if live:
+        from beamalloc.collector import cookie, processes
+
+        secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+        table = processes.scan_node(source, secret, timeout=args.timeout,
+                                    max_processes=args.max_processes)
+        probe = None
+        if probe_n:
+            pids = probe_candidates(table, probe_n)
+            print(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
+                  f"processes of {source} one at a time, measured before and after: this "
+                  "changes the node (the one beamalloc action that does)", file=sys.stderr)
+            probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
+        return processes_json(table, probe)
+    if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
+        from beamalloc.collector.crashdump import MAGIC
+        from beamalloc.collector.procdump import read_procdump
+
+        try:
+            with open(source, "rb") as f:
+                if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
+                    return None
+            return processes_json(read_procdump(source))
+        except OSError as e:
+            raise InputError(f"cannot read {source}: {e.strerror}") from None
+    return None
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
 
-    result = analyze(load(args.source, args))
+    snap = load(args.source, args)
+    result = analyze(snap)
+    result["processes"] = holders(args.source, args, snap)
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
@@ -151,6 +225,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         except TraceError as e:
             raise InputError(str(e)) from None
     snap = load(args.source, args)
+    procs = holders(args.source, args, snap)  # the same moment as the snapshot
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
             trace = _record_trace(args, Path(tmp) / "node.batr")
@@ -171,7 +246,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         elif live:
             why = "no speed-trade rule fires on this node, so no rate was measured"
         result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
-                           rate=rate, rate_unavailable=why, trace=trace)  # fmt: skip
+                           rate=rate, rate_unavailable=why, trace=trace,
+                           processes=procs)  # fmt: skip
     if args.json:
         from beamalloc.reporters.recommend import paste_block
 
@@ -210,10 +286,13 @@ def _record_trace(args: argparse.Namespace, path: Path) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.webui.report import write_report
+    from beamalloc.reporters.html import write_report
 
     snaps = [load(s, args) for s in args.sources]
-    write_report([analyze(s) for s in snaps], args.output, snapshots=snaps)
+    analyses = [analyze(s) for s in snaps]
+    for a, source, snap in zip(analyses, args.sources, snaps, strict=True):
+        a["processes"] = holders(source, args, snap)
+    write_report(analyses, args.output, snapshots=snaps)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -258,15 +337,28 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from beamalloc.ebpf.run import Options, run
 
     opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
-                   json=args.json, level=args.level, sample=args.sample,
+                   level=args.level, sample=args.sample,
                    slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
                    libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
     try:
-        return run(opts)
+        doc = run(opts)
     except EbpfUnavailable:
         raise
     except OSError as e:
         raise EbpfUnavailable(f"trace failed: {e}") from None
+    if args.json:
+        print(json.dumps(doc))
+    elif not args.output:
+        from beamalloc.reporters.trace import render
+
+        render(doc, wide_console())
+    return 0
+
+
+def cmd_snippet(args: argparse.Namespace) -> int:
+    from beamalloc.collector.snippet import cli
+
+    return cli(args)
 
 
 def _non_negative(text: str) -> int:
@@ -276,6 +368,29 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def _process_options(p: argparse.ArgumentParser, probe: bool = True) -> None:
+    """Who holds the memory (docs/processes.md): a live node's processes are read, read-only,
+    unless --no-processes; --gc-probe is the one option that changes the node."""
+    from beamalloc.collector.processes import MAX_PROCESSES
+
+    p.add_argument("--no-processes", action="store_true", help="do not read the processes of a "
+                   "live node or the process sections of a crash dump")
+    p.add_argument("--max-processes", type=_positive, default=MAX_PROCESSES, metavar="N",
+                   help=f"read at most N processes of a live node: the registered ones and a "
+                   f"fair sample of the rest (default {MAX_PROCESSES:,})")
+    if probe:
+        p.add_argument("--gc-probe", type=_non_negative, default=0, metavar="N",
+                       help="CHANGES THE NODE: garbage-collect its N strongest idle holders, one "
+                       "at a time, and measure what each releases (default 0: none)")
+
+
+def _positive(text: str) -> int:
+    n = _non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more, got 0")
     return n
 
 
@@ -301,6 +416,16 @@ def _node_options(p: argparse.ArgumentParser) -> None:
         help="read at most N carriers of a live node with OTP's instrument:carriers/1, "
         f"whole allocator instances, largest first (default {MAX_CARRIERS}; 0: none)",
     )
+    # How our hidden node reaches the node (docs/access.md); else $BEAMALLOC_PROTO_DIST,
+    # $BEAMALLOC_SSL_DIST_OPTFILE, $ERL_EPMD_PORT, $BEAMALLOC_DIST_PORT.
+    p.add_argument("--proto-dist", metavar="MOD", help="the node's -proto_dist: inet_tls (TLS), "
+                   "inet6_tcp (IPv6), inet6_tls (default inet_tcp)")
+    p.add_argument("--ssl-dist-optfile", metavar="FILE", help="the TLS option file the node's "
+                   "cluster uses (-ssl_dist_optfile); alone, it means --proto-dist inet_tls")
+    p.add_argument("--epmd-port", type=int, metavar="PORT",
+                   help="epmd listens on PORT, here and on the node's host (ERL_EPMD_PORT)")
+    p.add_argument("--dist-port", type=int, metavar="PORT", help="the node runs without epmd "
+                   "(-start_epmd false -erl_epmd_port PORT): connect to PORT directly")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     source_help = (
         "a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
-        "file, an allocator dump or an erl_crash.dump ('-' reads standard input)"
+        "file, an allocator dump, an erl_crash.dump or a `beamalloc snippet` file ('-' reads "
+        "standard input)"
     )
     p = sub.add_parser("snapshot", help="snapshot a node or convert a file to beamalloc JSON")
     p.add_argument("source", metavar="SOURCE", help=source_help)
@@ -359,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances to list in the terminal report (default 20)",
     )
     _node_options(p)
+    _process_options(p)
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("recommend", help="the +M flags to set, each with its rule, numbers, cost")
@@ -384,12 +511,14 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--trace-for", type=float, metavar="S", help="for a live node on this "
                        "host: record that trace for S seconds with eBPF (as root) first")
     _node_options(p)
+    _process_options(p)
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("report", help="write a self-contained HTML report")
     p.add_argument("sources", metavar="SOURCE", nargs="+", help=source_help)
     p.add_argument("-o", "--output", metavar="FILE", default="report.html")
     _node_options(p)
+    _process_options(p, probe=False)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("replay", help="replay an allocation trace through refalloc under flag sets")
@@ -462,6 +591,14 @@ def build_parser() -> argparse.ArgumentParser:
     _node_options(p)
     p.set_defaults(func=cmd_trace)
 
+    p = sub.add_parser("snippet", help="one line to paste into the node's remote shell "
+                       "(remote_console, rpc, iex --remsh) that writes a SOURCE file, where no "
+                       "new distribution connection is allowed")
+    p.add_argument("--elixir", action="store_true", help="Elixir syntax (bin/app rpc, iex)")
+    p.add_argument("-o", "--output", metavar="PATH", help="the file the line writes on the "
+                   "node's host (default /tmp/beamalloc-snippet-OSPID.etf)")
+    p.set_defaults(func=cmd_snippet)
+
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
     )
@@ -475,6 +612,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int]
     try:
         args = apply_ranges(build_parser()).parse_args(argv)  # docs/robustness.md, "Ranges"
+        if hasattr(args, "proto_dist"):  # a command that may connect: how (docs/access.md)
+            from beamalloc.collector import access
+
+            access.configure(access.from_args(args))
         run = args.func
         return run(args)
     except (InputError, NodeUnavailable) as e:

@@ -22,20 +22,20 @@ import signal
 import subprocess
 import threading
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
+from beamalloc.collector import access as access_mod
 from beamalloc.collector import etf, live
+from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.live import NodeError
-from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 
 MARK = b"BEAMALLOC-RESULT "
 
 
 def _long_names(nodes: list[str]) -> bool:
-    kinds = {"." in live.split_node(n)[1] for n in nodes}
+    kinds = {access_mod.is_long_host(live.split_node(n)[1]) for n in nodes}
     if len(kinds) > 1:
         raise live.NodeNameError("cannot mix short and long node names (net_kernel refuses)")
     return kinds == {True}
@@ -44,9 +44,11 @@ def _long_names(nodes: list[str]) -> bool:
 class Session:
     """A hidden node serving snapshot requests; thread-safe; use as a context manager."""
 
-    def __init__(self, cookie: str, long_names: bool = False) -> None:
+    def __init__(self, cookie: str, long_names: bool = False,
+                 access: Access | None = None) -> None:
         check_cookie(cookie, "the cookie")
         self._cookie = cookie
+        self._access = access or access_mod.current()
         self._long = long_names
         self._ids = itertools.count(1)
         self._pending: dict[bytes, Future[Any]] = {}
@@ -66,7 +68,8 @@ class Session:
 
     def start(self) -> None:
         self._proc, self._home = live.start_hidden_node(["beamalloc_session", "main"], self._long,
-                                                        stderr=subprocess.DEVNULL)
+                                                        stderr=subprocess.DEVNULL,
+                                                        access=self._access)
         assert self._proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # a node dead at boot: the reader says so
             self._proc.stdin.write(self._cookie.encode("utf-8").hex().encode() + b"\n")
@@ -132,7 +135,8 @@ class Session:
             raise NodeError(f"timed out after {timeout:g} s talking to {node} "
                             "(the beamalloc session did not answer)") from None
         if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
-            raise live._error(node, str(reply[1]), reply[2], timeout, self._cookie)
+            raise live._error(node, str(reply[1]), reply[2], timeout, self._cookie,
+                              self._access)
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok"):
             raise NodeError("unexpected answer from the beamalloc session")
         return reply[1]
@@ -189,35 +193,3 @@ def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
     with Session(cookie, _long_names([node])) as s:
         members = s.cluster_nodes(node, timeout)
         return snapshot_nodes(members, cookie, timeout, s, max_carriers)
-
-
-def cli_snapshot_cluster(args: Any) -> int:
-    """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
-    import json
-    import sys
-
-    from beamalloc.collector import cookie
-
-    if "@" not in args.source:
-        raise live.NodeNameError("--cluster needs a node name (app@host) as SOURCE")
-    secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-    results = snapshot_cluster(args.source, secret, args.timeout,
-                               getattr(args, "max_carriers", live.MAX_CARRIERS))
-    snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
-    if args.output:
-        out = Path(args.output)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            for n, s in snaps.items():
-                (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"cannot write to {out}: {e.strerror}") from None
-        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
-    if args.json or not args.output:
-        doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
-               "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
-        print(json.dumps(doc, indent=None if args.json else 1))
-    for n, e in results.items():
-        if isinstance(e, NodeError):
-            print(f"beamalloc: {n}: {e}", file=sys.stderr)
-    return 0 if len(snaps) == len(results) else NodeError.exit_code

@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from beamalloc.collector import access as access_mod
 from beamalloc.collector import etf
+from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
@@ -58,7 +60,8 @@ NODE_USER = "nobody"
 #: Bytes of the agent's stderr kept for an error message (its last line is all we show).
 STDERR_KEEP = 65536
 
-_NODE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.+-]*)@([A-Za-z0-9_][A-Za-z0-9_.-]*)\Z")
+# The host may be an IPv6 address (`app@::1`, long names over inet6_tcp).
+_NODE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.+-]*)@([A-Za-z0-9_:][A-Za-z0-9_.:-]*)\Z")
 _SCRUB_ENV = ("ERL_FLAGS", "ERL_AFLAGS", "ERL_ZFLAGS", "BEAMALLOC_COOKIE")
 
 
@@ -123,7 +126,7 @@ def erlang_ebin(erlc: str | None = None) -> Path:
 def _local_host_names() -> set[str]:
     fqdn = socket.getfqdn()
     host = socket.gethostname()
-    return {host, host.split(".")[0], fqdn, fqdn.split(".")[0], "localhost", "127.0.0.1"}
+    return {host, host.split(".")[0], fqdn, fqdn.split(".")[0], "localhost", "127.0.0.1", "::1"}
 
 
 def _node_suffix() -> str:
@@ -133,15 +136,20 @@ def _node_suffix() -> str:
 
 
 def hidden_node_argv(erl: str, long_names: bool, run: list[str],
-                     ebin: str | Path | None = None) -> list[str]:
+                     ebin: str | Path | None = None, access: Access | None = None,
+                     tls_optfile: str | None = None) -> list[str]:
     """argv of a hidden node of ours (the one-shot agent or the watch session) running `run`,
     e.g. ["beamalloc_agent", "main", Target, DeadlineMs], loading our modules from `ebin` (default
-    the compiled cache). No cookie here, ever, and no node name: beamalloc_link:start/1 starts
-    distribution under a pooled name once the node is up. start_hidden_node() runs it."""
+    the compiled cache), reaching targets as `access` says (collector/access.py; `tls_optfile`
+    is our private copy of its option file). No cookie here, ever, and no node name:
+    beamalloc_link:start/1 starts distribution under a pooled name once the node is up.
+    start_hidden_node() runs it."""
+    access = access or Access()
     host: list[str] = []
     if long_names:  # the target uses long names (net_kernel refuses to mix the two)
         fqdn = socket.getfqdn()
-        host = ["-beamalloc_host", fqdn if "." in fqdn else "127.0.0.1"]
+        host = ["-beamalloc_host",
+                fqdn if "." in fqdn else "::1" if access.ipv6 else "127.0.0.1"]
     return [
         erl, "-hidden", "-noshell", "-boot", "no_dot_erlang",
         # One scheduler and no busy-waiting: the node only waits on the network, and should
@@ -149,7 +157,8 @@ def hidden_node_argv(erl: str, long_names: bool, run: list[str],
         "+S", "1", "+SDcpu", "1", "+SDio", "1", "+A", "1",
         "+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none",
         # Accept distribution connections on loopback only: nobody needs to reach us.
-        "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
+        "-kernel", "inet_dist_use_interface", access_mod.loopback(access),
+        *access_mod.node_args(access, tls_optfile),
         "-pa", str(ebin or erlang_ebin()),
         "-beamalloc_run", _node_suffix(), *host,
         "-run", *run,
@@ -202,15 +211,18 @@ def _home_parent(dropping: bool) -> str:
     return tmp if mode & 0o1003 == 0o1003 else "/tmp"  # sticky, and o+wx
 
 
-def start_hidden_node(run: list[str], long_names: bool,
-                      stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen[bytes], str]:
+def start_hidden_node(run: list[str], long_names: bool, stderr: int = subprocess.PIPE,
+                      access: Access | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start a hidden node of ours running `run`; return it and its throw-away HOME.
 
     HOME holds a copy of our compiled modules (the node may run as NODE_USER, who cannot read
     root's ~/.cache) and is the node's to delete; the caller removes it too, after killing the
-    node's process group. stdin, stdout: pipes; the caller writes the hex cookie line first and
-    keeps stdin open for as long as the node may live.
+    node's process group. With TLS distribution, HOME/tls holds our copy of the option file and
+    the files it names (access.prepare_tls()): the node keeps it while it lives, since each new
+    TLS connection reads them. stdin, stdout: pipes; the caller writes the hex cookie line first
+    and keeps stdin open for as long as the node may live.
     """
+    access = access or access_mod.current()
     erl = shutil.which("erl")
     if not erl:
         raise NodeError("erl not found: install Erlang/OTP (Debian: erlang-nox) to snapshot a node")
@@ -223,16 +235,20 @@ def start_hidden_node(run: list[str], long_names: bool,
         for beam in ebin.glob("*.beam"):
             shutil.copyfile(beam, own / beam.name)
         prefix: list[str] = []
+        owner: tuple[int, int] | None = None
         if drop is not None:
             prefix, uid, gid = drop
+            owner = (uid, gid)
             for path in (home, own, *own.iterdir()):
                 os.chown(path, uid, gid)
+        tls = access_mod.prepare_tls(access, Path(home) / "tls", owner)
         try:
             proc = subprocess.Popen(
-                [*prefix, *hidden_node_argv(erl, long_names, run, own)],
+                [*prefix, *hidden_node_argv(erl, long_names, run, own, access, tls)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                 # "/" and not HOME: the node deletes HOME while it runs
-                cwd="/", env=_agent_env(home), start_new_session=True)
+                cwd="/", env={**_agent_env(home), **access_mod.node_env(access)},
+                start_new_session=True)
         except OSError as e:
             raise NodeError(f"cannot start {erl}: {e.strerror}") from None
     except BaseException:
@@ -273,7 +289,7 @@ def _live_members(pgid: int) -> bool:
 
 
 def _run_agent(node: str, host: str, cookie: str, timeout: float,
-               max_carriers: int = 0) -> tuple[Any, float]:
+               max_carriers: int = 0, access: Access | None = None) -> tuple[Any, float]:
     """Run the agent; return its reply term and the time it finished."""
     start = time.time()
     deadline = start + timeout
@@ -282,7 +298,8 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float,
     proc: subprocess.Popen[bytes] | None = None
     home = ""
     try:
-        proc, home = start_hidden_node(run, "." in host)
+        access = access or access_mod.current()
+        proc, home = start_hidden_node(run, access_mod.is_long_host(host), access=access)
         assert proc.stdin is not None
         try:  # stdin stays open: its end is the node's signal that we are gone
             proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
@@ -381,16 +398,23 @@ def _text(v: Any, cookie: str = "") -> str:
     return _scrub(text, cookie)
 
 
-def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str) -> NodeError:
+def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
+           access: Access | None = None) -> NodeError:
     """The one-line message for the agent's `{error, Kind, Detail}`.
 
     Free-form details (exit reasons) are scrubbed of the cookie: a crash reason can quote a
-    function's arguments.
+    function's arguments. A connection that failed names the access options it used.
     """
     name, host = split_node(node)
+    how = (access or Access()).describe()
+    if kind == "connect_failed" and how:
+        return NodeError(f"cannot connect to {node} ({how}): "
+                         f"{_text(detail, cookie)[:200] or 'no reason given'}")
     if kind == "no_such_node":
         others = sorted(_text(n) for n in detail if not _text(n).startswith("beamalloc_"))
         known = f"epmd there knows {', '.join(others)}" if others else "epmd there knows no node"
+        if how:  # which epmd we asked, or that the node may be epmd-less
+            known += f"; {how}"
         return NodeError(f"no node named {name} on host {host} ({known})")
     if kind == "host_unreachable":
         return NodeError(f"cannot reach epmd on host {host}: the host is unreachable or no "
@@ -402,8 +426,9 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str) -> No
     if kind == "timeout":
         what = "connecting to" if detail == "connecting" else "waiting for allocator data from"
         return NodeError(f"timed out after {timeout:g} s {what} {node}")
-    if kind == "connect_failed":
-        return NodeError(f"cannot connect to {node}: {_text(detail, cookie)[:200]}")
+    if kind == "connect_failed":  # epmd knows the node, the handshake failed: a hint
+        return NodeError(f"cannot connect to {node}: {_text(detail, cookie)[:160]} (a node run "
+                         "with TLS or IPv6 distribution needs --proto-dist, docs/access.md)")
     if kind == "call_failed":
         return NodeError(f"a call on {node} failed: {_text(detail, cookie)[:200]}")
     if kind == "no_cookie":
@@ -556,17 +581,19 @@ _CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tag
 
 
 def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
-                  max_carriers: int = MAX_CARRIERS) -> Snapshot:
+                  max_carriers: int = MAX_CARRIERS, access: Access | None = None) -> Snapshot:
     """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`.
 
     With `max_carriers` > 0 (the default) the snapshot also reads up to that many carriers
-    with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them.
+    with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them. `access`: how to
+    reach it (TLS, IPv6, epmd port, epmd-less); default access.current().
     """
     split_node(node)
     check_cookie(cookie, "the cookie")
-    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers)
+    access = access or access_mod.current()
+    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers, access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return build_snapshot(node, reply[1], taken_at=done)
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
-        raise _error(node, str(reply[1]), reply[2], timeout, cookie)
+        raise _error(node, str(reply[1]), reply[2], timeout, cookie, access)
     raise NodeError("unexpected answer from the beamalloc agent")

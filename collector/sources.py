@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
+from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
 from beamalloc.files import open_input
 from beamalloc.snapshot import MAX_TIME, Snapshot
@@ -56,6 +57,12 @@ def read_file(path: str) -> Snapshot:
             raise InputError(f"{name}: empty file")
         if head.lstrip().startswith(MAGIC.encode()):
             snap = read_crashdump_lines(_lines(head.lstrip(), f), name)
+            _check(snap, name)
+            return snap
+        if is_snippet(head):  # an external term: a `beamalloc snippet` file (docs/access.md)
+            mtime = os.fstat(f.fileno()).st_mtime if path != "-" else None
+            snap = read_snippet(head + f.read(MAX_TERM_FILE), name,
+                                mtime if mtime is not None and 0 < mtime <= MAX_TIME else None)
             _check(snap, name)
             return snap
         if path != "-":

@@ -5,34 +5,17 @@
 // The owner of a block (its allocator instance) is read from the block and carrier headers:
 // at free entry, before the block is rewritten, and at alloc/realloc return (§7, "Resolving").
 //
-// Built with -DTRACE_EVENTS: every call becomes a 72-byte event, batched per thread (a thread
-// never races with itself, so a batch needs no lock) and pushed to a ring buffer BATCH at a
-// time, which keeps the reader's work per event tiny. Without it: counts, log2 histograms and
+// Built with -DTRACE_EVENTS: every call becomes an event (event.bpf.h), batched per thread (a
+// thread never races with itself, so a batch needs no lock) and pushed to a ring buffer BATCH at
+// a time, which keeps the reader's work per event tiny. Without it: counts, log2 histograms and
 // bytes are summed in the kernel per (owner, type, op, log2 size).
 
 #include <uapi/linux/ptrace.h>
 
 #include "bits.bpf.h"
+#include "event.bpf.h"  // struct event and OP_ALLOC/OP_FREE/OP_REALLOC/OP_RET
 
-#define OP_ALLOC 0
-#define OP_FREE 1
-#define OP_REALLOC 2
 #define OP_PENDING 0x80
-#define OP_RET 0x10  // summary: the return half of an alloc/realloc
-
-struct event {
-    u64 t_ns;
-    u64 ptr;      // alloc: result; free: p; realloc: old p
-    u64 new_ptr;  // realloc: result
-    u64 allctr;   // Allctr_t * owning the (new) block, from its carrier header
-    u64 size;     // requested size (alloc, realloc)
-    u64 blk;      // block size (with header) of the new block, or of the freed one
-    u64 old_blk;  // realloc: block size of the old block
-    u32 type;     // ErtsAlcType_t
-    u32 tid;
-    u32 op;
-    u32 pad;
-};
 
 // Per-CPU counters, read by the loader: lost events are reported, never hidden.
 #define ST_RB_LOST 0      // events dropped because the ring buffer was full

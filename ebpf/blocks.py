@@ -1,16 +1,16 @@
 """Loader of blocks.bpf.c: attach to / detach from alloc_util's entry points in one beam.smp.
 
-Two builds of the same program: ``trace`` (every call as a raw 72-byte event, batched per thread
-into a ring buffer; RawSink writes the batches to a file untouched, so the reader keeps up with
-millions of calls a second) and ``summary`` (histograms and bytes summed in the kernel).
-Probes can be detached and re-attached (time-sliced sampling) without reloading the program.
+Two builds of the same program: ``trace`` (every call as a raw event of event.bpf.h, batched
+per thread into a ring buffer; RawSink writes the batches to a file untouched, so the reader
+keeps up with millions of calls a second) and ``summary`` (histograms and bytes summed in the
+kernel). Probes can be detached and re-attached (time-sliced sampling) without reloading
+the program.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,13 +20,11 @@ from typing import IO, Any
 
 from beamalloc.ebpf import beam
 from beamalloc.ebpf.errors import EbpfUnavailable
+from beamalloc.ebpf.event import EVENT
 from beamalloc.ebpf.procmem import dynamic_symbols
 
 SOURCE = Path(__file__).with_name("blocks.bpf.c")
-#: struct event in blocks.bpf.c: t_ns ptr new_ptr allctr size blk old_blk type tid op pad.
-EVENT = struct.Struct("<7Q4I")
 BATCH = 32  # events per ring-buffer record; a power of two (the C masks the index with it)
-OP_ALLOC, OP_FREE, OP_REALLOC = 0, 1, 2
 STAT_NAMES = ("ringbuf_full", "entry_overwritten", "return_without_entry", "calls")
 
 
@@ -159,10 +157,8 @@ class BlockProbes:
     def drain(self, sink: RawSink) -> None:
         """After detach: what the ring buffer still holds, then every thread's partial batch."""
         self.bpf.ring_buffer_consume()
-        for _tid, b in self.bpf["batches"].items():
-            raw = bytes(b)
-            n = int.from_bytes(raw[:4], "little")
-            sink.write(raw[8:8 + n * EVENT.size])
+        for _tid, b in self.bpf["batches"].items():  # bcc's ctypes view of struct batch
+            sink.write(bytes(b.ev)[:b.n * EVENT.size])
 
     # --- summary mode -------------------------------------------------------------------
 

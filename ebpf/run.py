@@ -1,4 +1,5 @@
-"""`beamalloc trace`: attach, follow, detach, then write the trace or print the summary.
+"""`beamalloc trace`: attach, follow, detach, then write the trace or return the summary
+(cli/main.py prints it: JSON, or reporters/trace.py's tables).
 
 Modes (docs/ebpf.md): ``carrier`` (syscall tracepoints, mseg/sys_alloc and libc probes: cheap
 enough for production), ``block`` (every alloc_util call; summary aggregated in the kernel, or a
@@ -12,7 +13,6 @@ target's death end the loop, and every path out removes every probe of ours.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -39,7 +39,6 @@ class Options:
     node: str | None = None
     duration: float | None = None
     output: str | None = None
-    json: bool = False
     level: str = "block"  # "block" or "carrier"; "all" = both
     sample: float | None = None
     slice_s: float = 1.0
@@ -131,7 +130,8 @@ def build_header(proc: beam.BeamProcess, snap: Any, t0_ns: int, threads: dict[in
     )
 
 
-def run(opts: Options) -> int:
+def run(opts: Options) -> dict[str, Any]:
+    """The summary document (ebpf/summary.py), or with ``-o`` what the trace file holds."""
     if opts.output and (opts.sample is not None or opts.max_overhead is not None):
         raise InputError("a trace for replay needs every call: --sample and --max-overhead "
                          "apply to the summary")
@@ -166,7 +166,8 @@ def _loop(opts: Options, stop: _Stop, pid: int, step: Any) -> str:
         step()
 
 
-def _trace(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _Stop) -> int:
+def _trace(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options,
+           stop: _Stop) -> dict[str, Any]:
     from beamalloc.ebpf.blocks import BlockProbes
     from beamalloc.ebpf.tracefile import write_trace
 
@@ -197,19 +198,18 @@ def _trace(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _St
     lost = header.extra["lost_events"]
     _say(opts, f"wrote {out}: {stats.written} events in {elapsed:.1f} s ({why}); "
          + (f"LOST {lost} events {header.extra['lost']}" if lost else "no events lost"))
-    if opts.json:
-        print(json.dumps({"output": str(out), "events": stats.written, "elapsed_s": elapsed,
-                          "ended_by": why, "lost_events": lost, "lost": header.extra["lost"],
-                          "unattributed": stats.unattributed,
-                          "calls": {f"{proc.allocators.get(a, a)}:{op}": n
-                                    for (a, op), n in sorted(stats.calls.items())}}))
-    return 0
+    return {"output": str(out), "events": stats.written, "elapsed_s": elapsed,
+            "ended_by": why, "lost_events": lost, "lost": header.extra["lost"],
+            "unattributed": stats.unattributed,
+            "calls": {f"{proc.allocators.get(a, a)}:{op}": n
+                      for (a, op), n in sorted(stats.calls.items())}}
 
 
-def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _Stop) -> int:
+def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options,
+             stop: _Stop) -> dict[str, Any]:
     from beamalloc.ebpf.blocks import BlockProbes
     from beamalloc.ebpf.carriers import CarrierProbes
-    from beamalloc.ebpf.summary import block_summary, carrier_summary, render
+    from beamalloc.ebpf.summary import block_summary, carrier_summary
 
     blocks = carriers = None
     attached_s = 0.0
@@ -260,13 +260,7 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options, stop: _
             if p is not None:
                 with contextlib.suppress(Exception):
                     p.close()
-    if opts.json:
-        print(json.dumps(doc))
-    else:
-        from beamalloc.console import wide_console
-
-        render(doc, wide_console())
-    return 0
+    return doc
 
 
 def _cpu_s(pid: int) -> tuple[float, float]:

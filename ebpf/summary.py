@@ -1,4 +1,5 @@
-"""The kernel's aggregates -> one summary document (JSON) and its terminal tables.
+"""The kernel's aggregates -> one summary document (`beamalloc trace --json`; its terminal
+tables are reporters/trace.py).
 
 Calls are counted at entry, so they are exact even when a return probe is missed; block bytes
 (outstanding = allocated − freed block sizes, headers included, as the `blocks` statistics count
@@ -14,9 +15,10 @@ from collections import defaultdict
 from typing import Any
 
 from beamalloc.ebpf.beam import BeamProcess
+from beamalloc.ebpf.event import OP_FREE, OP_RET
 
+#: Call names by op number (event.bpf.h: OP_ALLOC, OP_FREE, OP_REALLOC).
 OPS = ("alloc", "free", "realloc")
-OP_RET = 0x10
 MADVICE = {0: "normal", 1: "random", 2: "sequential", 3: "willneed", 4: "dontneed", 8: "free",
            9: "remove", 10: "dontfork", 12: "mergeable", 14: "hugepage", 15: "nohugepage",
            20: "cold", 21: "pageout"}
@@ -49,8 +51,8 @@ def block_summary(proc: BeamProcess, hist: list[tuple[int, ...]], elapsed: float
         t = e["types"].setdefault(tname, {**dict.fromkeys(OPS, 0), "requested_bytes": 0,
                                           "outstanding_bytes": 0, "log2_hist": {}})
         base = op & ~OP_RET
-        if op & OP_RET or base == 1:  # block bytes, by owner
-            delta = blk - old_blk if base != 1 else -blk
+        if op & OP_RET or base == OP_FREE:  # block bytes, by owner
+            delta = blk - old_blk if base != OP_FREE else -blk
             t["outstanding_bytes"] += delta
             e["outstanding_bytes"] += delta
             owner = proc.instances.get(allctr)
@@ -61,7 +63,7 @@ def block_summary(proc: BeamProcess, hist: list[tuple[int, ...]], elapsed: float
         n = round(count * scale)
         t[OPS[base]] += n
         e["calls"][OPS[base]] += n
-        if base != 1:
+        if base != OP_FREE:
             t["requested_bytes"] += round(nbytes * scale)
             e["requested_bytes"] += round(nbytes * scale)
         key = f"{OPS[base]}:{1 << slot}"
@@ -100,58 +102,3 @@ def carrier_summary(proc: BeamProcess, rows: list[tuple[str, int, int, int, int]
     res = _plain(out)
     res["elapsed_s"] = round(elapsed, 3)
     return res
-
-
-def render(doc: dict[str, Any], console: Any) -> None:
-    """Terminal tables (rich) of a summary document."""
-    from rich.table import Table
-
-    from beamalloc.units import human as human_bytes
-
-    mode = doc["mode"]
-    console.print(f"pid {doc['pid']} ({doc.get('node') or 'node unknown'}), "
-                  f"{doc['elapsed_s']:.1f} s, level {mode['level']}"
-                  + (f", sampled: probes attached {mode['attached_fraction']:.0%} of the time, "
-                     "calls scaled" if mode["attached_fraction"] < 1 else ""))
-    if doc["lost"]["total"]:
-        console.print(f"[bold red]lost {doc['lost']['total']} events[/]: {doc['lost']}")
-    blocks = doc.get("blocks") or {}
-    if blocks:
-        t = Table(title="alloc_util calls (block level)")
-        for col in ("allocator", "type", "alloc", "free", "realloc", "alloc/s", "requested",
-                    "outstanding"):
-            t.add_column(col, justify="left" if col in ("allocator", "type") else "right")
-        for name, e in blocks.items():
-            out = e["outstanding_bytes"]
-            t.add_row(name, "", *(str(e["calls"][o]) for o in OPS),
-                      str(e["rates_per_s"]["alloc"]), human_bytes(e["requested_bytes"]),
-                      "-" if out is None else human_bytes(out))
-            top = sorted(e["types"].items(), key=lambda kv: -kv[1]["alloc"])[:5]
-            for tname, ty in top:
-                o = ty["outstanding_bytes"]
-                t.add_row("", tname, str(ty["alloc"]), str(ty["free"]), str(ty["realloc"]), "",
-                          human_bytes(ty["requested_bytes"]), "-" if o is None else human_bytes(o))
-        console.print(t)
-    carriers = doc.get("carriers") or {}
-    if carriers:
-        t = Table(title="carrier level")
-        for col in ("source", "call", "detail", "count", "bytes"):
-            t.add_column(col, justify="right" if col in ("count", "bytes") else "left")
-        for src in ("syscalls", "mseg", "sys_alloc", "libc"):
-            for k1, v1 in (carriers.get(src) or {}).items():
-                for k2, v2 in v1.items():
-                    if "count" in v2:
-                        t.add_row(src, k1, k2, str(v2["count"]), human_bytes(v2["bytes"]))
-                    else:
-                        for k3, v3 in v2.items():
-                            t.add_row(src, f"{k1} {k2}", k3, str(v3["count"]),
-                                      human_bytes(v3["bytes"]))
-        console.print(t)
-    foreign = doc.get("foreign_malloc")
-    if foreign:
-        console.print(f"libc malloc outside erts_alloc: {human_bytes(foreign['outstanding_bytes'])}"
-                      f" outstanding in {foreign['outstanding_blocks']} blocks")
-        for s in foreign["top_stacks"][:5]:
-            console.print(f"  {human_bytes(s['bytes'])} in {s['blocks']} blocks:")
-            for frame in s["stack"][:6]:
-                console.print(f"      {frame}")

@@ -15,14 +15,19 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 from beamalloc.ebpf.beam import BeamProcess
-from beamalloc.ebpf.blocks import EVENT, OP_ALLOC, OP_FREE, OP_REALLOC
+from beamalloc.ebpf.event import EVENT, FIELDS, OP_ALLOC, OP_FREE, OP_REALLOC
 from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
 
-RawEvent = tuple[int, ...]  # EVENT fields: t ptr new_ptr allctr size blk old_blk type tid op pad
+RawEvent = tuple[int, ...]  # EVENT's fields, in FIELDS order (event.bpf.h)
 _CHUNK = EVENT.size * 4096
+_T, _TID = FIELDS.index("t_ns"), FIELDS.index("tid")
+#: The fields a trace event is made of, by name: the header's order is its own business.
+_USED = itemgetter(*(FIELDS.index(f) for f in
+                     ("t_ns", "ptr", "new_ptr", "allctr", "size", "type", "tid", "op")))
 
 
 @dataclass
@@ -43,9 +48,9 @@ def split_by_thread(raw: Path, workdir: Path) -> list[Path]:
     files: dict[int, object] = {}
     try:
         for ev in _read_events(raw):
-            f = files.get(ev[8])
+            f = files.get(ev[_TID])
             if f is None:
-                f = files[ev[8]] = open(workdir / f"t{ev[8]}.raw", "wb")  # noqa: SIM115
+                f = files[ev[_TID]] = open(workdir / f"t{ev[_TID]}.raw", "wb")  # noqa: SIM115
             f.write(EVENT.pack(*ev))  # type: ignore[attr-defined]
     finally:
         for f in files.values():
@@ -57,14 +62,14 @@ def merged(raw: Path) -> Iterator[RawEvent]:
     """All events of `raw`, ordered by time (each thread's own order kept)."""
     with tempfile.TemporaryDirectory(prefix="beamalloc-trace-") as tmp:
         parts = split_by_thread(raw, Path(tmp))
-        yield from heapq.merge(*(_read_events(p) for p in parts), key=lambda e: e[0])
+        yield from heapq.merge(*(_read_events(p) for p in parts), key=itemgetter(_T))
 
 
 def to_trace_events(raw: Path, proc: BeamProcess, t0_ns: int,
                     stats: WriteStats) -> Iterator[Event]:
     mask, shift = proc.alloc_mask, proc.type_shift
     inst = proc.instances
-    for t, ptr, new_ptr, allctr, size, _blk, _old, typ, tid, op, _pad in merged(raw):
+    for t, ptr, new_ptr, allctr, size, typ, tid, op in map(_USED, merged(raw)):
         a = typ & mask
         n = typ >> shift
         owner = inst.get(allctr)
@@ -115,8 +120,8 @@ def first_time(raw: Path) -> int | None:
     """The smallest timestamp in the raw file (the clock origin of the trace)."""
     best = None
     for ev in _read_events(raw):
-        if best is None or ev[0] < best:
-            best = ev[0]
+        if best is None or ev[_T] < best:
+            best = ev[_T]
     return best
 
 

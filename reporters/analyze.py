@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from beamalloc.analyzer.rules import usage_level
+from beamalloc.flags import UINT_MAX
+from beamalloc.reporters import holders
 from beamalloc.units import human, pct
 
 
@@ -141,7 +143,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
             Text(pct(r["usage"]), style=_usage_style(r["usage"])),
             pct(r["sbcs_share"]),
             human(r["mbcs_average_block_size"]),
-            human(o.get("sbct")) if isinstance(o.get("sbct"), int) and o["sbct"] < 1 << 60 else "∞",
+            _size_opt(o["sbct"]) if isinstance(o.get("sbct"), int) else "∞",
             human(o.get("lmbcs")),
             str(o.get("as", "-")),
             human(r["pool_carriers_size"]),
@@ -215,6 +217,9 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                 str(r["cached_segments"]),
             )
         console.print(cache)
+    if a.get("processes"):
+        console.print()
+        holders.render(a["processes"], console)
 
 
 # ---- inside the carriers (analyzer/carriers.py) -------------------------------------------------
@@ -309,4 +314,5 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
 
 
 def _size_opt(v: int | None) -> str:
-    return "-" if v is None else "∞" if v >= 1 << 60 else human(v)
+    """An option in bytes; ~0 (beamalloc.flags.UINT_MAX) is how erts says "infinite"."""
+    return "-" if v is None else "∞" if v >= UINT_MAX else human(v)

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.reporters import holders
 from beamalloc.units import human, pct
 
 FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
@@ -100,8 +101,14 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             bound = "up to " if rem["releases"] == e["unused"] else ""
             say(f"  what does: {rem['action']}: releases {bound}{human(rem['releases'])} "
                 f"({'; '.join(rem['sources'])})")
+        if e.get("held_by"):
+            say("  its binaries are referenced by: " + ", ".join(
+                f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e["held_by"]))
     if v["rate"] is None and v["rate_unavailable"]:
         say(f"Speed trades: {v['rate_unavailable']}", style="dim")
+    if r.get("processes"):
+        console.print()
+        holders.render(r["processes"], console)
     actions = [x for x in r["findings"] if x["level"] == "action"]
     infos = [x for x in r["findings"] if x["level"] == "info"]
     if actions:

@@ -26,8 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Readers: files, live nodes, eBPF. They build Snapshots and trace files.
     ("collect", ("beamalloc.collector", "beamalloc.ebpf")),
     # recon_alloc's numbers and the carrier view of one Snapshot.
-    ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.carriers",
-                  "beamalloc.analyzer.analysis")),
+    ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.options",
+                  "beamalloc.analyzer.carriers", "beamalloc.analyzer.analysis")),
     # Replay: the Rust model's adapter and the trace generators; a replay is a Snapshot.
     ("replay", ("beamalloc.refalloc",)),
     # Findings, rules, lint, predictions, the recommendation (they replay).
@@ -37,6 +37,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Terminal renderings and paste formats of what the stages return.
     ("report", ("beamalloc.reporters",)),
     ("web", ("beamalloc.webui",)),
+    # The static HTML report: a reporter that renders the web UI's templates and page data, so it
+    # sits above webui/ (which takes verdict lines and paste formats from the reporters below).
+    ("html", ("beamalloc.reporters.html",)),
     # The `beamalloc` command and the demo.
     ("app", ("beamalloc.cli",)),
 ]
@@ -153,3 +156,25 @@ def test_no_import_cycle() -> None:
     for m in sorted(edges):
         if m not in state:
             visit(m)
+
+
+def _third_party(path: Path, top: str) -> bool:
+    """Whether the module at `path` imports package `top` (at module level or in a function)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        if any(n == top or n.startswith(top + ".") for n in names):
+            return True
+    return False
+
+
+def test_terminal_rendering_lives_in_reporters() -> None:
+    """Every terminal reporter is in reporters/ (issue 11 item 6): no other module draws with
+    rich, apart from the console helper that picks the terminal (beamalloc/console.py)."""
+    mods = _modules()
+    drawing = {m for m, p in mods.items() if _third_party(p, "rich")}
+    assert "beamalloc.reporters.trace" in drawing  # the reader sees what it is looking for
+    outside = sorted(m for m in drawing
+                     if not m.startswith("beamalloc.reporters.") and m != "beamalloc.console")
+    assert not outside, f"terminal rendering outside reporters/: {outside}"

@@ -10,8 +10,8 @@ import pytest
 from recommend_fixtures import SNAPS, load
 
 from beamalloc.analyzer import predict as pr
-from beamalloc.analyzer.analysis import first_scheduler_options
 from beamalloc.analyzer.findings import facts
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.flags import FlagSet, effective_config
 

@@ -124,10 +124,12 @@ def test_real_inputs_round_trip_through_the_cli(path, tmp_path, cli):
     snap = read_file(str(path))
     back = Snapshot.from_json(out.read_text())
     assert back == snap
-    # and analyzing the JSON gives what analyzing the original gives
+    # and analyzing the JSON gives what analyzing the original gives, bar a crash dump's
+    # process sections, which a Snapshot does not carry (docs/processes.md)
     a = json.loads(cli("analyze", str(path), "--json").stdout)
     b = json.loads(cli("analyze", str(out), "--json").stdout)
-    assert a == b
+    assert b["processes"] is None and (a["processes"] is None) == (snap.source != "crashdump")
+    assert {**a, "processes": None} == b
 
 
 def test_the_schema_is_named_and_checked():

@@ -17,10 +17,10 @@ from support import run_cli, serve_in_thread
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
+from beamalloc.reporters.html import render_report
 from beamalloc.timeseries.store import Store
 from beamalloc.webui import figures
 from beamalloc.webui.app import create_app
-from beamalloc.webui.report import render_report
 
 ROOT = Path(__file__).resolve().parent.parent
 

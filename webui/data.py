@@ -7,6 +7,7 @@ anywhere a later request could name, and no request path is ever a file path.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import secrets
@@ -18,6 +19,8 @@ from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze
+from beamalloc.analyzer.holders import processes_json
+from beamalloc.collector.procdump import read_proc_lines
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
@@ -62,6 +65,7 @@ class Data:
         self.store_path = Path(store_path) if store_path is not None else None
         self._local = threading.local()
         self.uploads: _LRU = _LRU(MAX_UPLOADS)
+        self.upload_processes: dict[str, dict[str, Any]] = {}
         self._analyses: _LRU = _LRU(256)
         self._samples: _LRU = _LRU(4096)
 
@@ -111,13 +115,25 @@ class Data:
     def analysis(self, ref: str) -> tuple[Snapshot, dict[str, Any]]:
         snap = self.snapshot(ref)
         # Store snapshots never change; an upload's ref is new for every upload.
-        return snap, self._analyses.get_or(ref, lambda: analyze(snap))
+        return snap, self._analyses.get_or(ref, lambda: self._analyze(ref, snap))
+
+    def _analyze(self, ref: str, snap: Snapshot) -> dict[str, Any]:
+        a = analyze(snap)
+        with self.uploads.lock:  # an uploaded crash dump's holders (docs/processes.md)
+            a["processes"] = self.upload_processes.get(ref)
+        return a
 
     def add_upload(self, name: str, data: bytes) -> str:
         """Parse an uploaded file with the same readers as the CLI; return its ref."""
         snap = parse_upload(name, data)
         ref = "u" + secrets.token_hex(16)
         self.uploads.get_or(ref, lambda: snap)
+        if snap.source == "crashdump":
+            table = read_proc_lines(io.StringIO(data.decode("latin-1")), err=io.StringIO())
+            with self.uploads.lock:
+                self.upload_processes[ref] = processes_json(table)
+                for old in [r for r in self.upload_processes if r not in self.uploads]:
+                    del self.upload_processes[old]  # its upload left the LRU
         return ref
 
     # ---- a node's history ----------------------------------------------------------------

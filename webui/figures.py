@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT
+from beamalloc.flags import UINT_MAX
 from beamalloc.units import human
 
 Figure = dict[str, Any]
@@ -33,8 +34,6 @@ PALETTE = ("#3b6fb6", "#e07b39", "#4c9a5b", "#b8455b", "#7a5cb0", "#8c6d46", "#d
 #: tables' colours, analyzer/rules.py usage_level).
 USAGE_SCALE = [[0, "#b2182b"], [R2_MBCS_USAGE_PROBLEM, "#f4a582"], [R2_USAGE_SUSPECT, "#fee08b"],
                [0.9, "#a6d96a"], [1, "#1a9850"]]
-#: sbct is "infinite" when set to its maximum; such a marker line would say nothing.
-INFINITE = 1 << 60
 #: Allocator types drawn separately in the stacked series; the rest are summed as "other".
 TOP_TYPES = 8
 
@@ -184,7 +183,7 @@ def block_sizes(a: dict[str, Any]) -> Figure:
 
     def series(name: str, vals: list[Any], symbol: str, color: str, size: int = 11) -> dict:
         pts = [(v, y) for v, y in zip(vals, ys, strict=True)
-               if isinstance(v, int | float) and 0 < v < INFINITE]
+               if isinstance(v, int | float) and 0 < v < UINT_MAX]  # ~0: infinite, no mark
         return {"type": "scatter", "mode": "markers", "name": name,
                 "x": [p[0] for p in pts], "y": [p[1] for p in pts],
                 "text": [human(p[0]) for p in pts],

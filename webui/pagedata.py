@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.analysis import first_scheduler_options
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.rules import usage_level
+from beamalloc.flags import UINT_MAX
 from beamalloc.reporters.analyze import verdict_lines
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
@@ -54,7 +55,7 @@ def _ratio(v: Any) -> str:
 
 def _opt(v: Any) -> str:
     if isinstance(v, int) and not isinstance(v, bool):
-        return "∞" if v >= figures.INFINITE else human(v)
+        return "∞" if v >= UINT_MAX else human(v)
     return "-" if v is None else str(v)
 
 
@@ -123,7 +124,7 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
-    rec = recommendations(snap) if snap is not None else None
+    rec = recommendations(snap, a.get("processes")) if snap is not None else None
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,

@@ -80,12 +80,25 @@ drop_home() ->
             end
     end.
 
-%% Every module of ours loaded now (they live in HOME), then HOME goes.
+%% Every module of ours loaded now (they live in HOME), then HOME goes, all but HOME/tls: our
+%% copy of the TLS option file and of the certificates it names, which ssl reads again for each
+%% new connection (collector/access.py prepare_tls/3); quit/1 deletes it with the rest.
 seal() ->
     Dir = filename:dirname(code:which(?MODULE)),
     _ = [code:ensure_loaded(list_to_atom(filename:basename(F, ".beam")))
          || F <- filelib:wildcard(filename:join(Dir, "*.beam"))],
-    drop_home().
+    case os:getenv("HOME") of
+        false -> ok;
+        Home ->
+            case filelib:is_dir(filename:join(Home, "tls")) of
+                true ->
+                    {ok, Names} = file:list_dir(Home),
+                    _ = [file:del_dir_r(filename:join(Home, N)) || N <- Names, N =/= "tls"],
+                    ok;
+                false ->
+                    drop_home()
+            end
+    end.
 
 %% Long names when Python passed `-beamalloc_host Host` (the target uses long names).
 start_dist() ->
@@ -108,7 +121,19 @@ start_dist([], _Domain, _Suffix) ->
 start_dist([Name | Rest], Domain, Suffix) ->
     case net_kernel:start([list_to_atom(Name ++ Suffix), Domain]) of
         {ok, _} -> ok;
-        {error, _} -> start_dist(Rest, Domain, Suffix)  % taken meanwhile by another run
+        {error, Reason} ->
+            %% Taken meanwhile by another run (epmd lists it now): try the next. Anything else
+            %% (a TLS option file ssl refuses, an unknown -proto_dist) fails every name alike.
+            case registered_names() of
+                {ok, Taken} ->
+                    case lists:member(Name, Taken) of
+                        true -> start_dist(Rest, Domain, Suffix);
+                        false -> {error, no_distribution,
+                                  iolist_to_binary(io_lib:format("~0P", [Reason, 14]))}
+                    end;
+                Error ->
+                    Error
+            end
     end.
 
 %% Names epmd on this host lists; epmd is started first when none runs, as `erl -sname` would.
@@ -168,12 +193,24 @@ run(Parent, Target, Failures, Fun) ->
 
 why_not(Target, Since, Failures) ->
     [Name, Host] = string:split(atom_to_list(Target), "@"),
-    case erl_epmd:names(Host) of
+    %% An epmd-less target: no epmd to ask, only the handshake reports (or none: nothing
+    %% listens on the port).
+    Listed = case beamalloc_epmd:dist_port() of
+                 undefined -> erl_epmd:names(Host);
+                 _ -> epmd_less
+             end,
+    case Listed of
+        epmd_less ->
+            Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
+            case {[R || {recv_challenge_ack_failed, _} = R <- Reasons], handshake(Reasons)} of
+                {[_ | _], _} -> {error, bad_cookie, <<>>};
+                {[], []} -> {error, connect_failed, <<"no node answered on that port">>};
+                {[], Handshake} -> {error, connect_failed,
+                                    iolist_to_binary(io_lib:format("~0P", [Handshake, 12]))}
+            end;
         {ok, Names} ->
             Reasons = [R || {T, R} <- ets:tab2list(Failures), T >= Since],
-            %% A setup that ended in plain `shutdown` never reached the node (no port from epmd,
-            %% connection refused); any other reason is a handshake step that failed.
-            Handshake = [R || R <- Reasons, R =/= shutdown],
+            Handshake = handshake(Reasons),
             case lists:keymember(Name, 1, Names) of
                 false when Handshake =/= [] ->
                     %% the handshake began, so epmd gave us its port: the node died meanwhile
@@ -191,6 +228,12 @@ why_not(Target, Since, Failures) ->
         {error, Why} ->
             {error, host_unreachable, iolist_to_binary(io_lib:format("~0p", [Why]))}
     end.
+
+%% The failed steps that reached the node: a setup that ended in plain `shutdown` or found no
+%% port with epmd (inet_tls_dist reports that as port_please_failed) never reached it.
+handshake(Reasons) ->
+    [R || R <- Reasons, R =/= shutdown,
+          not (is_tuple(R) andalso element(1, R) =:= port_please_failed)].
 
 %% The reply of the worker Pid (monitored by Ref) by Deadline (erlang:monotonic_time(millisecond));
 %% past it the worker is killed and the reply says at which stage it was.

@@ -264,9 +264,14 @@ pub fn read_rows<R: Read>(
     }
 }
 
+/// Events handed from the reading thread to the replaying one at a time.
+const BATCH: usize = 1 << 14;
+
 /// Replay the rows of `r` (as `read_rows`) straight into `rp`, with no binary file between:
-/// Ok(Err(declined)) leaves `rp` half-fed, for the caller to drop.
-pub fn replay_rows<R: Read>(
+/// one thread reads and parses rows while this one replays the previous batch, so a CSV costs
+/// about what the slower of the two costs. Ok(Err(declined)) leaves `rp` half-fed, for the
+/// caller to drop.
+pub fn replay_rows<R: Read + Send>(
     rp: &mut Replay,
     r: R,
     line: u64,
@@ -274,10 +279,31 @@ pub fn replay_rows<R: Read>(
     where_: &str,
 ) -> Result<Result<(), Declined>, TraceError> {
     let mut last = 0;
-    let read = read_rows(r, line, types, |ev| {
-        last = ev.t_ns;
-        rp.apply(ev);
-        Ok(())
+    let read = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
+        let reader = s.spawn(move || {
+            let mut batch = Vec::with_capacity(BATCH);
+            let read = read_rows(r, line, types, |ev| {
+                batch.push(*ev);
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    // The replay stopped listening only if it panicked: stop reading too.
+                    tx.send(full).map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+                }
+                Ok(())
+            });
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            read
+        });
+        for batch in rx {
+            for ev in &batch {
+                last = ev.t_ns;
+                rp.apply(ev);
+            }
+        }
+        reader.join().expect("the CSV reading thread panicked")
     })
     .map_err(|e| TraceError(format!("{where_}: {e}")))?;
     if let Err(d) = read {

@@ -25,9 +25,9 @@ from waitress.server import create_server  # noqa: E402
 
 from beamalloc.analyzer.analysis import analyze  # noqa: E402
 from beamalloc.collector.sources import read_file  # noqa: E402
+from beamalloc.reporters.html import render_report  # noqa: E402
 from beamalloc.timeseries.store import Store  # noqa: E402
 from beamalloc.webui.app import create_app  # noqa: E402
-from beamalloc.webui.report import render_report  # noqa: E402
 
 
 def fetch(port: int, path: str) -> tuple[float, int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from beamalloc.collector import cluster, live
+from beamalloc.collector.access import Access
 from live.conftest import HOST, epmd_names
 from live.epmd_names import register
 
@@ -37,16 +39,17 @@ FIRST_MODULES_MAX = 2
 
 
 class Target:
-    def __init__(self) -> None:
+    def __init__(self, epmd_port: int | None = None) -> None:
         self.name = f"t_{secrets.token_hex(4)}"
         self.cookie = f"C{secrets.token_hex(12)}"
         self.node = f"{self.name}@{HOST}"
+        env = {**os.environ, "ERL_EPMD_PORT": str(epmd_port)} if epmd_port else None
         self.proc = subprocess.Popen(
             ["erl", "-sname", self.name, "-setcookie", self.cookie, "-noshell", "+S", "4",
              "-eval", STATS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True)
+            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
         deadline = time.monotonic() + 20
-        while self.name not in epmd_names():
+        while self.name not in (_names(epmd_port) if epmd_port else epmd_names()):
             assert self.proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
 
@@ -71,6 +74,12 @@ class Target:
         self.proc.wait()
 
 
+def _names(port: int) -> set[str]:
+    r = subprocess.run(["epmd", "-port", str(port), "-names"], capture_output=True, text=True,
+                       timeout=10)
+    return {ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("name ")}
+
+
 @pytest.fixture
 def target() -> Iterator[Target]:
     t = Target()
@@ -78,10 +87,28 @@ def target() -> Iterator[Target]:
     t.stop()
 
 
-def test_twenty_snapshots_leave_the_target_as_the_first_did(target, marker) -> None:
+@pytest.fixture
+def private_target() -> Iterator[tuple[Target, Access]]:
+    """A target registered with an epmd of the test's own (docs/access.md, "epmd on another
+    port"), reached through it: no other beamalloc run on this host holds a pooled name there,
+    so every snapshot takes the same name (beamalloc_1), as on a host where one runs at a
+    time. On the shared epmd, a name another run holds for a moment sends a snapshot to the
+    next one, a second name's atom on the target (the pool bounds them at 16)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    subprocess.run(["epmd", "-port", str(port), "-daemon"], check=True, timeout=10)
+    t = Target(port)
+    yield t, Access(epmd_port=port)
+    t.stop()
+    subprocess.run(["epmd", "-port", str(port), "-kill"], capture_output=True, timeout=10)
+
+
+def test_twenty_snapshots_leave_the_target_as_the_first_did(private_target, marker) -> None:
+    target, access = private_target
     target.stats()  # the stats loop's own first call loads what io needs
     s0 = target.stats()
-    live.snapshot_node(target.node, target.cookie, timeout=20)
+    live.snapshot_node(target.node, target.cookie, timeout=20, access=access)
     deadline = time.monotonic() + 10
     while (s1 := target.stats())[1] != s0[1] and time.monotonic() < deadline:
         time.sleep(0.1)  # the connection's processes end a moment after our node halts
@@ -90,12 +117,12 @@ def test_twenty_snapshots_leave_the_target_as_the_first_did(target, marker) -> N
     assert 0 < first[0] <= FIRST_ATOMS_MAX and first[1] == 0 and first[2] <= FIRST_MODULES_MAX
 
     for _ in range(20):
-        snap = live.snapshot_node(target.node, target.cookie, timeout=20)
+        snap = live.snapshot_node(target.node, target.cookie, timeout=20, access=access)
     assert snap.carriers, "the snapshots read carriers through instrument"
     assert target.settled(s1) == s1, "20 snapshots changed the target"
 
     # watch's way: one long-lived hidden node, carriers on some samples
-    with cluster.Session(target.cookie) as s:
+    with cluster.Session(target.cookie, access=access) as s:
         for i in range(10):
             s.snapshot(target.node, timeout=20, max_carriers=live.MAX_CARRIERS if i % 3 else 0)
     assert target.settled(s1) == s1, "a session's samples changed the target"

@@ -1,9 +1,11 @@
 """`beamalloc report`: one self-contained HTML file to attach to a ticket.
 
-The same templates, figures and page data as the web UI (templates/_snapshot.html,
-_compare.html, figures.py, pagedata.py), laid out on one page: with two or more sources a
-comparison first, then every snapshot. plotly.js is inlined gzipped (static/loader.js unpacks
-it), so the file opens offline, fetches nothing, and one snapshot's report stays near 2 MB.
+The one reporter above the web layer (docs/architecture.md): it renders the web UI's own
+templates, figures and page data (webui/templates/_snapshot.html, _compare.html, figures.py,
+pagedata.py), so a page section and its report section are one edit. Laid out on one page:
+with two or more sources a comparison first, then every snapshot. plotly.js is inlined gzipped
+(static/loader.js unpacks it), so the file opens offline, fetches nothing, and one snapshot's
+report stays near 2 MB.
 """
 
 from __future__ import annotations

@@ -1,0 +1,164 @@
+"""A crash dump's process sections (`=proc:<pid>`) as a ProcessTable (issue 12 item 6).
+
+Read separately from collector/crashdump.py (the allocator sections): the file is streamed
+line by line, so a dump of any size costs one pass and the memory of its processes' records.
+A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
+(erts' own crash dump writer, OTP 20-27):
+
+    State, Name, Spawned as, Message queue length, Reductions     as the words say
+    Stack+heap, OldHeap              words: the young heap block (stack included), the old heap
+    Heap unused, OldHeap unused      words of them not in use
+    Heap fragment data               words in heap fragments (message data not yet collected)
+    BinVHeap, OldBinVHeap            words of refc binary data referenced from each generation
+    Memory                           bytes, what process_info(P, memory) gives (not before OTP
+                                     17: the heap's bytes stand in)
+    Program counter                  "0x... (Module:Function/Arity + Offset)"
+
+A dump has no binary addresses, so binaries cannot be deduplicated across processes nor told
+exclusive: those fields stay None. A section that is malformed (a required key missing, a value
+that is not a number) is skipped with one line on stderr, never a traceback, and `complete`
+says the table is short of it; a dump cut off in its last section is the same case.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TextIO
+
+from beamalloc.collector.processes import Group, Proc, ProcessTable
+
+_PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
+_PC = re.compile(r"\(([^()\s]+:[^()\s]+/\d+) \+ \d+\)")
+_MFA = re.compile(r"[^\s:]+:[^\s/]+/\d+\Z")
+_WORDSIZE = re.compile(r"\[(32|64)-bit\]")
+#: Keys without which a section says nothing about who holds memory.
+REQUIRED = ("Stack+heap", "OldHeap")
+_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
+         "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
+
+
+class _Skip(ValueError):
+    pass
+
+
+def _proc(pid: str, kv: dict[str, str], ws: int) -> Proc:
+    for k in REQUIRED:
+        if k not in kv:
+            raise _Skip(f"no {k!r} line")
+    n: dict[str, int] = {}
+    for k in _INTS:
+        v = kv.get(k)
+        if v is None:
+            continue
+        if not v.isdigit():
+            raise _Skip(f"{k!r} is not a number")
+        n[k] = int(v)
+    young, old, frag = n["Stack+heap"], n["OldHeap"], n.get("Heap fragment data", 0)
+    unused = n.get("Heap unused", 0) + n.get("OldHeap unused", 0)
+    if unused > young + old:
+        raise _Skip("more heap unused than the heap's size")
+    spawned = kv.get("Spawned as")
+    spawned = spawned if spawned and _MFA.match(spawned) else None
+    pc = _PC.search(kv.get("Program counter", ""))
+    name = kv.get("Name")
+    return Proc(
+        pid=pid, name=name if name and name.replace("_", "").isalnum() else None,
+        initial_call=spawned, spawned_as=spawned,
+        current_function=pc.group(1) if pc else None,
+        status=(kv.get("State") or "").lower() or None,
+        # dumps before OTP 17 have no Memory line: the heap is most of it
+        reductions=n.get("Reductions"), memory=n.get("Memory", (young + old + frag) * ws),
+        heap_bytes=young * ws, total_heap_bytes=(young + old + frag) * ws,
+        message_queue_len=n.get("Message queue length", 0),
+        binary_bytes=(n.get("BinVHeap", 0) + n.get("OldBinVHeap", 0)) * ws,
+        binary_count=None, binary_exclusive_bytes=None,
+        heap_used_bytes=(young + old - unused) * ws, heap_unused_bytes=unused * ws,
+    )
+
+
+def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
+    """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
+    skipped; OSError for a file that cannot be read (the caller's one-line message)."""
+    with open(path, encoding="latin-1", newline=None) as f:
+        return read_proc_lines(f, err)
+
+
+def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessTable:
+    """The same from the dump's lines (an upload held in memory)."""
+    err = err or sys.stderr
+    node, ws = "?", 8
+    procs: list[Proc] = []
+    sections = 0
+    pid: str | None = None
+    start = 0
+    kv: dict[str, str] = {}
+
+    def close() -> None:
+        if pid is None:
+            return
+        try:
+            procs.append(_proc(pid, kv, ws))
+        except _Skip as e:
+            print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
+                  file=err)
+
+    for lineno, line in enumerate(lines, 1):
+        if line.startswith("="):
+            close()
+            if line.startswith("=node:"):
+                node = line[6:].strip().strip("'") or node
+            pid, kv = None, {}
+            if line.startswith("=proc:"):
+                sections += 1
+                start = lineno
+                text = line[6:].strip()
+                if _PID.match(text):
+                    pid = text
+                else:
+                    print(f"beamalloc: skipped the process section at line {lineno}: "
+                          "not a pid after =proc:", file=err)
+            continue
+        if pid is not None:
+            key, sep, value = line.partition(": ")
+            if sep:
+                kv.setdefault(key, value.strip())
+        elif lineno < 50 and line.startswith("System version:"):
+            m = _WORDSIZE.search(line)
+            ws = int(m.group(1)) // 8 if m else ws
+    close()
+    return _table(node, ws, procs, sections)
+
+
+def _table(node: str, ws: int, procs: list[Proc], sections: int) -> ProcessTable:
+    groups: dict[str, list[Proc]] = defaultdict(list)
+    for p in procs:
+        groups[p.initial_call or "?"].append(p)
+    gs = [Group(initial_call=k, count=len(v), memory=sum(p.memory for p in v),
+                total_heap_bytes=sum(p.total_heap_bytes for p in v),
+                message_queue_len=sum(p.message_queue_len for p in v),
+                binary_bytes=sum(p.binary_bytes or 0 for p in v),
+                names=[p.name for p in v if p.name][:3],
+                idle_count=sum(1 for p in v if p.idle),
+                idle_total_heap_bytes=sum(p.total_heap_bytes for p in v if p.idle))
+          for k, v in groups.items()]
+    gs.sort(key=lambda g: (-g.memory, g.initial_call))
+    t = ProcessTable(
+        node=node, source="crashdump", count=sections, scanned=len(procs),
+        complete=len(procs) == sections, procs=procs, groups=gs[:200], wordsize=ws,
+        memory=sum(p.memory for p in procs),
+        total_heap_bytes=sum(p.total_heap_bytes for p in procs),
+        message_queue_len=sum(p.message_queue_len for p in procs),
+        idle_count=sum(1 for p in procs if p.idle),
+        idle_total_heap_bytes=sum(p.total_heap_bytes for p in procs if p.idle),
+    )
+    t.notes.append("from a crash dump: binaries are the words each process's binary virtual "
+                   "heaps count (no addresses: not deduplicated, exclusivity unknown); no GC "
+                   "counters, so whether a holder's references are dead is not known")
+    if not t.complete:
+        t.notes.append(f"{sections - len(procs)} of {sections} process sections skipped "
+                       "(malformed or cut off)")
+    return t

@@ -1,0 +1,26 @@
+// event.bpf.h: the one definition of a block trace's raw event (included by blocks.bpf.c).
+// ebpf/event.py reads this file to unpack the events in Python, so the layout is written once:
+// fields are u64 or u32 only, in an order that needs no padding (event.py checks both).
+#ifndef BEAMALLOC_EVENT_BPF_H
+#define BEAMALLOC_EVENT_BPF_H
+
+#define OP_ALLOC 0
+#define OP_FREE 1
+#define OP_REALLOC 2
+#define OP_RET 0x10  // summary: the return half of an alloc/realloc
+
+struct event {
+    u64 t_ns;
+    u64 ptr;      // alloc: result; free: p; realloc: old p
+    u64 new_ptr;  // realloc: result
+    u64 allctr;   // Allctr_t * owning the (new) block, from its carrier header
+    u64 size;     // requested size (alloc, realloc)
+    u64 blk;      // block size (with header) of the new block, or of the freed one
+    u64 old_blk;  // realloc: block size of the old block
+    u32 type;     // ErtsAlcType_t
+    u32 tid;
+    u32 op;
+    u32 pad;
+};
+
+#endif

@@ -1,0 +1,117 @@
+"""The terminal section "who holds the memory" (analyzer/holders.py's `processes` dict).
+
+As the other reporters: each table says in one line what its numbers mean. Sizes are what the
+node itself reports (process_info), binaries counted once per address (docs/processes.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from beamalloc.units import human
+
+
+def _n(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _h(v: int | None) -> str:
+    return "-" if v is None else human(v)
+
+
+def _who(row: dict[str, Any]) -> str:
+    return row["name"] or row["pid"]
+
+
+def summary_line(p: dict[str, Any]) -> str:
+    read = (f"all {p['count']:,} processes" if p["complete"]
+            else f"{p['scanned']:,} of {p['count']:,} processes (a fair sample)")
+    bins = ("" if p.get("binary_bytes") is None else
+            f"; they reference {_h(p['binary_bytes'])} of refc binaries"
+            + (f" ({_n(p['binary_count'])} distinct)" if p.get("binary_count") is not None else "")
+            + (f", of {_h(p['memory_binary'])} the node counts"
+               if p.get("memory_binary") is not None else ""))
+    return (f"Processes ({p['source']}): read {read}; {_h(p['memory'])} in them, "
+            f"{_h(p['total_heap_bytes'])} of it heap{bins}.")
+
+
+def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
+    """The section, for `analyze` and `recommend` in a terminal."""
+    console.print(Text("Who holds the memory", style="bold"))
+    console.print(summary_line(p))
+    for note in p.get("notes") or []:
+        console.print(Text(f"note: {note}", style="dim"))
+    for f in p.get("findings") or []:
+        style = "bold" if f["level"] == "action" else ""
+        console.print(Text(f"{f['rule']} ", style="cyan") + Text(f["title"], style=style))
+        console.print(Text(f"   {f['message']}", style="dim"))
+    _table(console, "Refc binaries by holder: bytes of the distinct binaries each references; "
+           "exclusive: referenced by nothing else, freed when it collects them dead",
+           p.get("top_binary") or [], top,
+           [("binary", "binary_bytes", _h), ("count", "binary_count", _n),
+            ("exclusive", "binary_exclusive_bytes", _h), ("heap", "total_heap_bytes", _h)])
+    _table(console, "Heaps by holder: total heap (young + old + fragments) and the words in use; "
+           "an idle process keeps its heap until it collects or hibernates",
+           p.get("top_heap") or [], top,
+           [("heap", "total_heap_bytes", _h), ("in use", "heap_used_bytes", _h),
+            ("memory", "memory", _h), ("status", "status", str)])
+    boxes = [r for r in p.get("mailboxes") or [] if r["message_queue_len"]]
+    if boxes:
+        _table(console, "Mailboxes: messages not yet handled", boxes, top,
+               [("messages", "message_queue_len", _n), ("memory", "memory", _h)])
+    groups = p.get("groups") or []
+    if groups:
+        t = Table(title="By initial call (groups; binaries summed per member)",
+                  title_justify="left", box=None)
+        t.add_column("initial call", overflow="fold", min_width=18)
+        for c in ("count", "memory", "heap", "idle", "binary"):
+            t.add_column(c, justify="right")
+        t.add_column("names", no_wrap=True, overflow="ellipsis", max_width=24)
+        for g in groups[:top]:
+            names = g["names"][0] + (f" +{len(g['names']) - 1}" if len(g["names"]) > 1 else "") \
+                if g["names"] else ""
+            t.add_row(g["initial_call"], _n(g["count"]), _h(g["memory"]),
+                      _h(g["total_heap_bytes"]), _n(g.get("idle_count")),
+                      _h(g["binary_bytes"]), names)
+        console.print(t)
+    probe = p.get("gc_probe")
+    if probe:
+        t = Table(title="GC probe: each process collected once, measured before and after",
+                  title_justify="left", box=None)
+        for c in ("process", "binary released", "heap released", "node binary before",
+                  "after", "gc ms"):
+            t.add_column(c, justify="left" if c == "process" else "right")
+        for r in probe:
+            if r["dead"]:
+                t.add_row(r["pid"], "dead", "", "", "", "")
+                continue
+            t.add_row(r["name"] or r["pid"], _h(r["released_binary_bytes"]),
+                      _h(r["released_heap_bytes"]), _h(r["memory_binary_before"]),
+                      _h(r["memory_binary_after"]), f"{r['gc_ms']:.1f}")
+        console.print(t)
+    for x in p.get("h_flags") or []:
+        console.print(Text(f"{x['flag']}: not advised ({x['for']}): ", style="yellow")
+                      + Text(f"{x['why']}. Cost: {x['cost']}.", style="dim"))
+    console.print()
+
+
+def _table(console: Console, title: str, rows: list[dict[str, Any]], top: int,
+           cols: list[tuple[str, str, Any]]) -> None:
+    if not rows:
+        return
+    t = Table(title=title, title_justify="left", box=None)
+    t.add_column("process", overflow="fold")
+    t.add_column("initial call / current", overflow="fold")
+    for c, _, _ in cols:
+        t.add_column(c, justify="right")
+    for r in rows[:top]:
+        where = f"{r['initial_call'] or '?'}"
+        if r.get("current_function"):
+            where += f" / {r['current_function']}"
+        t.add_row(_who(r), where, *[fmt(r[k]) if r[k] is not None else "-"
+                                    for _, k, fmt in cols])
+    console.print(t)

@@ -1,0 +1,77 @@
+"""CSV traces through `beamalloc replay`'s one entry point (refalloc/replay.py replay_snapshot):
+refalloc's native CSV rows (refalloc/src/csv.rs) against the same events in the binary format,
+and against the reference reader's path (the whole file converted by beamalloc/trace.py first),
+in one run (issue 13 item 4: at least 5 M events/s).
+
+Writes a synthetic binary_alloc trace with refalloc's `bench` example (EVENTS events, up to
+MAX_LIVE live blocks), converts it to CSV once, then times each path REPEAT times, alternating,
+and keeps the fastest (CPU time of this process: the replay runs in it; wall time beside).
+
+Usage: python tests/bench/bench_csv.py [EVENTS] [MAX_LIVE] [REPEAT]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+from beamalloc import trace
+from beamalloc.refalloc import replay
+
+ROOT = Path(__file__).resolve().parents[2]
+CRATE = ROOT / "refalloc"
+BENCH = CRATE / "target" / "release" / "examples" / "bench"
+ENV = {**os.environ, "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ.get('PATH', '')}"}
+
+
+def timed(fn) -> tuple[float, float]:
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def main() -> int:
+    events = int(sys.argv[1]) if len(sys.argv) > 1 else 900_000
+    max_live = int(sys.argv[2]) if len(sys.argv) > 2 else 50_000
+    repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    subprocess.run(["cargo", "build", "-q", "--release", "--no-default-features", "--example",
+                    "bench", "--manifest-path", str(CRATE / "Cargo.toml")],
+                   check=True, env=ENV)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        binary, csv = t / "t.batr", t / "t.csv"
+        subprocess.run([str(BENCH), "gen", str(binary), str(events), str(max_live)], check=True)
+        trace.convert(binary, csv)
+        print(f"trace: {events} events, CSV {csv.stat().st_size / 1e6:.0f} MB, binary "
+              f"{binary.stat().st_size / 1e6:.0f} MB; best of {repeat} runs each")  # fmt: skip
+
+        def reference() -> None:
+            # The reader before the native rows: every CSV converted by beamalloc/trace.py.
+            with mock.patch.object(replay, "native_csv_rows", lambda _path: None):
+                replay.replay_snapshot(csv)
+
+        runs: dict[str, list[tuple[float, float]]] = {}
+        paths = {"csv": lambda: replay.replay_snapshot(csv),
+                 "binary": lambda: replay.replay_snapshot(binary)}  # fmt: skip
+        for i in range(repeat):
+            for name, fn in paths.items():
+                runs.setdefault(name, []).append(timed(fn))
+            if i == 0:  # the reference path is slow: one run is enough for its ratio
+                runs["reference"] = [timed(reference)]
+        best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in runs.items()}
+        for name in ("csv", "binary", "reference"):
+            w, c = best[name]
+            print(f"{name:9s} {events / c / 1e6:6.2f} M events/s CPU ({c:.3f} s), "
+                  f"{events / w / 1e6:6.2f} M events/s wall ({w:.3f} s)")
+        print(f"CSV / binary time (CPU): {best['csv'][1] / best['binary'][1]:.2f}; "
+              f"reference / native CSV: {best['reference'][1] / best['csv'][1]:.0f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
