@@ -89,6 +89,18 @@ def _trace(binary: bool) -> bytes:
         return (Path(tmp) / "t.csv").read_bytes()
 
 
+#: What `beamalloc snippet`'s expression wrote on an OTP 25 node (erl -noshell, 2 schedulers):
+#: compressed external term format (collector/snippet.py).
+SNIPPET = (HERE / "snippet_seed.etf").read_bytes()
+
+
+def _inflated(etf: bytes) -> bytes:
+    """The same term uncompressed: 131, then the zlib stream's contents."""
+    import zlib
+
+    return etf[:1] + zlib.decompress(etf[6:])
+
+
 def seeds() -> dict[str, tuple[str, bytes]]:
     """name -> (extension, bytes)."""
     recon = _recon_cut(SAMPLES / "recon_snapshot.txt", 4)
@@ -101,6 +113,8 @@ def seeds() -> dict[str, tuple[str, bytes]]:
         "json": ("json", _json(recon)),
         "otp22_dump": ("dump", (DATA / "otp22_crash.dump").read_bytes()),
         "otp25_dump": ("dump", _dump_cut(SAMPLES / "erl_crash.dump", 6)),
+        "snippet": ("etf", SNIPPET),
+        "snippet_raw": ("etf", _inflated(SNIPPET)),
         "trace_bin": ("batr", _trace(True)),
         "trace_csv": ("csv", _trace(False)),
     }
