@@ -267,16 +267,35 @@ def test_an_older_store_opened_read_only(tmp_path) -> None:
 
 
 def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
-    # A future migration 2 runs on a version-1 store, once, inside one transaction.
+    # A future migration runs on the current store, once, inside one transaction.
     path = tmp_path / "w.db"
     Store(path).close()
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
+    nxt = store_mod.SCHEMA_VERSION + 1
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", nxt)
+    monkeypatch.setitem(store_mod.MIGRATIONS, nxt, ["CREATE TABLE extra (x INTEGER)"])
+    with Store(path) as st:
+        assert st.version() == nxt
+        assert st.db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
+    Store(path).close()  # already there: the migration does not run again (it would fail)
+
+
+def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
+    """A store written by schema 1 (no `last` table) is migrated on a read-write open; the
+    nodes page's last points come from its unchunked rows, or from its chunks."""
+    path = tmp_path / "w.db"
+    with Store(path) as st:  # then made what schema 1 wrote: the same tables but `last`
+        added = _fill(st, base, 5)
+        st.add_points("other@host", [(T0 + i, {"allocated": i}) for i in range(CHUNK)])
+        st.db.execute("DROP TABLE last")
+    _set_version(path, 1)
     with Store(path) as st:
         assert st.version() == 2
-        assert st.db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
-    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
-    Store(path).close()  # already at 2: the migration does not run again (it would fail)
+        nodes = {n["node"]: n for n in st.list_nodes()}
+    last = added[-1][1]
+    assert nodes[NODE]["last"] == last.taken_at
+    assert nodes[NODE]["point"]["binary_alloc.used"] == derive(last)["binary_alloc.used"] + 4
+    assert nodes["other@host"]["point"] == {"allocated": CHUNK - 1}  # all chunked: read back
+    assert nodes[NODE]["latest_snapshot"] == added[-1][0] and nodes[NODE]["findings"] is None
 
 
 def test_prometheus_exposition_parses() -> None:

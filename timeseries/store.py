@@ -36,7 +36,7 @@ from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.series import Point
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
 #: query or a prune wastes little decoding.
@@ -69,7 +69,18 @@ MIGRATIONS: dict[int, list[str]] = {
         " start INTEGER NOT NULL, end INTEGER, reason TEXT NOT NULL)",
         "CREATE INDEX gaps_node_start ON gaps (node_id, start)",
     ],
+    # The nodes page reads every node's last sample: one row per node, updated with each sample
+    # (findings: what the watcher's rule evaluation said last, JSON {"findings", "lint"}).
+    2: [
+        "CREATE TABLE last (node_id INTEGER PRIMARY KEY, t INTEGER NOT NULL,"
+        " point TEXT NOT NULL, findings TEXT)",
+        "INSERT INTO last (node_id, t, point) SELECT node_id, max(t), data FROM recent"
+        " GROUP BY node_id",
+    ],
 }
+#: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
+#: the samples of the open batch; one commit per batch is what lets one writer follow a fleet.
+BATCH_SECONDS = 1.0
 
 
 class StoreError(InputError):
@@ -145,6 +156,7 @@ class _NodeState:
     key_json: bytes = b""
     key_size: int = 0
     transient: int | None = None  # the previous sample's snapshot, replaced by the next one
+    transient_t: int = 0
     kept_t: int | None = None
     kept_alloc: int = 0
     kept_pid: int | None = None
@@ -155,9 +167,11 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, readonly: bool = False,
                  keep_every: float = 1800.0, keep_change: float = 0.25,
-                 keep_min_interval: float = 900.0) -> None:
+                 keep_min_interval: float = 900.0, latest_every: float = 60.0) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.keep_every_ms = _ms(keep_every)
+        self.latest_every_ms = _ms(latest_every)
+        self._batch = False
         self.keep_change = keep_change
         self.keep_min_ms = _ms(keep_min_interval)
         self._state: dict[str, _NodeState] = {}
@@ -245,9 +259,9 @@ class Store:
             st.kept_t = kept[1]
             snap = self.snapshot(kept[0])
             st.kept_alloc, st.kept_pid = _alloc_pid(snap)
-        tr = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? AND kept = 0 "
+        tr = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 0 "
                              "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
-        st.transient = tr[0] if tr else None
+        st.transient, st.transient_t = (tr[0], tr[1]) if tr else (None, 0)
         self._state[name] = st
         return st
 
@@ -260,26 +274,31 @@ class Store:
         return (t - st.kept_t >= self.keep_min_ms
                 and moved >= self.keep_change * max(st.kept_alloc, 1))
 
-    def add_sample(self, snap: Snapshot, point: Point, force_keep: bool = False) -> int:
-        """Store one sample (one transaction); returns its snapshot id."""
+    def add_sample(self, snap: Snapshot, point: Point, force_keep: bool = False,
+                   findings: dict[str, Any] | None = None) -> int | None:
+        """Store one sample (one transaction, or a savepoint of the open batch); returns the id
+        of its snapshot, or None when the snapshot was not stored.
+
+        The derived numbers are kept for every sample. The snapshot is stored when kept (the
+        keep policy), or as the node's transient latest when the previous one is `latest_every`
+        old: encoding a snapshot costs ~100 times a point (docs/store.md, "Writing").
+        `findings` ({"findings": [...], "lint": [...]}, series.active_findings) is the rule
+        evaluation of this sample, shown by the nodes page; None keeps the previous one.
+        """
         if snap.taken_at is None:
             raise StoreError("a sample needs the snapshot's time")
         t = _ms(snap.taken_at)
-        raw = snap.to_json().encode()
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._tx():
             st = self._node(snap.node)
             keep = self._keep(st, t, point, force_keep)
-            self._put_point(st, t, point)
-            sid = self._put_snapshot(st, t, raw, keep)
+            self._put_point(st, t, point, findings)
+            sid = None
+            if (keep or st.key_id is None or st.transient is None
+                    or t - st.transient_t >= self.latest_every_ms):
+                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep)
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            self._state.pop(snap.node, None)  # re-read from the tables next time
-            raise
         return sid
 
     def add_points(self, node: str, points: list[tuple[float, Point]]) -> None:
@@ -289,9 +308,15 @@ class Store:
             for t, p in points:
                 self._put_point(st, _ms(t), p)
 
-    def _put_point(self, st: _NodeState, t: int, point: Point) -> None:
-        self.db.execute("INSERT OR REPLACE INTO recent VALUES (?, ?, ?)",
-                        (st.id, t, json.dumps(point, separators=(",", ":"))))
+    def _put_point(self, st: _NodeState, t: int, point: Point,
+                   findings: dict[str, Any] | None = None) -> None:
+        data = json.dumps(point, separators=(",", ":"))
+        self.db.execute("INSERT OR REPLACE INTO recent VALUES (?, ?, ?)", (st.id, t, data))
+        self.db.execute(
+            "INSERT INTO last VALUES (?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET "
+            "t = excluded.t, point = excluded.point, findings = coalesce(excluded.findings, "
+            "last.findings) WHERE excluded.t >= last.t",
+            (st.id, t, data, None if findings is None else json.dumps(findings)))
         st.recent += 1
         if st.recent >= CHUNK:
             self._compact(st)
@@ -315,6 +340,7 @@ class Store:
         if st.transient is not None:
             self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
         st.transient = None if keep else sid
+        st.transient_t = t
         if base is None:
             st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
         return sid
@@ -373,31 +399,64 @@ class Store:
     def _tx(self) -> _Tx:
         return _Tx(self)
 
+    def batch(self) -> _Batch:
+        """One transaction around many writes (`with st.batch(): ...`): each write inside is a
+        savepoint, so a failing one is undone alone; nothing is committed before the end."""
+        return _Batch(self)
+
     # ---- reading (the API the web UI uses, docs/store.md) --------------------------------
 
     def _node_id(self, node: str) -> int | None:
         row = self.db.execute("SELECT id FROM nodes WHERE name = ?", (node,)).fetchone()
         return row[0] if row else None
 
-    def list_nodes(self) -> list[dict[str, Any]]:
-        """Every node with its number of samples, first and last sample time, open gap."""
+    def list_nodes(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Every node: number of samples, first and last sample time, open gap, its last
+        sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
+        or None) and its latest stored snapshot's id. A few grouped queries, whatever the
+        number of nodes (the nodes page reads it on every view). `only`: that node alone."""
+        db = self.db
+        nid_only = self._node_id(only) if only is not None else None
+        if only is not None and nid_only is None:
+            return []
+        w, args = ("WHERE node_id = ?", (nid_only,)) if only is not None else ("", ())
+        counts: dict[int, list[Any]] = {}
+        for nid, n, lo, hi in db.execute("SELECT node_id, sum(n), min(t0), max(t1) FROM chunks "
+                                         f"{w} GROUP BY node_id", args):
+            counts[nid] = [n, lo, hi]
+        for nid, n, lo, hi in db.execute("SELECT node_id, count(*), min(t), max(t) FROM recent "
+                                         f"{w} GROUP BY node_id", args):
+            c = counts.setdefault(nid, [0, lo, hi])
+            c[0] += n
+            c[1], c[2] = min(c[1], lo), max(c[2], hi)
+        gaps = {nid: (start, reason) for nid, start, reason in db.execute(
+            "SELECT node_id, start, reason FROM gaps WHERE end IS NULL"
+            + (" AND node_id = ?" if w else ""), args)}
+        last = {nid: (t, point, findings) for nid, t, point, findings in db.execute(
+            f"SELECT node_id, t, point, findings FROM last {w}", args)}
+        snaps = {nid: sid for nid, sid, _ in db.execute(
+            f"SELECT node_id, id, max(t) FROM snapshots {w} GROUP BY node_id", args)}
         out = []
-        for nid, name in self.db.execute("SELECT id, name FROM nodes ORDER BY name").fetchall():
-            c = self.db.execute("SELECT coalesce(sum(n), 0), min(t0), max(t1) FROM chunks "
-                                "WHERE node_id = ?", (nid,)).fetchone()
-            r = self.db.execute("SELECT count(*), min(t), max(t) FROM recent WHERE node_id = ?",
-                                (nid,)).fetchone()
-            gap = self.db.execute("SELECT start, reason FROM gaps WHERE node_id = ? AND end IS "
-                                  "NULL", (nid,)).fetchone()
-            firsts = [x for x in (c[1], r[1]) if x is not None]
-            lasts = [x for x in (c[2], r[2]) if x is not None]
+        names = db.execute("SELECT id, name FROM nodes " + ("WHERE id = ? " if w else "")
+                           + "ORDER BY name", args).fetchall()
+        for nid, name in names:
+            n, lo, hi = counts.get(nid, (0, None, None))
+            gap = gaps.get(nid)
+            row = last.get(nid)
+            point = json.loads(row[1]) if row and row[0] == hi else None
+            if point is None and hi is not None:  # a store of schema 1: from the series
+                s = self.series(name, hi / 1000, hi / 1000, max_points=None)
+                point = {k: v[-1] for k, v in s["columns"].items() if v and v[-1] is not None}
             out.append({
                 "node": name,
-                "samples": c[0] + r[0],
-                "first": min(firsts) / 1000 if firsts else None,
-                "last": max(lasts) / 1000 if lasts else None,
+                "samples": n,
+                "first": lo / 1000 if lo is not None else None,
+                "last": hi / 1000 if hi is not None else None,
                 "down_since": gap[0] / 1000 if gap else None,
                 "down_reason": gap[1] if gap else None,
+                "point": point,
+                "findings": json.loads(row[2]) if row and row[2] else None,
+                "latest_snapshot": snaps.get(nid),
             })
         return out
 
@@ -499,18 +558,48 @@ class Store:
 
 
 class _Tx:
+    """A write: its own transaction, or a savepoint inside an open batch."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store.db.execute("SAVEPOINT w" if self.store._batch else "BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        db = self.store.db
+        if exc_type is None:
+            db.execute("RELEASE w" if self.store._batch else "COMMIT")
+        else:
+            db.execute("ROLLBACK TO w" if self.store._batch else "ROLLBACK")
+            if self.store._batch:
+                db.execute("RELEASE w")
+            self.store._state.clear()  # the cached per-node state may be ahead of the tables
+
+
+class _Batch:
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def __enter__(self) -> None:
         self.store.db.execute("BEGIN IMMEDIATE")
+        self.store._batch = True
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None:
+        self.store._batch = False
+        if exc_type is not None:
+            self._undo()
+            return
+        try:
             self.store.db.execute("COMMIT")
-        else:
+        except BaseException:
+            self._undo()
+            raise
+
+    def _undo(self) -> None:
+        if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
-            self.store._state.clear()  # the cached per-node state may be ahead of the tables
+        self.store._state.clear()
 
 
 def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
