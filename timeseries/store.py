@@ -42,6 +42,9 @@ SCHEMA_VERSION = 2
 #: query or a prune wastes little decoding.
 CHUNK = 360
 ZSTD_LEVEL = 9
+#: A transient snapshot lives until the node's next one: a fast level (a third of level 9's
+#: time, ~35 % bigger).
+TRANSIENT_LEVEL = 3
 #: A new key snapshot when the current one is this old, or a delta exceeds half its size.
 KEY_MAX_AGE_MS = 24 * 3600 * 1000
 
@@ -138,10 +141,10 @@ def decode_chunk(blob: bytes) -> tuple[list[int], dict[str, list[int | None]]]:
 
 # ---- snapshot compression ------------------------------------------------------------------
 
-@lru_cache(maxsize=64)
-def _dict(key_json: bytes) -> zstandard.ZstdCompressionDict:
+@lru_cache(maxsize=256)
+def _dict(key_json: bytes, level: int = ZSTD_LEVEL) -> zstandard.ZstdCompressionDict:
     d = zstandard.ZstdCompressionDict(key_json, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    d.precompute_compress(level=ZSTD_LEVEL)
+    d.precompute_compress(level=level)
     return d
 
 
@@ -325,8 +328,9 @@ class Store:
         base: int | None = None
         blob = b""
         if st.key_id is not None:
-            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL,
-                                            dict_data=_dict(st.key_json)).compress(raw)
+            level = ZSTD_LEVEL if keep else TRANSIENT_LEVEL
+            blob = zstandard.ZstdCompressor(level=level,
+                                            dict_data=_dict(st.key_json, level)).compress(raw)
             base = st.key_id
             if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
                 base = None
