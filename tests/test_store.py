@@ -4,6 +4,7 @@ and the Prometheus exposition of the same numbers."""
 from __future__ import annotations
 
 import copy
+import json
 import socket
 import sqlite3
 import subprocess
@@ -19,9 +20,9 @@ from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import store as store_mod
 from beamalloc.timeseries.prometheus import WatchCollector, parse_address
-from beamalloc.timeseries.watch import NodeStatus
-from beamalloc.timeseries.series import active_findings, derive, summarize
+from beamalloc.timeseries.series import active_findings, derive, instance_usage, summarize
 from beamalloc.timeseries.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
+from beamalloc.timeseries.watch import NodeStatus
 
 T0 = 1_700_000_000.0
 NODE = "app@host"
@@ -287,6 +288,7 @@ def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
         added = _fill(st, base, 5)
         st.add_points("other@host", [(T0 + i, {"allocated": i}) for i in range(CHUNK)])
         st.db.execute("DROP TABLE last")
+        st.db.execute("ALTER TABLE snapshots DROP COLUMN usage")
     _set_version(path, 1)
     with Store(path) as st:
         assert st.version() == 2
@@ -296,6 +298,8 @@ def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
     assert nodes[NODE]["point"]["binary_alloc.used"] == derive(last)["binary_alloc.used"] + 4
     assert nodes["other@host"]["point"] == {"allocated": CHUNK - 1}  # all chunked: read back
     assert nodes[NODE]["latest_snapshot"] == added[-1][0] and nodes[NODE]["findings"] is None
+    with Store(path) as st:  # a snapshot of schema 1 has no stored instance usage: decoded
+        assert st.instance_usage([added[-1][0]]) == {}
 
 
 def test_prometheus_exposition_parses() -> None:
@@ -344,3 +348,83 @@ def test_prometheus_address(bad) -> None:
     assert parse_address(":9100") == ("0.0.0.0", 9100)
     with pytest.raises(InputError):
         parse_address(bad)
+
+
+_KILLED_WRITER = """
+import copy, os, signal, sys
+from beamalloc.collector.sources import read_file
+from beamalloc.timeseries.series import derive
+from beamalloc.timeseries.store import Store
+base = read_file(sys.argv[2])
+st = Store(sys.argv[1])
+for batch in range(3):
+    with st.batch():
+        for i in range(50):
+            s = copy.deepcopy(base)
+            s.node, s.taken_at = f"n{i % 5}@host", 1.7e9 + batch * 100 + i
+            st.add_sample(s, derive(s))
+            if batch == 2 and i == 40:  # in the middle of the open batch
+                print("killing", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_sigkill_loses_only_the_open_batch(tmp_path) -> None:
+    """docs/store.md, "Writing": a writer killed by SIGKILL in a batch loses that batch only;
+    every committed sample is there, and the store opens and checks clean."""
+    path = tmp_path / "w.db"
+    r = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path),
+                        str(SAMPLES / "raw_allocator_dump.txt")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9 and "killing" in r.stdout, r.stderr
+    with Store(path) as st:
+        assert st.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        nodes = {n["node"]: n for n in st.list_nodes()}
+        assert {n: x["samples"] for n, x in nodes.items()} == {f"n{k}@host": 20 for k in range(5)}
+        for k in range(5):
+            t = st.series(f"n{k}@host", max_points=None)["t"]
+            assert t == sorted(1.7e9 + b * 100 + i for b in (0, 1) for i in range(k, 50, 5))
+            assert nodes[f"n{k}@host"]["last"] == t[-1]
+            assert st.latest(f"n{k}@host").taken_at <= t[-1]
+
+
+def test_a_failed_write_in_a_batch_is_undone_alone(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db") as st:
+        with st.batch():
+            s = _sample(base, T0)
+            st.add_sample(s, derive(s))
+            bad = _sample(base, T0 + 60)
+            bad.taken_at = None
+            with pytest.raises(StoreError):
+                st.add_sample(bad, derive(s))
+            with pytest.raises(TypeError):  # its second point fails: its first is undone too
+                st.add_points(NODE, [(T0 + 120, {"allocated": 1}), (T0 + 180, {"x": object()})])
+            s = _sample(base, T0 + 240)
+            st.add_sample(s, derive(s))
+        assert st.series(NODE, max_points=None)["t"] == [T0, T0 + 240]
+        assert not st.db.in_transaction
+
+
+def test_snapshots_of_a_fast_node_and_the_last_sample(tmp_path, base) -> None:
+    """At 5 s, a node's snapshot is stored once a minute (latest_every) and when kept; every
+    sample's numbers are; list_nodes has the last point and the stored findings."""
+    with Store(tmp_path / "w.db", latest_every=60) as st:
+        ids = []
+        for i in range(30):
+            s = _sample(base, T0 + 5 * i, grow=i)
+            found = {"findings": [["R2", "binary_alloc", "warn"]], "lint": []} if i == 6 else None
+            ids.append(st.add_sample(s, derive(s), findings=found))
+        stored = [i for i, sid in enumerate(ids) if sid is not None]
+        assert stored == [0, 12, 24]  # the key, then a transient every 60 s
+        assert len(st.series(NODE, max_points=None)["t"]) == 30
+        (n,) = st.list_nodes()
+        assert n["point"] == derive(_sample(base, T0 + 145, grow=29))
+        assert n["findings"] == {"findings": [["R2", "binary_alloc", "warn"]], "lint": []}
+        assert n["latest_snapshot"] == ids[24]
+        assert st.latest(NODE).taken_at == T0 + 120
+        got = st.instance_usage([ids[0], ids[24]])
+        assert got[ids[24]] == json.loads(json.dumps(instance_usage(st.snapshot(ids[24]))))
+        assert got[ids[24]]["usage"] and got[ids[24]]["calls"]
+        assert st.list_nodes("absent@host") == [] and st.list_nodes(NODE) == [n]
+        cols = st.series(NODE, fields={"used"}, max_points=None)["columns"]
+        assert "used" in cols and "binary_alloc.used" in cols and "allocated" not in cols

@@ -25,6 +25,7 @@ import json
 import os
 import sqlite3
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +35,7 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
-from beamalloc.timeseries.series import Point
+from beamalloc.timeseries.series import Point, instance_usage
 
 SCHEMA_VERSION = 2
 
@@ -79,6 +80,9 @@ MIGRATIONS: dict[int, list[str]] = {
         " point TEXT NOT NULL, findings TEXT)",
         "INSERT INTO last (node_id, t, point) SELECT node_id, max(t), data FROM recent"
         " GROUP BY node_id",
+        # series.instance_usage of the snapshot (JSON): a node page's per-instance charts
+        # read it instead of decoding snapshots (NULL for those stored by schema 1).
+        "ALTER TABLE snapshots ADD COLUMN usage TEXT",
     ],
 }
 #: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
@@ -133,10 +137,16 @@ def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
 
 
-def decode_chunk(blob: bytes) -> tuple[list[int], dict[str, list[int | None]]]:
+def decode_chunk(blob: bytes, fields: Collection[str] | None = None
+                 ) -> tuple[list[int], dict[str, list[int | None]]]:
     doc = json.loads(zlib.decompress(blob))
     ts = _undelta(doc["t"])
-    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)}  # type: ignore
+    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
+                if fields is None or _wanted(k, fields)}
+
+
+def _wanted(key: str, fields: Collection[str]) -> bool:
+    return key in fields or key.partition(".")[2] in fields
 
 
 # ---- snapshot compression ------------------------------------------------------------------
@@ -159,7 +169,7 @@ class _NodeState:
     key_json: bytes = b""
     key_size: int = 0
     transient: int | None = None  # the previous sample's snapshot, replaced by the next one
-    transient_t: int = 0
+    snap_t: int = 0  # time of its latest stored snapshot (kept or transient)
     kept_t: int | None = None
     kept_alloc: int = 0
     kept_pid: int | None = None
@@ -262,9 +272,11 @@ class Store:
             st.kept_t = kept[1]
             snap = self.snapshot(kept[0])
             st.kept_alloc, st.kept_pid = _alloc_pid(snap)
-        tr = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 0 "
+        tr = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? AND kept = 0 "
                              "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
-        st.transient, st.transient_t = (tr[0], tr[1]) if tr else (None, 0)
+        st.transient = tr[0] if tr else None
+        st.snap_t = self.db.execute("SELECT coalesce(max(t), 0) FROM snapshots WHERE node_id = ?",
+                                    (nid,)).fetchone()[0]
         self._state[name] = st
         return st
 
@@ -296,9 +308,9 @@ class Store:
             keep = self._keep(st, t, point, force_keep)
             self._put_point(st, t, point, findings)
             sid = None
-            if (keep or st.key_id is None or st.transient is None
-                    or t - st.transient_t >= self.latest_every_ms):
-                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep)
+            if keep or st.key_id is None or t - st.snap_t >= self.latest_every_ms:
+                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep,
+                                         json.dumps(instance_usage(snap)))
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
@@ -324,7 +336,8 @@ class Store:
         if st.recent >= CHUNK:
             self._compact(st)
 
-    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool) -> int:
+    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool,
+                      usage: str | None = None) -> int:
         base: int | None = None
         blob = b""
         if st.key_id is not None:
@@ -338,13 +351,14 @@ class Store:
             if not keep and st.key_id is None:
                 keep = True  # the first snapshot of a node becomes its first key
             blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
-        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data) "
-                              "VALUES (?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob))
+        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob,
+                                                            usage))
         sid = int(cur.lastrowid or 0)
         if st.transient is not None:
             self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
         st.transient = None if keep else sid
-        st.transient_t = t
+        st.snap_t = t
         if base is None:
             st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
         return sid
@@ -465,8 +479,10 @@ class Store:
         return out
 
     def series(self, node: str, start: float | None = None, end: float | None = None,
-               max_points: int | None = 1000) -> dict[str, Any]:
-        """The derived numbers of `node` in [start, end], as columns.
+               max_points: int | None = 1000, fields: Collection[str] | None = None
+               ) -> dict[str, Any]:
+        """The derived numbers of `node` in [start, end], as columns (`fields`: only the keys
+        named, node-wide or per type: "used" keeps `used` and every `<type>.used`).
 
         Returns {"node", "t": [Unix s], "columns": {key: [int | None]}, "downsampled": bool,
         "max": {key: [int | None]} | None, "gaps": [...]}. Over max_points samples, the range is
@@ -486,6 +502,8 @@ class Store:
             keep = [i for i, t in enumerate(t_part) if lo <= t <= hi]
             if not keep:
                 return
+            if fields is not None:
+                c_part = {k: v for k, v in c_part.items() if _wanted(k, fields)}
             whole = len(keep) == len(t_part)
             for k in set(cols) - set(c_part):
                 cols[k].extend([None] * len(keep))
@@ -497,7 +515,7 @@ class Store:
 
         for (blob,) in self.db.execute("SELECT data FROM chunks WHERE node_id = ? AND t1 >= ? "
                                        "AND t0 <= ? ORDER BY t0", (nid, lo, hi)):
-            append(*decode_chunk(blob))
+            append(*decode_chunk(blob, fields))
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
                                "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         if rows:
@@ -532,6 +550,18 @@ class Store:
         rows = self.db.execute("SELECT id, t, kept FROM snapshots WHERE node_id = ? AND t "
                                "BETWEEN ? AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         return [{"id": i, "t": t / 1000, "kept": bool(k)} for i, t, k in rows]
+
+    def instance_usage(self, ids: list[int]) -> dict[int, dict[str, Any]]:
+        """series.instance_usage of these snapshots, as stored with them (absent: not stored,
+        or stored by schema 1)."""
+        out: dict[int, dict[str, Any]] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            q = ",".join("?" * len(part))
+            for sid, usage in self.db.execute(f"SELECT id, usage FROM snapshots WHERE id IN ({q})"
+                                              " AND usage IS NOT NULL", part):
+                out[sid] = json.loads(usage)
+        return out
 
     def snapshot(self, sid: int) -> Snapshot:
         """The snapshot with this id, exactly as it was collected."""
@@ -628,6 +658,10 @@ def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dic
     mean: dict[str, list[int | None]] = {}
     peak: dict[str, list[int | None]] = {}
     for k, v in cols.items():
+        if None not in v:  # the usual column: sums and maxima of slices, no filtering
+            mean[k] = [round(sum(v[a:z]) / (z - a)) for a, z in ranges]  # type: ignore
+            peak[k] = [max(v[a:z]) for a, z in ranges]  # type: ignore
+            continue
         mk, pk = [], []
         for a, z in ranges:
             vals = [x for x in v[a:z] if x is not None]
