@@ -428,3 +428,27 @@ def test_snapshots_of_a_fast_node_and_the_last_sample(tmp_path, base) -> None:
         assert st.list_nodes("absent@host") == [] and st.list_nodes(NODE) == [n]
         cols = st.series(NODE, fields={"used"}, max_points=None)["columns"]
         assert "used" in cols and "binary_alloc.used" in cols and "allocated" not in cols
+
+
+def test_nodes_page_reads_the_last_rows(tmp_path, base) -> None:
+    """The nodes page shows each node's last sample and the watcher's stored findings; a node
+    without them (a store not written by watch) gets the same evaluation of its snapshot."""
+    from beamalloc.webui.app import create_app
+
+    path = tmp_path / "w.db"
+    with Store(path) as st:
+        s = _sample(base, T0)
+        st.add_sample(s, derive(s), findings={"findings": [["R9", "binary_alloc", "warn"]],
+                                              "lint": [["migration-off", ""]]})
+        other = _sample(base, T0 + 1)
+        other.node = "plain@host"
+        st.add_sample(other, derive(other))
+    html = create_app(path).test_client().get("/").get_data(as_text=True)
+    assert "R9 binary_alloc (warn); 1 flag lint" in html
+    found, _lint = active_findings(other)
+    assert html.count("<tr class=") == 2
+    if found:
+        rule, alloc, level = found[0]
+        assert f"{rule} {alloc}".strip() + f" ({level})" in html
+    else:
+        assert ">none<" in html

@@ -90,7 +90,7 @@ class Watcher:
         #: The grid every poller ticks on (time.monotonic() of tick 0), and per tick the Unix
         #: times of the samples taken in it.
         self._t0 = time.monotonic()
-        self._ticks: dict[int, list[float]] = {}
+        self._ticks: dict[int, dict[str, float]] = {}
 
     # ---- the shared hidden node ------------------------------------------------------------
 
@@ -106,6 +106,10 @@ class Watcher:
 
     # ---- pollers -----------------------------------------------------------------------
 
+    def watch_node(self, node: str) -> None:
+        """Watch one more node (from its next tick on); no-op if it is watched already."""
+        self._watch(node)
+
     def _watch(self, node: str) -> None:
         with self._lock:
             if node in self.status:
@@ -120,8 +124,12 @@ class Watcher:
         # Up to the interval (a stalled node is given up on in time for its next sample).
         timeout = max(0.5, min(self.timeout, self.interval))
         tick = 0
-        # A node found later starts at once and then joins the common grid.
-        grid = int((time.monotonic() - self._t0) / self.interval)
+        # A node found later waits for the next tick of the common grid.
+        elapsed = time.monotonic() - self._t0
+        grid = int(elapsed / self.interval)
+        if elapsed - grid * self.interval > 0.05 * self.interval:
+            grid += 1
+            self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
         while not self.stop.is_set():
             session = self.session()
             every = self.carriers_every
@@ -143,7 +151,7 @@ class Watcher:
     def _sampled(self, st: NodeStatus, snap: Any, point: Point, grid: int = 0) -> None:
         t = snap.taken_at
         with self._lock:
-            self._ticks.setdefault(grid, []).append(t)
+            self._ticks.setdefault(grid, {})[st.node] = t
             if len(self._ticks) > KEEP_INTERVALS:
                 del self._ticks[min(self._ticks)]
         pid = point.get("pid")
@@ -235,12 +243,12 @@ class Watcher:
                 return
 
     def intervals(self) -> list[dict[str, Any]]:
-        """Per tick of the grid (oldest first): its samples and the spread between the first and
-        the last of them (seconds), the figure bench_watch.py prints."""
+        """Per tick of the grid (oldest first): the nodes sampled in it and the spread between
+        its first and its last sample (seconds, sample times as the nodes took them)."""
         with self._lock:
-            ticks = sorted(self._ticks.items())
-        return [{"tick": k, "samples": len(ts), "first": min(ts), "spread": max(ts) - min(ts)}
-                for k, ts in ticks]
+            ticks = sorted((k, dict(v)) for k, v in self._ticks.items())
+        return [{"tick": k, "samples": len(ts), "nodes": set(ts), "first": min(ts.values()),
+                 "spread": max(ts.values()) - min(ts.values())} for k, ts in ticks]
 
     # ---- status ------------------------------------------------------------------------
 

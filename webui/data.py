@@ -120,6 +120,10 @@ class Data:
         self.uploads.get_or(ref, lambda: snap)
         return ref
 
+    def cached(self, key: Any, make: Any) -> Any:
+        """A value derived from a stored snapshot (stored snapshots never change)."""
+        return self._samples.get_or(key, make)
+
     # ---- a node's history ----------------------------------------------------------------
 
     def node_samples(self, node: str, start: float | None, end: float | None

@@ -8,13 +8,13 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
+from beamalloc.timeseries.series import active_findings
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.data import MAX_POINTS, Data
 from beamalloc.webui.pagedata import figures_json, severity
-from beamalloc.webui.recommend_view import recommendations
 
 bp = Blueprint("nodes", __name__)
 
@@ -103,15 +103,16 @@ def _stored_findings(found: dict[str, Any]) -> str:
 
 
 def _findings(d: Data, ref: str | None) -> str:
-    """A store not written by watch (no stored evaluation): the latest snapshot's advice."""
+    """A store not written by watch (no stored evaluation): the rules and the lint on the
+    latest snapshot, once per snapshot (the same evaluation watch stores)."""
     if ref is None:
         return "-"
-    snap, _ = d.analysis(ref)
-    rec = recommendations(snap)
-    if rec is None:
-        return "n/a"
-    n = len(rec.get("findings") or [])
-    return f"{rec['verdict']['state']}, {n} finding{'s' if n != 1 else ''}"
+
+    def evaluate() -> str:
+        found, lint = active_findings(d.snapshot(ref))
+        return _stored_findings({"findings": found, "lint": lint})
+
+    return d.cached(("findings", ref), evaluate)
 
 
 def _range() -> tuple[float | None, float | None]:
