@@ -20,6 +20,7 @@ committed sample is intact. The schema carries a version in `meta` and is migrat
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -92,6 +93,19 @@ BATCH_SECONDS = 1.0
 
 class StoreError(InputError):
     """A store that cannot be opened or read (exit 2)."""
+
+
+def _reading(method: Any) -> Any:
+    """A read of a damaged file is a StoreError (one line, exit code 2), not a traceback."""
+
+    @functools.wraps(method)
+    def read(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot read the store {self.path}: {e}") from None
+
+    return read
 
 
 def default_path() -> Path:
@@ -428,6 +442,7 @@ class Store:
         row = self.db.execute("SELECT id FROM nodes WHERE name = ?", (node,)).fetchone()
         return row[0] if row else None
 
+    @_reading
     def list_nodes(self, only: str | None = None) -> list[dict[str, Any]]:
         """Every node: number of samples, first and last sample time, open gap, its last
         sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
@@ -478,6 +493,7 @@ class Store:
             })
         return out
 
+    @_reading
     def series(self, node: str, start: float | None = None, end: float | None = None,
                max_points: int | None = 1000, fields: Collection[str] | None = None
                ) -> dict[str, Any]:
@@ -530,6 +546,7 @@ class Store:
             out.update(t=[t / 1000 for t in ts], columns=cols)
         return out
 
+    @_reading
     def gaps(self, node: str, start: float | None = None,
              end: float | None = None) -> list[dict[str, Any]]:
         nid = self._node_id(node)
@@ -541,6 +558,7 @@ class Store:
         return [{"start": s / 1000, "end": None if e is None else e / 1000, "reason": r}
                 for s, e, r in rows]
 
+    @_reading
     def snapshots(self, node: str, start: float | None = None,
                   end: float | None = None) -> list[dict[str, Any]]:
         """The stored snapshots of `node` (kept ones and the latest): id, time, kept."""
@@ -551,6 +569,7 @@ class Store:
                                "BETWEEN ? AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         return [{"id": i, "t": t / 1000, "kept": bool(k)} for i, t, k in rows]
 
+    @_reading
     def instance_usage(self, ids: list[int]) -> dict[int, dict[str, Any]]:
         """series.instance_usage of these snapshots, as stored with them (absent: not stored,
         or stored by schema 1)."""
@@ -563,6 +582,7 @@ class Store:
                 out[sid] = json.loads(usage)
         return out
 
+    @_reading
     def snapshot(self, sid: int) -> Snapshot:
         """The snapshot with this id, exactly as it was collected."""
         row = self.db.execute("SELECT base, data FROM snapshots WHERE id = ?", (sid,)).fetchone()
@@ -578,6 +598,7 @@ class Store:
             raw = zstandard.ZstdDecompressor(dict_data=_dict(key_json)).decompress(blob)
         return Snapshot.from_json(raw.decode())
 
+    @_reading
     def latest(self, node: str) -> Snapshot | None:
         nid = self._node_id(node)
         row = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? ORDER BY t DESC "

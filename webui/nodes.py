@@ -13,7 +13,7 @@ from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
-from beamalloc.webui.data import MAX_POINTS, Data
+from beamalloc.webui.data import MAX_POINTS, Data, NotFound
 from beamalloc.webui.pagedata import figures_json, severity
 
 bp = Blueprint("nodes", __name__)
@@ -55,37 +55,47 @@ def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
     rows: list[dict[str, Any]] = []
-    if problem is None:
-        st = d.store()
-        assert st is not None
-        now = time.time()
-        # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
-        # and the watcher's last rule evaluation, never a snapshot per node.
-        for n in st.list_nodes():
-            row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
-                                   "last": when(n["last"]), "ago": ago(n["last"], now),
-                                   "down": n["down_since"] is not None,
-                                   "down_reason": n["down_reason"], "allocated": None}
-            if n["point"]:
-                p = point_view(n["point"])
-                worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"],
-                            default=(None, None))
-                row.update(allocated=p["allocated"], used=p["used"],
-                           usage=pct(p["usage"]), unused=human(p["unused"]),
-                           rss=human(p["rss"]), worst=worst[0],
-                           worst_unused=human(worst[1]["unused"]) if worst[1] else "-",
-                           severity=severity(p["unused"], p["usage"]))
-            sid = n["latest_snapshot"]
-            row["latest_ref"] = f"s{sid}" if sid is not None else None
-            row["findings"] = (_stored_findings(n["findings"]) if n["findings"] is not None
-                               else _findings(d, row["latest_ref"]))
-            rows.append(row)
+    try:
+        if problem is None:
+            rows = _rows(d)
+    except StoreError as e:  # a damaged store: its one line, as a store that does not open
+        problem, rows = str(e), []
     charted = sorted((r for r in rows if r["allocated"] is not None),
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
     shown = {id(r) for r in charted}
     figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
     return render_template("nodes.html", rows=rows, problem=problem,
                            store=str(d.store_path or ""), figures=figures_json(figs))
+
+
+def _rows(d: Data) -> list[dict[str, Any]]:
+    """One row per node from Store.list_nodes: never a snapshot per node."""
+    rows: list[dict[str, Any]] = []
+    st = d.store()
+    assert st is not None
+    now = time.time()
+    # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
+    # and the watcher's last rule evaluation, never a snapshot per node.
+    for n in st.list_nodes():
+        row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
+                               "last": when(n["last"]), "ago": ago(n["last"], now),
+                               "down": n["down_since"] is not None,
+                               "down_reason": n["down_reason"], "allocated": None}
+        if n["point"]:
+            p = point_view(n["point"])
+            worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"],
+                        default=(None, None))
+            row.update(allocated=p["allocated"], used=p["used"],
+                       usage=pct(p["usage"]), unused=human(p["unused"]),
+                       rss=human(p["rss"]), worst=worst[0],
+                       worst_unused=human(worst[1]["unused"]) if worst[1] else "-",
+                       severity=severity(p["unused"], p["usage"]))
+        sid = n["latest_snapshot"]
+        row["latest_ref"] = f"s{sid}" if sid is not None else None
+        row["findings"] = (_stored_findings(n["findings"]) if n["findings"] is not None
+                           else _findings(d, row["latest_ref"]))
+        rows.append(row)
+    return rows
 
 
 def _stored_findings(found: dict[str, Any]) -> str:
@@ -109,7 +119,10 @@ def _findings(d: Data, ref: str | None) -> str:
         return "-"
 
     def evaluate() -> str:
-        found, lint = active_findings(d.snapshot(ref))
+        try:
+            found, lint = active_findings(d.snapshot(ref))
+        except NotFound:  # replaced by the writer since: shown on the next view
+            return "-"
         return _stored_findings({"findings": found, "lint": lint})
 
     return d.cached(("findings", ref), evaluate)
