@@ -91,6 +91,7 @@ class Watcher:
         #: times of the samples taken in it.
         self._t0 = time.monotonic()
         self._ticks: dict[int, dict[str, float]] = {}
+        self._sent: dict[int, list[float]] = {}  # when the pollers asked, per tick
 
     # ---- the shared hidden node ------------------------------------------------------------
 
@@ -135,6 +136,10 @@ class Watcher:
             every = self.carriers_every
             cap = self.max_carriers if every > 0 and tick % every == 0 else 0
             tick += 1
+            with self._lock:
+                self._sent.setdefault(grid, []).append(time.time())
+                if len(self._sent) > KEEP_INTERVALS:
+                    del self._sent[min(self._sent)]
             try:
                 snap = session.snapshot(node, timeout, max_carriers=cap)
                 point = derive(snap)
@@ -244,11 +249,14 @@ class Watcher:
 
     def intervals(self) -> list[dict[str, Any]]:
         """Per tick of the grid (oldest first): the nodes sampled in it and the spread between
-        its first and its last sample (seconds, sample times as the nodes took them)."""
+        its first and its last sample (seconds, sample times as the nodes took them), and
+        `asked`: the same spread of the times the pollers sent their requests."""
         with self._lock:
             ticks = sorted((k, dict(v)) for k, v in self._ticks.items())
+            sent = {k: list(v) for k, v in self._sent.items()}
         return [{"tick": k, "samples": len(ts), "nodes": set(ts), "first": min(ts.values()),
-                 "spread": max(ts.values()) - min(ts.values())} for k, ts in ticks]
+                 "spread": max(ts.values()) - min(ts.values()),
+                 "asked": max(sent.get(k, [0])) - min(sent.get(k, [0]))} for k, ts in ticks]
 
     # ---- status ------------------------------------------------------------------------
 

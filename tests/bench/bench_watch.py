@@ -186,8 +186,8 @@ def main() -> int:
     for x in r["ticks"]:
         miss = r["missed"].get(x["tick"], [])
         print(f"  interval {x['tick']:2d}: {x['samples']:4d} nodes sampled, spread "
-              f"{x['spread'] * 1000:6.0f} ms" + (f", MISSED {len(miss)}: {miss[:3]}" if miss
-                                                  else ""))
+              f"{x['spread'] * 1000:6.0f} ms (requests sent over {x['asked'] * 1000:5.0f} ms)"
+              + (f", MISSED {len(miss)}: {miss[:3]}" if miss else ""))
     spreads = [x["spread"] for x in r["ticks"]]
     ok = not r["missed"]
     print(f"  every node up sampled in every interval: {'yes' if ok else 'NO'}; spread median "
