@@ -287,6 +287,7 @@ class Watcher:
         writer = threading.Thread(target=self._write, args=(store,), name="store writer")
         writer.start()
         try:
+            self._t0 = time.monotonic()  # tick 0 of the grid: now
             for n in self.nodes:
                 self._watch(n)
             threading.Thread(target=self._show, name="status", daemon=True).start()

@@ -146,9 +146,9 @@ def _run(fleet: Fleet, nodes: int, interval: float, intervals: int, store: Path
         down[flapper] = (3, 9)
 
     threading.Thread(target=scrape, daemon=True).start()
-    threading.Thread(target=script, daemon=True).start()
     t = time.perf_counter()
-    w.run(duration=intervals * interval + 0.5 * interval)
+    w.run(duration=intervals * interval + 0.5 * interval,
+          on_start=threading.Thread(target=script, daemon=True).start)
     ran = time.perf_counter() - t
     server.shutdown()
     ticks = [x for x in w.intervals() if x["tick"] < intervals]
