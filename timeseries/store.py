@@ -81,8 +81,8 @@ MIGRATIONS: dict[int, list[str]] = {
         " point TEXT NOT NULL, findings TEXT)",
         "INSERT INTO last (node_id, t, point) SELECT node_id, max(t), data FROM recent"
         " GROUP BY node_id",
-        # series.instance_usage of the snapshot (JSON): a node page's per-instance charts
-        # read it instead of decoding snapshots (NULL for those stored by schema 1).
+        # series.instance_usage of a kept snapshot (zlib JSON): a node page's per-instance
+        # charts read it instead of decoding snapshots (NULL: transient, or schema 1).
         "ALTER TABLE snapshots ADD COLUMN usage TEXT",
     ],
 }
@@ -324,7 +324,7 @@ class Store:
             sid = None
             if keep or st.key_id is None or t - st.snap_t >= self.latest_every_ms:
                 sid = self._put_snapshot(st, t, snap.to_json().encode(), keep,
-                                         json.dumps(instance_usage(snap)))
+                                         _usage_blob(snap) if keep else None)
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
@@ -351,7 +351,7 @@ class Store:
             self._compact(st)
 
     def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool,
-                      usage: str | None = None) -> int:
+                      usage: bytes | None = None) -> int:
         base: int | None = None
         blob = b""
         if st.key_id is not None:
@@ -579,7 +579,7 @@ class Store:
             q = ",".join("?" * len(part))
             for sid, usage in self.db.execute(f"SELECT id, usage FROM snapshots WHERE id IN ({q})"
                                               " AND usage IS NOT NULL", part):
-                out[sid] = json.loads(usage)
+                out[sid] = json.loads(zlib.decompress(usage))
         return out
 
     @_reading
@@ -655,6 +655,14 @@ class _Batch:
         if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
         self.store._state.clear()
+
+
+def _usage_blob(snap: Snapshot) -> bytes:
+    """series.instance_usage, usage to 0.1 %, zlib: ~300 B for 28 instances (a kept snapshot's
+    delta is ~1.2 KB); kept snapshots only, a transient one is decoded when asked."""
+    u = instance_usage(snap)
+    u["usage"] = {k: round(v, 3) for k, v in u["usage"].items()}
+    return zlib.compress(json.dumps(u, separators=(",", ":")).encode(), 9)
 
 
 def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
