@@ -7,15 +7,19 @@ Per sample two things are kept, sized so that a year of 1-minute samples of 10 n
   once a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise
   `chunks` row; a series read touches only the chunks overlapping its range.
 - the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
-  dictionary: consecutive snapshots share almost every byte). Every sample replaces the node's
-  previous transient snapshot, so `latest()` is always exact; a snapshot is kept for good every
+  dictionary: consecutive snapshots share almost every byte). A snapshot is kept for good every
   `keep_every` seconds (30 min), on a restart or after a gap, and when `allocated` moved by
   `keep_change` (25 %) since the last kept one, at most once per `keep_min_interval` (15 min):
-  so a volatile node costs at most 96 kept snapshots a day.
+  so a volatile node costs at most 96 kept snapshots a day. Between them, the node's latest
+  snapshot is refreshed as a transient one (replacing the previous) every `latest_every` (60 s):
+  encoding a snapshot costs ~100 times a sample's numbers.
+- one row of `last` per node (its last sample's numbers and the watcher's findings): what the
+  nodes page reads.
 
-Writes come from one thread (watch.py's writer); readers open their own Store, and SQLite's WAL
-lets them read while it writes. Every sample is one transaction: after a crash or SIGKILL every
-committed sample is intact. The schema carries a version in `meta` and is migrated on open.
+Writes come from one thread (watch.py's writer) in batches (`batch()`: one transaction, a
+savepoint per write); readers open their own Store, and SQLite's WAL lets them read while it
+writes. After a crash or SIGKILL every committed sample is intact; the open batch is lost. The
+schema carries a version in `meta` and is migrated on open.
 """
 
 from __future__ import annotations
