@@ -607,15 +607,30 @@ MEMORY_KEYS = frozenset({"total", "processes", "processes_used", "system", "atom
 _short = describe
 
 
+#: Leaves returned as they are, checked first: most of a snapshot's values are these (the
+#: watch store encodes a snapshot per node every minute; docs/store.md).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _encode(obj: Any) -> Any:
+    if type(obj) in _PLAIN:
+        return obj
     if isinstance(obj, Triple | Carrier | TaggedBlocks):
         return obj.to_json()
     if hasattr(obj, "__dataclass_fields__"):
-        return {f.name: _encode(getattr(obj, f.name)) for f in fields(obj)}
+        names = _FIELD_NAMES.get(type(obj))
+        if names is None:
+            names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))
+        out = {}
+        for n in names:
+            v = getattr(obj, n)
+            out[n] = v if type(v) in _PLAIN else _encode(v)
+        return out
     if isinstance(obj, dict):
-        return {k: _encode(v) for k, v in obj.items()}
+        return {k: v if type(v) in _PLAIN else _encode(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_encode(v) for v in obj]
+        return [v if type(v) in _PLAIN else _encode(v) for v in obj]
     return obj
 
 

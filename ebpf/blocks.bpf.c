@@ -13,16 +13,12 @@
 #include <uapi/linux/ptrace.h>
 
 #include "bits.bpf.h"
-#include "event.bpf.h"  // struct event and OP_ALLOC/OP_FREE/OP_REALLOC/OP_RET
+#include "event.bpf.h"  // struct event, OP_* and ST_*
 
 #define OP_PENDING 0x80
 
-// Per-CPU counters, read by the loader: lost events are reported, never hidden.
-#define ST_RB_LOST 0      // events dropped because the ring buffer was full
-#define ST_OVERWRITTEN 1  // an alloc/realloc entry whose return never came
-#define ST_NO_ENTRY 2     // a return without its entry (attached mid-call)
-#define ST_CALLS 3        // entry probe hits
-BPF_PERCPU_ARRAY(stats, u64, 4);
+// Per-CPU counters (ST_* in event.bpf.h), read by the loader.
+BPF_PERCPU_ARRAY(stats, u64, ST_COUNT);
 
 // Set by the loader once every probe is attached, cleared before it starts detaching: probes
 // attach and (slowly) detach one by one, and counting only while all are in place makes a
@@ -93,7 +89,7 @@ static __always_inline void push(struct batch *b) {
         return;
     }
     if (events.ringbuf_output(&b->ev, sizeof(b->ev), 0))
-        stat_add(ST_RB_LOST, BATCH);
+        stat_add(ST_RINGBUF_FULL, BATCH);
     b->n = 0;
 }
 
@@ -105,7 +101,7 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
         return 0;
     struct event *e = &b->ev[b->n & (BATCH - 1)];
     if (e->op & OP_PENDING)
-        stat_add(ST_OVERWRITTEN, 1);
+        stat_add(ST_ENTRY_OVERWRITTEN, 1);
     e->t_ns = bpf_ktime_get_ns();
     e->type = type;
     e->tid = tid;
@@ -134,7 +130,7 @@ static __always_inline int on_return(u64 ret) {
         return 0;
     struct event *e = &b->ev[b->n & (BATCH - 1)];
     if (!(e->op & OP_PENDING)) {
-        stat_add(ST_NO_ENTRY, 1);
+        stat_add(ST_RETURN_WITHOUT_ENTRY, 1);
         return 0;
     }
     e->op &= ~OP_PENDING;
@@ -186,7 +182,7 @@ static __always_inline void account(u64 allctr, u64 type, u32 op, u64 size, u64 
         hist.update(&k, &z);
         v = hist.lookup(&k);
         if (!v) {
-            stat_add(ST_RB_LOST, 1);
+            stat_add(ST_RINGBUF_FULL, 1);
             return;
         }
     }
@@ -226,7 +222,7 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
     }
     struct pending *old = pend.lookup(&tid);
     if (old && old->valid)
-        stat_add(ST_OVERWRITTEN, 1);
+        stat_add(ST_ENTRY_OVERWRITTEN, 1);
     pend.update(&tid, &p);
     return 0;
 }
@@ -237,7 +233,7 @@ static __always_inline int on_return(u64 ret) {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct pending *p = pend.lookup(&tid);
     if (!p || !p->valid) {
-        stat_add(ST_NO_ENTRY, 1);
+        stat_add(ST_RETURN_WITHOUT_ENTRY, 1);
         return 0;
     }
     p->valid = 0;

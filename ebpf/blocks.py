@@ -20,12 +20,11 @@ from typing import IO, Any
 
 from beamalloc.ebpf import beam
 from beamalloc.ebpf.errors import EbpfUnavailable
-from beamalloc.ebpf.event import EVENT
+from beamalloc.ebpf.event import EVENT, STAT_NAMES
 from beamalloc.ebpf.procmem import dynamic_symbols
 
 SOURCE = Path(__file__).with_name("blocks.bpf.c")
 BATCH = 32  # events per ring-buffer record; a power of two (the C masks the index with it)
-STAT_NAMES = ("ringbuf_full", "entry_overwritten", "return_without_entry", "calls")
 
 
 #: The entry points most calls go through (docs/erts/alloc_util.md §7: every thread-preferred

@@ -1,6 +1,7 @@
 // event.bpf.h: the one definition of a block trace's raw event (included by blocks.bpf.c).
 // ebpf/event.py reads this file to unpack the events in Python, so the layout is written once:
-// fields are u64 or u32 only, in an order that needs no padding (event.py checks both).
+// fields are u64 or u32 only, in an order that needs no padding (event.py checks both); and the
+// numbers both sides use (OP_*, ST_*).
 #ifndef BEAMALLOC_EVENT_BPF_H
 #define BEAMALLOC_EVENT_BPF_H
 
@@ -8,6 +9,14 @@
 #define OP_FREE 1
 #define OP_REALLOC 2
 #define OP_RET 0x10  // summary: the return half of an alloc/realloc
+
+// Per-CPU counters of the block programs (stats[ST_*]), read by the loader under the names
+// ST_<NAME> lowercased (blocks.py STAT_NAMES): lost events are reported, never hidden.
+#define ST_RINGBUF_FULL 0          // events dropped because the ring buffer was full
+#define ST_ENTRY_OVERWRITTEN 1     // an alloc/realloc entry whose return never came
+#define ST_RETURN_WITHOUT_ENTRY 2  // a return without its entry (attached mid-call)
+#define ST_CALLS 3                 // entry probe hits
+#define ST_COUNT 4
 
 struct event {
     u64 t_ns;

@@ -15,12 +15,13 @@ from pathlib import Path
 
 HEADER = Path(__file__).with_name("event.bpf.h")
 _CODES = {"u64": "Q", "u32": "I"}
-_DEFINE = re.compile(r"#define\s+(OP_\w+)\s+(0x[0-9a-fA-F]+|\d+)\b")
+_DEFINE = re.compile(r"#define\s+((?:OP|ST)_\w+)\s+(0x[0-9a-fA-F]+|\d+)\b")
 _FIELD = re.compile(r"(u64|u32)\s+(\w+);")
 
 
 def parse(text: str) -> tuple[dict[str, int], tuple[str, ...], struct.Struct]:
-    """(OP_* constants, field names, the little-endian struct) of a header's `struct event`."""
+    """(OP_* and ST_* constants, field names, the little-endian struct) of a header's
+    `struct event`."""
     consts = {m[1]: int(m[2], 0) for m in _DEFINE.finditer(text)}
     body = re.search(r"struct event\s*\{(.*?)\};", text, re.S)
     if body is None:
@@ -46,6 +47,12 @@ def parse(text: str) -> tuple[dict[str, int], tuple[str, ...], struct.Struct]:
 CONSTS, FIELDS, EVENT = parse(HEADER.read_text())
 OP_ALLOC, OP_FREE, OP_REALLOC, OP_RET = (CONSTS[k] for k in
                                          ("OP_ALLOC", "OP_FREE", "OP_REALLOC", "OP_RET"))
+#: The per-CPU counters' names, by index: ST_RINGBUF_FULL is "ringbuf_full", ...
+STAT_NAMES = tuple(k[3:].lower() for k, _ in sorted(
+    ((k, v) for k, v in CONSTS.items() if k.startswith("ST_") and k != "ST_COUNT"),
+    key=lambda kv: kv[1]))
+if [CONSTS[f"ST_{n.upper()}"] for n in STAT_NAMES] != list(range(CONSTS["ST_COUNT"])):
+    raise ValueError(f"{HEADER.name}: ST_* must number 0..ST_COUNT-1")
 
 
 def layout() -> list[tuple[str, int, int]]:

@@ -19,7 +19,7 @@ from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import store as store_mod
 from beamalloc.timeseries.prometheus import WatchCollector, parse_address
-from beamalloc.timeseries.series import active_findings, derive, summarize
+from beamalloc.timeseries.series import active_findings, derive, instance_usage, summarize
 from beamalloc.timeseries.store import CHUNK, Store, StoreError, decode_chunk, encode_chunk
 from beamalloc.timeseries.watch import NodeStatus
 
@@ -267,16 +267,38 @@ def test_an_older_store_opened_read_only(tmp_path) -> None:
 
 
 def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
-    # A future migration 2 runs on a version-1 store, once, inside one transaction.
+    # A future migration runs on the current store, once, inside one transaction.
     path = tmp_path / "w.db"
     Store(path).close()
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
+    nxt = store_mod.SCHEMA_VERSION + 1
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", nxt)
+    monkeypatch.setitem(store_mod.MIGRATIONS, nxt, ["CREATE TABLE extra (x INTEGER)"])
+    with Store(path) as st:
+        assert st.version() == nxt
+        assert st.db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
+    Store(path).close()  # already there: the migration does not run again (it would fail)
+
+
+def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
+    """A store written by schema 1 (no `last` table) is migrated on a read-write open; the
+    nodes page's last points come from its unchunked rows, or from its chunks."""
+    path = tmp_path / "w.db"
+    with Store(path) as st:  # then made what schema 1 wrote: the same tables but `last`
+        added = _fill(st, base, 5)
+        st.add_points("other@host", [(T0 + i, {"allocated": i}) for i in range(CHUNK)])
+        st.db.execute("DROP TABLE last")
+        st.db.execute("ALTER TABLE snapshots DROP COLUMN usage")
+    _set_version(path, 1)
     with Store(path) as st:
         assert st.version() == 2
-        assert st.db.execute("SELECT count(*) FROM extra").fetchone()[0] == 0
-    monkeypatch.setitem(store_mod.MIGRATIONS, 2, ["CREATE TABLE extra (x INTEGER)"])
-    Store(path).close()  # already at 2: the migration does not run again (it would fail)
+        nodes = {n["node"]: n for n in st.list_nodes()}
+    last = added[-1][1]
+    assert nodes[NODE]["last"] == last.taken_at
+    assert nodes[NODE]["point"]["binary_alloc.used"] == derive(last)["binary_alloc.used"] + 4
+    assert nodes["other@host"]["point"] == {"allocated": CHUNK - 1}  # all chunked: read back
+    assert nodes[NODE]["latest_snapshot"] == added[-1][0] and nodes[NODE]["findings"] is None
+    with Store(path) as st:  # a snapshot of schema 1 has no stored instance usage: decoded
+        assert st.instance_usage([added[-1][0]]) == {}
 
 
 def test_prometheus_exposition_parses() -> None:
@@ -325,3 +347,109 @@ def test_prometheus_address(bad) -> None:
     assert parse_address(":9100") == ("0.0.0.0", 9100)
     with pytest.raises(InputError):
         parse_address(bad)
+
+
+_KILLED_WRITER = """
+import copy, os, signal, sys
+from beamalloc.collector.sources import read_file
+from beamalloc.timeseries.series import derive
+from beamalloc.timeseries.store import Store
+base = read_file(sys.argv[2])
+st = Store(sys.argv[1])
+for batch in range(3):
+    with st.batch():
+        for i in range(50):
+            s = copy.deepcopy(base)
+            s.node, s.taken_at = f"n{i % 5}@host", 1.7e9 + batch * 100 + i
+            st.add_sample(s, derive(s))
+            if batch == 2 and i == 40:  # in the middle of the open batch
+                print("killing", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_sigkill_loses_only_the_open_batch(tmp_path) -> None:
+    """docs/store.md, "Writing": a writer killed by SIGKILL in a batch loses that batch only;
+    every committed sample is there, and the store opens and checks clean."""
+    path = tmp_path / "w.db"
+    r = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path),
+                        str(SAMPLES / "raw_allocator_dump.txt")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9 and "killing" in r.stdout, r.stderr
+    with Store(path) as st:
+        assert st.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        nodes = {n["node"]: n for n in st.list_nodes()}
+        assert {n: x["samples"] for n, x in nodes.items()} == {f"n{k}@host": 20 for k in range(5)}
+        for k in range(5):
+            t = st.series(f"n{k}@host", max_points=None)["t"]
+            assert t == sorted(1.7e9 + b * 100 + i for b in (0, 1) for i in range(k, 50, 5))
+            assert nodes[f"n{k}@host"]["last"] == t[-1]
+            assert st.latest(f"n{k}@host").taken_at <= t[-1]
+
+
+def test_a_failed_write_in_a_batch_is_undone_alone(tmp_path, base) -> None:
+    with Store(tmp_path / "w.db") as st:
+        with st.batch():
+            s = _sample(base, T0)
+            st.add_sample(s, derive(s))
+            bad = _sample(base, T0 + 60)
+            bad.taken_at = None
+            with pytest.raises(StoreError):
+                st.add_sample(bad, derive(s))
+            with pytest.raises(TypeError):  # its second point fails: its first is undone too
+                st.add_points(NODE, [(T0 + 120, {"allocated": 1}), (T0 + 180, {"x": object()})])
+            s = _sample(base, T0 + 240)
+            st.add_sample(s, derive(s))
+        assert st.series(NODE, max_points=None)["t"] == [T0, T0 + 240]
+        assert not st.db.in_transaction
+
+
+def test_snapshots_of_a_fast_node_and_the_last_sample(tmp_path, base) -> None:
+    """At 5 s, a node's snapshot is stored once a minute (latest_every) and when kept; every
+    sample's numbers are; list_nodes has the last point and the stored findings."""
+    with Store(tmp_path / "w.db", latest_every=60) as st:
+        ids = []
+        for i in range(30):
+            s = _sample(base, T0 + 5 * i, grow=i)
+            found = {"findings": [["R2", "binary_alloc", "warn"]], "lint": []} if i == 6 else None
+            ids.append(st.add_sample(s, derive(s), findings=found))
+        stored = [i for i, sid in enumerate(ids) if sid is not None]
+        assert stored == [0, 12, 24]  # the key, then a transient every 60 s
+        assert len(st.series(NODE, max_points=None)["t"]) == 30
+        (n,) = st.list_nodes()
+        assert n["point"] == derive(_sample(base, T0 + 145, grow=29))
+        assert n["findings"] == {"findings": [["R2", "binary_alloc", "warn"]], "lint": []}
+        assert n["latest_snapshot"] == ids[24]
+        assert st.latest(NODE).taken_at == T0 + 120
+        got = st.instance_usage(ids[:25])
+        assert set(got) == {ids[0]}  # the kept one; the transient latest is decoded when asked
+        want = instance_usage(st.snapshot(ids[0]))
+        assert got[ids[0]]["calls"] == want["calls"] and want["usage"]
+        assert got[ids[0]]["usage"] == {k: round(v, 3) for k, v in want["usage"].items()}
+        assert st.list_nodes("absent@host") == [] and st.list_nodes(NODE) == [n]
+        cols = st.series(NODE, fields={"used"}, max_points=None)["columns"]
+        assert "used" in cols and "binary_alloc.used" in cols and "allocated" not in cols
+
+
+def test_nodes_page_reads_the_last_rows(tmp_path, base) -> None:
+    """The nodes page shows each node's last sample and the watcher's stored findings; a node
+    without them (a store not written by watch) gets the same evaluation of its snapshot."""
+    from beamalloc.webui.app import create_app
+
+    path = tmp_path / "w.db"
+    with Store(path) as st:
+        s = _sample(base, T0)
+        st.add_sample(s, derive(s), findings={"findings": [["R9", "binary_alloc", "warn"]],
+                                              "lint": [["migration-off", ""]]})
+        other = _sample(base, T0 + 1)
+        other.node = "plain@host"
+        st.add_sample(other, derive(other))
+    html = create_app(path).test_client().get("/").get_data(as_text=True)
+    assert "R9 binary_alloc (warn); 1 flag lint" in html
+    found, _lint = active_findings(other)
+    assert html.count("<tr class=") == 2
+    if found:
+        rule, alloc, level = found[0]
+        assert f"{rule} {alloc}".strip() + f" ({level})" in html
+    else:
+        assert ">none<" in html

@@ -127,6 +127,25 @@ def active_findings(snap: Snapshot) -> tuple[list[tuple[str, str, str]], list[tu
     return found, lint
 
 
+def instance_usage(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """Per allocator instance its usage (blocks / carriers, mbcs and sbcs), and per allocator
+    type its block calls: what a node page charts over time. The store keeps it beside each
+    snapshot it stores, so a page never decodes 32 snapshots to draw it."""
+    use: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for inst in snap.allocators:
+        f = m.instance_fragmentation(inst, "current")
+        alloc = f["mbcs_carriers_size"] + f["sbcs_carriers_size"]
+        if alloc:
+            use[f"{inst.allocator}[{inst.instance}]"] = (
+                f["mbcs_block_size"] + f["sbcs_block_size"]) / alloc
+        # calls are keyed binary_alloc / binary_free / binary_realloc for binary_alloc.
+        prefix = inst.allocator.removesuffix("_alloc")
+        n = sum(inst.calls.get(f"{prefix}_{op}", 0) for op in ("alloc", "free", "realloc"))
+        calls[inst.allocator] = calls.get(inst.allocator, 0) + n
+    return {"usage": use, "calls": calls}
+
+
 def types_of(keys: Any) -> list[str]:
     return sorted({k.partition(".")[0] for k in keys if "." in k})
 

@@ -7,24 +7,30 @@ Per sample two things are kept, sized so that a year of 1-minute samples of 10 n
   once a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise
   `chunks` row; a series read touches only the chunks overlapping its range.
 - the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
-  dictionary: consecutive snapshots share almost every byte). Every sample replaces the node's
-  previous transient snapshot, so `latest()` is always exact; a snapshot is kept for good every
+  dictionary: consecutive snapshots share almost every byte). A snapshot is kept for good every
   `keep_every` seconds (30 min), on a restart or after a gap, and when `allocated` moved by
   `keep_change` (25 %) since the last kept one, at most once per `keep_min_interval` (15 min):
-  so a volatile node costs at most 96 kept snapshots a day.
+  so a volatile node costs at most 96 kept snapshots a day. Between them, the node's latest
+  snapshot is refreshed as a transient one (replacing the previous) every `latest_every` (60 s):
+  encoding a snapshot costs ~100 times a sample's numbers.
+- one row of `last` per node (its last sample's numbers and the watcher's findings): what the
+  nodes page reads.
 
-Writes come from one thread (watch.py's writer); readers open their own Store, and SQLite's WAL
-lets them read while it writes. Every sample is one transaction: after a crash or SIGKILL every
-committed sample is intact. The schema carries a version in `meta` and is migrated on open.
+Writes come from one thread (watch.py's writer) in batches (`batch()`: one transaction, a
+savepoint per write); readers open their own Store, and SQLite's WAL lets them read while it
+writes. After a crash or SIGKILL every committed sample is intact; the open batch is lost. The
+schema carries a version in `meta` and is migrated on open.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 import sqlite3
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,14 +40,17 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
-from beamalloc.timeseries.series import Point
+from beamalloc.timeseries.series import Point, instance_usage
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
 #: query or a prune wastes little decoding.
 CHUNK = 360
 ZSTD_LEVEL = 9
+#: A transient snapshot lives until the node's next one: a fast level (a third of level 9's
+#: time, ~35 % bigger).
+TRANSIENT_LEVEL = 3
 #: A new key snapshot when the current one is this old, or a delta exceeds half its size.
 KEY_MAX_AGE_MS = 24 * 3600 * 1000
 
@@ -69,11 +78,38 @@ MIGRATIONS: dict[int, list[str]] = {
         " start INTEGER NOT NULL, end INTEGER, reason TEXT NOT NULL)",
         "CREATE INDEX gaps_node_start ON gaps (node_id, start)",
     ],
+    # The nodes page reads every node's last sample: one row per node, updated with each sample
+    # (findings: what the watcher's rule evaluation said last, JSON {"findings", "lint"}).
+    2: [
+        "CREATE TABLE last (node_id INTEGER PRIMARY KEY, t INTEGER NOT NULL,"
+        " point TEXT NOT NULL, findings TEXT)",
+        "INSERT INTO last (node_id, t, point) SELECT node_id, max(t), data FROM recent"
+        " GROUP BY node_id",
+        # series.instance_usage of a kept snapshot (zlib JSON): a node page's per-instance
+        # charts read it instead of decoding snapshots (NULL: transient, or schema 1).
+        "ALTER TABLE snapshots ADD COLUMN usage TEXT",
+    ],
 }
+#: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
+#: the samples of the open batch; one commit per batch is what lets one writer follow a fleet.
+BATCH_SECONDS = 1.0
 
 
 class StoreError(InputError):
     """A store that cannot be opened or read (exit 2)."""
+
+
+def _reading(method: Any) -> Any:
+    """A read of a damaged file is a StoreError (one line, exit code 2), not a traceback."""
+
+    @functools.wraps(method)
+    def read(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot read the store {self.path}: {e}") from None
+
+    return read
 
 
 def default_path() -> Path:
@@ -119,18 +155,24 @@ def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
 
 
-def decode_chunk(blob: bytes) -> tuple[list[int], dict[str, list[int | None]]]:
+def decode_chunk(blob: bytes, fields: Collection[str] | None = None
+                 ) -> tuple[list[int], dict[str, list[int | None]]]:
     doc = json.loads(zlib.decompress(blob))
     ts = _undelta(doc["t"])
-    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)}  # type: ignore
+    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
+                if fields is None or _wanted(k, fields)}
+
+
+def _wanted(key: str, fields: Collection[str]) -> bool:
+    return key in fields or key.partition(".")[2] in fields
 
 
 # ---- snapshot compression ------------------------------------------------------------------
 
-@lru_cache(maxsize=64)
-def _dict(key_json: bytes) -> zstandard.ZstdCompressionDict:
+@lru_cache(maxsize=256)
+def _dict(key_json: bytes, level: int = ZSTD_LEVEL) -> zstandard.ZstdCompressionDict:
     d = zstandard.ZstdCompressionDict(key_json, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    d.precompute_compress(level=ZSTD_LEVEL)
+    d.precompute_compress(level=level)
     return d
 
 
@@ -145,6 +187,7 @@ class _NodeState:
     key_json: bytes = b""
     key_size: int = 0
     transient: int | None = None  # the previous sample's snapshot, replaced by the next one
+    snap_t: int = 0  # time of its latest stored snapshot (kept or transient)
     kept_t: int | None = None
     kept_alloc: int = 0
     kept_pid: int | None = None
@@ -155,9 +198,11 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, readonly: bool = False,
                  keep_every: float = 1800.0, keep_change: float = 0.25,
-                 keep_min_interval: float = 900.0) -> None:
+                 keep_min_interval: float = 900.0, latest_every: float = 60.0) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.keep_every_ms = _ms(keep_every)
+        self.latest_every_ms = _ms(latest_every)
+        self._batch = False
         self.keep_change = keep_change
         self.keep_min_ms = _ms(keep_min_interval)
         self._state: dict[str, _NodeState] = {}
@@ -248,6 +293,8 @@ class Store:
         tr = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? AND kept = 0 "
                              "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         st.transient = tr[0] if tr else None
+        st.snap_t = self.db.execute("SELECT coalesce(max(t), 0) FROM snapshots WHERE node_id = ?",
+                                    (nid,)).fetchone()[0]
         self._state[name] = st
         return st
 
@@ -260,26 +307,31 @@ class Store:
         return (t - st.kept_t >= self.keep_min_ms
                 and moved >= self.keep_change * max(st.kept_alloc, 1))
 
-    def add_sample(self, snap: Snapshot, point: Point, force_keep: bool = False) -> int:
-        """Store one sample (one transaction); returns its snapshot id."""
+    def add_sample(self, snap: Snapshot, point: Point, force_keep: bool = False,
+                   findings: dict[str, Any] | None = None) -> int | None:
+        """Store one sample (one transaction, or a savepoint of the open batch); returns the id
+        of its snapshot, or None when the snapshot was not stored.
+
+        The derived numbers are kept for every sample. The snapshot is stored when kept (the
+        keep policy), or as the node's transient latest when the previous one is `latest_every`
+        old: encoding a snapshot costs ~100 times a point (docs/store.md, "Writing").
+        `findings` ({"findings": [...], "lint": [...]}, series.active_findings) is the rule
+        evaluation of this sample, shown by the nodes page; None keeps the previous one.
+        """
         if snap.taken_at is None:
             raise StoreError("a sample needs the snapshot's time")
         t = _ms(snap.taken_at)
-        raw = snap.to_json().encode()
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._tx():
             st = self._node(snap.node)
             keep = self._keep(st, t, point, force_keep)
-            self._put_point(st, t, point)
-            sid = self._put_snapshot(st, t, raw, keep)
+            self._put_point(st, t, point, findings)
+            sid = None
+            if keep or st.key_id is None or t - st.snap_t >= self.latest_every_ms:
+                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep,
+                                         _usage_blob(snap) if keep else None)
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            self._state.pop(snap.node, None)  # re-read from the tables next time
-            raise
         return sid
 
     def add_points(self, node: str, points: list[tuple[float, Point]]) -> None:
@@ -289,19 +341,27 @@ class Store:
             for t, p in points:
                 self._put_point(st, _ms(t), p)
 
-    def _put_point(self, st: _NodeState, t: int, point: Point) -> None:
-        self.db.execute("INSERT OR REPLACE INTO recent VALUES (?, ?, ?)",
-                        (st.id, t, json.dumps(point, separators=(",", ":"))))
+    def _put_point(self, st: _NodeState, t: int, point: Point,
+                   findings: dict[str, Any] | None = None) -> None:
+        data = json.dumps(point, separators=(",", ":"))
+        self.db.execute("INSERT OR REPLACE INTO recent VALUES (?, ?, ?)", (st.id, t, data))
+        self.db.execute(
+            "INSERT INTO last VALUES (?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET "
+            "t = excluded.t, point = excluded.point, findings = coalesce(excluded.findings, "
+            "last.findings) WHERE excluded.t >= last.t",
+            (st.id, t, data, None if findings is None else json.dumps(findings)))
         st.recent += 1
         if st.recent >= CHUNK:
             self._compact(st)
 
-    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool) -> int:
+    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool,
+                      usage: bytes | None = None) -> int:
         base: int | None = None
         blob = b""
         if st.key_id is not None:
-            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL,
-                                            dict_data=_dict(st.key_json)).compress(raw)
+            level = ZSTD_LEVEL if keep else TRANSIENT_LEVEL
+            blob = zstandard.ZstdCompressor(level=level,
+                                            dict_data=_dict(st.key_json, level)).compress(raw)
             base = st.key_id
             if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
                 base = None
@@ -309,12 +369,14 @@ class Store:
             if not keep and st.key_id is None:
                 keep = True  # the first snapshot of a node becomes its first key
             blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
-        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data) "
-                              "VALUES (?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob))
+        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob,
+                                                            usage))
         sid = int(cur.lastrowid or 0)
         if st.transient is not None:
             self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
         st.transient = None if keep else sid
+        st.snap_t = t
         if base is None:
             st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
         return sid
@@ -373,37 +435,74 @@ class Store:
     def _tx(self) -> _Tx:
         return _Tx(self)
 
+    def batch(self) -> _Batch:
+        """One transaction around many writes (`with st.batch(): ...`): each write inside is a
+        savepoint, so a failing one is undone alone; nothing is committed before the end."""
+        return _Batch(self)
+
     # ---- reading (the API the web UI uses, docs/store.md) --------------------------------
 
     def _node_id(self, node: str) -> int | None:
         row = self.db.execute("SELECT id FROM nodes WHERE name = ?", (node,)).fetchone()
         return row[0] if row else None
 
-    def list_nodes(self) -> list[dict[str, Any]]:
-        """Every node with its number of samples, first and last sample time, open gap."""
+    @_reading
+    def list_nodes(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Every node: number of samples, first and last sample time, open gap, its last
+        sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
+        or None) and its latest stored snapshot's id. A few grouped queries, whatever the
+        number of nodes (the nodes page reads it on every view). `only`: that node alone."""
+        db = self.db
+        nid_only = self._node_id(only) if only is not None else None
+        if only is not None and nid_only is None:
+            return []
+        w, args = ("WHERE node_id = ?", (nid_only,)) if only is not None else ("", ())
+        counts: dict[int, list[Any]] = {}
+        for nid, n, lo, hi in db.execute("SELECT node_id, sum(n), min(t0), max(t1) FROM chunks "
+                                         f"{w} GROUP BY node_id", args):
+            counts[nid] = [n, lo, hi]
+        for nid, n, lo, hi in db.execute("SELECT node_id, count(*), min(t), max(t) FROM recent "
+                                         f"{w} GROUP BY node_id", args):
+            c = counts.setdefault(nid, [0, lo, hi])
+            c[0] += n
+            c[1], c[2] = min(c[1], lo), max(c[2], hi)
+        gaps = {nid: (start, reason) for nid, start, reason in db.execute(
+            "SELECT node_id, start, reason FROM gaps WHERE end IS NULL"
+            + (" AND node_id = ?" if w else ""), args)}
+        last = {nid: (t, point, findings) for nid, t, point, findings in db.execute(
+            f"SELECT node_id, t, point, findings FROM last {w}", args)}
+        snaps = {nid: sid for nid, sid, _ in db.execute(
+            f"SELECT node_id, id, max(t) FROM snapshots {w} GROUP BY node_id", args)}
         out = []
-        for nid, name in self.db.execute("SELECT id, name FROM nodes ORDER BY name").fetchall():
-            c = self.db.execute("SELECT coalesce(sum(n), 0), min(t0), max(t1) FROM chunks "
-                                "WHERE node_id = ?", (nid,)).fetchone()
-            r = self.db.execute("SELECT count(*), min(t), max(t) FROM recent WHERE node_id = ?",
-                                (nid,)).fetchone()
-            gap = self.db.execute("SELECT start, reason FROM gaps WHERE node_id = ? AND end IS "
-                                  "NULL", (nid,)).fetchone()
-            firsts = [x for x in (c[1], r[1]) if x is not None]
-            lasts = [x for x in (c[2], r[2]) if x is not None]
+        names = db.execute("SELECT id, name FROM nodes " + ("WHERE id = ? " if w else "")
+                           + "ORDER BY name", args).fetchall()
+        for nid, name in names:
+            n, lo, hi = counts.get(nid, (0, None, None))
+            gap = gaps.get(nid)
+            row = last.get(nid)
+            point = json.loads(row[1]) if row and row[0] == hi else None
+            if point is None and hi is not None:  # a store of schema 1: from the series
+                s = self.series(name, hi / 1000, hi / 1000, max_points=None)
+                point = {k: v[-1] for k, v in s["columns"].items() if v and v[-1] is not None}
             out.append({
                 "node": name,
-                "samples": c[0] + r[0],
-                "first": min(firsts) / 1000 if firsts else None,
-                "last": max(lasts) / 1000 if lasts else None,
+                "samples": n,
+                "first": lo / 1000 if lo is not None else None,
+                "last": hi / 1000 if hi is not None else None,
                 "down_since": gap[0] / 1000 if gap else None,
                 "down_reason": gap[1] if gap else None,
+                "point": point,
+                "findings": json.loads(row[2]) if row and row[2] else None,
+                "latest_snapshot": snaps.get(nid),
             })
         return out
 
+    @_reading
     def series(self, node: str, start: float | None = None, end: float | None = None,
-               max_points: int | None = 1000) -> dict[str, Any]:
-        """The derived numbers of `node` in [start, end], as columns.
+               max_points: int | None = 1000, fields: Collection[str] | None = None
+               ) -> dict[str, Any]:
+        """The derived numbers of `node` in [start, end], as columns (`fields`: only the keys
+        named, node-wide or per type: "used" keeps `used` and every `<type>.used`).
 
         Returns {"node", "t": [Unix s], "columns": {key: [int | None]}, "downsampled": bool,
         "max": {key: [int | None]} | None, "gaps": [...]}. Over max_points samples, the range is
@@ -423,6 +522,8 @@ class Store:
             keep = [i for i, t in enumerate(t_part) if lo <= t <= hi]
             if not keep:
                 return
+            if fields is not None:
+                c_part = {k: v for k, v in c_part.items() if _wanted(k, fields)}
             whole = len(keep) == len(t_part)
             for k in set(cols) - set(c_part):
                 cols[k].extend([None] * len(keep))
@@ -434,7 +535,7 @@ class Store:
 
         for (blob,) in self.db.execute("SELECT data FROM chunks WHERE node_id = ? AND t1 >= ? "
                                        "AND t0 <= ? ORDER BY t0", (nid, lo, hi)):
-            append(*decode_chunk(blob))
+            append(*decode_chunk(blob, fields))
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
                                "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         if rows:
@@ -449,6 +550,7 @@ class Store:
             out.update(t=[t / 1000 for t in ts], columns=cols)
         return out
 
+    @_reading
     def gaps(self, node: str, start: float | None = None,
              end: float | None = None) -> list[dict[str, Any]]:
         nid = self._node_id(node)
@@ -460,6 +562,7 @@ class Store:
         return [{"start": s / 1000, "end": None if e is None else e / 1000, "reason": r}
                 for s, e, r in rows]
 
+    @_reading
     def snapshots(self, node: str, start: float | None = None,
                   end: float | None = None) -> list[dict[str, Any]]:
         """The stored snapshots of `node` (kept ones and the latest): id, time, kept."""
@@ -470,6 +573,20 @@ class Store:
                                "BETWEEN ? AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         return [{"id": i, "t": t / 1000, "kept": bool(k)} for i, t, k in rows]
 
+    @_reading
+    def instance_usage(self, ids: list[int]) -> dict[int, dict[str, Any]]:
+        """series.instance_usage of these snapshots, as stored with them (absent: not stored,
+        or stored by schema 1)."""
+        out: dict[int, dict[str, Any]] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            q = ",".join("?" * len(part))
+            for sid, usage in self.db.execute(f"SELECT id, usage FROM snapshots WHERE id IN ({q})"
+                                              " AND usage IS NOT NULL", part):
+                out[sid] = json.loads(zlib.decompress(usage))
+        return out
+
+    @_reading
     def snapshot(self, sid: int) -> Snapshot:
         """The snapshot with this id, exactly as it was collected."""
         row = self.db.execute("SELECT base, data FROM snapshots WHERE id = ?", (sid,)).fetchone()
@@ -485,6 +602,7 @@ class Store:
             raw = zstandard.ZstdDecompressor(dict_data=_dict(key_json)).decompress(blob)
         return Snapshot.from_json(raw.decode())
 
+    @_reading
     def latest(self, node: str) -> Snapshot | None:
         nid = self._node_id(node)
         row = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? ORDER BY t DESC "
@@ -499,18 +617,56 @@ class Store:
 
 
 class _Tx:
+    """A write: its own transaction, or a savepoint inside an open batch."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store.db.execute("SAVEPOINT w" if self.store._batch else "BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        db = self.store.db
+        if exc_type is None:
+            db.execute("RELEASE w" if self.store._batch else "COMMIT")
+        else:
+            db.execute("ROLLBACK TO w" if self.store._batch else "ROLLBACK")
+            if self.store._batch:
+                db.execute("RELEASE w")
+            self.store._state.clear()  # the cached per-node state may be ahead of the tables
+
+
+class _Batch:
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def __enter__(self) -> None:
         self.store.db.execute("BEGIN IMMEDIATE")
+        self.store._batch = True
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None:
+        self.store._batch = False
+        if exc_type is not None:
+            self._undo()
+            return
+        try:
             self.store.db.execute("COMMIT")
-        else:
+        except BaseException:
+            self._undo()
+            raise
+
+    def _undo(self) -> None:
+        if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
-            self.store._state.clear()  # the cached per-node state may be ahead of the tables
+        self.store._state.clear()
+
+
+def _usage_blob(snap: Snapshot) -> bytes:
+    """series.instance_usage, usage to 0.1 %, zlib: ~300 B for 28 instances (a kept snapshot's
+    delta is ~1.2 KB); kept snapshots only, a transient one is decoded when asked."""
+    u = instance_usage(snap)
+    u["usage"] = {k: round(v, 3) for k, v in u["usage"].items()}
+    return zlib.compress(json.dumps(u, separators=(",", ":")).encode(), 9)
 
 
 def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
@@ -535,6 +691,10 @@ def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dic
     mean: dict[str, list[int | None]] = {}
     peak: dict[str, list[int | None]] = {}
     for k, v in cols.items():
+        if None not in v:  # the usual column: sums and maxima of slices, no filtering
+            mean[k] = [round(sum(v[a:z]) / (z - a)) for a, z in ranges]  # type: ignore
+            peak[k] = [max(v[a:z]) for a, z in ranges]  # type: ignore
+            continue
         mk, pk = [], []
         for a, z in ranges:
             vals = [x for x in v[a:z] if x is not None]

@@ -2,9 +2,12 @@
 
 Threads, and why:
 - one poller per node: it asks the shared hidden node (cluster.Session) for a snapshot and waits
-  for it alone, so a stalled node only delays its own samples;
+  for it alone, so a stalled node only delays its own samples. All pollers tick on one grid
+  (multiples of the interval from the start), so an interval's samples are taken together and
+  `intervals()` can say how far apart its first and last were;
 - one writer: SQLite wants a single writer; pollers hand it their samples through a queue, and it
-  commits each sample on its own (a SIGKILL loses at most the sample being written);
+  commits them in batches of at most BATCH_SECONDS (store.py): a SIGKILL loses at most the open
+  batch, and one commit per batch is what lets it follow a fleet (docs/store.md, "Writing");
 - a status line (a terminal: one refreshed line; otherwise one line per node event).
 
 A node that goes away (restart, crash, network) leaves an open gap in the store from its last good
@@ -28,13 +31,15 @@ from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
 from beamalloc.errors import InputError
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
-from beamalloc.timeseries.store import Store
+from beamalloc.timeseries.store import BATCH_SECONDS, Store
 from beamalloc.units import human
 
 #: Seconds between looks for new cluster members.
 DISCOVER_EVERY = 30.0
 #: Seconds between retention passes.
 PRUNE_EVERY = 3600.0
+#: Intervals whose sample times `intervals()` remembers.
+KEEP_INTERVALS = 1000
 
 
 @dataclass
@@ -81,6 +86,12 @@ class Watcher:
         self.written = 0
         self.store_bytes = 0
         self.writer_error: BaseException | None = None
+        self.batches = 0
+        #: The grid every poller ticks on (time.monotonic() of tick 0), and per tick the Unix
+        #: times of the samples taken in it.
+        self._t0 = time.monotonic()
+        self._ticks: dict[int, dict[str, float]] = {}
+        self._sent: dict[int, list[float]] = {}  # when the pollers asked, per tick
 
     # ---- the shared hidden node ------------------------------------------------------------
 
@@ -96,6 +107,10 @@ class Watcher:
 
     # ---- pollers -----------------------------------------------------------------------
 
+    def watch_node(self, node: str) -> None:
+        """Watch one more node (from its next tick on); no-op if it is watched already."""
+        self._watch(node)
+
     def _watch(self, node: str) -> None:
         with self._lock:
             if node in self.status:
@@ -107,15 +122,24 @@ class Watcher:
 
     def _poll(self, node: str) -> None:
         st = self.status[node]
-        start = time.monotonic()
         # Up to the interval (a stalled node is given up on in time for its next sample).
         timeout = max(0.5, min(self.timeout, self.interval))
         tick = 0
+        # A node found later waits for the next tick of the common grid.
+        elapsed = time.monotonic() - self._t0
+        grid = int(elapsed / self.interval)
+        if elapsed - grid * self.interval > 0.05 * self.interval:
+            grid += 1
+            self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
         while not self.stop.is_set():
             session = self.session()
             every = self.carriers_every
             cap = self.max_carriers if every > 0 and tick % every == 0 else 0
             tick += 1
+            with self._lock:
+                self._sent.setdefault(grid, []).append(time.time())
+                if len(self._sent) > KEEP_INTERVALS:
+                    del self._sent[min(self._sent)]
             try:
                 snap = session.snapshot(node, timeout, max_carriers=cap)
                 point = derive(snap)
@@ -124,13 +148,17 @@ class Watcher:
                     self._failed(st, str(e))
                 # else our hidden node died, not the target: the next tick starts another
             else:
-                self._sampled(st, snap, point)
+                self._sampled(st, snap, point, grid)
             # The next tick of the grid; ticks missed while stalled are skipped, not caught up.
-            ticks = int((time.monotonic() - start) / self.interval) + 1
-            self.stop.wait(start + ticks * self.interval - time.monotonic())
+            grid = int((time.monotonic() - self._t0) / self.interval) + 1
+            self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
 
-    def _sampled(self, st: NodeStatus, snap: Any, point: Point) -> None:
+    def _sampled(self, st: NodeStatus, snap: Any, point: Point, grid: int = 0) -> None:
         t = snap.taken_at
+        with self._lock:
+            self._ticks.setdefault(grid, {})[st.node] = t
+            if len(self._ticks) > KEEP_INTERVALS:
+                del self._ticks[min(self._ticks)]
         pid = point.get("pid")
         after_gap = st.down_since is not None
         restarted = st.pid is not None and pid is not None and pid != st.pid
@@ -145,15 +173,17 @@ class Watcher:
             self._event(f"{st.node}: {reason}")
         # A sample with carriers is stored whole: the map is what the others do not have.
         force = after_gap or restarted or snap.carriers is not None
-
-        def write(s: Store) -> None:
-            s.add_sample(snap, point, force_keep=force)
-            self.written += 1
-
-        self._q.put(write)
+        found = None
         if st.findings_t is None or t - st.findings_t >= FINDINGS_EVERY or restarted:
             st.findings, st.lint = active_findings(snap)
             st.findings_t = t
+            found = {"findings": st.findings, "lint": st.lint}
+
+        def write(s: Store) -> None:
+            s.add_sample(snap, point, force_keep=force, findings=found)
+            self.written += 1
+
+        self._q.put(write)
         st.up, st.error, st.down_since = True, None, None
         st.samples += 1
         st.last_t, st.point, st.pid = t, point, pid
@@ -182,21 +212,51 @@ class Watcher:
 
     def _write(self, store: Store) -> None:
         last_prune = float("-inf")
-        while True:
+        stopping = False
+        while not stopping:
             job = self._q.get()
             if job is None:
                 return
             try:
-                job(store)
+                # One batch: the jobs that come within BATCH_SECONDS of its first, one commit.
+                # A job that fails is undone alone (its savepoint); the batch before it commits.
+                end = time.monotonic() + BATCH_SECONDS
+                with store.batch():
+                    while True:
+                        try:
+                            job(store)
+                        except Exception as e:  # a full disk or a locked file: stop, say why
+                            self.writer_error = e
+                            stopping = True
+                            break
+                        try:
+                            job = self._q.get(timeout=max(0.0, end - time.monotonic()))
+                        except queue.Empty:
+                            break
+                        if job is None:
+                            stopping = True
+                            break
+                self.batches += 1
                 if self.retain_days is not None and time.monotonic() - last_prune > PRUNE_EVERY:
                     store.prune(time.time() - self.retain_days * 86400)
                     last_prune = time.monotonic()
-                if self._q.empty():
-                    self.store_bytes = store.size()
-            except Exception as e:  # a full disk or a locked file: stop, and say why
-                self.writer_error = e
+                self.store_bytes = store.size()
+            except Exception as e:
+                self.writer_error = self.writer_error or e
+            if self.writer_error is not None:
                 self.stop.set()
                 return
+
+    def intervals(self) -> list[dict[str, Any]]:
+        """Per tick of the grid (oldest first): the nodes sampled in it and the spread between
+        its first and its last sample (seconds, sample times as the nodes took them), and
+        `asked`: the same spread of the times the pollers sent their requests."""
+        with self._lock:
+            ticks = sorted((k, dict(v)) for k, v in self._ticks.items())
+            sent = {k: list(v) for k, v in self._sent.items()}
+        return [{"tick": k, "samples": len(ts), "nodes": set(ts), "first": min(ts.values()),
+                 "spread": max(ts.values()) - min(ts.values()),
+                 "asked": max(sent.get(k, [0])) - min(sent.get(k, [0]))} for k, ts in ticks]
 
     # ---- status ------------------------------------------------------------------------
 
@@ -227,6 +287,7 @@ class Watcher:
         writer = threading.Thread(target=self._write, args=(store,), name="store writer")
         writer.start()
         try:
+            self._t0 = time.monotonic()  # tick 0 of the grid: now
             for n in self.nodes:
                 self._watch(n)
             threading.Thread(target=self._show, name="status", daemon=True).start()

@@ -17,13 +17,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.holders import processes_json
 from beamalloc.collector.procdump import read_proc_lines
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries.series import instance_usage
 from beamalloc.timeseries.store import Store, StoreError
 
 MAX_UPLOADS = 32
@@ -136,12 +136,17 @@ class Data:
                     del self.upload_processes[old]  # its upload left the LRU
         return ref
 
+    def cached(self, key: Any, make: Any) -> Any:
+        """A value derived from a stored snapshot (stored snapshots never change)."""
+        return self._samples.get_or(key, make)
+
     # ---- a node's history ----------------------------------------------------------------
 
     def node_samples(self, node: str, start: float | None, end: float | None
                      ) -> tuple[list[tuple[float, dict[str, float]]],
                                 list[tuple[float, dict[str, int]]]]:
-        """Per-instance usage and per-type call counts of up to MAX_SAMPLED_SNAPSHOTS snapshots."""
+        """Per-instance usage and per-type call counts of up to MAX_SAMPLED_SNAPSHOTS snapshots
+        (series.instance_usage, kept by the store beside each snapshot)."""
         st = self.store()
         if st is None:
             return [], []
@@ -149,28 +154,14 @@ class Data:
         if len(rows) > MAX_SAMPLED_SNAPSHOTS:
             step = (len(rows) - 1) / (MAX_SAMPLED_SNAPSHOTS - 1)
             rows = [rows[round(i * step)] for i in range(MAX_SAMPLED_SNAPSHOTS)]
+        found = st.instance_usage([r["id"] for r in rows])
         usage, calls = [], []
         for r in rows:
-            u, c = self._samples.get_or(r["id"], lambda r=r: _sample(st.snapshot(r["id"])))
-            usage.append((r["t"], u))
-            calls.append((r["t"], c))
+            u = found.get(r["id"]) or self._samples.get_or(
+                r["id"], lambda r=r: instance_usage(st.snapshot(r["id"])))
+            usage.append((r["t"], u["usage"]))
+            calls.append((r["t"], u["calls"]))
         return usage, calls
-
-
-def _sample(snap: Snapshot) -> tuple[dict[str, float], dict[str, int]]:
-    usage: dict[str, float] = {}
-    calls: dict[str, int] = {}
-    for inst in snap.allocators:
-        f = m.instance_fragmentation(inst, "current")
-        alloc = f["mbcs_carriers_size"] + f["sbcs_carriers_size"]
-        if alloc:
-            usage[f"{inst.allocator}[{inst.instance}]"] = (
-                f["mbcs_block_size"] + f["sbcs_block_size"]) / alloc
-        # calls are keyed binary_alloc / binary_free / binary_realloc for binary_alloc.
-        prefix = inst.allocator.removesuffix("_alloc")
-        n = sum(inst.calls.get(f"{prefix}_{op}", 0) for op in ("alloc", "free", "realloc"))
-        calls[inst.allocator] = calls.get(inst.allocator, 0) + n
-    return usage, calls
 
 
 def parse_upload(name: str, data: bytes) -> Snapshot:

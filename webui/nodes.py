@@ -8,13 +8,13 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
+from beamalloc.timeseries.series import active_findings
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
-from beamalloc.webui.data import MAX_POINTS, Data
+from beamalloc.webui.data import MAX_POINTS, Data, NotFound
 from beamalloc.webui.pagedata import figures_json, severity
-from beamalloc.webui.recommend_view import recommendations
 
 bp = Blueprint("nodes", __name__)
 
@@ -43,50 +43,89 @@ def ago(t: float | None, now: float) -> str:
     return f"{s:.0f} s ago"
 
 
+#: The series keys a node page charts (figures.node_figures): node-wide and per allocator type.
+PAGE_FIELDS = frozenset({"allocated", "used", "erlang_total", "rss", "sbcs", "pool",
+                         "mseg_hits", "mseg_calls"})
+#: Nodes the nodes page charts (most unused first); the table lists them all.
+CHART_NODES = 50
+
+
 @bp.get("/")
 def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
     rows: list[dict[str, Any]] = []
-    if problem is None:
-        st = d.store()
-        assert st is not None
-        now = time.time()
-        for n in st.list_nodes():
-            row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
-                                   "last": when(n["last"]), "ago": ago(n["last"], now),
-                                   "down": n["down_since"] is not None,
-                                   "down_reason": n["down_reason"], "allocated": None}
-            if n["last"] is not None:
-                s = st.series(n["node"], n["last"], n["last"], max_points=None)
-                if s["t"]:
-                    p = point_view({k: v[-1] for k, v in s["columns"].items()
-                                    if v[-1] is not None})
-                    worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"],
-                                default=(None, None))
-                    row.update(allocated=p["allocated"], used=p["used"],
-                               usage=pct(p["usage"]), unused=human(p["unused"]),
-                               rss=human(p["rss"]), worst=worst[0],
-                               worst_unused=human(worst[1]["unused"]) if worst[1] else "-",
-                               severity=severity(p["unused"], p["usage"]))
-            latest = st.snapshots(n["node"])
-            row["latest_ref"] = f"s{latest[-1]['id']}" if latest else None
-            row["findings"] = _findings(d, row["latest_ref"])
-            rows.append(row)
-    figs = {"nodes": figures.nodes_unused(rows)} if rows else {}
+    try:
+        if problem is None:
+            rows = _rows(d)
+    except StoreError as e:  # a damaged store: its one line, as a store that does not open
+        problem, rows = str(e), []
+    charted = sorted((r for r in rows if r["allocated"] is not None),
+                     key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
+    shown = {id(r) for r in charted}
+    figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
     return render_template("nodes.html", rows=rows, problem=problem,
                            store=str(d.store_path or ""), figures=figures_json(figs))
 
 
+def _rows(d: Data) -> list[dict[str, Any]]:
+    """One row per node from Store.list_nodes: never a snapshot per node."""
+    rows: list[dict[str, Any]] = []
+    st = d.store()
+    assert st is not None
+    now = time.time()
+    # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
+    # and the watcher's last rule evaluation, never a snapshot per node.
+    for n in st.list_nodes():
+        row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
+                               "last": when(n["last"]), "ago": ago(n["last"], now),
+                               "down": n["down_since"] is not None,
+                               "down_reason": n["down_reason"], "allocated": None}
+        if n["point"]:
+            p = point_view(n["point"])
+            worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"],
+                        default=(None, None))
+            row.update(allocated=p["allocated"], used=p["used"],
+                       usage=pct(p["usage"]), unused=human(p["unused"]),
+                       rss=human(p["rss"]), worst=worst[0],
+                       worst_unused=human(worst[1]["unused"]) if worst[1] else "-",
+                       severity=severity(p["unused"], p["usage"]))
+        sid = n["latest_snapshot"]
+        row["latest_ref"] = f"s{sid}" if sid is not None else None
+        row["findings"] = (_stored_findings(n["findings"]) if n["findings"] is not None
+                           else _findings(d, row["latest_ref"]))
+        rows.append(row)
+    return rows
+
+
+def _stored_findings(found: dict[str, Any]) -> str:
+    """The watcher's last evaluation (series.active_findings): rules that hold, lint in force."""
+    rules = found.get("findings") or []
+    lint = found.get("lint") or []
+    if not rules and not lint:
+        return "none"
+    parts = [f"{r} {a}".strip() + f" ({lvl})" for r, a, lvl in rules[:3]]
+    more = len(rules) - 3
+    text = ", ".join(parts) + (f" +{more}" if more > 0 else "")
+    if lint:
+        text += ("; " if text else "") + f"{len(lint)} flag lint{'s' if len(lint) != 1 else ''}"
+    return text
+
+
 def _findings(d: Data, ref: str | None) -> str:
+    """A store not written by watch (no stored evaluation): the rules and the lint on the
+    latest snapshot, once per snapshot (the same evaluation watch stores)."""
     if ref is None:
         return "-"
-    snap, _ = d.analysis(ref)
-    rec = recommendations(snap)
-    if rec is None:
-        return "n/a"
-    n = len(rec.get("findings") or [])
-    return f"{rec['verdict']['state']}, {n} finding{'s' if n != 1 else ''}"
+
+    def evaluate() -> str:
+        try:
+            found, lint = active_findings(d.snapshot(ref))
+        except NotFound:  # replaced by the writer since: shown on the next view
+            return "-"
+        return _stored_findings({"findings": found, "lint": lint})
+
+    return d.cached(("findings", ref), evaluate)
 
 
 def _range() -> tuple[float | None, float | None]:
@@ -102,7 +141,7 @@ def _node_figures(node: str, start: float | None, end: float | None) -> tuple[di
     if st is None:
         abort(404)
     try:
-        series = st.series(node, start, end, max_points=MAX_POINTS)
+        series = st.series(node, start, end, max_points=MAX_POINTS, fields=PAGE_FIELDS)
     except StoreError:
         abort(404, description=f"no node {node!r} in the store")
     usage, calls = d.node_samples(node, start, end)
@@ -116,7 +155,7 @@ def node_page() -> str:
     st = d.store()
     if st is None:
         abort(404, description=d.store_problem())
-    info = next((n for n in st.list_nodes() if n["node"] == node), None)
+    info = next(iter(st.list_nodes(node)), None)
     if info is None:
         abort(404, description=f"no node {node!r} in the store")
     start, end = _range()

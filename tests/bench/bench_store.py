@@ -1,7 +1,16 @@
-"""Store figures: bytes per sample (a year of 1-minute samples of 10 nodes < 1 GB?) and the time to
-load and summarize a 24-hour series at 1 s (< 5 s?).
+"""Store figures: the write rate for a fleet (1,000 nodes at 5 s: >= 2,000 samples/s?), bytes per
+sample (a year of 1-minute samples of 10 nodes < 1 GB?) and the time to load and summarize a
+24-hour series at 1 s (< 5 s?).
 
-    .venv/bin/python tests/bench/bench_store.py [--days 1] [--schedulers 8]
+    .venv/bin/python tests/bench/bench_store.py [--days 1] [--schedulers 8] [--fleet-minutes 10]
+
+Fleet: real snapshots of a `+S 1` node (the fleet's small nodes) played as 1,000 nodes sampled
+every 5 s for 31 minutes (so every node's rows are chunked once and a snapshot kept at 30 min),
+written as watch's writer writes them: one batch (transaction) per interval, the rules
+evaluated every 30 s per node (their findings stored with the sample). The rate is printed per
+wall second and per CPU second of this process (the machine is shared), beside a baseline of the
+unbatched write path in the same run. derive() runs in watch's pollers, not its writer: its cost
+per sample is printed beside.
 
 The snapshots are real: a node with `+S N` runs a workload that allocates and frees binaries and
 ETS entries on every scheduler while one Session samples it; that recorded sequence then plays 10
@@ -13,6 +22,7 @@ costs (the unchunked rows, the key snapshots), so a short simulation overstates 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -24,7 +34,7 @@ import time
 from pathlib import Path
 
 from beamalloc.collector.cluster import Session
-from beamalloc.timeseries.series import derive, summarize
+from beamalloc.timeseries.series import FINDINGS_EVERY, active_findings, derive, summarize
 from beamalloc.timeseries.store import Store
 
 YEAR_SAMPLES = 10 * 365 * 24 * 60
@@ -99,6 +109,62 @@ def bench_year(snaps: list, days: float, path: Path) -> None:
           f"{year / 1e9:.3f} GB -> {'under' if year < 1e9 else 'OVER'} 1 GB")
 
 
+def _play(snaps: list, points: list, found: list, path: Path, nodes: int, ticks: int,
+          interval: float, batched: bool, latest_every: float) -> tuple[float, float, int]:
+    """Write `ticks` intervals of `nodes` nodes; returns (wall s, CPU s, snapshots stored)."""
+    every = round(FINDINGS_EVERY / interval)
+    t0 = time.time() - ticks * interval
+    names = [f"fleet{k:04d}@bench" for k in range(nodes)]
+    stored = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    with Store(path, latest_every=latest_every) as st:
+        for i in range(ticks):
+            with st.batch() if batched else contextlib.nullcontext():
+                for k, name in enumerate(names):
+                    j = (i + 7 * k) % len(snaps)
+                    s = snaps[j]
+                    s.node, s.taken_at = name, t0 + i * interval + k * 0.001
+                    sid = st.add_sample(s, points[j], findings=found[j] if (i + k) % every == 0
+                                        else None)  # fmt: skip
+                    stored += sid is not None
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        listed = st.list_nodes()
+    assert len(listed) == nodes and sum(x["samples"] for x in listed) == ticks * nodes
+    return wall, cpu, stored
+
+
+def bench_fleet(snaps: list, minutes: float, path: Path, nodes: int = 1000,
+                interval: float = 5.0) -> None:
+    t = time.process_time()
+    points = [derive(s) for s in snaps]
+    derive_ms = (time.process_time() - t) / len(snaps) * 1000
+    t = time.process_time()
+    found = [dict(zip(("findings", "lint"), active_findings(s), strict=True)) for s in snaps]
+    rules_ms = (time.process_time() - t) / len(snaps) * 1000
+    ticks = int(minutes * 60 / interval)
+    wall, cpu, stored = _play(snaps, points, found, path, nodes, ticks, interval, True, 60.0)
+    n = ticks * nodes
+    # The baseline, same data, same process: the write path before batching (a transaction
+    # per sample, the snapshot of every sample encoded), over fewer intervals.
+    bticks = max(2, ticks // 20)
+    bwall, bcpu, _ = _play(snaps, points, found, path.with_suffix(".base"), nodes, bticks,
+                           interval, False, 0.0)
+    bn = bticks * nodes
+    rate, crate = n / wall, n / cpu
+    verdict = ("at least" if rate >= 2000 else "CPU at least" if crate >= 2000 else "UNDER")
+    print(f"fleet bench: {n} samples ({nodes} nodes x {ticks} intervals of {interval:g} s), "
+          f"{len(snaps[0].to_json())} B snapshots of a +S 1 node, written in {wall:.1f} s "
+          f"({cpu:.1f} s of CPU): {rate:.0f} samples/s, {crate:.0f} per CPU second -> "
+          f"{verdict} 2,000 samples/s")
+    print(f"  baseline, a transaction and a snapshot per sample ({bn} samples): "
+          f"{bn / bwall:.0f} samples/s, {bn / bcpu:.0f} per CPU second -> batched "
+          f"{rate / (bn / bwall):.1f}x (wall), {crate / (bn / bcpu):.1f}x (CPU)")
+    print(f"  {stored} snapshots encoded ({stored / n:.1%} of samples: kept, or a node's latest "
+          f"refreshed every 60 s); {ticks} batches of {nodes} samples")
+    print(f"  on the pollers, per sample: derive() {derive_ms:.2f} ms of CPU; rules and lint "
+          f"{rules_ms:.2f} ms every {FINDINGS_EVERY:g} s")
+
+
 def bench_day(snaps: list, path: Path) -> None:
     points = [derive(s) for s in snaps]
     node = "day@bench"
@@ -133,7 +199,12 @@ def main() -> int:
     ap.add_argument("--days", type=float, default=1.0, help="days of 10 nodes to simulate")
     ap.add_argument("--schedulers", type=int, default=8, help="+S of the recorded node")
     ap.add_argument("--recorded", type=int, default=60, help="real snapshots to record")
+    ap.add_argument("--fleet-minutes", type=float, default=31.0,
+                    help="minutes of 1,000 nodes at 5 s to simulate")
     args = ap.parse_args()
+    small = record(20, 1)
+    with tempfile.TemporaryDirectory() as d:
+        bench_fleet(small, args.fleet_minutes, Path(d) / "fleet.db")
     snaps = record(args.recorded, args.schedulers)
     with tempfile.TemporaryDirectory() as d:
         bench_year(snaps, args.days, Path(d) / "year.db")

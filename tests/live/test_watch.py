@@ -270,3 +270,112 @@ def test_bad_arguments(tmp_path, cli) -> None:
     r = cli("watch", f"a@{HOST}", "--store", str(tmp_path / "junk.db"), env=env)
     assert r.returncode == 2 and "cannot open the store" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+_bench_spec = importlib.util.spec_from_file_location(
+    "bench_watch", Path(__file__).parents[1] / "bench" / "bench_watch.py")
+bench_watch = importlib.util.module_from_spec(_bench_spec)  # type: ignore[arg-type]
+sys.modules["bench_watch"] = bench_watch
+_bench_spec.loader.exec_module(bench_watch)  # type: ignore[union-attr]
+
+
+def test_a_small_fleet_flaps_dies_leaves_and_joins(tmp_path) -> None:
+    """bench_watch.py's scenario with 6 nodes at 2 s: every node that is up is sampled in every
+    interval of the common grid while one flaps, one dies, one leaves and one joins; nothing
+    taken is lost; the gaps are in the flapping, dead and departed nodes' series only; every
+    scrape answered."""
+    r = bench_watch.run(6, 2.0, 11, tmp_path / "w.db")
+    assert r["missed"] == {}, r["missed"]
+    assert len(r["ticks"]) == 11 and all(x["samples"] >= 4 for x in r["ticks"])
+    assert r["taken"] == r["written"] == sum(r["stored"].values())
+    gapped = {n for n, g in r["gaps"].items() if g}
+    assert gapped == {r["flapper"], *r["dying"], *r["leaving"]}
+    flaps = r["gaps"][r["flapper"]]
+    assert len(flaps) == 2 and all(g["end"] is not None for g in flaps)
+    for n in (*r["dying"], *r["leaving"]):
+        (g,) = r["gaps"][n]
+        assert g["end"] is None  # still down: an open gap
+    for n in r["joined"]:
+        assert r["stored"][n] >= 2
+    assert r["scrapes"] and not r["scrape_errors"]
+
+
+def test_a_scrape_answers_while_the_store_is_locked(tmp_path, nodes) -> None:
+    """The store's writer waits on a lock another process holds; /metrics still answers with
+    fresh samples meanwhile, and once the lock goes, every sample taken is written."""
+    cookie = f"C{secrets.token_hex(12)}"
+    nodes.append(_start(f"t_{secrets.token_hex(4)}", cookie))
+    db = tmp_path / "w.db"
+    Store(db).close()
+    proc, err = _watch(db, cookie, nodes[0].node, "--interval", "0.25", "--duration", "12",
+                       "--prometheus", "127.0.0.1:0")
+    try:
+        _wait(lambda: _counts(db).get(nodes[0].node, 0) >= 2)
+        port = int(re.search(rb"127\.0\.0\.1:(\d+)/metrics", err.read_bytes()).group(1))
+        lock = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(db)],
+                                stdout=subprocess.PIPE, text=True)
+        assert lock.stdout.readline().strip() == "locked"
+        held = _counts(db)[nodes[0].node]
+        stamps = []
+        for _ in range(4):  # the writer is blocked all along (busy_timeout 10 s)
+            m = _metrics(port)
+            stamps.append(m["beamalloc_sample_timestamp_seconds"][(nodes[0].node,)])
+            time.sleep(0.5)
+        assert lock.poll() is None, "the lock was released before the scrapes"
+        assert m["beamalloc_up"][(nodes[0].node,)] == 1.0
+        assert stamps == sorted(stamps) and stamps[-1] > stamps[0]  # sampling went on
+        assert _counts(db)[nodes[0].node] == held  # and nothing could be written
+        lock.terminate()
+        lock.wait()
+        assert proc.wait(timeout=60) == 0, err.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = err.read_text().splitlines()
+    written = int(re.search(r"stopped: (\d+) samples written", lines[-1]).group(1))
+    assert _counts(db)[nodes[0].node] == written > held
+
+
+_HOLD_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(4)
+"""
+
+
+def test_a_locked_or_corrupt_store_is_one_line(tmp_path, cli, nodes) -> None:
+    """A store another process keeps locked past the writer's wait, and a store whose pages are
+    damaged: one line, exit code 2, no traceback; what was stored before stays readable."""
+    cookie = f"C{secrets.token_hex(12)}"
+    nodes.append(_start(f"t_{secrets.token_hex(4)}", cookie))
+    db = tmp_path / "w.db"
+    proc, err = _watch(db, cookie, nodes[0].node, "--interval", "0.25", "--duration", "2")
+    assert proc.wait(timeout=60) == 0, err.read_text()
+    before = _counts(db)
+    lock = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK.replace("4)", "30)"), str(db)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert lock.stdout.readline().strip() == "locked"
+        proc, err = _watch(db, cookie, nodes[0].node, "--interval", "0.25")
+        assert proc.wait(timeout=60) == 2
+        text = err.read_text()
+        assert "Traceback" not in text, text
+        assert re.search(r"^beamalloc: cannot write to the store .*locked", text, re.M), text
+    finally:
+        lock.kill()
+        lock.wait()
+    assert _counts(db) == before
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(db.read_bytes())
+    data = bytearray(bad.read_bytes())
+    page = 4096
+    for off in range(2 * page, len(data), page):  # every page but the first: garbage
+        data[off:off + 64] = b"\xff" * 64
+    bad.write_bytes(bytes(data))
+    proc, err = _watch(bad, cookie, nodes[0].node, "--interval", "0.25", "--duration", "3")
+    assert proc.wait(timeout=60) == 2
+    text = err.read_text()
+    assert "Traceback" not in text and re.search(r"^beamalloc: .*store", text, re.M), text
