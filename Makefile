@@ -53,8 +53,9 @@ test: setup
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-# Coverage-guided fuzzing of the trace readers (Rust and Python) and the replay
-# (refalloc/fuzz/README.md), three fuzzers for FUZZ_SECS seconds, at once. Not part of `make test`:
+# Coverage-guided fuzzing of the trace readers (Rust and Python), the replay and the input readers
+# (term text, ETF, recon, crash dumps; refalloc/fuzz/README.md), eight fuzzers for FUZZ_SECS
+# seconds, at once (FUZZ_TARGETS picks some). Not part of `make test`:
 # it needs a nightly toolchain, cargo-fuzz and atheris (installed by it) and is meant to run for
 # an hour.
 FUZZ_SECS ?= 600

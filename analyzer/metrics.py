@@ -76,8 +76,15 @@ def container_size(inst: AllocatorInstance, keyword: Keyword, container: Contain
 
 
 def usage(block: int | float, carrier: int | float) -> float:
-    """recon's usage/2: an empty carrier set is fully used (1.0), not 0/0."""
-    if block == 0 and carrier == 0:
+    """recon's usage/2: an empty carrier set is fully used (1.0), not 0/0.
+
+    recon divides whenever `carrier` is 0 and `block` is not, and crashes with badarith. Such
+    numbers are real: OTP 22 counts the blocks of a pooled carrier by their owner and the carrier
+    by the instance that holds it (docs/erts/recon-formulas.md §0.1), so an instance can show
+    blocks and no carrier. None of its carrier bytes is unused, so 1.0 again: the waste
+    `(1 - usage) * carrier` is 0, which is what its carriers hold.
+    """
+    if carrier <= 0:
         return 1.0
     return block / carrier
 

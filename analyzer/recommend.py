@@ -159,6 +159,20 @@ def _predict_findings(
     return preds, held, whole
 
 
+def unmodelled_release(snap: Snapshot) -> str | None:
+    """Why no flag can be shown to help a node older than OTP 20, or None. The prediction
+    replays OTP 25's allocators; before OTP 20 the strategies and defaults were others (carrier
+    migration from OTP 17, the age-ordered strategies, acnl and acfml from 20.2.1:
+    docs/erts/alloc_util.md §2.5), so it cannot show what a flag does there."""
+    rel = str(snap.otp_release or "")
+    erts = erts_of(snap.erts_version, snap.otp_release)
+    if not ((erts is not None and erts < (9, 0)) or (rel[:1] == "R" and rel[1:3].isdigit())):
+        return None
+    return (f"OTP {rel or '?'} (erts {snap.erts_version or '?'}) is older than OTP 20, whose "
+            "strategies and defaults the prediction replays (carrier migration came in OTP 17, "
+            "the age-ordered strategies in 20.2.1): it cannot show what a flag does there")
+
+
 def _hold_back(fnd: Finding, why: str, p: dict[str, Any] | None,
                advice: list[Advice]) -> dict[str, Any]:  # fmt: skip
     """Make `fnd` information: its flags leave the proposal, and it says why."""
@@ -535,13 +549,14 @@ def recommend(
         if finding.level == "action" and not finding.advice:
             finding.level = "info"
     owner = {id(a): fnd for fnd in findings for a in fnd.advice}
-    if predict:
+    old = unmodelled_release(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
+    if predict and old is None:
         preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway, trace)
     else:
-        preds, held, whole = {}, [], (None, NO_PREDICT)
+        preds, held, whole = {}, [], (None, old or NO_PREDICT)
         for fnd in findings:
             if fnd.level == "action" and fnd.advice:
-                held.append(_hold_back(fnd, NO_PREDICT, None, advice))
+                held.append(_hold_back(fnd, old or NO_PREDICT, None, advice))
     flags = FlagSet(tuple(a.flag for a in advice))
     rendered = flags.render().split()
     pairs = [" ".join(rendered[i : i + 2]) for i in range(0, len(rendered), 2)]
@@ -568,6 +583,10 @@ def recommend(
         rate_unavailable = NO_RATE
     verdict = _verdict(snap, f, running, findings, advice, held, in_force_flags, preds, runaway,
                        rate, rate_unavailable)  # fmt: skip
+    if snap.truncated:  # issue 16: judged from what was read; the rest may hold anything
+        verdict["headline"] += (f" The input is truncated: this is judged from the "
+                                f"{len(snap.allocators)} allocator instances read before the cut.")
+        notes = [n for n in snap.notes if "truncated" in n] + notes
     result = {
         "schema": SCHEMA,
         "node": snap.node,

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from beamalloc.snapshot import MAX_SCHEDULERS, UINT64_MAX
+
 __all__ = [
     "ALLOCATORS",
     "ALLOCATOR_LETTERS",
@@ -46,7 +48,7 @@ FlagValue = int | bool | str
 KB = 1024
 MB = 1024 * 1024
 #: `~0` on 64-bit: erts prints "infinite" sizes and counts as this number (§2.3, §6.4).
-UINT_MAX = (1 << 64) - 1
+UINT_MAX = UINT64_MAX  # one home: beamalloc/snapshot.py (readers map a 32-bit ~0 to it)
 #: OTP releases whose defaults are modelled; 25–27 differ only in atag size (§2.5).
 SUPPORTED_OTP = (25, 26, 27)
 
@@ -620,8 +622,9 @@ def effective_config(
     family and thread-preferred instances), clamps, and the per-scheduler scaling of
     mmbcs/smbcs/lmbcs for thread-preferred allocators that did not set them explicitly.
     """
-    if schedulers < 1:
-        raise FlagError(f"schedulers must be at least 1, got {schedulers}")
+    if not (isinstance(schedulers, int) and 1 <= schedulers <= MAX_SCHEDULERS):
+        # The VM's own limit (erl +S); 10^9 instances would take the machine's memory.
+        raise FlagError(f"schedulers must be 1 to {MAX_SCHEDULERS}, got {schedulers}")
     fs = _as_flagset(flags, otp)
     dai = effective_globals(fs, schedulers, dirty_cpu_schedulers=dirty_cpu_schedulers).dai
     return {ALLOCATORS[letter][0]: _resolve(letter, fs, schedulers, dai) for letter in ALLOCATORS}

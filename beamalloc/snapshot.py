@@ -16,12 +16,22 @@ JSON: `to_json()` / `from_json()` round-trip losslessly through the versioned sc
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from beamalloc.errors import InputError
 
 SCHEMA = "beamalloc.snapshot/1"
+
+#: Every count and size the VM reports is a machine word; 2^64-1 (`~0`) is "infinite".
+UINT64_MAX = (1 << 64) - 1
+#: Scheduler counts beamalloc accepts anywhere: the VM's own limit (erl +S), as trace headers
+#: check. Options, replays and snapshots all take it from here.
+MAX_SCHEDULERS = 1024
+#: Snapshot times: from 1970 to the year 9999.
+MAX_TIME = 253402300799.0
 
 #: How a snapshot was obtained.
 SOURCES = ("live", "recon", "crashdump", "json", "replay")
@@ -248,7 +258,7 @@ class Carrier:
             raise SnapshotError(f"{where}: expected a carrier object, got {_short(v)}")
         unknown = set(v) - _CARRIER_FIELDS
         if unknown:
-            raise SnapshotError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+            raise SnapshotError(f"{where}: {len(unknown)} unknown field(s) (not in {SCHEMA})")
         missing = _CARRIER_REQUIRED - set(v)
         if missing:
             raise SnapshotError(f"{where}: missing field {sorted(missing)[0]!r}")
@@ -378,14 +388,182 @@ class Snapshot:
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
         try:
-            doc = json.loads(text)
-        except RecursionError as e:
-            raise SnapshotError("JSON nested too deeply") from e
+            doc = json.loads(text, parse_constant=_no_constant, parse_int=_json_int,
+                             parse_float=_json_float)
+        except RecursionError:
+            raise SnapshotError("JSON nested too deeply") from None
         except json.JSONDecodeError as e:
             raise SnapshotError(
                 f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}"
-            ) from e
-        return cls.from_dict(doc)
+            ) from None
+        snap = cls.from_dict(doc)
+        snap.check()
+        return snap
+
+    def check(self) -> None:
+        """Refuse what no node can report (docs/robustness.md, "Ranges"): every reader calls
+        this, so every command gets numbers it can compute with, or one line and exit 2."""
+        check_snapshot(self)
+
+
+def _no_constant(name: str) -> Any:
+    raise SnapshotError(f"not valid JSON: {name} is not a number JSON allows")
+
+
+def _json_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise SnapshotError("not valid JSON here: a number beyond what a float holds")
+    return x
+
+
+def _json_int(text: str) -> int:
+    # Python refuses ints above 4300 digits with ValueError; anything above 2^64 is not ours.
+    if len(text.lstrip("-")) > 24:
+        raise SnapshotError(f"an integer of {len(text.lstrip('-'))} digits (at most 2^64-1)")
+    return int(text)
+
+
+# ---- validation: what no node reports -----------------------------------------------------
+
+
+def _check_str(s: str, where: str, limit: int = 4096) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SnapshotError(
+            f"{where}: a string that is not valid Unicode (a lone surrogate)"
+        ) from None
+    if limit and len(s) > limit:
+        raise SnapshotError(f"{where}: a string of {len(s)} characters")
+
+
+def _check_count(v: Any, where: str) -> None:
+    if not (_is_int(v) and 0 <= v <= UINT64_MAX):
+        raise SnapshotError(f"{where}: expected an integer 0..2^64-1, got {describe(v)}")
+
+
+def _check_triple(t: Triple, where: str) -> None:
+    for k, v in zip(("current", "last_max", "max"), (t.current, t.last_max, t.max), strict=True):
+        _check_count(v, f"{where}.{k}")
+
+
+def check_snapshot(snap: Snapshot) -> None:
+    """Every number within what a machine word holds, every string valid Unicode, every
+    header field within what a node can be. (Blocks need not fit their own instance's carriers:
+    OTP 22 counts pooled blocks by owner, carriers by holder; metrics.usage copes.)"""
+    _check_str(snap.node, "node")
+    if not snap.node.strip() or any(c in snap.node for c in "\n\r\x00"):
+        raise SnapshotError("node: not a node name (empty, or a line break in it)")
+    if snap.source not in SOURCES:
+        raise SnapshotError("source: not one of " + ", ".join(SOURCES))
+    if snap.taken_at is not None and not (
+        isinstance(snap.taken_at, int | float) and math.isfinite(snap.taken_at)
+        and 0 <= snap.taken_at <= MAX_TIME
+    ):
+        raise SnapshotError("taken_at: expected a Unix time between 1970 and 9999")
+    if snap.wordsize not in (None, 4, 8):
+        raise SnapshotError("wordsize: expected 4 or 8 (bytes)")
+    if snap.schedulers is not None and not (
+        _is_int(snap.schedulers) and 1 <= snap.schedulers <= MAX_SCHEDULERS
+    ):
+        raise SnapshotError(f"schedulers: expected 1..{MAX_SCHEDULERS}")
+    if snap.os_pid is not None and not (_is_int(snap.os_pid) and 0 < snap.os_pid < 1 << 31):
+        raise SnapshotError("os_pid: expected a process id")
+    for name in ("otp_release", "erts_version"):
+        v = getattr(snap, name)
+        if v is not None:
+            _check_str(v, name, limit=64)
+    for name in ("rss", "rss_lazyfree", "mem_available"):
+        if getattr(snap, name) is not None:
+            _check_count(getattr(snap, name), name)
+    for k, v in snap.memory.items():
+        _check_count(v, f"memory.{k if k in MEMORY_KEYS else '(a key)'}")
+    for inst in snap.allocators:
+        _check_instance(inst)
+    for m in snap.mseg:
+        where = f"mseg_alloc[{m.instance}]"
+        _check_count(m.instance, where)
+        for v in (m.cached_segments, m.cache_hits, m.segments_watermark, *m.calls.values()):
+            _check_count(v, where)
+        _check_triple(m.segments, f"{where}.segments")
+        _check_triple(m.segments_size, f"{where}.segments_size")
+    _check_strings(snap.notes, "notes")
+    _check_strings(snap.extra, "extra")
+
+
+def _check_strings(v: Any, where: str) -> None:
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            _check_str(x, where, limit=0)
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, list | tuple):
+            stack.extend(x)
+        elif isinstance(x, float) and not math.isfinite(x):
+            raise SnapshotError(f"{where}: a non-finite number")
+
+
+#: Options that are sizes or counts (docs/erts/alloc_util.md §2.3): an integer, never text.
+NUMERIC_OPTIONS = frozenset({
+    "sbct", "lmbcs", "smbcs", "mbcgs", "mmbcs", "mmsbc", "mmmbc", "rsbcst", "asbcst", "rsbcmt",
+    "rmbcmt", "acul", "acful", "acnl", "acfml", "mbsd", "ycs", "mmc", "scs", "mcs", "amcbf",
+    "rmcbf",
+})
+
+
+def _check_instance(inst: AllocatorInstance) -> None:
+    name = inst.allocator
+    _check_str(name, "allocator", limit=64)
+    if not name:
+        raise SnapshotError("allocator: an empty name")
+    # Named in messages only when it is a name: what is not may be anything, a secret included.
+    name = name if ALLOCATOR_NAME.match(name) else "an allocator"
+    if not (_is_int(inst.instance) and 0 <= inst.instance <= 2 * MAX_SCHEDULERS + 1):
+        raise SnapshotError(f"{name}: instance number out of range")
+    where = f"{name}[{inst.instance}]"
+    for k, v in inst.options.items():
+        _check_str(k, f"{where}.options")
+        if k in NUMERIC_OPTIONS and not (_is_int(v) and 0 <= v <= UINT64_MAX):
+            raise SnapshotError(f"{where}.options.{k}: expected an integer 0..2^64-1, got "
+                                f"{describe(v)}")
+        if isinstance(v, str):
+            _check_str(v, f"{where}.options.{k}")
+        elif _is_int(v) and not -UINT64_MAX <= v <= UINT64_MAX:
+            raise SnapshotError(f"{where}.options.{k}: {describe(v)}")
+    for kind in ("mbcs", "sbcs"):
+        cs: CarrierStats = getattr(inst, kind)
+        w = f"{where} {kind}"
+        for t, b in cs.blocks.items():
+            _check_str(t, w)
+            _check_triple(b.count, f"{w} blocks")
+            _check_triple(b.size, f"{w} blocks size")
+        _check_triple(cs.carriers, f"{w} carriers")
+        _check_triple(cs.carriers_size, f"{w} carriers size")
+        for v in (cs.mseg_carriers, cs.sys_carriers, cs.mseg_carriers_size, cs.sys_carriers_size):
+            _check_count(v, f"{w} carriers")
+    if inst.mbcs_pool is not None:
+        p = inst.mbcs_pool
+        w = f"{where} mbcs_pool"
+        for t, (c, sz) in p.blocks.items():
+            _check_str(t, w)
+            _check_count(c, w)
+            _check_count(sz, w)
+        for v in (p.carriers, p.carriers_size, *p.counters.values()):
+            _check_count(v, w)
+    for k, v in inst.calls.items():
+        _check_str(k, f"{where} calls")
+        _check_count(v, f"{where} calls")
+    for ft in inst.fix_types or ():
+        _check_str(ft.type, f"{where} fix_types")
+        _check_count(ft.allocated, f"{where} fix_types")
+        _check_count(ft.used, f"{where} fix_types")
+
+
+ALLOCATOR_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}\Z")
 
 
 # ---- a small typed (de)serializer for the dataclasses above -------------------------------
@@ -395,9 +573,38 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _short(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."
+def describe(v: Any) -> str:
+    """What a value is, never what it holds: error lines show no byte of the input
+    (docs/robustness.md, "Messages"), since a file passed by mistake may be a secret."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        if v < 0:
+            return "a negative integer"
+        return "an integer above 2^64-1" if v > UINT64_MAX else "an integer"
+    if isinstance(v, float):
+        return "a non-finite number" if not math.isfinite(v) else "a fractional number"
+    if isinstance(v, str):
+        return f"a string of {len(v)} characters" if v else "an empty string"
+    if isinstance(v, bytes):
+        return f"a binary of {len(v)} bytes"
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
+    if isinstance(v, dict):
+        return f"an object of {len(v)} fields"
+    return f"a {type(v).__name__}"
+
+
+#: erlang:memory() keys, the only ones an error line names (others may be anything).
+MEMORY_KEYS = frozenset({"total", "processes", "processes_used", "system", "atom", "atom_used",
+                         "binary", "code", "ets", "maximum", "low"})
+
+
+_short = describe
 
 
 #: Leaves returned as they are, checked first: most of a snapshot's values are these (the
@@ -450,7 +657,7 @@ def _decode(cls: type, doc: Any, where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     unknown = set(doc) - set(known)
     if unknown:
-        raise SnapshotError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        raise SnapshotError(f"{where}: {len(unknown)} unknown field(s) (not in {SCHEMA})")
     kwargs = {}
     for name, f in known.items():
         if name not in doc:

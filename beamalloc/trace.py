@@ -546,12 +546,12 @@ class _CsvReader(TraceReader):
             try:
                 op = Op.NAMES.index(row[1].strip())
             except ValueError:
-                raise TraceError(f"{at}: op {row[1]!r} is not alloc, free or realloc") from None
+                raise TraceError(f"{at}: op {row[1]!r:.24} is not alloc, free or realloc") from None
             a = row[2].strip()
             allocator = ALLOCATOR_NUMBERS.get(a)
             if allocator is None:
                 if not a[:1].isdigit():
-                    raise TraceError(f"{at}: unknown allocator {a!r} (a name such as "
+                    raise TraceError(f"{at}: unknown allocator {a!r:.24} (a name such as "
                                      "binary_alloc, or a number)")  # fmt: skip
                 # Any number, as in binary traces (another OTP's numbering): the replay counts
                 # events of allocators it does not model as anomalies.
@@ -591,9 +591,9 @@ def _int(text: str, what: str, at: str) -> int:
     try:
         v = int(text, 16) if text[:2].lower() == "0x" else int(text)
     except ValueError:
-        raise TraceError(f"{at}: {what} {text!r} is not an integer") from None
+        raise TraceError(f"{at}: {what} {text!r:.24} is not an integer") from None
     if not 0 <= v <= _MAX_U64:
-        raise TraceError(f"{at}: {what} {text} is outside 0..2^64-1")
+        raise TraceError(f"{at}: {what} {text:.24} is outside 0..2^64-1")
     return v
 
 
@@ -604,10 +604,13 @@ def open_trace(path: str | Path, *, allow_truncated: bool = False) -> TraceReade
     was killed), yielding the complete records.
     """
     where = str(path)
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - owned by the reader
-    except OSError as exc:
-        raise TraceError(f"{where}: {exc.strerror}") from None
+    from beamalloc.errors import InputError
+    from beamalloc.files import open_input
+
+    try:  # a FIFO, a device or a symlink loop is refused before open (beamalloc/files.py)
+        f = open_input(path)
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     return open_trace_stream(f, where, allow_truncated=allow_truncated)
 
 

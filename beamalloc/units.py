@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import math
+
+from beamalloc.snapshot import MAX_SCHEDULERS
+
 
 def human(n: int | float | None) -> str:
     """1536 -> '1.5 KiB'. Exact below 1 KiB, one decimal above."""
@@ -19,3 +24,99 @@ def human(n: int | float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+# ---- numbers a user types: every option is finite and within what a machine can hold ------------
+# (docs/robustness.md, "Ranges"). argparse calls these with the option's text; a value outside
+# its range is one line and exit 2, never nan reaching a timer or 10^9 schedulers a replay.
+
+
+def _plain(x: float) -> str:
+    """1000000 -> '1,000,000', 0.5 -> '0.5', 1e-06 -> '1e-06'."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+class _Range:
+    """An argparse `type=`: the text as an int or a float within [lo, hi] (`lo` excluded when
+    `open_lo`), in `unit`, else argparse.ArgumentTypeError with the range."""
+
+    def __init__(self, kind: type, lo: float, hi: float, unit: str, open_lo: bool = False) -> None:
+        self.kind, self.lo, self.hi, self.unit, self.open_lo = kind, lo, hi, unit, open_lo
+        self.__name__ = "integer" if kind is int else "number"  # argparse names it in errors
+
+    def describe(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        lo, hi = _plain(self.lo), _plain(self.hi)
+        return f"above {lo}, at most {hi}{unit}" if self.open_lo else f"from {lo} to {hi}{unit}"
+
+    def __call__(self, text: str) -> int | float:
+        what = "a whole number" if self.kind is int else "a finite number"
+        bad = argparse.ArgumentTypeError(f"expected {what} {self.describe()}, got "
+                                         f"{text[:30]!r}")
+        try:
+            v = int(text, 10) if self.kind is int else float(text)
+        except ValueError:
+            raise bad from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise bad
+        if v < self.lo or v > self.hi or (self.open_lo and v == self.lo):
+            raise bad
+        return v
+
+
+
+#: Every numeric option of every command, one home: option -> its argparse type.
+OPTIONS: dict[str, _Range] = {
+    "--timeout": _Range(float, 0, 3600, "seconds", open_lo=True),
+    "--interval": _Range(float, 0, 86400, "seconds", open_lo=True),
+    "--retain": _Range(float, 0, 36500, "days", open_lo=True),
+    "--duration": _Range(float, 0, 366 * 86400, "seconds", open_lo=True),
+    "--rate-seconds": _Range(float, 0, 3600, "seconds"),
+    "--trace-for": _Range(float, 0, 600, "seconds", open_lo=True),
+    "--sample-ms": _Range(float, 1e-6, 86_400_000, "ms"),  # 1 ns to a day of trace time
+    "--schedulers": _Range(int, 1, MAX_SCHEDULERS, "schedulers"),
+    "--top": _Range(int, 1, 1_000_000, "instances"),
+    "--max-carriers": _Range(int, 0, 100_000_000, "carriers"),
+    "--carriers-every": _Range(int, 0, 1_000_000, "samples"),
+    "--pid": _Range(int, 1, (1 << 31) - 1, ""),
+    "--sample": _Range(float, 0, 1, "(a fraction of the time)", open_lo=True),
+    "--slice-ms": _Range(float, 1, 3_600_000, "ms"),
+    "--max-overhead": _Range(float, 0, 100, "%", open_lo=True),
+}
+
+
+def option_type(option: str) -> _Range:
+    """The argparse `type=` for `option` (a key of OPTIONS)."""
+    return OPTIONS[option]
+
+
+def apply_ranges(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give every option of `parser` and its subcommands that OPTIONS names its range: the one
+    call the CLI makes after building its parser, so a new command gets the checks too."""
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:  # argparse has no public walk of its options
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            for s in action.option_strings:
+                if s in OPTIONS:
+                    action.type = OPTIONS[s]
+    return parser
+
+
+def unix_time(name: str, text: str | None) -> float | None:
+    """A Unix time given as text (a web query's `start`, `end`): None when absent, else a finite
+    number of seconds between 1970 and 9999, or InputError in one line (a 400, not a 500)."""
+    from beamalloc.errors import InputError
+    from beamalloc.snapshot import MAX_TIME
+
+    if text is None or text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v <= MAX_TIME):
+        raise InputError(f"{name}: expected a Unix time in seconds, 0 to {MAX_TIME:.0f}")
+    return v

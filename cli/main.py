@@ -21,6 +21,7 @@ from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
+from beamalloc.units import apply_ranges
 
 
 class _Parser(argparse.ArgumentParser):
@@ -610,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int]
     try:
-        args = build_parser().parse_args(argv)
+        args = apply_ranges(build_parser()).parse_args(argv)  # docs/robustness.md, "Ranges"
         if hasattr(args, "proto_dist"):  # a command that may connect: how (docs/access.md)
             from beamalloc.collector import access
 

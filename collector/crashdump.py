@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
+    UINT64_MAX,
     AllocatorInstance,
     BlockStats,
     FixType,
@@ -37,27 +38,45 @@ class CrashDumpError(InputError):
     pass
 
 
-_SECTION = re.compile(r"=allocator:([a-z_]+)(?:\[(\d+)\])?$")
+_SECTION = re.compile(r"=allocator:([a-z_]{1,64})(?:\[([0-9]{1,6})\])?$")
 _SYSVER = re.compile(
-    r"Erlang/OTP (\S+) \[erts-([\d.]+)\](?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
+    r"Erlang/OTP (\S{1,32}) \[erts-([\d.]{1,32})\](?:.*?\[(32|64)-bit\])?"
+    r"(?:.*?\[smp:(\d{1,9}):(\d{1,9})\])?"
 )
 # Releases before OTP 17 wrote "Erlang R16B02 (erts-5.10.3) ... [64-bit] [smp:4:4]", or only
 # "Erlang (BEAM) emulator version 5.6.1" (no release, no word size: 32-bit unless it says so).
 _SYSVER_OLD = re.compile(
-    r"Erlang (?:(R\w+) \(erts-([\d.]+)\)|\(BEAM\) emulator version ([\d.]+))"
-    r"(?:.*?\[(\d+)-bit\])?(?:.*?\[smp:(\d+):(\d+)\])?"
+    r"Erlang (?:(R\w{1,16}) \(erts-([\d.]{1,32})\)|\(BEAM\) emulator version ([\d.]{1,32}))"
+    r"(?:.*?\[(32|64)-bit\])?(?:.*?\[smp:(\d{1,9}):(\d{1,9})\])?"
 )
 # "mbcs blocks[binary_alloc] count: 0 20 20" (OTP ≥ 23); "mbcs blocks: 1 2 3" and
 # "mbcs blocks size: 4 5 6" (OTP ≤ 22, counted as the instance's own type)
-_BLOCKS = re.compile(r"(mbcs|sbcs|mbcs_pool) blocks(?:\[([a-z_]+)\])?( count| size)?: ([\d ]+)$")
+_BLOCKS = re.compile(r"(mbcs|sbcs|mbcs_pool) blocks(?:\[([a-z_]+)\])?( count| size)?: (.*)$")
 _CARRIERS = re.compile(
-    r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?: ([\d ]+)$"
+    r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?: (.*)$"
 )
-_CALLS = re.compile(r"([a-z_]+) calls: (\d+)$")
+_CALLS = re.compile(r"([a-z_]+) calls: (.*)$")
 
 
-def _nums(s: str) -> list[int]:
-    return [int(x) for x in s.split()]
+class _BadValue(ValueError):
+    """A statistic that is not what the VM writes; read_crashdump_lines names the section."""
+
+
+#: A count or size as the VM prints it: an unsigned machine word, in decimal.
+_UINT = re.compile(r"[0-9]{1,20}\Z")
+
+
+def _num(s: str, what: str) -> int:
+    if not _UINT.match(s) or int(s) > UINT64_MAX:
+        raise _BadValue(f"{what} is not a count or size (0..2^64-1)")
+    return int(s)
+
+
+def _nums(s: str, what: str) -> list[int]:
+    nums = [_num(x, what) for x in s.split()]
+    if not 1 <= len(nums) <= 3:
+        raise _BadValue(f"{what}: expected one to three numbers, found {len(nums)}")
+    return nums
 
 
 def _t(nums: list[int]) -> Triple:
@@ -67,7 +86,7 @@ def _t(nums: list[int]) -> Triple:
 def _option(v: str) -> int | bool | str:
     if v in ("true", "false"):
         return v == "true"
-    return int(v) if v.isdigit() else v
+    return int(v) if _UINT.match(v) else v
 
 
 @dataclass
@@ -89,12 +108,8 @@ def _instance(sec: _Section) -> AllocatorInstance:
         elif line.startswith("versions: "):
             inst.versions = line[10:].split()
         elif m := _BLOCKS.match(line):
-            where, typ, what, nums = (
-                m.group(1),
-                m.group(2) or sec.name,
-                m.group(3),
-                _nums(m.group(4)),
-            )
+            where, typ, what = m.group(1), m.group(2) or sec.name, m.group(3)
+            nums = _nums(m.group(4), f"{where} blocks{what or ''}")
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
                 pool_counts.setdefault(typ, [0, 0])[1 if what == " size" else 0] = nums[0]
@@ -105,7 +120,8 @@ def _instance(sec: _Section) -> AllocatorInstance:
                 else:
                     b.count = _t(nums)
         elif m := _CARRIERS.match(line):
-            where, kind, size, nums = m.group(1), m.group(2), m.group(3), _nums(m.group(4))
+            where, kind, size = m.group(1), m.group(2), m.group(3)
+            nums = _nums(m.group(4), f"{where} {kind}{size or ''}")
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
                 if size:
@@ -129,12 +145,14 @@ def _instance(sec: _Section) -> AllocatorInstance:
             else:
                 cs.sys_carriers = nums[0]
         elif m := _CALLS.match(line):
-            inst.calls[m.group(1)] = int(m.group(2))
+            inst.calls[m.group(1)] = _num(m.group(2), "calls")
         elif line.startswith("fix type: "):
             parts = line[10:].split()
             if len(parts) == 3:
                 inst.fix_types = inst.fix_types or []
-                inst.fix_types.append(FixType(parts[0], int(parts[1]), int(parts[2])))
+                inst.fix_types.append(
+                    FixType(parts[0], _num(parts[1], "fix type"), _num(parts[2], "fix type"))
+                )
     # The dump lists every type, zeros included; system_info lists only types ever used (§6.1).
     for cs in sections.values():
         cs.blocks = {t: b for t, b in cs.blocks.items() if b.count.max or b.size.max}
@@ -151,11 +169,11 @@ def _mseg(sec: _Section) -> MsegInstance:
         if k.startswith("option "):
             m.options[k[7:]] = _option(v)
         elif k in ("cached_segments", "cache_hits", "segments_watermark"):
-            setattr(m, k, int(v))
+            setattr(m, k, _num(v, k))
         elif k in ("segments", "segments_size"):
-            setattr(m, k, _t(_nums(v)))
+            setattr(m, k, _t(_nums(v, k)))
         elif k.endswith(" calls"):
-            m.calls[k[:-6]] = int(v)
+            m.calls[k[:-6]] = _num(v, "calls")
     return m
 
 
@@ -198,7 +216,11 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
         line = line.rstrip("\r\n")
         if line.startswith("="):
             if alloc is not None:
-                _finish(snap, alloc)
+                try:
+                    _finish(snap, alloc)
+                except _BadValue as e:
+                    where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
+                    raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
                 alloc = None
             section = line[1:]
             if section == "end":
@@ -221,8 +243,11 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
             raw.append(line)
         elif section == "memory":
             k, _, v = line.partition(": ")
-            if v.isdigit():
-                snap.memory[k] = int(v)
+            if _UINT.match(v):
+                try:
+                    snap.memory[k] = _num(v, "a value")
+                except _BadValue as e:
+                    raise CrashDumpError(f"{name}: =memory: {e}") from None
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
             snap.extra.setdefault("erts_mmap", "")
@@ -251,11 +276,33 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     return snap
 
 
+#: The release family each erts series shipped with, for the headers that name only the
+#: emulator ("Erlang (BEAM) emulator version 5.6.1"; docs/erts/alloc_util.md §6.3). The family,
+#: not the patch level: 5.6.1 is R12B (R12B-1), 5.4.12 is R10B (R10B-10).
+ERTS_SERIES = {
+    (5, 0): "R7B", (5, 1): "R8B", (5, 2): "R9B", (5, 3): "R9C", (5, 4): "R10B", (5, 5): "R11B",
+    (5, 6): "R12B", (5, 7): "R13B", (5, 8): "R14B", (5, 9): "R15B", (5, 10): "R16B",
+}  # fmt: skip
+
+
+def _release_of_erts(erts: str) -> str | None:
+    parts = erts.split(".")
+    try:
+        return ERTS_SERIES.get((int(parts[0]), int(parts[1])))
+    except (ValueError, IndexError):
+        return None
+
+
 def _header(snap: Snapshot, head: list[str]) -> None:
     if head:
-        # The dump's second line is the dying node's local time.
+        # The dump's second line is the dying node's local time, in a time zone the dump does
+        # not name: kept as it was written, never as a Unix time (which would claim UTC).
         with contextlib.suppress(ValueError):
-            snap.taken_at = time.mktime(time.strptime(head[0].strip(), "%a %b %d %H:%M:%S %Y"))
+            t = time.strptime(head[0].strip(), "%a %b %d %H:%M:%S %Y")
+            local = time.strftime("%Y-%m-%d %H:%M:%S", t)
+            snap.extra["local_time"] = local
+            snap.notes.append(f"written {local}, the node's local time (the dump names no time "
+                              "zone, so no UTC time is given)")
     for line in head:
         if line.startswith("Slogan: "):
             # Some dumps lack the newline after the slogan: "...by userSystem version: ...".
@@ -266,18 +313,61 @@ def _header(snap: Snapshot, head: list[str]) -> None:
             line = glued + version
         if not line.startswith("System version: "):
             continue
+        bits = smp = None
         if m := _SYSVER.search(line):
             snap.otp_release, snap.erts_version = m.group(1), m.group(2)
-            snap.wordsize = int(m.group(3)) // 8 if m.group(3) else 4  # "[64-bit]" or 32
-            if m.group(4):
-                snap.schedulers = int(m.group(4))
+            bits, smp = m.group(3), m.group(4)
         elif m := _SYSVER_OLD.search(line):
-            snap.otp_release, snap.erts_version = m.group(1), m.group(2) or m.group(3)
-            snap.wordsize = int(m.group(4)) // 8 if m.group(4) else 4
-            if m.group(5):
-                snap.schedulers = int(m.group(5))
+            snap.erts_version = m.group(2) or m.group(3)
+            snap.otp_release = m.group(1) or _release_of_erts(snap.erts_version)
+            bits, smp = m.group(4), m.group(5)
+        else:
+            continue
+        # "[64-bit]" is printed by 64-bit emulators only. Its absence means 32-bit, unless an
+        # option holds 2^64-1, the 64-bit ~0 (no 32-bit word holds it).
+        if bits:
+            snap.wordsize = int(bits) // 8
+        elif any(v == UINT64_MAX for a in snap.allocators for v in a.options.values()):
+            snap.wordsize = 8
+        else:
+            snap.wordsize = 4
+        # "[smp:S:O]" is printed by the SMP emulator; without it the emulator had one scheduler
+        # (and the dump one instance per allocator, as the R10B and R12B dumps show).
+        snap.schedulers = int(smp) if smp else 1
+        break
+    if snap.wordsize == 4:
+        widen_word_limits(snap)
+
+
+#: `~0` of a 32-bit word: erts prints it for "infinite" sizes and counts (sbct of ll_alloc and
+#: literal_alloc, mmmbc: docs/erts/alloc_util.md §2.3) on 32-bit emulators.
+UINT32_MAX = (1 << 32) - 1
+
+
+def widen_word_limits(snap: Snapshot) -> None:
+    """A 32-bit node's ~0 means what a 64-bit node's ~0 means: "infinite" (never a single-block
+    carrier, no limit). Stored as the 64-bit ~0, the one value every consumer already reads as
+    infinite, instead of 4 GiB; the note says so."""
+    n = 0
+    tables = [inst.options for inst in snap.allocators]
+    tables += [o for sec in snap.extra.values() if isinstance(sec, dict) for o in sec.values()
+               if isinstance(o, dict)]  # sys_alloc and alloc_util options (mmc)
+    for options in tables:
+        for k, v in options.items():
+            if v == UINT32_MAX:
+                options[k] = UINT64_MAX
+                n += 1
+    if n:
+        snap.notes.append(f"32-bit node: {n} options set to 4294967295 (~0, \"infinite\") are "
+                          "read as infinite")
 
 
 def read_crashdump(path: str) -> Snapshot:
-    with open(path, encoding="latin-1", newline="") as f:
-        return read_crashdump_lines(f, path)
+    """A crash dump file, opened as every input is (beamalloc/files.py: a FIFO or a device is
+    refused before open)."""
+    from beamalloc.files import open_input
+
+    with open_input(path) as f:
+        snap = read_crashdump_lines((b.decode("latin-1") for b in f), path)
+    snap.check()
+    return snap

@@ -22,7 +22,7 @@ from beamalloc.collector.system_info import (
     memory_from_term,
 )
 from beamalloc.collector.terms import format_term, parse_term, proplist
-from beamalloc.snapshot import Snapshot
+from beamalloc.snapshot import ALLOCATOR_NAME, Snapshot, describe
 
 
 def _single_allocator_name(info: list) -> str:
@@ -58,16 +58,17 @@ def snapshot_from_term(term: Any, node: str, taken_at: float | None) -> Snapshot
         if not (isinstance(entry, tuple) and len(entry) == 2):
             raise FormatError(f"allocator entry {i + 1} is not a {{Key, Props}} pair")
         key, props = entry
+        name = key[0] if isinstance(key, tuple) and len(key) == 2 else key
+        if isinstance(name, str) and not ALLOCATOR_NAME.match(name):
+            raise FormatError(f"allocator entry {i + 1}: not an allocator name")
         if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
             if not isinstance(key[1], int):
-                raise FormatError(
-                    f"allocator entry {i + 1} has instance {format_term(key[1])[:30]}"
-                )
+                raise FormatError(f"allocator entry {i + 1} has {describe(key[1])} as instance")
             add_allocator(snap, str(key[0]), key[1], props)  # Format A
         elif isinstance(key, str):
             add_system_info(snap, str(key), props)  # Format B
         else:
-            raise FormatError(f"allocator entry {i + 1} has key {format_term(key)[:40]}")
+            raise FormatError(f"allocator entry {i + 1} has {describe(key)} as key")
     if not snap.allocators:
         raise FormatError("the snapshot holds no alloc_util allocator")
     return snap

@@ -15,7 +15,8 @@ from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
 from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
-from beamalloc.snapshot import Snapshot
+from beamalloc.files import open_input
+from beamalloc.snapshot import MAX_TIME, Snapshot
 from beamalloc.units import human as _human
 
 #: recon snapshot files and beamalloc JSON are read whole; a node with 64 schedulers gives about
@@ -49,25 +50,21 @@ def _lines(head: bytes, f: BinaryIO):
 
 def read_file(path: str) -> Snapshot:
     name = "standard input" if path == "-" else path
-    try:
-        f: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:
-        raise InputError(
-            f"{path}: no such file (a node name needs an '@', as in app@host)"
-        ) from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
+    f: BinaryIO = sys.stdin.buffer if path == "-" else _open(path)
     with f:
-        head = f.read(64)
+        head = _head(f)
         if not head.strip():
             raise InputError(f"{name}: empty file")
-        if head.startswith(MAGIC.encode()):
-            return read_crashdump_lines(_lines(head, f), name)
+        if head.lstrip().startswith(MAGIC.encode()):
+            snap = read_crashdump_lines(_lines(head.lstrip(), f), name)
+            _check(snap, name)
+            return snap
         if is_snippet(head):  # an external term: a `beamalloc snippet` file (docs/access.md)
-            return read_snippet(head + f.read(MAX_TERM_FILE), name,
-                                os.fstat(f.fileno()).st_mtime if path != "-" else None)
+            mtime = os.fstat(f.fileno()).st_mtime if path != "-" else None
+            snap = read_snippet(head + f.read(MAX_TERM_FILE), name,
+                                mtime if mtime is not None and 0 < mtime <= MAX_TIME else None)
+            _check(snap, name)
+            return snap
         if path != "-":
             size = os.fstat(f.fileno()).st_size
             if size > MAX_TERM_FILE:
@@ -82,6 +79,8 @@ def read_file(path: str) -> Snapshot:
                 "not a recon snapshot or beamalloc JSON"
             )
         taken_at = os.fstat(f.fileno()).st_mtime if path != "-" else None
+        if taken_at is not None and not 0 < taken_at <= MAX_TIME:
+            taken_at = None  # a file time set by hand to before 1970 or after 9999
     text = _decode(data, name)
     stripped = text.lstrip()
     try:
@@ -94,11 +93,41 @@ def read_file(path: str) -> Snapshot:
                 if taken_at
                 else "no time stamp in the file"
             )
+            snap.check()
     except InputError as e:
         raise InputError(f"{name}: {e}") from None
     return snap
 
 
+def _head(f: BinaryIO) -> bytes:
+    """The first bytes, past any leading blank lines (a recon file pasted with 70 newlines
+    before it is still one): 64 of them that are not all white space, or what there is."""
+    head = f.read(64)
+    while head and not head.strip() and len(head) < MAX_TERM_FILE:
+        more = f.read(1 << 16)
+        if not more:
+            break
+        head += more
+    return head
+
+
+def _check(snap: Snapshot, name: str) -> None:
+    try:
+        snap.check()
+    except InputError as e:
+        raise InputError(f"{name}: {e}") from None
+
+
+def _open(path: str) -> BinaryIO:
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: no such file (a node name needs an '@', as in app@host)")
+    return open_input(path)
+
+
 def _node_from_name(path: str) -> str:
     """recon files do not name their node; the file name is the best label we have."""
-    return "unknown" if path == "-" else os.path.basename(path)
+    if path == "-":
+        return "unknown"
+    # A file name is bytes: shown as text it keeps no lone surrogate and no control character.
+    raw = os.path.basename(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else "?" for c in raw)[:255] or "unknown"

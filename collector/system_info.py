@@ -20,6 +20,7 @@ from typing import Any
 from beamalloc.collector.terms import Atom, Term, format_term, proplist
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
+    UINT64_MAX,
     AllocatorInstance,
     BlockStats,
     CarrierStats,
@@ -28,6 +29,7 @@ from beamalloc.snapshot import (
     PoolStats,
     Snapshot,
     Triple,
+    describe,
 )
 
 GIGA = 1_000_000_000  # call counters are {Name, Giga, Ones} (docs/erts/recon-formulas.md §0)
@@ -38,16 +40,17 @@ class FormatError(InputError):
 
 
 def _int(v: Any, what: str) -> int:
-    if isinstance(v, int) and not isinstance(v, bool):
+    """A count or size: an unsigned machine word (docs/erts/alloc_util.md §6.1)."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= UINT64_MAX:
         return v
-    raise FormatError(f"{what}: expected an integer, got {format_term(v)[:60]}")
+    raise FormatError(f"{what}: expected an integer, got {describe(v)}")
 
 
 def _triple(v: Any, what: str) -> Triple:
     """`{K, C, L, M}` arrives here as the tuple (C, L, M)."""
     if isinstance(v, tuple) and len(v) == 3:
         return Triple(*(_int(x, what) for x in v))
-    raise FormatError(f"{what}: expected three values, got {format_term(v)[:60]}")
+    raise FormatError(f"{what}: expected three values, got {describe(v)}")
 
 
 def _calls(v: Any, what: str) -> dict[str, int]:
@@ -67,7 +70,7 @@ def _typed_blocks(lst: Any, what: str) -> dict[str, BlockStats]:
     out: dict[str, BlockStats] = {}
     for entry in lst:
         if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
-            raise FormatError(f"{what}: unexpected blocks entry {format_term(entry)[:60]}")
+            raise FormatError(f"{what}: unexpected blocks entry {describe(entry)}")
         p = proplist(entry[1])
         out[str(entry[0])] = BlockStats(
             count=_triple(p.get("count", (0, 0, 0)), what),
@@ -81,6 +84,10 @@ def carrier_stats(alloc: str, section: Any, what: str) -> CarrierStats:
     if not p and section != []:
         raise FormatError(f"{what}: not a property list")
     blocks = p.get("raw_blocks", p.get("blocks", []))
+    if "raw_blocks" in p:  # recon's totals beside the list: not used, but never impossible
+        for k in ("blocks", "blocks_size"):
+            if k in p:
+                _triple(p[k], what)
     if isinstance(blocks, list):
         by_type = _typed_blocks(blocks, what)
     else:  # OTP ≤ 22 totals, or recon's normalized totals without raw_blocks
@@ -110,7 +117,7 @@ def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
     if isinstance(blocks, list):
         for entry in blocks:
             if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
-                raise FormatError(f"{what}: unexpected pool blocks entry {format_term(entry)[:60]}")
+                raise FormatError(f"{what}: unexpected pool blocks entry {describe(entry)}")
             q = proplist(entry[1])
             by_type[str(entry[0])] = (_int(q.get("count", 0), what), _int(q.get("size", 0), what))
     else:
@@ -223,11 +230,11 @@ def add_system_info(snap: Snapshot, alloc: str, info: Any) -> None:
         snap.extra["erts_mmap"] = format_term(info)
         return
     if not isinstance(info, list):
-        raise FormatError(f"{alloc}: system_info returned {format_term(info)[:60]}")
+        raise FormatError(f"{alloc}: system_info returned {describe(info)}")
     if info and isinstance(info[0], tuple) and len(info[0]) == 3 and info[0][0] == "instance":
         for entry in info:
             if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == "instance"):
-                raise FormatError(f"{alloc}: unexpected entry {format_term(entry)[:60]}")
+                raise FormatError(f"{alloc}: unexpected entry {describe(entry)}")
             add_allocator(snap, alloc, _int(entry[1], alloc), entry[2])
     else:  # sys_alloc on older releases: a bare option list
         add_allocator(snap, alloc, 0, info)

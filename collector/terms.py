@@ -122,7 +122,7 @@ def _int_literal(text: str, tok: str, pos: int) -> int:
         try:
             n = int(value, int(base))
         except ValueError as e:
-            raise TermError(f"bad based integer {tok!r} at {_where(text, pos)}") from e
+            raise TermError(f"bad based integer at {_where(text, pos)}") from e
         return -n if tok.startswith("-") else n
     return int(tok)
 
@@ -133,8 +133,8 @@ def _tokens(text: str) -> Iterator[tuple[str, str, int]]:
     while pos < end:
         m = match(text, pos)
         if m is None:
-            snippet = text[pos : pos + 20].encode("unicode_escape").decode("ascii")
-            raise TermError(f"unexpected input {snippet!r} at {_where(text, pos)}")
+            # What is there is not shown: the file may be a secret given by mistake.
+            raise TermError(f"unexpected input at {_where(text, pos)}: not an Erlang term")
         kind = m.lastgroup
         assert kind is not None
         if kind != "ws":
@@ -161,7 +161,7 @@ def parse_terms(text: str, final_dot: bool = True) -> list[Term]:
     for kind, tok, pos in _tokens(text):
         if kind != "punct" or tok in _OPENERS:
             if state == "after":
-                raise TermError(f"missing ',' before {tok[:20]!r} at {_where(text, pos)}")
+                raise TermError(f"missing ',' before the {_KINDS[kind]} at {_where(text, pos)}")
             if kind == "punct":
                 if len(stack) >= MAX_DEPTH:
                     raise TermError(f"terms nested deeper than {MAX_DEPTH} at {_where(text, pos)}")
@@ -184,26 +184,35 @@ def parse_terms(text: str, final_dot: bool = True) -> list[Term]:
         elif tok == "|":
             raise TermError(f"improper list at {_where(text, pos)}")
         else:
-            raise TermError(f"unexpected {tok!r} at {_where(text, pos)}")
+            raise TermError(f"unexpected {_PUNCT.get(tok, 'punctuation')} at {_where(text, pos)}")
     if stack or (state != "value" and (final_dot or not terms)):
         raise TermError("the input ends before the term does (missing '.' or a closing bracket)")
     return terms
 
 
 _OPENERS = {"{": "}", "[": "]", "<<": ">>"}
+#: Tokens by what they are, for messages that show no input.
+_KINDS = {"float": "number", "int": "number", "char": "character literal", "atom": "atom",
+          "qatom": "atom", "string": "string", "opaque": "pid, port or reference",
+          "punct": "opening bracket"}
+_PUNCT = {"}": "'}'", "]": "']'", ">>": "'>>'", ",": "','", ".": "'.'", "|": "'|'",
+          "{": "'{'", "[": "'['", "<<": "'<<'"}
 
 
 def _scalar(kind: str, tok: str, text: str, pos: int) -> Term:
     if kind == "int":
         return _int_literal(text, tok, pos)
     if kind == "float":
-        return float(tok)
+        x = float(tok)
+        if x in (float("inf"), float("-inf")):  # 1.0e999: no Erlang float, and no JSON number
+            raise TermError(f"float out of range at {_where(text, pos)}")
+        return x
     if kind == "atom":
         return Atom(tok)
     if kind == "qatom":
         return Atom(_unescape(tok[1:-1]))
-    if kind == "string":
-        return _unescape(tok[1:-1])
+    if kind == "string":  # "" is [] in Erlang, and format_term prints it so
+        return _unescape(tok[1:-1]) or []
     if kind == "char":
         return ord(_unescape(tok[1:]))
     return Opaque(tok)

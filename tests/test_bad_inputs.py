@@ -81,7 +81,7 @@ def test_two_gigabyte_file(tmp_path, cli):
         (["analyze", "/nonexistent/snap.json"], "no such file"),
         (["analyze", str(ROOT)], "is a directory"),
         (["analyze", "no_at_sign"], "no such file"),
-        (["analyze", "--top", "x", "f"], "invalid int"),
+        (["analyze", "--top", "x", "f"], "--top: expected a whole number"),
     ],
 )
 def test_usage_errors(args, needle, cli):

@@ -45,6 +45,50 @@ def test_header_read_as_written(row: dict[str, str]) -> None:
     assert "System version" not in snap.extra.get("slogan", "")
 
 
+def _evidence(path: Path) -> tuple[int, int]:
+    """Word size and scheduler count from the dump's body, not its header: the widest address
+    it prints (16 hex digits or 8; else which ~0 its options hold), and the highest
+    eheap_alloc instance (one per scheduler, plus instance 0; a non-SMP emulator has only 0)."""
+    import re
+
+    text = path.read_bytes()
+    widths = {len(a) for a in re.findall(rb"0x([0-9a-fA-F]{8}|[0-9a-fA-F]{16})\b", text)}
+    # A 64-bit dump prints 16-digit addresses (and some shorter hex); a 32-bit one never does.
+    no_hex = 8 if b"18446744073709551615" in text else 4
+    wordsize = max(widths) // 2 if widths else no_hex
+    top = max((int(n) for n in re.findall(rb"=allocator:eheap_alloc\[(\d+)\]", text)), default=0)
+    return wordsize, max(1, top)
+
+
+@pytest.mark.parametrize("row", INDEX, ids=[r["file"][:40] for r in INDEX])
+def test_every_header_gives_release_erts_schedulers_wordsize(row: dict[str, str]) -> None:
+    """Issue 16: 28 of 116 real dumps had these null (and were then predicted as OTP 25). The
+    release is the INDEX's (R12B for `emulator version 5.6.1`: the erts series' release), the
+    word size and scheduler count what the dump's body shows; 32-bit ~0 reads as infinite."""
+    snap = read_file(str(_path(row)))
+    assert (snap.otp_release, snap.erts_version) == (row["otp"], row["erts"])
+    assert (snap.wordsize, snap.schedulers) == _evidence(_path(row))
+    options = [v for a in snap.allocators for v in a.options.values()]
+    options += [v for o in snap.extra.get("alloc_util", {}).values() for v in o.values()]
+    if snap.wordsize == 4 and b": 4294967295" in _path(row).read_bytes():
+        assert (1 << 64) - 1 in options  # "infinite" (sbct, mmmbc, mmc), not 4 GiB
+        assert any("read as infinite" in n for n in snap.notes)
+    assert 4294967295 not in options
+
+
+def test_dump_time_is_local_not_utc() -> None:
+    """The dump's time line is the dying node's local time in an unnamed zone: kept as written,
+    never turned into a Unix time that the reports would label UTC."""
+    row = INDEX[0]
+    snap = read_file(str(_path(row)))
+    line = _path(row).read_bytes().split(b"\n")[1].decode().strip()
+    import time
+
+    written = time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(line, "%a %b %d %H:%M:%S %Y"))
+    assert snap.taken_at is None and snap.extra["local_time"] == written
+    assert any(written in n and "local time" in n for n in snap.notes)
+
+
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, dict]:
     """`beamalloc recommend --json` on every dump, as the before-stop hook runs it."""
@@ -106,3 +150,17 @@ def test_otp17_runaway_size_is_told_not_given_flags(tmp_path: Path) -> None:
     v = doc["verdict"]
     assert v["state"] == "NO FLAG HELPS" and "-1014695080" in v["headline"]
     assert "runaway" in v["headline"] and "No +M flag helps" in v["headline"]
+
+
+def test_32bit_infinite_sbct_is_not_linted(verdicts: dict[str, dict]) -> None:
+    """Issue 16: a 32-bit dump's `sbct 4294967295` (~0, never a single-block carrier) was read
+    as 4 GiB and linted as lmbcs < 2 x sbct on 11 of 116 dumps. Every dump whose options hold
+    the 32-bit ~0 gets no such lint now."""
+    checked = 0
+    for row in INDEX:
+        if b"sbct: 4294967295" not in _path(row).read_bytes():
+            continue
+        checked += 1
+        lint = verdicts[row["file"]]["lint"]
+        assert not [i for i in lint if "4.0 GiB" in i["message"] or i["check"] == "lmbcs-sbct"]
+    assert checked >= 5

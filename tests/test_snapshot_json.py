@@ -11,6 +11,7 @@ from support import DATA, SAMPLES
 
 from beamalloc.collector.sources import read_file
 from beamalloc.snapshot import (
+    NUMERIC_OPTIONS,
     SOURCES,
     AllocatorInstance,
     BlockStats,
@@ -27,7 +28,10 @@ names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_@.'\"<>\\é", min_size=1, m
 counts = st.integers(min_value=0, max_value=2**64 - 1)
 triples = st.builds(Triple, counts, counts, counts)
 option_values = st.one_of(counts, st.booleans(), names)
-options = st.dictionaries(names, option_values, max_size=5)
+# Sizes and counts are integers (Snapshot.check refuses `sbct: "abc"`); other options any value.
+options = st.dictionaries(names.filter(lambda k: k not in NUMERIC_OPTIONS), option_values,
+                          max_size=5) | st.dictionaries(st.sampled_from(sorted(NUMERIC_OPTIONS)),
+                                                        counts, max_size=3)
 carrier_stats = st.builds(
     CarrierStats,
     blocks=st.dictionaries(names, st.builds(BlockStats, triples, triples), max_size=3),

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, render_templ
 from beamalloc.timeseries.series import active_findings
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
-from beamalloc.units import human, pct
+from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
 from beamalloc.webui.data import MAX_POINTS, Data, NotFound
 from beamalloc.webui.pagedata import figures_json, severity
@@ -129,14 +129,8 @@ def _findings(d: Data, ref: str | None) -> str:
 
 
 def _range() -> tuple[float | None, float | None]:
-    def num(k: str) -> float | None:
-        v = request.args.get(k)
-        if v in (None, ""):
-            return None
-        try:
-            return float(v)
-        except ValueError:
-            abort(400)
+    def num(k: str) -> float | None:  # nan, inf, 1e20, text: a 400 in one line (InputError)
+        return unix_time(k, request.args.get(k))
 
     return num("start"), num("end")
 

@@ -91,7 +91,7 @@ def test_table_side_by_side(trace, capsys):
     [
         (["--flags", "+MBfoo 1"], "unknown parameter"),
         (["--compare", "+MBas xx"], "bad value"),
-        (["--schedulers", "0"], "at least 1"),
+        (["--schedulers", "0"], "from 1 to 1,024"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(trace, capsys, args, msg):

@@ -1,0 +1,108 @@
+"""The properties the reader fuzzers check (atheris_readers.py), and `make test` checks on every
+input kept in tests/corpus/fuzz/ (tests/test_corpus.py).
+
+Any bytes, through each reader: a result, or the reader's one-line error (InputError, ETFError
+for the ETF decoder), nothing else; and whatever reads is usable by every command:
+
+* terms: what parses prints (format_term) and parses back to the same terms;
+* etf: what decodes is made of the types terms.py maps Erlang terms to;
+* recon, crashdump: the Snapshot passes Snapshot.check, round-trips through JSON, and recon's
+  numbers (analyzer/metrics.py) compute on it without an exception.
+"""
+
+from __future__ import annotations
+
+import math
+
+from beamalloc.analyzer import metrics
+from beamalloc.collector import etf
+from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
+from beamalloc.collector.recon import read_recon
+from beamalloc.collector.sources import _decode
+from beamalloc.collector.terms import Atom, Opaque, format_term, parse_terms
+from beamalloc.errors import InputError
+from beamalloc.snapshot import Snapshot
+
+READERS = ("terms", "etf", "recon", "crashdump")
+
+
+def _text(data: bytes) -> str:
+    return _decode(data, "fz")  # what sources.read_file does: NUL refused, utf-8 else latin-1
+
+
+def check_terms(data: bytes) -> bool:
+    try:
+        terms = parse_terms(_text(data), final_dot=False)
+    except InputError:
+        return False
+    for t in terms:
+        (back,) = parse_terms(format_term(t) + ".")
+        assert back == t, "format_term does not parse back to the same term"
+    return True
+
+
+def _plain(t: object) -> None:
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple | list):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        else:  # floats may be any IEEE double, NaN included: system_info refuses them as counts
+            assert isinstance(x, Atom | Opaque | int | float | str | bytes), type(x)
+
+
+def check_etf(data: bytes) -> bool:
+    try:
+        term = etf.decode(data)
+    except etf.ETFError:
+        return False
+    _plain(term)
+    return True
+
+
+def _usable(snap: Snapshot) -> None:
+    snap.check()
+    back = Snapshot.from_json(snap.to_json())
+    assert back.to_json() == snap.to_json(), "JSON round trip"
+    for kw in ("current", "max"):
+        for key in ("used", "allocated", "unused", "usage"):
+            v = metrics.memory(snap, key, kw)  # type: ignore[arg-type]
+            assert math.isfinite(v)
+        metrics.fragmentation(snap, kw)  # type: ignore[arg-type]
+        metrics.average_block_sizes(snap, kw)  # type: ignore[arg-type]
+        metrics.sbcs_to_mbcs(snap, kw)  # type: ignore[arg-type]
+    metrics.cache_hit_rates(snap)
+
+
+def check_recon(data: bytes) -> bool:
+    try:
+        snap = read_recon(_text(data), node="fz", taken_at=None)
+        snap.check()
+    except InputError:
+        return False
+    _usable(snap)
+    return True
+
+
+def check_crashdump(data: bytes) -> bool:
+    # Half the inputs get the header, so that mutations spend their time past it.
+    if data[:1] != b"=" and len(data) % 2:
+        data = MAGIC.encode() + b"0.5\n" + data
+    try:
+        snap = read_crashdump_lines(data.decode("latin-1").split("\n"), "fz")
+        snap.check()
+    except InputError:
+        return False
+    _usable(snap)
+    return True
+
+
+CHECKS = {
+    "terms": check_terms,
+    "etf": check_etf,
+    "recon": check_recon,
+    "crashdump": check_crashdump,
+}
