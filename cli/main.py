@@ -108,7 +108,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     import signal
 
     from beamalloc.collector import cookie, live
-    from beamalloc.timeseries.store import StoreError, default_path
+    from beamalloc.timeseries.store import Store, StoreError, default_path
     from beamalloc.timeseries.watch import Watcher
 
     if not args.interval > 0:
@@ -119,6 +119,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise InputError("--retain must be a positive number of days")
     for n in args.nodes:
         live.split_node(n)
+    path = args.store or default_path()
+    try:  # open (create, migrate) it now: a store we cannot use is one line, said before all else
+        Store(path).close()
+    except OSError as e:
+        why = ("a part of its path is a file, not a directory"
+               if isinstance(e, FileExistsError) else e.strerror or str(e))
+        raise StoreError(f"cannot open the store {path}: {why}") from None
     w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
                 retain_days=args.retain, cluster=args.cluster,
@@ -129,7 +136,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         _server, port = serve(args.prometheus, lambda: dict(w.status))
         host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
         print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
-    path = args.store or default_path()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: w.stop.set())
     print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",

@@ -453,3 +453,19 @@ def test_nodes_page_reads_the_last_rows(tmp_path, base) -> None:
         assert f"{rule} {alloc}".strip() + f" ({level})" in html
     else:
         assert ">none<" in html
+
+
+@pytest.mark.parametrize("kind", ["directory", "not a database", "under a file"])
+def test_watch_with_a_store_it_cannot_use_says_one_line(tmp_path, kind) -> None:
+    """Before it says "watching ...", before any node is asked: one line, exit 2."""
+    bad = {"directory": tmp_path, "not a database": tmp_path / "x.db",
+           "under a file": tmp_path / "file" / "w.db"}[kind]
+    (tmp_path / "x.db").write_bytes(b"not sqlite at all\n" * 10)
+    (tmp_path / "file").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "watch", "nobody@nohost.invalid",
+                        "--store", str(bad), "--interval", "1", "--duration", "1"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("beamalloc: cannot open the store")
+    assert "Traceback" not in r.stderr and "watching" not in r.stderr
+    assert (tmp_path / "x.db").read_bytes().startswith(b"not sqlite")  # left as it was
