@@ -146,10 +146,12 @@ class TraceHeader:
         if not isinstance(d, dict):
             raise TraceError(f"{where}: header is not a JSON object")
         if d.get("format", "beamalloc-trace") != "beamalloc-trace":
-            raise TraceError(f"{where}: header format is {d.get('format')!r}, not beamalloc-trace")
+            raise TraceError(f"{where}: header format is not beamalloc-trace "
+                             f"({_describe(d.get('format'))})")
 
         def bad(key: str, want: str) -> TraceError:
-            return TraceError(f"{where}: header field {key!r} is not {want}: {d[key]!r:.60}")
+            return TraceError(f"{where}: header field {key!r} is not {want} "
+                              f"({_describe(d[key])})")
 
         def text(key: str, default: str | None) -> str | None:
             v = d.get(key, default)
@@ -491,7 +493,8 @@ class _CsvReader(TraceReader):
             self._line += 1
             parts = first[len(CSV_MARKER) :].strip().split(None, 1)
             if not parts or parts[0] != str(FORMAT_VERSION):
-                raise TraceError(f"{where}:1: CSV trace version {parts[:1]} is not supported")
+                raise TraceError(f"{where}:1: CSV trace version is not supported (this reader: "
+                                 f"{FORMAT_VERSION})")
             if len(parts) == 2:
                 try:
                     header = TraceHeader.from_json(json.loads(parts[1]), f"{where}:1")
@@ -503,7 +506,7 @@ class _CsvReader(TraceReader):
         if tuple(columns[:8]) != CSV_COLUMNS or columns[8:] not in ([], ["thread"]):
             raise TraceError(
                 f"{where}:{self._line}: expected CSV columns {','.join(CSV_COLUMNS)}[,thread], "
-                f"got {first.strip()!r}"
+                f"got {len(columns)} column(s) that differ"
             )
         self.header = header
         self._types = {t.name: t.n for t in header.types}
@@ -546,12 +549,13 @@ class _CsvReader(TraceReader):
             try:
                 op = Op.NAMES.index(row[1].strip())
             except ValueError:
-                raise TraceError(f"{at}: op {row[1]!r:.24} is not alloc, free or realloc") from None
+                raise TraceError(f"{at}: op is not alloc, free or realloc "
+                                 f"({_describe(row[1])})") from None
             a = row[2].strip()
             allocator = ALLOCATOR_NUMBERS.get(a)
             if allocator is None:
                 if not a[:1].isdigit():
-                    raise TraceError(f"{at}: unknown allocator {a!r:.24} (a name such as "
+                    raise TraceError(f"{at}: unknown allocator ({_describe(a)}; a name such as "
                                      "binary_alloc, or a number)")  # fmt: skip
                 # Any number, as in binary traces (another OTP's numbering): the replay counts
                 # events of allocators it does not model as anomalies.
@@ -574,6 +578,16 @@ class _CsvReader(TraceReader):
             )
 
 
+def _describe(v: Any) -> str:
+    """What a bad value is, without its bytes: errors name the place and the kind, never the
+    input (a cookie file passed by mistake must not reach the terminal, docs/robustness.md)."""
+    if isinstance(v, str):
+        return f"a field of {len(v)} characters" if v.strip() else "an empty field"
+    if v is None:
+        return "null"
+    return f"a JSON {type(v).__name__.replace('dict', 'object').replace('str', 'string')}"
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -591,9 +605,10 @@ def _int(text: str, what: str, at: str) -> int:
     try:
         v = int(text, 16) if text[:2].lower() == "0x" else int(text)
     except ValueError:
-        raise TraceError(f"{at}: {what} {text!r:.24} is not an integer") from None
+        raise TraceError(f"{at}: {what} is not an integer ({_describe(text)})") from None
     if not 0 <= v <= _MAX_U64:
-        raise TraceError(f"{at}: {what} {text:.24} is outside 0..2^64-1")
+        kind = "a negative number" if v < 0 else f"a number of {len(str(v))} digits"
+        raise TraceError(f"{at}: {what} is outside 0..2^64-1 ({kind})")
     return v
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -196,7 +198,7 @@ def test_bad_magic_and_header(tmp_path):
     fails(raw(tmp_path / "j", b"", hdr=b"{nope"), "header is not valid JSON")
     fails(raw(tmp_path / "o", b"", hdr=b"[1]"), "header is not a JSON object")
     fails(raw(tmp_path / "s", b"", hdr=b'{"schedulers":0}'),
-          "header field 'schedulers' is not an integer in 1..1024: 0")
+          "header field 'schedulers' is not an integer in 1..1024 (a JSON int)")
     # Found by atheris: a wrong type anywhere in the header was an AttributeError or TypeError.
     for hdr, field in [(b'{"threads":7}', "threads"), (b'{"threads":{"x":"y"}}', "threads"),
                        (b'{"types":[{"n":1}]}', "types"), (b'{"types":{"a":1}}', "types"),
@@ -229,11 +231,11 @@ def test_bad_records(tmp_path):
     [
         ("t_ns,op,size\n", "expected CSV columns"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,malloc,binary_alloc,0,x,1,1,\n",
-         "op 'malloc' is not alloc"),
+         "op is not alloc, free or realloc (a field of 6 characters)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,big_alloc,0,x,1,1,\n",
-         "unknown allocator 'big_alloc'"),
+         "unknown allocator (a field of 9 characters;"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,9x9,0,x,1,1,\n",
-         "allocator '9x9' is not an integer"),
+         "allocator is not an integer (a field of 3 characters)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,1,\n\xff\n",
          ":3: not UTF-8 text"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,\n",
@@ -241,15 +243,15 @@ def test_bad_records(tmp_path):
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,realloc,10,0,x,1,1,\n",
          "realloc needs new_id"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,2555555555555555555555,1,1,\n",
-         "type 2555555555555555555555 is outside 0..2^64-1"),
+         "type is outside 0..2^64-1 (a number of 22 digits)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,2nd,1,1,\n",
-         "type '2nd' is not an integer"),
+         "type is not an integer (a field of 3 characters)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n0,alloc,10,0,x,1,1,2\n",
          "new_id is for realloc only (empty on alloc)"),
         ("t_ns,op,allocator,instance,type,size,id,new_id\n-1,alloc,10,0,x,1,1,\n",
-         "t_ns -1 is outside"),
+         "t_ns is outside 0..2^64-1 (a negative number)"),
         ("# beamalloc-trace 7\nt_ns,op,allocator,instance,type,size,id,new_id\n",
-         "CSV trace version ['7'] is not supported"),
+         "CSV trace version is not supported (this reader: 1)"),
         ("# beamalloc-trace 1 {bad\nt_ns,op,allocator,instance,type,size,id,new_id\n",
          ":1: header is not valid JSON"),
     ],
@@ -280,3 +282,21 @@ def test_allocator_numbers_outside_otp25_survive_both_formats(tmp_path):
 def test_writer_rejects_out_of_range(tmp_path):
     with TraceWriter(tmp_path / "w.batr") as w, pytest.raises(TraceError, match="size -1"):
         w.write(Event(0, Op.ALLOC, 10, 0, 1, -1, 0))
+
+
+@pytest.mark.parametrize("body", ["tCOOKIEsecretVALUE42\n",
+                                  "t_ns,op,allocator,instance,type,size,id,new_id\n"
+                                  "0,COOKIEsecretVALUE42,binary_alloc,0,x,1,1,\n",
+                                  "t_ns,op,allocator,instance,type,size,id,new_id\n"
+                                  "0,alloc,COOKIEsecretVALUE42,0,x,1,1,\n",
+                                  "t_ns,op,allocator,instance,type,size,id,new_id\n"
+                                  "COOKIEsecretVALUE42,alloc,10,0,x,1,1,\n"])  # fmt: skip
+def test_errors_name_the_place_never_the_bytes(tmp_path, body) -> None:
+    """A cookie file replayed by mistake: one line, exit 2, and no piece of it on stderr."""
+    p = tmp_path / "cookie"
+    p.write_text(body)
+    r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "replay", str(p)],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    secret = "COOKIEsecretVALUE42"
+    assert not any(secret[i : i + 4] in r.stderr for i in range(len(secret) - 3)), r.stderr
