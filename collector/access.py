@@ -1,6 +1,6 @@
 """How our hidden node reaches a target that is not run like a test node (docs/access.md).
 
-beamalloc's hidden node is a BEAM of its own (docs/robustness-target.md, "The design choice"), so
+beamalloc's hidden node is a BEAM of its own (docs/robustness.md, "The design choice"), so
 it speaks whatever distribution the target speaks once it is given the same flags the operator
 gives their own nodes:
 

@@ -6,7 +6,7 @@ line of base64 ETF. The cookie reaches the agent over its stdin only; the hidden
 without -setcookie, with a throw-away HOME (so it neither reads nor creates ~/.erlang.cookie) and
 without ERL_FLAGS/ERL_AFLAGS/ERL_ZFLAGS (erlexec would copy them into its argv).
 
-How the hidden node is held (docs/robustness-target.md):
+How the hidden node is held (docs/robustness.md):
 - it dies with us: its stdin stays open while we live and it halts when stdin ends, which the
   kernel does when this process dies, SIGKILL included; every path out of snapshot_node() also
   kills its process group (beam.smp and its erl_child_setup);

@@ -4,7 +4,7 @@
 %%
 %% The node boots without distribution; start/1 starts it under the first of ?POOL fixed names
 %% (beamalloc_1 ... beamalloc_16) that epmd on this host does not list, so a target learns at most
-%% ?POOL atoms from all our runs on one host (docs/robustness-target.md, "What we change on a
+%% ?POOL atoms from all our runs on one host (docs/robustness.md, "What we change on a
 %% target"); epmd refuses a name already registered, so two concurrent runs never share one.
 %% Once distribution is up, our modules are loaded and the throw-away HOME (it held only the
 %% compiled modules and the random cookie file net_kernel writes there) is deleted: a run killed

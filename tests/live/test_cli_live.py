@@ -156,7 +156,7 @@ WARM = ("{[erpc:call(T, erlang, system_info, [{allocator, A}]) || A <- [sys_allo
 
 def test_snapshot_leaves_the_target_as_it_was(node_factory, probe, tmp_path) -> None:
     """After the first, `beamalloc snapshot` adds nothing to the target: no atom (its hidden
-    node's name comes back from a pool of 16, docs/robustness-target.md), no process, ETS table
+    node's name comes back from a pool of 16, docs/robustness.md), no process, ETS table
     or registered name, no module but OTP's own `instrument` (the README: its first use loads
     it from the target's code path, with its atoms). Each probe node adds the atom of its own
     name, so the reference is two probes in a row."""

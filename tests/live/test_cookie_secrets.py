@@ -1,5 +1,5 @@
 """No byte of a cookie anywhere we write, whatever its characters; a cookie Erlang cannot use is
-one clear line and exit 2 (docs/robustness-target.md, "Cookies").
+one clear line and exit 2 (docs/robustness.md, "Cookies").
 
 OTP keeps a cookie as an atom (at most 255 characters) and digests it as bytes in the handshake:
 a character above U+00FF fails the digest on both sides, so no node can use such a cookie

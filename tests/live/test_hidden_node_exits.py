@@ -1,5 +1,5 @@
 """Every way out of beamalloc takes its hidden node down and leaves no directory behind
-(docs/robustness-target.md, "The hidden node dies with us").
+(docs/robustness.md, "The hidden node dies with us").
 
 Real `beamalloc snapshot` and `beamalloc watch` processes are ended each way: a normal exit, an
 exception, SIGINT, SIGTERM, SIGHUP and SIGKILL, while the hidden node is booting and while it is

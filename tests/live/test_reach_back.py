@@ -1,4 +1,4 @@
-"""A target cannot reach back as root (docs/robustness-target.md, "What a target can do to us").
+"""A target cannot reach back as root (docs/robustness.md, "What a target can do to us").
 
 Erlang distribution trusts both ways: once our hidden node is connected, the target can run
 anything on it (`erpc:call(Hidden, os, cmd, ["id"])`). beamalloc cannot refuse that inside a

@@ -1,4 +1,4 @@
-"""No growth on the target (docs/robustness-target.md, "What we change on a target").
+"""No growth on the target (docs/robustness.md, "What we change on a target").
 
 The target reports its own atom count, process count and loaded modules on its stdin/stdout, so
 measuring it takes no distribution connection (a probe node would add its own name's atom).
@@ -30,7 +30,7 @@ STATS = ("Loop = fun L() -> case io:get_line(\"\") of eof -> halt(); _ -> "
          "io:format(\"~w ~w ~w~n\", [erlang:system_info(atom_count), "
          "erlang:system_info(process_count), length(code:all_loaded())]), L() end end, Loop().")
 
-#: The first connection's cost, measured on OTP 25.2.3 +S 4 (docs/robustness-target.md): 420
+#: The first connection's cost, measured on OTP 25.2.3 +S 4 (docs/robustness.md): 420
 #: atoms (about 400 made by the VM on its first system_info({allocator, _}), 16 by loading
 #: instrument, 1 for our name), 2 modules (dist_util, which the target loads on the first
 #: connection anyone makes to it, and instrument). The bounds leave room for other releases.
