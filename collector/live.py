@@ -45,7 +45,7 @@ from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
-from beamalloc.snapshot import Snapshot
+from beamalloc.snapshot import Snapshot, SnapshotError
 
 ERLANG_DIR = Path(__file__).parent / "erlang"
 MARK = b"BEAMALLOC-RESULT "
@@ -574,6 +574,12 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
     snap.raw = raw_text([x for x in term if not (isinstance(x, tuple) and x
                                                  and x[0] in _CARRIER_KEYS)]
                         if isinstance(term, list) else term)
+    # The ranges every reader checks (docs/robustness.md, "Ranges"): a reply outside them is
+    # one line naming the node, as a file would be.
+    try:
+        snap.check()
+    except SnapshotError as e:
+        raise SnapshotError(f"{node}: {e}") from None
     return snap
 
 
