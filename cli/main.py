@@ -119,6 +119,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise InputError("--retain must be a positive number of days")
     for n in args.nodes:
         live.split_node(n)
+    secret = cookie.resolve_cookie(args.cookie_file)  # an unusable cookie: before any file
     path = args.store or default_path()
     try:  # open (create, migrate) it now: a store we cannot use is one line, said before all else
         Store(path).close()
@@ -126,7 +127,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         why = ("a part of its path is a file, not a directory"
                if isinstance(e, FileExistsError) else e.strerror or str(e))
         raise StoreError(f"cannot open the store {path}: {why}") from None
-    w = Watcher(list(dict.fromkeys(args.nodes)), cookie.resolve_cookie(args.cookie_file),
+    w = Watcher(list(dict.fromkeys(args.nodes)), secret,
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
                 retain_days=args.retain, cluster=args.cluster,
                 carriers_every=args.carriers_every, max_carriers=args.max_carriers)
