@@ -5,7 +5,9 @@ in one run (issue 13 item 4: at least 5 M events/s).
 
 Writes a synthetic binary_alloc trace with refalloc's `bench` example (EVENTS events, up to
 MAX_LIVE live blocks), converts it to CSV once, then times each path REPEAT times, alternating,
-and keeps the fastest (CPU time of this process: the replay runs in it; wall time beside).
+and keeps the fastest. Both clocks are printed: the CSV path reads rows on one thread while the
+model replays on another, so wall time is what a user waits (with a second core free) and CPU
+time, the sum of both threads, is the work done (the figure that holds on a busy machine).
 
 Usage: python tests/bench/bench_csv.py [EVENTS] [MAX_LIVE] [REPEAT]
 """
