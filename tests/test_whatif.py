@@ -263,3 +263,19 @@ def test_upload_then_whatif(app):
 def test_unknown_snapshot_is_404(app):
     assert app.test_client().get("/whatif?r=s999999").status_code == 404
     assert app.test_client().get("/whatif?r=../etc").status_code == 404
+
+
+def test_without_a_store_an_upload_still_replays(tmp_path):
+    app = create_app(None)
+    c = app.test_client()
+    first = c.get("/whatif")
+    assert first.status_code == 200 and "no store given" in text_of(first.text)
+    data = (SNAPS / "binspike.json").read_bytes()
+    r = c.post("/whatif/upload", data={"file": (io.BytesIO(data), "binspike.json")},
+               content_type="multipart/form-data")
+    page = c.get(r.headers["Location"] + "&" + urlencode({"f": "+MBas ageffcbf"}))
+    assert page.status_code == 200
+    t = text_of(page.text)
+    assert "no store: the measured history comes from beamalloc watch --store" in t
+    assert "+MBas ageffcbf" in sets_of(page.text)
+    assert "None" not in t and "{'" not in t

@@ -244,6 +244,12 @@ def row_view(p: dict[str, Any]) -> dict[str, Any]:
                       and best.get("reproduces_symptom")
                       and best["change_pct"]["unused"] is not None else ""),
         "not_modelled": p.get("not_modelled") or "",
+        "node_size": (f"at the node's size (the trace's bytes / {model['scale']:.2f}): "
+                      f"carriers {human(b['carriers'] / model['scale'])} to "
+                      f"{human(a['carriers'] / model['scale'])}, unused "
+                      f"{human(b['unused'] / model['scale'])} to "
+                      f"{human(a['unused'] / model['scale'])}" if 0 < model["scale"] < 1
+                      else ""),
         "flags_after": p["flags_after"] or "(the OTP defaults)",
         "summary": p["summary"],
     }

@@ -13,7 +13,7 @@ from urllib.parse import quote_plus
 import pytest
 from selenium.webdriver.common.by import By
 from support import serve_in_thread
-from test_whatif import build_store
+from test_whatif import WORSE, build_store
 
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.timeseries.store import Store
@@ -80,11 +80,19 @@ def test_whatif_draws_replays_a_typed_set_and_refuses_a_bad_one(browser, site):
         field = browser.find_element(By.ID, "flags-0")
         field.clear()
         field.send_keys(" ".join(r3["candidate_flags"]))
+        browser.find_element(By.ID, "flags-1").send_keys(WORSE)
         browser.find_element(By.ID, "whatif-submit").click()
-        wait_for(browser, "return !!document.querySelector('[data-set=typed]')", timeout=120)
+        wait_for(browser, "return document.querySelectorAll('[data-set=typed]').length == 2",
+                 timeout=120)
         visit(browser, browser.current_url)  # the charts drawn, no console errors
-        typed = browser.find_element(By.CSS_SELECTOR, "[data-set=typed]")
+        typed, worse = browser.find_elements(By.CSS_SELECTOR, "[data-set=typed]")
         assert typed.get_attribute("data-flags") == p["flags"]
+        assert typed.get_attribute("data-worse") == "0"
+        # The 64 MiB carriers: the replay grows the unused bytes; red, and said not to be advice.
+        assert worse.get_attribute("data-worse") == "1"
+        mark = worse.find_element(By.CSS_SELECTOR, ".wi-worse")
+        assert mark.is_displayed() and "Not a recommendation" in mark.text
+        assert mark.value_of_css_property("color") == "rgba(176, 42, 26, 1)"
         table = typed.find_element(By.CSS_SELECTOR, "table[data-allocator=binary_alloc]")
         for side in ("before", "after"):
             cells = table.find_elements(By.CSS_SELECTOR, f"tr[data-side={side}] td.n")
