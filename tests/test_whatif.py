@@ -279,3 +279,18 @@ def test_without_a_store_an_upload_still_replays(tmp_path):
     assert "no store: the measured history comes from beamalloc watch --store" in t
     assert "+MBas ageffcbf" in sets_of(page.text)
     assert "None" not in t and "{'" not in t
+
+
+def test_a_release_before_otp20_is_not_replayed_and_says_why(tmp_path):
+    """The replay models OTP 25-27's allocators: the recommender's own reason, no numbers."""
+    snap = read_file(str(SNAPS / "binspike.json"))
+    snap.otp_release, snap.erts_version = "R16B02", "5.10.3"
+    app = create_app(None)
+    c = app.test_client()
+    r = c.post("/whatif/upload", data={"file": (io.BytesIO(snap.to_json().encode()), "old.json")},
+               content_type="multipart/form-data")
+    page = c.get(r.headers["Location"] + "&" + urlencode({"f": "+MBas ageffcbf"}))
+    assert page.status_code == 400
+    msg = html.unescape(re.search(r'id="whatif-error">([^<]*)<', page.text).group(1))
+    assert msg.startswith("not replayed: OTP R16B02") and "older than OTP 20" in msg
+    assert not sets_of(page.text)

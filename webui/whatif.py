@@ -34,7 +34,7 @@ from beamalloc.analyzer.predict import (
     node_flags,
     otp_of,
 )
-from beamalloc.analyzer.recommend import MIN_GAIN, in_force, recommend
+from beamalloc.analyzer.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
 from beamalloc.errors import InputError
 from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
 from beamalloc.snapshot import Snapshot
@@ -472,6 +472,9 @@ def whatif_page() -> tuple[str, int] | str:
     chosen = set(request.args.getlist("c")) if request.args.get("go") else {c["id"] for c in cands}
     shown = [c for c in cands if c["id"] in chosen]
     typed = []
+    old = unmodelled_release(snap)  # the recommender's own reason: no replay says anything
+    if old is not None and sets:
+        error = f"not replayed: {old}"
     if error is None and sets:
         for fs, res in zip(sets, predict_typed(ref, snap, rec, sets), strict=True):
             typed.append(typed_view(fs, res, snap))
