@@ -294,3 +294,21 @@ def test_a_release_before_otp20_is_not_replayed_and_says_why(tmp_path):
     msg = html.unescape(re.search(r'id="whatif-error">([^<]*)<', page.text).group(1))
     assert msg.startswith("not replayed: OTP R16B02") and "older than OTP 20" in msg
     assert not sets_of(page.text)
+
+
+def test_picked_candidates_only(app, ref, rec):
+    r3 = next(f for f in rec["findings"] if f["rule"] == "R3")
+    page = app.test_client().get(url(ref, go="1", c="R3-binary_alloc")).text
+    assert list(sets_of(page)) == [r3["predicted"]["flags"]]
+    assert 'value="R3-binary_alloc" checked' in page and 'value="R10-binary_alloc">' in page
+
+
+def test_one_sample_is_a_marker_never_a_line():
+    from beamalloc.webui.whatif import history_figure
+
+    series = {"t": [T0], "gaps": [],
+              "columns": {"binary_alloc.allocated": [8 << 20], "binary_alloc.used": [1 << 20]}}
+    fig = history_figure(series, "binary_alloc", T0)
+    assert [tr["mode"] for tr in fig["data"]] == ["markers", "markers"]
+    assert fig["data"][1]["y"] == [7 << 20]
+    assert history_figure(series, "ets_alloc", T0) is None  # nothing stored: no chart
