@@ -179,12 +179,13 @@ def test_a_set_that_makes_memory_worse_is_marked_and_never_advice(app, ref, stor
     ("+MBas bf " * 60, "at most 400 characters"),
 ])
 def test_bad_flags_get_one_clear_message(app, ref, flags, words):
-    page = app.test_client().get(url(ref, flags))
+    page = app.test_client().get(url(ref, flags, go="1"))  # no candidate ticked
     assert page.status_code == 400
     msg = html.unescape(re.search(r'id="whatif-error">([^<]*)<', page.text).group(1))
     assert msg.startswith("flag set 1 is not valid: ") and words in msg, msg
     assert "Traceback" not in page.text and "FlagError" not in page.text
     assert 'data-set="typed"' not in page.text  # nothing replayed for a bad set
+    assert "Nothing replayed: correct the flag set above." in text_of(page.text)
 
 
 def test_too_many_sets_are_refused(app, ref):
