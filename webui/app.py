@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+from importlib import import_module
 from typing import Any
 from urllib.parse import urlencode
 
@@ -52,6 +53,7 @@ def create_app(store_path: str | os.PathLike[str] | None = None, token: str | No
     app.register_blueprint(assets.bp)
     app.register_blueprint(nodes.bp)
     app.register_blueprint(snapshots.bp)
+    app.register_blueprint(import_module("beamalloc.webui.whatif").bp)  # the what-if page
     app.before_request(_check_access)
     app.after_request(_headers)
     app.register_error_handler(404, _not_found)

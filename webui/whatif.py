@@ -1,0 +1,509 @@
+"""The what-if page: replay candidate flag sets on a stored snapshot (issue 15, item 4).
+
+Nothing here predicts: the candidate sets and their predictions are `beamalloc recommend`'s own
+(analyzer/recommend.py `recommend`, the `predicted` of each finding and the whole proposal), and
+a flag set the user types is replayed by the same predictor (analyzer/predict.py `Predictor`,
+which synthesizes the trace from the node's own state and replays it through refalloc's
+`replay_snapshot`), on the trace recommend uses for the finding whose flags it resembles. So a
+typed set equal to a finding's flags shows that finding's numbers, to the byte.
+
+A replay takes seconds: a request replays at most MAX_TYPED typed sets, each trace holds at most
+predict.MAX_EVENTS events (carrier-seeded ones at most predict.CARRIER_BLOCKS["fitted"] blocks),
+one replay runs at a time, and results are cached per (snapshot, flags). The page says so.
+
+What-if is not advice: a flag is advised only by the recommender's judgement
+(docs/recommend.md, "The verdict"), which the page shows beside each candidate set.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, Response, abort, current_app, redirect, render_template, request
+
+from beamalloc.analyzer.findings import facts
+from beamalloc.analyzer.lint import lint_flags
+from beamalloc.analyzer.predict import (
+    CARRIER_BLOCKS,
+    MAX_EVENTS,
+    PredictionError,
+    Predictor,
+    node_flags,
+    otp_of,
+)
+from beamalloc.analyzer.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
+from beamalloc.errors import InputError
+from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
+from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries.store import StoreError
+from beamalloc.units import human, pct
+from beamalloc.versions import erts_of
+from beamalloc.webui.data import _LRU, MAX_POINTS, Data, NotFound
+from beamalloc.webui.pagedata import figures_json
+
+bp = Blueprint("whatif", __name__)
+
+#: Flag sets a user may type per request: each may cost a few seconds of replay.
+MAX_TYPED = 3
+#: Characters of one typed set: a full proposal is under 200.
+MAX_FLAG_TEXT = 400
+#: Allocators charted beside the predictions (those the shown sets act on, most unused first).
+MAX_HISTORY_CHARTS = 3
+#: Stored snapshots offered per node in the picker (the latest ones).
+PICKER_SNAPSHOTS = 20
+#: Cached recommendations and typed-set predictions (per snapshot ref, per (ref, flags)).
+CACHE_SIZE = 128
+#: Words of the page's notice; the figures are the predictor's own constants.
+BOUNDS = (f"at most {MAX_TYPED} typed flag sets per request; traces of at most "
+          f"{MAX_EVENTS:,} events (carrier-seeded: at most {CARRIER_BLOCKS['fitted']:,} blocks "
+          "rebuilt); one replay at a time; results cached per snapshot and flags")
+
+
+class BadFlags(ValueError):
+    """A typed flag set the page cannot replay (one line, HTTP 400)."""
+
+
+@dataclass
+class _State:
+    recommendations: _LRU
+    predictions: _LRU
+    lock: threading.Lock
+    replays: int = 0  # replays run (not served from the cache), for the page and the tests
+
+
+@bp.record_once
+def _setup(state: Any) -> None:
+    state.app.extensions["beamalloc.whatif"] = _State(_LRU(CACHE_SIZE), _LRU(CACHE_SIZE),
+                                                      threading.Lock())
+
+
+def _state() -> _State:
+    return current_app.extensions["beamalloc.whatif"]
+
+
+def data() -> Data:
+    return current_app.extensions["beamalloc"]
+
+
+# ---- predictions (the recommender's and the predictor's own) ---------------------------------
+
+
+def recommendation(ref: str, snap: Snapshot) -> dict[str, Any]:
+    """`beamalloc recommend`'s result for this snapshot, computed once per ref (stored
+    snapshots never change; an upload's ref is new for every upload)."""
+    st = _state()
+
+    def run() -> dict[str, Any]:
+        with st.lock:  # one replay at a time: the machine's cores serve the other pages
+            st.replays += 1
+            return recommend(snap)
+
+    return st.recommendations.get_or(ref, run)
+
+
+def parse_set(text: str, snap: Snapshot) -> FlagSet:
+    """A typed flag set, parsed for the snapshot's release and checked as erts would take it
+    after the node's own flags; BadFlags with one line otherwise."""
+    text = " ".join(text.split())
+    if len(text) > MAX_FLAG_TEXT:
+        raise BadFlags(f"a flag set is at most {MAX_FLAG_TEXT} characters, got {len(text)}")
+    otp = otp_of(snap)
+    try:
+        fs = parse(text, otp=otp)
+        base = node_flags(snap)
+        effective_config(FlagSet(base.flags + fs.flags, otp=otp), snap.schedulers or 1, otp=otp)
+    except (FlagError, ValueError) as e:
+        raise BadFlags(f"{text[:80]}: {e}") from None
+    if not fs.flags:
+        raise BadFlags("an empty flag set: type +M flags, e.g. +MBas ageffcbf +MBlmbcs 512")
+    return fs
+
+
+def _targets(fs: FlagSet, snap_allocators: set[str]) -> list[str | None]:
+    """The allocators a set acts on (None: the whole node, for +MM, +Mu and the like)."""
+    out: list[str | None] = []
+    for f in fs:
+        name = ALLOCATORS[f.target][0] if f.target in ALLOCATORS else None
+        if name is not None and name not in snap_allocators:
+            continue  # an allocator the node does not run: nothing to replay it on
+        if name not in out:
+            out.append(name)
+    return out or [None]
+
+
+def _rule_for(rec: dict[str, Any], allocator: str | None, fs: FlagSet) -> str:
+    """The rule whose trace the recommender replays for flags like these on `allocator`: the
+    finding whose candidate flags share most (allocator, parameter) pairs with `fs`, first in
+    the rules' priority order; "" (the allocator's own model, predict.choose_model) if none."""
+    mine = {(f.target, f.param) for f in fs}
+    best, score = "", 0
+    for fnd in rec["findings"]:
+        if fnd["predicted"] is None or fnd["allocator"] != allocator:
+            continue
+        try:
+            theirs = {(f.target, f.param) for f in parse(" ".join(fnd["candidate_flags"]),
+                                                          otp=fs.otp)}
+        except FlagError:
+            continue
+        n = len(mine & theirs)
+        if n > score:
+            best, score = fnd["rule"], n
+    return best
+
+
+def predict_typed(ref: str, snap: Snapshot, rec: dict[str, Any],
+                  sets: list[FlagSet]) -> list[list[dict[str, Any]]]:
+    """Per typed set, per allocator it acts on: the predictor's result or why there is none.
+    Cached per (snapshot, flags, allocator, rule); the missing ones share one Predictor, so a
+    trace is synthesized once for all of them."""
+    st = _state()
+    names = {i.allocator for i in snap.allocators}
+    out: list[list[dict[str, Any]]] = []
+    missing: list[tuple[tuple[Any, ...], FlagSet, str | None, str, dict[str, Any]]] = []
+    for fs in sets:
+        row = []
+        for alloc in _targets(fs, names):
+            rule = _rule_for(rec, alloc, fs)
+            key = (ref, fs.render(), alloc, rule)
+            with st.predictions.lock:
+                hit = st.predictions.get(key)
+            entry = hit if hit is not None else {"prediction": None, "error": None,
+                                                  "rule": rule, "allocator": alloc or "all"}
+            if hit is None:
+                missing.append((key, fs, alloc, rule, entry))
+            row.append(entry)
+        out.append(row)
+    if missing:
+        with st.lock, Predictor(snap, facts(snap)) as pr:
+            for key, fs, alloc, rule, entry in missing:
+                st.replays += 1
+                try:
+                    entry["prediction"] = pr.predict(alloc, rule, fs)
+                except PredictionError as e:
+                    entry["error"] = str(e)
+                st.predictions.get_or(key, lambda entry=entry: entry)
+    return out
+
+
+# ---- what the page shows ---------------------------------------------------------------------
+
+
+def _side(fig: dict[str, int], scale: float) -> dict[str, Any]:
+    """One side of a prediction as the table shows it (the trace's bytes, as the CLI's)."""
+    carriers, unused = fig["carriers_size"], fig["unused"]
+    used = carriers - unused
+    usage = used / carriers if carriers else None
+    return {"carriers": carriers, "used": used, "unused": unused, "usage": usage,
+            "carriers_h": human(carriers), "used_h": human(used), "unused_h": human(unused),
+            "usage_h": pct(usage) if usage is not None else "no carriers",
+            "peak_h": human(fig["peak_carriers_size"]), "calls": fig["carrier_calls"],
+            "scale": scale}
+
+
+def _change(before: float, after: float) -> str:
+    if before == after:
+        return "no change"
+    if not before:
+        return f"from 0 to {human(after)}"
+    return f"{100 * (after - before) / before:+.0f} %"
+
+
+def row_view(p: dict[str, Any]) -> dict[str, Any]:
+    """One allocator's predicted before/after, and whether the prediction says memory grows."""
+    model = p["model"]
+    b, a = _side(p["before"], model["scale"]), _side(p["after"], model["scale"])
+    worse = []
+    if p["unused_saving"] < 0:
+        worse.append(f"unused bytes grow by {-p['unused_saving']:.0%} "
+                     f"({b['unused_h']} to {a['unused_h']})")
+    if a["carriers"] > b["carriers"]:
+        worse.append(f"carriers grow from {b['carriers_h']} to {a['carriers_h']}")
+    best = p.get("best_case")
+    band = p.get("band")
+    return {
+        "allocator": p["allocator"], "before": b, "after": a,
+        "unused_change": _change(b["unused"], a["unused"]),
+        "carriers_change": _change(b["carriers"], a["carriers"]),
+        "worse": worse,
+        "saving": f"{p['unused_saving']:.0%}",
+        "model": model["generator"],
+        "scaled": (f"at {model['scale']:.0%} of the node's size" if model["scale"] < 1
+                   else "at the node's size"),
+        "seeded": ("the node's own carriers" if p.get("seeded_from") == "carriers"
+                   else "the node's counters"),
+        "reproduces": bool(p["reproduces_symptom"]),
+        "fidelity": "n/a" if p["fidelity"] is None else f"{p['fidelity']:.2f}",
+        "node_unused_h": human(p["node_unused"]),
+        "band": (f"{band['unused_pct'][0]:+.0f} % to {band['unused_pct'][1]:+.0f} % over "
+                 f"{band['variants']} orders of the blocks" if band and band.get("unused_pct")
+                 else ""),
+        "best_case": (f"{best['change_pct']['unused']:+.0f} %" if best
+                      and best.get("reproduces_symptom")
+                      and best["change_pct"]["unused"] is not None else ""),
+        "not_modelled": p.get("not_modelled") or "",
+        "node_size": (f"at the node's size (the trace's bytes / {model['scale']:.2f}): "
+                      f"carriers {human(b['carriers'] / model['scale'])} to "
+                      f"{human(a['carriers'] / model['scale'])}, unused "
+                      f"{human(b['unused'] / model['scale'])} to "
+                      f"{human(a['unused'] / model['scale'])}" if 0 < model["scale"] < 1
+                      else ""),
+        "flags_after": p["flags_after"] or "(the OTP defaults)",
+        "summary": p["summary"],
+    }
+
+
+def candidate_sets(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sets recommend considered: each action or held-back finding's flags with its
+    prediction, then the whole proposal; the recommender's judgement beside each."""
+    held = {(h["rule"], h["allocator"]): h["why"] for h in rec["held_back"]}
+    advised = {(r["rule"], r["allocator"]) for r in rec["recommendations"]}
+    out = []
+    for fnd in rec["findings"]:
+        if not fnd["candidate_flags"]:
+            continue
+        key = (fnd["rule"], fnd["allocator"])
+        p = fnd["predicted"]
+        if key in advised:
+            judged = "advised by recommend"
+        elif key in held:
+            judged = f"not advised: {held[key]}"
+        else:
+            judged = "not advised"
+        out.append({
+            "id": f"{fnd['rule']}-{fnd['allocator'] or 'node'}",
+            "title": f"{fnd['rule']}: {fnd['title']}",
+            "flags": p["flags"] if p else " ".join(fnd["candidate_flags"]),
+            "judged": judged, "advised": key in advised,
+            "rows": [row_view(p)] if p else [],
+            "errors": [] if p else [f"recommend did not replay it ({judged}); type its "
+                                    "flags below to replay them"],
+        })
+    whole = rec["prediction"]
+    if whole is not None and len([c for c in out if c["advised"]]) > 1:
+        out.append({"id": "proposal", "title": "recommend's proposal: every advised flag",
+                    "flags": whole["flags"], "judged": "advised by recommend", "advised": True,
+                    "rows": [row_view(r) for r in whole["runs"]], "errors": []})
+    return out
+
+
+def typed_view(fs: FlagSet, results: list[dict[str, Any]], snap: Snapshot) -> dict[str, Any]:
+    rows, errors = [], []
+    for r in results:
+        if r["prediction"] is not None:
+            rows.append(row_view(r["prediction"]))
+            rows[-1]["rule"] = r["rule"]
+        else:
+            errors.append(f"{r['allocator']}: {r['error']}")
+    erts = erts_of(snap.erts_version, snap.otp_release)
+    lint = [i.message for i in lint_flags(fs, base=in_force(snap), schedulers=snap.schedulers,
+                                          erts=erts)]
+    return {"id": "typed", "title": "typed", "flags": fs.render(), "judged": "", "advised": False,
+            "rows": rows, "errors": errors, "lint": lint}
+
+
+# ---- the measured history --------------------------------------------------------------------
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
+
+
+def binary_axis(top: float, **kw: Any) -> dict[str, Any]:
+    """A bytes axis with ticks at round numbers of KiB, MiB or GiB, labelled so (plotly's own
+    ticks are SI: a 192 MiB value crosses a "200M" gridline)."""
+    top = max(top, 1.0)
+    name, unit = next((n, u) for n, u in _UNITS if top >= u)
+    span = top / unit
+    raw = span / 5
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    n = int(span // step) + 2
+    vals = [k * step * unit for k in range(n)]
+    text = [f"{k * step:g} {name}" if k else "0" for k in range(n)]
+    return {"tickvals": vals, "ticktext": text, "range": [0, top * 1.08], "gridcolor": "#eee",
+            "zeroline": False, **kw}
+
+
+def broken_at_gaps(t: list[float], ys: list[int | None],
+                   gaps: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+    """x (ms) and y with a None between two samples that a gap (the node down, a restart) lies
+    between, so plotly does not draw a line across it."""
+    x: list[Any] = []
+    y: list[Any] = []
+    for i, (ti, v) in enumerate(zip(t, ys, strict=True)):
+        if i and any(t[i - 1] <= g["start"] < ti or t[i - 1] < (g["end"] or ti) <= ti
+                     for g in gaps):
+            x.append(round((t[i - 1] + ti) / 2 * 1000))
+            y.append(None)
+        x.append(round(ti * 1000))
+        y.append(v)
+    return x, y
+
+
+def history_figure(series: dict[str, Any], allocator: str | None,
+                   at: float | None) -> dict[str, Any] | None:
+    """Carrier bytes and unused bytes of one allocator (or the node) over time; None if the
+    store holds no point of it. A series with one point is drawn as a marker, never a line."""
+    cols, t = series["columns"], series["t"]
+    pre = f"{allocator}." if allocator else ""
+    alloc, used = cols.get(pre + "allocated"), cols.get(pre + "used")
+    if not alloc or not used:
+        return None
+    unused = [None if a is None or u is None else a - u for a, u in zip(alloc, used, strict=True)]
+    known = [v for v in alloc if v is not None]
+    if not known:
+        return None
+    traces = []
+    for name, ys, color in (("carrier size", alloc, "#c0392b"), ("unused", unused, "#e8a0a0")):
+        x, y = broken_at_gaps(t, ys, series["gaps"])
+        n = sum(v is not None for v in y)
+        mode = "markers" if n < 2 else ("lines+markers" if n <= 60 else "lines")
+        traces.append({"type": "scatter", "mode": mode, "name": name, "x": x, "y": y,
+                       "line": {"color": color, "width": 1.8}, "marker": {"color": color,
+                                                                          "size": 6},
+                       "connectgaps": False,
+                       "text": [human(v) if v is not None else "" for v in y],
+                       "hovertemplate": name + ": %{text}<extra></extra>"})
+    shapes = []
+    for g in series["gaps"]:
+        end = g["end"] if g["end"] is not None else (t[-1] if t else g["start"])
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
+                       "x0": round(g["start"] * 1000), "x1": round(end * 1000),
+                       "fillcolor": "#999", "opacity": 0.18, "line": {"width": 0}})
+    if at is not None:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
+                       "x0": round(at * 1000), "x1": round(at * 1000),
+                       "line": {"color": "#1f2d3d", "width": 1, "dash": "dash"}})
+    who = allocator or "all allocators"
+    return {"data": traces, "layout": {
+        "title": {"text": f"{who}: measured carrier size and unused bytes", "x": 0,
+                  "xanchor": "left", "font": {"size": 14}},
+        "height": 300, "margin": {"l": 80, "r": 20, "t": 45, "b": 40},
+        "paper_bgcolor": "white", "plot_bgcolor": "white",
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+        "legend": {"orientation": "h", "y": -0.2}, "hovermode": "x unified",
+        "xaxis": {"type": "date", "gridcolor": "#eee"},
+        "yaxis": binary_axis(max(known)), "shapes": shapes}}
+
+
+def history(snap: Snapshot, allocators: list[str | None]) -> tuple[dict[str, Any], str]:
+    """The node's measured history from the store (figures by id), and a line saying what it
+    is or why there is none."""
+    st = data().store()
+    if st is None:
+        return {}, "no store: the measured history comes from beamalloc watch --store"
+    try:
+        series = st.series(snap.node, max_points=MAX_POINTS, fields={"allocated", "used"})
+    except StoreError:
+        return {}, f"the store holds no history of {snap.node}"
+    figs = {}
+    for i, a in enumerate(allocators[:MAX_HISTORY_CHARTS]):
+        f = history_figure(series, a, snap.taken_at)
+        if f is not None:
+            figs[f"hist{i}"] = f
+    n = len(series["t"])
+    gaps = len(series["gaps"])
+    what = (f"{n} sample{'s' if n != 1 else ''} of {snap.node} in the store"
+            + (f", {gaps} gap{'s' if gaps != 1 else ''} (grey, lines broken there)" if gaps
+               else "") + "; the dashed line is this snapshot")
+    if n < 2:
+        what += ": one sample is a point, not a trend"
+    return figs, what
+
+
+# ---- the picker ----------------------------------------------------------------------------
+
+
+def picker() -> dict[str, Any]:
+    """Stored snapshots per node (the latest PICKER_SNAPSHOTS) and the uploads in memory."""
+    from beamalloc.webui.nodes import when
+
+    d = data()
+    nodes = []
+    st = d.store()
+    if st is not None:
+        try:
+            for n in st.list_nodes():
+                snaps = st.snapshots(n["node"])[-PICKER_SNAPSHOTS:][::-1]
+                nodes.append({"node": n["node"],
+                              "snapshots": [{"ref": f"s{s['id']}", "when": when(s["t"])}
+                                            for s in snaps]})
+        except StoreError:
+            nodes = []
+    with d.uploads.lock:
+        uploads = [{"ref": r, "label": f"{s.node} ({s.source})"} for r, s in d.uploads.items()]
+    return {"nodes": nodes, "uploads": uploads[::-1], "problem": d.store_problem()}
+
+
+# ---- routes ----------------------------------------------------------------------------------
+
+
+def _render(**kw: Any) -> str:
+    kw.setdefault("typed", [])
+    kw.setdefault("figures", "{}")
+    return render_template("whatif.html", pick=picker(), bounds=BOUNDS, max_typed=MAX_TYPED,
+                           min_gain=pct(MIN_GAIN), **kw)
+
+
+@bp.get("/whatif")
+def whatif_page() -> tuple[str, int] | str:
+    ref = request.args.get("r", "")
+    if not ref:
+        return _render(v=None, error=None, ref="")
+    try:
+        snap = data().snapshot(ref)
+    except NotFound as e:
+        abort(404, description=str(e))
+    texts = [t for t in request.args.getlist("f") if t.strip()]
+    error, sets = None, []
+    if len(texts) > MAX_TYPED:
+        error = (f"{len(texts)} typed flag sets: at most {MAX_TYPED} per request (each replay "
+                 "takes seconds)")
+    else:
+        for i, text in enumerate(texts, 1):
+            try:
+                sets.append(parse_set(text, snap))
+            except BadFlags as e:
+                error = f"flag set {i} is not valid: {e}"
+                break
+    rec = recommendation(ref, snap)
+    cands = candidate_sets(rec)
+    chosen = set(request.args.getlist("c")) if request.args.get("go") else {c["id"] for c in cands}
+    shown = [c for c in cands if c["id"] in chosen]
+    typed = []
+    old = unmodelled_release(snap)  # the recommender's own reason: no replay says anything
+    if old is not None and sets:
+        error = f"not replayed: {old}"
+    if error is None and sets:
+        for fs, res in zip(sets, predict_typed(ref, snap, rec, sets), strict=True):
+            typed.append(typed_view(fs, res, snap))
+    allocs: list[str | None] = []
+    for s in typed + shown:
+        for r in s["rows"]:
+            a = None if r["allocator"] == "all" else r["allocator"]
+            if a not in allocs:
+                allocs.append(a)
+    if not allocs:
+        allocs = [None]
+    figs, hist_note = history(snap, allocs)
+    from beamalloc.webui.nodes import when
+
+    v = {"snap": snap, "when": when(snap.taken_at), "rec": rec, "candidates": cands,
+         "shown": shown, "typed": typed, "chosen": chosen, "hist_note": hist_note,
+         "hist_ids": list(figs), "base": node_flags(snap).render() or "(the OTP defaults)",
+         "replays": _state().replays}
+    html = _render(v=v, error=error, ref=ref, typed=texts, figures=figures_json(figs))
+    return (html, 400) if error else html
+
+
+@bp.post("/whatif/upload")
+def whatif_upload() -> Response | tuple[str, int]:
+    f = request.files.get("file")
+    if f is None or not f.filename:
+        return _render(v=None, ref="", error="Choose a file first."), 400
+    try:
+        ref = data().add_upload(f.filename, f.read())
+    except InputError as e:
+        return _render(v=None, ref="", error=str(e)), 400
+    return redirect(f"/whatif?r={ref}", 303)
