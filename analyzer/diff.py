@@ -208,10 +208,14 @@ def _notes(sa: dict[str, Any], sb: dict[str, Any]) -> list[str]:
     elif sa["os_pid"] and sb["os_pid"] and sa["os_pid"] != sb["os_pid"]:
         notes.append(f"{sa['node']} restarted between A and B (OS pid {sa['os_pid']} → "
                      f"{sb['os_pid']}): B started afresh")
-    if (sa["otp_release"], sa["erts_version"]) != (sb["otp_release"], sb["erts_version"]):
-        notes.append(f"different OTP versions: A runs OTP {sa['otp_release'] or '?'} (erts "
-                     f"{sa['erts_version'] or '?'}), B OTP {sb['otp_release'] or '?'} (erts "
-                     f"{sb['erts_version'] or '?'}); defaults and strategies may differ")
+    va, vb = (sa["otp_release"], sa["erts_version"]), (sb["otp_release"], sb["erts_version"])
+    if va != vb and all(va) and all(vb):
+        notes.append(f"different OTP versions: A runs OTP {va[0]} (erts {va[1]}), B OTP {vb[0]} "
+                     f"(erts {vb[1]}); defaults and strategies may differ")
+    elif va != vb:
+        which = " and ".join(t for t, v in (("A", va), ("B", vb)) if not all(v))
+        notes.append(f"the OTP version of {which} is unknown (a recon file does not say): "
+                     "a change of OTP between them cannot be ruled out")
     return notes
 
 
