@@ -31,7 +31,7 @@ NOISE_SHARE = 0.02
 #: a smaller one "barely helped" while MIN_UNUSED or more stays unused.
 HELPED_SHARE = 0.25
 
-#: The numbers compared per allocator type and for the total (docs/diff.md, "Rows").
+#: The numbers compared per allocator type and for the total (docs/diff.md, "JSON (`--json`)").
 FIELDS = ("mbcs_carriers", "sbcs_carriers", "carriers_size", "used", "unused", "usage")
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 from pathlib import Path
 
 import pytest
 from support import run_cli
 
 from beamalloc.cli.demo import WorkloadNode
+from beamalloc.collector import snippet
 from beamalloc.collector.live import snapshot_node
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.series import derive
@@ -47,6 +49,16 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         r = run_cli("diff", str(d / "a.json"), wl.node, "--cookie-file", str(d / "cookie"),
                     "--json", timeout=120)
         out["live"] = r
+        # the snippet's one line (docs/access.md), evaluated on the node itself through rpc:
+        # what an operator pastes into remote_console, writing a SOURCE file on its host
+        expr = snippet.erlang_expression(str(d / "b.etf"))
+        code = ("{ok, Ts, _} = erl_scan:string(" + json.dumps(expr) + "), "
+                "{ok, Es} = erl_parse:parse_exprs(Ts), "
+                f"R = rpc:call('{wl.node}', erl_eval, exprs, [Es, []]), "
+                "io:format(\"~p~n\", [R]), halt().")
+        subprocess.run(["erl", "-sname", f"t_probe_{secrets.token_hex(4)}", "-setcookie",
+                        wl.cookie, "-hidden", "-noshell", "-eval", code], check=True,
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
 
     b = _run(name, AFTER, also=live_diff)
     (d / "b.json").write_text(b.to_json())
@@ -98,6 +110,17 @@ def test_live_node_as_source(pair) -> None:
     doc = json.loads(r.stdout)  # type: ignore[union-attr]
     assert doc["b"]["source"] == "live" and doc["b"]["node"] == pair["name"]
     assert doc["total"]["b"]["unused"] < doc["total"]["a"]["unused"]
+
+
+def test_snippet_file_as_source(pair, cli) -> None:
+    d: Path = pair["dir"]  # type: ignore[assignment]
+    r = cli("diff", str(d / "a.json"), str(d / "b.etf"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["b"]["label"].endswith("b.etf") and doc["b"]["node"] == pair["name"]
+    assert doc["rss"] is not None  # the snippet reads /proc too
+    assert doc["total"]["b"]["unused"] < doc["total"]["a"]["unused"]
+    assert {f["flag"] for f in doc["flags"]} >= {"+MBas", "+MBlmbcs", "+MBsbct"}
 
 
 def test_store_first_and_last(pair, cli, tmp_path) -> None:
