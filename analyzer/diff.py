@@ -170,10 +170,11 @@ def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, An
         head = f"helped: {moved}"
     elif rel is not None and -rel >= HELPED_SHARE:
         outcome, lvl = "helped_partly", "warn" if left != "ok" else "ok"
-        head = f"helped partly: {moved}, but {still}"
+        head = f"helped partly: {human(-du)} less unused ({_pct(rel)}), but {still}"
     else:
         outcome, lvl = "barely_helped", "warn" if left == "ok" else left
-        head = f"barely helped: {still} ({moved})"
+        head = f"barely helped: {still} (only {human(-du)} less" + (
+            f", {_pct(rel)})" if rel is not None else ")")
     lines = [f"carriers {human(a['carriers_size'])} → {human(b['carriers_size'])}, used "
              f"{human(a['used'])} → {human(b['used'])}, usage "
              f"{_usage(a['usage'])} → {_usage(b['usage'])} (all allocators)"]

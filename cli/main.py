@@ -692,6 +692,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if len(args.sources) != 2 or any(x is not None for x in (args.store, args.start, args.end)):
             raise InputError("diff takes two SOURCEs (A before, B after), or --node NODE "
                              "[--store DB] [--from T] [--to T]")
+        if args.sources == ["-", "-"]:
+            raise InputError("only one of A and B can be standard input ('-')")
         a, b = (load(s, args) for s in args.sources)
         la, lb = args.sources
     result = diff(a, b, (la, lb))

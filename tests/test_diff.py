@@ -98,7 +98,7 @@ def test_three_percent_drop_is_barely_helped() -> None:
     v = d["verdict"]
     left = d["total"]["b"]["unused"]
     assert v["outcome"] == "barely_helped" and v["level"] in ("warn", "bad")
-    assert v["headline"].startswith(f"barely helped: {human(left)} still unused (unused ")
+    assert v["headline"].startswith(f"barely helped: {human(left)} still unused (only ")
     assert "-3.0%" in v["headline"]
     assert d["total"]["level"] == "bad"  # 167 MiB unused at 7.7 % usage
 
@@ -181,6 +181,7 @@ def test_store_spelling(cli, tmp_path: Path) -> None:
     (["diff", str(SAMPLES / "README.md"), str(SNAPS / "frag.json")], "README.md"),
     (["diff", "--node", "x@y", "--store", "/nonexistent/watch.db"], "no store at"),
     (["diff", "--node", "x@y", "--from", "yesterday"], "--from: expected Unix seconds"),
+    (["diff", "-", "-"], "only one of A and B"),
 ])
 def test_bad_input_one_line(cli, args: list[str], says: str) -> None:
     r = cli(*args)
