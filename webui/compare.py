@@ -149,13 +149,15 @@ def picker() -> list[dict[str, Any]]:
             if len(rows) > PICKER_PER_NODE:
                 rows = [rows[0], *rows[-(PICKER_PER_NODE - 1):]]
             if rows:
-                groups.append({"name": n["node"], "store": True, "choices": [
+                groups.append({"name": n["node"], "store": True,
+                               "first_last": len(rows) > 1, "choices": [
                     {"ref": f"s{r['id']}", "label": f"{_when(r['t'])}"
                      + ("" if r["kept"] else " (latest)")} for r in rows]})
     with data().uploads.lock:
         uploads = list(data().uploads.items())
     if uploads:
-        groups.append({"name": "uploaded files", "store": False, "choices": [
+        groups.append({"name": "uploaded files", "store": False, "first_last": False,
+                       "choices": [
             {"ref": ref, "label": f"{s.node} ({s.source}, {_when(s.taken_at)})"}
             for ref, s in uploads]})
     return groups
