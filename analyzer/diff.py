@@ -30,6 +30,10 @@ NOISE_SHARE = 0.02
 #: A drop of unused bytes at least this large (relative to A's) is a real effect of the change;
 #: a smaller one "barely helped" while MIN_UNUSED or more stays unused.
 HELPED_SHARE = 0.25
+#: One allocator type's unused bytes growing this much (and by GREW_SHARE of its own) is said
+#: even where the total fell.
+GREW_BYTES = 8 << 20
+GREW_SHARE = 0.25
 
 #: The numbers compared per allocator type and for the total (docs/diff.md, "JSON (`--json`)").
 FIELDS = ("mbcs_carriers", "sbcs_carriers", "carriers_size", "used", "unused", "usage")
@@ -184,6 +188,11 @@ def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, An
         if top["delta"]["unused"]:
             lines.append(f"most of the change is in {top['allocator']}: unused "
                          f"{human(top['a']['unused'])} → {human(top['b']['unused'])}")
+    for t in both:  # a type that grew while the total did not: said, not averaged away
+        grew = t["delta"]["unused"]
+        if outcome != "worse" and grew >= GREW_BYTES and grew >= GREW_SHARE * t["a"]["unused"]:
+            lines.append(f"but unused grew in {t['allocator']}: {human(t['a']['unused'])} → "
+                         f"{human(t['b']['unused'])}")
     worst = max((t for t in types if t["b"] is not None), key=lambda t: t["b"]["unused"],
                 default=None)
     if worst is not None and worst["b"]["unused"] >= MIN_UNUSED:

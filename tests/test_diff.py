@@ -112,6 +112,14 @@ def test_grew_and_helped_wording() -> None:
     assert half["verdict"]["outcome"] == "helped_partly"
     assert "but 112.3 MiB still unused" in half["verdict"]["headline"]
     assert half["verdict"]["level"] != "ok"
+    assert not any(x.startswith("but unused grew") for x in half["verdict"]["lines"])
+    # the total falls by 60 MiB while ets_alloc gains 10 MiB of empty carriers: that is said
+    mixed = shrunk(a, "binary_alloc", 60 * MiB)
+    ets = max(mixed.instances("ets_alloc"), key=lambda i: i.mbcs.carriers_size.current)
+    ets.mbcs.carriers_size = replace(ets.mbcs.carriers_size,
+                                     current=ets.mbcs.carriers_size.current + 10 * MiB)
+    lines = diff(a, mixed)["verdict"]["lines"]
+    assert any(x.startswith("but unused grew in ets_alloc: ") for x in lines), lines
     same = diff(a, a)
     assert same["verdict"]["outcome"] == "unchanged" and not same["notes"]
 
