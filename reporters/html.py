@@ -19,7 +19,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
 from beamalloc.webui import assets, filters
-from beamalloc.webui.pagedata import compare_view, figures_json, snapshot_view
+from beamalloc.webui.compare import compare_view
+from beamalloc.webui.pagedata import figures_json, snapshot_view
 
 
 @cache

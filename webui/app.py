@@ -12,7 +12,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from importlib import import_module
 from typing import Any
 from urllib.parse import urlencode
 
@@ -43,7 +42,7 @@ def is_loopback(host: str) -> bool:
 
 def create_app(store_path: str | os.PathLike[str] | None = None, token: str | None = None,
                upload_limit: int = UPLOAD_LIMIT) -> Flask:
-    from beamalloc.webui import assets, filters, nodes, snapshots
+    from beamalloc.webui import assets, compare, filters, nodes, snapshots, whatif
 
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = upload_limit
@@ -53,7 +52,8 @@ def create_app(store_path: str | os.PathLike[str] | None = None, token: str | No
     app.register_blueprint(assets.bp)
     app.register_blueprint(nodes.bp)
     app.register_blueprint(snapshots.bp)
-    app.register_blueprint(import_module("beamalloc.webui.whatif").bp)  # the what-if page
+    app.register_blueprint(compare.bp)
+    app.register_blueprint(whatif.bp)
     app.before_request(_check_access)
     app.after_request(_headers)
     app.register_error_handler(404, _not_found)

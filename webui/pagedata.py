@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.reporters.analyze import verdict_lines
@@ -155,80 +154,6 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "cache": a["cache_hit_rates"],
         "carriers": carrier_view(a),
         "figures": figures.snapshot_figures(a),
-    }
-
-
-# ---- compare -------------------------------------------------------------------------------
-
-
-def label(i: int, a: dict[str, Any]) -> str:
-    return f"{chr(ord('A') + i) if i < 26 else i + 1}: {a['node']} ({a['source']}, " \
-           f"{a['taken_at'] or 'no time'})"
-
-
-def option_diffs(snaps: list[Snapshot]) -> list[dict[str, Any]]:
-    """Options of each allocator type (first scheduler instance) that differ between snapshots:
-    the flag change being compared, as the VMs report it."""
-    per: list[dict[str, dict[str, Any]]] = []
-    for s in snaps:
-        per.append(first_scheduler_options(s))
-    names = sorted({n for p in per for n in p})
-    out = []
-    for n in names:
-        keys = sorted({k for p in per for k in p.get(n, {})})
-        for k in keys:
-            vals = [p.get(n, {}).get(k) for p in per]
-            if len({json.dumps(v) for v in vals}) > 1:
-                out.append({"allocator": n, "option": k, "values": [_opt(v) for v in vals]})
-    return out
-
-
-def _delta(v: int | None, base: int | None) -> str:
-    if v is None or base is None:
-        return ""
-    d = v - base
-    rel = f" ({100 * d / base:+.0f}%)" if base else ""
-    return ("+" if d > 0 else "") + human(d) + rel if d else "="
-
-
-def compare_view(snaps: list[Snapshot] | None, analyses: list[dict[str, Any]],
-                 refs: list[str | None]) -> dict[str, Any]:
-    labels = [label(i, a) for i, a in enumerate(analyses)]
-    base = analyses[0]
-    metrics = (
-        ("RSS", lambda a: a["os"]["rss"]),
-        ("allocated (all)", lambda a: a["totals_all"]["allocated"]),
-        ("used", lambda a: a["totals_all"]["used"]),
-        ("unused", lambda a: a["totals_all"]["unused"]),
-        ("erlang:memory(total)", lambda a: a["os"]["erlang_memory_total"]),
-        ("pool carriers", lambda a: sum(r["pool_carriers_size"] for r in a["allocator_types"])),
-    )
-    rows = []
-    for name, get in metrics:
-        cells = []
-        for i, a in enumerate(analyses):
-            v = get(a)
-            cells.append({"v": human(v), "d": "" if i == 0 else _delta(v, get(base))})
-        rows.append({"name": name, "cells": cells})
-    rows.insert(4, {"name": "usage", "cells": [
-        {"v": pct(a["totals_all"]["usage"]), "d": ""} for a in analyses]})
-    b, last = base["totals_all"], analyses[-1]["totals_all"]
-    if len(analyses) == 2:
-        d = last["allocated"] - b["allocated"]
-        summary = (f"B holds {human(abs(d))} {'less' if d < 0 else 'more'} than A "
-                   f"({human(b['allocated'])} → {human(last['allocated'])}); unused "
-                   f"{human(b['unused'])} → {human(last['unused'])}, usage "
-                   f"{pct(b['usage'])} → {pct(last['usage'])}.")
-    else:
-        best = min(range(len(analyses)), key=lambda i: analyses[i]["totals_all"]["allocated"])
-        summary = (f"The smallest footprint is {labels[best]}: "
-                   f"{human(analyses[best]['totals_all']['allocated'])} allocated, usage "
-                   f"{pct(analyses[best]['totals_all']['usage'])}.")
-    return {
-        "labels": labels, "refs": refs, "rows": rows, "summary": summary,
-        "good": last["allocated"] <= b["allocated"],
-        "diffs": option_diffs(snaps) if snaps else [],
-        "figures": figures.compare_figures(analyses, labels),
     }
 
 

@@ -6,7 +6,7 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 
 from beamalloc.errors import InputError
 from beamalloc.webui.data import Data, NotFound
-from beamalloc.webui.pagedata import compare_view, figures_json, snapshot_view
+from beamalloc.webui.pagedata import figures_json, snapshot_view
 
 bp = Blueprint("snapshots", __name__)
 
@@ -36,24 +36,6 @@ def snapshot_api(ref: str) -> Response:
     """The analysis document (docs/analysis-schema.md), for whoever wants every number."""
     _, a = _load(ref)
     return current_app.response_class(figures_json(a), mimetype="application/json")
-
-
-@bp.get("/compare")
-def compare_page() -> str:
-    refs = [r for r in request.args.getlist("r") if r][:MAX_COMPARE]
-    if len(refs) < 2:
-        return render_template("compare.html", c=None, figures="{}",
-                               message="Pick two or more snapshots: tick them on a node's page, "
-                                       "or upload several files at once.")
-    loaded = [_load(r) for r in refs]
-    snaps = [s for s, _ in loaded]
-    if len({s.node for s in snaps}) == 1 and all(s.taken_at is not None for s in snaps):
-        # One node's history: A is the earliest, so "before/after" reads left to right.
-        order = sorted(range(len(refs)), key=lambda i: snaps[i].taken_at or 0)
-        loaded, refs = [loaded[i] for i in order], [refs[i] for i in order]
-    c = compare_view([s for s, _ in loaded], [a for _, a in loaded], list(refs))
-    return render_template("compare.html", c=c, figures=figures_json(c["figures"]),
-                           message=None)
 
 
 @bp.get("/upload")

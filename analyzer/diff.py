@@ -1,0 +1,262 @@
+"""Two snapshots of a node, before and after a change: what moved, and did the change help.
+
+`diff(a, b)` returns the plain dict that `beamalloc diff --json` prints, the terminal reporter
+(reporters/diff.py) renders and the web UI's compare page (webui/compare.py) shows; its fields
+are documented in docs/diff.md. Every number is read from `analyze()` (analyzer/analysis.py: the
+per-type sums `type_sums`, the totals over all allocators, the per-instance carrier counts), never
+recomputed here. What this module adds is the judgement: the verdict is about the bytes still
+unused after the change, not the sign of the change, so a 3 % drop that leaves 158 MiB unused is
+"barely helped", never a success.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from beamalloc import flags as fl
+from beamalloc.analyzer.analysis import analyze
+from beamalloc.analyzer.options import first_scheduler_options
+from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import human
+
+SCHEMA = "beamalloc.diff/1"
+
+#: Below this change of unused bytes (and below NOISE_SHARE of A's unused) nothing moved: two
+#: reads of an idle node a second apart differ by a few hundred KiB.
+NOISE_BYTES = 1 << 20
+NOISE_SHARE = 0.02
+#: A drop of unused bytes at least this large (relative to A's) is a real effect of the change;
+#: a smaller one "barely helped" while MIN_UNUSED or more stays unused.
+HELPED_SHARE = 0.25
+#: One allocator type's unused bytes growing this much (and by GREW_SHARE of its own) is said
+#: even where the total fell.
+GREW_BYTES = 8 << 20
+GREW_SHARE = 0.25
+
+#: The numbers compared per allocator type and for the total (docs/diff.md, "JSON (`--json`)").
+FIELDS = ("mbcs_carriers", "sbcs_carriers", "carriers_size", "used", "unused", "usage")
+
+
+def _side(a: dict[str, Any], label: str | None) -> dict[str, Any]:
+    return {"label": label, "node": a["node"], "source": a["source"], "taken_at": a["taken_at"],
+            "otp_release": a["otp_release"], "erts_version": a["erts_version"],
+            "os_pid": a["os_pid"], "rss": a["os"]["rss"]}
+
+
+def _numbers(allocated: int, used: int, mbcs: int, sbcs: int) -> dict[str, Any]:
+    return {"mbcs_carriers": mbcs, "sbcs_carriers": sbcs, "carriers_size": allocated,
+            "used": used, "unused": allocated - used,
+            "usage": used / allocated if allocated else None}
+
+
+def _per_type(a: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    counts: dict[str, list[int]] = {}
+    for r in a["allocators"]:  # carrier counts per instance (recon's container_value)
+        c = counts.setdefault(r["allocator"], [0, 0])
+        c[0] += r["mbcs_carriers"]
+        c[1] += r["sbcs_carriers"]
+    return {t["allocator"]: _numbers(t["allocated"], t["used"], *counts.get(t["allocator"], (0, 0)))
+            for t in a["allocator_types"]}
+
+
+def _total(a: dict[str, Any]) -> dict[str, Any]:
+    t = a["totals_all"]
+    mbcs = sum(r["mbcs_carriers"] for r in a["allocators"])
+    sbcs = sum(r["sbcs_carriers"] for r in a["allocators"])
+    return _numbers(t["allocated"], t["used"], mbcs, sbcs)
+
+
+def level(unused: int | None, usage: float | None) -> str:
+    """ok, warn or bad for what a side still holds unused: a few MiB (below rules.MIN_UNUSED)
+    are never worth a colour, else R2's usage thresholds (rules.usage_level)."""
+    if unused is None or unused < MIN_UNUSED or usage is None:
+        return "ok"
+    return usage_level(usage)
+
+
+def _row(name: str, a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+    delta = None
+    if a is not None and b is not None:
+        delta = {k: (None if a[k] is None or b[k] is None else b[k] - a[k]) for k in FIELDS}
+    last = b if b is not None else a
+    assert last is not None
+    return {"allocator": name, "a": a, "b": b, "delta": delta,
+            "level": level(b["unused"], b["usage"]) if b is not None else "ok",
+            "relative_unused": _relative(a, b)}
+
+
+def _relative(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    if a is None or b is None or not a["unused"]:
+        return None
+    return (b["unused"] - a["unused"]) / a["unused"]
+
+
+# ---- the +M options that differ -----------------------------------------------------------
+
+
+def option_unit(option: str) -> str:
+    """bytes, percent, count, bool or text: how the VM's value of `option` reads. flags.py's
+    parameter table is the one home of each option's kind (sizes are held in bytes there and in
+    a Snapshot's options; acul/acful are percentages of a carrier, docs/erts/alloc_util.md §2.1)."""
+    spec = fl._PARAMS["B"].get(option) or fl._PARAMS["u"].get(option)
+    kind = spec.kind if spec is not None else "any"
+    return {"kb": "bytes", "mb": "bytes", "pct": "percent", "acpct": "percent",
+            "int": "count", "bool": "bool"}.get(kind, "text")
+
+
+def format_option(option: str, value: Any) -> str:
+    """A VM's option value in its unit: 524288 of sbct is '512.0 KiB', 40 of acful is '40%',
+    erts's infinite is '∞', an absent option '-'."""
+    if value is None:
+        return "-"
+    unit = option_unit(option)
+    if isinstance(value, bool) or unit == "bool":
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if value >= fl.UINT_MAX:
+            return "∞"
+        if unit == "bytes":
+            return human(value)
+        if unit == "percent":
+            return f"{value}%"
+        return f"{value:,}"
+    return str(value)
+
+
+def option_changes(a: Snapshot, b: Snapshot) -> list[dict[str, Any]]:
+    """Options of each allocator type (its first scheduler instance, analyzer/options.py) whose
+    value differs between A and B: the flag change, as the two VMs report it."""
+    oa, ob = first_scheduler_options(a), first_scheduler_options(b)
+    out = []
+    for name in sorted(set(oa) | set(ob)):
+        va, vb = oa.get(name, {}), ob.get(name, {})
+        for k in sorted(set(va) | set(vb)):
+            x, y = va.get(k), vb.get(k)
+            if json.dumps(x) == json.dumps(y) or format_option(k, x) == format_option(k, y):
+                continue  # the same value, told apart only by how a reader typed it
+            letter = fl.ALLOCATOR_LETTERS.get(name)
+            out.append({"allocator": name, "option": k,
+                        "flag": f"+M{letter}{k}" if letter else f"{name}:{k}",
+                        "unit": option_unit(k), "a": x, "b": y,
+                        "a_text": format_option(k, x), "b_text": format_option(k, y)})
+    return out
+
+
+# ---- the verdict --------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """outcome (helped, helped_partly, barely_helped, unchanged, worse), level (ok, warn, bad:
+    by what B still holds unused, never by the sign alone), headline and lines."""
+    a, b = total["a"], total["b"]
+    du = b["unused"] - a["unused"]
+    rel = du / a["unused"] if a["unused"] else None
+    still = f"{human(b['unused'])} still unused"
+    moved = (f"unused {human(a['unused'])} → {human(b['unused'])}"
+             + (f" ({_pct(rel)})" if rel is not None else ""))
+    left = level(b["unused"], b["usage"])
+    if abs(du) < max(NOISE_BYTES, NOISE_SHARE * a["unused"]):
+        outcome, lvl = "unchanged", left
+        head = (f"no change: {human(b['unused'])} unused before and after"
+                + ("" if b["unused"] >= MIN_UNUSED else " (too little to matter)"))
+    elif du > 0:
+        outcome, lvl = "worse", "bad" if left != "ok" else "warn"
+        head = f"worse: unused grew by {human(du)} ({moved})"
+    elif b["unused"] < MIN_UNUSED:
+        outcome, lvl = "helped", "ok"
+        head = f"helped: {moved}"
+    elif rel is not None and -rel >= HELPED_SHARE:
+        outcome, lvl = "helped_partly", "warn" if left != "ok" else "ok"
+        head = f"helped partly: {human(-du)} less unused ({_pct(rel)}), but {still}"
+    else:
+        outcome, lvl = "barely_helped", "warn" if left == "ok" else left
+        head = f"barely helped: {still} (only {human(-du)} less" + (
+            f", {_pct(rel)})" if rel is not None else ")")
+    lines = [f"carriers {human(a['carriers_size'])} → {human(b['carriers_size'])}, used "
+             f"{human(a['used'])} → {human(b['used'])}, usage "
+             f"{_usage(a['usage'])} → {_usage(b['usage'])} (all allocators)"]
+    both = [t for t in types if t["delta"] is not None]
+    if both and outcome != "unchanged":
+        top = max(both, key=lambda t: abs(t["delta"]["unused"]))
+        if top["delta"]["unused"]:
+            lines.append(f"most of the change is in {top['allocator']}: unused "
+                         f"{human(top['a']['unused'])} → {human(top['b']['unused'])}")
+    for t in both:  # a type that grew while the total did not: said, not averaged away
+        grew = t["delta"]["unused"]
+        if outcome != "worse" and grew >= GREW_BYTES and grew >= GREW_SHARE * t["a"]["unused"]:
+            lines.append(f"but unused grew in {t['allocator']}: {human(t['a']['unused'])} → "
+                         f"{human(t['b']['unused'])}")
+    worst = max((t for t in types if t["b"] is not None), key=lambda t: t["b"]["unused"],
+                default=None)
+    if worst is not None and worst["b"]["unused"] >= MIN_UNUSED:
+        lines.append(f"the most unused in B: {worst['allocator']}, {human(worst['b']['unused'])}"
+                     f" of {human(worst['b']['carriers_size'])} "
+                     f"(usage {_usage(worst['b']['usage'])})")
+    if not flags_changed:
+        lines.append("no +M option differs between A and B: what changed is the workload or "
+                     "the time, not the flags")
+    return {"outcome": outcome, "level": lvl, "headline": head, "lines": lines}
+
+
+def _usage(u: float | None) -> str:
+    return "-" if u is None else f"{100 * u:.1f}%"
+
+
+def _notes(sa: dict[str, Any], sb: dict[str, Any]) -> list[str]:
+    """What makes A and B not a like-for-like pair, said before any number."""
+    notes = []
+    if sa["node"] != sb["node"]:
+        notes.append(f"different nodes: A is {sa['node']}, B is {sb['node']}; the difference "
+                     "mixes their workloads with any flag change")
+    elif sa["os_pid"] and sb["os_pid"] and sa["os_pid"] != sb["os_pid"]:
+        notes.append(f"{sa['node']} restarted between A and B (OS pid {sa['os_pid']} → "
+                     f"{sb['os_pid']}): B started afresh")
+    va, vb = (sa["otp_release"], sa["erts_version"]), (sb["otp_release"], sb["erts_version"])
+    if va != vb and all(va) and all(vb):
+        notes.append(f"different OTP versions: A runs OTP {va[0]} (erts {va[1]}), B OTP {vb[0]} "
+                     f"(erts {vb[1]}); defaults and strategies may differ")
+    elif va != vb:
+        which = " and ".join(t for t, v in (("A", va), ("B", vb)) if not all(v))
+        notes.append(f"the OTP version of {which} is unknown (a recon file does not say): "
+                     "a change of OTP between them cannot be ruled out")
+    return notes
+
+
+def diff(a: Snapshot, b: Snapshot, labels: tuple[str | None, str | None] = (None, None),
+         analyses: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A before, B after. `labels` name where each came from (a path, a node, a store sample);
+    `analyses`: their analyze() results where the caller has them already (the web UI's cache)."""
+    aa, ab = analyses if analyses is not None else (analyze(a), analyze(b))
+    sa, sb = _side(aa, labels[0]), _side(ab, labels[1])
+    ta, tb = _per_type(aa), _per_type(ab)
+    names = list(dict.fromkeys([*tb, *ta]))
+    types = [_row(n, ta.get(n), tb.get(n)) for n in names
+             if (ta.get(n) or {}).get("carriers_size") or (tb.get(n) or {}).get("carriers_size")]
+    types.sort(key=lambda t: max((t[s] or {}).get("unused", 0) for s in ("a", "b")),
+               reverse=True)
+    total = _row("total", _total(aa), _total(ab))
+    changes = option_changes(a, b)
+    rss = None
+    if sa["rss"] is not None and sb["rss"] is not None:
+        rss = {"a": sa["rss"], "b": sb["rss"], "delta": sb["rss"] - sa["rss"]}
+    return {
+        "schema": SCHEMA,
+        "a": sa,
+        "b": sb,
+        "same_node": sa["node"] == sb["node"],
+        "same_otp": (sa["otp_release"], sa["erts_version"]) == (sb["otp_release"],
+                                                                sb["erts_version"]),
+        "notes": _notes(sa, sb),
+        "verdict": verdict(total, bool(changes), types),
+        "total": total,
+        "rss": rss,
+        "types": types,
+        "flags": changes,
+    }
