@@ -100,8 +100,7 @@ def option_unit(option: str) -> str:
     """bytes, percent, count, bool or text: how the VM's value of `option` reads. flags.py's
     parameter table is the one home of each option's kind (sizes are held in bytes there and in
     a Snapshot's options; acul/acful are percentages of a carrier, docs/erts/alloc_util.md §2.1)."""
-    spec = fl._PARAMS["B"].get(option) or fl._PARAMS["u"].get(option)
-    kind = spec.kind if spec is not None else "any"
+    kind = fl.param_kind("B", option) or fl.param_kind("u", option) or "any"
     return {"kb": "bytes", "mb": "bytes", "pct": "percent", "acpct": "percent",
             "int": "count", "bool": "bool"}.get(kind, "text")
 

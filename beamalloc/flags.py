@@ -155,6 +155,13 @@ _PARAMS: dict[str, dict[str, ParamSpec]] = {
 }
 _U_ONLY = ("ycs", "mmc", "sac")
 
+
+def param_kind(target: str, param: str) -> str | None:
+    """The kind of `+M<target><param>` ("kb", "mb", "pct", "acpct", "int", "bool", "enum", ...),
+    or None when erts has no such parameter: how its value reads and is held."""
+    spec = _PARAMS.get(target, {}).get(param)
+    return spec.kind if spec is not None else None
+
 #: Canonical rendering order. Within one allocator, `e t as` must precede `ac*` (§2.1).
 _AU_ORDER = (
     "e", "t", "as", "atags", "ramv", "sbct", "asbcst", "rsbcst", "rsbcmt", "rmbcmt", "mmbcs",
