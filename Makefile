@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: Erlang/OTP 25 (erl, erlc, epmd) for the collector, the workloads and the tests.
-DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir
+DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup debs ebpf-prep demo test bench fuzz lint clean
