@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from beamalloc import citations
+
 pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,11 +222,15 @@ def test_analyze_and_recommend_a_sample(installed: tuple[Install, dict]) -> None
     r = inst.run("recommend", str(SAMPLE), "--flags", "+MBas bf +MBacul 50")
     assert r.returncode == 0, r.stderr
     assert "binary_alloc" in r.stdout
-    # Citations link to the installed docs, with the section's anchor (the lint's R9/§0.2 one).
+    # Citations link to the installed docs, with the section's anchor (the lint's on as/acul).
     links = re.findall(r"<file://([^#>]+)#([\w-]+)>", r.stdout)
     assert links, r.stdout[-2000:]
-    for path, _anchor in links:
+    for path, anchor in links:
         assert Path(path).is_file() and Path(path).is_relative_to(inst.package / "docs"), path
+        heads = re.findall(r"^#+ (.+)$", Path(path).read_text(), re.M)
+        assert anchor in {citations.slug(h) for h in heads}, (path, anchor)
+    assert (str(inst.package / "docs/erts/tuning.md"),
+            "02-flag-interactions-the-recommender-must-lint") in links
     r = inst.run("recommend", str(SAMPLE), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
