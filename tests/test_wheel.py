@@ -105,7 +105,9 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory
     pipx = Path("/usr/bin/pipx")
     if not pipx.is_file():
         pytest.skip("needs Debian's pipx (make setup installs it)")
-    base = tmp_path_factory.mktemp("pipx")
+    # World-readable, like a root-owned install others run (pytest's own tmp is root-only).
+    base = Path(tempfile.mkdtemp(prefix="beamalloc-wheel-"))
+    base.chmod(0o755)
     usr_bin = _clean_bin()
     pip_cache = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
     env = {"HOME": str(Path.home()), "LANG": "C.UTF-8", "TERM": "dumb", "COLUMNS": "100",
@@ -121,6 +123,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory
                        env=env, timeout=600, cwd=base)
     if r.returncode != 0:
         shutil.rmtree(usr_bin, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert shutil.which("beamalloc", path=env["PATH"]) == str(base / "bin" / "beamalloc")
     python = base / "home" / "venvs" / "beamalloc" / "bin" / "python"
@@ -132,6 +135,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory
         yield inst, _files(inst.package)
     finally:
         shutil.rmtree(usr_bin, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass
@@ -326,6 +330,32 @@ def test_the_demo_runs_from_the_install(installed: tuple[Install, dict]) -> None
     assert r.returncode == 0, r.stderr[-2000:]
     assert "binary_alloc" in r.stdout
     assert (inst.work / "demo.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_an_unprivileged_user_runs_the_root_owned_install(installed: tuple[Install, dict]
+                                                          ) -> None:
+    """Installed by root, run by a user who cannot write it and has no home (nobody)."""
+    inst, _ = installed
+    if os.geteuid() != 0:
+        pytest.skip("switching to nobody needs root")
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        pytest.skip("needs setpriv (util-linux)")
+    shared = Path(tempfile.mkdtemp(prefix="beamalloc-wheel-nobody-"))
+    try:
+        shared.chmod(0o777)
+        shutil.copy(SAMPLE, shared / "frag.json")
+        (shared / "frag.json").chmod(0o644)
+        env = dict(inst.env, HOME="/nonexistent")
+        del env["XDG_CACHE_HOME"], env["XDG_DATA_HOME"]
+        for cmd in (["analyze", "frag.json"], ["recommend", "frag.json"]):
+            r = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "beamalloc", *cmd], capture_output=True, text=True, env=env,
+                               cwd=shared, timeout=180)  # fmt: skip
+            assert r.returncode == 0, (cmd, r.stderr[-2000:])
+            assert "binary_alloc" in r.stdout
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_nothing_is_written_into_the_installed_package(installed: tuple[Install, dict]) -> None:
