@@ -98,14 +98,26 @@ def anchor(target: Target) -> str | None:
     return None
 
 
-def link(citation: str) -> str | None:
-    """The `file://` URI (with the section's anchor) of the first document of ours a citation
-    names, or None when it names none or the document is not installed."""
+def doc_ref(citation: str) -> str | None:
+    """The first document of ours a citation names, relative to DOCS_DIR, with the section's
+    anchor: for docs/erts/tuning.md §1 R8 the path below docs/ and `#r8-lint-lmbcs-against-sbct`.
+    For a page that serves the docs itself, where a `file://` link would name the server's disk.
+    None when it names none."""
     for t in targets(citation):
         if t.path.is_file():
             a = anchor(t)
-            return t.path.as_uri() + (f"#{a}" if a else "")
+            return t.doc + (f"#{a}" if a else "")
     return None
+
+
+def link(citation: str) -> str | None:
+    """The `file://` URI (with the section's anchor) of the first document of ours a citation
+    names, or None when it names none or the document is not installed."""
+    ref = doc_ref(citation)
+    if ref is None:
+        return None
+    doc, _, a = ref.partition("#")
+    return (DOCS_DIR / doc).as_uri() + (f"#{a}" if a else "")
 
 
 def with_link(citation: str) -> str:

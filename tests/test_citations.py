@@ -55,12 +55,14 @@ def test_a_link_is_the_file_and_the_heading_anchor(citation: str, doc: str,
     assert Path(unquote(parts.path)) == citations.DOCS_DIR / doc.removeprefix("docs/")
     assert parts.fragment == (anchor or "")
     assert citations.with_link(citation) == f"{citation} <{uri}>"
+    assert citations.doc_ref(citation) == doc.removeprefix("docs/") + (f"#{anchor}" if anchor
+                                                                       else "")
 
 
 def test_a_citation_of_no_doc_of_ours_is_left_as_is() -> None:
     missing = "docs/erts/nothing-here" + ".md"  # a document we do not ship
     for text in ("erlang/otp#9521", "Erlang in Anger §7.2", missing):
-        assert citations.link(text) is None
+        assert citations.link(text) is None and citations.doc_ref(text) is None
         assert citations.with_link(text) == text
 
 
