@@ -322,6 +322,19 @@ def test_trace_without_bcc_says_what_it_needs(installed: tuple[Install, dict],
     assert "Traceback" not in r.stderr
 
 
+def test_trace_with_debian_bcc_compiles_the_installed_bpf_sources(
+        installed: tuple[Install, dict], node: Node) -> None:
+    """With bcc there, `trace` compiles the BPF programs shipped in the wheel (bcc's own clang,
+    no compiler on PATH) and follows the node for a second."""
+    inst, _ = installed
+    if os.geteuid() != 0 or not BCC_DIST.is_dir():
+        pytest.skip("eBPF needs root and Debian's bcc (make setup: python3-bpfcc)")
+    r = inst.run("trace", "--pid", str(node.proc.pid), "--duration", "1", "--summary",
+                 timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"pid {node.proc.pid}" in r.stdout + r.stderr
+
+
 def test_the_demo_runs_from_the_install(installed: tuple[Install, dict]) -> None:
     """`demo` compiles the workload shipped in the wheel (beamalloc/samples/workloads) with the
     host's erlc, fragments a node, analyzes it and writes the report (about 10 s)."""
