@@ -5,11 +5,13 @@ build), then `pipx install` of that wheel (Debian's pipx, `make setup` installs 
 PIPX_HOME and PIPX_BIN_DIR, with a PATH built from scratch: pipx's bin directory and a folder of
 symlinks to /usr/bin without any compiler or Rust tool. Every command then runs from that install,
 in a scratch directory, against a sample file, a real node this module starts and a store `watch`
-writes; `trace` runs with Debian's bcc hidden (a private mount namespace) and must say what it
-needs in one line. Nothing may be written inside the installed package.
+writes; `trace` once with Debian's bcc (it compiles the shipped BPF sources) and once with bcc
+hidden (a private mount namespace), where it must say what it needs in one line; `analyze` and
+`recommend` as nobody from the root-owned install. Nothing may be written inside the package.
 
-About 60-90 s on the shared machine: 20-30 s the wheel (the extension relinks with fat LTO), 15 s
-pipx (dependencies from the pip cache), the commands the rest.
+About 1 to 2 minutes on the shared machine: the wheel 3-25 s with cargo's target warm (90 s when
+the extension must relink under load), pipx 15-40 s (dependencies from the pip cache), the
+commands about 40 s, removing pipx's venv the rest.
 """
 
 from __future__ import annotations
