@@ -8,10 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: Erlang/OTP 25 (erl, erlc, epmd) for the collector, the workloads and the tests.
-DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir
+DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep demo test bench fuzz lint clean
+.PHONY: setup debs ebpf-prep demo test bench fuzz lint clean wheel
 
 setup: debs $(STAMP) ebpf-prep
 
@@ -47,6 +47,12 @@ test: setup
 	$(BIN)/ruff check .
 	cd refalloc && cargo test -q --no-default-features
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The wheel (and sdist) operators install with pipx on a host without Rust or a compiler
+# (docs/install.md): dist/beamalloc-<version>-cp311-cp311-linux_x86_64.whl. tests/test_wheel.py
+# builds and installs it the same way.
+wheel: setup
+	$(BIN)/python -m build --outdir dist
 
 # Benchmarks print ratios measured in one run (tests/bench/bench_replay.py replays 20 M events
 # through refalloc and through glibc malloc).

@@ -45,6 +45,8 @@ PROCBIN_WORDS = 6
 #: and under which they are live.
 DEAD_SHARE, LIVE_SHARE = 0.5, 0.1
 
+#: The findings' home in the shipped docs, cited first (beamalloc/citations.py links it).
+SRC_FACTS = 'docs/processes.md "Facts"'
 SRC_GC = "erlang:garbage_collect/1 doc"
 SRC_HIB = "erlang:hibernate/3 doc"
 SRC_EIA = "Erlang in Anger §7.2"
@@ -191,7 +193,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
                        "on the next message",
             "evidence": {"count": n_idle, "total_heap_bytes": idle_heap, "grown_bytes": grown,
                          "largest": [p.pid for p in big], "probed": [r.pid for r in probed]},
-            "sources": [SRC_HIB, SRC_GC, SRC_EIA],
+            "sources": [SRC_FACTS, SRC_HIB, SRC_GC, SRC_EIA],
         })
     for p in _top(t.procs, lambda p: p.message_queue_len, 20):
         if p.message_queue_len < MIN_MAILBOX:
@@ -210,7 +212,7 @@ def _finding(rule: str, level: str, p: Proc, title: str, message: str,
              evidence: dict[str, Any], sources: tuple[str, ...]) -> dict[str, Any]:
     return {"rule": rule, "level": level, "process": p.pid, "name": p.name, "title": title,
             "message": message, "evidence": {"pid": p.pid, **evidence},
-            "sources": list(sources)}
+            "sources": [SRC_FACTS, *sources]}
 
 
 def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -332,6 +332,7 @@ def classification(snap: Snapshot, allocator: str) -> dict[str, Any] | None:
 
 
 SRC_EIA_72 = "Erlang in Anger §7.2"
+SRC_REMEDIES = "docs/erts/tuning.md §0.4"
 
 
 def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -360,8 +361,9 @@ def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[dict[str, Any]]:
         acts = []
     acts.append(("a queue or cache that really keeps its data: its own limits (length, size, "
                  "expiry)", ("Erlang in Anger §7",)))
-    return [{"action": act, "releases": releases, "releases_how": how, "sources": list(src)}
-            for act, src in acts]  # fmt: skip
+    # Each remedy cites its home in the shipped docs first (beamalloc/citations.py links it).
+    return [{"action": act, "releases": releases, "releases_how": how,
+             "sources": [SRC_REMEDIES, *src]} for act, src in acts]  # fmt: skip
 
 
 # --- the verdict (issue 17, item 5) -------------------------------------------------------------

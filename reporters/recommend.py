@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.citations import with_link
 from beamalloc.reporters import holders
 from beamalloc.units import human, pct
 
@@ -100,7 +101,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         for rem in e["remedies"]:
             bound = "up to " if rem["releases"] == e["unused"] else ""
             say(f"  what does: {rem['action']}: releases {bound}{human(rem['releases'])} "
-                f"({'; '.join(rem['sources'])})")
+                f"({'; '.join(map(with_link, rem['sources']))})")
         if e.get("held_by"):
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e["held_by"]))
@@ -130,7 +131,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             what = "these flags together" if len(recs) > 1 else "this flag"
             text = p["summary"] if p else str(recs[0]["not_predicted"])
             say(f"  predicted ({what}): {text}", style="magenta")
-        say(f"  sources: {'; '.join(fnd['sources'])}", style="dim")
+        say(f"  sources: {'; '.join(map(with_link, fnd['sources']))}", style="dim")
     if infos:
         say("\nInformation (below a threshold or no flag helps; nothing to set):")
         for fnd in infos:
@@ -143,7 +144,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say("  nothing to report")
     for i in r["lint"]:
         say(f"  {i['level']} [{i['check']}] ({i['where']}) {i['message']}  "
-                      f"({i['rule']})")  # fmt: skip
+                      f"({with_link(i['rule'])})")  # fmt: skip
     for i in r["withheld"]:
         say(f"  withheld (our own proposal tripped the lint): {i['message']}")
     for note in r["notes"]:

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The model, units, flags grammar, trace format, console helper, the native model's binding.
     ("core", ("beamalloc.errors", "beamalloc.units", "beamalloc.files", "beamalloc.snapshot",
               "beamalloc.flags", "beamalloc.trace", "beamalloc.console", "beamalloc._refalloc",
-              "beamalloc.versions", "beamalloc")),
+              "beamalloc.versions", "beamalloc.citations", "beamalloc")),
     # Readers: files, live nodes, eBPF. They build Snapshots and trace files.
     ("collect", ("beamalloc.collector", "beamalloc.ebpf")),
     # recon_alloc's numbers and the carrier view of one Snapshot.
