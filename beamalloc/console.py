@@ -19,7 +19,16 @@ from typing import Any, TextIO
 #: Width of output that goes to a pipe or a file when $COLUMNS is not set.
 DEFAULT_WIDTH = 100
 #: Progress shows only for work that has run this long (seconds): quick commands stay silent.
+#: $BEAMALLOC_PROGRESS_AFTER overrides it (the tests set 0, so that they do not hang on timing).
 PROGRESS_AFTER = 1.0
+
+
+def _progress_after() -> float:
+    try:
+        v = float(os.environ.get("BEAMALLOC_PROGRESS_AFTER", PROGRESS_AFTER))
+    except ValueError:
+        return PROGRESS_AFTER
+    return v if 0 <= v <= 3600 else PROGRESS_AFTER
 
 
 @dataclass
@@ -120,7 +129,7 @@ class Progress:
         return line if len(line) <= room else line[:max(0, room - 3)] + "..."
 
     def _run(self) -> None:
-        if self._stop.wait(PROGRESS_AFTER):
+        if self._stop.wait(_progress_after()):
             return
         while True:
             with self._lock:

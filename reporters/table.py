@@ -10,6 +10,7 @@ calls) may wrap inside their cell.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+
+_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|%)(?=[\s,.;:)]|$)")
 
 #: A column that may wrap is given at least this many cells when the table is laid out.
 WRAP_MIN = 20
@@ -44,13 +47,22 @@ def _build(cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
     t = Table(**kw)
     for i in idx:
         c = cols[i]
+        # A wrapping column is measured at the width rich will not shrink it below (its
+        # longest word, at least WRAP_MIN), so that what is measured to fit does fit: a table
+        # rich must shrink further cuts every column, numbers too.
+        floor = _floor(rows, i) if c.wrap else None
         t.add_column(c.header, justify=c.justify,  # type: ignore[arg-type]
                      no_wrap=not c.wrap, overflow="fold",
-                     max_width=WRAP_MIN if (c.wrap and measuring) else None,
-                     min_width=WRAP_MIN if (c.wrap and not measuring) else None)
+                     max_width=floor if measuring else None,
+                     min_width=floor if not measuring else None)
     for n, r in enumerate(rows):
         t.add_row(*(r[i] for i in idx), end_section=n in ends)
     return t
+
+
+def _floor(rows: Sequence[Sequence[Cell]], i: int) -> int:
+    cells = (r[i].plain if isinstance(r[i], Text) else str(r[i]) for r in rows)
+    return max([WRAP_MIN, *(len(w) for c in cells for w in c.split())])
 
 
 def _width(console: Console, t: Table) -> int:
@@ -115,11 +127,13 @@ def prose(console: Console, text: str, style: str = "", indent: str = "  ",
     split, so neither is a number; a word longer than the line (a path) stays whole."""
     import textwrap
 
+    # a size stays on one line with its unit ("171.4 MiB"): textwrap breaks at ASCII blanks only
+    text = _UNIT.sub("\\1\u00a0\\2", text)
     lines = textwrap.wrap(text, width=max(20, console.width), initial_indent=indent,
                           subsequent_indent=indent + hang, break_long_words=False,
                           break_on_hyphens=False)
     for line in lines or [""]:
-        console.print(Text(line, style=style), soft_wrap=True)
+        console.print(Text(line.replace("\u00a0", " "), style=style), soft_wrap=True)
 
 
 def print_table(console: Console, title: str | None, cols: Sequence[Col],
