@@ -85,6 +85,11 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
+def short(source: str) -> str:
+    """A source as a progress line names it: a file by its name, a node as given."""
+    return source if "@" in source else os.path.basename(source) or source
+
+
 class Progress:
     """`with Progress("replaying 3 flag sets") as p: ... p.step("flag set 2 of 3")`: one line
     on stderr, refreshed in place, once the work has run PROGRESS_AFTER seconds; erased when it
@@ -104,13 +109,24 @@ class Progress:
 
     def step(self, detail: str) -> None:
         self.detail = detail
+        if self._shown:  # a new step shows at once, not at the next refresh
+            self._draw()
 
     def __enter__(self) -> Progress:
         self._t0 = time.monotonic()
         if self._on:
+            if _progress_after() <= 0:
+                self._draw()
             self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
             self._thread.start()
         return self
+
+    def _draw(self) -> None:
+        with self._lock:
+            if not self._stop.is_set():
+                sys.stderr.write("\r\x1b[K" + self._line())
+                sys.stderr.flush()
+                self._shown = True
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -122,21 +138,15 @@ class Progress:
                 sys.stderr.flush()
 
     def _line(self) -> str:
-        spent = time.monotonic() - self._t0
+        spent = f" ({time.monotonic() - self._t0:.0f} s)"
         line = f"beamalloc: {self.what}" + (f": {self.detail}" if self.detail else "")
-        line += f" ({spent:.0f} s)"
-        room = width_for(sys.stderr) - 1
-        return line if len(line) <= room else line[:max(0, room - 3)] + "..."
+        room = width_for(sys.stderr) - 1 - len(spent)  # the time spent always shows whole
+        return (line if len(line) <= room else line[:max(0, room - 3)] + "...") + spent
 
     def _run(self) -> None:
         if self._stop.wait(_progress_after()):
             return
         while True:
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                sys.stderr.write("\r\x1b[K" + self._line())
-                sys.stderr.flush()
-                self._shown = True
+            self._draw()
             if self._stop.wait(self._interval):
                 return

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
-from beamalloc.console import Progress, configure, note, wide_console
+from beamalloc.console import Progress, configure, note, short, wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.reporters.recommend import FORMATS
@@ -61,7 +61,7 @@ def _write(path: str | None, text: str) -> None:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.cluster:
         return _snapshot_cluster(args)
-    with Progress(f"reading {args.source}"):
+    with Progress(f"reading {short(args.source)}"):
         snap = load(args.source, args)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
@@ -202,7 +202,7 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
 
-    with Progress(f"analyzing {args.source}") as p:
+    with Progress(f"analyzing {short(args.source)}") as p:
         p.step("reading the allocators")
         snap = load(args.source, args)
         result = analyze(snap)
@@ -238,7 +238,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             read_header(trace)
         except TraceError as e:
             raise InputError(str(e)) from None
-    with Progress(f"recommending for {args.source}") as p:
+    with Progress(f"recommending for {short(args.source)}") as p:
         p.step("reading the allocators")
         snap = load(args.source, args)
         p.step("reading the processes")
@@ -262,7 +262,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
         elif live:
             why = "no speed-trade rule fires on this node, so no rate was measured"
-        with Progress(f"recommending for {args.source}") as p:
+        with Progress(f"recommending for {short(args.source)}") as p:
             p.step("replaying each candidate flag set" if not args.no_predict
                    else "applying the rules")
             result = recommend(snap, given_flags=args.flags_in_use,
@@ -311,7 +311,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     with Progress("writing the report") as p:
         snaps, analyses = [], []
         for n, source in enumerate(args.sources, 1):
-            p.step(f"reading {source} ({n} of {len(args.sources)})")
+            p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
             snaps.append(load(source, args))
             analyses.append(analyze(snaps[-1]))
             analyses[-1]["processes"] = holders(source, args, snaps[-1])
@@ -329,7 +329,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
     flag_sets = [args.flags or "", *(args.compare or [])]
     results = []
-    with Progress(f"replaying {args.trace}") as p:
+    with Progress(f"replaying {short(args.trace)}") as p:
         for n, f in enumerate(flag_sets, 1):
             p.step(f"flag set {n} of {len(flag_sets)}: {f or '(defaults)'}")
             results.append(replay_snapshot(args.trace, f, schedulers=args.schedulers,
