@@ -54,7 +54,7 @@ def render(doc: dict[str, Any], console: Any) -> None:
                             rows.append([src, f"{k1} {k2}", k3, str(v3["count"]),
                                          human_bytes(v3["bytes"])])
         print_table(console, "carrier level", [
-            Col("source", "left", key=True), Col("call", "left", key=True),
+            Col("source", "left", key=True), Col("call", "left", key=True, wrap=True),
             Col("detail", "left", key=True, wrap=True), Col("count"), Col("bytes")], rows)
     foreign = doc.get("foreign_malloc")
     if foreign:

@@ -72,12 +72,26 @@ def _held_numbers(doc: dict[str, Any]) -> list[str]:
     return [human(r["binary_bytes"]) for r in doc["processes"]["top_binary"][:6]]
 
 
+def _replay_numbers(doc: dict[str, Any]) -> list[str]:
+    """Each run's footprint peak and binary_alloc's rows (final / peak), as the table words them
+    (reporters/replay.py's allocator_rows over the run's snapshot in the JSON)."""
+    from beamalloc.reporters.replay import allocator_rows
+    from beamalloc.snapshot import Snapshot
+
+    out = []
+    for run in doc["runs"]:
+        out.append(human(run["peak"]["footprint"]["carriers_size"]))
+        out += [v for _, v in allocator_rows(Snapshot.from_dict(run["snapshot"]), "binary_alloc")]
+    return out
+
+
 @dataclass(frozen=True)
 class Screen:
     name: str
     args: tuple[str, ...]
     numbers: Callable[[dict[str, Any]], list[str]]
     live: bool = False  # args name the live node of the `node` fixture as {node}
+    #: args name the trace of the `trace_file` fixture as {trace}
 
 
 COMMANDS = [
@@ -95,6 +109,9 @@ COMMANDS = [
            _recommend_numbers),
     Screen("recommend crash dump (holders)", ("recommend", str(SAMPLES / "erl_crash.dump"),
                                               "--no-predict"), _recommend_numbers),
+    Screen("replay three flag sets", ("replay", "{trace}", "--flags", "+MBas aobf +MBlmbcs 512",
+                                      "--compare", "+MBas bf +MBsbct 1024", "+MBacul 0"),
+           _replay_numbers),
     Screen("analyze live holders node", ("analyze", "{node}", "--timeout", "60"),
            _held_numbers, live=True),
     Screen("recommend live holders node", ("recommend", "{node}", "--no-predict",
@@ -113,9 +130,27 @@ def node() -> Iterator[tuple[str, dict[str, str]]]:
         yield wl.node, {**os.environ, "BEAMALLOC_COOKIE": wl.cookie}
 
 
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """binary_alloc blocks of growing size, every other one freed: a replay with carriers of
+    every kind (tests/refalloc/test_replay_cli.py's shape, larger)."""
+    from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
+
+    p = tmp_path_factory.mktemp("trace") / "t.batr"
+    with TraceWriter(p, TraceHeader(schedulers=2, node="a@h")) as w:
+        for i in range(3000):
+            w.write(Event(i * 1_000_000, Op.ALLOC, 10, 1 + i % 2, 214, 100 + i * 50, i + 1))
+        for i in range(0, 3000, 2):
+            w.write(Event(4_000_000_000 + i, Op.FREE, 10, 1 + i % 2, 214, 0, i + 1))
+    return p
+
+
 def _run(screen: Screen, width: int, request: pytest.FixtureRequest, *extra: str) -> str:
     env = {**os.environ}
     args = list(screen.args)
+    if any("{trace}" in a for a in args):
+        trace = str(request.getfixturevalue("trace_file"))
+        args = [a.replace("{trace}", trace) for a in args]
     if screen.live:
         name, env = request.getfixturevalue("node")
         args = [a.replace("{node}", name) for a in args]
@@ -174,3 +209,49 @@ def test_piped_output_without_columns_is_100_wide() -> None:
     r = run_cli("analyze", str(SAMPLES / "recon_snapshot.txt"), env=env)
     assert r.returncode == 0, r.stderr
     assert max(len(ln) for ln in r.stdout.splitlines()) == 100
+
+
+def _trace_doc() -> dict[str, Any]:
+    """A `beamalloc trace` summary document (ebpf/summary.py's shape) with counts as large as a
+    busy node's: eBPF needs root and a node, and what is checked here is the rendering."""
+    def ty(a: int, f: int, r: int, req: int, out: int) -> dict[str, Any]:
+        return {"alloc": a, "free": f, "realloc": r, "requested_bytes": req,
+                "outstanding_bytes": out, "log2_hist": {}}
+
+    return {
+        "pid": 4_194_303, "node": "very_long_application_name@host.example.internal",
+        "elapsed_s": 600.25, "mode": {"level": "all", "attached_fraction": 0.25},
+        "lost": {"total": 0},
+        "blocks": {"binary_alloc": {
+            "calls": {"alloc": 1_712_345_678, "free": 1_712_000_000, "realloc": 12_345_678},
+            "rates_per_s": {"alloc": 2_852_712.3}, "requested_bytes": 171_234_567_890_123,
+            "outstanding_bytes": 123_456_789, "instances": {},
+            "types": {"binary": ty(1_700_000_000, 1_699_000_000, 10_000_000,
+                                   170_000_000_000_000, 123_000_000),
+                      "drv_binary": ty(12_345_678, 1_000, 2_345_678, 1_234_567_890, 4_567)}}},
+        "carriers": {
+            "syscalls": {"mmap": {"all": {"count": 1_234_567, "bytes": 1_712_345_678_901}},
+                         "madvise": {"dontneed": {"count": 12, "bytes": 123_456}}},
+            "mseg": {"binary_alloc": {"mseg_alloc": {"mbc": {"count": 100, "bytes": 104_857_600},
+                                                     "sbc": {"count": 12, "bytes": 12_345_678}}}},
+            "sys_alloc": {"sys_alloc": {"aligned (MBC carriers)": {"count": 3,
+                                                                   "bytes": 3_145_728}}}},
+        "foreign_malloc": None,
+    }
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_trace_summary_fits(width: int) -> None:
+    import io
+
+    from rich.console import Console
+
+    from beamalloc.reporters.trace import render
+
+    buf = io.StringIO()
+    render(_trace_doc(), Console(file=buf, width=width, color_system=None))
+    text = buf.getvalue()
+    assert max(len(ln) for ln in text.splitlines()) <= width and "…" not in text
+    for n in ("1712345678", "12345678", "2852712.3", human(171_234_567_890_123),
+              human(1_712_345_678_901), "1234567", human(123_456_789)):
+        assert re.search(r"(?<![\d.,])" + re.escape(n) + r"(?![\d.,])", text), (n, text)
