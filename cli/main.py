@@ -255,8 +255,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             note(f"{', '.join(trades)} trade memory for speed: sampling {args.source} again in "
                  f"{args.rate_seconds:g} s for the carrier-call rate (--rate-seconds 0 skips "
                  "it)")  # fmt: skip
-            time.sleep(args.rate_seconds)
-            first, snap = snap, load(args.source, args)
+            with Progress(f"recommending for {short(args.source)}") as p:
+                p.step(f"waiting {args.rate_seconds:g} s for the carrier-call rate")
+                time.sleep(args.rate_seconds)
+                first, snap = snap, load(args.source, args)
             rate, why = carrier_rate(first, snap)
         elif live and trades:
             why = "--rate-seconds 0: no rate measured, so no speed-trade flag"

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
+from beamalloc.console import width_for
 from beamalloc.errors import InputError
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import BATCH_SECONDS, Store
@@ -302,8 +303,11 @@ class Watcher:
         while not self.stop.wait(1.0):
             if self.quiet:
                 continue
-            if self.out.isatty():
-                self.out.write("\r\x1b[K" + self.status_line())
+            if self.out.isatty():  # one line, refreshed: never wider than the terminal
+                line, room = self.status_line(), width_for(self.out) - 1
+                while len(line) > room and " " in line:  # whole words: no number cut
+                    line = line.rsplit(" ", 1)[0].rstrip(",;")
+                self.out.write("\r\x1b[K" + line[:room])
                 self.out.flush()
             elif time.monotonic() >= next_log:
                 next_log += every
