@@ -57,6 +57,9 @@ def _holders_numbers(p: dict[str, Any] | None) -> list[str]:
     return out
 
 
+#: A number found whole: no digit (or digit group) just before or after it; a full stop or a
+#: comma after it ends a sentence or a list.
+_WHOLE = r"(?<!\d)(?<!\d[.,]){}(?!\d|[.,]\d|%)"
 _SIZE = re.compile(r"\d[\d,]*(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)\b|\d+(?:\.\d+)?%")
 
 
@@ -105,6 +108,8 @@ COMMANDS = [
            _analyze_numbers),
     Screen("recommend fragmented node", ("recommend", str(SNAPSHOTS / "binspike.json")),
            _recommend_numbers),
+    Screen("recommend change flags (rabbitmq)", ("recommend", str(SNAPSHOTS / "heapchurn.json"),
+                                                 "--format", "rabbitmq"), _recommend_numbers),
     Screen("recommend frag node", ("recommend", str(SNAPSHOTS / "frag.json"), "--no-predict"),
            _recommend_numbers),
     Screen("recommend crash dump (holders)", ("recommend", str(SAMPLES / "erl_crash.dump"),
@@ -183,7 +188,7 @@ def test_screen_fits_and_cuts_no_number(screen: Screen, width: int,
     wanted = screen.numbers(doc)
     assert len(wanted) >= 5, wanted  # the check has something to check
     missing = [n for n in dict.fromkeys(wanted)
-               if not re.search(r"(?<![\d.,])" + re.escape(n) + r"(?![\d.,%])", text)]
+               if not re.search(_WHOLE.format(re.escape(n)), text)]
     assert not missing, f"numbers of the JSON not shown whole at {width} columns: {missing[:8]}"
 
 
@@ -254,4 +259,4 @@ def test_trace_summary_fits(width: int) -> None:
     assert max(len(ln) for ln in text.splitlines()) <= width and "…" not in text
     for n in ("1712345678", "12345678", "2852712.3", human(171_234_567_890_123),
               human(1_712_345_678_901), "1234567", human(123_456_789)):
-        assert re.search(r"(?<![\d.,])" + re.escape(n) + r"(?![\d.,])", text), (n, text)
+        assert re.search(_WHOLE.format(re.escape(n)), text), (n, text)
