@@ -75,7 +75,23 @@ def wide_console(stderr: bool = False) -> Any:
 def note(text: str) -> None:
     """A line on stderr that is not the answer ("wrote FILE", a note): silent with --quiet."""
     if not SETTINGS.quiet:
+        say(text)
+
+
+def say(text: str) -> None:
+    """A line on stderr that must be said even with --quiet (an action that changes a node).
+    A progress line being drawn is erased first, and drawn again under it at its next tick."""
+    active = _ACTIVE[-1] if _ACTIVE else None
+    if active is None:
         print(text, file=sys.stderr, flush=True)
+        return
+    with active._lock:
+        sys.stderr.write(("\r\x1b[K" if active._shown else "") + text + "\n")
+        sys.stderr.flush()
+
+
+#: The progress lines being drawn, innermost last.
+_ACTIVE: list[Progress] = []
 
 
 def _stderr_is_terminal() -> bool:
@@ -114,6 +130,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._t0 = time.monotonic()
+        _ACTIVE.append(self)
         if self._on:
             if _progress_after() <= 0:
                 self._draw()
@@ -129,6 +146,7 @@ class Progress:
                 self._shown = True
 
     def __exit__(self, *exc: object) -> None:
+        _ACTIVE.remove(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
-from beamalloc.console import Progress, configure, note, short, wide_console
+from beamalloc.console import Progress, configure, note, say, short, wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.reporters.recommend import FORMATS
@@ -180,9 +180,9 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
         probe = None
         if probe_n:
             pids = probe_candidates(table, probe_n)
-            print(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
-                  f"processes of {source} one at a time, measured before and after: this "
-                  "changes the node (the one beamalloc action that does)", file=sys.stderr)
+            say(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
+                f"processes of {source} one at a time, measured before and after: this "
+                "changes the node (the one beamalloc action that does)")
             probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
         return processes_json(table, probe)
     if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
