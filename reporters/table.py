@@ -76,13 +76,14 @@ def layout(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
     part takes as many columns as fit (the first columns are the ones that matter most); the
     rest are spread over as few parts as fit, as narrow as keeps that many, so that they are of
     like widths (not six columns and then one)."""
-    widths: dict[tuple[int, ...], int] = {}
+    # Each column measured once, alone; what two columns share (a border) from one pair: a
+    # table's width is then a sum, however many rows it has and however many layouts are tried.
+    single = [_width(console, _build(cols, rows, [i], True, **kw)) for i in range(len(cols))]
+    shared = (single[0] + single[1] - _width(console, _build(cols, rows, [0, 1], True, **kw))
+              if len(cols) > 1 else 0)
 
     def width(idx: list[int]) -> int:
-        key = tuple(idx)
-        if key not in widths:
-            widths[key] = _width(console, _build(cols, rows, idx, True, **kw))
-        return widths[key]
+        return sum(single[i] for i in idx) - shared * (len(idx) - 1)
 
     full = console.width
     best = _pack(cols, full, full, width)
