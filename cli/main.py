@@ -399,9 +399,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_snippet(args: argparse.Namespace) -> int:
+    import contextlib
+    import io
+
     from beamalloc.collector.snippet import cli
 
-    return cli(args)
+    if not args.quiet:
+        return cli(args)
+    with contextlib.redirect_stderr(io.StringIO()):  # --quiet: the line alone, not where it goes
+        return cli(args)
 
 
 def _non_negative(text: str) -> int:

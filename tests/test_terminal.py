@@ -291,3 +291,18 @@ def test_watch_logs_a_status_line_while_all_is_well(node: tuple[str, str], quiet
     assert all(s == n == "1" for s, n, _, _ in well)
     rows = [int(w[3]) for w in well]
     assert rows == sorted(rows) and rows[-1] >= 1
+
+
+def test_quiet_leaves_the_answer_alone(tmp_path: Path) -> None:
+    """--quiet drops what is said about the work ("wrote FILE", where to paste), never the
+    answer itself, and says errors still."""
+    out = tmp_path / "s.json"
+    loud = run_cli("snapshot", RECON, "-o", str(out))
+    assert loud.returncode == 0 and loud.stderr.startswith(f"wrote {out}")
+    quiet = run_cli("snapshot", RECON, "-o", str(out), "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(out.read_text())
+    loud, quiet = run_cli("snippet"), run_cli("-q", "snippet")
+    assert "paste the line above" in loud.stderr and quiet.stderr == ""
+    assert quiet.stdout == loud.stdout and "erlang:system_info" in quiet.stdout
+    bad = run_cli("analyze", str(tmp_path / "missing.txt"), "-q")
+    assert bad.returncode == 2 and bad.stderr.startswith("beamalloc: ")
