@@ -81,12 +81,14 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
 
 
 def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
-    head = Text()
-    head.append(f"{a['node']}", style="bold")
     facts, missing = header_facts(a)
-    head.append(f"  {facts}  source {a['source']}  taken {a['taken_at'] or 'unknown'}"
-                .replace("    ", "  "))
-    console.print(head)
+    rest = f"{facts}  source {a['source']}  taken {a['taken_at'] or 'unknown'}".strip()
+    head = Text(a["node"], style="bold")
+    if len(a["node"]) + 2 + len(rest) <= console.width:
+        console.print(head + Text(f"  {rest}"))
+    else:  # the facts on a line of their own, under the name, rather than cut at any word
+        console.print(head)
+        prose(console, rest)
     if missing:
         prose(console, missing, "dim", indent="")
     for note in a["notes"]:
