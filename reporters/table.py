@@ -94,7 +94,15 @@ def layout(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Cell]]
             hi = mid
         else:
             lo = mid + 1
-    return _pack(cols, full, hi, width) if len(best[0]) > 2 else best
+    parts, dropped = _pack(cols, full, hi, width) if len(best[0]) > 2 else best
+    keys = [i for i, c in enumerate(cols) if c.key]
+    if len(parts) > 1 and len(parts[-1]) - len(keys) == 1 and len(parts[-2]) - len(keys) > 3:
+        # one column alone in the last table: its neighbour keeps it company
+        moved = max(i for i in parts[-2] if i not in keys)
+        if width(sorted(parts[-1] + [moved])) <= full:
+            parts[-2].remove(moved)
+            parts[-1] = sorted(parts[-1] + [moved])
+    return parts, dropped
 
 
 def _pack(cols: Sequence[Col], first: int, room: int,
