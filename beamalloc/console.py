@@ -1,14 +1,170 @@
-"""The terminal every reporter writes to."""
+"""The terminal every reporter writes to: its width, its colours, and what goes to stderr.
+
+Width: $COLUMNS when set (a terminal or a pipe alike, so `COLUMNS=80 beamalloc analyze X | less`
+is 80 wide), else the terminal's own width, else DEFAULT_WIDTH for a pipe or a file. Colour: off
+with --no-color, with $NO_COLOR set (https://no-color.org), and whenever the stream is not a
+terminal. --quiet silences what is not the answer: notes, progress and "wrote FILE" lines on
+stderr (errors are still said, in one line).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+#: Width of output that goes to a pipe or a file when $COLUMNS is not set.
+DEFAULT_WIDTH = 100
+#: Progress shows only for work that has run this long (seconds): quick commands stay silent.
+#: $BEAMALLOC_PROGRESS_AFTER overrides it (the tests set 0, so that they do not hang on timing).
+PROGRESS_AFTER = 1.0
+
+
+def _progress_after() -> float:
+    try:
+        v = float(os.environ.get("BEAMALLOC_PROGRESS_AFTER", PROGRESS_AFTER))
+    except ValueError:
+        return PROGRESS_AFTER
+    return v if 0 <= v <= 3600 else PROGRESS_AFTER
+
+
+@dataclass
+class Settings:
+    """Set once by the CLI from --quiet and --no-color (cli/main.py)."""
+
+    quiet: bool = False
+    no_color: bool = False
+
+
+SETTINGS = Settings()
+
+
+def configure(quiet: bool = False, no_color: bool = False) -> None:
+    SETTINGS.quiet, SETTINGS.no_color = quiet, no_color
+
+
+def color_wanted() -> bool:
+    return not SETTINGS.no_color and not os.environ.get("NO_COLOR")
+
+
+def width_for(stream: TextIO) -> int:
+    """The columns output to `stream` may use (see the module's docstring)."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        pass
+    return DEFAULT_WIDTH
 
 
 def wide_console(stderr: bool = False) -> Any:
-    """A terminal keeps its width; a pipe or a file gets room for the widest table."""
+    """A rich Console on stdout (or stderr) of the width and colours above."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 180)
+    return Console(file=stream, width=width_for(stream), no_color=not color_wanted(),
+                   color_system="auto" if color_wanted() else None, highlight=False)
+
+
+def note(text: str) -> None:
+    """A line on stderr that is not the answer ("wrote FILE", a note): silent with --quiet."""
+    if not SETTINGS.quiet:
+        say(text)
+
+
+def say(text: str) -> None:
+    """A line on stderr that must be said even with --quiet (an action that changes a node).
+    A progress line being drawn is erased first, and drawn again under it at its next tick."""
+    active = _ACTIVE[-1] if _ACTIVE else None
+    if active is None:
+        print(text, file=sys.stderr, flush=True)
+        return
+    with active._lock:
+        sys.stderr.write(("\r\x1b[K" if active._shown else "") + text + "\n")
+        sys.stderr.flush()
+
+
+#: The progress lines being drawn, innermost last.
+_ACTIVE: list[Progress] = []
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (ValueError, AttributeError):
+        return False
+
+
+def short(source: str) -> str:
+    """A source as a progress line names it: a file by its name, a node as given."""
+    return source if "@" in source else os.path.basename(source) or source
+
+
+class Progress:
+    """`with Progress("replaying 3 flag sets") as p: ... p.step("flag set 2 of 3")`: one line
+    on stderr, refreshed in place, once the work has run PROGRESS_AFTER seconds; erased when it
+    ends. Silent when stderr is not a terminal (a log file must not fill with carriage returns)
+    or with --quiet."""
+
+    def __init__(self, what: str, interval: float = 0.2) -> None:
+        self.what = what
+        self.detail = ""
+        self._interval = interval
+        self._on = _stderr_is_terminal() and not SETTINGS.quiet
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = False
+        self._t0 = 0.0
+        self._lock = threading.Lock()
+
+    def step(self, detail: str) -> None:
+        self.detail = detail
+        if self._shown:  # a new step shows at once, not at the next refresh
+            self._draw()
+
+    def __enter__(self) -> Progress:
+        self._t0 = time.monotonic()
+        _ACTIVE.append(self)
+        if self._on:
+            if _progress_after() <= 0:
+                self._draw()
+            self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _draw(self) -> None:
+        with self._lock:
+            if not self._stop.is_set():
+                sys.stderr.write("\r\x1b[K" + self._line())
+                sys.stderr.flush()
+                self._shown = True
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.remove(self)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            if self._shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+
+    def _line(self) -> str:
+        spent = f" ({time.monotonic() - self._t0:.0f} s)"
+        line = f"beamalloc: {self.what}" + (f": {self.detail}" if self.detail else "")
+        room = width_for(sys.stderr) - 1 - len(spent)  # the time spent always shows whole
+        return (line if len(line) <= room else line[:max(0, room - 3)] + "...") + spent
+
+    def _run(self) -> None:
+        if self._stop.wait(_progress_after()):
+            return
+        while True:
+            self._draw()
+            if self._stop.wait(self._interval):
+                return

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
-from beamalloc.console import wide_console
+from beamalloc.console import Progress, configure, note, say, short, wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.reporters.recommend import FORMATS
@@ -26,7 +26,10 @@ from beamalloc.units import apply_ranges
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise InputError(f"{self.prog}: {message}")
+        # main() says "beamalloc: " once; a subcommand names itself after it
+        sub = self.prog.partition(" ")[2]
+        hint = f"beamalloc {sub} --help" if sub else "beamalloc --help"
+        raise InputError(f"{sub + ': ' if sub else ''}{message} (see {hint})")
 
 
 def load(source: str, args: argparse.Namespace) -> Snapshot:
@@ -40,11 +43,10 @@ def load(source: str, args: argparse.Namespace) -> Snapshot:
         snap = live.snapshot_node(source, secret, timeout=args.timeout,
                                   max_carriers=getattr(args, "max_carriers", MAX_CARRIERS))
         if snap.carriers_unavailable:
-            print(f"beamalloc: note: no per-carrier data: {snap.carriers_unavailable}",
-                  file=sys.stderr)
+            note(f"beamalloc: note: no per-carrier data: {snap.carriers_unavailable}")
         if snap.carriers_skipped:
-            print(f"beamalloc: note: {snap.carriers_skipped} carriers not read "
-                  f"(--max-carriers {args.max_carriers})", file=sys.stderr)
+            note(f"beamalloc: note: {snap.carriers_skipped} carriers not read "
+                 f"(--max-carriers {args.max_carriers})")
         return snap
     return sources.read_file(source)
 
@@ -59,16 +61,14 @@ def _write(path: str | None, text: str) -> None:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.cluster:
         return _snapshot_cluster(args)
-    snap = load(args.source, args)
+    with Progress(f"reading {short(args.source)}"):
+        snap = load(args.source, args)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
         _write(args.output, text)
         if not args.json:
-            print(
-                f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
-                f"instances ({snap.source})",
-                file=sys.stderr,
-            )
+            note(f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
+                 f"instances ({snap.source})")
     if args.json or not args.output:
         _write(None, text)
     return 0
@@ -83,7 +83,8 @@ def _snapshot_cluster(args: argparse.Namespace) -> int:
     if "@" not in args.source:
         raise NodeNameError("--cluster needs a node name (app@host) as SOURCE")
     secret = cookie.resolve_cookie(args.cookie_file)
-    results = snapshot_cluster(args.source, secret, args.timeout, args.max_carriers)
+    with Progress(f"snapshotting the cluster of {args.source}"):
+        results = snapshot_cluster(args.source, secret, args.timeout, args.max_carriers)
     snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
     if args.output:
         out = Path(args.output)
@@ -93,7 +94,7 @@ def _snapshot_cluster(args: argparse.Namespace) -> int:
                 (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write to {out}: {e.strerror}") from None
-        print(f"wrote {len(snaps)} snapshots to {out}", file=sys.stderr)
+        note(f"wrote {len(snaps)} snapshots to {out}")
     if args.json or not args.output:
         doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
                "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}
@@ -115,6 +116,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise InputError("--interval must be a positive number of seconds")
     if args.carriers_every < 0:
         raise InputError(f"--carriers-every must be 0 or more, got {args.carriers_every}")
+    if args.status_every is not None and not 0 < args.status_every <= 86400:  # NaN too
+        raise InputError(f"--status-every must be more than 0 and at most 86400 seconds, "
+                         f"got {args.status_every:g}")
     if args.retain is not None and not args.retain > 0:
         raise InputError("--retain must be a positive number of days")
     for n in args.nodes:
@@ -130,7 +134,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     w = Watcher(list(dict.fromkeys(args.nodes)), secret,
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
                 retain_days=args.retain, cluster=args.cluster,
-                carriers_every=args.carriers_every, max_carriers=args.max_carriers)
+                carriers_every=args.carriers_every, max_carriers=args.max_carriers,
+                quiet=args.quiet, status_every=args.status_every)
     if args.prometheus:
         from beamalloc.timeseries.prometheus import serve
 
@@ -139,15 +144,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"serving http://{host}:{port}/metrics", file=sys.stderr, flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: w.stop.set())
-    print(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}",
-          file=sys.stderr, flush=True)
+    note(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}")
     try:
         written = w.run(args.duration)
     except Exception as e:
         if isinstance(e, InputError):
             raise
         raise StoreError(f"cannot write to the store {path}: {e}") from None
-    print(f"stopped: {written} samples written; {w.status_line()}", file=sys.stderr)
+    note(f"stopped: {written} samples written; {w.status_line()}")
     return 0
 
 
@@ -176,9 +180,9 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
         probe = None
         if probe_n:
             pids = probe_candidates(table, probe_n)
-            print(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
-                  f"processes of {source} one at a time, measured before and after: this "
-                  "changes the node (the one beamalloc action that does)", file=sys.stderr)
+            say(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
+                f"processes of {source} one at a time, measured before and after: this "
+                "changes the node (the one beamalloc action that does)")
             probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
         return processes_json(table, probe)
     if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
@@ -198,9 +202,12 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
 
-    snap = load(args.source, args)
-    result = analyze(snap)
-    result["processes"] = holders(args.source, args, snap)
+    with Progress(f"analyzing {short(args.source)}") as p:
+        p.step("reading the allocators")
+        snap = load(args.source, args)
+        result = analyze(snap)
+        p.step("reading the processes")
+        result["processes"] = holders(args.source, args, snap)
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
@@ -231,8 +238,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             read_header(trace)
         except TraceError as e:
             raise InputError(str(e)) from None
-    snap = load(args.source, args)
-    procs = holders(args.source, args, snap)  # the same moment as the snapshot
+    with Progress(f"recommending for {short(args.source)}") as p:
+        p.step("reading the allocators")
+        snap = load(args.source, args)
+        p.step("reading the processes")
+        procs = holders(args.source, args, snap)  # the same moment as the snapshot
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
             trace = _record_trace(args, Path(tmp) / "node.batr")
@@ -242,19 +252,24 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             rate, why = carrier_rate(load(args.rate_from, args), snap)
         elif live and args.rate_seconds > 0 and trades:
             # A speed trade needs calls per second now, not over the node's life (issue 17).
-            print(f"{', '.join(trades)} trade memory for speed: sampling {args.source} again in "
-                  f"{args.rate_seconds:g} s for the carrier-call rate (--rate-seconds 0 skips "
-                  "it)", file=sys.stderr)  # fmt: skip
-            time.sleep(args.rate_seconds)
-            first, snap = snap, load(args.source, args)
+            note(f"{', '.join(trades)} trade memory for speed: sampling {args.source} again in "
+                 f"{args.rate_seconds:g} s for the carrier-call rate (--rate-seconds 0 skips "
+                 "it)")  # fmt: skip
+            with Progress(f"recommending for {short(args.source)}") as p:
+                p.step(f"waiting {args.rate_seconds:g} s for the carrier-call rate")
+                time.sleep(args.rate_seconds)
+                first, snap = snap, load(args.source, args)
             rate, why = carrier_rate(first, snap)
         elif live and trades:
             why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
         elif live:
             why = "no speed-trade rule fires on this node, so no rate was measured"
-        result = recommend(snap, given_flags=args.flags_in_use, predict=not args.no_predict,
-                           rate=rate, rate_unavailable=why, trace=trace,
-                           processes=procs)  # fmt: skip
+        with Progress(f"recommending for {short(args.source)}") as p:
+            p.step("replaying each candidate flag set" if not args.no_predict
+                   else "applying the rules")
+            result = recommend(snap, given_flags=args.flags_in_use,
+                               predict=not args.no_predict, rate=rate, rate_unavailable=why,
+                               trace=trace, processes=procs)
     if args.json:
         from beamalloc.reporters.recommend import paste_block
 
@@ -278,8 +293,8 @@ def _record_trace(args: argparse.Namespace, path: Path) -> Path | None:
     from beamalloc.ebpf.errors import EbpfUnavailable
     from beamalloc.ebpf.run import Options, run
 
-    print(f"tracing {args.source}'s allocations for {args.trace_for:g} s with eBPF "
-          "(docs/ebpf.md) to replay them from its carriers", file=sys.stderr)
+    note(f"tracing {args.source}'s allocations for {args.trace_for:g} s with eBPF "
+         "(docs/ebpf.md) to replay them from its carriers")
     opts = Options(node=args.source, duration=args.trace_for, output=str(path), quiet=True,
                    libc=False, cookie_file=args.cookie_file, timeout=args.timeout)
     try:
@@ -295,12 +310,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.reporters.html import write_report
 
-    snaps = [load(s, args) for s in args.sources]
-    analyses = [analyze(s) for s in snaps]
-    for a, source, snap in zip(analyses, args.sources, snaps, strict=True):
-        a["processes"] = holders(source, args, snap)
-    write_report(analyses, args.output, snapshots=snaps)
-    print(f"wrote {args.output}", file=sys.stderr)
+    with Progress("writing the report") as p:
+        snaps, analyses = [], []
+        for n, source in enumerate(args.sources, 1):
+            p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
+            snaps.append(load(source, args))
+            analyses.append(analyze(snaps[-1]))
+            analyses[-1]["processes"] = holders(source, args, snaps[-1])
+        p.step(f"rendering {args.output}")
+        write_report(analyses, args.output, snapshots=snaps)
+    note(f"wrote {args.output}")
     return 0
 
 
@@ -311,12 +330,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.schedulers is not None and args.schedulers < 1:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
     flag_sets = [args.flags or "", *(args.compare or [])]
-    results = [
-        replay_snapshot(
-            args.trace, f, schedulers=args.schedulers, sample_every_ns=int(args.sample_ms * 1e6)
-        )
-        for f in flag_sets
-    ]
+    results = []
+    with Progress(f"replaying {short(args.trace)}") as p:
+        for n, f in enumerate(flag_sets, 1):
+            p.step(f"flag set {n} of {len(flag_sets)}: {f or '(defaults)'}")
+            results.append(replay_snapshot(args.trace, f, schedulers=args.schedulers,
+                                           sample_every_ns=int(args.sample_ms * 1e6)))
     if args.json:
         _write(None, json.dumps({"runs": [r.to_run() for r in results]}, indent=1))
         return 0
@@ -329,8 +348,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from beamalloc.webui.app import serve
 
     token = args.token or os.environ.get("BEAMALLOC_TOKEN") or None
-    serve(args.store or str(default_path()), args.host, args.port, token)
+    port = args.port if args.port != 0 else _free_port(args.host)
+    serve(args.store or str(default_path()), args.host, port, token)
     return 0
+
+
+def _free_port(host: str) -> int:
+    """`serve --port 0`: a port the OS picks, as `watch --prometheus HOST:0` does. It is bound
+    here and released just before the web server binds it again (the server prints it); should
+    another process take it in between, the server says it cannot listen, in one line."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    except OSError as e:
+        raise InputError(f"cannot listen on {host}: {e.strerror or e}") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -346,7 +381,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     opts = Options(pid=args.pid, node=args.node, duration=args.duration, output=args.output,
                    level=args.level, sample=args.sample,
                    slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
-                   libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout)
+                   libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout,
+                   quiet=args.quiet)
     try:
         doc = run(opts)
     except EbpfUnavailable:
@@ -363,9 +399,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_snippet(args: argparse.Namespace) -> int:
+    import contextlib
+    import io
+
     from beamalloc.collector.snippet import cli
 
-    return cli(args)
+    if not args.quiet:
+        return cli(args)
+    with contextlib.redirect_stderr(io.StringIO()):  # --quiet: the line alone, not where it goes
+        return cli(args)
 
 
 def _non_negative(text: str) -> int:
@@ -436,13 +478,46 @@ def _node_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand, each given the options every command has."""
+    parser = _commands()
+    parser.add_argument("--version", action="version", version=f"beamalloc {version()}",
+                        help="print the version of the installed beamalloc package and exit")
+    _terminal_options(parser, top=True)
+    for action in parser._actions:  # argparse has no public walk of its subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            for p in action.choices.values():
+                _terminal_options(p, top=False)
+    return parser
+
+
+def version() -> str:
+    """The installed distribution's version (its metadata, from setup.cfg's [metadata]
+    version), or "unknown" where beamalloc runs from a tree that was never installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("beamalloc")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _terminal_options(p: argparse.ArgumentParser, top: bool) -> None:
+    """--quiet and --no-color, before or after the subcommand (beamalloc/console.py). On a
+    subcommand their default is "not given", so one given before it is not undone."""
+    default: Any = False if top else argparse.SUPPRESS
+    p.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="no progress, notes or \"wrote FILE\" lines on stderr (errors still)")
+    p.add_argument("--no-color", action="store_true", default=default,
+                   help="no colours (also when $NO_COLOR is set, or output is not a terminal)")
+
+
+def _commands() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="beamalloc",
         description="Why does a BEAM node hold more memory than it uses, "
         "and which +M flags fix it.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
 
     source_help = (
         "a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
@@ -476,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", action="store_true",
                    help="also watch every node the given nodes are connected to")
     p.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+    p.add_argument("--status-every", type=float, metavar="S",
+                   help="when stderr is a log, not a terminal: a status line (nodes sampled, "
+                   "spread, rows written) every S seconds (default 60 or the interval, the "
+                   "longer; --quiet: none)")
     _node_options(p)
     p.set_defaults(func=cmd_watch)
 
@@ -523,7 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write a self-contained HTML report")
     p.add_argument("sources", metavar="SOURCE", nargs="+", help=source_help)
-    p.add_argument("-o", "--output", metavar="FILE", default="report.html")
+    p.add_argument("-o", "--output", metavar="FILE", default="report.html",
+                   help="the HTML file to write (default report.html)")
     _node_options(p)
     _process_options(p, probe=False)
     p.set_defaults(func=cmd_report)
@@ -565,7 +645,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SQLite file written by watch (default $XDG_DATA_HOME/beamalloc/watch.db)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; anything else needs --token)")
-    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--port", type=int, default=8050,
+                   help="port to listen on (default 8050; 0: one the OS picks, printed)")
     p.add_argument("--token", metavar="TOKEN",
                    help="required on every request (else $BEAMALLOC_TOKEN); needed off loopback")
     p.set_defaults(func=cmd_serve)
@@ -609,7 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
     )
-    p.add_argument("--report", default="demo-report.html", metavar="FILE")
+    p.add_argument("--report", default="demo-report.html", metavar="FILE",
+                   help="the HTML report to write (default demo-report.html)")
     p.add_argument("--keep-node", action="store_true", help="leave the demo node running")
     p.set_defaults(func=cmd_demo)
     _diff_parser(sub, source_help)  # engineer D: `beamalloc diff`, its block is below
@@ -712,7 +794,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int]
     try:
-        args = apply_ranges(build_parser()).parse_args(argv)  # docs/robustness.md, "Ranges"
+        parser = apply_ranges(build_parser())  # docs/robustness.md, "Ranges"
+        args = parser.parse_args(argv)
+        configure(quiet=args.quiet, no_color=args.no_color)
+        if args.command is None:  # `beamalloc` alone: the commands, not an error
+            parser.print_help()
+            return 0
         if hasattr(args, "proto_dist"):  # a command that may connect: how (docs/access.md)
             from beamalloc.collector import access
 

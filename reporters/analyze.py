@@ -9,17 +9,33 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.reporters import holders
+from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
 
 
 def _usage_style(u: float) -> str:
     return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u)]
+
+
+def header_facts(a: dict[str, Any]) -> tuple[str, str]:
+    """OTP, erts and schedulers as the source records them; what it does not record is said so
+    (a recon file has none of the three), never shown as "?"."""
+    facts = [("OTP", a["otp_release"], "OTP release"), ("erts", a["erts_version"], "erts version"),
+             ("schedulers", a["schedulers"], "scheduler count")]
+    known = "  ".join(f"{k} {v}" for k, v, _ in facts if v)
+    missing = [what for _, v, what in facts if not v]
+    gap = (f"The {a['source']} source does not record the {_and(missing)}."
+           if missing else "")
+    return known, gap
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
 def verdict_lines(a: dict[str, Any]) -> list[str]:
@@ -65,35 +81,28 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
 
 
 def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
-    head = Text()
-    head.append(f"{a['node']}", style="bold")
-    head.append(
-        f"  OTP {a['otp_release'] or '?'}  erts {a['erts_version'] or '?'}  "
-        f"schedulers {a['schedulers'] or '?'}  source {a['source']}  "
-        f"taken {a['taken_at'] or 'unknown'}"
-    )
-    console.print(head)
+    facts, missing = header_facts(a)
+    rest = f"{facts}  source {a['source']}  taken {a['taken_at'] or 'unknown'}".strip()
+    head = Text(a["node"], style="bold")
+    if len(a["node"]) + 2 + len(rest) <= console.width:
+        console.print(head + Text(f"  {rest}"))
+    else:  # the facts on a line of their own, under the name, rather than cut at any word
+        console.print(head)
+        prose(console, rest)
+    if missing:
+        prose(console, missing, "dim", indent="")
     for note in a["notes"]:
-        console.print(Text(f"note: {note}", style="yellow" if a["truncated"] else "dim"))
+        prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
     console.print()
     for line in verdict_lines(a):
-        console.print(line)
+        prose(console, line, indent="")
     console.print()
 
-    mem = Table(title="Memory: erlang:memory(total) vs carriers vs the OS", title_justify="left")
-    for col in (
-        "erlang:memory(total)",
-        "allocated (recon)",
-        "allocated (all)",
-        "used",
-        "unused",
-        "usage",
-        "RSS",
-        "RSS - allocated",
-    ):
-        mem.add_column(col, justify="right", no_wrap=True)
     t, os_ = a["totals"], a["os"]
-    mem.add_row(
+    print_table(console, "Memory: erlang:memory(total) vs carriers vs the OS", [
+        Col("erlang:memory(total)"), Col("allocated (recon)"), Col("allocated (all)"),
+        Col("used"), Col("unused"), Col("usage"), Col("RSS"), Col("RSS - allocated"),
+    ], [[
         human(os_["erlang_memory_total"]),
         human(t["allocated"]),
         human(os_["allocated_all"]),
@@ -102,39 +111,17 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
         Text(pct(t["usage"]), style=_usage_style(t["usage"])),
         human(os_["rss"]),
         human(os_["rss_minus_allocated"]),
-    )
-    console.print(mem)
-    console.print(
-        "  recon counts 9 allocator types; 'all' adds literal_alloc. "
+    ]])
+    prose(console, "recon counts 9 allocator types; 'all' adds literal_alloc. "
         "max (an upper bound: peaks summed across instances): "
         f"allocated {human(a['totals_max']['allocated'])}, "
-        f"used {human(a['totals_max']['used'])}",
-        style="dim",
-    )
+        f"used {human(a['totals_max']['used'])}", "dim")
     console.print()
 
-    types = Table(
-        title="Per allocator: where the unused bytes are (worst first)", title_justify="left"
-    )
-    for col, j in (
-        ("allocator", "left"),
-        ("inst", "right"),
-        ("allocated", "right"),
-        ("used", "right"),
-        ("unused", "right"),
-        ("usage", "right"),
-        ("sbcs share", "right"),
-        ("avg mbcs block", "right"),
-        ("sbct", "right"),
-        ("lmbcs", "right"),
-        ("as", "left"),
-        ("pool", "right"),
-        ("max allocated", "right"),
-    ):
-        types.add_column(col, justify=j, no_wrap=True)
+    rows = []
     for r in a["allocator_types"]:
         o = r["options"]
-        types.add_row(
+        rows.append([
             r["allocator"] + ("" if r["in_recon"] else " *"),
             str(r["instances"]),
             human(r["allocated"]),
@@ -148,75 +135,53 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
             str(o.get("as", "-")),
             human(r["pool_carriers_size"]),
             human(r["max_allocated"]),
-        )
-    console.print(types)
-    console.print(
-        "  * not counted by recon_alloc. A block at or above sbct gets its own "
-        "single-block carrier; blocks near lmbcs fit badly in multiblock carriers.",
-        style="dim",
-    )
+        ])
+    print_table(console, "Per allocator: where the unused bytes are (worst first)", [
+        Col("allocator", "left", key=True), Col("inst"), Col("allocated"), Col("used"),
+        Col("unused"), Col("usage"), Col("sbcs share"), Col("avg mbcs block"), Col("sbct"),
+        Col("lmbcs"), Col("as", "left"), Col("pool"), Col("max allocated"),
+    ], rows)
+    prose(console, "* not counted by recon_alloc. A block at or above sbct gets its own "
+        "single-block carrier; blocks near lmbcs fit badly in multiblock carriers.", "dim")
     console.print()
 
-    inst = Table(
-        title=f"Per instance (current, with all-time max), worst {top} first", title_justify="left"
-    )
-    for col in (
-        "instance",
-        "unused",
-        "mbcs usage",
-        "mbcs carriers",
-        "mbcs blocks",
-        "sbcs usage",
-        "sbcs carriers",
-        "pool",
-        "max mbcs usage",
-        "sbcs:mbcs",
-    ):
-        inst.add_column(col, justify="left" if col == "instance" else "right", no_wrap=True)
+    rows = []
     for r in a["allocators"][:top]:
         pool = r["pool"]
         ratio = r["sbcs_to_mbcs"]
-        inst.add_row(
+        rows.append([
             f"{r['allocator']}[{r['instance']}]",
             human(r["unused"]),
             Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"])),
             f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
             f"({human(r['mbcs_carriers_size'])})",
             f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
-            pct(r["sbcs_usage"]),
+            # recon counts an instance without single-block carriers as 100 % used
+            "none" if not r["sbcs_carriers"] else pct(r["sbcs_usage"]),
             f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
             "-" if pool is None else f"{pool['carriers']} ({human(pool['carriers_size'])})",
             pct(r["max"]["mbcs_usage"]),
             ratio if isinstance(ratio, str) else f"{ratio:.3g}",
-        )
-    console.print(inst)
-    console.print(
-        "  Low current usage beside high max usage on the same carriers is the "
+        ])
+    print_table(console, f"Per instance (current, with all-time max), worst {top} first", [
+        Col("instance", "left", key=True), Col("unused"), Col("mbcs usage"),
+        Col("mbcs carriers"), Col("mbcs blocks"), Col("sbcs usage"), Col("sbcs carriers"),
+        Col("pool"), Col("max mbcs usage"), Col("sbcs:mbcs"),
+    ], rows)
+    prose(console, "Low current usage beside high max usage on the same carriers is the "
         "signature of a spike that left its carriers fragmented. Instance 0 serves "
-        "non-scheduler threads and never uses the carrier pool.",
-        style="dim",
-    )
+        "non-scheduler threads and never uses the carrier pool.", "dim")
     console.print()
 
     _carriers(a.get("carriers"), console)
 
     if a["cache_hit_rates"]:
-        cache = Table(
-            title="mseg_alloc segment cache (hit rate should be above 80% "
-            "unless the load is spiky)",
-            title_justify="left",
-        )
-        for col in ("mseg instance", "hit rate", "hits", "calls", "cached segments"):
-            cache.add_column(col, justify="right")
-        for r in a["cache_hit_rates"]:
-            cache.add_row(
-                str(r["instance"]),
-                pct(r["hit_rate"]),
-                str(r["hits"]),
-                str(r["calls"]),
-                str(r["cached_segments"]),
-            )
-        console.print(cache)
+        print_table(console, "mseg_alloc segment cache (hit rate should be above 80% unless "
+                    "the load is spiky)", [
+            Col("mseg instance", key=True), Col("hit rate"), Col("hits"), Col("calls"),
+            Col("cached segments")],
+            [[str(r["instance"]), pct(r["hit_rate"]), str(r["hits"]), str(r["calls"]),
+              str(r["cached_segments"])] for r in a["cache_hit_rates"]])
     if a.get("processes"):
         console.print()
         holders.render(a["processes"], console)
@@ -254,12 +219,12 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
     console.print(Text("Inside the carriers (instrument:carriers/1)", style="bold italic"))
     if not c["available"]:
         why = c["unavailable"] or "the source has no per-carrier data (only a live node does)"
-        console.print(f"  no per-carrier data: {why}", style="dim")
+        prose(console, f"no per-carrier data: {why}", "dim")
         console.print()
         return
     if c["skipped"]:
-        console.print(f"  {c['skipped']} carriers were not read (the collector's cap); "
-                      "the maps below leave them out", style="yellow")
+        prose(console, f"{c['skipped']} carriers were not read (the collector's cap); "
+              "the maps below leave them out", "yellow")
     shown = [m for m in c["allocators"] if m["classification"]["kind"] != "compact"]
     quiet = [m["allocator"] for m in c["allocators"] if m["classification"]["kind"] == "compact"]
     width = max(20, console.width - 16)
@@ -274,8 +239,8 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
         lf = m["largest_free"]
         if lf is not None:
             rng = f"{human(lf[0])} or more" if lf[1] is None else f"{human(lf[0])}-{human(lf[1])}"
-            console.print(f"  largest free block {rng}; sbct {_size_opt(m['sbct'])}, "
-                          f"lmbcs {_size_opt(m['lmbcs'])}", style="dim")
+            prose(console, f"largest free block {rng}; sbct {_size_opt(m['sbct'])}, "
+                  f"lmbcs {_size_opt(m['lmbcs'])}", "dim")
         pts = m["map"]
         for pooled, label in ((False, "owned"), (True, "pooled")):
             fills = [f for f, p in zip(pts["fill"], pts["in_pool"], strict=True) if p == pooled]
@@ -290,26 +255,24 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
             if k > 1:
                 console.print(" " * len(tag) + f"(each mark: the mean fill of {k} carriers)",
                               style="dim")
-        bands = Table(box=None, padding=(0, 1), show_edge=False)
-        for col in ("mbcs fill", "owned", "owned bytes", "pooled", "pooled bytes"):
-            bands.add_column(col, justify="left" if col == "mbcs fill" else "right",
-                             no_wrap=True)
-        for b in m["fill_bands"]:
-            if b["owned"] or b["pooled"]:
-                bands.add_row(f"{b['lo']:.0%}-{b['hi']:.0%}", str(b["owned"]),
-                              human(b["owned_bytes"]), str(b["pooled"]), human(b["pooled_bytes"]))
-        console.print(bands)
+        print_table(console, None, [
+            Col("mbcs fill", "left", key=True), Col("owned"), Col("owned bytes"), Col("pooled"),
+            Col("pooled bytes")],
+            [[f"{b['lo']:.0%}-{b['hi']:.0%}", str(b["owned"]), human(b["owned_bytes"]),
+              str(b["pooled"]), human(b["pooled_bytes"])]
+             for b in m["fill_bands"] if b["owned"] or b["pooled"]],
+            box=None, padding=(0, 1), show_edge=False)
         sp = m["sparse"]
         if sp["carriers"]:
-            console.print(f"  to give back the {sp['carriers']} sparse carriers "
-                          f"({human(sp['size'])}), {sp['pinning_blocks']} blocks "
-                          f"({human(sp['pinning_bytes'])}) would have to move", style="dim")
+            prose(console, f"to give back the {sp['carriers']} sparse carriers "
+                  f"({human(sp['size'])}), {sp['pinning_blocks']} blocks "
+                  f"({human(sp['pinning_bytes'])}) would have to move", "dim")
     if quiet:
-        console.print(f"  compact (little unused in multiblock carriers): {', '.join(quiet)}",
-                      style="dim")
-    console.print("  One mark per multiblock or single-block carrier, smallest carriers first; "
-                  "its height is its fill (red under 10 %). Pooled carriers were abandoned by "
-                  "their instance and wait for another to fetch them.", style="dim")
+        prose(console, f"compact (little unused in multiblock carriers): {', '.join(quiet)}",
+              "dim")
+    prose(console, "One mark per multiblock or single-block carrier, smallest carriers first; "
+          "its height is its fill (red under 10 %). Pooled carriers were abandoned by "
+          "their instance and wait for another to fetch them.", "dim")
     console.print()
 
 

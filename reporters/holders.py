@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human
 
 
@@ -42,13 +42,13 @@ def summary_line(p: dict[str, Any]) -> str:
 def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
     """The section, for `analyze` and `recommend` in a terminal."""
     console.print(Text("Who holds the memory", style="bold"))
-    console.print(summary_line(p))
+    prose(console, summary_line(p), indent="")
     for note in p.get("notes") or []:
-        console.print(Text(f"note: {note}", style="dim"))
+        prose(console, f"note: {note}", "dim", indent="")
     for f in p.get("findings") or []:
         style = "bold" if f["level"] == "action" else ""
         console.print(Text(f"{f['rule']} ", style="cyan") + Text(f["title"], style=style))
-        console.print(Text(f"   {f['message']}", style="dim"))
+        prose(console, f['message'], "dim", indent="   ")
     _table(console, "Refc binaries by holder: bytes of the distinct binaries each references; "
            "exclusive: referenced by nothing else, freed when it collects them dead",
            p.get("top_binary") or [], top,
@@ -65,34 +65,31 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
                [("messages", "message_queue_len", _n), ("memory", "memory", _h)])
     groups = p.get("groups") or []
     if groups:
-        t = Table(title="By initial call (groups; binaries summed per member)",
-                  title_justify="left", box=None)
-        t.add_column("initial call", overflow="fold", min_width=18)
-        for c in ("count", "memory", "heap", "idle", "binary"):
-            t.add_column(c, justify="right")
-        t.add_column("names", no_wrap=True, overflow="ellipsis", max_width=24)
+        rows = []
         for g in groups[:top]:
             names = g["names"][0] + (f" +{len(g['names']) - 1}" if len(g["names"]) > 1 else "") \
                 if g["names"] else ""
-            t.add_row(g["initial_call"], _n(g["count"]), _h(g["memory"]),
-                      _h(g["total_heap_bytes"]), _n(g.get("idle_count")),
-                      _h(g["binary_bytes"]), names)
-        console.print(t)
+            rows.append([g["initial_call"], _n(g["count"]), _h(g["memory"]),
+                         _h(g["total_heap_bytes"]), _n(g.get("idle_count")),
+                         _h(g["binary_bytes"]), names])
+        print_table(console, "By initial call (groups; binaries summed per member)", [
+            Col("initial call", "left", key=True, wrap=True), Col("count"), Col("memory"),
+            Col("heap"), Col("idle"), Col("binary"), Col("names", "left", optional=True)],
+            rows, box=None)
     probe = p.get("gc_probe")
     if probe:
-        t = Table(title="GC probe: each process collected once, measured before and after",
-                  title_justify="left", box=None)
-        for c in ("process", "binary released", "heap released", "node binary before",
-                  "after", "gc ms"):
-            t.add_column(c, justify="left" if c == "process" else "right")
+        rows = []
         for r in probe:
             if r["dead"]:
-                t.add_row(r["pid"], "dead", "", "", "", "")
+                rows.append([r["pid"], "dead", "", "", "", ""])
                 continue
-            t.add_row(r["name"] or r["pid"], _h(r["released_binary_bytes"]),
-                      _h(r["released_heap_bytes"]), _h(r["memory_binary_before"]),
-                      _h(r["memory_binary_after"]), f"{r['gc_ms']:.1f}")
-        console.print(t)
+            rows.append([r["name"] or r["pid"], _h(r["released_binary_bytes"]),
+                         _h(r["released_heap_bytes"]), _h(r["memory_binary_before"]),
+                         _h(r["memory_binary_after"]), f"{r['gc_ms']:.1f}"])
+        print_table(console, "GC probe: each process collected once, measured before and after", [
+            Col("process", "left", key=True, wrap=True), Col("binary released"),
+            Col("heap released"), Col("node binary before"), Col("after"), Col("gc ms")],
+            rows, box=None)
     for x in p.get("h_flags") or []:
         console.print(Text(f"{x['flag']}: not advised ({x['for']}): ", style="yellow")
                       + Text(f"{x['why']}. Cost: {x['cost']}.", style="dim"))
@@ -103,15 +100,14 @@ def _table(console: Console, title: str, rows: list[dict[str, Any]], top: int,
            cols: list[tuple[str, str, Any]]) -> None:
     if not rows:
         return
-    t = Table(title=title, title_justify="left", box=None)
-    t.add_column("process", overflow="fold")
-    t.add_column("initial call / current", overflow="fold")
-    for c, _, _ in cols:
-        t.add_column(c, justify="right")
+    out = []
     for r in rows[:top]:
         where = f"{r['initial_call'] or '?'}"
         if r.get("current_function"):
             where += f" / {r['current_function']}"
-        t.add_row(_who(r), where, *[fmt(r[k]) if r[k] is not None else "-"
-                                    for _, k, fmt in cols])
-    console.print(t)
+        out.append([_who(r), where, *[fmt(r[k]) if r[k] is not None else "-"
+                                      for _, k, fmt in cols]])
+    print_table(console, title, [
+        Col("process", "left", key=True, wrap=True),
+        Col("initial call / current", "left", wrap=True),
+        *[Col(c) for c, _, _ in cols]], out, box=None)

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from beamalloc.citations import with_link
 from beamalloc.reporters import holders
+from beamalloc.reporters.table import prose
 from beamalloc.units import human, pct
 
 FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
@@ -79,14 +80,23 @@ def in_force_line(v: dict[str, Any]) -> str:
         return f"`{fin['flags']}`" if fin["flags"] else "OTP defaults (no +M flag changes them)"
     opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
                      for n, o in fin["options"].items() if o)  # fmt: skip
-    return f"{fin['note']}: {opts}"
+    note = fin["note"]
+    if note.startswith("OTP ? "):  # analyzer/recommend.py's note when the source has no release
+        note = "the source does not record the OTP release, so its defaults are not known"
+    return f"{note}: {opts}"
 
 
 def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     def say(line: str, style: str | None = None) -> None:
-        console.print(Text(line, style=style or ""), soft_wrap=True)
+        """A line of prose, wrapped at the console's width under its own indent."""
+        if line.startswith("\n"):
+            console.print()
+            line = line[1:]
+        lead = line[:len(line) - len(line.lstrip(" "))]
+        prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
 
-    say(f"{r['node']}  OTP {r['otp_release'] or '?'}  source {r['source']}", "bold")
+    otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
+    say(f"{r['node']}  {otp}  source {r['source']}", "bold")
     v = r["verdict"]
     say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
     say(f"Flags in force: {in_force_line(v)}", style="dim")
@@ -158,7 +168,8 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         else:
             say(f"  {r.get('not_predicted')}")
     say(f"\nPaste ({fmt}):")
-    say(paste_block(r["emulator_flags"], fmt))
+    # never wrapped: each line must reach the file or the shell whole, however long
+    console.print(Text(paste_block(r["emulator_flags"], fmt)), soft_wrap=True)
 
 
 def summary(r: dict[str, Any]) -> list[str]:

@@ -73,34 +73,38 @@ def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
 
 
 def render(results: Sequence[ReplayResult], console: Any) -> None:
-    """One table, the flag sets side by side, per allocator the trace used."""
-    from rich.table import Table
+    """One table, the flag sets side by side, per allocator the trace used (a flag set that
+    does not fit beside the others goes to a second table, the metrics repeated)."""
+    from beamalloc.reporters.table import Col, print_table
 
-    table = Table(title="refalloc replay (final / peak)", show_lines=False)
-    table.add_column("allocator")
-    table.add_column("metric")
-    for r in results:
-        table.add_column(r.flags or "(defaults)", justify="right")
-    table.add_row(
-        "all",
-        "footprint peak",
-        *(human(r.peak["footprint"].get("carriers_size", 0)) for r in results),
-    )
-    table.add_row(
-        "",
-        "mseg cache at peak",
-        *(human(r.peak["footprint"].get("mseg_cached", 0)) for r in results),
-    )
-    for name in _active(results):
+    def header(flags: str) -> str:  # a flag per line: a long set stays narrow
+        lines: list[str] = []
+        for tok in flags.split():
+            if tok.startswith("+") or not lines:
+                lines.append(tok)
+            else:
+                lines[-1] += " " + tok
+        return "\n".join(lines) or "(defaults)"
+
+    from rich.text import Text
+
+    blank = [""] * len(results)
+    rows: list[list[str | Text]] = [
+        [Text("all allocators", style="bold"), *blank],
+        ["footprint peak", *(human(r.peak["footprint"].get("carriers_size", 0))
+                             for r in results)],
+        ["mseg cache at peak", *(human(r.peak["footprint"].get("mseg_cached", 0))
+                                 for r in results)],
+    ]
+    ends = [2]
+    for name in _active(results):  # the allocator a heading row, its metrics under it
         per_run = [dict(allocator_rows(r.snapshot, name)) for r in results]
-        for i, metric in enumerate(per_run[0]):
-            table.add_row(
-                name if i == 0 else "",
-                metric,
-                *(p[metric] for p in per_run),
-                end_section=i == len(per_run[0]) - 1,
-            )
-    console.print(table)
+        rows.append([Text(name, style="bold"), *blank])
+        rows += [[metric, *(p[metric] for p in per_run)] for metric in per_run[0]]
+        ends.append(len(rows) - 1)
+    print_table(console, "refalloc replay (final / peak)", [
+        Col("allocator / metric", "left", key=True),
+        *(Col(header(r.flags)) for r in results)], rows, ends=ends)
     for r in results:
         for note in r.snapshot.notes:
-            console.print(f"[{r.flags or 'defaults'}] {note}")
+            console.print(f"[{r.flags or 'defaults'}] {note}", markup=False)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.text import Text
 
 from beamalloc.ebpf.summary import OPS
+from beamalloc.reporters.table import Col, print_table
 from beamalloc.units import human as human_bytes
 
 
@@ -20,39 +21,41 @@ def render(doc: dict[str, Any], console: Any) -> None:
                   + (f", sampled: probes attached {mode['attached_fraction']:.0%} of the time, "
                      "calls scaled" if mode["attached_fraction"] < 1 else ""))
     if doc["lost"]["total"]:
-        console.print(f"[bold red]lost {doc['lost']['total']} events[/]: {doc['lost']}")
+        console.print(Text(f"lost {doc['lost']['total']} events", style="bold red")
+                      + Text(f": {doc['lost']}"))
     blocks = doc.get("blocks") or {}
     if blocks:
-        t = Table(title="alloc_util calls (block level)")
-        for col in ("allocator", "type", "alloc", "free", "realloc", "alloc/s", "requested",
-                    "outstanding"):
-            t.add_column(col, justify="left" if col in ("allocator", "type") else "right")
+        rows = []
         for name, e in blocks.items():
             out = e["outstanding_bytes"]
-            t.add_row(name, "", *(str(e["calls"][o]) for o in OPS),
-                      str(e["rates_per_s"]["alloc"]), human_bytes(e["requested_bytes"]),
-                      "-" if out is None else human_bytes(out))
+            rows.append([name, "", *(str(e["calls"][o]) for o in OPS),
+                         str(e["rates_per_s"]["alloc"]), human_bytes(e["requested_bytes"]),
+                         "-" if out is None else human_bytes(out)])
             top = sorted(e["types"].items(), key=lambda kv: -kv[1]["alloc"])[:5]
             for tname, ty in top:
                 o = ty["outstanding_bytes"]
-                t.add_row("", tname, str(ty["alloc"]), str(ty["free"]), str(ty["realloc"]), "",
-                          human_bytes(ty["requested_bytes"]), "-" if o is None else human_bytes(o))
-        console.print(t)
+                rows.append(["", tname, str(ty["alloc"]), str(ty["free"]), str(ty["realloc"]), "",
+                             human_bytes(ty["requested_bytes"]),
+                             "-" if o is None else human_bytes(o)])
+        print_table(console, "alloc_util calls (block level)", [
+            Col("allocator", "left", key=True), Col("type", "left", key=True),
+            *(Col(c) for c in ("alloc", "free", "realloc", "alloc/s", "requested",
+                               "outstanding"))], rows)
     carriers = doc.get("carriers") or {}
     if carriers:
-        t = Table(title="carrier level")
-        for col in ("source", "call", "detail", "count", "bytes"):
-            t.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        rows = []
         for src in ("syscalls", "mseg", "sys_alloc", "libc"):
             for k1, v1 in (carriers.get(src) or {}).items():
                 for k2, v2 in v1.items():
                     if "count" in v2:
-                        t.add_row(src, k1, k2, str(v2["count"]), human_bytes(v2["bytes"]))
+                        rows.append([src, k1, k2, str(v2["count"]), human_bytes(v2["bytes"])])
                     else:
                         for k3, v3 in v2.items():
-                            t.add_row(src, f"{k1} {k2}", k3, str(v3["count"]),
-                                      human_bytes(v3["bytes"]))
-        console.print(t)
+                            rows.append([src, f"{k1} {k2}", k3, str(v3["count"]),
+                                         human_bytes(v3["bytes"])])
+        print_table(console, "carrier level", [
+            Col("source", "left", key=True), Col("call", "left", key=True, wrap=True),
+            Col("detail", "left", key=True, wrap=True), Col("count"), Col("bytes")], rows)
     foreign = doc.get("foreign_malloc")
     if foreign:
         console.print(f"libc malloc outside erts_alloc: {human_bytes(foreign['outstanding_bytes'])}"

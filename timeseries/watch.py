@@ -8,7 +8,9 @@ Threads, and why:
 - one writer: SQLite wants a single writer; pollers hand it their samples through a queue, and it
   commits them in batches of at most BATCH_SECONDS (store.py): a SIGKILL loses at most the open
   batch, and one commit per batch is what lets it follow a fleet (docs/store.md, "Writing");
-- a status line (a terminal: one refreshed line; otherwise one line per node event).
+- a status line (a terminal: one refreshed line; otherwise one line per node event, and every
+  STATUS_EVERY seconds one line saying all is well: nodes sampled, spread, rows written;
+  `quiet` keeps only the node events).
 
 A node that goes away (restart, crash, network) leaves an open gap in the store from its last good
 sample; the first good sample after it closes the gap. A restart faster than the interval shows as
@@ -29,6 +31,7 @@ from typing import Any, TextIO
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
+from beamalloc.console import width_for
 from beamalloc.errors import InputError
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import BATCH_SECONDS, Store
@@ -40,6 +43,8 @@ DISCOVER_EVERY = 30.0
 PRUNE_EVERY = 3600.0
 #: Intervals whose sample times `intervals()` remembers.
 KEEP_INTERVALS = 1000
+#: Seconds between status lines when stderr is not a terminal (a log), at least one interval.
+STATUS_EVERY = 60.0
 
 
 @dataclass
@@ -74,6 +79,10 @@ class Watcher:
     #: Carriers on samples 0, N, 2N, ... of each node (0: never), at most max_carriers each.
     carriers_every: int = CARRIERS_EVERY
     max_carriers: int = MAX_CARRIERS
+    #: No status lines (node events are still said: a node that goes down is news).
+    quiet: bool = False
+    #: Seconds between status lines in a log (None: STATUS_EVERY or the interval, the longer).
+    status_every: float | None = None
 
     def __post_init__(self) -> None:
         self.status: dict[str, NodeStatus] = {}
@@ -272,11 +281,37 @@ class Watcher:
                 f"store {human(self.store_bytes)}")
         return line + (f"; down: {', '.join(down)}" if down else "")
 
+    def health_line(self) -> str:
+        """The periodic line of a log: the last complete interval (nodes sampled of those
+        watched, the spread between its first and last sample) and the rows written so far."""
+        done = [i for i in self.intervals() if i["tick"] < self._tick_now()]
+        last = done[-1] if done else None
+        sampled = (f"last interval: {last['samples']} of {len(self.status)} nodes sampled, "
+                   f"spread {last['spread']:.2f} s" if last else "no interval complete yet")
+        return (f"{'all well' if self._all_up() else 'status'}: {sampled}; "
+                f"{self.written} rows written, {self.batches} commits; {self.status_line()}")
+
+    def _tick_now(self) -> int:
+        return int((time.monotonic() - self._t0) / self.interval)
+
+    def _all_up(self) -> bool:
+        return bool(self.status) and all(s.up for s in self.status.values())
+
     def _show(self) -> None:
+        every = self.status_every or max(STATUS_EVERY, self.interval)
+        next_log = time.monotonic() + every
         while not self.stop.wait(1.0):
-            if self.out.isatty():
-                self.out.write("\r\x1b[K" + self.status_line())
+            if self.quiet:
+                continue
+            if self.out.isatty():  # one line, refreshed: never wider than the terminal
+                line, room = self.status_line(), width_for(self.out) - 1
+                while len(line) > room and " " in line:  # whole words: no number cut
+                    line = line.rsplit(" ", 1)[0].rstrip(",;")
+                self.out.write("\r\x1b[K" + line[:room])
                 self.out.flush()
+            elif time.monotonic() >= next_log:
+                next_log += every
+                self._event(self.health_line())
 
     # ---- run ---------------------------------------------------------------------------
 
@@ -313,7 +348,7 @@ class Watcher:
             with self._lock:
                 if self._session is not None:
                     self._session.close()
-            if self.out.isatty():
+            if self.out.isatty() and not self.quiet:
                 self.out.write("\r\x1b[K" + self.status_line() + "\n")
         if self.writer_error is not None:
             raise self.writer_error
