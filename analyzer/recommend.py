@@ -404,7 +404,8 @@ def _verdict(snap: Snapshot, f: Facts, running: _Running, findings: list[Finding
                  if a.unused >= f.unused / 10]  # fmt: skip
     entries = []
     for a in waste:
-        why = [h["why"] for h in held if h["allocator"] == a.name]
+        # Two rules held back for one reason (--no-predict, no release) say it once.
+        why = list(dict.fromkeys(h["why"] for h in held if h["allocator"] == a.name))
         if a.name not in in_force_flags and not why:  # the right flags may be set already
             own = placement_flags(a)
             if own and all(running.runs(x) for x in own):

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc.citations import with_link
+from beamalloc.citations import link
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import prose
 from beamalloc.units import human, pct
@@ -95,6 +95,13 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         lead = line[:len(line) - len(line.lstrip(" "))]
         prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
 
+    cited: dict[str, str] = {}  # citation -> the shipped doc's link, listed once at the end
+
+    def cite(citation: str) -> str:
+        if uri := link(citation):
+            cited.setdefault(citation, uri)
+        return citation
+
     otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
     say(f"{r['node']}  {otp}  source {r['source']}", "bold")
     v = r["verdict"]
@@ -111,7 +118,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         for rem in e["remedies"]:
             bound = "up to " if rem["releases"] == e["unused"] else ""
             say(f"  what does: {rem['action']}: releases {bound}{human(rem['releases'])} "
-                f"({'; '.join(map(with_link, rem['sources']))})")
+                f"({'; '.join(map(cite, rem['sources']))})")
         if e.get("held_by"):
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e["held_by"]))
@@ -141,7 +148,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             what = "these flags together" if len(recs) > 1 else "this flag"
             text = p["summary"] if p else str(recs[0]["not_predicted"])
             say(f"  predicted ({what}): {text}", style="magenta")
-        say(f"  sources: {'; '.join(map(with_link, fnd['sources']))}", style="dim")
+        say(f"  sources: {'; '.join(map(cite, fnd['sources']))}", style="dim")
     if infos:
         say("\nInformation (below a threshold or no flag helps; nothing to set):")
         for fnd in infos:
@@ -154,7 +161,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say("  nothing to report")
     for i in r["lint"]:
         say(f"  {i['level']} [{i['check']}] ({i['where']}) {i['message']}  "
-                      f"({with_link(i['rule'])})")  # fmt: skip
+                      f"({cite(i['rule'])})")  # fmt: skip
     for i in r["withheld"]:
         say(f"  withheld (our own proposal tripped the lint): {i['message']}")
     for note in r["notes"]:
@@ -167,6 +174,12 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
                 say(f"  {run['summary']}")
         else:
             say(f"  {r.get('not_predicted')}")
+    if cited:
+        # One link per document part, each alone on its line: a link cannot wrap at the width.
+        say("\nDocs cited above, shipped with beamalloc:")
+        for c, uri in cited.items():
+            say(f"  {c}:")
+            console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste_block(r["emulator_flags"], fmt)), soft_wrap=True)

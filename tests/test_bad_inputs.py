@@ -75,7 +75,6 @@ def test_two_gigabyte_file(tmp_path, cli):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        ([], "required"),
         (["analyze"], "required"),
         (["frobnicate"], "invalid choice"),
         (["analyze", "/nonexistent/snap.json"], "no such file"),
