@@ -175,8 +175,12 @@ def test_figures_are_valid_plotly(store_path):
     for name, f in figs.items():
         go.Figure(f)  # raises on any property plotly does not know
         assert f["data"], name
+    # every stacked layer covers the series once, split into stretches at the 30 min gap
     stacked = figs["stacked"]["data"]
-    assert all(len(t["x"]) == len(series["t"]) for t in stacked)
+    groups = {t["stackgroup"] for t in stacked}
+    assert len(groups) == 2
+    for name in {t["name"] for t in stacked}:
+        assert sum(len(t["x"]) for t in stacked if t["name"] == name) == len(series["t"])
 
 
 def test_report_of_one_snapshot_is_small_and_offline(tmp_path):

@@ -148,6 +148,29 @@ def _node_figures(node: str, start: float | None, end: float | None) -> tuple[di
     return series, figures.node_figures(series, usage, calls)
 
 
+#: Bounds of a live node page's refresh period (seconds): its sampling interval, within these.
+REFRESH_MIN, REFRESH_MAX = 2.0, 60.0
+#: A node is live while its last sample is younger than this many sampling intervals.
+LIVE_INTERVALS = 3
+
+
+def live_refresh(info: dict[str, Any], now: float) -> float | None:
+    """The refresh period of a node page while a watch writes this node (its mean sampling
+    interval, bounded), or None when no sample came for LIVE_INTERVALS intervals or it is down."""
+    first, last, n = info["first"], info["last"], info["samples"]
+    if last is None or first is None or n < 2 or info.get("down_since") is not None:
+        return None
+    interval = max((last - first) / (n - 1), 0.5)
+    if now - last > LIVE_INTERVALS * max(interval, REFRESH_MIN):
+        return None
+    return round(min(max(interval, REFRESH_MIN), REFRESH_MAX), 1)
+
+
+def headline(p: dict[str, Any]) -> str:
+    return (f"Latest sample: {human(p['unused'])} of {human(p['allocated'])} allocated holds no "
+            f"data (usage {pct(p['usage'])}); RSS {human(p['rss'])}.")
+
+
 @bp.get("/node")
 def node_page() -> str:
     node = request.args.get("n", "")
@@ -165,9 +188,7 @@ def node_page() -> str:
     summary = None
     if series["t"]:
         p = point_view({k: v[-1] for k, v in series["columns"].items() if v[-1] is not None})
-        summary = {"allocated": human(p["allocated"]), "used": human(p["used"]),
-                   "unused": human(p["unused"]), "usage": pct(p["usage"]),
-                   "rss": human(p["rss"]), "severity": severity(p["unused"], p["usage"])}
+        summary = {"headline": headline(p), "severity": severity(p["unused"], p["usage"])}
     ranges = [(label, None if secs is None else last - secs) for label, secs in RANGES]
     return render_template(
         "node.html", node=node, info=info, first=when(info["first"]), last=when(info["last"]),
@@ -175,7 +196,21 @@ def node_page() -> str:
         points=len(series["t"]), downsampled=series["downsampled"], gaps=series["gaps"],
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}
                    for s in snaps[-200:]][::-1],
-        when=when, figures=figures_json(figs))
+        when=when, figures=figures_json(figs), refresh=live_refresh(info, time.time()))
+
+
+@bp.get("/api/node/last")
+def node_last() -> Response:
+    """What a live node page polls: the last sample's time, the headline, and whether a watch
+    is still writing (the page stops polling when not)."""
+    st = data().store()
+    info = next(iter(st.list_nodes(request.args.get("n", ""))), None) if st else None
+    if info is None:
+        abort(404)
+    p = point_view(info["point"]) if info["point"] else None
+    return jsonify({"last": info["last"], "samples": info["samples"],
+                    "headline": headline(p) if p else None,
+                    "live": live_refresh(info, time.time()) is not None})
 
 
 @bp.get("/api/node")
