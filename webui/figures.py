@@ -100,9 +100,13 @@ def byte_ticks(vmax: float, vmin: float = 0.0, unit: str | None = None
     return [v * factor for v in vals], [_tick_label(v, unit) for v in vals]
 
 
-def _bytes_axis(vmax: float, vmin: float = 0.0, **kw: Any) -> dict[str, Any]:
-    """An axis of bytes with binary tick labels at exactly those byte values."""
+def _bytes_axis(vmax: float, vmin: float = 0.0, room: float = 0.14,
+                **kw: Any) -> dict[str, Any]:
+    """An axis of bytes with binary tick labels at exactly those byte values, and `room` past
+    the largest value for the labels bars carry outside (plotly would clip them)."""
     vals, text = byte_ticks(vmax, min(0.0, vmin))
+    if vmax > 0 and room:
+        kw.setdefault("range", [min(0.0, vmin), vmax * (1 + room)])
     return {"tickmode": "array", "tickvals": vals, "ticktext": text, "gridcolor": "#eee",
             "rangemode": "tozero", "zeroline": True, "zerolinecolor": "#ccc", **kw}
 
@@ -175,7 +179,7 @@ def allocator_usage(a: dict[str, Any]) -> Figure:
                               "<extra></extra>"},
             {"type": "bar", "orientation": "h", "name": "unused (reserved, no data)", "y": names,
              "x": unused, "marker": {"color": UNUSED},
-             "text": [human(u) for u in unused], "textposition": "outside",
+             "text": [human(u) for u in unused], "textposition": "outside", "cliponaxis": False,
              "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout("Allocated per allocator: used vs unused", barmode="stack",
@@ -232,6 +236,7 @@ def instance_bars(a: dict[str, Any], top: int = 20) -> Figure:
             {"type": "bar", "orientation": "h", "name": "unused", "y": names,
              "x": [r["unused"] for r in rows], "marker": {"color": UNUSED},
              "text": [human(r["unused"]) for r in rows], "textposition": "outside",
+             "cliponaxis": False,
              "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout(f"The {len(rows)} instances with the most unused bytes",
@@ -644,7 +649,6 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
         ok = i not in cut and None not in (c0, c1) and dt > 0 and c1 >= c0  # type: ignore
         per_s.append(round((c1 - c0) / dt, 3) if ok else None)  # type: ignore
     x = _broken_x(t, breaks)
-    top = _max(per_s)
     return {
         "data": [
             {"type": "scatter", "mode": "lines", "name": "cache hit rate (since start)", "x": x,
@@ -657,7 +661,7 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
                                yaxis={"tickformat": ".0%", "range": [0, 1.02],
                                       "gridcolor": "#eee", "title": {"text": "hit rate"}},
                                yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
-                                       "range": [0, max(1.0, top * 1.1)], "showgrid": False,
+                                       "showgrid": False, "tickformat": "~r",
                                        "automargin": True, "title": {"text": "calls/s"}},
                                margin={"l": 80, "r": 80, "t": 50, "b": 40},
                                legend={"orientation": "h", "y": -0.2},
@@ -754,9 +758,11 @@ def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
 ONE_SAMPLE = "one sample so far: a line needs two (the next sample draws it)"
 
 
-def lines_or_note(fig: Figure) -> Figure:
+def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range") -> Figure:
     """A line needs two points: a line trace with fewer than two values is drawn as markers,
     and a chart with no trace of two values is not drawn at all (its `note` says why)."""
+    if not fig["data"]:
+        return {"data": [], "layout": fig["layout"], "note": empty}
     lines = [tr for tr in fig["data"] if tr.get("type") == "scatter"
              and "lines" in tr.get("mode", "")]
     if not lines:
@@ -785,7 +791,10 @@ def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dic
         figs["inst_heatmap"] = instance_heatmap_over_time(instance_samples, series)
     if call_samples:
         figs["calls"] = call_rates(call_samples)
-    return {k: lines_or_note(f) for k, f in figs.items()}
+    # calls per second need two snapshots (one rate between them)
+    one = ONE_SAMPLE if len(call_samples) == 1 else "nothing to draw in this range"
+    return {k: lines_or_note(f, one if k == "calls" else "nothing to draw in this range")
+            for k, f in figs.items()}
 
 
 def nodes_unused(rows: list[dict[str, Any]]) -> Figure:
@@ -801,7 +810,8 @@ def nodes_unused(rows: list[dict[str, Any]]) -> Figure:
              "hovertemplate": "%{y}: used %{text}<extra></extra>"},
             {"type": "bar", "orientation": "h", "name": "unused", "y": ys, "x": unused,
              "marker": {"color": UNUSED}, "text": [human(v) for v in unused],
-             "textposition": "outside", "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
+             "textposition": "outside", "cliponaxis": False,
+             "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout("Latest sample of each node: used vs unused", barmode="stack",
                           height=90 + 28 * max(len(rows), 1),
@@ -831,6 +841,7 @@ def compare_totals(analyses: list[dict[str, Any]], labels: list[str]) -> Figure:
         traces.append({"type": "bar", "name": _t(label), "x": xs, "y": ys,
                        "marker": {"color": PALETTE[i % len(PALETTE)]},
                        "text": [human(v) for v in ys], "textposition": "outside",
+                       "cliponaxis": False,
                        "hovertemplate": _t(label) + " %{x}: %{text}<extra></extra>"})
     return {"data": traces,
             "layout": _layout("Totals side by side", barmode="group",
