@@ -250,3 +250,16 @@ def test_verdict_on_the_page(client):
     frag = page("frag")
     assert 'class="verdict bad"' in frag and "NO FLAG HELPS: no +M flag" in frag
     assert "No flag helps binary_alloc" in frag and "binary:copy/1" in frag
+
+
+def test_show_never_prints_a_repr():
+    """A recommender value with nested dicts and Nones reads as text (issue 15: the pages
+    printed `{'generator': ...}` per flag)."""
+    from beamalloc.webui.filters import show
+
+    text = show({"flag": None, "unused": 3 << 20, "model": {"generator": "stragglers",
+                                                             "events": 12, "params": None},
+                 "carriers": [1, 2], "empty": {}})
+    assert "{'" not in text and "None" not in text
+    assert "unused 3.0 MiB" in text and "model (generator stragglers, events 12)" in text
+    assert show(None) == "-" and show([]) == "-" and show(True) == "yes"

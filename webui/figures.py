@@ -457,7 +457,8 @@ def _ms_dates(ts: list[float]) -> list[float]:
 
 
 def _time_layout(title: str, height: int = 330, **kw: Any) -> dict[str, Any]:
-    kw.setdefault("margin", {"l": 80, "r": 30, "t": 50, "b": 40})
+    # one right margin for all: the time axes of a node page line up under each other
+    kw.setdefault("margin", {"l": 130, "r": 80, "t": 50, "b": 40})
     kw.setdefault("hovermode", "x unified")
     return _layout(title, height=height,
                    xaxis={"type": "date", "gridcolor": "#eee"}, **kw)
@@ -653,7 +654,8 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
         "data": [
             {"type": "scatter", "mode": "lines", "name": "cache hit rate (since start)", "x": x,
              "y": _broken(rate, breaks), "line": {"color": "#4c9a5b", "width": 1.6}},
-            {"type": "scatter", "mode": "lines", "name": "mseg_alloc calls/s", "x": x,
+            {"type": "scatter", "mode": "lines", "x": x,
+             "name": "mseg_alloc calls/s" + ("" if any(per_s) else " (none in this range)"),
              "y": _broken(per_s, breaks), "yaxis": "y2",
              "line": {"color": "#888", "width": 1, "dash": "dot"}},
         ],
@@ -661,9 +663,8 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
                                yaxis={"tickformat": ".0%", "range": [0, 1.02],
                                       "gridcolor": "#eee", "title": {"text": "hit rate"}},
                                yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
-                                       "showgrid": False, "tickformat": "~r",
+                                       "showgrid": False, "tickformat": ",.3~g",
                                        "automargin": True, "title": {"text": "calls/s"}},
-                               margin={"l": 80, "r": 80, "t": 50, "b": 40},
                                legend={"orientation": "h", "y": -0.2},
                                shapes=_gap_shapes(series)),
     }
@@ -701,10 +702,10 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
         "data": [{"type": "heatmap", "x": _ms_dates(edges), "y": [_t(k) for k in keys],
                   "z": z, "text": text, "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
                   "colorbar": COLORBAR, "hovertemplate": "%{text}<extra></extra>"}],
-        "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshots "
-                               "(each cell: from its snapshot to the next)",
-                               height=120 + 14 * len(keys), hovermode="closest",
-                               margin={"l": 130, "r": 30, "t": 50, "b": 40}),
+        "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshot"
+                               f"{'s' if len(samples) != 1 else ''} (each cell: from its "
+                               "snapshot to the next)",
+                               height=120 + 14 * len(keys), hovermode="closest"),
     }
 
 
@@ -755,7 +756,7 @@ def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
 
 
 #: What a time chart with fewer than two points says instead of a line.
-ONE_SAMPLE = "one sample so far: a line needs two (the next sample draws it)"
+ONE_SAMPLE = "one point so far: a line needs two (the next sample draws it)"
 
 
 def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range") -> Figure:
@@ -792,7 +793,8 @@ def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dic
     if call_samples:
         figs["calls"] = call_rates(call_samples)
     # calls per second need two snapshots (one rate between them)
-    one = ONE_SAMPLE if len(call_samples) == 1 else "nothing to draw in this range"
+    one = ("one snapshot so far: calls per second need two (the next kept snapshot draws "
+           "the first point)" if len(call_samples) == 1 else "nothing to draw in this range")
     return {k: lines_or_note(f, one if k == "calls" else "nothing to draw in this range")
             for k, f in figs.items()}
 

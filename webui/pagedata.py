@@ -86,6 +86,11 @@ def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     } for r in a["allocator_types"]]
 
 
+def _nb(size: int) -> str:
+    """human(size) that never wraps between number and unit (cells wrap at " / " and "(")."""
+    return human(size).replace(" ", "\u00a0")
+
+
 def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     return [{
         "name": f"{r['allocator']}[{r['instance']}]", "unused": human(r["unused"]),
@@ -94,12 +99,13 @@ def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
         "level": usage_level(r["mbcs_usage"], r["unused"]),
         "max_mbcs_usage": pct(r["max"]["mbcs_usage"]),
         "mbcs_carriers": f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
-                         f"({human(r['mbcs_carriers_size'])})",
+                         f"({_nb(r['mbcs_carriers_size'])})",
         "mbcs_blocks": f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
         "sbcs_usage": pct(r["sbcs_usage"]) if r["sbcs_carriers"] else "-",
-        "sbcs_carriers": f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
-        "pool": "-" if r["pool"] is None else
-                f"{r['pool']['carriers']} ({human(r['pool']['carriers_size'])})",
+        "sbcs_carriers": f"{r['sbcs_carriers']} ({_nb(r['sbcs_carriers_size'])})"
+                         if r["sbcs_carriers"] else "-",
+        "pool": "-" if not r["pool"] or not r["pool"]["carriers"] else
+                f"{r['pool']['carriers']} ({_nb(r['pool']['carriers_size'])})",
         "foreign": human(sum(r["foreign_blocks"].values())) if r["foreign_blocks"] else "-",
         "sbcs_to_mbcs": _ratio(r["sbcs_to_mbcs"]),
     } for r in a["allocators"]]
