@@ -48,7 +48,7 @@ R2_MBCS_USAGE_SEVERE = 0.30  # ejabberd#775 0.094 [case]
 
 
 #: Unused bytes below which a low usage is never shown as a warning: too little to act on.
-USAGE_QUIET_UNUSED = 4 * MB
+USAGE_QUIET_UNUSED = 16 * MB
 
 
 def usage_level(u: float, unused: int | None = None) -> str:
