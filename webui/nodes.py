@@ -55,28 +55,39 @@ def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
     rows: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
     try:
         if problem is None:
-            rows = _rows(d)
+            st = d.store()
+            assert st is not None
+            nodes = st.list_nodes()
+            rows = _rows(d, nodes)
     except StoreError as e:  # a damaged store: its one line, as a store that does not open
         problem, rows = str(e), []
     charted = sorted((r for r in rows if r["allocated"] is not None),
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
     shown = {id(r) for r in charted}
     figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
+    refresh, last = _fleet_refresh(nodes)
     return render_template("nodes.html", rows=rows, problem=problem,
-                           store=str(d.store_path or ""), figures=figures_json(figs))
+                           store=str(d.store_path or ""), figures=figures_json(figs),
+                           refresh=refresh, last=last)
 
 
-def _rows(d: Data) -> list[dict[str, Any]]:
+def _fleet_refresh(nodes: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """The nodes page's refresh period (the fastest live node's) and the newest sample time."""
+    now = time.time()
+    live = [r for r in (live_refresh(n, now) for n in nodes) if r is not None]
+    return (min(live) if live else None), max((n["last"] or 0 for n in nodes), default=None)
+
+
+def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per node from Store.list_nodes: never a snapshot per node."""
     rows: list[dict[str, Any]] = []
-    st = d.store()
-    assert st is not None
     now = time.time()
     # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
     # and the watcher's last rule evaluation, never a snapshot per node.
-    for n in st.list_nodes():
+    for n in nodes:
         row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
                                "last": when(n["last"]), "ago": ago(n["last"], now),
                                "down": n["down_since"] is not None,
@@ -221,6 +232,16 @@ def node_api() -> Response:
     resp = current_app.response_class(figures_json(figs), mimetype="application/json")
     resp.headers["X-Points"] = str(len(series["t"]))
     return resp
+
+
+@bp.get("/api/nodes/last")
+def nodes_last() -> Response:
+    """What a live nodes page polls: the newest sample of any node, and whether any is live."""
+    st = data().store()
+    if st is None:
+        return jsonify({"last": None, "live": False})
+    refresh, last = _fleet_refresh(st.list_nodes())
+    return jsonify({"last": last, "live": refresh is not None})
 
 
 @bp.get("/api/nodes")

@@ -94,7 +94,7 @@ def test_node_page_refreshes_while_a_watch_writes(browser, tmp_path):
 
     def watch() -> None:  # what `beamalloc watch --interval 1` does to the store
         with Store(db) as st:
-            for i in range(3, 9):
+            for i in range(3, 60):
                 if stop.wait(1.0):
                     return
                 sample(st, i, time.time())
@@ -116,11 +116,20 @@ def test_node_page_refreshes_while_a_watch_writes(browser, tmp_path):
                                       ".length") == 1
         assert browser.find_element(By.ID, "node-headline").text.startswith("Latest sample:")
         assert head  # the headline element is the one the refresh rewrites
+        # the nodes page reloads while the watch writes
+        visit(browser, url.split("/node")[0] + "/")
+        assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-refresh") == "2.0"
+        browser.execute_script("window.beforeReload = 1")
+        wait_for(browser, "return window.beforeReload === undefined && "
+                          "document.getElementById('live') !== null", timeout=30)
+        stop.set()
         writer.join()
-        # the watch stopped: after 3 quiet intervals the page stops polling and says so
-        wait_for(browser, "return document.body.getAttribute('data-refresh') === '0'",
-                 timeout=40)
-        assert "not refreshing" in browser.find_element(By.ID, "live").text
+        # the watch stopped: after 3 quiet intervals both pages stop polling and say so
+        for page in (url, url.split("/node")[0] + "/"):
+            visit(browser, page)
+            wait_for(browser, "return document.body.getAttribute('data-refresh') === '0'",
+                     timeout=40)
+            assert "not refreshing" in browser.find_element(By.ID, "live").text
     finally:
         stop.set()
         stop_server()

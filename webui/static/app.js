@@ -38,6 +38,28 @@
     });
     var node = document.body.getAttribute("data-node");
     if (node !== null) { wireZoom(node); watchLive(node); }
+    if (document.body.getAttribute("data-nodes") !== null) watchFleet();
+  }
+
+  // The nodes page while a watch writes: reload when any node has a newer sample (a table
+  // and one bar chart: nothing to keep); stop when no node is live any more.
+  function watchFleet() {
+    var secs = parseFloat(document.body.getAttribute("data-refresh") || "0");
+    var last = parseFloat(document.body.getAttribute("data-last") || "0");
+    var status = document.getElementById("live");
+    if (!secs || !status) return;
+    var timer = setInterval(function () {
+      fetch("/api/nodes/last", { credentials: "same-origin" }).then(function (r) { return r.json(); })
+        .then(function (info) {
+          if (info.last && info.last > last) { clearInterval(timer); window.location.reload(); }
+          else if (!info.live) {
+            clearInterval(timer);
+            document.body.setAttribute("data-refresh", "0");
+            status.textContent = "not refreshing: no watch has written to this store since " +
+              new Date(last * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+          }
+        }).catch(function () { /* the next tick tries again */ });
+    }, secs * 1000);
   }
 
   // While a watch writes this node's samples, poll its last sample time every `data-refresh`
