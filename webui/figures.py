@@ -705,7 +705,9 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
         "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshot"
                                f"{'s' if len(samples) != 1 else ''} (each cell: from its "
                                "snapshot to the next)",
-                               height=120 + 14 * len(keys), hovermode="closest"),
+                               height=120 + 14 * len(keys), hovermode="closest",
+                               shapes=[{**g, "layer": "above", "opacity": 0.5}
+                                       for g in (_gap_shapes(series) if series else [])]),
     }
 
 
@@ -735,9 +737,17 @@ def _type_unused_at(series: dict[str, Any], ts: list[float]) -> list[dict[str, i
     return out
 
 
-def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
-    """alloc + free + realloc calls per second per allocator type, between sampled snapshots."""
+def call_rates(samples: list[tuple[float, dict[str, int]]],
+               series: dict[str, Any] | None = None) -> Figure:
+    """alloc + free + realloc calls per second per allocator type, between sampled snapshots;
+    none across a gap of the series (a mean over downtime, or counters reset by a restart)."""
     names = sorted({k for _, c in samples for k in c})
+    starts = sorted(g["start"] for g in (series or {}).get("gaps") or [])
+
+    def across_gap(t0: float, t1: float) -> bool:
+        k = bisect.bisect_left(starts, t0)
+        return k < len(starts) and starts[k] < t1
+
     traces = []
     for i, name in enumerate(names):
         x, y = [], []
@@ -745,14 +755,16 @@ def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
             if name in c0 and name in c1 and t1 > t0:
                 d = c1[name] - c0[name]
                 x.append(round(t1 * 1000))
-                y.append(round(d / (t1 - t0), 2) if d >= 0 else None)  # < 0: a restart
+                y.append(round(d / (t1 - t0), 2) if d >= 0 and not across_gap(t0, t1)
+                         else None)  # < 0: a restart
         if any(y):
             traces.append({"type": "scatter", "mode": "lines+markers", "name": _t(name),
                            "x": x, "y": y, "marker": {"size": 4},
                            "line": {"color": PALETTE[i % len(PALETTE)], "width": 1.4}})
     return {"data": traces,
             "layout": _time_layout("Allocator calls per second (alloc + free + realloc)",
-                                   yaxis={"rangemode": "tozero", "gridcolor": "#eee"})}
+                                   yaxis={"rangemode": "tozero", "gridcolor": "#eee"},
+                                   shapes=_gap_shapes(series) if series else [])}
 
 
 #: What a time chart with fewer than two points says instead of a line.
@@ -771,8 +783,7 @@ def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range") -> 
     counts = [sum(v is not None for v in tr["y"]) for tr in lines]
     if all(c < 2 for c in counts):
         n = max(counts, default=0)
-        return {"data": [], "layout": fig["layout"],
-                "note": ONE_SAMPLE if n == 1 else "no samples in this range yet"}
+        return {"data": [], "layout": fig["layout"], "note": ONE_SAMPLE if n == 1 else empty}
     for tr, c in zip(lines, counts, strict=True):
         if c < 2:
             tr["mode"] = "markers"
@@ -791,10 +802,11 @@ def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dic
     if instance_samples:
         figs["inst_heatmap"] = instance_heatmap_over_time(instance_samples, series)
     if call_samples:
-        figs["calls"] = call_rates(call_samples)
+        figs["calls"] = call_rates(call_samples, series)
     # calls per second need two snapshots (one rate between them)
     one = ("one snapshot so far: calls per second need two (the next kept snapshot draws "
-           "the first point)" if len(call_samples) == 1 else "nothing to draw in this range")
+           "the first point)" if len(call_samples) == 1 else "no rate yet: calls per second "
+           "need two stored snapshots with no gap or restart between them")
     return {k: lines_or_note(f, one if k == "calls" else "nothing to draw in this range")
             for k, f in figs.items()}
 
