@@ -531,7 +531,7 @@ def _gap_shapes(series: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
                        "x0": round(g["start"] * 1000), "x1": round(end * 1000),
-                       "fillcolor": "#999", "opacity": 0.18, "line": {"width": 0}})
+                       "fillcolor": "#999", "opacity": 0.3, "line": {"width": 0}})
     return shapes
 
 
@@ -664,6 +664,7 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
                                       "gridcolor": "#eee", "title": {"text": "hit rate"}},
                                yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
                                        "showgrid": False, "tickformat": ",.3~g",
+                                       "tickmode": "auto", "nticks": 6,
                                        "automargin": True, "title": {"text": "calls/s"}},
                                legend={"orientation": "h", "y": -0.2},
                                shapes=_gap_shapes(series)),
@@ -771,7 +772,8 @@ def call_rates(samples: list[tuple[float, dict[str, int]]],
 ONE_SAMPLE = "one point so far: a line needs two (the next sample draws it)"
 
 
-def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range") -> Figure:
+def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range",
+                  one: str = ONE_SAMPLE) -> Figure:
     """A line needs two points: a line trace with fewer than two values is drawn as markers,
     and a chart with no trace of two values is not drawn at all (its `note` says why)."""
     if not fig["data"]:
@@ -783,7 +785,7 @@ def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range") -> 
     counts = [sum(v is not None for v in tr["y"]) for tr in lines]
     if all(c < 2 for c in counts):
         n = max(counts, default=0)
-        return {"data": [], "layout": fig["layout"], "note": ONE_SAMPLE if n == 1 else empty}
+        return {"data": [], "layout": fig["layout"], "note": one if n == 1 else empty}
     for tr, c in zip(lines, counts, strict=True):
         if c < 2:
             tr["mode"] = "markers"
@@ -807,8 +809,12 @@ def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dic
     one = ("one snapshot so far: calls per second need two (the next kept snapshot draws "
            "the first point)" if len(call_samples) == 1 else "no rate yet: calls per second "
            "need two stored snapshots with no gap or restart between them")
-    return {k: lines_or_note(f, one if k == "calls" else "nothing to draw in this range")
-            for k, f in figs.items()}
+    out = {k: lines_or_note(f) for k, f in figs.items() if k != "calls"}
+    if "calls" in figs:
+        out["calls"] = lines_or_note(figs["calls"], one, "one rate so far, between two stored "
+                                     "snapshots: a line needs two (the next kept snapshot "
+                                     "draws it)")
+    return out
 
 
 def nodes_unused(rows: list[dict[str, Any]]) -> Figure:

@@ -56,9 +56,9 @@ def totals_note(a: dict[str, Any]) -> list[str]:
     rest = [r for r in types if not r["in_recon"] and r["allocated"]]
     names = ", ".join(r["allocator"] for r in rest[:4]) + (", ..." if len(rest) > 4 else "")
     return [f"Two totals: {human(t)} is what recon_alloc counts (its {len(inr)} allocator types, "
-            f"the usage and the rules use it); all allocators hold {human(all_)}, the other "
-            f"{len(rest)} type{'s' if len(rest) != 1 else ''} ({names}) "
-            f"add {human(all_ - t)}."]
+            f"the usage and the rules use it); all allocators hold {human(all_)}: "
+            + (f"the other type ({names}) adds" if len(rest) == 1 else
+               f"the other {len(rest)} types ({names}) add") + f" {human(all_ - t)}."]
 
 
 def _ratio(v: Any) -> str:
