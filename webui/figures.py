@@ -809,6 +809,13 @@ def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dic
     one = ("one snapshot so far: calls per second need two (the next kept snapshot draws "
            "the first point)" if len(call_samples) == 1 else "no rate yet: calls per second "
            "need two stored snapshots with no gap or restart between them")
+    t = series["t"]
+    if len(t) > 1:  # one time range for all: the charts of a node page line up
+        end = round(t[-1] * 1000)
+        if "inst_heatmap" in figs:  # its latest cell holds past the last point: keep it seen
+            end = max(end, figs["inst_heatmap"]["data"][0]["x"][-1])
+        for f in figs.values():
+            f["layout"]["xaxis"]["range"] = [round(t[0] * 1000), end]
     out = {k: lines_or_note(f) for k, f in figs.items() if k != "calls"}
     if "calls" in figs:
         out["calls"] = lines_or_note(figs["calls"], one, "one rate so far, between two stored "
