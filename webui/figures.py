@@ -119,7 +119,8 @@ def _scaled_axis(vmax: float, unit: str, **kw: Any) -> dict[str, Any]:
 
 
 def _max(vals: Any) -> float:
-    return max((v for v in vals if v is not None), default=0)
+    """The largest value (bytes, never negative), None left out; 0 for none."""
+    return max(filter(None, vals), default=0)
 
 
 def usage_shade(u: float, unused: int | None) -> float:
@@ -535,8 +536,12 @@ def _gap_shapes(series: dict[str, Any]) -> list[dict[str, Any]]:
     return shapes
 
 
-def _scale(vals: list[int | None], factor: int) -> list[float | None]:
-    return [None if v is None else round(v / factor, 3) for v in vals]
+def _in_unit(layout: dict[str, Any], factor: int) -> dict[str, Any]:
+    """Byte series stay whole bytes in the JSON; the page divides the y values of the byte
+    axis by `factor` before drawing (static/app.js), so the hover reads "%{y} MiB" and the
+    server does no per-point arithmetic."""
+    layout["meta"] = {**layout.get("meta", {}), "yscale": factor}
+    return layout
 
 
 def memory_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
@@ -552,24 +557,24 @@ def memory_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
     traces = []
     for key, name, color, dash in shown:
         traces.append({"type": "scatter", "mode": "lines", "name": name, "x": x,
-                       "y": _broken(_scale(cols[key], factor), breaks),
+                       "y": _broken(cols[key], breaks),
                        "hovertemplate": "%{y:,.1f} " + unit,
                        "line": {"color": color, "dash": dash, "width": 1.6}})
     if peak:
         traces.append({"type": "scatter", "mode": "lines", "name": "allocated (bucket max)",
-                       "x": x, "y": _broken(_scale(peak, factor), breaks),
+                       "x": x, "y": _broken(peak, breaks),
                        "hovertemplate": "%{y:,.1f} " + unit,
                        "line": {"color": "#c0392b", "width": 0.8, "dash": "dot"}})
     return {"data": traces,
-            "layout": _time_layout("RSS, allocated and used over time",
-                                   yaxis=_scaled_axis(vmax / factor, unit),
-                                   shapes=_gap_shapes(series))}
+            "layout": _in_unit(_time_layout("RSS, allocated and used over time",
+                                            yaxis=_scaled_axis(vmax / factor, unit),
+                                            shapes=_gap_shapes(series)), factor)}
 
 
 def _types_by_size(cols: dict[str, list[int | None]]) -> list[str]:
     names = sorted({k.partition(".")[0] for k in cols if k.endswith(".allocated")})
-    return sorted(names, key=lambda n: max((v or 0) for v in cols[f"{n}.allocated"]) if
-                  cols[f"{n}.allocated"] else 0, reverse=True)
+    return sorted(names, key=lambda n: max(filter(None, cols[f"{n}.allocated"]), default=0),
+                  reverse=True)
 
 
 def allocators_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
@@ -596,21 +601,22 @@ def allocators_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
         layers.append((f"{len(rest)} others used", "other", used, "#888888", 0.9))
         layers.append((f"{len(rest)} others unused", "other", _minus(alloc, used), "#888888",
                        0.3))
-    total = _sum_cols([ys for _, _, ys, _, _ in layers]) if layers else []
-    vmax = _max(total)
+    # the top of the stack: every type's allocated bytes (used + unused of each layer pair)
+    allocs = [c for n in names if (c := cols.get(f"{n}.allocated"))]
+    vmax = max((sum(filter(None, vs)) for vs in zip(*allocs, strict=True)), default=0)
     unit, factor = byte_unit(vmax)
     traces = []
     for k, (a, b) in enumerate(_segments(len(x), breaks)):
         for label, group, ys, color, op in layers:
             traces.append({"type": "scatter", "mode": "lines", "stackgroup": f"s{k}",
                            "name": label, "legendgroup": group, "showlegend": k == 0,
-                           "x": x[a:b], "y": _scale(ys[a:b], factor), "line": {"width": 0},
+                           "x": x[a:b], "y": ys[a:b], "line": {"width": 0},
                            "fillcolor": _rgba(color, op),
                            "hovertemplate": label + ": %{y:,.1f} " + unit + "<extra></extra>"})
     return {"data": traces,
-            "layout": _time_layout("Allocated per allocator, stacked: used (dark) and unused "
-                                   "(light)", height=400, yaxis=_scaled_axis(vmax / factor, unit),
-                                   shapes=_gap_shapes(series))}
+            "layout": _in_unit(_time_layout(
+                "Allocated per allocator, stacked: used (dark) and unused (light)", height=400,
+                yaxis=_scaled_axis(vmax / factor, unit), shapes=_gap_shapes(series)), factor)}
 
 
 def sbcs_share_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
@@ -687,16 +693,21 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
         edges = [*ts, end if end > ts[-1] else ts[-1] + step]
     unused_at = _type_unused_at(series, ts) if series else [{} for _ in ts]
     z, text = [], []
+    clocks = [_clock(t) for t in ts]
+    wasted = [{n: f", {_t(n)} unused {human(w)}" for n, w in at.items()} for at in unused_at]
     for k in keys:
         name = k.partition("[")[0]
+        label = _t(k)
         row, trow = [], []
-        for j, (t, u) in enumerate(samples):
+        for j, (_, u) in enumerate(samples):
             v = u.get(k)
-            waste = unused_at[j].get(name)
-            row.append(None if v is None else round(100 * usage_shade(v, waste), 1))
-            trow.append("" if v is None else
-                        f"{_t(k)} from {_clock(t)}: usage {100 * v:.1f}%"
-                        + ("" if waste is None else f", {_t(name)} unused {human(waste)}"))
+            if v is None:
+                row.append(None)
+                trow.append("")
+                continue
+            row.append(round(100 * usage_shade(v, unused_at[j].get(name)), 1))
+            trow.append(f"{label} from {clocks[j]}: usage {100 * v:.1f}%"
+                        + wasted[j].get(name, ""))
         z.append(row)
         text.append(trow)
     return {
@@ -782,7 +793,7 @@ def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range",
              and "lines" in tr.get("mode", "")]
     if not lines:
         return fig
-    counts = [sum(v is not None for v in tr["y"]) for tr in lines]
+    counts = [_points(tr["y"]) for tr in lines]
     if all(c < 2 for c in counts):
         n = max(counts, default=0)
         return {"data": [], "layout": fig["layout"], "note": one if n == 1 else empty}
@@ -790,6 +801,17 @@ def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range",
         if c < 2:
             tr["mode"] = "markers"
     return fig
+
+
+def _points(ys: list[Any]) -> int:
+    """How many values a trace has, counted up to two (all a line needs)."""
+    n = 0
+    for v in ys:
+        if v is not None:
+            n += 1
+            if n == 2:
+                break
+    return n
 
 
 def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dict[str, float]]],

@@ -23,6 +23,12 @@
       return;
     }
     if (div.classList.contains("fig-note")) { div.classList.remove("fig-note"); div.textContent = ""; }
+    var f = fig.layout.meta && fig.layout.meta.yscale;
+    if (f) {  // byte series come as whole bytes: shown in the axis' binary unit (figures._in_unit)
+      fig.data.forEach(function (t) {
+        if (!t.yaxis || t.yaxis === "y") t.y = t.y.map(function (v) { return v === null ? null : v / f; });
+      });
+    }
     if (react && div.data) Plotly.react(div, fig.data, fig.layout, CONFIG);
     else Plotly.newPlot(div, fig.data, fig.layout, CONFIG);
   }
