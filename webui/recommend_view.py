@@ -7,6 +7,7 @@ when the advice cannot be computed.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -42,6 +43,15 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None) -> dict[str, Any]:
     recs = [{**x, "predicted": (x["predicted"] or {}).get("summary") or x["not_predicted"],
              "prediction": prediction_view(x["predicted"])}
             for x in r["recommendations"]]  # fmt: skip
+    # Flags predicted together share one replay: its table once, under the first of them.
+    seen: dict[str, str] = {}
+    for rec, x in zip(recs, r["recommendations"], strict=True):
+        p = x["predicted"]
+        key = json.dumps(p, sort_keys=True, default=str) if p else ""
+        if key and key in seen:
+            rec["prediction"] = {"same_as": seen[key]}
+        elif key:
+            seen[key] = f"{x['flag']} {x['value']}"
     return {**r, "recommendations": recs, "headline": verdict(r),
             "outputs": {f: paste_block(flags, f) for f in FORMATS} if flags else {}}
 
