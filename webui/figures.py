@@ -694,10 +694,9 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
     unused_at = _type_unused_at(series, ts) if series else [{} for _ in ts]
     z, text = [], []
     clocks = [_clock(t) for t in ts]
-    wasted = [{n: f", {_t(n)} unused {human(w)}" for n, w in at.items()} for at in unused_at]
+    wasted = [{n: f", type unused {human(w)}" for n, w in at.items()} for at in unused_at]
     for k in keys:
         name = k.partition("[")[0]
-        label = _t(k)
         row, trow = [], []
         for j, (_, u) in enumerate(samples):
             v = u.get(k)
@@ -706,14 +705,13 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
                 trow.append("")
                 continue
             row.append(round(100 * usage_shade(v, unused_at[j].get(name)), 1))
-            trow.append(f"{label} from {clocks[j]}: usage {100 * v:.1f}%"
-                        + wasted[j].get(name, ""))
+            trow.append(f"{clocks[j]}: usage {100 * v:.1f}%" + wasted[j].get(name, ""))
         z.append(row)
         text.append(trow)
     return {
         "data": [{"type": "heatmap", "x": _ms_dates(edges), "y": [_t(k) for k in keys],
                   "z": z, "text": text, "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
-                  "colorbar": COLORBAR, "hovertemplate": "%{text}<extra></extra>"}],
+                  "colorbar": COLORBAR, "hovertemplate": "%{y} from %{text}<extra></extra>"}],
         "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshot"
                                f"{'s' if len(samples) != 1 else ''} (each cell: from its "
                                "snapshot to the next)",
