@@ -264,3 +264,19 @@ def test_show_never_prints_a_repr():
     assert "{'" not in text and "None" not in text
     assert "unused 3.0 MiB" in text and "model (generator stragglers, events 12)" in text
     assert show(None) == "-" and show([]) == "-" and show(True) == "yes"
+
+
+def test_byte_axes_are_binary():
+    """A 192.3 MiB bar sits below the 200 MiB gridline, which is at 200 x 2^20 bytes (issue 15:
+    SI "200MB" ticks beside MiB labels put the bar across it)."""
+    vals, text = figures.byte_ticks(192.3 * 2**20)
+    grid = dict(zip(text, vals, strict=True))
+    assert grid["200 MiB"] == 200 * 2**20 > 192.3 * 2**20
+    assert all(t == "0" or t.endswith((" B", " KiB", " MiB", " GiB")) for t in text)
+    assert figures.byte_ticks(3 * 2**30)[1][:3] == ["0", "1 GiB", "2 GiB"]
+    assert figures.byte_ticks(300)[1][1].endswith(" B")
+    snap = read_file(str(SAMPLE))
+    for f in figures.snapshot_figures(analyze(snap)).values():
+        for ax in ("xaxis", "yaxis"):
+            a = f["layout"].get(ax) or {}
+            assert a.get("tickformat") != "~s" and "ticksuffix" not in a, (f["layout"]["title"], ax)
