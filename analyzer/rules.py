@@ -47,11 +47,25 @@ R2_MBCS_USAGE_PROBLEM = 0.50  # [heur, beamlens PR #29]
 R2_MBCS_USAGE_SEVERE = 0.30  # ejabberd#775 0.094 [case]
 
 
-def usage_level(u: float) -> str:
+#: Unused bytes below which a low usage is never shown as a warning: too little to act on.
+USAGE_QUIET_UNUSED = 16 * MB
+
+
+def usage_level(u: float, unused: int | None = None) -> str:
     """How a usage reads by R2's thresholds: "bad" below R2_MBCS_USAGE_PROBLEM, "warn" below
     R2_USAGE_SUSPECT, else "ok". The terminal's and the web UI's usage colours follow it, so a
-    colour never disagrees with the rules."""
-    return "bad" if u < R2_MBCS_USAGE_PROBLEM else "warn" if u < R2_USAGE_SUSPECT else "ok"
+    colour never disagrees with the rules.
+
+    With `unused` (bytes), the level also weighs what a low usage wastes: under
+    USAGE_QUIET_UNUSED it is "ok", under MIN_UNUSED (the floor of every rule) at most "warn",
+    so 384 KiB unused never reads as red as 155 MiB."""
+    level = "bad" if u < R2_MBCS_USAGE_PROBLEM else "warn" if u < R2_USAGE_SUSPECT else "ok"
+    if unused is not None and level != "ok":
+        if unused < USAGE_QUIET_UNUSED:
+            return "ok"
+        if unused < MIN_UNUSED:
+            return "warn"
+    return level
 
 # --- R1 ---------------------------------------------------------------------------------------
 R1_GAP_SHARE = 0.10

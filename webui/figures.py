@@ -13,12 +13,14 @@ like any other snapshot.
 
 from __future__ import annotations
 
+import bisect
 import html
 import itertools
 import math
+from datetime import UTC, datetime
 from typing import Any
 
-from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT
+from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.units import human
 
@@ -34,6 +36,9 @@ PALETTE = ("#3b6fb6", "#e07b39", "#4c9a5b", "#b8455b", "#7a5cb0", "#8c6d46", "#d
 #: tables' colours, analyzer/rules.py usage_level).
 USAGE_SCALE = [[0, "#b2182b"], [R2_MBCS_USAGE_PROBLEM, "#f4a582"], [R2_USAGE_SUSPECT, "#fee08b"],
                [0.9, "#a6d96a"], [1, "#1a9850"]]
+#: The usage colour bar: colour is the usage, milder where little is unused (usage_shade).
+COLORBAR = {"title": {"text": "usage %<br>(milder if<br>little unused)", "side": "top"},
+            "thickness": 12}
 #: Allocator types drawn separately in the stacked series; the rest are summed as "other".
 TOP_TYPES = 8
 
@@ -57,11 +62,77 @@ def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
     return base
 
 
-def _bytes_axis(**kw: Any) -> dict[str, Any]:
-    # Binary prefixes in tick labels would need tickvals; plotly's SI "B" ticks (k, M, G) are
-    # close enough on an axis, and every hover shows the exact KiB/MiB value.
-    return {"ticksuffix": "B", "tickformat": "~s", "gridcolor": "#eee", "rangemode": "tozero",
-            **kw}
+#: Binary units, as every number on the pages (beamalloc.units.human): an axis never says "200MB"
+#: beside a "192.3 MiB" label, since plotly's own ticks would be SI.
+UNITS = (("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40))
+
+
+def byte_unit(vmax: float) -> tuple[str, int]:
+    """The largest binary unit not above `vmax` (B for 0 and below 1 KiB)."""
+    name, factor = UNITS[0]
+    for n, f in UNITS:
+        if abs(vmax) >= f:
+            name, factor = n, f
+    return name, factor
+
+
+def _tick_label(v: float, unit: str) -> str:
+    return "0" if v == 0 else f"{v:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
+def byte_ticks(vmax: float, vmin: float = 0.0, unit: str | None = None
+               ) -> tuple[list[float], list[str]]:
+    """Tick values and labels for an axis of bytes from vmin to vmax: 1-2-2.5-5 steps of one
+    binary unit, e.g. 0, 50 MiB, ... 200 MiB at exactly 200 x 2^20 bytes. With `unit`, the
+    data is already in that unit (a time series scaled for its hover text)."""
+    if unit is None:
+        unit, factor = byte_unit(max(abs(vmax), abs(vmin)))
+    else:
+        factor = 1
+    lo, hi = vmin / factor, vmax / factor
+    raw = max(hi - lo, 1e-9) / 5
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    if unit == "B":
+        step = max(1, round(step))
+    first = math.floor(lo / step) * step
+    vals = [round(first + i * step, 6) for i in range(math.ceil((hi - first) / step) + 2)]
+    return [v * factor for v in vals], [_tick_label(v, unit) for v in vals]
+
+
+def _bytes_axis(vmax: float, vmin: float = 0.0, room: float = 0.14,
+                **kw: Any) -> dict[str, Any]:
+    """An axis of bytes with binary tick labels at exactly those byte values, and `room` past
+    the largest value for the labels bars carry outside (plotly would clip them)."""
+    vals, text = byte_ticks(vmax, min(0.0, vmin))
+    if vmax > 0 and room:
+        kw.setdefault("range", [min(0.0, vmin), vmax * (1 + room)])
+    return {"tickmode": "array", "tickvals": vals, "ticktext": text, "gridcolor": "#eee",
+            "rangemode": "tozero", "zeroline": True, "zerolinecolor": "#ccc", **kw}
+
+
+def _scaled_axis(vmax: float, unit: str, **kw: Any) -> dict[str, Any]:
+    """An axis whose data is already in `unit` (time series: the hover reads %{y} MiB)."""
+    vals, text = byte_ticks(vmax, 0.0, unit=unit)
+    return {"tickmode": "array", "tickvals": vals, "ticktext": text, "gridcolor": "#eee",
+            "rangemode": "tozero", **kw}
+
+
+def _max(vals: Any) -> float:
+    """The largest value (bytes, never negative), None left out; 0 for none."""
+    return max(filter(None, vals), default=0)
+
+
+def usage_shade(u: float, unused: int | None) -> float:
+    """The colour value (0-1 on USAGE_SCALE) of a usage that wastes `unused` bytes: the usage
+    itself, unless rules.usage_level weighs the bytes to a milder level; then the usage mapped
+    into that level's band, so a cell is never redder than its table row."""
+    ratio = usage_level(u)
+    level = usage_level(u, unused)
+    if level == ratio:
+        return u
+    lo, hi = (R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT - 0.01) if level == "warn" else (0.9, 1.0)
+    return lo + (hi - lo) * max(0.0, min(1.0, u))
 
 
 # ---- one snapshot --------------------------------------------------------------------------
@@ -87,7 +158,8 @@ def memory_layers(a: dict[str, Any]) -> Figure:
             "hovertemplate": "%{y}: %{text}<extra></extra>",
         }],
         "layout": _layout("The node's memory, from the OS down to the blocks in use",
-                          height=70 + 45 * len(rows), xaxis=_bytes_axis(), showlegend=False,
+                          height=70 + 45 * len(rows), xaxis=_bytes_axis(_max(vals)),
+                          showlegend=False,
                           margin={"l": 160, "r": 30, "t": 40, "b": 30}),
     }
 
@@ -108,11 +180,12 @@ def allocator_usage(a: dict[str, Any]) -> Figure:
                               "<extra></extra>"},
             {"type": "bar", "orientation": "h", "name": "unused (reserved, no data)", "y": names,
              "x": unused, "marker": {"color": UNUSED},
-             "text": [human(u) for u in unused], "textposition": "outside",
+             "text": [human(u) for u in unused], "textposition": "outside", "cliponaxis": False,
              "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout("Allocated per allocator: used vs unused", barmode="stack",
-                          height=90 + 26 * len(rows), xaxis=_bytes_axis()),
+                          height=90 + 26 * len(rows),
+                          xaxis=_bytes_axis(_max(r["allocated"] for r in rows))),
     }
 
 
@@ -133,8 +206,9 @@ def instance_heatmap(a: dict[str, Any]) -> Figure:
     ii = {n: i for i, n in enumerate(insts)}
     for r in rows:
         y, x = ti[r["allocator"]], ii[r["instance"]]
-        z[y][x] = round(100 * _instance_usage(r), 1)
-        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {z[y][x]}%, unused "
+        u = _instance_usage(r)
+        z[y][x] = round(100 * usage_shade(u, r["unused"]), 1)
+        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {100 * u:.1f}%, unused "
                       f"{human(r['unused'])} of "
                       f"{human(r['mbcs_carriers_size'] + r['sbcs_carriers_size'])}")
     return {
@@ -142,8 +216,7 @@ def instance_heatmap(a: dict[str, Any]) -> Figure:
             "type": "heatmap", "x": [str(n) for n in insts], "y": [_t(t) for t in types],
             "z": z, "text": text, "hovertemplate": "%{text}<extra></extra>",
             "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
-            "colorbar": {"title": {"text": "usage %"}, "thickness": 12},
-            "xgap": 1, "ygap": 1,
+            "colorbar": COLORBAR, "xgap": 1, "ygap": 1,
         }],
         "layout": _layout("Usage per instance (instance 0 serves non-scheduler threads)",
                           height=110 + 24 * len(types),
@@ -164,11 +237,13 @@ def instance_bars(a: dict[str, Any], top: int = 20) -> Figure:
             {"type": "bar", "orientation": "h", "name": "unused", "y": names,
              "x": [r["unused"] for r in rows], "marker": {"color": UNUSED},
              "text": [human(r["unused"]) for r in rows], "textposition": "outside",
+             "cliponaxis": False,
              "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout(f"The {len(rows)} instances with the most unused bytes",
                           barmode="stack", height=90 + 24 * max(len(rows), 1),
-                          xaxis=_bytes_axis()),
+                          xaxis=_bytes_axis(_max(u + r["unused"]
+                                                 for u, r in zip(used, rows, strict=True)))),
     }
 
 
@@ -191,8 +266,7 @@ def block_sizes(a: dict[str, Any]) -> Figure:
                 "marker": {"symbol": symbol, "size": size, "color": color,
                            "line": {"width": 2, "color": color}}}
 
-    return {
-        "data": [
+    data = [
             series("avg mbcs block", [r["mbcs_average_block_size"] for r in rows], "circle",
                    USED),
             series("avg sbcs block", [r["sbcs_average_block_size"] for r in rows], "diamond",
@@ -201,11 +275,12 @@ def block_sizes(a: dict[str, Any]) -> Figure:
                    22),
             series("lmbcs", [r["options"].get("lmbcs") for r in rows], "line-ns-open", "#333",
                    22),
-        ],
+    ]
+    return {
+        "data": data,
         "layout": _layout("Average block size vs sbct (red) and lmbcs (black)",
                           height=110 + 28 * len(rows),
-                          xaxis={"type": "log", "ticksuffix": "B", "tickformat": "~s",
-                                 "gridcolor": "#eee"},
+                          xaxis=_log_bytes_axis([v for t in data for v in t["x"]]),
                           yaxis={"type": "category", "categoryarray": ys,
                                  "categoryorder": "array"}),
     }
@@ -229,8 +304,26 @@ def carrier_kinds(a: dict[str, Any]) -> Figure:
         "data": [bar("multiblock carriers", own, USED), bar("in the carrier pool", pool, POOL),
                  bar("single-block carriers", sbcs, SBCS)],
         "layout": _layout("Carriers: multiblock, pooled (abandoned) and single-block",
-                          barmode="stack", height=90 + 26 * len(rows), xaxis=_bytes_axis()),
+                          barmode="stack", height=90 + 26 * len(rows),
+                          xaxis=_bytes_axis(_max(r["allocated"] for r in rows))),
     }
+
+
+def _pow2_ticks(lo: float, hi: float) -> list[int]:
+    """Powers of two from below lo to above hi, every other one when there are many."""
+    lo, hi = max(1.0, lo), max(1.0, hi)
+    ticks = [1 << k for k in range(0, 50) if lo / 2 <= 1 << k <= hi * 2]
+    while len(ticks) > 9:
+        ticks = ticks[::2]
+    return ticks
+
+
+def _log_bytes_axis(vals: list[float], **kw: Any) -> dict[str, Any]:
+    """A log axis of bytes, ticks at powers of two labelled in KiB/MiB."""
+    pos = [v for v in vals if v and v > 0]
+    ticks = _pow2_ticks(min(pos, default=1), max(pos, default=1))
+    return {"type": "log", "tickmode": "array", "tickvals": ticks,
+            "ticktext": [human(t).replace(".0 ", " ") for t in ticks], "gridcolor": "#eee", **kw}
 
 
 #: Golden-ratio steps: a deterministic, even spread of carriers of one size along the x axis.
@@ -291,9 +384,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
     # log ticks would crowd 50k, 60k, ... together.
     lo = max(1, min(pts["size"], default=1) * 0.8)
     hi = max(pts["size"], default=1) * 1.25
-    ticks = [1 << k for k in range(12, 44) if lo / 2 <= 1 << k <= hi * 2]
-    if len(ticks) > 8:
-        ticks = ticks[::2]
+    ticks = _pow2_ticks(lo, hi)
     shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 0.78, "yref": "y", "y0": 10,
                "y1": 10, "line": {"color": "#b2182b", "width": 1, "dash": "dot"}}]
     return {
@@ -301,8 +392,8 @@ def carrier_map(m: dict[str, Any]) -> Figure:
         "layout": _layout(title, height=380, barmode="stack", shapes=shapes,
                           margin={"l": 60, "r": 20, "t": 50, "b": 45},
                           xaxis={"type": "log", "domain": [0, 0.78], "tickvals": ticks,
-                                 "ticktext": [human(t) for t in ticks], "gridcolor": "#eee",
-                                 "range": [math.log10(lo), math.log10(hi)],
+                                 "ticktext": [human(t).replace(".0 ", " ") for t in ticks],
+                                 "gridcolor": "#eee", "range": [math.log10(lo), math.log10(hi)],
                                  "title": {"text": "carrier size"}},
                           xaxis2={"domain": [0.82, 1], "gridcolor": "#eee",
                                   "title": {"text": "carriers"}},
@@ -322,9 +413,11 @@ def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
     xs = [float(1 << k) * 1.41 for k in ks]
     ys = [2.5 + 5 * j for j in range(20)]
     z = [[bins.get((k, j)) for k in ks] for j in range(20)]
-    return {"type": "heatmap", "x": xs, "y": ys, "z": z, "name": "carriers",
+    text = [[human(1 << k) for k in ks] for _ in range(20)]
+    return {"type": "heatmap", "x": xs, "y": ys, "z": z, "name": "carriers", "text": text,
             "colorscale": [[0, "#f0e6f6"], [1, "#3b1f5c"]], "showscale": False, "xgap": 2,
-            "hovertemplate": "%{z} carriers of about %{x:.3s}B, %{y:.1f}% full<extra></extra>"}
+            "hovertemplate": "%{z} carriers of %{text} to twice that, %{y:.1f}% full"
+                             "<extra></extra>"}
 
 
 def shown_carrier_maps(a: dict[str, Any]) -> list[dict[str, Any]]:
@@ -355,6 +448,9 @@ def snapshot_figures(a: dict[str, Any]) -> dict[str, Figure]:
 
 # ---- a series of one node ------------------------------------------------------------------
 
+#: Consecutive samples further apart than this many typical intervals are not joined by a line.
+BREAK_INTERVALS = 2.5
+
 
 def _ms_dates(ts: list[float]) -> list[float]:
     """Unix seconds → milliseconds: plotly reads numbers on a date axis as ms since the epoch."""
@@ -362,9 +458,69 @@ def _ms_dates(ts: list[float]) -> list[float]:
 
 
 def _time_layout(title: str, height: int = 330, **kw: Any) -> dict[str, Any]:
-    kw.setdefault("margin", {"l": 70, "r": 30, "t": 50, "b": 40})
-    return _layout(title, height=height, hovermode="x unified",
+    # one right margin for all: the time axes of a node page line up under each other
+    kw.setdefault("margin", {"l": 130, "r": 80, "t": 50, "b": 40})
+    kw.setdefault("hovermode", "x unified")
+    return _layout(title, height=height,
                    xaxis={"type": "date", "gridcolor": "#eee"}, **kw)
+
+
+def _typical_interval(t: list[float]) -> float | None:
+    """The median time between consecutive points (bucket width when downsampled)."""
+    d = sorted(b - a for a, b in itertools.pairwise(t) if b > a)
+    return d[len(d) // 2] if d else None
+
+
+def break_points(series: dict[str, Any]) -> list[int]:
+    """Indices i where the line from point i-1 to point i must not be drawn: a gap the store
+    recorded (down, unreachable, a restart) lies between them, the node's OS pid changed, or
+    they are more than BREAK_INTERVALS typical intervals apart."""
+    t = series["t"]
+    typical = _typical_interval(t)
+    starts = sorted(g["start"] for g in series.get("gaps") or [])
+    pids = None if series.get("downsampled") else series["columns"].get("pid")
+    out = []
+    for i in range(1, len(t)):
+        a, b = t[i - 1], t[i]
+        k = bisect.bisect_left(starts, a)
+        if ((k < len(starts) and starts[k] < b)
+                or (typical is not None and b - a > BREAK_INTERVALS * typical)
+                or (pids is not None and None not in (pids[i - 1], pids[i])
+                and pids[i - 1] != pids[i])):
+            out.append(i)
+    return out
+
+
+def _broken(values: list[Any], breaks: list[int]) -> list[Any]:
+    """`values` with a None before each break: plotly ends the line there (connectgaps off)."""
+    if not breaks:
+        return list(values)
+    out: list[Any] = []
+    prev = 0
+    for i in breaks:
+        out.extend(values[prev:i])
+        out.append(None)
+        prev = i
+    out.extend(values[prev:])
+    return out
+
+
+def _broken_x(t: list[float], breaks: list[int]) -> list[float]:
+    """Sample times in ms with a point halfway across each break (where the None goes)."""
+    x = _ms_dates(t)
+    out: list[float] = []
+    prev = 0
+    for i in breaks:
+        out.extend(x[prev:i])
+        out.append(round((x[i - 1] + x[i]) / 2))
+        prev = i
+    out.extend(x[prev:])
+    return out
+
+
+def _segments(n: int, breaks: list[int]) -> list[tuple[int, int]]:
+    edges = [0, *breaks, n]
+    return [(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
 def _gap_shapes(series: dict[str, Any]) -> list[dict[str, Any]]:
@@ -372,76 +528,100 @@ def _gap_shapes(series: dict[str, Any]) -> list[dict[str, Any]]:
     end_of_data = series["t"][-1] if series["t"] else None
     for g in series.get("gaps") or []:
         end = g["end"] if g["end"] is not None else end_of_data
-        if end is None:
+        if end is None or end < g["start"]:
             continue
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
                        "x0": round(g["start"] * 1000), "x1": round(end * 1000),
-                       "fillcolor": "#999", "opacity": 0.18, "line": {"width": 0}})
+                       "fillcolor": "#999", "opacity": 0.3, "line": {"width": 0}})
     return shapes
 
 
-def memory_over_time(series: dict[str, Any]) -> Figure:
-    x = _ms_dates(series["t"])
+def _in_unit(layout: dict[str, Any], factor: int) -> dict[str, Any]:
+    """Byte series stay whole bytes in the JSON; the page divides the y values of the byte
+    axis by `factor` before drawing (static/app.js), so the hover reads "%{y} MiB" and the
+    server does no per-point arithmetic."""
+    layout["meta"] = {**layout.get("meta", {}), "yscale": factor}
+    return layout
+
+
+def memory_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
+    x = _broken_x(series["t"], breaks)
     cols = series["columns"]
+    shown = [(key, name, color, dash) for key, name, color, dash in (
+        ("rss", "RSS", "#555", "solid"), ("allocated", "allocated", "#c0392b", "solid"),
+        ("erlang_total", "erlang:memory(total)", "#8fb3e0", "dot"), ("used", "used", USED, "solid"))
+        if any(v is not None for v in cols.get(key) or [])]
+    peak = (series.get("max") or {}).get("allocated")
+    vmax = max([_max(cols[k]) for k, *_ in shown] + [_max(peak or [])], default=0)
+    unit, factor = byte_unit(vmax)
     traces = []
-    for key, name, color, dash in (("rss", "RSS", "#555", "solid"),
-                                   ("allocated", "allocated", "#c0392b", "solid"),
-                                   ("erlang_total", "erlang:memory(total)", "#8fb3e0", "dot"),
-                                   ("used", "used", USED, "solid")):
-        if any(v is not None for v in cols.get(key) or []):
-            traces.append({"type": "scatter", "mode": "lines", "name": name, "x": x,
-                           "y": cols[key], "line": {"color": color, "dash": dash, "width": 1.6}})
-    if series.get("max") and series["max"].get("allocated"):
+    for key, name, color, dash in shown:
+        traces.append({"type": "scatter", "mode": "lines", "name": name, "x": x,
+                       "y": _broken(cols[key], breaks),
+                       "hovertemplate": "%{y:,.1f} " + unit,
+                       "line": {"color": color, "dash": dash, "width": 1.6}})
+    if peak:
         traces.append({"type": "scatter", "mode": "lines", "name": "allocated (bucket max)",
-                       "x": x, "y": series["max"]["allocated"],
+                       "x": x, "y": _broken(peak, breaks),
+                       "hovertemplate": "%{y:,.1f} " + unit,
                        "line": {"color": "#c0392b", "width": 0.8, "dash": "dot"}})
     return {"data": traces,
-            "layout": _time_layout("RSS, allocated and used over time", yaxis=_bytes_axis(),
-                                   shapes=_gap_shapes(series))}
+            "layout": _in_unit(_time_layout("RSS, allocated and used over time",
+                                            yaxis=_scaled_axis(vmax / factor, unit),
+                                            shapes=_gap_shapes(series)), factor)}
 
 
 def _types_by_size(cols: dict[str, list[int | None]]) -> list[str]:
     names = sorted({k.partition(".")[0] for k in cols if k.endswith(".allocated")})
-    return sorted(names, key=lambda n: max((v or 0) for v in cols[f"{n}.allocated"]) if
-                  cols[f"{n}.allocated"] else 0, reverse=True)
+    return sorted(names, key=lambda n: max(filter(None, cols[f"{n}.allocated"]), default=0),
+                  reverse=True)
 
 
-def allocators_over_time(series: dict[str, Any]) -> Figure:
-    """Stacked: per allocator type, used (solid) and unused (light) bytes."""
-    x = _ms_dates(series["t"])
+def allocators_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
+    """Stacked: per allocator type, used (solid) and unused (light) bytes. Each stretch between
+    breaks is its own stack group, so no area is drawn across a gap."""
+    t = series["t"]
+    x = _ms_dates(t)
     cols = series["columns"]
     names = _types_by_size(cols)
     shown, rest = names[:TOP_TYPES], names[TOP_TYPES:]
-    traces = []
 
     def col(name: str, field: str) -> list[int | None]:
         return cols.get(f"{name}.{field}") or [None] * len(x)
 
-    def stacked(label: str, group: str, ys: list[int | None], color: str, op: float) -> None:
-        traces.append({"type": "scatter", "mode": "lines", "stackgroup": "one", "name": label,
-                       "legendgroup": group, "x": x, "y": ys, "line": {"width": 0},
-                       "fillcolor": _rgba(color, op),
-                       "hovertemplate": label + ": %{y:.3~s}B<extra></extra>"})
-
+    layers: list[tuple[str, str, list[int | None], str, float]] = []
     for i, name in enumerate(shown):
         alloc, used = col(name, "allocated"), col(name, "used")
         color = PALETTE[i % len(PALETTE)]
-        stacked(f"{_t(name)} used", name, used, color, 0.9)
-        stacked(f"{_t(name)} unused", name, _minus(alloc, used), color, 0.3)
+        layers.append((f"{_t(name)} used", name, used, color, 0.9))
+        layers.append((f"{_t(name)} unused", name, _minus(alloc, used), color, 0.3))
     if rest:
         alloc = _sum_cols([col(n, "allocated") for n in rest])
         used = _sum_cols([col(n, "used") for n in rest])
-        stacked(f"{len(rest)} others used", "other", used, "#888888", 0.9)
-        stacked(f"{len(rest)} others unused", "other", _minus(alloc, used), "#888888", 0.3)
+        layers.append((f"{len(rest)} others used", "other", used, "#888888", 0.9))
+        layers.append((f"{len(rest)} others unused", "other", _minus(alloc, used), "#888888",
+                       0.3))
+    # the top of the stack: every type's allocated bytes (used + unused of each layer pair)
+    allocs = [c for n in names if (c := cols.get(f"{n}.allocated"))]
+    vmax = max((sum(filter(None, vs)) for vs in zip(*allocs, strict=True)), default=0)
+    unit, factor = byte_unit(vmax)
+    traces = []
+    for k, (a, b) in enumerate(_segments(len(x), breaks)):
+        for label, group, ys, color, op in layers:
+            traces.append({"type": "scatter", "mode": "lines", "stackgroup": f"s{k}",
+                           "name": label, "legendgroup": group, "showlegend": k == 0,
+                           "x": x[a:b], "y": ys[a:b], "line": {"width": 0},
+                           "fillcolor": _rgba(color, op),
+                           "hovertemplate": label + ": %{y:,.1f} " + unit + "<extra></extra>"})
     return {"data": traces,
-            "layout": _time_layout("Allocated per allocator, stacked: used (dark) and unused "
-                                   "(light)", height=400, yaxis=_bytes_axis(),
-                                   shapes=_gap_shapes(series))}
+            "layout": _in_unit(_time_layout(
+                "Allocated per allocator, stacked: used (dark) and unused (light)", height=400,
+                yaxis=_scaled_axis(vmax / factor, unit), shapes=_gap_shapes(series)), factor)}
 
 
-def sbcs_share_over_time(series: dict[str, Any]) -> Figure:
+def sbcs_share_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
     """Share of each allocator's carrier bytes that sit in single-block carriers."""
-    x = _ms_dates(series["t"])
+    x = _broken_x(series["t"], breaks)
     cols = series["columns"]
     traces = []
     for i, name in enumerate(_types_by_size(cols)[:TOP_TYPES]):
@@ -450,7 +630,8 @@ def sbcs_share_over_time(series: dict[str, Any]) -> Figure:
               for a, s in zip(alloc, sb, strict=True)]
         if any(y for y in ys):
             traces.append({"type": "scatter", "mode": "lines", "name": _t(name), "x": x,
-                           "y": ys, "line": {"color": PALETTE[i % len(PALETTE)], "width": 1.4}})
+                           "y": _broken(ys, breaks),
+                           "line": {"color": PALETTE[i % len(PALETTE)], "width": 1.4}})
     return {"data": traces,
             "layout": _time_layout("Single-block carrier share of allocated (sbcs / all)",
                                    yaxis={"tickformat": ".0%", "range": [0, 1],
@@ -458,61 +639,125 @@ def sbcs_share_over_time(series: dict[str, Any]) -> Figure:
                                    shapes=_gap_shapes(series))}
 
 
-def mseg_over_time(series: dict[str, Any]) -> Figure:
-    """mseg_alloc cache hit rate and mseg_alloc calls per second, between consecutive points."""
+def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
+    """mseg_alloc's segment cache: its hit rate since the node started (recon_alloc's
+    cache_hit_rates: hits / calls, so a node that has not called mseg_alloc lately still has
+    one) and mseg_alloc calls per second between consecutive points."""
     t = series["t"]
     cols = series["columns"]
     hits = cols.get("mseg_hits") or [None] * len(t)
     calls = cols.get("mseg_calls") or [None] * len(t)
-    x, rate, per_s = [], [], []
+    rate = [None if h is None or not c else round(h / c, 4) for h, c in zip(hits, calls,
+                                                                            strict=True)]
+    cut = set(breaks)
+    per_s: list[float | None] = [None]
     for i in range(1, len(t)):
-        h0, h1, c0, c1 = hits[i - 1], hits[i], calls[i - 1], calls[i]
-        dt = t[i] - t[i - 1]
-        if None in (h0, h1, c0, c1) or dt <= 0 or c1 < c0:  # a restart resets the counters
-            x.append(round(t[i] * 1000))
-            rate.append(None)
-            per_s.append(None)
-            continue
-        x.append(round(t[i] * 1000))
-        dc = c1 - c0
-        rate.append(round((h1 - h0) / dc, 4) if dc > 0 else None)
-        per_s.append(round(dc / dt, 3))
+        c0, c1, dt = calls[i - 1], calls[i], t[i] - t[i - 1]
+        ok = i not in cut and None not in (c0, c1) and dt > 0 and c1 >= c0  # type: ignore
+        per_s.append(round((c1 - c0) / dt, 3) if ok else None)  # type: ignore
+    x = _broken_x(t, breaks)
     return {
         "data": [
-            {"type": "scatter", "mode": "lines", "name": "cache hit rate", "x": x, "y": rate,
-             "line": {"color": "#4c9a5b", "width": 1.4}},
-            {"type": "scatter", "mode": "lines", "name": "mseg_alloc calls/s", "x": x,
-             "y": per_s, "yaxis": "y2", "line": {"color": "#888", "width": 1, "dash": "dot"}},
+            {"type": "scatter", "mode": "lines", "name": "cache hit rate (since start)", "x": x,
+             "y": _broken(rate, breaks), "line": {"color": "#4c9a5b", "width": 1.6}},
+            {"type": "scatter", "mode": "lines", "x": x,
+             "name": "mseg_alloc calls/s" + ("" if any(per_s) else " (none in this range)"),
+             "y": _broken(per_s, breaks), "yaxis": "y2",
+             "line": {"color": "#888", "width": 1, "dash": "dot"}},
         ],
         "layout": _time_layout("mseg_alloc segment cache: hit rate and calls per second",
                                yaxis={"tickformat": ".0%", "range": [0, 1.02],
-                                      "gridcolor": "#eee"},
+                                      "gridcolor": "#eee", "title": {"text": "hit rate"}},
                                yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
-                                       "title": {"text": "calls/s"}},
+                                       "showgrid": False, "tickformat": ",.3~g",
+                                       "tickmode": "auto", "nticks": 6,
+                                       "automargin": True, "title": {"text": "calls/s"}},
+                               legend={"orientation": "h", "y": -0.2},
                                shapes=_gap_shapes(series)),
     }
 
 
-def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]]) -> Figure:
-    """Usage per instance (rows) over the sampled snapshots (columns)."""
+def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
+                               series: dict[str, Any] | None = None) -> Figure:
+    """Usage per instance (rows) over the sampled snapshots (columns). A cell spans from its
+    snapshot to the next one, [sample, next sample): the usage measured at a time holds from
+    then on, so a change never shows before it happened. Colour weighs the type's unused bytes
+    at that time (usage_shade): an instance cannot waste more than its whole type."""
     keys = sorted({k for _, u in samples for k in u}, key=_instance_sort_key, reverse=True)
-    z = [[u.get(k) for _, u in samples] for k in keys]
+    ts = [t for t, _ in samples]
+    edges = []
+    if ts:  # the last cell holds to the series' end (or one interval past a lone snapshot)
+        end = series["t"][-1] if series and series["t"] else ts[-1]
+        step = ts[-1] - ts[-2] if len(ts) > 1 else _typical_interval(
+            series["t"] if series else []) or 60.0
+        edges = [*ts, end if end > ts[-1] else ts[-1] + step]
+    unused_at = _type_unused_at(series, ts) if series else [{} for _ in ts]
+    z, text = [], []
+    clocks = [_clock(t) for t in ts]
+    wasted = [{n: f", type unused {human(w)}" for n, w in at.items()} for at in unused_at]
+    for k in keys:
+        name = k.partition("[")[0]
+        row, trow = [], []
+        for j, (_, u) in enumerate(samples):
+            v = u.get(k)
+            if v is None:
+                row.append(None)
+                trow.append("")
+                continue
+            row.append(round(100 * usage_shade(v, unused_at[j].get(name)), 1))
+            trow.append(f"{clocks[j]}: usage {100 * v:.1f}%" + wasted[j].get(name, ""))
+        z.append(row)
+        text.append(trow)
     return {
-        "data": [{"type": "heatmap", "x": [round(t * 1000) for t, _ in samples],
-                  "y": [_t(k) for k in keys],
-                  "z": [[None if v is None else round(100 * v, 1) for v in row] for row in z],
-                  "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
-                  "colorbar": {"title": {"text": "usage %"}, "thickness": 12},
-                  "hovertemplate": "%{y} at %{x}: usage %{z}%<extra></extra>"}],
-        "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshots",
-                               height=120 + 14 * len(keys),
-                               margin={"l": 130, "r": 30, "t": 50, "b": 40}),
+        "data": [{"type": "heatmap", "x": _ms_dates(edges), "y": [_t(k) for k in keys],
+                  "z": z, "text": text, "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
+                  "colorbar": COLORBAR, "hovertemplate": "%{y} from %{text}<extra></extra>"}],
+        "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshot"
+                               f"{'s' if len(samples) != 1 else ''} (each cell: from its "
+                               "snapshot to the next)",
+                               height=120 + 14 * len(keys), hovermode="closest",
+                               shapes=[{**g, "layer": "above", "opacity": 0.5}
+                                       for g in (_gap_shapes(series) if series else [])]),
     }
 
 
-def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
-    """alloc + free + realloc calls per second per allocator type, between sampled snapshots."""
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _type_unused_at(series: dict[str, Any], ts: list[float]) -> list[dict[str, int]]:
+    """Per allocator type, allocated - used at the series point nearest each time."""
+    st = series["t"]
+    cols = series["columns"]
+    names = _types_by_size(cols)
+    out = []
+    for t in ts:
+        if not st:
+            out.append({})
+            continue
+        i = min(bisect.bisect_left(st, t), len(st) - 1)
+        if i > 0 and abs(st[i - 1] - t) < abs(st[i] - t):
+            i -= 1
+        row = {}
+        for n in names:
+            a, u = cols[f"{n}.allocated"][i], (cols.get(f"{n}.used") or [None] * len(st))[i]
+            if a is not None and u is not None:
+                row[n] = a - u
+        out.append(row)
+    return out
+
+
+def call_rates(samples: list[tuple[float, dict[str, int]]],
+               series: dict[str, Any] | None = None) -> Figure:
+    """alloc + free + realloc calls per second per allocator type, between sampled snapshots;
+    none across a gap of the series (a mean over downtime, or counters reset by a restart)."""
     names = sorted({k for _, c in samples for k in c})
+    starts = sorted(g["start"] for g in (series or {}).get("gaps") or [])
+
+    def across_gap(t0: float, t1: float) -> bool:
+        k = bisect.bisect_left(starts, t0)
+        return k < len(starts) and starts[k] < t1
+
     traces = []
     for i, name in enumerate(names):
         x, y = [], []
@@ -520,29 +765,83 @@ def call_rates(samples: list[tuple[float, dict[str, int]]]) -> Figure:
             if name in c0 and name in c1 and t1 > t0:
                 d = c1[name] - c0[name]
                 x.append(round(t1 * 1000))
-                y.append(round(d / (t1 - t0), 2) if d >= 0 else None)  # < 0: a restart
+                y.append(round(d / (t1 - t0), 2) if d >= 0 and not across_gap(t0, t1)
+                         else None)  # < 0: a restart
         if any(y):
             traces.append({"type": "scatter", "mode": "lines+markers", "name": _t(name),
                            "x": x, "y": y, "marker": {"size": 4},
                            "line": {"color": PALETTE[i % len(PALETTE)], "width": 1.4}})
     return {"data": traces,
             "layout": _time_layout("Allocator calls per second (alloc + free + realloc)",
-                                   yaxis={"rangemode": "tozero", "gridcolor": "#eee"})}
+                                   yaxis={"rangemode": "tozero", "gridcolor": "#eee"},
+                                   shapes=_gap_shapes(series) if series else [])}
+
+
+#: What a time chart with fewer than two points says instead of a line.
+ONE_SAMPLE = "one point so far: a line needs two (the next sample draws it)"
+
+
+def lines_or_note(fig: Figure, empty: str = "nothing to draw in this range",
+                  one: str = ONE_SAMPLE) -> Figure:
+    """A line needs two points: a line trace with fewer than two values is drawn as markers,
+    and a chart with no trace of two values is not drawn at all (its `note` says why)."""
+    if not fig["data"]:
+        return {"data": [], "layout": fig["layout"], "note": empty}
+    lines = [tr for tr in fig["data"] if tr.get("type") == "scatter"
+             and "lines" in tr.get("mode", "")]
+    if not lines:
+        return fig
+    counts = [_points(tr["y"]) for tr in lines]
+    if all(c < 2 for c in counts):
+        n = max(counts, default=0)
+        return {"data": [], "layout": fig["layout"], "note": one if n == 1 else empty}
+    for tr, c in zip(lines, counts, strict=True):
+        if c < 2:
+            tr["mode"] = "markers"
+    return fig
+
+
+def _points(ys: list[Any]) -> int:
+    """How many values a trace has, counted up to two (all a line needs)."""
+    n = 0
+    for v in ys:
+        if v is not None:
+            n += 1
+            if n == 2:
+                break
+    return n
 
 
 def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dict[str, float]]],
                  call_samples: list[tuple[float, dict[str, int]]]) -> dict[str, Figure]:
+    breaks = break_points(series)
     figs = {
-        "memory": memory_over_time(series),
-        "stacked": allocators_over_time(series),
-        "sbcs": sbcs_share_over_time(series),
-        "mseg": mseg_over_time(series),
+        "memory": memory_over_time(series, breaks),
+        "stacked": allocators_over_time(series, breaks),
+        "sbcs": sbcs_share_over_time(series, breaks),
+        "mseg": mseg_over_time(series, breaks),
     }
     if instance_samples:
-        figs["inst_heatmap"] = instance_heatmap_over_time(instance_samples)
-    if len(call_samples) > 1:
-        figs["calls"] = call_rates(call_samples)
-    return figs
+        figs["inst_heatmap"] = instance_heatmap_over_time(instance_samples, series)
+    if call_samples:
+        figs["calls"] = call_rates(call_samples, series)
+    # calls per second need two snapshots (one rate between them)
+    one = ("one snapshot so far: calls per second need two (the next kept snapshot draws "
+           "the first point)" if len(call_samples) == 1 else "no rate yet: calls per second "
+           "need two stored snapshots with no gap or restart between them")
+    t = series["t"]
+    if len(t) > 1:  # one time range for all: the charts of a node page line up
+        end = round(t[-1] * 1000)
+        if "inst_heatmap" in figs:  # its latest cell holds past the last point: keep it seen
+            end = max(end, figs["inst_heatmap"]["data"][0]["x"][-1])
+        for f in figs.values():
+            f["layout"]["xaxis"]["range"] = [round(t[0] * 1000), end]
+    out = {k: lines_or_note(f) for k, f in figs.items() if k != "calls"}
+    if "calls" in figs:
+        out["calls"] = lines_or_note(figs["calls"], one, "one rate so far, between two stored "
+                                     "snapshots: a line needs two (the next kept snapshot "
+                                     "draws it)")
+    return out
 
 
 def nodes_unused(rows: list[dict[str, Any]]) -> Figure:
@@ -558,10 +857,12 @@ def nodes_unused(rows: list[dict[str, Any]]) -> Figure:
              "hovertemplate": "%{y}: used %{text}<extra></extra>"},
             {"type": "bar", "orientation": "h", "name": "unused", "y": ys, "x": unused,
              "marker": {"color": UNUSED}, "text": [human(v) for v in unused],
-             "textposition": "outside", "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
+             "textposition": "outside", "cliponaxis": False,
+             "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout("Latest sample of each node: used vs unused", barmode="stack",
-                          height=90 + 28 * max(len(rows), 1), xaxis=_bytes_axis(),
+                          height=90 + 28 * max(len(rows), 1),
+                          xaxis=_bytes_axis(_max(r["allocated"] for r in rows)),
                           margin={"l": 220, "r": 40, "t": 50, "b": 45}),
     }
 
@@ -587,9 +888,11 @@ def compare_totals(analyses: list[dict[str, Any]], labels: list[str]) -> Figure:
         traces.append({"type": "bar", "name": _t(label), "x": xs, "y": ys,
                        "marker": {"color": PALETTE[i % len(PALETTE)]},
                        "text": [human(v) for v in ys], "textposition": "outside",
+                       "cliponaxis": False,
                        "hovertemplate": _t(label) + " %{x}: %{text}<extra></extra>"})
     return {"data": traces,
-            "layout": _layout("Totals side by side", barmode="group", yaxis=_bytes_axis(),
+            "layout": _layout("Totals side by side", barmode="group",
+                              yaxis=_bytes_axis(_max(v for t in traces for v in t["y"])),
                               margin={"l": 60, "r": 30, "t": 50, "b": 45}, height=380,
                               legend={"orientation": "h", "y": -0.15})}
 
@@ -613,7 +916,8 @@ def compare_allocators(analyses: list[dict[str, Any]], labels: list[str]) -> Fig
                                                     "%{customdata[1]}<extra></extra>"})
     return {"data": traces,
             "layout": _layout("Unused bytes per allocator", barmode="group",
-                              yaxis=_bytes_axis(), height=380,
+                              yaxis=_bytes_axis(_max(v for t in traces for v in t["y"])),
+                              height=380,
                               margin={"l": 60, "r": 30, "t": 50, "b": 80})}
 
 

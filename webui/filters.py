@@ -7,27 +7,40 @@ from typing import Any
 
 from jinja2 import Environment
 
-from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
+from beamalloc.analyzer.rules import (
+    MIN_UNUSED,
+    R2_MBCS_USAGE_PROBLEM,
+    R2_USAGE_SUSPECT,
+    USAGE_QUIET_UNUSED,
+    usage_level,
+)
 from beamalloc.reporters.recommend import evidence_line
 from beamalloc.units import human, pct
 
 
-def usage_class(u: float | None) -> str:
+def usage_class(u: float | None, unused: int | None = None) -> str:
     if u is None:
         return ""
-    return usage_level(u)
+    return usage_level(u, unused)
 
 
 def show(v: Any) -> str:
-    """A recommender value (number, string, list or dict) as one line of text; Jinja escapes it."""
+    """A recommender value (number, string, list or dict) as one line of text; Jinja escapes it.
+    Never a Python repr: None is "-", a dict reads "key value, ..." (sizes in KiB/MiB, ratios
+    in %) with its empty keys left out and nested dicts in parentheses."""
     if v is None:
         return "-"
     if isinstance(v, str):
         return v
     if isinstance(v, dict):
-        return evidence_line(v)  # the recommender's own: sizes in KiB/MiB, ratios in %
+        flat = {k: x for k, x in v.items() if x is not None and not isinstance(x, dict | list)}
+        parts = [evidence_line(flat)] if flat else []  # the recommender's own number format
+        parts += [f"{k} ({show(x)})" for k, x in v.items() if isinstance(x, dict) and x]
+        return ", ".join(p for p in parts if p) or "-"
     if isinstance(v, list | tuple):
-        return "; ".join(show(x) for x in v)
+        return "; ".join(show(x) for x in v) or "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     return json.dumps(v)
 
 
@@ -38,3 +51,5 @@ def install(env: Environment) -> None:
     env.globals["plotly_version"] = plotly_version()
     env.globals["usage_bad_pct"] = round(100 * R2_MBCS_USAGE_PROBLEM)
     env.globals["usage_warn_pct"] = round(100 * R2_USAGE_SUSPECT)
+    env.globals["usage_min_unused"] = human(MIN_UNUSED)
+    env.globals["usage_quiet_unused"] = human(USAGE_QUIET_UNUSED)

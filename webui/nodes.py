@@ -55,28 +55,39 @@ def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
     rows: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
     try:
         if problem is None:
-            rows = _rows(d)
+            st = d.store()
+            assert st is not None
+            nodes = st.list_nodes()
+            rows = _rows(d, nodes)
     except StoreError as e:  # a damaged store: its one line, as a store that does not open
         problem, rows = str(e), []
     charted = sorted((r for r in rows if r["allocated"] is not None),
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
     shown = {id(r) for r in charted}
     figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
+    refresh, last = _fleet_refresh(nodes)
     return render_template("nodes.html", rows=rows, problem=problem,
-                           store=str(d.store_path or ""), figures=figures_json(figs))
+                           store=str(d.store_path or ""), figures=figures_json(figs),
+                           refresh=refresh, last=last)
 
 
-def _rows(d: Data) -> list[dict[str, Any]]:
+def _fleet_refresh(nodes: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """The nodes page's refresh period (the fastest live node's) and the newest sample time."""
+    now = time.time()
+    live = [r for r in (live_refresh(n, now) for n in nodes) if r is not None]
+    return (min(live) if live else None), max((n["last"] or 0 for n in nodes), default=None)
+
+
+def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per node from Store.list_nodes: never a snapshot per node."""
     rows: list[dict[str, Any]] = []
-    st = d.store()
-    assert st is not None
     now = time.time()
     # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
     # and the watcher's last rule evaluation, never a snapshot per node.
-    for n in st.list_nodes():
+    for n in nodes:
         row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
                                "last": when(n["last"]), "ago": ago(n["last"], now),
                                "down": n["down_since"] is not None,
@@ -148,6 +159,29 @@ def _node_figures(node: str, start: float | None, end: float | None) -> tuple[di
     return series, figures.node_figures(series, usage, calls)
 
 
+#: Bounds of a live node page's refresh period (seconds): its sampling interval, within these.
+REFRESH_MIN, REFRESH_MAX = 2.0, 60.0
+#: A node is live while its last sample is younger than this many sampling intervals.
+LIVE_INTERVALS = 3
+
+
+def live_refresh(info: dict[str, Any], now: float) -> float | None:
+    """The refresh period of a node page while a watch writes this node (its mean sampling
+    interval, bounded), or None when no sample came for LIVE_INTERVALS intervals or it is down."""
+    first, last, n = info["first"], info["last"], info["samples"]
+    if last is None or first is None or n < 2 or info.get("down_since") is not None:
+        return None
+    interval = max((last - first) / (n - 1), 0.5)
+    if now - last > LIVE_INTERVALS * max(interval, REFRESH_MIN):
+        return None
+    return round(min(max(interval, REFRESH_MIN), REFRESH_MAX), 1)
+
+
+def headline(p: dict[str, Any]) -> str:
+    return (f"Latest sample: {human(p['unused'])} of {human(p['allocated'])} allocated holds no "
+            f"data (usage {pct(p['usage'])}); RSS {human(p['rss'])}.")
+
+
 @bp.get("/node")
 def node_page() -> str:
     node = request.args.get("n", "")
@@ -165,9 +199,7 @@ def node_page() -> str:
     summary = None
     if series["t"]:
         p = point_view({k: v[-1] for k, v in series["columns"].items() if v[-1] is not None})
-        summary = {"allocated": human(p["allocated"]), "used": human(p["used"]),
-                   "unused": human(p["unused"]), "usage": pct(p["usage"]),
-                   "rss": human(p["rss"]), "severity": severity(p["unused"], p["usage"])}
+        summary = {"headline": headline(p), "severity": severity(p["unused"], p["usage"])}
     ranges = [(label, None if secs is None else last - secs) for label, secs in RANGES]
     return render_template(
         "node.html", node=node, info=info, first=when(info["first"]), last=when(info["last"]),
@@ -175,7 +207,21 @@ def node_page() -> str:
         points=len(series["t"]), downsampled=series["downsampled"], gaps=series["gaps"],
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}
                    for s in snaps[-200:]][::-1],
-        when=when, figures=figures_json(figs))
+        when=when, figures=figures_json(figs), refresh=live_refresh(info, time.time()))
+
+
+@bp.get("/api/node/last")
+def node_last() -> Response:
+    """What a live node page polls: the last sample's time, the headline, and whether a watch
+    is still writing (the page stops polling when not)."""
+    st = data().store()
+    info = next(iter(st.list_nodes(request.args.get("n", ""))), None) if st else None
+    if info is None:
+        abort(404)
+    p = point_view(info["point"]) if info["point"] else None
+    return jsonify({"last": info["last"], "samples": info["samples"],
+                    "headline": headline(p) if p else None,
+                    "live": live_refresh(info, time.time()) is not None})
 
 
 @bp.get("/api/node")
@@ -186,6 +232,16 @@ def node_api() -> Response:
     resp = current_app.response_class(figures_json(figs), mimetype="application/json")
     resp.headers["X-Points"] = str(len(series["t"]))
     return resp
+
+
+@bp.get("/api/nodes/last")
+def nodes_last() -> Response:
+    """What a live nodes page polls: the newest sample of any node, and whether any is live."""
+    st = data().store()
+    if st is None:
+        return jsonify({"last": None, "live": False})
+    refresh, last = _fleet_refresh(st.list_nodes())
+    return jsonify({"last": last, "live": refresh is not None})
 
 
 @bp.get("/api/nodes")

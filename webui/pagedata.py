@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer.rules import usage_level
+from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.reporters.analyze import verdict_lines
 from beamalloc.reporters.recommend import FORMATS
@@ -18,18 +18,14 @@ from beamalloc.units import human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.recommend_view import recommendations
 
-#: Below this many unused bytes a low usage is not worth anyone's night.
-SMALL = 64 << 20
-
 
 def severity(unused: int, usage: float, state: str | None = None) -> str:
     """ok, warn or bad: the recommender's state where there is one (a HEALTHY verdict is never
-    shown in red), else by usage, but a few unused MiB are never worth a page."""
+    shown in red), else by usage and unused bytes (rules.usage_level: a few unused MiB are
+    never worth a page)."""
     if state is not None:
         return {"HEALTHY": "ok", "CHANGE FLAGS": "warn", "FLAGS IN FORCE": "warn"}.get(state, "bad")
-    if unused < SMALL:
-        return "ok"
-    return usage_level(usage)
+    return usage_level(usage, unused)
 
 
 def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
@@ -48,6 +44,22 @@ def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
             f"(usage {pct(t['usage'])}).")
 
 
+def totals_note(a: dict[str, Any]) -> list[str]:
+    """Why the page shows two allocated totals: recon_alloc counts some allocator types, the
+    node has more (one line naming the others and what they add), or nothing when they agree."""
+    t, all_ = a["totals"]["allocated"], a["os"].get("allocated_all")
+    if all_ is None or all_ == t:
+        return []
+    types = a["allocator_types"]
+    inr = [r for r in types if r["in_recon"]]
+    rest = [r for r in types if not r["in_recon"] and r["allocated"]]
+    names = ", ".join(r["allocator"] for r in rest[:4]) + (", ..." if len(rest) > 4 else "")
+    return [f"Two totals: {human(t)} is what recon_alloc counts (its {len(inr)} allocator types, "
+            f"the usage and the rules use it); all allocators hold {human(all_)}: "
+            + (f"the other type ({names}) adds" if len(rest) == 1 else
+               f"the other {len(rest)} types ({names}) add") + f" {human(all_ - t)}."]
+
+
 def _ratio(v: Any) -> str:
     return v if isinstance(v, str) else f"{v:.3g}"
 
@@ -62,7 +74,8 @@ def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     return [{
         "allocator": r["allocator"], "in_recon": r["in_recon"], "instances": r["instances"],
         "allocated": human(r["allocated"]), "used": human(r["used"]),
-        "unused": human(r["unused"]), "usage": pct(r["usage"]), "usage_v": r["usage"],
+        "unused": human(r["unused"]), "usage": pct(r["usage"]),
+        "level": usage_level(r["usage"], r["unused"]),
         "sbcs_share": pct(r["sbcs_share"]),
         "avg_mbcs": human(r["mbcs_average_block_size"]),
         "avg_sbcs": human(r["sbcs_average_block_size"]),
@@ -72,19 +85,26 @@ def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     } for r in a["allocator_types"]]
 
 
+def _nb(size: int) -> str:
+    """human(size) that never wraps between number and unit (cells wrap at " / " and "(")."""
+    return human(size).replace(" ", "\u00a0")
+
+
 def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
     return [{
         "name": f"{r['allocator']}[{r['instance']}]", "unused": human(r["unused"]),
         "unused_v": r["unused"],
-        "mbcs_usage": pct(r["mbcs_usage"]), "mbcs_usage_v": r["mbcs_usage"],
+        "mbcs_usage": pct(r["mbcs_usage"]),
+        "level": usage_level(r["mbcs_usage"], r["unused"]),
         "max_mbcs_usage": pct(r["max"]["mbcs_usage"]),
         "mbcs_carriers": f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
-                         f"({human(r['mbcs_carriers_size'])})",
+                         f"({_nb(r['mbcs_carriers_size'])})",
         "mbcs_blocks": f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
-        "sbcs_usage": pct(r["sbcs_usage"]),
-        "sbcs_carriers": f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
-        "pool": "-" if r["pool"] is None else
-                f"{r['pool']['carriers']} ({human(r['pool']['carriers_size'])})",
+        "sbcs_usage": pct(r["sbcs_usage"]) if r["sbcs_carriers"] else "-",
+        "sbcs_carriers": f"{r['sbcs_carriers']} ({_nb(r['sbcs_carriers_size'])})"
+                         if r["sbcs_carriers"] else "-",
+        "pool": "-" if not r["pool"] or not r["pool"]["carriers"] else
+                f"{r['pool']['carriers']} ({_nb(r['pool']['carriers_size'])})",
         "foreign": human(sum(r["foreign_blocks"].values())) if r["foreign_blocks"] else "-",
         "sbcs_to_mbcs": _ratio(r["sbcs_to_mbcs"]),
     } for r in a["allocators"]]
@@ -130,15 +150,16 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "severity": severity(t["unused"], t["usage"],
                              rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
-        "verdict": verdict_lines(a) + ([f"Under {human(SMALL)} unused: little in absolute "
-                                        "terms, whatever the usage."]
-                                       if t["unused"] < SMALL and usage_level(t["usage"]) != "ok"
-                                       else []),
+        "verdict": verdict_lines(a) + totals_note(a) + (
+            [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
+             f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
+            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else []),
         "rec": rec,
         "formats": FORMATS,
         "memory": [
             ("erlang:memory(total)", human(os_["erlang_memory_total"])),
-            ("allocated (recon's 9 types)", human(t["allocated"])),
+            (f"allocated (recon's {sum(r['in_recon'] for r in a['allocator_types'])} "
+             "types)", human(t["allocated"])),
             ("allocated (all allocators)", human(os_["allocated_all"])),
             ("used", human(t["used"])),
             ("unused", human(t["unused"])),

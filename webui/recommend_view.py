@@ -7,11 +7,13 @@ when the advice cannot be computed.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
+from beamalloc.units import human, pct
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,49 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None) -> dict[str, Any]:
 
     r = recommend(snap, processes=processes)
     flags = r.get("emulator_flags") or ""
-    # `predicted` shows as its one-line summary, never as a dict (issue 17)
-    recs = [{**x, "predicted": (x["predicted"] or {}).get("summary") or x["not_predicted"]}
+    # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
+    # table (pagedata.prediction_view), before/after per measure.
+    recs = [{**x, "predicted": (x["predicted"] or {}).get("summary") or x["not_predicted"],
+             "prediction": prediction_view(x["predicted"])}
             for x in r["recommendations"]]  # fmt: skip
+    # Flags predicted together share one replay: its table once, under the first of them.
+    seen: dict[str, str] = {}
+    for rec, x in zip(recs, r["recommendations"], strict=True):
+        p = x["predicted"]
+        key = json.dumps(p, sort_keys=True, default=str) if p else ""
+        if key and key in seen:
+            rec["prediction"] = {"same_as": seen[key]}
+        elif key:
+            seen[key] = f"{x['flag']} {x['value']}"
     return {**r, "recommendations": recs, "headline": verdict(r),
             "outputs": {f: paste_block(flags, f) for f in FORMATS} if flags else {}}
+
+
+def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A flag's prediction (analyzer/predict.py) as a small table: what the replay did, then
+    per measure before, after and the change, for the fitted workload and its best case."""
+    if not p:
+        return None
+    m = p.get("model") or {}
+    runs = [("fitted", p)] + ([("best case", p["best_case"])] if p.get("best_case") else [])
+    measures = (("carriers", "carriers_size", True), ("unused", "unused", True),
+                ("peak carriers", "peak_carriers_size", True),
+                ("carrier calls", "carrier_calls", False))
+    rows = []
+    for label, key, sized in measures:
+        cells = []
+        for _, r in runs:
+            b, af = (r.get("before") or {}).get(key), (r.get("after") or {}).get(key)
+            ch = (r.get("change_pct") or {}).get(key)
+            fmt = human if sized else (lambda v: "-" if v is None else f"{v:,}")
+            cells.append({"before": fmt(b), "after": fmt(af),
+                          "change": "-" if ch is None else f"{ch:+.1f}%",
+                          "good": ch is not None and ch < 0})
+        rows.append({"name": label, "cells": cells})
+    how = (f"replay of {m.get('generator', '?')} ({m.get('events', 0):,} events), seeded from "
+           f"{p.get('seeded_from') or '?'}")
+    if p.get("fidelity") is not None:
+        how += f", fidelity {pct(p['fidelity'])}"
+    return {"summary": p.get("summary") or "", "how": how, "runs": [r for r, _ in runs],
+            "rows": rows, "fitted_to": m.get("fitted_to"), "not_modelled": p.get("not_modelled"),
+            "flags": p.get("flags_after") or p.get("flags") or ""}

@@ -15,10 +15,14 @@ from support import serve_in_thread
 from beamalloc.timeseries.series import derive
 from beamalloc.timeseries.store import Store
 
-from .synth import T0, base_snapshot, build_store, snapshot_at
+from .synth import T0, base_snapshot, build_few, build_restart, build_store, snapshot_at
 
 XSS = "<script>alert(1)</script>"
-SHOTS = Path(os.environ.get("BEAMALLOC_SCREENSHOTS", tempfile.gettempdir())) / "beamalloc-shots"
+#: Where screenshots go: BEAMALLOC_SHOTS=docs/img/webui writes the PNGs docs/webui.md shows.
+SHOTS = Path(os.environ["BEAMALLOC_SHOTS"]) if os.environ.get("BEAMALLOC_SHOTS") else (
+    Path(os.environ.get("BEAMALLOC_SCREENSHOTS", tempfile.gettempdir())) / "beamalloc-shots")
+#: Nodes of the session store besides app@web1 (tests/browser/pages.py names their pages).
+T_RESTART = T0 + 3 * 86400
 
 
 def _need(path: str) -> None:
@@ -35,6 +39,14 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for i in range(3):
             snap = snapshot_at(base, T0 + i * 60, i)
             st.add_sample(snap, derive(snap), force_keep=True)
+        build_restart(st, "restart@host", T_RESTART)
+        build_few(st, "one@host", T0, 1)
+        build_few(st, "two@host", T0, 2)
+        from recommend_fixtures import load  # a node with flags to advise and their predictions
+
+        snap = load("heapchurn")
+        snap.node, snap.taken_at = "heapchurn@host", T0
+        st.add_sample(snap, derive(snap), force_keep=True)
     return path
 
 

@@ -126,3 +126,38 @@ def with_carriers(snap: Snapshot, n: int, seed: int = 1) -> Snapshot:
                            FreeHistogram(256, tuple(counts))))
     snap.carriers = out
     return snap
+
+
+def build_restart(st: Store, node: str, t0: float, interval: float = 60.0, n: int = 60) -> float:
+    """`n` samples, a restart (new OS pid, the gap watch records), `n` more: returns the time
+    of the first sample after the restart. mseg_alloc is idle (its counters never move), as on
+    most nodes between peaks."""
+    base = base_snapshot(node)
+    t = t0
+    for half in range(2):
+        snap = snapshot_at(base, t, 3 * half)
+        snap.os_pid = 4242 + half
+        p0 = derive(snap)
+        st.add_sample(snap, p0, force_keep=True)
+        pts = []
+        for i in range(1, n):
+            p = dict(p0)
+            wave = round((1 + math.sin(i / 7)) * (8 << 20))
+            p["used"] += wave
+            p["allocated"] += 2 * wave
+            p["rss"] = p["allocated"] + (40 << 20)
+            pts.append((t + i * interval, p))
+        st.add_points(node, pts)
+        if half == 0:
+            last = t + (n - 1) * interval
+            t = last + interval  # the next poll sees the new pid: watch closes the gap here
+            st.add_gap(node, last, t, "restarted (os pid 4242 -> 4243)")
+    return t
+
+
+def build_few(st: Store, node: str, t0: float, n: int, interval: float = 60.0) -> None:
+    """A node watched for `n` samples only, each with its snapshot (a watch just started)."""
+    base = base_snapshot(node)
+    for i in range(n):
+        snap = snapshot_at(base, t0 + i * interval, i)
+        st.add_sample(snap, derive(snap), force_keep=True)

@@ -9,17 +9,113 @@
     return el ? JSON.parse(el.textContent || "{}") : {};
   }
 
+  // A figure with a `note` (figures.lines_or_note: fewer than two points) is not a chart: its
+  // title and the note say why, instead of a line that is a single dot on a 1.5 ms axis.
+  function drawOne(div, fig, react) {
+    if (fig.note) {
+      if (div.data) Plotly.purge(div);
+      div.classList.add("fig-note");
+      div.textContent = "";
+      var t = document.createElement("p"), n = document.createElement("p");
+      t.className = "t"; t.textContent = fig.layout.title.text;
+      n.className = "dim"; n.textContent = fig.note;
+      div.appendChild(t); div.appendChild(n);
+      return;
+    }
+    if (div.classList.contains("fig-note")) { div.classList.remove("fig-note"); div.textContent = ""; }
+    var f = fig.layout.meta && fig.layout.meta.yscale;
+    if (f) {  // byte series come as whole bytes: shown in the axis' binary unit (figures._in_unit)
+      fig.data.forEach(function (t) {
+        if (!t.yaxis || t.yaxis === "y") t.y = t.y.map(function (v) { return v === null ? null : v / f; });
+      });
+    }
+    if (react && div.data) Plotly.react(div, fig.data, fig.layout, CONFIG);
+    else Plotly.newPlot(div, fig.data, fig.layout, CONFIG);
+  }
+
   function draw() {
     var figs = figures();
     Object.keys(figs).forEach(function (key) {
       var div = document.getElementById("fig-" + key);
-      if (div) Plotly.newPlot(div, figs[key].data, figs[key].layout, CONFIG);
+      if (div) drawOne(div, figs[key], false);
     });
     document.querySelectorAll(".fig").forEach(function (div) {
       if (!figs[div.id.slice(4)]) div.remove();  // a figure the data has nothing for
     });
     var node = document.body.getAttribute("data-node");
-    if (node !== null) wireZoom(node);
+    if (node !== null) { wireZoom(node); watchLive(node); }
+    if (document.body.getAttribute("data-nodes") !== null) watchFleet();
+  }
+
+  // The nodes page while a watch writes: reload when any node has a newer sample (a table
+  // and one bar chart: nothing to keep); stop when no node is live any more.
+  function watchFleet() {
+    var secs = parseFloat(document.body.getAttribute("data-refresh") || "0");
+    var last = parseFloat(document.body.getAttribute("data-last") || "0");
+    var status = document.getElementById("live");
+    if (!secs || !status) return;
+    var timer = setInterval(function () {
+      fetch("/api/nodes/last", { credentials: "same-origin" }).then(function (r) { return r.json(); })
+        .then(function (info) {
+          if (info.last && info.last > last) { clearInterval(timer); window.location.reload(); }
+          else if (!info.live) {
+            clearInterval(timer);
+            document.body.setAttribute("data-refresh", "0");
+            status.textContent = "not refreshing: no watch has written to this store since " +
+              new Date(last * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+          }
+        }).catch(function () { /* the next tick tries again */ });
+    }, secs * 1000);
+  }
+
+  // While a watch writes this node's samples, poll its last sample time every `data-refresh`
+  // seconds and redraw the charts when it moved; stop when nothing new came for 3 intervals.
+  var zoomed = null;
+  function watchLive(node) {
+    var secs = parseFloat(document.body.getAttribute("data-refresh") || "0");
+    var status = document.getElementById("live");
+    if (!secs || !status) return;
+    var last = parseFloat(document.body.getAttribute("data-last") || "0");
+    var quietSince = Date.now();
+    var timer = setInterval(function () {
+      fetch("/api/node/last?n=" + encodeURIComponent(node), { credentials: "same-origin" })
+        .then(function (r) { return r.json(); }).then(function (info) {
+          if (info.last && info.last > last) {
+            last = info.last; quietSince = Date.now();
+            document.body.setAttribute("data-last", String(last));
+            if (info.headline) { var h = document.getElementById("node-headline"); if (h) h.textContent = info.headline; }
+            status.textContent = "live: a watch is writing; refreshed " + new Date().toLocaleTimeString() +
+              " (every " + secs + " s)";
+            if (!zoomed) refetch(node, null);
+          } else if (Date.now() - quietSince > 3 * secs * 1000 && !info.live) {
+            clearInterval(timer);
+            document.body.setAttribute("data-refresh", "0");
+            status.textContent = "not refreshing: no new sample since " +
+              new Date(last * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC (the watch stopped writing)";
+          }
+        }).catch(function () { /* the next tick tries again */ });
+    }, secs * 1000);
+  }
+
+  function refetch(node, range, done) {
+    var q = "/api/node?n=" + encodeURIComponent(node);
+    var params = new URLSearchParams(window.location.search);
+    if (range) {
+      q += "&start=" + Date.parse(range[0].replace(" ", "T") + "Z") / 1000 +
+           "&end=" + Date.parse(range[1].replace(" ", "T") + "Z") / 1000;
+    } else {
+      if (params.get("start")) q += "&start=" + params.get("start");
+      if (params.get("end")) q += "&end=" + params.get("end");
+    }
+    return fetch(q, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (figs) {
+      Object.keys(figs).forEach(function (key) {
+        var d = document.getElementById("fig-" + key);
+        if (!d) return;
+        var layout = figs[key].layout;
+        if (range) layout.xaxis = Object.assign({}, layout.xaxis, { range: range, autorange: false });
+        drawOne(d, figs[key], true);
+      });
+    }).finally(function () { if (done) done(); });
   }
 
   // Zoom on one time chart: refetch that range (finer buckets) for all of them, keep them aligned.
@@ -29,26 +125,15 @@
       if (!div.on) return;
       div.on("plotly_relayout", function (ev) {
         if (busy) return;
-        var q = "/api/node?n=" + encodeURIComponent(node), range = null;
+        var range = null;
         if (ev["xaxis.range[0]"] !== undefined) {
           range = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
-          q += "&start=" + Date.parse(range[0].replace(" ", "T") + "Z") / 1000 +
-               "&end=" + Date.parse(range[1].replace(" ", "T") + "Z") / 1000;
         } else if (!ev["xaxis.autorange"]) {
           return;
         }
         busy = true;
-        var params = new URLSearchParams(window.location.search);
-        if (!range && params.get("start")) q += "&start=" + params.get("start");
-        fetch(q, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (figs) {
-          Object.keys(figs).forEach(function (key) {
-            var d = document.getElementById("fig-" + key);
-            if (!d || !d.data) return;
-            var layout = figs[key].layout;
-            if (range) layout.xaxis = Object.assign({}, layout.xaxis, { range: range, autorange: false });
-            Plotly.react(d, figs[key].data, layout, CONFIG);
-          });
-        }).finally(function () { busy = false; });
+        zoomed = range;  // a zoomed view is not moved by the live refresh
+        refetch(node, range, function () { busy = false; });
       });
     });
   }

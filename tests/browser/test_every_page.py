@@ -1,0 +1,57 @@
+"""Every page of PAGES (tests/browser/pages.py) at 1400 and 1000 px in a real browser (issue 15,
+item 4): no Python repr or None in its text, no horizontal overflow, no line with fewer than two
+points, no line across a gap, byte axes in binary units with every tick at its own value; then
+its screenshot (BEAMALLOC_SHOTS=docs/img/webui writes the ones docs/webui.md shows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .pages import (
+    FIGURES,
+    OVERFLOW,
+    PAGES,
+    TEXT_PROBLEMS,
+    WIDTHS,
+    Ctx,
+    Page,
+    line_problems,
+    screenshot,
+    unit_problems,
+    visit,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ctx(server, store_path, tmp_path_factory) -> Ctx:
+    return Ctx(server, store_path, tmp_path_factory.mktemp("pages"))
+
+
+@pytest.fixture
+def width(browser, request) -> Iterator[int]:
+    w = request.param
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": w, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+    yield w
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("width", WIDTHS, indirect=True, ids=lambda w: f"{w}px")
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_page(browser, ctx: Ctx, page: Page, width: int) -> None:
+    visit(browser, page.address(ctx), charts=page.charts)
+    assert browser.execute_script("return window.innerWidth") == width
+    problems = browser.execute_script(TEXT_PROBLEMS)
+    assert not problems, f"{page.name}: a repr or None in the text: {problems}"
+    scroll, client, wide = browser.execute_script(OVERFLOW)
+    assert scroll <= client, f"{page.name} at {width} px: {scroll} px wide in {client}: {wide}"
+    figs = browser.execute_script(FIGURES)
+    assert not line_problems(figs), line_problems(figs)
+    assert not unit_problems(figs), unit_problems(figs)
+    for f in figs:  # a chart that draws nothing says why instead (figures.lines_or_note)
+        assert f["note"] or any(t["x"] or t["y"] for t in f["traces"]), f"{f['id']} is empty"
+    screenshot(browser, f"{page.name}-{width}")
