@@ -60,6 +60,22 @@ def _snapshot(node: str) -> Callable[[Ctx], str]:
     return lambda ctx: f"{ctx.server}/snapshot/{ctx.snapshot_ref(node)}"
 
 
+def _compare(node: str) -> Callable[[Ctx], str]:
+    """The compare page of a node's first and last stored snapshots."""
+    def make(ctx: Ctx) -> str:
+        from beamalloc.timeseries.store import Store
+
+        with Store(ctx.store_path, readonly=True) as st:
+            snaps = st.snapshots(node)
+        return f"{ctx.server}/compare?a=s{snaps[0]['id']}&b=s{snaps[-1]['id']}"
+
+    return make
+
+
+def _whatif(node: str) -> Callable[[Ctx], str]:
+    return lambda ctx: f"{ctx.server}/whatif?r={ctx.snapshot_ref(node)}"
+
+
 def _report(*sources: str) -> Callable[[Ctx], str]:
     def make(ctx: Ctx) -> str:
         from beamalloc.analyzer.analysis import analyze
@@ -75,7 +91,7 @@ def _report(*sources: str) -> Callable[[Ctx], str]:
     return make
 
 
-#: Every page of the web UI and the report. D adds the compare page, I the what-if page here.
+#: Every page of the web UI and the report.
 PAGES: list[Page] = [
     Page("nodes", "/"),
     Page("node", _node("app@web1")),
@@ -84,6 +100,8 @@ PAGES: list[Page] = [
     Page("node-two-samples", _node("two@host")),
     Page("snapshot", "/snapshot/s1"),
     Page("snapshot-advice", _snapshot("heapchurn@host")),
+    Page("compare", _compare("app@web1")),
+    Page("whatif", _whatif("heapchurn@host")),
     Page("upload", "/upload", charts=False),
     Page("error", "/node?n=nobody", charts=False),
     Page("report", _report("samples/workloads/snapshots/heapchurn.json")),
