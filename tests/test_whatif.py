@@ -23,7 +23,7 @@ from beamalloc.timeseries.series import derive
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 from beamalloc.webui.app import create_app
-from beamalloc.webui.whatif import MAX_TYPED, binary_axis, broken_at_gaps
+from beamalloc.webui.whatif import MAX_TYPED
 
 SNAPS = Path(__file__).resolve().parent.parent / "samples" / "workloads" / "snapshots"
 T0 = 1_700_000_000.0
@@ -231,17 +231,6 @@ def test_history_is_the_nodes_measured_series(app, ref, stored):
     assert f"{len(TIMES)} samples of {stored.node}" in text_of(page)
 
 
-def test_binary_axis_and_gap_helpers():
-    ax = binary_axis(192.3 * (1 << 20))
-    assert ax["ticktext"][:3] == ["0", "50 MiB", "100 MiB"]
-    assert ax["tickvals"][1] == 50 * (1 << 20) and ax["tickvals"][-1] >= 192.3 * (1 << 20)
-    assert binary_axis(384 * 1024)["ticktext"][1].endswith("KiB")
-    x, y = broken_at_gaps([0, 10, 20], [1, 2, 3], [{"start": 12, "end": 18, "reason": "r"}])
-    assert y == [1, 2, None, 3] and x[2] == 15000
-    x, y = broken_at_gaps([0, 10], [1, 2], [])
-    assert y == [1, 2]
-
-
 def test_upload_then_whatif(app):
     c = app.test_client()
     data = (SNAPS / "heapchurn.json").read_bytes()
@@ -305,11 +294,11 @@ def test_picked_candidates_only(app, ref, rec):
 
 
 def test_one_sample_is_a_marker_never_a_line():
-    from beamalloc.webui.whatif import history_figure
+    from beamalloc.webui.figures import carrier_history
 
     series = {"t": [T0], "gaps": [],
               "columns": {"binary_alloc.allocated": [8 << 20], "binary_alloc.used": [1 << 20]}}
-    fig = history_figure(series, "binary_alloc", T0)
+    fig = carrier_history(series, "binary_alloc", T0)
     assert [tr["mode"] for tr in fig["data"]] == ["markers", "markers"]
     assert fig["data"][1]["y"] == [7 << 20]
-    assert history_figure(series, "ets_alloc", T0) is None  # nothing stored: no chart
+    assert carrier_history(series, "ets_alloc", T0) is None  # nothing stored: no chart

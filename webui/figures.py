@@ -571,6 +571,40 @@ def memory_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
                                             shapes=_gap_shapes(series)), factor)}
 
 
+def carrier_history(series: dict[str, Any], allocator: str | None,
+                    at: float | None) -> Figure | None:
+    """Carrier bytes and unused bytes of one allocator type (or the node) over time, for the
+    what-if page, with a dashed line at the snapshot's time `at`; None when the store holds no
+    point of it. Lines break where memory_over_time's do; one point is a marker, never a line."""
+    cols, t = series["columns"], series["t"]
+    pre = f"{allocator}." if allocator else ""
+    alloc, used = cols.get(pre + "allocated"), cols.get(pre + "used")
+    if not alloc or not used or all(v is None for v in alloc):
+        return None
+    unused = [None if a is None or u is None else a - u for a, u in zip(alloc, used, strict=True)]
+    breaks = break_points(series)
+    x = _broken_x(t, breaks)
+    traces = []
+    for name, ys, color in (("carrier size", alloc, "#c0392b"), ("unused", unused, "#e8a0a0")):
+        y = _broken(ys, breaks)
+        n = sum(v is not None for v in y)
+        mode = "markers" if n < 2 else ("lines+markers" if n <= 60 else "lines")
+        traces.append({"type": "scatter", "mode": mode, "name": name, "x": x, "y": y,
+                       "line": {"color": color, "width": 1.8},
+                       "marker": {"color": color, "size": 6}, "connectgaps": False,
+                       "text": [human(v) if v is not None else "" for v in y],
+                       "hovertemplate": name + ": %{text}<extra></extra>"})
+    shapes = _gap_shapes(series)
+    if at is not None:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
+                       "x0": round(at * 1000), "x1": round(at * 1000),
+                       "line": {"color": "#1f2d3d", "width": 1, "dash": "dash"}})
+    who = allocator or "all allocators"
+    return {"data": traces,
+            "layout": _time_layout(f"{who}: measured carrier size and unused bytes", height=300,
+                                   yaxis=_bytes_axis(_max(alloc), room=0.08), shapes=shapes)}
+
+
 def _types_by_size(cols: dict[str, list[int | None]]) -> list[str]:
     names = sorted({k.partition(".")[0] for k in cols if k.endswith(".allocated")})
     return sorted(names, key=lambda n: max(filter(None, cols[f"{n}.allocated"]), default=0),

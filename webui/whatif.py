@@ -17,7 +17,6 @@ What-if is not advice: a flag is advised only by the recommender's judgement
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct
 from beamalloc.versions import erts_of
+from beamalloc.webui import figures
 from beamalloc.webui.data import _LRU, MAX_POINTS, Data, NotFound
 from beamalloc.webui.pagedata import figures_json
 
@@ -306,87 +306,6 @@ def typed_view(fs: FlagSet, results: list[dict[str, Any]], snap: Snapshot) -> di
 
 # ---- the measured history --------------------------------------------------------------------
 
-_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
-
-
-def binary_axis(top: float, **kw: Any) -> dict[str, Any]:
-    """A bytes axis with ticks at round numbers of KiB, MiB or GiB, labelled so (plotly's own
-    ticks are SI: a 192 MiB value crosses a "200M" gridline)."""
-    top = max(top, 1.0)
-    name, unit = next((n, u) for n, u in _UNITS if top >= u)
-    span = top / unit
-    raw = span / 5
-    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    n = int(span // step) + 2
-    vals = [k * step * unit for k in range(n)]
-    text = [f"{k * step:g} {name}" if k else "0" for k in range(n)]
-    return {"tickvals": vals, "ticktext": text, "range": [0, top * 1.08], "gridcolor": "#eee",
-            "zeroline": False, **kw}
-
-
-def broken_at_gaps(t: list[float], ys: list[int | None],
-                   gaps: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
-    """x (ms) and y with a None between two samples that a gap (the node down, a restart) lies
-    between, so plotly does not draw a line across it."""
-    x: list[Any] = []
-    y: list[Any] = []
-    for i, (ti, v) in enumerate(zip(t, ys, strict=True)):
-        if i and any(t[i - 1] <= g["start"] < ti or t[i - 1] < (g["end"] or ti) <= ti
-                     for g in gaps):
-            x.append(round((t[i - 1] + ti) / 2 * 1000))
-            y.append(None)
-        x.append(round(ti * 1000))
-        y.append(v)
-    return x, y
-
-
-def history_figure(series: dict[str, Any], allocator: str | None,
-                   at: float | None) -> dict[str, Any] | None:
-    """Carrier bytes and unused bytes of one allocator (or the node) over time; None if the
-    store holds no point of it. A series with one point is drawn as a marker, never a line."""
-    cols, t = series["columns"], series["t"]
-    pre = f"{allocator}." if allocator else ""
-    alloc, used = cols.get(pre + "allocated"), cols.get(pre + "used")
-    if not alloc or not used:
-        return None
-    unused = [None if a is None or u is None else a - u for a, u in zip(alloc, used, strict=True)]
-    known = [v for v in alloc if v is not None]
-    if not known:
-        return None
-    traces = []
-    for name, ys, color in (("carrier size", alloc, "#c0392b"), ("unused", unused, "#e8a0a0")):
-        x, y = broken_at_gaps(t, ys, series["gaps"])
-        n = sum(v is not None for v in y)
-        mode = "markers" if n < 2 else ("lines+markers" if n <= 60 else "lines")
-        traces.append({"type": "scatter", "mode": mode, "name": name, "x": x, "y": y,
-                       "line": {"color": color, "width": 1.8}, "marker": {"color": color,
-                                                                          "size": 6},
-                       "connectgaps": False,
-                       "text": [human(v) if v is not None else "" for v in y],
-                       "hovertemplate": name + ": %{text}<extra></extra>"})
-    shapes = []
-    for g in series["gaps"]:
-        end = g["end"] if g["end"] is not None else (t[-1] if t else g["start"])
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
-                       "x0": round(g["start"] * 1000), "x1": round(end * 1000),
-                       "fillcolor": "#999", "opacity": 0.18, "line": {"width": 0}})
-    if at is not None:
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
-                       "x0": round(at * 1000), "x1": round(at * 1000),
-                       "line": {"color": "#1f2d3d", "width": 1, "dash": "dash"}})
-    who = allocator or "all allocators"
-    return {"data": traces, "layout": {
-        "title": {"text": f"{who}: measured carrier size and unused bytes", "x": 0,
-                  "xanchor": "left", "font": {"size": 14}},
-        "height": 300, "margin": {"l": 80, "r": 20, "t": 45, "b": 40},
-        "paper_bgcolor": "white", "plot_bgcolor": "white",
-        "font": {"family": "system-ui, sans-serif", "size": 12},
-        "legend": {"orientation": "h", "y": -0.2}, "hovermode": "x unified",
-        "xaxis": {"type": "date", "gridcolor": "#eee"},
-        "yaxis": binary_axis(max(known)), "shapes": shapes}}
-
-
 def history(snap: Snapshot, allocators: list[str | None]) -> tuple[dict[str, Any], str]:
     """The node's measured history from the store (figures by id), and a line saying what it
     is or why there is none."""
@@ -399,7 +318,7 @@ def history(snap: Snapshot, allocators: list[str | None]) -> tuple[dict[str, Any
         return {}, f"the store holds no history of {snap.node}"
     figs = {}
     for i, a in enumerate(allocators[:MAX_HISTORY_CHARTS]):
-        f = history_figure(series, a, snap.taken_at)
+        f = figures.carrier_history(series, a, snap.taken_at)
         if f is not None:
             figs[f"hist{i}"] = f
     n = len(series["t"])
