@@ -31,6 +31,11 @@ MAX_BIG_BYTES = 32
 
 VERSION = 131
 
+try:  # the native decoder of the Rust extension; absent in a source tree never built
+    from beamalloc._refalloc import etf_decode as _native
+except ImportError:  # pragma: no cover - `make setup` builds it
+    _native = None
+
 
 class ETFError(ValueError):
     """Bytes that are not a well-formed external term of the kind beamalloc reads."""
@@ -57,6 +62,17 @@ def decode(data: bytes) -> Any:
         pos = 0
     else:
         pos = 1
+    if _native is not None:
+        # The Rust fast path (refalloc/src/python_etf.rs) builds the same objects; it declines
+        # whatever it does not handle, malformed input included, and this decoder, the
+        # reference, then decodes it and says what is wrong.
+        try:
+            term, end = _native(data, pos, Atom, Opaque)
+        except ValueError:
+            pass
+        else:
+            if end == len(data):
+                return term
     try:
         term, pos = _Decoder(data).term(pos, 0)
     except (IndexError, struct.error):  # a fixed-size field runs past the end
@@ -64,6 +80,25 @@ def decode(data: bytes) -> Any:
     if pos != len(data):
         raise ETFError(f"{len(data) - pos} bytes after the end of the term")
     return term
+
+
+def decode_at(data: bytes, pos: int) -> tuple[Any, int]:
+    """The term whose version byte is at `data[pos]`, and the position after it: a
+    distribution message is a control term and a payload term back to back
+    (collector/dist.py). The distribution never compresses a term."""
+    if len(data) > MAX_BYTES:
+        raise ETFError(f"external term of {len(data)} bytes (limit {MAX_BYTES})")
+    if pos >= len(data) or data[pos] != VERSION:
+        raise ETFError("not an external term (missing version byte 131)")
+    if _native is not None:
+        try:
+            return _native(data, pos + 1, Atom, Opaque)
+        except ValueError:
+            pass
+    try:
+        return _Decoder(data).term(pos + 1, 0)
+    except (IndexError, struct.error):
+        raise ETFError("truncated term") from None
 
 
 def _inflate(data: bytes) -> bytes:
