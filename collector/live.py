@@ -293,18 +293,21 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
-def _run_agent(node: str, host: str, cookie: str, timeout: float,
-               max_carriers: int = 0, access: Access | None = None) -> tuple[Any, float]:
-    """Run the agent; return its reply term and the time it finished."""
+def run_hidden(module: str, node: str, cookie: str, timeout: float, args: list[str],
+               access: Access | None = None) -> tuple[Any, float]:
+    """Run one of our one-shot modules (beamalloc_agent, beamalloc_procs: `Module:main/1`
+    with the target, a deadline and `args`) on a hidden node that reaches `node` as `access`
+    says (default access.current()); return its reply term and the time it finished. The one
+    place the one-shot hidden node is started, fed its cookie and killed."""
     start = time.time()
     deadline = start + timeout
-    run = ["beamalloc_agent", "main", node, str(int((deadline - AGENT_MARGIN) * 1000)),
-           str(max(0, max_carriers))]
+    run = [module, "main", node, str(int((deadline - AGENT_MARGIN) * 1000)), *args]
     proc: subprocess.Popen[bytes] | None = None
     home = ""
     try:
         access = access or access_mod.current()
-        proc, home = start_hidden_node(run, access_mod.is_long_host(host), access=access)
+        proc, home = start_hidden_node(run, access_mod.is_long_host(split_node(node)[1]),
+                                       access=access)
         assert proc.stdin is not None
         try:  # stdin stays open: its end is the node's signal that we are gone
             proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
@@ -806,8 +809,8 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
     if direct(access):
         reply, done = _run_direct(node, cookie, timeout, max_carriers, access)
     else:
-        reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers,
-                                 access)
+        reply, done = run_hidden("beamalloc_agent", node, cookie, timeout,
+                                 [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return build_snapshot(node, reply[1], taken_at=done)
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
