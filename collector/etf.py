@@ -82,17 +82,18 @@ def decode(data: bytes) -> Any:
     return term
 
 
-def decode_at(data: bytes, pos: int) -> tuple[Any, int]:
+def decode_at(data: bytes, pos: int, atoms: dict | None = None) -> tuple[Any, int]:
     """The term whose version byte is at `data[pos]`, and the position after it: a
     distribution message is a control term and a payload term back to back
-    (collector/dist.py). The distribution never compresses a term."""
+    (collector/dist.py). The distribution never compresses a term. `atoms`: a dict kept by
+    the caller across calls, where the native decoder keeps the atoms it built."""
     if len(data) > MAX_BYTES:
         raise ETFError(f"external term of {len(data)} bytes (limit {MAX_BYTES})")
     if pos >= len(data) or data[pos] != VERSION:
         raise ETFError("not an external term (missing version byte 131)")
     if _native is not None:
         try:
-            return _native(data, pos + 1, Atom, Opaque)
+            return _native(data, pos + 1, Atom, Opaque, atoms)
         except ValueError:
             pass
     try:

@@ -324,7 +324,10 @@ def run_hidden(module: str, node: str, cookie: str, timeout: float, args: list[s
     for line in out.splitlines():
         if line.startswith(MARK):
             try:
-                return etf.decode(base64.b64decode(line[len(MARK):], validate=True)), done
+                t0 = time.perf_counter()
+                reply = etf.decode(base64.b64decode(line[len(MARK):], validate=True))
+                last_timings.update(decode_s=time.perf_counter() - t0, bytes=len(line))
+                return reply, done
             except (ValueError, etf.ETFError) as e:
                 raise NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
@@ -640,6 +643,11 @@ def _atags_on(info: list[Any]) -> bool:
     return False
 
 
+#: Where the last snapshot_node() of this process spent its time, in seconds (and the bytes
+#: it received): read by tests/bench/bench_snapshot_s64.py, nothing else.
+last_timings: dict[str, float] = {}
+
+
 def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
                 access: Access) -> tuple[Any, float]:
     """The agent's reply, obtained by collector/dist.py instead of a hidden node."""
@@ -653,6 +661,7 @@ def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
             connected = _us()
             reply = collect_direct(conn, node, max(0, max_carriers), deadline, main_us,
                                    connected)
+            last_timings.update(connect=(connected - main_us) / 1e6, **conn.stats)
         except dist.DistError as e:
             reply = (Atom("error"), Atom(e.kind), e.detail)
     finally:
@@ -806,13 +815,20 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
     split_node(node)
     check_cookie(cookie, "the cookie")
     access = access or access_mod.current()
+    last_timings.clear()
     if direct(access):
         reply, done = _run_direct(node, cookie, timeout, max_carriers, access)
     else:
         reply, done = run_hidden("beamalloc_agent", node, cookie, timeout,
                                  [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-        return build_snapshot(node, reply[1], taken_at=done)
+        t0 = time.perf_counter()
+        snap = build_snapshot(node, reply[1], taken_at=done)
+        last_timings["build"] = time.perf_counter() - t0
+        last_timings["carriers_s"] = next(
+            (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2
+             and x[0] == "carriers_us" and isinstance(x[1], int)), 0.0)
+        return snap
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
         raise _error(node, str(reply[1]), reply[2], timeout, cookie, access)
     raise NodeError("unexpected answer from the beamalloc agent")

@@ -32,6 +32,7 @@ struct Dec<'py, 'a> {
     data: &'a [u8],
     atom: &'a Bound<'py, PyAny>,
     opaque: &'a Bound<'py, PyAny>,
+    shared: Option<&'a Bound<'py, PyDict>>,
     // Keyed by tag and bytes, as etf.py's cache: the tag decides latin-1 or UTF-8.
     atoms: HashMap<(u8, &'a [u8]), PyObject>,
 }
@@ -74,7 +75,20 @@ impl<'py, 'a> Dec<'py, 'a> {
         } else {
             raw.iter().map(|&b| b as char).collect()
         };
+        // The caller's cache outlives this call (one per connection: the same few hundred
+        // atoms in every message); keyed by tag and text, as above.
+        let key = (tag, text.clone());
+        if let Some(shared) = self.shared {
+            if let Some(a) = shared.get_item(&key).map_err(Self::py_err)? {
+                let a = a.unbind();
+                self.atoms.insert((tag, raw), a.clone_ref(self.py));
+                return Ok((a, start + len));
+            }
+        }
         let a = self.atom.call1((text,)).map_err(Self::py_err)?.unbind();
+        if let Some(shared) = self.shared {
+            shared.set_item(key, &a).map_err(Self::py_err)?;
+        }
         self.atoms.insert((tag, raw), a.clone_ref(self.py));
         Ok((a, start + len))
     }
@@ -242,15 +256,18 @@ impl<'py, 'a> Dec<'py, 'a> {
 
 /// Decode the one term at `data[pos..]`; return it and where it ends. `ValueError("decline")`
 /// for anything the Python decoder should handle (see the module comment).
+/// `atoms`: a dict the caller keeps across calls, so that each distinct atom is built once.
 #[pyfunction]
+#[pyo3(signature = (data, pos, atom, opaque, atoms = None))]
 pub fn etf_decode(
     py: Python<'_>,
     data: &[u8],
     pos: usize,
     atom: &Bound<'_, PyAny>,
     opaque: &Bound<'_, PyAny>,
+    atoms: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(PyObject, usize)> {
-    let mut d = Dec { py, data, atom, opaque, atoms: HashMap::new() };
+    let mut d = Dec { py, data, atom, opaque, shared: atoms, atoms: HashMap::new() };
     d.term(pos, 0).map_err(|_| PyValueError::new_err("decline"))
 }
 
