@@ -99,7 +99,13 @@ def _connect(host: str, port: int, access: Access, deadline: float, stage: str) 
     try:
         infos = socket.getaddrinfo(host, port, _family(access), socket.SOCK_STREAM)
     except OSError as e:
-        raise DistError("host_unreachable", f"{host}: {e.strerror or e}".encode()) from None
+        # OTP resolves this host's own name to the loopback address of the family when the
+        # resolver has none for it (inet_db; an /etc/hosts with IPv4 lines only, and IPv6
+        # distribution): so do we.
+        if host not in _own_names():
+            raise DistError("host_unreachable", f"{host}: {e.strerror or e}".encode()) from None
+        infos = socket.getaddrinfo(_local_epmd_host(access), port, _family(access),
+                                   socket.SOCK_STREAM)
     last: OSError | None = None
     for fam, kind, proto, _, addr in infos:
         s = socket.socket(fam, kind, proto)
@@ -115,6 +121,11 @@ def _connect(host: str, port: int, access: Access, deadline: float, stage: str) 
             s.close()
             last = e
     raise ConnectionRefusedError(str(last)) if last else OSError("no address")
+
+
+def _own_names() -> set[str]:
+    host = socket.gethostname()
+    return {host, host.split(".")[0]}
 
 
 def _recv_exact(s: socket.socket, n: int, deadline: float, stage: str) -> bytes:
