@@ -95,17 +95,6 @@ def _check(snap, node: str) -> None:
     assert {"binary_alloc", "eheap_alloc", "ets_alloc"} <= kinds, kinds
 
 
-@pytest.fixture(params=["direct", "hidden"])
-def way(request, monkeypatch) -> str:
-    """Plain TCP distribution is reached two ways (collector/live.py): our own client
-    (collector/dist.py) and, with $BEAMALLOC_HIDDEN_NODE=1, a hidden node. Both are tested."""
-    if request.param == "hidden":
-        monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
-    else:
-        monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
-    return request.param
-
-
 # ---- TLS ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
