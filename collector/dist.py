@@ -311,15 +311,46 @@ class _Raw:
 
 # ---- the connection ----------------------------------------------------------------------
 
+class Local:
+    """Our side: a pooled name held with this host's epmd, usable for connections to any
+    number of targets (a BEAM node is one name too, whatever it connects to). close() frees
+    the name."""
+
+    def __init__(self, access: Access, deadline: float, pool: int, long_names: bool) -> None:
+        # A listening socket nobody is meant to use: epmd registers a port, as for any node.
+        self._listen = socket.socket(_family(access), socket.SOCK_STREAM)
+        self._epmd: socket.socket | None = None
+        try:
+            self._listen.bind((_local_epmd_host(access), 0))
+            self._listen.listen(1)
+            ours, creation, self._epmd = register(pool, access, deadline,
+                                                  self._listen.getsockname()[1])
+        except BaseException:
+            self.close()
+            raise
+        self.name = f"{ours}@{_our_host(long_names, access)}"
+        self.creation = creation or secrets.randbelow(1 << 31) + 1
+        self.node = _atom(self.name)
+
+    def close(self) -> None:
+        for s in (self._epmd, self._listen):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.close()
+        self._epmd = None
+
+
 class Connection:
     """One distribution connection from a hidden `beamalloc_N` of ours to `target`.
 
-    call()/send() + receive(): many calls in flight at once, each answered by its own Ref.
-    close() (or the end of this process) ends it; the target sees us go as any node going down.
+    send() + receive(): many calls in flight at once, each answered by its own Ref. close()
+    (or the end of this process) ends it; the target sees us go as any node going down. With
+    `local`, the connection uses that name (and leaves it held on close); else it holds a name
+    of its own for its life.
     """
 
     def __init__(self, target: str, cookie: str, access: Access, deadline: float,
-                 pool: int, long_names: bool) -> None:
+                 pool: int, long_names: bool, local: Local | None = None) -> None:
         self.target = target
         self.access = access
         name, host = target.split("@", 1)
@@ -333,19 +364,12 @@ class Connection:
         self._off = 0
         self._atoms: dict = {}  # the native decoder's atoms, kept across messages
         self._sock: socket.socket | None = None
-        # A listening socket nobody is meant to use: epmd registers a port, as for any node.
-        self._listen = socket.socket(_family(access), socket.SOCK_STREAM)
-        self._epmd: socket.socket | None = None
+        self._own: Local | None = None
         try:
-            self._listen.bind((_local_epmd_host(access), 0))
-            self._listen.listen(1)
-            ours, creation, self._epmd = register(pool, access, deadline,
-                                                  self._listen.getsockname()[1])
-            self.name = f"{ours}@{_our_host(long_names, access)}"
-            self.creation = creation or secrets.randbelow(1 << 31) + 1
-            node = _atom(self.name)
-            self._pid = _Raw(b"\x58" + node + struct.pack(">III", 1, 0, self.creation))
-            self._node = node
+            if local is None:
+                local = self._own = Local(access, deadline, pool, long_names)
+            self.name, self.creation, self._node = local.name, local.creation, local.node
+            self._pid = _Raw(b"\x58" + self._node + struct.pack(">III", 1, 0, self.creation))
             port = access.dist_port or port_please(name, host, access, deadline)
             if port is None:
                 raise DistError("no_such_node", [n.encode() for n in names(host, access,
@@ -415,7 +439,8 @@ class Connection:
 
     def send(self, m: str, f: str, args: list[Any]) -> str:
         """Ask rex on the target to apply M:F(Args); return the key receive() answers under."""
-        assert self._sock is not None
+        if self._sock is None:
+            raise DistError("nodedown", b"")
         n = next(self._refs)
         words = (n & 0x3FFFF, n >> 18 & 0xFFFFFFFF, secrets.randbits(32))
         ref = _Raw(b"\x5a" + struct.pack(">H", 3) + self._node + struct.pack(">I", self.creation)
@@ -428,6 +453,7 @@ class Connection:
         try:
             self._sock.sendall(struct.pack(">I", len(body)) + body)
         except OSError:
+            self.close()
             raise DistError("nodedown", b"") from None
         self._pending[key] = None
         return key
@@ -457,7 +483,8 @@ class Connection:
             buf += chunk
 
     def _read_one(self, deadline: float) -> None:
-        assert self._sock is not None
+        if self._sock is None:
+            raise DistError("nodedown", b"")
         try:
             self._fill(4, deadline)
             n = struct.unpack_from(">I", self._buf, self._off)[0]
@@ -471,10 +498,10 @@ class Connection:
             data = bytes(self._buf[self._off:self._off + n])
             self._off += n
         except (ConnectionResetError, BrokenPipeError):
+            self.close()
             raise DistError("nodedown", b"") from None
         except OSError as e:
-            if isinstance(e, DistError):
-                raise
+            self.close()
             raise DistError("nodedown", str(e).encode()) from None
         if data[:1] != b"p":
             return  # not a message we could read without the atom cache: none is sent to us
@@ -497,12 +524,18 @@ class Connection:
     def call(self, m: str, f: str, args: list[Any], deadline: float) -> Any:
         return self.receive(self.send(m, f, args), deadline)
 
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
     def close(self) -> None:
-        for s in (self._sock, self._epmd, self._listen):
-            if s is not None:
-                with contextlib.suppress(OSError):
-                    s.close()
-        self._sock = self._epmd = None
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+        if self._own is not None:
+            self._own.close()
+            self._own = None
 
 
 def _packet2(b: bytes) -> bytes:

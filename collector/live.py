@@ -1,5 +1,14 @@
 """Snapshot a running node over Erlang distribution, read-only (docs/design.md, "What it does" 1).
 
+Two ways, the same Snapshot (tests/live/test_direct.py compares them):
+
+- plain TCP distribution (IPv4 or IPv6, any epmd port, epmd-less): collector/dist.py, our own
+  client, connects as a hidden `beamalloc_N` and asks kernel's rex for the same BIF calls the
+  agent makes (collect_direct); no BEAM boots on our side, which was most of a cold snapshot
+  (tests/bench/bench_snapshot_s64.py);
+- TLS distribution (and any other -proto_dist), or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of
+  ours, as below.
+
 A local hidden node runs collector/erlang/beamalloc_agent.erl: it connects to the target, calls
 BIFs there through erpc (nothing is loaded on the target) and prints the collected terms as one
 line of base64 ETF. The cookie reaches the agent over its stdin only; the hidden node starts
