@@ -64,8 +64,9 @@ FLAGS = (F_EXTENDED_REFERENCES | F_FUN_TAGS | F_NEW_FUN_TAGS | F_EXTENDED_PIDS_P
          | F_EXPORT_PTR_TAG | F_BIT_BINARIES | F_NEW_FLOATS | F_UTF8_ATOMS | F_MAP_TAG
          | F_BIG_CREATION | F_HANDSHAKE_23 | F_UNLINK_ID | F_MANDATORY_25_DIGEST | F_V4_NC)
 
-#: Largest distribution message accepted: a +S 1024 node's largest system_info reply is a few MB.
-MAX_MESSAGE = 256 * 1024 * 1024
+#: Largest distribution message accepted: the decoder's bound (a +S 1024 node's largest
+#: system_info reply is a few MB); a target sending more is not read further.
+MAX_MESSAGE = etf.MAX_BYTES
 
 
 class DistError(Exception):
@@ -493,6 +494,7 @@ class Connection:
                 self._sock.sendall(b"\0\0\0\0")
                 return
             if n > MAX_MESSAGE:
+                self.close()
                 raise DistError("call_failed", f"a message of {n} bytes".encode())
             self._fill(n, deadline)
             data = bytes(self._buf[self._off:self._off + n])
