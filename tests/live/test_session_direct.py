@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -67,3 +68,18 @@ def test_open_session_chooses() -> None:
     assert isinstance(open_session("c", access=Access()), DirectSession)
     tls = open_session("c", access=Access(proto_dist="inet_tls"))
     assert type(tls).__name__ == "Session"
+
+
+def test_a_connection_the_target_dropped_is_reopened(no_hidden_node) -> None:
+    """A target with net_ticktime 2 drops a connection silent for a few seconds (we answer its
+    ticks only while we read); the next sample reconnects once, and says nothing."""
+    t = start_node(["-kernel", "net_ticktime", "2"])
+    try:
+        with DirectSession(t.cookie) as s:
+            assert s.snapshot(t.node, 10).os_pid == t.pid
+            first = s._conns[t.node][1][0]
+            time.sleep(5)
+            assert s.snapshot(t.node, 10).os_pid == t.pid
+            assert s._conns[t.node][1][0] is not first  # a new connection
+    finally:
+        t.stop()
