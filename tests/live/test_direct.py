@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from beamalloc.collector import dist, live
+from beamalloc.collector import dist, etf, live
 from beamalloc.collector.access import Access
+from beamalloc.collector.terms import Atom
 
 from .conftest import HOST, epmd_names, start_node
 
@@ -165,3 +166,45 @@ def test_a_target_that_does_not_know_the_cookie_is_refused() -> None:
                            access=Access(dist_port=port))
     th.join(5)
     srv.close()
+
+
+def test_one_frozen_reply_is_the_same_snapshot_both_ways() -> None:
+    """The same data both ways, byte for byte: the target freezes one collection (the agent's
+    keys, its own allocator data) as a term and as term_to_binary of it (what the hidden node
+    sends us); our client reads the term over distribution. Both decode to equal terms of the
+    same types, and build the same Snapshot JSON, byte for byte."""
+    freeze = (
+        "Allocs = [sys_alloc, mseg_alloc, erts_mmap, alloc_util "
+        "| erlang:system_info(alloc_util_allocators)], "
+        "R = [{node, node()}, {alloc_util_allocators, erlang:system_info(alloc_util_allocators)}, "
+        "{memory, erlang:memory()}, {otp_release, erlang:system_info(otp_release)}, "
+        "{version, erlang:system_info(version)}, {wordsize, erlang:system_info(wordsize)}, "
+        "{schedulers, erlang:system_info(schedulers)}, {os_pid, os:getpid()}, "
+        "{allocators, [{A, erlang:system_info({allocator, A})} || A <- Allocs]}, "
+        "{sampled_at_us, os:system_time(microsecond)}], "
+        "persistent_term:put(frozen, R), "
+        "persistent_term:put(frozen_etf, term_to_binary(R)).")
+    t = start_node(["+S", "8", "+Muatags", "true"], eval_=freeze)
+    deadline = time.monotonic() + 30
+    try:
+        conn = None
+        while conn is None:  # the -eval runs after epmd lists the node
+            conn = dist.Connection(t.node, t.cookie, Access(), deadline, live.NAME_POOL, False)
+            if conn.call("persistent_term", "get", [Atom("frozen"), Atom("none")],
+                         deadline) == "none":
+                conn.close()
+                conn = None
+                time.sleep(0.1)
+        try:
+            over_dist = conn.call("persistent_term", "get", [Atom("frozen")], deadline)
+            blob = conn.call("persistent_term", "get", [Atom("frozen_etf")], deadline)
+        finally:
+            conn.close()
+    finally:
+        t.stop()
+    as_agent = etf.decode(blob)
+    assert repr(over_dist) == repr(as_agent)  # equal, and the same types (Atom vs str)
+    a = live.build_snapshot(t.node, over_dist, taken_at=1.0)
+    b = live.build_snapshot(t.node, as_agent, taken_at=1.0)
+    assert a.to_json() == b.to_json()
+    assert len(a.allocators) >= 8 * 8 and a.raw and a.raw == b.raw
