@@ -196,15 +196,23 @@ def test_tls_option_file_ssl_refuses(tmp_path, tls_target, marker):
 def _written(path: Path) -> list[str]:
     """What a probe wrote: it writes on nodeup, which may come after our snapshot returns."""
     end = time.monotonic() + 10
-    while not path.exists() and time.monotonic() < end:
+    while not (path.exists() and path.read_text()) and time.monotonic() < end:
         time.sleep(0.05)
     return path.read_text().split()
+
+
+def _probe_ready(out: Path):
+    """A `ready` for nodes(): listed by epmd and its probe listening (it creates `out`).
+    Our own client connects within milliseconds of epmd listing the node, before the
+    target's -eval would otherwise have run."""
+    return lambda name: name in _epmd_names(4369) and out.exists()
 
 
 def _family_probe(out: Path) -> str:
     """-eval for a target that writes the peer address of each node that connects to it: an
     8-tuple is IPv6."""
     return ("spawn(fun() -> ok = net_kernel:monitor_nodes(true, [{node_type, all}]), "
+            f"ok = file:write_file(\"{out}\", \"\"), "
             "L = fun L() -> receive {nodeup, N, _} -> "
             "case net_kernel:node_info(N, address) of "
             "{ok, {net_address, {IP, _}, _, _, _}} -> "
@@ -217,7 +225,7 @@ def test_ipv6_distribution(nodes, tmp_path, marker, way):
     """A target run with -proto_dist inet6_tcp: `--proto-dist inet6_tcp` reaches it, and the
     target sees an inet6 connection."""
     seen = tmp_path / "families"
-    t = nodes(["-proto_dist", "inet6_tcp"], eval_=_family_probe(seen))
+    t = nodes(["-proto_dist", "inet6_tcp"], eval_=_family_probe(seen), ready=_probe_ready(seen))
     snap = live.snapshot_node(t.node, t.cookie, timeout=30, max_carriers=0,
                               access=Access(proto_dist="inet6_tcp"))
     _check(snap, t.node)
@@ -246,7 +254,8 @@ def test_long_names(nodes, tmp_path, marker, way):
     (`beamalloc_N@` this host's domain name, or 127.0.0.1 on a host without one), as the target
     sees it."""
     seen = tmp_path / "names"
-    t = nodes([], name_flag="-name", host="127.0.0.1", eval_=_name_probe(seen))
+    t = nodes([], name_flag="-name", host="127.0.0.1", eval_=_name_probe(seen),
+              ready=_probe_ready(seen))
     node = f"{t.name}@127.0.0.1"
     _check(live.snapshot_node(node, t.cookie, timeout=30, max_carriers=0, access=Access()), node)
     (ours,) = _written(seen)
@@ -266,6 +275,7 @@ def test_long_names_without_a_dot(nodes, marker, way):
 def _name_probe(out: Path) -> str:
     """-eval for a target that writes the name of each node that connects to it."""
     return ("spawn(fun() -> ok = net_kernel:monitor_nodes(true, [{node_type, all}]), "
+            f"ok = file:write_file(\"{out}\", \"\"), "
             "L = fun L() -> receive {nodeup, N, _} -> "
             f"file:write_file(\"{out}\", io_lib:format(\"~s~n\", [N]), [append]), L() end end, "
             "L() end).")

@@ -49,12 +49,18 @@ def test_wrong_cookie(target, marker, way) -> None:
     assert target.cookie not in msg
 
 
-def test_target_halts_mid_snapshot(node_factory, marker, way) -> None:
+def test_target_halts_mid_snapshot(node_factory, marker, way, tmp_path) -> None:
     # Halts as soon as any node, hidden ones included, connects; rex first stops serving, so
     # that our own client's calls (collector/dist.py, through rex) cannot finish before it.
+    ready = tmp_path / "ready"
     n = node_factory(eval_="ok = net_kernel:monitor_nodes(true, [{node_type, all}]), "
+                           f"ok = file:write_file(\"{ready}\", \"\"), "
                            "receive {nodeup, _, _} -> erlang:suspend_process(whereis(rex)), "
                            "erlang:halt() end.")
+    end = time.monotonic() + 20  # epmd lists it before its -eval listens; our client is fast
+    while not ready.exists():
+        assert time.monotonic() < end, "the target's -eval did not start"
+        time.sleep(0.02)
     msg = _fails(n.node, n.cookie)
     assert msg == f"node {n.node} went down during the snapshot"
 
