@@ -10,9 +10,10 @@ both alike (read the ratios, not the absolute times):
 - hidden node: the baseline, a hidden BEAM of ours running beamalloc_agent (still the path of
   TLS distribution; $BEAMALLOC_HIDDEN_NODE=1).
 
-Each is split into connect (the hidden node: its boot too), the calls (in the target, on the
-wire and decoded as they arrive), decode (of that, our decoding), carriers (instrument reads),
-build (the Snapshot from the reply) and the rest (cleanup). Then the same system_info calls
+Each is split into connect (epmd, our name, the handshake; the hidden node: from its main, once
+booted), the calls (in the target, on the wire and decoded as they arrive), decode (of that, our
+decoding), carriers (instrument reads), build (the Snapshot from the reply) and the rest (the
+hidden node's boot and cleanup; for the direct way, closing). Then the same system_info calls
 timed inside the target (timer:tc, sequential), and a watch's sample over a kept connection:
 the calls in the target plus the decoding of their replies, without the Snapshot build, over a
 collector/session.py DirectSession and over cluster.Session (the watch's hidden node).
@@ -192,8 +193,8 @@ def main() -> int:
         for k in PHASES:
             a = statistics.median(p[k] for _, p in res[False]) * 1000
             b = statistics.median(p[k] for _, p in res[True]) * 1000
-            label = {"connect": "connect (+ boot)", "calls": "calls (target+wire)",
-                     "decode": "  of which decode"}.get(k, k)
+            label = {"calls": "calls (target+wire)", "decode": "  of which decode",
+                     "rest": "rest (boot, cleanup)"}.get(k, k)
             print(f"  {label:<22} {a:9.1f} {b:9.1f}")
         here = statistics.median(inside)
         print(f"same system_info calls inside the target (timer:tc, sequential): {_ms(inside)}")
