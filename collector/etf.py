@@ -15,6 +15,7 @@ memory or time on them.
 
 from __future__ import annotations
 
+import gc
 import struct
 import zlib
 from typing import Any
@@ -30,6 +31,11 @@ MAX_DEPTH = 256
 MAX_BIG_BYTES = 32
 
 VERSION = 131
+
+try:  # the native decoder of the Rust extension; absent in a source tree never built
+    from beamalloc._refalloc import etf_decode as _native
+except ImportError:  # pragma: no cover - `make setup` builds it
+    _native = None
 
 
 class ETFError(ValueError):
@@ -57,6 +63,17 @@ def decode(data: bytes) -> Any:
         pos = 0
     else:
         pos = 1
+    if _native is not None:
+        # The Rust fast path (refalloc/src/python_etf.rs) builds the same objects; it declines
+        # whatever it does not handle, malformed input included, and this decoder, the
+        # reference, then decodes it and says what is wrong.
+        try:
+            term, end = _no_gc(_native, data, pos, Atom, Opaque)
+        except ValueError:
+            pass
+        else:
+            if end == len(data):
+                return term
     try:
         term, pos = _Decoder(data).term(pos, 0)
     except (IndexError, struct.error):  # a fixed-size field runs past the end
@@ -64,6 +81,39 @@ def decode(data: bytes) -> Any:
     if pos != len(data):
         raise ETFError(f"{len(data) - pos} bytes after the end of the term")
     return term
+
+
+def decode_at(data: bytes, pos: int, atoms: dict | None = None) -> tuple[Any, int]:
+    """The term whose version byte is at `data[pos]`, and the position after it: a
+    distribution message is a control term and a payload term back to back
+    (collector/dist.py). The distribution never compresses a term. `atoms`: a dict kept by
+    the caller across calls, where the native decoder keeps the atoms it built."""
+    if len(data) > MAX_BYTES:
+        raise ETFError(f"external term of {len(data)} bytes (limit {MAX_BYTES})")
+    if pos >= len(data) or data[pos] != VERSION:
+        raise ETFError("not an external term (missing version byte 131)")
+    if _native is not None:
+        try:
+            return _no_gc(_native, data, pos + 1, Atom, Opaque, atoms)
+        except ValueError:
+            pass
+    try:
+        return _Decoder(data).term(pos + 1, 0)
+    except (IndexError, struct.error):
+        raise ETFError("truncated term") from None
+
+
+def _no_gc(f: Any, *args: Any) -> Any:
+    """f(*args) with the cyclic garbage collector paused: a reply of 136,000 fresh tuples and
+    lists would otherwise set off collections that walk everything the process holds (the
+    decode's median doubles with a few snapshots alive), and none of them can be garbage."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return f(*args)
+    finally:
+        if was:
+            gc.enable()
 
 
 def _inflate(data: bytes) -> bytes:

@@ -1,5 +1,14 @@
 """Snapshot a running node over Erlang distribution, read-only (docs/design.md, "What it does" 1).
 
+Two ways, the same Snapshot (tests/live/test_direct.py compares them):
+
+- plain TCP distribution (IPv4 or IPv6, any epmd port, epmd-less): collector/dist.py, our own
+  client, connects as a hidden `beamalloc_N` and asks kernel's rex for the same BIF calls the
+  agent makes (collect_direct); no BEAM boots on our side, which was most of a cold snapshot
+  (tests/bench/bench_snapshot_s64.py);
+- TLS distribution (and any other -proto_dist), or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of
+  ours, as below.
+
 A local hidden node runs collector/erlang/beamalloc_agent.erl: it connects to the target, calls
 BIFs there through erpc (nothing is loaded on the target) and prints the collected terms as one
 line of base64 ETF. The cookie reaches the agent over its stdin only; the hidden node starts
@@ -38,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import etf
+from beamalloc.collector import dist, etf
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
@@ -46,6 +55,11 @@ from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.snapshot import Snapshot, SnapshotError
+
+try:
+    from beamalloc._refalloc import term_text as _term_text
+except ImportError:  # pragma: no cover - `make setup` builds the extension
+    _term_text = None
 
 ERLANG_DIR = Path(__file__).parent / "erlang"
 MARK = b"BEAMALLOC-RESULT "
@@ -288,18 +302,21 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
-def _run_agent(node: str, host: str, cookie: str, timeout: float,
-               max_carriers: int = 0, access: Access | None = None) -> tuple[Any, float]:
-    """Run the agent; return its reply term and the time it finished."""
+def run_hidden(module: str, node: str, cookie: str, timeout: float, args: list[str],
+               access: Access | None = None) -> tuple[Any, float]:
+    """Run one of our one-shot modules (beamalloc_agent, beamalloc_procs: `Module:main/1`
+    with the target, a deadline and `args`) on a hidden node that reaches `node` as `access`
+    says (default access.current()); return its reply term and the time it finished. The one
+    place the one-shot hidden node is started, fed its cookie and killed."""
     start = time.time()
     deadline = start + timeout
-    run = ["beamalloc_agent", "main", node, str(int((deadline - AGENT_MARGIN) * 1000)),
-           str(max(0, max_carriers))]
+    run = [module, "main", node, str(int((deadline - AGENT_MARGIN) * 1000)), *args]
     proc: subprocess.Popen[bytes] | None = None
     home = ""
     try:
         access = access or access_mod.current()
-        proc, home = start_hidden_node(run, access_mod.is_long_host(host), access=access)
+        proc, home = start_hidden_node(run, access_mod.is_long_host(split_node(node)[1]),
+                                       access=access)
         assert proc.stdin is not None
         try:  # stdin stays open: its end is the node's signal that we are gone
             proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
@@ -316,7 +333,10 @@ def _run_agent(node: str, host: str, cookie: str, timeout: float,
     for line in out.splitlines():
         if line.startswith(MARK):
             try:
-                return etf.decode(base64.b64decode(line[len(MARK):], validate=True)), done
+                t0 = time.perf_counter()
+                reply = etf.decode(base64.b64decode(line[len(MARK):], validate=True))
+                last_timings.update(decode_s=time.perf_counter() - t0, bytes=len(line))
+                return reply, done
             except (ValueError, etf.ETFError) as e:
                 raise NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
@@ -454,6 +474,211 @@ def start_error(kind: str, detail: Any, cookie: str = "") -> NodeError:
                      f"{_text(detail, cookie)[:200]}")
 
 
+# ---- the snapshot without a hidden node -------------------------------------------------
+
+#: instrument:carriers/1 histograms, as beamalloc_agent.erl's ?HIST_START and ?HIST_WIDTH.
+HIST_START, HIST_WIDTH = 128, 18
+#: beamalloc_agent.erl's ?MAX_TAGGED_BLOCKS (why: there).
+MAX_TAGGED_BLOCKS = 500_000
+_SIMPLE = (("memory", "erlang", "memory", []),
+           ("otp_release", "erlang", "system_info", [Atom("otp_release")]),
+           ("version", "erlang", "system_info", [Atom("version")]),
+           ("wordsize", "erlang", "system_info", [Atom("wordsize")]),
+           ("schedulers", "erlang", "system_info", [Atom("schedulers")]),
+           ("os_pid", "os", "getpid", []))
+_FIXED = ("sys_alloc", "mseg_alloc", "erts_mmap", "alloc_util")
+
+
+#: Set to 1, every snapshot goes through a hidden node, as before collector/dist.py: the
+#: escape hatch should a target refuse our own client (and what the hidden node's tests use).
+ENV_HIDDEN_NODE = "BEAMALLOC_HIDDEN_NODE"
+
+
+def direct(access: Access) -> bool:
+    """Does collector/dist.py reach the target, rather than a hidden node? For plain TCP
+    distribution, IPv4 or IPv6, any epmd port, epmd-less; TLS distribution (and a vendor's
+    -proto_dist) keep the hidden node (docs/access.md), as does $BEAMALLOC_HIDDEN_NODE=1."""
+    return (access.proto in ("inet_tcp", "inet6_tcp")
+            and os.environ.get(ENV_HIDDEN_NODE, "").strip() != "1")
+
+
+def _us() -> int:
+    return time.time_ns() // 1000
+
+
+def _result(v: Any) -> Any:
+    """rex's answer as erpc's: `{badrpc, {'EXIT', X}}` is an exception on the target."""
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "badrpc":
+        raise dist.DistError("call_failed", format_term(v[1]).encode())
+    return v
+
+
+def _instrument_result(v: Any) -> Any:
+    """As beamalloc_agent:instrument_response/1: an exception is a value, not a failure."""
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "badrpc":
+        why = v[1]
+        if isinstance(why, tuple) and len(why) == 2 and why[0] == "EXIT":
+            x = why[1]
+            if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], list):
+                return (Atom("exception"), Atom("error"), x[0])
+            return (Atom("exception"), Atom("exit"), x)
+        return (Atom("exception"), Atom("throw"), why)
+    return v
+
+
+def collect_direct(conn: dist.Connection, target: str, cap: int, deadline: float,
+                   main_us: int, connected_us: int) -> Any:
+    """beamalloc_agent:collect/2 over our own connection: the same requests, all in flight at
+    once, and the same `{ok, [{Key, Value}]}` reply, so build_snapshot() cannot tell the two
+    apart (tests/live/test_direct.py compares them)."""
+    util_key = conn.send("erlang", "system_info", [Atom("alloc_util_allocators")])
+    started = _us()
+    reqs = [(Atom(k), conn.send(m, f, a)) for k, m, f, a in _SIMPLE]
+    reqs += [((Atom("allocator"), Atom(a)),
+              conn.send("erlang", "system_info", [(Atom("allocator"), Atom(a))]))
+             for a in _FIXED]
+    utils = _result(conn.receive(util_key, deadline))
+    reqs += [((Atom("allocator"), a),
+              conn.send("erlang", "system_info", [(Atom("allocator"), a)])) for a in utils]
+    results = [(k, _result(conn.receive(r, deadline))) for k, r in reqs]
+    done = _us()
+    scalars = [(k, v) for k, v in results if isinstance(k, Atom)]
+    allocs = [(k[1], v) for k, v in results if isinstance(k, tuple)]
+    carriers = _carriers_direct(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline)
+    return (Atom("ok"), [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils),
+                         *scalars, (Atom("allocators"), allocs), *carriers,
+                         (Atom("sampled_at_us"), (started + done) // 2),
+                         (Atom("timings"), [(Atom("main"), main_us),
+                                            (Atom("connected"), connected_us),
+                                            (Atom("calls_sent"), started),
+                                            (Atom("replies_in"), done)]),
+                         (Atom("collect_us"), done - started)])
+
+
+def _keyfind(key: str, items: Any) -> tuple[Any, ...] | None:
+    """lists:keyfind(Key, 1, Items): the first tuple whose first element is Key."""
+    for it in items if isinstance(items, list) else []:
+        if isinstance(it, tuple) and it and it[0] == key:
+            return it
+    return None
+
+
+def _stat(key: str, sec: Any) -> int:
+    it = _keyfind(key, sec)
+    return it[1] if it and len(it) in (2, 4) and _int(it[1]) is not None else 0
+
+
+def _section(key: str, props: list[Any]) -> tuple[int, int]:
+    it = _keyfind(key, props)
+    if it and len(it) == 2 and isinstance(it[1], list):
+        return _stat("carriers", it[1]), _stat("carriers_size", it[1])
+    return 0, 0
+
+
+def _carriers_direct(conn: dist.Connection, allocs: list[tuple[Any, Any]], cap: int,
+                     deadline: float) -> list[Any]:
+    """beamalloc_agent:carriers/3 (its comment says why each step is as it is)."""
+    if cap <= 0:
+        return []
+    insts = []
+    for a, info in allocs:
+        for e in info if isinstance(info, list) else []:
+            if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
+                sections = [_section(k, e[2]) for k in ("mbcs", "sbcs", "mbcs_pool")]
+                n, size = sum(c for c, _ in sections), sum(b for _, b in sections)
+                if n > 0:
+                    insts.append((a, e[1], n, size))
+    # lists:sort with {S1, N1} >= {S2, N2}: largest bytes first, then count; stable otherwise
+    insts.sort(key=lambda x: (x[3], x[2]), reverse=True)
+    take, skip, left = [], [], cap
+    for x in insts:
+        if x[2] <= left:
+            left -= x[2]
+            take.append(x)
+        else:
+            skip.append(x)
+    by_inst: dict[int, list[Any]] = {}
+    for a, i, _, _ in reversed(take):  # the agent folds over its reversed take list
+        by_inst.setdefault(i, []).insert(0, a)
+    started = _us()
+    reqs = [(i, conn.send("instrument", "carriers",
+                          [{Atom("scheduler_ids"): [i],
+                            Atom("allocator_types"): list(reversed(by_inst[i])),
+                            Atom("histogram_start"): HIST_START,
+                            Atom("histogram_width"): HIST_WIDTH}]))
+            for i in sorted(by_inst)]
+    tagged = [a for a, info in allocs if isinstance(info, list) and _atags_on(info)]
+    blocks = sum(_block_count(e[2]) for a, info in allocs if a in tagged
+                 for e in info if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance")
+    if not tagged:
+        areq: Any = Atom("none")
+    elif blocks > MAX_TAGGED_BLOCKS:
+        areq = (Atom("skipped"), blocks)
+    else:
+        areq = conn.send("instrument", "allocations",
+                         [{Atom("allocator_types"): tagged, Atom("histogram_start"): HIST_START,
+                           Atom("histogram_width"): HIST_WIDTH}])
+    got = [(i, _instrument_result(conn.receive(r, deadline))) for i, r in reqs]
+    tags = _instrument_result(conn.receive(areq, deadline)) if type(areq) is str else areq
+    return [(Atom("carriers"), got),
+            (Atom("carriers_skipped"), [(a, i, n) for a, i, n, _ in skip]),
+            (Atom("carriers_cap"), cap),
+            (Atom("carrier_hist"), (HIST_START, HIST_WIDTH)),
+            (Atom("allocation_tags"), tags),
+            (Atom("carriers_us"), _us() - started)]
+
+
+def _block_count(props: Any) -> int:
+    total = 0
+    for it in props if isinstance(props, list) else []:
+        if isinstance(it, tuple) and len(it) == 2 and it[0] in ("mbcs", "sbcs", "mbcs_pool") \
+                and isinstance(it[1], list):
+            for b in it[1]:
+                if isinstance(b, tuple) and len(b) == 2 and b[0] == "blocks" \
+                        and isinstance(b[1], list):
+                    total += sum(_stat("count", t[1]) for t in b[1]
+                                 if isinstance(t, tuple) and len(t) == 2
+                                 and isinstance(t[1], list))
+    return total
+
+
+def _atags_on(info: list[Any]) -> bool:
+    for e in info:
+        if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
+            it = _keyfind("options", e[2])
+            if it and len(it) == 2 and isinstance(it[1], list) \
+                    and any(isinstance(o, tuple) and o == ("atags", "true") for o in it[1]):
+                return True
+    return False
+
+
+#: Where the last snapshot_node() of this process spent its time, in seconds (and the bytes
+#: it received): read by tests/bench/bench_snapshot_s64.py, nothing else.
+last_timings: dict[str, float] = {}
+
+
+def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
+                access: Access) -> tuple[Any, float]:
+    """The agent's reply, obtained by collector/dist.py instead of a hidden node."""
+    main_us = _us()
+    deadline = time.monotonic() + timeout
+    conn = None
+    try:
+        try:
+            conn = dist.Connection(node, cookie, access, deadline, NAME_POOL,
+                                   access_mod.is_long_host(split_node(node)[1]))
+            connected = _us()
+            reply = collect_direct(conn, node, max(0, max_carriers), deadline, main_us,
+                                   connected)
+            last_timings.update(connect=(connected - main_us) / 1e6, **conn.stats)
+        except dist.DistError as e:
+            reply = (Atom("error"), Atom(e.kind), e.detail)
+    finally:
+        if conn is not None:
+            conn.close()
+    return reply, time.time()
+
+
 # ---- the snapshot ------------------------------------------------------------------------
 
 def _rss(pid: int | None, node: str) -> int | None:
@@ -518,6 +743,8 @@ def raw_text(term: Any) -> str:
     through format_term itself (atoms and strings once each: allocator data repeats them).
     Terms from etf.decode nest at most etf.MAX_DEPTH deep, so the recursion is bounded.
     """
+    if _term_text is not None:  # the same walk in the Rust extension (python_etf.rs)
+        return _term_text(term, format_term)
     cache: dict[tuple[type, Any], str] = {}
     out: list[str] = []
     put = out.append
@@ -597,9 +824,20 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
     split_node(node)
     check_cookie(cookie, "the cookie")
     access = access or access_mod.current()
-    reply, done = _run_agent(node, split_node(node)[1], cookie, timeout, max_carriers, access)
+    last_timings.clear()
+    if direct(access):
+        reply, done = _run_direct(node, cookie, timeout, max_carriers, access)
+    else:
+        reply, done = run_hidden("beamalloc_agent", node, cookie, timeout,
+                                 [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-        return build_snapshot(node, reply[1], taken_at=done)
+        t0 = time.perf_counter()
+        snap = build_snapshot(node, reply[1], taken_at=done)
+        last_timings["build"] = time.perf_counter() - t0
+        last_timings["carriers_s"] = next(
+            (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2
+             and x[0] == "carriers_us" and isinstance(x[1], int)), 0.0)
+        return snap
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
         raise _error(node, str(reply[1]), reply[2], timeout, cookie, access)
     raise NodeError("unexpected answer from the beamalloc agent")

@@ -15,14 +15,13 @@ give the analysis; fields a source cannot know are None.
 
 from __future__ import annotations
 
-import base64
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from beamalloc.collector import etf, live
+from beamalloc.collector import access as access_mod
+from beamalloc.collector import live
+from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.terms import Atom, proplist
 
@@ -145,42 +144,16 @@ class ProbeResult:
 
 # ---- running the hidden node -------------------------------------------------------------
 
-def _run(node: str, cookie: str, timeout: float, args: list[str]) -> Any:
-    """Run beamalloc_procs on a hidden node (started, fed its cookie and killed as
-    live._run_agent does the agent) and return its {ok, Props} props; NodeError (exit 3, one
-    line) for every failure, nothing half-returned."""
-    host = live.split_node(node)[1]
+def _run(node: str, cookie: str, timeout: float, args: list[str],
+         access: Access | None = None) -> Any:
+    """Run beamalloc_procs on a hidden node (live.run_hidden: started, fed its cookie and
+    killed as the snapshot agent, reaching the node as `access` says, default
+    access.current()) and return its {ok, Props} props; NodeError (exit 3, one line) for every
+    failure, nothing half-returned."""
+    live.split_node(node)
     check_cookie(cookie, "the cookie")
-    deadline = time.time() + timeout
-    run = ["beamalloc_procs", "main", node, str(int((deadline - live.AGENT_MARGIN) * 1000)),
-           *args]
-    proc: subprocess.Popen[bytes] | None = None
-    home = ""
-    try:
-        proc, home = live.start_hidden_node(run, "." in host)
-        assert proc.stdin is not None
-        try:  # stdin stays open: its end is the node's signal that we are gone
-            proc.stdin.write(cookie.encode("utf-8").hex().encode() + b"\n")
-            proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # the node died at boot; its stderr says why
-        out, err = live._read_output(proc, deadline + live.KILL_GRACE, node, timeout)
-    finally:
-        if proc is not None:
-            live._kill_group(proc)
-        if home:
-            shutil.rmtree(home, ignore_errors=True)
-    reply = None
-    for line in out.splitlines():
-        if line.startswith(live.MARK):
-            try:
-                reply = etf.decode(base64.b64decode(line[len(live.MARK):], validate=True))
-            except (ValueError, etf.ETFError) as e:
-                raise live.NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
-    if reply is None:
-        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise live.NodeError(f"the beamalloc agent exited with status {proc.poll()} and no "
-                             f"answer: {live._scrub(tail[0], cookie)[:200]}")
+    access = access or access_mod.current()
+    reply, _ = live.run_hidden("beamalloc_procs", node, cookie, timeout, args, access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return proplist(reply[1])
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
@@ -188,7 +161,7 @@ def _run(node: str, cookie: str, timeout: float, args: list[str]) -> Any:
             raise live.NodeError(f"timed out after {timeout:g} s reading the processes of {node}")
         if reply[1] == "nodedown":
             raise live.NodeError(f"node {node} went down while its processes were read")
-        raise live._error(node, str(reply[1]), reply[2], timeout, cookie)
+        raise live._error(node, str(reply[1]), reply[2], timeout, cookie, access)
     raise live.NodeError("unexpected answer from the beamalloc agent")
 
 
@@ -288,17 +261,20 @@ def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None)
 
 def scan_node(node: str, cookie: str, timeout: float = 10.0,
               max_processes: int = MAX_PROCESSES, budget_ms: int = BUDGET_MS,
-              top: int = TOP) -> ProcessTable:
-    """Read `node`'s processes, read-only (docs/processes.md); NodeError within `timeout`."""
+              top: int = TOP, access: Access | None = None) -> ProcessTable:
+    """Read `node`'s processes, read-only (docs/processes.md); NodeError within `timeout`.
+    `access`: how to reach it, as for live.snapshot_node (default access.current())."""
     if max_processes < 1 or budget_ms < 1 or top < 1:
         raise ValueError("max_processes, budget_ms and top must be positive")
-    p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)])
+    p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
+             access)
     return table_from_term(node, p, taken_at=time.time())
 
 
 # ---- the probe ---------------------------------------------------------------------------
 
-def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0) -> list[ProbeResult]:
+def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
+             access: Access | None = None) -> list[ProbeResult]:
     """Garbage-collect each of `pids` ("<0.X.Y>") on `node`, one at a time, measured before and
     after. This CHANGES the target (docs/processes.md, "The GC probe"): callers announce it."""
     for pid in pids:
@@ -307,7 +283,7 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0) -> 
             raise ValueError(f"not a local pid of the target: {pid!r}")
     if not pids:
         return []
-    p = _run(node, cookie, timeout, ["probe", *pids])
+    p = _run(node, cookie, timeout, ["probe", *pids], access)
     ws = _n(p.get("wordsize")) or 8
     out = []
     for r in p.get("probe") or []:

@@ -35,8 +35,6 @@
 %% costs the target about 70 ms per million blocks on this machine, tests/bench/bench_carriers.py).
 -define(MAX_TAGGED_BLOCKS, 500000).
 
--define(MARK, "BEAMALLOC-RESULT ").
-
 main([TargetS, DeadlineS]) ->
     main([TargetS, DeadlineS, "0"]);
 main([TargetS, DeadlineS, CapS]) ->
@@ -47,29 +45,12 @@ main([TargetS, DeadlineS, CapS]) ->
     Reply = try run(Target, Deadline, Cap)
             catch C:R -> {error, agent_crash, iolist_to_binary(io_lib:format("~0p:~0P", [C, R, 12]))}
             end,
-    %% Allocator statistics are mostly repeated atoms and small numbers: zlib level 1 shrinks a
-    %% +S 64 node's 700 kB to 14 kB in 2 ms, sparing base64 (plain Erlang in OTP 25) 40 ms.
-    Bin = term_to_binary(Reply, [{compressed, 1}]),
-    io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
-    beamalloc_link:quit(0).
+    beamalloc_link:reply_and_quit(Reply).
 
 run(Target, Deadline, Cap) ->
-    Failures = beamalloc_link:setup(),
-    case beamalloc_link:start(true) of
-        {ok, Cookie} ->
-            true = erlang:set_cookie(Target, Cookie),  % for this target only
-            Main = self(),
-            MainUs = get(main_us),
-            Collect = fun() -> put(main_us, MainUs), collect(Target, Cap) end,
-            {Pid, Ref} = spawn_monitor(fun() ->
-                                           Main ! {self(), beamalloc_link:run(Main, Target,
-                                                                              Failures, Collect)}
-                                       end),
-            Left = Deadline - os:system_time(millisecond),
-            beamalloc_link:wait(Pid, Ref, erlang:monotonic_time(millisecond) + Left, connecting);
-        Error ->
-            Error
-    end.
+    MainUs = get(main_us),
+    beamalloc_link:one_shot(Target, Deadline,
+                            fun() -> put(main_us, MainUs), collect(Target, Cap) end).
 
 %% One erpc request per BIF, all in flight at once: each system_info({allocator, A}) gathers
 %% every scheduler's instance on the target, so the wall time is about the slowest call rather

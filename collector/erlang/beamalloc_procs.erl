@@ -23,7 +23,6 @@
 -module(beamalloc_procs).
 -export([main/1, scan/4, probe/2]).
 
--define(MARK, "BEAMALLOC-RESULT ").
 %% Pids per erpc request, and requests in flight at once: a chunk is one process_info call per
 %% pid on one target scheduler. Of 2,000-20,000 pids with 1-4 in flight, 10,000 with 2 read
 %% 300,000 processes fastest on this 2-core machine (1.0-1.8 s against 1.4-2.2 s for 4,000 with
@@ -46,32 +45,17 @@ main([TargetS, DeadlineS | Args]) ->
     Reply = try run(Target, Deadline, Args)
             catch C:R -> {error, agent_crash, iolist_to_binary(io_lib:format("~0p:~0P", [C, R, 12]))}
             end,
-    Bin = term_to_binary(Reply, [{compressed, 1}]),
-    io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
-    beamalloc_link:quit(0).
+    beamalloc_link:reply_and_quit(Reply).
 
 run(Target, Deadline, Args) ->
-    Failures = beamalloc_link:setup(),
-    case beamalloc_link:start(true) of
-        {ok, Cookie} ->
-            true = erlang:set_cookie(Target, Cookie),
-            Main = self(),
-            Work = case Args of
-                       ["scan", MaxS, BudgetS, TopS] ->
-                           fun() -> scan(Target, list_to_integer(MaxS), list_to_integer(BudgetS),
-                                         list_to_integer(TopS)) end;
-                       ["probe" | Pids] ->
-                           fun() -> probe(Target, Pids) end
-                   end,
-            {Pid, Ref} = spawn_monitor(fun() ->
-                                           Main ! {self(), beamalloc_link:run(Main, Target,
-                                                                              Failures, Work)}
-                                       end),
-            Left = Deadline - os:system_time(millisecond),
-            beamalloc_link:wait(Pid, Ref, erlang:monotonic_time(millisecond) + Left, connecting);
-        Error ->
-            Error
-    end.
+    Work = case Args of
+               ["scan", MaxS, BudgetS, TopS] ->
+                   fun() -> scan(Target, list_to_integer(MaxS), list_to_integer(BudgetS),
+                                 list_to_integer(TopS)) end;
+               ["probe" | Pids] ->
+                   fun() -> probe(Target, Pids) end
+           end,
+    beamalloc_link:one_shot(Target, Deadline, Work).
 
 %% ---- the scan ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@
 %%                   every target (a whole cluster shares one) is reached with it
 %%   request in:     "Id snap Node TimeoutMs [CarrierCap]" | "Id nodes Node TimeoutMs"
 %%                   (CarrierCap > 0: also read per-carrier data, see beamalloc_agent:carriers/3)
-%%   reply out:      "BEAMALLOC-RESULT Id " ++ base64(term_to_binary(Reply))
+%%   reply out:      "BEAMALLOC-RESULT Id " ++ base64(term_to_binary(Reply, [{compressed, 1}]))
 %%                   snap:  {ok, [{Key, Value}]} as beamalloc_agent's, or {error, Kind, Detail}
 %%                   nodes: {ok, [Node]} (the target's nodes(), the target first) or an error
 %%   end of stdin:   the node halts, so it never outlives the Python process that started it,
@@ -62,4 +62,7 @@ request(Id, Kind, Target, TimeoutMs, Cap, Failures) ->
                                    Me ! {self(), beamalloc_link:run(Me, Target, Failures, Call)}
                                end),
     Reply = beamalloc_link:wait(Pid, Ref, Deadline, connecting),
-    io:put_chars(standard_io, [?MARK, Id, $\s, base64:encode(term_to_binary(Reply)), $\n]).
+    %% compressed, as the agent's (beamalloc_link:reply_and_quit/1 says why): base64 of a
+    %% +S 64 node's 700 kB took most of a watch's sample
+    Bin = term_to_binary(Reply, [{compressed, 1}]),
+    io:put_chars(standard_io, [?MARK, Id, $\s, base64:encode(Bin), $\n]).

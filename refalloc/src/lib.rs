@@ -24,6 +24,8 @@ mod tests;
 mod python;
 #[cfg(feature = "python")]
 mod python_csv;
+#[cfg(feature = "python")]
+mod python_etf;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -35,5 +37,7 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
     Ok(())
 }

@@ -118,12 +118,26 @@ def ours(marker: str) -> list[int]:
 
 @pytest.fixture
 def marker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Name this test's hidden nodes beamalloc_<marker>…, and check none outlives the test."""
+    """Name this test's hidden nodes beamalloc_<marker>…, and check none outlives the test.
+    Snapshots go through a hidden node ($BEAMALLOC_HIDDEN_NODE=1) unless the test also asks
+    for `way` (after `marker`), which runs it both ways."""
     tag = f"t{secrets.token_hex(4)}"
+    monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
     monkeypatch.setattr(live, "_node_suffix", lambda: f"{tag}{secrets.token_hex(2)}")
     assert ours(tag) == []
     yield tag
     assert ours(tag) == [], "a beamalloc hidden node outlived snapshot_node()"
+
+
+@pytest.fixture(params=["direct", "hidden"])
+def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Plain TCP distribution is reached two ways (collector/live.py): our own client
+    (collector/dist.py) and, with $BEAMALLOC_HIDDEN_NODE=1, a hidden node. Both are tested."""
+    if request.param == "hidden":
+        monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
+    else:
+        monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
+    return request.param
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from beamalloc.collector import live
+
 pytestmark = pytest.mark.live
 
 #: Far longer than the polling bound below: a node gone within the bound did not time out.
@@ -41,6 +43,13 @@ def tmpdir_() -> Iterator[Path]:
     for p in d.iterdir():
         subprocess.run(["rm", "-rf", str(p)], check=False)
     d.rmdir()
+
+
+@pytest.fixture(autouse=True)
+def _through_a_hidden_node(monkeypatch) -> None:
+    """`snapshot` reaches plain TCP targets without a hidden node now (collector/dist.py):
+    what is tested here is the hidden node's, so the runs are told to use one."""
+    monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
 
 
 def strays(tmp: Path) -> list[int]:

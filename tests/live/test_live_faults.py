@@ -29,7 +29,7 @@ def _fails(node: str, cookie: str, timeout: float = TIMEOUT) -> str:
     return msg
 
 
-def test_no_such_node(target, marker) -> None:
+def test_no_such_node(target, marker, way) -> None:
     name = f"nobody_{secrets.token_hex(3)}"
     host = target.node.split("@")[1]
     msg = _fails(f"{name}@{host}", target.cookie)
@@ -37,27 +37,35 @@ def test_no_such_node(target, marker) -> None:
     assert target.name in msg  # what epmd does know
 
 
-def test_host_unreachable(marker) -> None:
+def test_host_unreachable(marker, way) -> None:
     msg = _fails("someone@nohost.invalid", "whatever")
     assert msg.startswith("cannot reach epmd on host nohost.invalid")
 
 
-def test_wrong_cookie(target, marker) -> None:
+def test_wrong_cookie(target, marker, way) -> None:
     wrong = f"W{secrets.token_hex(10)}"
     msg = _fails(target.node, wrong)
     assert msg.startswith("authentication failed: the node is up but rejected our cookie")
     assert target.cookie not in msg
 
 
-def test_target_halts_mid_snapshot(node_factory, marker) -> None:
-    # Halts as soon as any node, hidden ones included, connects.
+def test_target_halts_mid_snapshot(node_factory, marker, way, tmp_path) -> None:
+    # Halts as soon as any node, hidden ones included, connects; rex first stops serving, so
+    # that our own client's calls (collector/dist.py, through rex) cannot finish before it.
+    ready = tmp_path / "ready"
     n = node_factory(eval_="ok = net_kernel:monitor_nodes(true, [{node_type, all}]), "
-                           "receive {nodeup, _, _} -> erlang:halt() end.")
+                           f"ok = file:write_file(\"{ready}\", \"\"), "
+                           "receive {nodeup, _, _} -> erlang:suspend_process(whereis(rex)), "
+                           "erlang:halt() end.")
+    end = time.monotonic() + 20  # epmd lists it before its -eval listens; our client is fast
+    while not ready.exists():
+        assert time.monotonic() < end, "the target's -eval did not start"
+        time.sleep(0.02)
     msg = _fails(n.node, n.cookie)
     assert msg == f"node {n.node} went down during the snapshot"
 
 
-def test_target_stalls(node_factory, marker) -> None:
+def test_target_stalls(node_factory, marker, way) -> None:
     n = node_factory()
     os.kill(n.pid, signal.SIGSTOP)  # registered with epmd, accepts TCP, never answers
     msg = _fails(n.node, n.cookie)

@@ -104,7 +104,8 @@ def private_target() -> Iterator[tuple[Target, Access]]:
     subprocess.run(["epmd", "-port", str(port), "-kill"], capture_output=True, timeout=10)
 
 
-def test_twenty_snapshots_leave_the_target_as_the_first_did(private_target, marker) -> None:
+def test_twenty_snapshots_leave_the_target_as_the_first_did(private_target, marker,
+                                                             way) -> None:
     target, access = private_target
     target.stats()  # the stats loop's own first call loads what io needs
     s0 = target.stats()
@@ -143,7 +144,7 @@ def test_two_runs_at_once_take_two_names(target, marker) -> None:
     assert sa.os_pid == sb.os_pid == sa2.os_pid == sb2.os_pid == target.proc.pid
 
 
-def test_full_pool_is_one_clear_line(target, marker) -> None:
+def test_full_pool_is_one_clear_line(target, marker, way) -> None:
     held = []
     try:
         taken = set(epmd_names())

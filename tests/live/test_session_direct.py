@@ -1,0 +1,85 @@
+"""collector/session.py: a watch's kept connections without a hidden node."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from beamalloc.collector import live
+from beamalloc.collector.access import Access
+from beamalloc.collector.session import DirectSession, open_session
+
+from .conftest import HOST, epmd_names, start_node
+
+pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+
+
+@pytest.fixture
+def no_hidden_node(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("a hidden node was started")
+    monkeypatch.setattr(live, "start_hidden_node", refuse)
+
+
+def test_one_name_many_nodes_kept_and_reconnected(no_hidden_node) -> None:
+    a = start_node(["+S", "2"])
+    b = start_node(["+S", "3"], cookie=a.cookie)  # a cluster shares one cookie
+    try:
+        before = {n for n in epmd_names() if n.startswith("beamalloc_")}
+        with DirectSession(a.cookie) as s:
+            ours = {n for n in epmd_names() if n.startswith("beamalloc_")} - before
+            assert len(ours) == 1  # one pooled name for every target
+            for _ in range(3):
+                sa, sb = s.snapshot(a.node, 10), s.snapshot(b.node, 10, max_carriers=100)
+                assert (sa.schedulers, sb.schedulers) == (2, 3)
+                assert sa.os_pid == a.pid and sb.carriers
+            conn_a = s._conns[a.node][1][0]
+            s.snapshot(a.node, 10)
+            assert s._conns[a.node][1][0] is conn_a  # kept, not reopened
+            assert s.cluster_nodes(a.node, 10) == [a.node]
+            name = b.name
+            b.stop()
+            with pytest.raises(live.NodeError, match=f"no node named {name}|went down"):
+                s.snapshot(b.node, 10)
+            assert s.snapshot(a.node, 10).node == a.node  # the others go on
+            b = start_node(["+S", "3"], cookie=a.cookie, name=name)  # back, a new VM
+            assert s.snapshot(b.node, 10).os_pid == b.pid
+            with pytest.raises(live.NodeError, match="no node named nope_1"):
+                s.snapshot(f"nope_1@{HOST}", 10)
+        assert {n for n in epmd_names() if n.startswith("beamalloc_")} <= before
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_wrong_cookie_is_the_usual_line(no_hidden_node) -> None:
+    t = start_node([])
+    try:
+        with DirectSession("wrong-cookie") as s, \
+                pytest.raises(live.NodeError, match="authentication failed"):
+            s.snapshot(t.node, 10)
+    finally:
+        t.stop()
+
+
+def test_open_session_chooses() -> None:
+    assert isinstance(open_session("c", access=Access()), DirectSession)
+    tls = open_session("c", access=Access(proto_dist="inet_tls"))
+    assert type(tls).__name__ == "Session"
+
+
+def test_a_connection_the_target_dropped_is_reopened(no_hidden_node) -> None:
+    """A target with net_ticktime 2 drops a connection silent for a few seconds (we answer its
+    ticks only while we read); the next sample reconnects once, and says nothing."""
+    t = start_node(["-kernel", "net_ticktime", "2"])
+    try:
+        with DirectSession(t.cookie) as s:
+            assert s.snapshot(t.node, 10).os_pid == t.pid
+            first = s._conns[t.node][1][0]
+            time.sleep(5)
+            assert s.snapshot(t.node, 10).os_pid == t.pid
+            assert s._conns[t.node][1][0] is not first  # a new connection
+    finally:
+        t.stop()
