@@ -1,30 +1,50 @@
-"""Bench: what following a busy node with eBPF costs it (issue 5, "Must hold" 4).
+"""Bench: what following a busy node with eBPF costs it (issue 13 item 6; docs/ebpf.md).
 
-    .venv/bin/python tests/bench/bench_ebpf.py [--seconds S] [--pairs P]
+    .venv/bin/python tests/bench/bench_ebpf.py [--seconds S] [--pairs P] [--rounds R]
+                                              [--sampled-seconds S | --no-sampled]
 
-Runs binchurn's `run P MS` (P sender/receiver pairs of 1 KB binaries, CPU-bound) bare, then
-under: the carrier level, the block-level summary, the block-level full trace, a bare bpftrace
-count of the same block-level probes (the floor of any uprobe tool), bcc's memleak, and the
-sampled block-level summary (--sample 0.1, --max-overhead 10). Prints binaries sent per second
-and each ratio (bare rate / traced rate: 1.0 = free). A plain script, not a test: tests never
-assert times. Targets: carrier <= 1.1x bare; full trace <= 1.2x the bpftrace floor; sampled
-<= 1.5x bare.
+One binchurn node runs `run P MS` (P sender/receiver pairs of 1 KB binaries, CPU-bound: every
+scheduler busy) once per run; a run's figure is binaries sent per second. Paired rounds: each
+tool runs in a group next to its own references, the order rotating from round to round, and
+each round gives a ratio against the references of the same round:
 
-A sampled run's cost is an average over its periods (probes in for a slice plus their
-detach, then out; docs/ebpf.md): those runs last --sampled-seconds (default 40, about three
-periods of --sample 0.1) and are compared with a bare run of the same length just before.
+  carrier level     [bare, carrier]                         ratio: bare rate / tool rate
+  block level       [bare, bpftrace floor, points floor,    and against the floor (floor
+                     block summary, block full trace]       rate / tool rate); 1.0 = free
+  bcc memleak       [bare, memleak]
+
+The "bpftrace floor" is bpftrace counting hits (`@[probe] = count()`) of the probes the block
+level uses, put where bpftrace puts them (each function's first instruction): the cost of the
+traps alone, what any uprobe tool placed there pays. The "points floor" is the same bare count
+(a one-line BPF program, per-CPU counter) at the tracer's own attach points
+(ebpf/placement.py moves the free probes past a flags-only test): what is left above it is the
+tracer's own BPF and reader work. Medians over the rounds, with min-max.
+
+Counts: each traced run brackets the workload with the node's own `calls` counters
+(erlang:system_info({allocator, A}), docs/erts/alloc_util.md §6.1) and prints traced - node
+per allocator; the trace window is a little wider than the bracket (the two readings
+themselves), so exact = a small non-negative difference, never a loss. CPU: the node's and the
+tracer's CPU seconds per 1,000 binaries (robust on a shared machine: a trap is system time of
+the node; the reader's work is the tracer's).
+
+A plain script, not a test: tests never assert times. The sampled modes (--sample 0.1,
+--max-overhead 10) run --sampled-seconds (default 40: their cost is an average over periods
+of probes in and out) once each, next to a bare run of the same length.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,18 +52,55 @@ sys.path.insert(0, str(ROOT / "tests" / "ebpf"))
 
 from ebpfhelp import Churn  # noqa: E402
 
-from beamalloc.ebpf import beam  # noqa: E402
+from beamalloc.ebpf import beam, blocks  # noqa: E402
+
+#: The bare count at the tracer's attach points (see the module doc), run as its own process.
+POINTS_FLOOR = r"""
+import sys, signal, time
+from beamalloc.ebpf import beam, blocks, kernel
+bcc = kernel.preflight()
+proc = beam.inspect(int(sys.argv[1]))
+b = bcc.BPF(text=b'BPF_PERCPU_ARRAY(hits, u64, 1); int hit(void *ctx) '
+                 b'{ int k = 0; u64 *v = hits.lookup(&k); if (v) *v += 1; return 0; }')
+placed = blocks.placement(proc.binary)
+for p, addr in placed:
+    att = b.attach_uprobe if p.kind == "entry" else b.attach_uretprobe
+    att(name=proc.binary.encode(), addr=addr, fn_name=b"hit", pid=proc.pid)
+print("Attaching", len(placed), "probes", flush=True)
+signal.sigwait({signal.SIGINT})
+print("hits", sum(b["hits"][0]), flush=True)
+"""
+
+
+@dataclass
+class Tool:
+    name: str
+    argv: list[str] | None  # None: bare
+    marker: str = ""  # the line the tool prints once attached
+    checks: bool = False  # prints the beamalloc JSON document: compare counts with the node
+
+
+@dataclass
+class Run:
+    rate: float
+    node_cpu_ms: float  # node CPU ms per 1,000 binaries
+    tracer_cpu_ms: float
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (traced, node)
 
 
 def _bpftrace_floor(binary: str, pid: int) -> list[str]:
-    """Count the same entry and return probes as the full trace (blocks.probes())."""
-    probes = [f"uprobe:{binary}:{s}" for s in beam.ALLOC_FUNCS + beam.FREE_FUNCS
-              + beam.REALLOC_FUNCS]
-    probes += [f"uretprobe:{binary}:{s}" for s in beam.ALLOC_FUNCS + beam.REALLOC_FUNCS]
+    """A count of the same entry and return probes as the block level, at the symbols."""
+    probes = [f"uprobe:{binary}:{p.sym}" if p.kind == "entry" else
+              f"uretprobe:{binary}:{p.sym}" for p in blocks.probes()]
     return ["bpftrace", "-p", str(pid), "-e", ",".join(probes) + " { @[probe] = count(); }"]
 
 
-def _wait_attached(proc: subprocess.Popen[str], marker: str, timeout: float = 120) -> None:
+def _cpu_s(pid: int) -> float:
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_attached(proc: subprocess.Popen[str], marker: str, timeout: float = 180) -> None:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -56,31 +113,71 @@ def _wait_attached(proc: subprocess.Popen[str], marker: str, timeout: float = 12
     raise RuntimeError("tracer did not attach")
 
 
-def measure(churn: Churn, pairs: int, seconds: float, tool: list[str] | None,
-            marker: str) -> float:
+def _counts(doc: dict, c0: dict, c1: dict) -> dict[str, tuple[int, int]]:
+    """(traced, node) alloc and free calls of the busy allocators."""
+    out = {}
+    for a in ("binary_alloc", "eheap_alloc"):
+        for i, op in ((0, "alloc"), (1, "free")):
+            node = c1[a][i] - c0[a][i]
+            if "blocks" in doc:  # summary
+                traced = doc["blocks"].get(a, {}).get("calls", {}).get(op, 0)
+            elif "calls" in doc:  # full trace: events written, by owner and op number
+                traced = doc["calls"].get(f"{a}:{i}", 0)
+            else:
+                continue
+            out[f"{a} {op}"] = (traced, node)
+    return out
+
+
+def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
     proc = None
-    if tool:
-        proc = subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    if tool.argv:
+        proc = subprocess.Popen(tool.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        _wait_attached(proc, marker)
+        _wait_attached(proc, tool.marker)
+    out = ""
     try:
+        c0 = churn.calls() if tool.checks else {}
+        tr0 = _cpu_s(proc.pid) if proc is not None else 0.0
+        n0, t0 = _cpu_s(churn.pid), time.monotonic()
         sent = int(churn.cmd(f"run {pairs} {int(seconds * 1000)}")[1])
+        n1, t1 = _cpu_s(churn.pid), time.monotonic()
+        tr1 = _cpu_s(proc.pid) if proc is not None else 0.0
+        c1 = churn.calls() if tool.checks else {}
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGINT)
             try:
-                proc.communicate(timeout=120)
+                out, _ = proc.communicate(timeout=300)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return sent / seconds
+                out, _ = proc.communicate()
+    # The tracer's CPU during the run only: not its compile, attach or write-out.
+    run = Run(sent / (t1 - t0), (n1 - n0) / sent * 1e6, (tr1 - tr0) / sent * 1e6)
+    if tool.checks:
+        docs = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if docs:
+            run.counts = _counts(json.loads(docs[-1]), c0, c1)
+    return run
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):5.2f}x  ({min(xs):.2f}-{max(xs):.2f})"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--pairs", type=int, default=8)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of one run")
+    ap.add_argument("--pairs", type=int, default=8, help="binchurn sender/receiver pairs")
+    ap.add_argument("--rounds", type=int, default=5, help="paired rounds per group")
     ap.add_argument("--sampled-seconds", type=float, default=40.0)
+    ap.add_argument("--no-sampled", action="store_true", help="skip the sampled modes")
+    ap.add_argument("--only", choices=("carrier", "block", "memleak"), action="append",
+                    help="run only these groups (repeatable)")
     args = ap.parse_args()
+    if args.seconds <= 0 or args.rounds < 1 or args.pairs < 1:
+        print("bench_ebpf: --seconds, --rounds and --pairs must be positive", file=sys.stderr)
+        return 2
     ebin = tempfile.mkdtemp(prefix="beamalloc-bench-")
     subprocess.run(["erlc", "-o", ebin, str(ROOT / "samples/workloads/binchurn.erl")],
                    check=True)
@@ -90,39 +187,78 @@ def main() -> int:
         pid = str(churn.pid)
         me = [sys.executable, "-m", "beamalloc.cli", "trace", "--pid", pid, "--json"]
         binary = beam.beam_binary(churn.pid)
+        bare = Tool("bare", None)
+        floor = Tool("bpftrace floor", _bpftrace_floor(binary, churn.pid), "Attaching")
+        points = Tool("points floor", [sys.executable, "-c", POINTS_FLOOR, pid], "Attaching")
+        groups = {
+            "carrier": [bare, Tool("carrier level", [*me, "--level", "carrier"], "Ctrl-C",
+                                   checks=False)],
+            "block": [bare, floor, points,
+                      Tool("block summary", me, "Ctrl-C", checks=True),
+                      Tool("block full trace", [*me, "-o", f"{out}/t.batr"], "Ctrl-C",
+                           checks=True)],
+        }
         memleak = shutil.which("memleak-bpfcc")
-        long = args.sampled_seconds
-        runs = [
-            ("bare", None, "", args.seconds),
-            ("carrier level", [*me, "--level", "carrier"], "Ctrl-C", args.seconds),
-            ("block summary", me, "Ctrl-C", args.seconds),
-            ("block full trace", [*me, "-o", f"{out}/t.batr"], "Ctrl-C", args.seconds),
-            ("bpftrace floor", _bpftrace_floor(binary, churn.pid), "Attaching", args.seconds),
-        ]
-        if memleak:
-            runs.append(("bcc memleak", [memleak, "-p", pid, "--combined-only", "60"],
-                         "Attaching", args.seconds))
-        runs += [
-            ("bare (long)", None, "", long),
-            ("block sampled 0.1", [*me, "--sample", "0.1"], "Ctrl-C", long),
-            ("bare (long) again", None, "", long),
-            ("max-overhead 10", [*me, "--max-overhead", "10"], "Ctrl-C", long),
-        ]
-        rates = {}
-        for name, tool, marker, secs in runs:
-            rates[name] = measure(churn, args.pairs, secs, tool, marker)
-            print(f"{name:20s} {rates[name]:12.0f} binaries/s", flush=True)
-        bare, floor = rates["bare"], rates["bpftrace floor"]
-        print(f"\nslowdown (bare rate / rate), {os.cpu_count()} CPUs, {args.pairs} pairs:")
-        for name, r in rates.items():
-            if name.startswith(("block sampled", "max-overhead")):
-                ref = ("bare (long)" if name.startswith("block sampled")
-                       else "bare (long) again")
-                print(f"  {name:20s} {rates[ref] / r:6.2f}x bare (the bare run of the same "
-                      f"length just before)")
-            else:
-                print(f"  {name:20s} {bare / r:6.2f}x bare   {floor / r:6.2f}x the bpftrace "
-                      "floor")
+        if memleak:  # it probes libc: it sees nothing of the BEAM's own allocators
+            groups["memleak"] = [bare, Tool("bcc memleak", [memleak, "-p", pid,
+                                                            "--combined-only", "60"],
+                                            "Attaching")]
+        groups = {g: tools for g, tools in groups.items() if not args.only or g in args.only}
+        rows: dict[str, list[Run]] = {}
+        ratios: dict[str, dict[str, list[float]]] = {}
+        print(f"{os.cpu_count()} CPUs, binchurn {args.pairs} pairs, {args.seconds:g} s runs, "
+              f"{args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the start",
+              flush=True)
+        for g, tools in groups.items():
+            for r in range(args.rounds):
+                k = r % len(tools)
+                order = tools[k:] + tools[:k]  # rotate: every tool takes every position
+                got = {}
+                for tool in order:
+                    got[tool.name] = run = measure(churn, args.pairs, args.seconds, tool)
+                    rows.setdefault(tool.name if tool.argv else f"bare ({g})", []).append(run)
+                    extra = " ".join(f"{k2}: {t - n:+d}" for k2, (t, n) in run.counts.items())
+                    print(f"  {g} round {r + 1}: {tool.name:18s} {run.rate:10.0f} binaries/s"
+                          f"  node {run.node_cpu_ms:6.2f} ms/1k  tracer "
+                          f"{run.tracer_cpu_ms:5.2f} ms/1k  {extra}", flush=True)
+                for tool in tools:
+                    if not tool.argv:
+                        continue
+                    rt = ratios.setdefault(tool.name, {})
+                    rt.setdefault("bare", []).append(got["bare"].rate / got[tool.name].rate)
+                    for ref in ("bpftrace floor", "points floor"):
+                        if ref in got and tool.name != ref:
+                            rt.setdefault(ref, []).append(got[ref].rate / got[tool.name].rate)
+        if not args.no_sampled and (not args.only or "block" in args.only):
+            long = args.sampled_seconds
+            for name, extra in (("block sampled 0.1", ["--sample", "0.1"]),
+                                ("max-overhead 10", ["--max-overhead", "10"])):
+                b = measure(churn, args.pairs, long, bare)
+                s = measure(churn, args.pairs, long, Tool(name, [*me, *extra], "Ctrl-C"))
+                ratios[name] = {"bare": [b.rate / s.rate]}
+                rows[name] = [s]
+                print(f"  {name}: bare {b.rate:.0f}, traced {s.rate:.0f} binaries/s "
+                      f"({long:g} s each)", flush=True)
+        print(f"\nslowdown = reference rate / rate in the same round (1.00 = free); median "
+              f"(min-max) over rounds; load average {os.getloadavg()[0]:.2f} at the end")
+        for name, rt in ratios.items():
+            cols = [f"{_spread(v)} {ref}" for ref, v in rt.items()]
+            runs = rows[name]
+            cpu = (f"node {statistics.median(x.node_cpu_ms for x in runs):6.2f} ms/1k, tracer "
+                   f"{statistics.median(x.tracer_cpu_ms for x in runs):5.2f} ms/1k")
+            print(f"  {name:18s} " + "   ".join(cols) + f"   [{cpu}]")
+        for name, runs in rows.items():
+            if name.startswith("bare"):
+                print(f"  {name:18s} {statistics.median(x.rate for x in runs):10.0f} "
+                      f"binaries/s median, node "
+                      f"{statistics.median(x.node_cpu_ms for x in runs):6.2f} ms/1k")
+        checked = [(name, run) for name, runs in rows.items() for run in runs if run.counts]
+        if checked:
+            print("\ncounts (traced - node, per run; the window is a little wider than the "
+                  "node's bracket):")
+            for name, run in checked:
+                print(f"  {name:18s} " + "  ".join(
+                    f"{k}: {t:,} vs {n:,} ({t - n:+d})" for k, (t, n) in run.counts.items()))
     finally:
         churn.stop()
         shutil.rmtree(ebin, ignore_errors=True)
