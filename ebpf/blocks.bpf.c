@@ -66,7 +66,8 @@ struct batch {
     struct event ev[BATCH];
 };
 
-BPF_HASH(batches, u32, struct batch, MAX_THREADS);
+// Not preallocated: a batch is BATCH events, and only the threads that allocate get one.
+BPF_F_TABLE("hash", u32, struct batch, batches, MAX_THREADS, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(zero_batch, struct batch, 1);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
@@ -99,8 +100,10 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct batch *b = my_batch(tid);
     stat_add(ST_CALLS, 1);
-    if (!b)
+    if (!b) {
+        stat_add(ST_NO_SLOT, 1);
         return 0;
+    }
     struct event *e = &b->ev[b->n & (BATCH - 1)];
     if (e->op & OP_PENDING)
         stat_add(ST_ENTRY_OVERWRITTEN, 1);
@@ -223,7 +226,8 @@ static __always_inline int on_entry(u32 op, u64 type, u64 ptr, u64 size) {
     // a free-list element on every call, a lookup neither.
     struct pending *old = pend.lookup(&tid);
     if (!old) {
-        pend.update(&tid, &p);
+        if (pend.update(&tid, &p))
+            stat_add(ST_NO_SLOT, 1);
         return 0;
     }
     if (old->valid)

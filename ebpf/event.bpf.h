@@ -16,7 +16,8 @@
 #define ST_ENTRY_OVERWRITTEN 1     // an alloc/realloc entry whose return never came
 #define ST_RETURN_WITHOUT_ENTRY 2  // a return without its entry (attached mid-call)
 #define ST_CALLS 3                 // entry probe hits
-#define ST_COUNT 4
+#define ST_NO_SLOT 4               // a thread found no batch / pending slot (map full)
+#define ST_COUNT 5
 
 // 56 bytes: only what the trace file is made of (tracefile.py), as every byte is copied for
 // every call; block sizes are the replay's to compute (docs/trace-format.md).
