@@ -72,6 +72,74 @@ print("hits", sum(b["hits"][0]), flush=True)
 """
 
 
+#: --probe-costs: what one uprobe hit costs where it sits, on functions of known code (x86-64).
+PROBE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+long f_test(long, long, long);  /* test %rdx,%rdx; je: the way erts_alcu_free_thr_pref opens */
+long f_push(long, long, long);  /* push %rbx first: the way erts_alcu_alloc_thr_pref opens */
+__asm__(".text\n.globl f_test\n.type f_test,@function\nf_test:\n test %rdx,%rdx\n"
+        " je 1f\n push %rbx\n mov %rdi,%rax\n add %rsi,%rax\n pop %rbx\n1: ret\n"
+        ".globl f_push\n.type f_push,@function\nf_push:\n push %rbx\n mov %rdi,%rax\n"
+        " add %rsi,%rax\n pop %rbx\n ret\n");
+static double cpu(void) {
+    struct rusage r; getrusage(RUSAGE_SELF, &r);
+    return r.ru_utime.tv_sec + r.ru_stime.tv_sec + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+}
+int main(int argc, char **argv) {
+    long n = atol(argv[1]), s = 0;
+    long (*f)(long, long, long) = argv[2][0] == 't' ? f_test : f_push;
+    getchar();
+    double t0 = cpu();
+    for (long i = 0; i < n; i++) s += f(i, i, i | 1);
+    printf("%.1f %ld\n", (cpu() - t0) / n * 1e9, s & 1);
+    return 0;
+}
+"""
+
+
+def probe_costs(calls: int) -> None:
+    """CPU ns per call of a 5-instruction function, bare and with a one-line BPF counter on it:
+    on a single-stepped instruction (test), on emulated ones (je, push), as a uretprobe."""
+    from beamalloc.ebpf import kernel, placement, procmem
+
+    bcc = kernel.preflight()
+    tmp = Path(tempfile.mkdtemp(prefix="beamalloc-probecost-"))
+    try:
+        (tmp / "p.c").write_text(PROBE_C)
+        subprocess.run(["gcc", "-O2", "-o", str(tmp / "p"), str(tmp / "p.c")], check=True)
+        exe = str(tmp / "p")
+        syms = _elf_syms(exe)  # a plain executable exports nothing in .dynsym
+        t, p = syms["f_test"], syms["f_push"]
+        je = t + placement.entry_offset(procmem.code_bytes(exe, t, 16))
+        cases = [("no probe", "t", []), ("uprobe on test (single-stepped)", "t", [("u", t)]),
+                 ("uprobe on the je after it", "t", [("u", je)]),
+                 ("uprobe on push", "p", [("u", p)]), ("uretprobe", "p", [("r", p)]),
+                 ("uprobe + uretprobe", "p", [("u", p), ("r", p)])]
+        print(f"{'probe':34s} {'ns/call':>9s}   ({calls:,} calls, CPU time of the caller)")
+        for name, fn, where in cases:
+            b = bcc.BPF(text=b"BPF_PERCPU_ARRAY(hits, u64, 1); int hit(void *ctx) "
+                             b"{ int k = 0; u64 *v = hits.lookup(&k); if (v) *v += 1; return 0; }")
+            proc = subprocess.Popen([exe, str(calls), fn], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+            for kind, addr in where:
+                att = b.attach_uprobe if kind == "u" else b.attach_uretprobe
+                att(name=exe.encode(), addr=addr, fn_name=b"hit", pid=proc.pid)
+            out, _ = proc.communicate("\n")
+            hits = sum(b["hits"][0])
+            b.cleanup()
+            print(f"{name:34s} {float(out.split()[0]):9.1f}   hits {hits:,}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _elf_syms(exe: str) -> dict[str, int]:
+    """Link-time addresses of the executable's functions (its .symtab, through nm)."""
+    out = subprocess.run(["nm", exe], capture_output=True, text=True, check=True).stdout
+    return {w[2]: int(w[0], 16) for w in (ln.split() for ln in out.splitlines()) if len(w) == 3}
+
+
 @dataclass
 class Tool:
     name: str
@@ -86,6 +154,10 @@ class Run:
     node_cpu_ms: float  # node CPU ms per 1,000 binaries
     tracer_cpu_ms: float
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (traced, node)
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.node_cpu_ms + self.tracer_cpu_ms
 
 
 def _bpftrace_floor(binary: str, pid: int) -> list[str]:
@@ -174,7 +246,12 @@ def main() -> int:
     ap.add_argument("--no-sampled", action="store_true", help="skip the sampled modes")
     ap.add_argument("--only", choices=("carrier", "block", "memleak"), action="append",
                     help="run only these groups (repeatable)")
+    ap.add_argument("--probe-costs", action="store_true",
+                    help="only measure one probe hit where it sits (needs gcc), then exit")
     args = ap.parse_args()
+    if args.probe_costs:
+        probe_costs(500_000)
+        return 0
     if args.seconds <= 0 or args.rounds < 1 or args.pairs < 1:
         print("bench_ebpf: --seconds, --rounds and --pairs must be positive", file=sys.stderr)
         return 2
@@ -206,6 +283,7 @@ def main() -> int:
         groups = {g: tools for g, tools in groups.items() if not args.only or g in args.only}
         rows: dict[str, list[Run]] = {}
         ratios: dict[str, dict[str, list[float]]] = {}
+        cpu_ratios: dict[str, dict[str, list[float]]] = {}
         print(f"{os.cpu_count()} CPUs, binchurn {args.pairs} pairs, {args.seconds:g} s runs, "
               f"{args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the start",
               flush=True)
@@ -224,11 +302,15 @@ def main() -> int:
                 for tool in tools:
                     if not tool.argv:
                         continue
-                    rt = ratios.setdefault(tool.name, {})
-                    rt.setdefault("bare", []).append(got["bare"].rate / got[tool.name].rate)
+                    me_, rt = got[tool.name], ratios.setdefault(tool.name, {})
+                    rt.setdefault("bare", []).append(got["bare"].rate / me_.rate)
                     for ref in ("bpftrace floor", "points floor"):
                         if ref in got and tool.name != ref:
-                            rt.setdefault(ref, []).append(got[ref].rate / got[tool.name].rate)
+                            rt.setdefault(ref, []).append(got[ref].rate / me_.rate)
+                    cpu_rt = cpu_ratios.setdefault(tool.name, {})
+                    for ref in ("bare", "bpftrace floor"):
+                        if ref in got and tool.name != ref:
+                            cpu_rt.setdefault(ref, []).append(me_.cpu_ms / got[ref].cpu_ms)
         if not args.no_sampled and (not args.only or "block" in args.only):
             long = args.sampled_seconds
             for name, extra in (("block sampled 0.1", ["--sample", "0.1"]),
@@ -247,6 +329,10 @@ def main() -> int:
             cpu = (f"node {statistics.median(x.node_cpu_ms for x in runs):6.2f} ms/1k, tracer "
                    f"{statistics.median(x.tracer_cpu_ms for x in runs):5.2f} ms/1k")
             print(f"  {name:18s} " + "   ".join(cols) + f"   [{cpu}]")
+        print("\nCPU per binary (node + tracer) / the reference's in the same round: what the "
+              "rates show on an idle machine, and what a loaded one still measures")
+        for name, rt in cpu_ratios.items():
+            print(f"  {name:18s} " + "   ".join(f"{_spread(v)} {ref}" for ref, v in rt.items()))
         for name, runs in rows.items():
             if name.startswith("bare"):
                 print(f"  {name:18s} {statistics.median(x.rate for x in runs):10.0f} "
