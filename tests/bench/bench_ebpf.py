@@ -66,6 +66,7 @@ placed = blocks.placement(proc.binary)
 for p, addr in placed:
     att = b.attach_uprobe if p.kind == "entry" else b.attach_uretprobe
     att(name=proc.binary.encode(), addr=addr, fn_name=b"hit", pid=proc.pid)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 print("Attaching", len(placed), "probes", flush=True)
 signal.sigwait({signal.SIGINT})
 print("hits", sum(b["hits"][0]), flush=True)
@@ -154,6 +155,7 @@ class Run:
     node_cpu_ms: float  # node CPU ms per 1,000 binaries
     tracer_cpu_ms: float
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (traced, node)
+    lost: int | None = None  # events the tracer reports lost (beamalloc's JSON)
 
     @property
     def cpu_ms(self) -> float:
@@ -215,6 +217,8 @@ def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
         sent = int(churn.cmd(f"run {pairs} {int(seconds * 1000)}")[1])
         n1, t1 = _cpu_s(churn.pid), time.monotonic()
         tr1 = _cpu_s(proc.pid) if proc is not None else 0.0
+        if tool.checks:  # the pairs' processes end (and free their last binaries) just after
+            time.sleep(0.5)
         c1 = churn.calls() if tool.checks else {}
     finally:
         if proc is not None:
@@ -229,7 +233,9 @@ def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
     if tool.checks:
         docs = [ln for ln in out.splitlines() if ln.startswith("{")]
         if docs:
-            run.counts = _counts(json.loads(docs[-1]), c0, c1)
+            doc = json.loads(docs[-1])
+            run.counts = _counts(doc, c0, c1)
+            run.lost = doc.get("lost_events", doc.get("lost", {}).get("total"))
     return run
 
 
@@ -318,6 +324,7 @@ def main() -> int:
                 b = measure(churn, args.pairs, long, bare)
                 s = measure(churn, args.pairs, long, Tool(name, [*me, *extra], "Ctrl-C"))
                 ratios[name] = {"bare": [b.rate / s.rate]}
+                cpu_ratios[name] = {"bare": [s.cpu_ms / b.cpu_ms]}
                 rows[name] = [s]
                 print(f"  {name}: bare {b.rate:.0f}, traced {s.rate:.0f} binaries/s "
                       f"({long:g} s each)", flush=True)
@@ -344,7 +351,8 @@ def main() -> int:
                   "node's bracket):")
             for name, run in checked:
                 print(f"  {name:18s} " + "  ".join(
-                    f"{k}: {t:,} vs {n:,} ({t - n:+d})" for k, (t, n) in run.counts.items()))
+                    f"{k}: {t:,} vs {n:,} ({t - n:+d})" for k, (t, n) in run.counts.items())
+                    + f"  lost {run.lost}")
     finally:
         churn.stop()
         shutil.rmtree(ebin, ignore_errors=True)
