@@ -156,6 +156,7 @@ class Run:
     tracer_cpu_ms: float
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (traced, node)
     lost: int | None = None  # events the tracer reports lost (beamalloc's JSON)
+    bpf_ns: dict[str, int] = field(default_factory=dict)  # --bpf-stats: program -> ns per run
 
     @property
     def cpu_ms(self) -> float:
@@ -203,7 +204,15 @@ def _counts(doc: dict, c0: dict, c1: dict) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
+def _bpf_runs() -> dict[int, tuple[str, int, int]]:
+    """id -> (name, run_cnt, run_time_ns) of every loaded BPF program (bpf_stats on)."""
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    return {p["id"]: (p.get("name", "?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))
+            for p in json.loads(r.stdout or "[]")}
+
+
+def measure(churn: Churn, pairs: int, seconds: float, tool: Tool,
+            bpf_stats: bool = False) -> Run:
     proc = None
     if tool.argv:
         proc = subprocess.Popen(tool.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -213,9 +222,11 @@ def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
     try:
         c0 = churn.calls() if tool.checks else {}
         tr0 = _cpu_s(proc.pid) if proc is not None else 0.0
+        b0 = _bpf_runs() if bpf_stats and proc is not None else {}
         n0, t0 = _cpu_s(churn.pid), time.monotonic()
         sent = int(churn.cmd(f"run {pairs} {int(seconds * 1000)}")[1])
         n1, t1 = _cpu_s(churn.pid), time.monotonic()
+        b1 = _bpf_runs() if b0 else {}
         tr1 = _cpu_s(proc.pid) if proc is not None else 0.0
         if tool.checks:  # the pairs' processes end (and free their last binaries) just after
             time.sleep(0.5)
@@ -230,6 +241,10 @@ def measure(churn: Churn, pairs: int, seconds: float, tool: Tool) -> Run:
                 out, _ = proc.communicate()
     # The tracer's CPU during the run only: not its compile, attach or write-out.
     run = Run(sent / (t1 - t0), (n1 - n0) / sent * 1e6, (tr1 - tr0) / sent * 1e6)
+    for pid_, (name, cnt, ns) in b1.items():  # programs that ran during the run: ns per run
+        _n, cnt0, ns0 = b0.get(pid_, (name, 0, 0))
+        if cnt - cnt0 > 1000:
+            run.bpf_ns[f"{name}#{pid_}"] = round((ns - ns0) / (cnt - cnt0))
     if tool.checks:
         docs = [ln for ln in out.splitlines() if ln.startswith("{")]
         if docs:
@@ -254,7 +269,21 @@ def main() -> int:
                     help="run only these groups (repeatable)")
     ap.add_argument("--probe-costs", action="store_true",
                     help="only measure one probe hit where it sits (needs gcc), then exit")
+    ap.add_argument("--bpf-stats", action="store_true",
+                    help="turn on kernel.bpf_stats_enabled and print each program's ns per "
+                    "run (adds its own cost to every BPF program while on)")
     args = ap.parse_args()
+    if args.bpf_stats:
+        was = Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip()
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
+        try:
+            return _main(args)
+        finally:
+            Path("/proc/sys/kernel/bpf_stats_enabled").write_text(was)
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.probe_costs:
         probe_costs(500_000)
         return 0
@@ -299,12 +328,16 @@ def main() -> int:
                 order = tools[k:] + tools[:k]  # rotate: every tool takes every position
                 got = {}
                 for tool in order:
-                    got[tool.name] = run = measure(churn, args.pairs, args.seconds, tool)
+                    got[tool.name] = run = measure(churn, args.pairs, args.seconds, tool,
+                                                   args.bpf_stats)
                     rows.setdefault(tool.name if tool.argv else f"bare ({g})", []).append(run)
                     extra = " ".join(f"{k2}: {t - n:+d}" for k2, (t, n) in run.counts.items())
                     print(f"  {g} round {r + 1}: {tool.name:18s} {run.rate:10.0f} binaries/s"
                           f"  node {run.node_cpu_ms:6.2f} ms/1k  tracer "
                           f"{run.tracer_cpu_ms:5.2f} ms/1k  {extra}", flush=True)
+                    if run.bpf_ns:
+                        print("      BPF ns per run: " + ", ".join(
+                            f"{k} {v}" for k, v in sorted(run.bpf_ns.items())), flush=True)
                 for tool in tools:
                     if not tool.argv:
                         continue
