@@ -2,6 +2,8 @@
 
     .venv/bin/python tests/bench/bench_ebpf.py [--seconds S] [--pairs P] [--rounds R]
                                               [--sampled-seconds S | --no-sampled]
+                                              [--only GROUP] [--bpf-stats]
+    .venv/bin/python tests/bench/bench_ebpf.py --probe-costs   # one hit, where it sits
 
 One binchurn node runs `run P MS` (P sender/receiver pairs of 1 KB binaries, CPU-bound: every
 scheduler busy) once per run; a run's figure is binaries sent per second. Paired rounds: each
