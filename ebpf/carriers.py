@@ -9,6 +9,7 @@ from typing import Any
 
 from beamalloc.ebpf import beam
 from beamalloc.ebpf.errors import EbpfUnavailable
+from beamalloc.ebpf.placement import entry_addrs
 from beamalloc.ebpf.procmem import dynamic_symbols
 
 SOURCE = Path(__file__).with_name("carriers.bpf.c")
@@ -51,15 +52,25 @@ class CarrierProbes:
             # TRACEPOINT_PROBEs attach when the program loads: the syscalls are followed from here
             self.bpf = bcc.BPF(src_file=str(SOURCE).encode(), cflags=cflags)
             binary = proc.binary.encode()
+            # Entry-only probes go where one trap does (placement.py): glibc's free opens
+            # with the test a single-step would cost ~20x more on.
             syms = dynamic_symbols(proc.binary)
+            addrs = entry_addrs(proc.binary, syms, [sym for sym, _ in ERTS_PROBES])
             for sym, fn in ERTS_PROBES:
-                self.bpf.attach_uprobe(name=binary, addr=syms[sym].value, fn_name=fn.encode(),
+                self.bpf.attach_uprobe(name=binary, addr=addrs[sym], fn_name=fn.encode(),
                                        pid=proc.pid)
             if libc:
-                path = libc_path(proc.pid).encode()
+                lib = libc_path(proc.pid)
+                path = lib.encode()
+                alone = entry_addrs(lib, dynamic_symbols(lib),
+                                    [sym for sym, _, ret in LIBC_PROBES if not ret])
                 for sym, fn, ret in LIBC_PROBES:
-                    self.bpf.attach_uprobe(name=path, sym=sym.encode(), fn_name=fn.encode(),
-                                           pid=proc.pid)
+                    if sym in alone:
+                        self.bpf.attach_uprobe(name=path, addr=alone[sym], fn_name=fn.encode(),
+                                               pid=proc.pid)
+                    else:
+                        self.bpf.attach_uprobe(name=path, sym=sym.encode(),
+                                               fn_name=fn.encode(), pid=proc.pid)
                     if ret:
                         self.bpf.attach_uretprobe(name=path, sym=sym.encode(),
                                                   fn_name=ret.encode(), pid=proc.pid)

@@ -16,16 +16,17 @@
 #define ST_ENTRY_OVERWRITTEN 1     // an alloc/realloc entry whose return never came
 #define ST_RETURN_WITHOUT_ENTRY 2  // a return without its entry (attached mid-call)
 #define ST_CALLS 3                 // entry probe hits
-#define ST_COUNT 4
+#define ST_NO_SLOT 4               // a thread found no batch / pending slot (map full)
+#define ST_COUNT 5
 
+// 56 bytes: only what the trace file is made of (tracefile.py), as every byte is copied for
+// every call; block sizes are the replay's to compute (docs/trace-format.md).
 struct event {
     u64 t_ns;
     u64 ptr;      // alloc: result; free: p; realloc: old p
     u64 new_ptr;  // realloc: result
     u64 allctr;   // Allctr_t * owning the (new) block, from its carrier header
     u64 size;     // requested size (alloc, realloc)
-    u64 blk;      // block size (with header) of the new block, or of the freed one
-    u64 old_blk;  // realloc: block size of the old block
     u32 type;     // ErtsAlcType_t
     u32 tid;
     u32 op;

@@ -50,6 +50,34 @@ def dynamic_symbols(path: str | Path) -> dict[str, Symbol]:
     return out
 
 
+def file_offset(path: str | Path, vaddr: int, size: int = 1) -> int:
+    """Where link-time address `vaddr` (and `size` bytes after it) sits in an ELF64 file: its
+    PT_LOAD segment's file offset plus the distance into the segment. uprobes are placed by
+    file offset (the kernel lists them so)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise ProcError(f"{path}: not a 64-bit little-endian ELF file")
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    for i in range(phnum):
+        ptype, _flags, off, addr, _paddr, filesz = struct.unpack_from(
+            "<IIQQQQ", table, i * phentsize)
+        if ptype == 1 and addr <= vaddr and vaddr + size <= addr + filesz:  # PT_LOAD
+            return off + vaddr - addr
+    raise ProcError(f"{path}: no loaded segment holds {size} bytes at {vaddr:#x}")
+
+
+def code_bytes(path: str | Path, vaddr: int, size: int) -> bytes:
+    """`size` bytes of an ELF64 file at link-time address `vaddr`, read from the file, never
+    from a process: a running one may hold another tracer's int3 where the code starts."""
+    with open(path, "rb") as f:
+        f.seek(file_offset(path, vaddr, size))
+        return f.read(size)
+
+
 class ProcessMemory:
     """Reads of a process's memory at the run-time addresses of a mapped file's symbols."""
 

@@ -264,13 +264,19 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options,
 
 
 def _cpu_s(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of the whole process (all threads), from /proc."""
+    """(system, all) CPU seconds of every thread of `pid`. All: the scheduler's nanosecond
+    accounting (/proc/PID/task/*/schedstat). System: /proc/PID/stat, whose user/system split
+    is sampled at the tick (10 ms here), so a short window of sub-microsecond hits often
+    reads 0 there."""
+    total = 0
+    for f in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(f.read_text().split()[0])
     try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(f[11]) / tick, int(f[12]) / tick
+        stime = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[12])
+    except (OSError, IndexError, ValueError):
+        stime = 0
+    return stime / os.sysconf("SC_CLK_TCK"), total / 1e9
 
 
 class _Sampler:
@@ -280,10 +286,13 @@ class _Sampler:
     Probes in place = the counted slice plus the time until the hot probes are gone at detach
     (BlockProbes.detach: they go first); the off time is sized from that measured time, so F
     bounds the trapping, not just the counting. With ``--max-overhead`` F follows from a cost
-    per probe hit calibrated on the target itself: a trap runs in the target's context, as
-    system time, so (its system CPU rate while attached − while detached) / hits per second is
-    the cost of a hit; the target's own CPU use while detached is what the overhead is
-    relative to. Both are re-measured in every slice and every off period."""
+    per probe hit calibrated on the target itself: a trap runs in the target's context, so
+    the target's CPU rate while attached − while detached, per hit per second, is the cost of
+    a hit. Measured twice, each blind somewhere: its system time (the trap itself, seen even
+    when the target is CPU-bound and its total cannot grow, but sampled at the tick) and its
+    total CPU (exact to the ns, but flat on a saturated target); the larger is taken, so the
+    cap errs on the safe side. The target's own CPU use while detached is what the overhead
+    is relative to. All are re-measured in every slice and every off period."""
 
     BASELINE_S = 0.5  # --max-overhead: a detached window to measure the target first
 
@@ -297,10 +306,11 @@ class _Sampler:
         self.attached_s = 0.0  # counted (every probe in place)
         self.probes_in_s = 0.0  # counted + until the hot probes were gone
         self.slices = 0
-        self._att = [0.0, 0.0, 0]  # seconds attached, system CPU seconds meanwhile, hits
-        self._bare = [0.0, 0.0, 0.0]  # seconds detached, system CPU, all CPU meanwhile
+        self._att = [0.0, 0.0, 0.0, 0]  # seconds attached, system and all CPU meanwhile, hits
+        self._bare = [0.0, 0.0, 0.0]  # seconds detached, system and all CPU meanwhile
         self._since: float | None = None
-        self._mark: tuple[float, float, float] | None = None  # (t, user, sys) of a window
+        self._mark: tuple[float, float, float] | None = None  # (t, system, all) of a window
+        self._cpu0 = (0.0, 0.0)
         self._calls = 0
         self._next = time.monotonic()
         if blocks is None:
@@ -317,11 +327,11 @@ class _Sampler:
     def _close_bare(self) -> None:
         if self._mark is None:
             return
-        t0, u0, s0 = self._mark
-        u1, s1 = _cpu_s(self.pid)
+        t0, s0, c0 = self._mark
+        s1, c1 = _cpu_s(self.pid)
         self._bare[0] += time.monotonic() - t0
         self._bare[1] += s1 - s0
-        self._bare[2] += (u1 - u0) + (s1 - s0)
+        self._bare[2] += c1 - c0
         self._mark = None
 
     def _on(self) -> None:
@@ -330,19 +340,20 @@ class _Sampler:
             self.blocks.clear_pending()
         self.blocks.attach()  # counting starts once every probe is in (blocks.bpf.c, enabled)
         self._since = time.monotonic()
-        self._sys0 = _cpu_s(self.pid)[1]
+        self._cpu0 = _cpu_s(self.pid)
         self._next = self._since + (self.opts.slice_s if self.sampled else 1e18)
 
     def _off(self) -> None:
         start = time.monotonic()
-        sys1 = _cpu_s(self.pid)[1]
+        cpu1 = _cpu_s(self.pid)
         slice_s = start - (self._since or start)
         hot_s = self.blocks.detach()  # counting stops before the first probe goes
         self._open_bare()
         calls = self.blocks.stats()["calls"]
         self._att[0] += slice_s
-        self._att[1] += sys1 - self._sys0
-        self._att[2] += calls - self._calls
+        self._att[1] += cpu1[0] - self._cpu0[0]
+        self._att[2] += cpu1[1] - self._cpu0[1]
+        self._att[3] += calls - self._calls
         self._calls = calls
         self.attached_s += slice_s
         self.probes_in_s += slice_s + hot_s
@@ -356,12 +367,13 @@ class _Sampler:
     def calibration(self) -> dict[str, float | None]:
         """What --max-overhead decides from: hits/s while attached, the cost of a hit, the
         target's CPU use (cores) while detached."""
-        att_s, att_sys, hits = self._att
+        att_s, att_sys, att_cpu, hits = self._att
         bare_s, bare_sys, bare_cpu = self._bare
         rate = hits / att_s if att_s else None
         cost = None
         if hits and att_s and bare_s:
-            cost = max(0.0, att_sys / att_s - bare_sys / bare_s) * att_s / hits
+            cost = max(0.0, att_sys / att_s - bare_sys / bare_s,
+                       att_cpu / att_s - bare_cpu / bare_s) * att_s / hits
         return {"hits_per_s": rate, "per_hit_cost_s": cost,
                 "target_cpu": bare_cpu / bare_s if bare_s else None}
 
