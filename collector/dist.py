@@ -317,18 +317,25 @@ class _Raw:
 
 # ---- the connection ----------------------------------------------------------------------
 
+class _Busy(Exception):
+    """The target answered our handshake "nok": its own to us is under way."""
+
+
 class Local:
     """Our side: a pooled name held with this host's epmd, usable for connections to any
     number of targets (a BEAM node is one name too, whatever it connects to). close() frees
     the name."""
 
     def __init__(self, access: Access, deadline: float, pool: int, long_names: bool) -> None:
-        # A listening socket nobody is meant to use: epmd registers a port, as for any node.
+        # epmd registers a port, as for any node: one bound but never listening, so a target
+        # that connects back to us (rex sending a reply after we gave up on a stopped node:
+        # auto-connect) is refused at once. A socket that listened but never accepted would
+        # hold the target's attempt for its net_setuptime (7 s), and our reconnects would be
+        # answered "nok" (its own handshake to us pending) all that time.
         self._listen = socket.socket(_family(access), socket.SOCK_STREAM)
         self._epmd: socket.socket | None = None
         try:
             self._listen.bind((_local_epmd_host(access), 0))
-            self._listen.listen(1)
             ours, creation, self._epmd = register(pool, access, deadline,
                                                   self._listen.getsockname()[1])
         except BaseException:
@@ -388,7 +395,19 @@ class Connection:
             if port is None:
                 raise DistError("no_such_node", [n.encode() for n in names(host, access,
                                                                             deadline)])
-            self._handshake(host, port, deadline)
+            while True:
+                try:
+                    self._handshake(host, port, deadline)
+                    break
+                except _Busy:
+                    # "nok": the target's own connection to us is still being set up (an
+                    # auto-connect for a late reply, refused at once by Local): again shortly.
+                    if self._sock is not None:
+                        self._sock.close()
+                        self._sock = None
+                    if _left(deadline, "connecting") < 0.1:
+                        raise DistError("connect_failed", b"handshake status nok") from None
+                    time.sleep(0.05)
         except BaseException:
             self.close()
             raise
@@ -412,9 +431,15 @@ class Connection:
             status = self._recv2(deadline, stage)
             if not status.startswith(b"s"):
                 raise DistError("connect_failed", b"unexpected handshake message")
-            if status[1:] not in (b"ok", b"ok_simultaneous"):
-                if status[1:] == b"alive":
-                    s.sendall(_packet2(b"sfalse"))
+            if status[1:] == b"alive":
+                # The target still holds a connection under our name: ours, since epmd gives
+                # the name to one holder (Local), and closed by us before we reconnect (a
+                # timed-out request while the target was stopped). "true" tells the target to
+                # drop the stale one and go on with this handshake.
+                s.sendall(_packet2(b"strue"))
+            elif status[1:] == b"nok":
+                raise _Busy
+            elif status[1:] not in (b"ok", b"ok_simultaneous"):
                 raise DistError("connect_failed", b"handshake status " + status[1:])
             msg = self._recv2(deadline, stage)
             if msg[:1] != b"N" or len(msg) < 19:

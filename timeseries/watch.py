@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
+from beamalloc.collector.session import DirectSession, open_session
 from beamalloc.console import width_for
 from beamalloc.errors import InputError
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
@@ -89,7 +90,7 @@ class Watcher:
         self.stop = threading.Event()
         self._q: queue.Queue[Callable[[Store], None] | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._session: Session | None = None
+        self._session: Session | DirectSession | None = None
         self._threads: list[threading.Thread] = []
         self._long = _long_names(self.nodes)
         self.written = 0
@@ -110,7 +111,9 @@ class Watcher:
             if self._session is None or not self._session.alive():
                 if self._session is not None:
                     self._session.close()
-                self._session = Session(self.cookie, self._long)
+                # Plain TCP distribution: our own client over kept connections, no hidden node
+                # (collector/session.py); TLS: the hidden node's session.
+                self._session = open_session(self.cookie, self._long)
                 self._session.start()
             return self._session
 

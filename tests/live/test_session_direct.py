@@ -83,3 +83,27 @@ def test_a_connection_the_target_dropped_is_reopened(no_hidden_node) -> None:
             assert s._conns[t.node][1][0] is not first  # a new connection
     finally:
         t.stop()
+
+
+def test_a_node_that_was_stopped_answers_at_once_when_it_resumes(no_hidden_node) -> None:
+    """A watch's flapping node (SIGSTOP, a timed-out sample, SIGCONT): when it resumes, rex
+    sends the late reply and the target connects back to our name to deliver it. Our name's
+    port refuses that at once, so the very next sample connects (at most a few "nok" answers
+    while the target's attempt fails), instead of every sample failing for net_setuptime."""
+    import os
+    import signal
+
+    n = start_node()
+    try:
+        with DirectSession(n.cookie) as s:
+            s.snapshot(n.node, 10)
+            os.killpg(n.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(live.NodeError, match="timed out"):
+                    s.snapshot(n.node, 1)
+            finally:
+                os.killpg(n.pid, signal.SIGCONT)
+            for _ in range(3):  # each within its timeout, none refused
+                assert s.snapshot(n.node, 3).os_pid == n.pid
+    finally:
+        n.stop()

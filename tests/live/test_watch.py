@@ -46,9 +46,15 @@ def nodes() -> Iterator[list[Node]]:
         n.stop()
 
 
-def _watch(store: Path, cookie: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+def _watch(store: Path, cookie: str, *args: str,
+           hidden: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    """`beamalloc watch` in a child process; `hidden` sends it through the hidden node
+    (BEAMALLOC_HIDDEN_NODE, docs/access.md) instead of our own distribution client."""
     err = store.with_suffix(".stderr")
     env = dict(os.environ, BEAMALLOC_COOKIE=cookie)
+    env.pop("BEAMALLOC_HIDDEN_NODE", None)
+    if hidden:
+        env["BEAMALLOC_HIDDEN_NODE"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", "watch", "--store",
                              str(store), *args], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=err.open("wb"))
@@ -106,7 +112,8 @@ def _wait(cond, within: float = 60) -> None:
         time.sleep(0.2)
 
 
-def test_three_nodes_stall_restart_and_metrics(tmp_path, nodes) -> None:
+@pytest.mark.parametrize("way", ["direct", "hidden"])
+def test_three_nodes_stall_restart_and_metrics(tmp_path, nodes, way: str) -> None:
     cookie = f"C{secrets.token_hex(12)}"
     steady, restarted, stalled = (f"t_{secrets.token_hex(4)}" for _ in range(3))
     for name in (steady, restarted, stalled):
@@ -114,11 +121,14 @@ def test_three_nodes_stall_restart_and_metrics(tmp_path, nodes) -> None:
     names = [f"{n}@{HOST}" for n in (steady, restarted, stalled)]
     db = tmp_path / "w.db"
     proc, err = _watch(db, cookie, *names, "--interval", "1", "--duration", "30",
-                       "--prometheus", "127.0.0.1:0")
+                       "--prometheus", "127.0.0.1:0", hidden=way == "hidden")
     try:
         _wait(lambda: len(_counts(db)) == 3 and min(_counts(db).values()) >= 3)
         children = _children(proc.pid)
-        assert children, "no hidden node under the watcher"
+        if way == "hidden":
+            assert children, "no hidden node under the watcher"
+        else:  # our own client over kept connections: no BEAM booted for us
+            assert children == [], f"processes under a direct watcher: {children}"
 
         os.killpg(nodes[2].pid, signal.SIGSTOP)  # a stalled node: answers nothing
         _wait(lambda: _gaps(db, names[2]))  # until the watcher has given up on it
@@ -191,10 +201,12 @@ def test_sigkill_keeps_every_committed_sample(tmp_path, nodes) -> None:
         nodes.append(_start(f"t_{secrets.token_hex(4)}", cookie))
     names = [n.node for n in nodes]
     db = tmp_path / "w.db"
-    proc, err = _watch(db, cookie, *names, "--interval", "0.25")
+    # Through the hidden node: a killed watcher must not leave it behind.
+    proc, err = _watch(db, cookie, *names, "--interval", "0.25", hidden=True)
     try:
         _wait(lambda: len(_counts(db)) == 2 and min(_counts(db).values()) >= 20)
         children = _children(proc.pid)
+        assert children, "no hidden node under the watcher"
         with Store(db, readonly=True) as st:
             before = {n: st.series(n, max_points=None) for n in names}
             latest_before = {n: st.latest(n).taken_at for n in names}
