@@ -65,6 +65,12 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+def heading(line: str) -> tuple[int, str] | None:
+    """A Markdown heading line's level and text (`## 2.1 Foo` -> (2, "2.1 Foo")), else None."""
+    m = _HEADING.match(line)
+    return (len(m[1]), m[2]) if m else None
+
+
 @functools.cache
 def _headings(path: Path) -> tuple[str, ...]:
     try:

@@ -117,10 +117,14 @@ def erlang_ebin(erlc: str | None = None) -> Path:
         digest.update(b"\0" + src.name.encode() + b"\0" + src.read_bytes())
     key = digest.hexdigest()[:16]
     ebin = _cache_root() / key
-    if all((ebin / f"{src.stem}.beam").is_file() for src in sources):
-        return ebin
-    ebin.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=ebin.parent))
+    try:
+        if all((ebin / f"{src.stem}.beam").is_file() for src in sources):
+            return ebin
+        ebin.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=ebin.parent))
+    except OSError as e:  # a HOME we may not write (nobody, a read-only install host)
+        raise NodeError(f"cannot write the agent's cache {ebin.parent}: "
+                        f"{e.strerror or e}; set XDG_CACHE_HOME to a writable directory") from None
     try:
         r = subprocess.run([erlc, "-o", str(tmp), *map(str, sources)], capture_output=True,
                            text=True, timeout=60)

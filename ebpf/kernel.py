@@ -84,7 +84,8 @@ def prepare_headers(release: str | None = None) -> Path:
     candidates = sorted(glob.glob("/usr/src/linux-headers-*-amd64"))
     if not candidates:
         raise EbpfUnavailable(f"no kernel headers for {release}: install linux-headers-amd64 "
-                              "(make setup does) so bcc can compile its programs")
+                              "(`make setup` does it in a checkout) so bcc can compile its "
+                              "programs")
     arch = Path(candidates[-1])
     common = Path(str(arch).removesuffix("-amd64") + "-common")
     try:
@@ -112,7 +113,7 @@ def load_bcc() -> ModuleType:
     init = BCC_DIST / "__init__.py"
     if not init.exists():
         raise EbpfUnavailable("bcc is not installed: apt-get install python3-bpfcc bpfcc-tools "
-                              "(make setup does)")
+                              "(Debian's; `make setup` does it in a checkout)")
     spec = importlib.util.spec_from_file_location("bcc", init,
                                                   submodule_search_locations=[str(BCC_DIST)])
     assert spec is not None and spec.loader is not None

@@ -18,8 +18,10 @@ from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
 
 
-def _usage_style(u: float) -> str:
-    return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u)]
+def _usage_style(u: float, unused: int) -> str:
+    """The usage's colour weighs the bytes it wastes too (rules.usage_level), as the web UI's:
+    384 KiB of an idle temp_alloc never reads as red as 155 MiB of binary_alloc."""
+    return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u, unused)]
 
 
 def header_facts(a: dict[str, Any]) -> tuple[str, str]:
@@ -108,7 +110,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
         human(os_["allocated_all"]),
         human(t["used"]),
         human(t["unused"]),
-        Text(pct(t["usage"]), style=_usage_style(t["usage"])),
+        Text(pct(t["usage"]), style=_usage_style(t["usage"], t["unused"])),
         human(os_["rss"]),
         human(os_["rss_minus_allocated"]),
     ]])
@@ -127,7 +129,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
             human(r["allocated"]),
             human(r["used"]),
             human(r["unused"]),
-            Text(pct(r["usage"]), style=_usage_style(r["usage"])),
+            Text(pct(r["usage"]), style=_usage_style(r["usage"], r["unused"])),
             pct(r["sbcs_share"]),
             human(r["mbcs_average_block_size"]),
             _size_opt(o["sbct"]) if isinstance(o.get("sbct"), int) else "∞",
@@ -152,7 +154,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
         rows.append([
             f"{r['allocator']}[{r['instance']}]",
             human(r["unused"]),
-            Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"])),
+            Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"], r["unused"])),
             f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
             f"({human(r['mbcs_carriers_size'])})",
             f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",

@@ -27,7 +27,7 @@ from beamalloc.webui.pagedata import figures_json, snapshot_view
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("beamalloc.webui", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    filters.install(env)
+    filters.install(env, docs=None)  # a file: its citations link to the installed docs
     return env
 
 

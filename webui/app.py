@@ -42,7 +42,7 @@ def is_loopback(host: str) -> bool:
 
 def create_app(store_path: str | os.PathLike[str] | None = None, token: str | None = None,
                upload_limit: int = UPLOAD_LIMIT) -> Flask:
-    from beamalloc.webui import assets, compare, filters, nodes, snapshots, whatif
+    from beamalloc.webui import assets, compare, docs, filters, nodes, snapshots, whatif
 
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = upload_limit
@@ -54,6 +54,7 @@ def create_app(store_path: str | os.PathLike[str] | None = None, token: str | No
     app.register_blueprint(snapshots.bp)
     app.register_blueprint(compare.bp)
     app.register_blueprint(whatif.bp)
+    app.register_blueprint(docs.bp)
     app.before_request(_check_access)
     app.after_request(_headers)
     app.register_error_handler(404, _not_found)

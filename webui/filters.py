@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 from jinja2 import Environment
+from markupsafe import Markup, escape
 
+from beamalloc import citations
 from beamalloc.analyzer.rules import (
     MIN_UNUSED,
     R2_MBCS_USAGE_PROBLEM,
@@ -44,10 +46,31 @@ def show(v: Any) -> str:
     return json.dumps(v)
 
 
-def install(env: Environment) -> None:
+def citation_links(docs: str | None):  # -> the `cites` filter
+    """A filter that shows citations ("; "-joined), each of our own documents as a link to its
+    section: under `docs` (the server's /docs pages, webui/docs.py), or without `docs` to the
+    installed file (the static report, opened where beamalloc is installed)."""
+    def cite(citation: str) -> Markup:
+        ref = citations.doc_ref(citation)
+        href = (f"{docs}/{ref}" if docs else citations.link(citation)) if ref else None
+        if href is None:
+            return escape(citation)
+        return Markup('<a href="{}">{}</a>').format(href, citation)
+
+    def cites(sources: str | list[str] | None) -> Markup:
+        if not sources:
+            return Markup("")
+        items = [sources] if isinstance(sources, str) else sources
+        return Markup("; ").join(cite(s) for s in items)
+
+    return cites
+
+
+def install(env: Environment, docs: str | None = "/docs") -> None:
     from beamalloc.webui.assets import plotly_version
 
-    env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show)
+    env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show,
+                       cites=citation_links(docs))
     env.globals["plotly_version"] = plotly_version()
     env.globals["usage_bad_pct"] = round(100 * R2_MBCS_USAGE_PROBLEM)
     env.globals["usage_warn_pct"] = round(100 * R2_USAGE_SUSPECT)

@@ -102,6 +102,7 @@ PAGES: list[Page] = [
     Page("snapshot-advice", _snapshot("heapchurn@host")),
     Page("compare", _compare("app@web1")),
     Page("whatif", _whatif("heapchurn@host")),
+    Page("docs", "/docs/erts/tuning.md", charts=False),
     Page("upload", "/upload", charts=False),
     Page("error", "/node?n=nobody", charts=False),
     Page("report", _report("samples/workloads/snapshots/heapchurn.json")),

@@ -90,3 +90,14 @@ def test_interrupt_kills_hidden_node(node_factory, marker, hidden, monkeypatch, 
     with pytest.raises(exc):
         live.snapshot_node(n.node, n.cookie, timeout=TIMEOUT)
     assert hidden() == []
+
+
+def test_an_agent_cache_we_cannot_write_is_one_line(monkeypatch, tmp_path) -> None:
+    """A HOME or XDG_CACHE_HOME we may not write (nobody's, a read-only install host): a
+    NodeError saying what to set, not an OSError's traceback (root bypasses modes, so the
+    cache is put below a plain file)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "cache"))
+    with pytest.raises(live.NodeError, match="set XDG_CACHE_HOME to a writable directory"):
+        live.erlang_ebin()
