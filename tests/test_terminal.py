@@ -306,3 +306,26 @@ def test_quiet_leaves_the_answer_alone(tmp_path: Path) -> None:
     assert quiet.stdout == loud.stdout and "erlang:system_info" in quiet.stdout
     bad = run_cli("analyze", str(tmp_path / "missing.txt"), "-q")
     assert bad.returncode == 2 and bad.stderr.startswith("beamalloc: ")
+
+
+def test_usage_colour_weighs_unused_bytes() -> None:
+    """heapchurn: eheap_alloc (288 MiB unused, usage 2.9%) is red; temp_alloc (384 KiB unused,
+    usage 0.0%) is not, however low its ratio (rules.usage_level, the web UI's rule too)."""
+    import io
+
+    from rich.console import Console
+
+    from beamalloc.analyzer.analysis import analyze
+    from beamalloc.collector.sources import read_file
+    from beamalloc.reporters import analyze as rep
+
+    a = analyze(read_file(str(Path(__file__).parent.parent / "samples/workloads/snapshots"
+                              / "heapchurn.json")))
+    buf = io.StringIO()
+    rep.render(a, Console(file=buf, force_terminal=True, color_system="standard", width=160))
+    lines = buf.getvalue().splitlines()
+    red, green = "\x1b[31m", "\x1b[32m"
+    # the per-type table's rows: the first with a usage (a % cell) for each type
+    eheap = next(ln for ln in lines if ln.startswith("│ eheap_alloc ") and "%" in ln)
+    temp = next(ln for ln in lines if ln.startswith("│ temp_alloc ") and "%" in ln)
+    assert red in eheap and red not in temp and green in temp, (eheap, temp)
