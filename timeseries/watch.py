@@ -123,26 +123,27 @@ class Watcher:
         """Watch one more node (from its next tick on); no-op if it is watched already."""
         self._watch(node)
 
-    def _watch(self, node: str) -> None:
+    def _watch(self, node: str, grid: int | None = None) -> None:
         with self._lock:
             if node in self.status:
                 return
             self.status[node] = NodeStatus(node)
-        t = threading.Thread(target=self._poll, args=(node,), name=f"poll {node}", daemon=True)
+        t = threading.Thread(target=self._poll, args=(node, grid), name=f"poll {node}",
+                             daemon=True)
         self._threads.append(t)
         t.start()
 
-    def _poll(self, node: str) -> None:
+    def _poll(self, node: str, grid: int | None = None) -> None:
         st = self.status[node]
         # Up to the interval (a stalled node is given up on in time for its next sample).
         timeout = max(0.5, min(self.timeout, self.interval))
         tick = 0
-        # A node found later waits for the next tick of the common grid.
-        elapsed = time.monotonic() - self._t0
-        grid = int(elapsed / self.interval)
-        if elapsed - grid * self.interval > 0.05 * self.interval:
-            grid += 1
-            self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
+        if grid is None:  # a node found later waits for the next tick of the common grid
+            elapsed = time.monotonic() - self._t0
+            grid = int(elapsed / self.interval)
+            if elapsed - grid * self.interval > 0.05 * self.interval:
+                grid += 1
+                self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
         while not self.stop.is_set():
             session = self.session()
             every = self.carriers_every
@@ -327,7 +328,9 @@ class Watcher:
         try:
             self._t0 = time.monotonic()  # tick 0 of the grid: now
             for n in self.nodes:
-                self._watch(n)
+                # Tick 0 is theirs however late their thread starts: with our own client the
+                # first samples decode while later threads are still being started.
+                self._watch(n, grid=0)
             threading.Thread(target=self._show, name="status", daemon=True).start()
             if on_start:
                 on_start()
