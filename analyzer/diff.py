@@ -69,11 +69,11 @@ def _total(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def level(unused: int | None, usage: float | None) -> str:
-    """ok, warn or bad for what a side still holds unused: a few MiB (below rules.MIN_UNUSED)
-    are never worth a colour, else R2's usage thresholds (rules.usage_level)."""
-    if unused is None or unused < MIN_UNUSED or usage is None:
+    """ok, warn or bad for what a side still holds unused: rules.usage_level, which weighs the
+    bytes with R2's usage thresholds, as every other page and table colours it."""
+    if unused is None or usage is None:
         return "ok"
-    return usage_level(usage)
+    return usage_level(usage, unused)
 
 
 def _row(name: str, a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
@@ -124,6 +124,21 @@ def format_option(option: str, value: Any) -> str:
     return str(value)
 
 
+def _same_value(x: Any, y: Any) -> bool:
+    """Equal option values, whichever reader typed them (a crash dump's "true" and a live
+    node's true; "512" and 512); never by their rounded display (32768 and 32800 KiB of mmbcs
+    both read "32.0 MiB")."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, str):
+            low = v.strip().lower()
+            if low in ("true", "false"):
+                return low == "true"
+            if low.lstrip("-").isdigit():
+                return int(low)
+        return v
+    return json.dumps(norm(x), sort_keys=True) == json.dumps(norm(y), sort_keys=True)
+
+
 def option_changes(a: Snapshot, b: Snapshot) -> list[dict[str, Any]]:
     """Options of each allocator type (its first scheduler instance, analyzer/options.py) whose
     value differs between A and B: the flag change, as the two VMs report it."""
@@ -133,7 +148,7 @@ def option_changes(a: Snapshot, b: Snapshot) -> list[dict[str, Any]]:
         va, vb = oa.get(name, {}), ob.get(name, {})
         for k in sorted(set(va) | set(vb)):
             x, y = va.get(k), vb.get(k)
-            if json.dumps(x) == json.dumps(y) or format_option(k, x) == format_option(k, y):
+            if _same_value(x, y):
                 continue  # the same value, told apart only by how a reader typed it
             letter = fl.ALLOCATOR_LETTERS.get(name)
             out.append({"allocator": name, "option": k,

@@ -14,7 +14,9 @@ calls (docs/robustness.md, "The design choice"). This module speaks the protocol
 4. calls: `{'$gen_call', {Pid, Ref}, {call, M, F, A, Pid}}` to the registered process `rex`,
    which spawns one process per call on the target and replies `{Ref, Result}`. rex is kernel's,
    started at boot: nothing is loaded on the target and nothing stays (docs/robustness.md,
-   "What we change on a target").
+   "What we change on a target"). Our pid is the call's group leader, and we answer no I/O
+   request: every function called must do no I/O (BIFs and `instrument` do none), or its
+   process would wait on the target for a reply that never comes.
 
 What it does not do: it serves nothing. A target can send us messages, spawn requests or links;
 we read and drop them (nothing runs on our side, unlike on a BEAM of our own). TLS distribution
@@ -144,14 +146,23 @@ def _recv_exact(s: socket.socket, n: int, deadline: float, stage: str) -> bytes:
     return bytes(buf)
 
 
+#: epmd's NAMES reply is a line per node: a few KiB; more is not an epmd we can trust.
+MAX_EPMD_REPLY = 1 << 20
+
+
 def _recv_all(s: socket.socket, deadline: float, stage: str) -> bytes:
     buf = bytearray()
     while True:
         s.settimeout(_left(deadline, stage))
-        chunk = s.recv(65536)
+        try:
+            chunk = s.recv(65536)
+        except TimeoutError:
+            raise DistError("timeout", Atom(stage)) from None
         if not chunk:
             return bytes(buf)
         buf += chunk
+        if len(buf) > MAX_EPMD_REPLY:
+            raise DistError("connect_failed", b"epmd's reply is too long")
 
 
 # ---- epmd --------------------------------------------------------------------------------
@@ -181,9 +192,7 @@ def port_please(name: str, host: str, access: Access, deadline: float) -> int | 
             raise DistError("connect_failed", f"{name}@{host} speaks distribution versions "
                                               f"{low}..{high}, not {DIST_VERSION}".encode())
         return port
-    except (ConnectionResetError, OSError) as e:
-        if isinstance(e, DistError):
-            raise
+    except OSError:  # epmd closed or reset: it lists no such name
         return None
     finally:
         s.close()
@@ -243,6 +252,9 @@ def register(pool: int, access: Access, deadline: float,
                 return name, creation, s
         except ConnectionResetError:
             pass
+        except BaseException:  # a timeout or any other failure: the socket holds the name
+            s.close()
+            raise
         s.close()  # taken: try the next
     raise DistError("names_in_use", pool)
 

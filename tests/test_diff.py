@@ -88,6 +88,21 @@ def test_option_units() -> None:
     assert format_option("ramv", False) == "false" and format_option("as", None) == "-"
 
 
+def test_an_option_change_below_the_display_rounding_is_a_change() -> None:
+    """mmbcs 32768 KiB -> 32800 KiB both read "32.0 MiB": still a flag change, listed, and the
+    verdict does not say that no option differs (options compare by value, not by text)."""
+    a = read_file(str(SNAPS / "binspike.json"))
+    b = Snapshot.from_json(a.to_json())
+    for inst in b.instances("binary_alloc"):
+        inst.options["mmbcs"] = 32800 * 1024
+    for inst in a.instances("binary_alloc"):
+        inst.options["mmbcs"] = 32768 * 1024
+    d = diff(a, b)
+    assert [(f["option"], f["a"], f["b"]) for f in d["flags"]] == [
+        ("mmbcs", 32768 * 1024, 32800 * 1024)]
+    assert not any("no +M option differs" in ln for ln in d["verdict"]["lines"])
+
+
 def test_three_percent_drop_is_barely_helped() -> None:
     """The issue's case: a small relative drop while most memory stays unused is never a
     success. A real fragmented node (frag) and the same with 3 % of its unused bytes gone."""

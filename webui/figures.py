@@ -786,11 +786,13 @@ def call_rates(samples: list[tuple[float, dict[str, int]]],
     """alloc + free + realloc calls per second per allocator type, between sampled snapshots;
     none across a gap of the series (a mean over downtime, or counters reset by a restart)."""
     names = sorted({k for _, c in samples for k in c})
-    starts = sorted(g["start"] for g in (series or {}).get("gaps") or [])
+    # The node page's own breaks (break_points: a recorded gap, a pid change, a long silence),
+    # as spans of time: a rate between two snapshots across one is not drawn.
+    t = (series or {}).get("t") or []
+    spans = [(t[i - 1], t[i]) for i in break_points(series)] if series and t else []
 
     def across_gap(t0: float, t1: float) -> bool:
-        k = bisect.bisect_left(starts, t0)
-        return k < len(starts) and starts[k] < t1
+        return any(a < t1 and b > t0 for a, b in spans)
 
     traces = []
     for i, name in enumerate(names):
