@@ -173,3 +173,11 @@ def target() -> Iterator[Node]:
 def probe() -> object:
     """`probe(node, expr)`: evaluate expr on a separate node, `T` bound to the target."""
     return erl_eval
+
+
+@pytest.fixture
+def no_hidden_node(monkeypatch):
+    """Fail the test if anything starts a hidden node."""
+    def refuse(*a, **k):
+        raise AssertionError("a hidden node was started")
+    monkeypatch.setattr(live, "start_hidden_node", refuse)

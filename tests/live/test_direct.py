@@ -22,14 +22,6 @@ from .conftest import HOST, epmd_names, start_node
 pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
 
 
-@pytest.fixture
-def no_hidden_node(monkeypatch):
-    """Fail the test if anything starts a hidden node."""
-    def refuse(*a, **k):
-        raise AssertionError("a hidden node was started")
-    monkeypatch.setattr(live, "start_hidden_node", refuse)
-
-
 def _skeleton(x: object) -> object:
     """The snapshot's JSON with every number as 0 and the per-type block maps (which appear
     as a node allocates) left out: what two snapshots taken a moment apart share exactly."""

@@ -16,13 +16,6 @@ from .conftest import HOST, epmd_names, start_node
 pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
 
 
-@pytest.fixture
-def no_hidden_node(monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("a hidden node was started")
-    monkeypatch.setattr(live, "start_hidden_node", refuse)
-
-
 def test_one_name_many_nodes_kept_and_reconnected(no_hidden_node) -> None:
     a = start_node(["+S", "2"])
     b = start_node(["+S", "3"], cookie=a.cookie)  # a cluster shares one cookie
