@@ -16,7 +16,7 @@ from typing import Any
 
 from beamalloc import flags as fl
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.analyzer.options import first_scheduler_options
+from beamalloc.analyzer.options import first_scheduler_options, format_option, option_unit
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
@@ -94,34 +94,6 @@ def _relative(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | Non
 
 
 # ---- the +M options that differ -----------------------------------------------------------
-
-
-def option_unit(option: str) -> str:
-    """bytes, percent, count, bool or text: how the VM's value of `option` reads. flags.py's
-    parameter table is the one home of each option's kind (sizes are held in bytes there and in
-    a Snapshot's options; acul/acful are percentages of a carrier, docs/erts/alloc_util.md §2.1)."""
-    kind = fl.param_kind("B", option) or fl.param_kind("u", option) or "any"
-    return {"kb": "bytes", "mb": "bytes", "pct": "percent", "acpct": "percent",
-            "int": "count", "bool": "bool"}.get(kind, "text")
-
-
-def format_option(option: str, value: Any) -> str:
-    """A VM's option value in its unit: 524288 of sbct is '512.0 KiB', 40 of acful is '40%',
-    erts's infinite is '∞', an absent option '-'."""
-    if value is None:
-        return "-"
-    unit = option_unit(option)
-    if isinstance(value, bool) or unit == "bool":
-        return "true" if value else "false"
-    if isinstance(value, int):
-        if value >= fl.UINT_MAX:
-            return "∞"
-        if unit == "bytes":
-            return human(value)
-        if unit == "percent":
-            return f"{value}%"
-        return f"{value:,}"
-    return str(value)
 
 
 def _same_value(x: Any, y: Any) -> bool:

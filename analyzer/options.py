@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from beamalloc import flags as fl
 from beamalloc.snapshot import AllocatorInstance, Snapshot
+from beamalloc.units import human
 
 
 def _order(inst: AllocatorInstance) -> tuple[bool, int]:
@@ -29,3 +31,34 @@ def first_scheduler_options(snap: Snapshot) -> dict[str, dict[str, Any]]:
     for inst in sorted(snap.allocators, key=_order):
         out.setdefault(inst.allocator, dict(inst.options))
     return out
+
+
+# ---- how an option's value reads --------------------------------------------------------
+
+
+def option_unit(option: str) -> str:
+    """bytes, percent, count, bool or text: how the VM's value of `option` reads. flags.py's
+    parameter table is the one home of each option's kind (sizes are held in bytes there and in
+    a Snapshot's options; acul/acful are percentages of a carrier, docs/erts/alloc_util.md §2.1)."""
+    kind = fl.param_kind("B", option) or fl.param_kind("u", option) or "any"
+    return {"kb": "bytes", "mb": "bytes", "pct": "percent", "acpct": "percent",
+            "int": "count", "bool": "bool"}.get(kind, "text")
+
+
+def format_option(option: str, value: Any) -> str:
+    """A VM's option value in its unit: 524288 of sbct is '512.0 KiB', 40 of acful is '40%',
+    erts's infinite is '∞', an absent option '-'."""
+    if value is None:
+        return "-"
+    unit = option_unit(option)
+    if isinstance(value, bool) or unit == "bool":
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if value >= fl.UINT_MAX:
+            return "∞"
+        if unit == "bytes":
+            return human(value)
+        if unit == "percent":
+            return f"{value}%"
+        return f"{value:,}"
+    return str(value)

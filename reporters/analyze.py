@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import usage_level
-from beamalloc.flags import UINT_MAX
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
@@ -132,7 +132,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
             Text(pct(r["usage"]), style=_usage_style(r["usage"], r["unused"])),
             pct(r["sbcs_share"]),
             human(r["mbcs_average_block_size"]),
-            _size_opt(o["sbct"]) if isinstance(o.get("sbct"), int) else "∞",
+            format_option("sbct", o["sbct"]) if isinstance(o.get("sbct"), int) else "∞",
             human(o.get("lmbcs")),
             str(o.get("as", "-")),
             human(r["pool_carriers_size"]),
@@ -241,8 +241,8 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
         lf = m["largest_free"]
         if lf is not None:
             rng = f"{human(lf[0])} or more" if lf[1] is None else f"{human(lf[0])}-{human(lf[1])}"
-            prose(console, f"largest free block {rng}; sbct {_size_opt(m['sbct'])}, "
-                  f"lmbcs {_size_opt(m['lmbcs'])}", "dim")
+            prose(console, f"largest free block {rng}; sbct {format_option('sbct', m['sbct'])}, "
+                  f"lmbcs {format_option('lmbcs', m['lmbcs'])}", "dim")
         pts = m["map"]
         for pooled, label in ((False, "owned"), (True, "pooled")):
             fills = [f for f, p in zip(pts["fill"], pts["in_pool"], strict=True) if p == pooled]
@@ -278,6 +278,3 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
     console.print()
 
 
-def _size_opt(v: int | None) -> str:
-    """An option in bytes; ~0 (beamalloc.flags.UINT_MAX) is how erts says "infinite"."""
-    return "-" if v is None else "∞" if v >= UINT_MAX else human(v)

@@ -12,7 +12,8 @@ import pytest
 from support import ROOT, SAMPLES
 
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.analyzer.diff import diff, format_option, option_unit
+from beamalloc.analyzer.diff import diff
+from beamalloc.analyzer.options import format_option, option_unit
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import UINT_MAX
 from beamalloc.snapshot import Snapshot

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
-from beamalloc.flags import UINT_MAX
 from beamalloc.reporters.analyze import verdict_lines
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
@@ -64,10 +64,6 @@ def _ratio(v: Any) -> str:
     return v if isinstance(v, str) else f"{v:.3g}"
 
 
-def _opt(v: Any) -> str:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return "∞" if v >= UINT_MAX else human(v)
-    return "-" if v is None else str(v)
 
 
 def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
@@ -79,7 +75,8 @@ def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
         "sbcs_share": pct(r["sbcs_share"]),
         "avg_mbcs": human(r["mbcs_average_block_size"]),
         "avg_sbcs": human(r["sbcs_average_block_size"]),
-        "sbct": _opt(r["options"].get("sbct")), "lmbcs": _opt(r["options"].get("lmbcs")),
+        "sbct": format_option("sbct", r["options"].get("sbct")),
+        "lmbcs": format_option("lmbcs", r["options"].get("lmbcs")),
         "strategy": r["options"].get("as", "-"), "pool": human(r["pool_carriers_size"]),
         "max_allocated": human(r["max_allocated"]),
     } for r in a["allocator_types"]]
@@ -129,8 +126,8 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
             "largest_free": "-" if m["largest_free"] is None else
             f"{human(m['largest_free'][0])} or more" if m["largest_free"][1] is None else
             f"{human(m['largest_free'][0])}-{human(m['largest_free'][1])}",
-            "sbct": _opt(m["sbct"]),
-            "lmbcs": _opt(m["lmbcs"]),
+            "sbct": format_option("sbct", m["sbct"]),
+            "lmbcs": format_option("lmbcs", m["lmbcs"]),
             "bands": [{"fill": f"{b['lo']:.0%}-{b['hi']:.0%}", "owned": b["owned"],
                        "owned_bytes": human(b["owned_bytes"]), "pooled": b["pooled"],
                        "pooled_bytes": human(b["pooled_bytes"])}

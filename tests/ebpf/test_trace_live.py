@@ -68,8 +68,9 @@ def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
         cookie = tmp_path / "cookie"
         cookie.write_text(churn.cookie)
         with SecretWatch(churn.cookie, skip=churn.pid) as watch:
+            # Through the hidden node, the one process besides ours that holds the cookie.
             tr = Tracer("--node", churn.node, "-o", str(out), "--json", "--cookie-file",
-                        str(cookie), env={"BEAMALLOC_COOKIE": ""})
+                        str(cookie), env={"BEAMALLOC_COOKIE": "", "BEAMALLOC_HIDDEN_NODE": "1"})
         c0 = churn.calls()
         churn.cmd("burst 2 10000")
         c1 = churn.calls()
@@ -232,7 +233,10 @@ def test_max_overhead_calibrates_its_cost_on_the_target(churn: Churn) -> None:
         cal = mode["calibration"]
         assert mode["sampled"] is True and mode["slices"] >= 1
         assert cal["hits_per_s"] > 1000
-        assert 1e-8 <= cal["per_hit_cost_s"] < 1e-3, cal  # a trap: ns to µs, never ms
+        # A trap: ns to µs, never ms. It may read 0 where both of its measures are blind
+        # (a short slice under the 10 ms tick, and total CPU flat on a busy machine): the
+        # fraction below then rests on the floor MIN_HIT_COST_S, which the check applies too.
+        assert 0 <= cal["per_hit_cost_s"] < 1e-3, cal
         assert 0 < cal["target_cpu"] <= (os.cpu_count() or 1), cal
         want = float(pct) / 100 * max(cal["target_cpu"], 0.01) / (
             cal["hits_per_s"] * max(cal["per_hit_cost_s"], MIN_HIT_COST_S))
@@ -260,8 +264,12 @@ def test_summary_tables(churn: Churn) -> None:
     assert rc == 0, err
     assert f"pid {churn.pid}" in out.splitlines()[0]
     assert "alloc_util calls (block level)" in out and "carrier level" in out
-    rows = {ln.split("│")[1].strip(): ln.split("│") for ln in out.splitlines()
-            if ln.startswith("│") and ln.split("│")[1].strip()}
+    # The block-level table comes first; later tables (its continuation, the carrier level)
+    # repeat the allocator as their key column: keep each allocator's first row.
+    rows: dict[str, list[str]] = {}
+    for ln in out.splitlines():
+        if ln.startswith("│") and ln.split("│")[1].strip():
+            rows.setdefault(ln.split("│")[1].strip(), ln.split("│"))
     for a in ("binary_alloc", "eheap_alloc"):
         vm = _delta(c0, c1, a)[0]
         shown = int(rows[a][3])

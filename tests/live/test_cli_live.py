@@ -123,8 +123,10 @@ def test_watch_keeps_the_cookie_out_of_argv_logs_and_store(target, tmp_path) -> 
     db = tmp_path / "w.db"
     f = _cookie_file(tmp_path, target.cookie)
     with SecretWatch(target.cookie, skip=target.pid) as watch:
+        # Through the hidden node, the one process besides ours that holds the cookie.
         r = run_cli("watch", target.node, "--store", str(db), "--cookie-file", f,
-                    "--interval", "0.5", "--duration", "4", env=_env(tmp_path))
+                    "--interval", "0.5", "--duration", "4",
+                    env={**_env(tmp_path), "BEAMALLOC_HIDDEN_NODE": "1"})
     assert r.returncode == 0, r.stderr
     assert watch.seen, "the poller never saw watch's hidden node (nothing was checked)"
     assert watch.leaks == []
