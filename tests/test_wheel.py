@@ -262,7 +262,19 @@ def test_snapshot_watch_report_and_serve_a_real_node(installed: tuple[Install, d
     assert r.returncode == 0, r.stderr
     snap = json.loads((inst.work / "snap.json").read_text())
     assert snap["node"] == node.node and snap["allocators"]
-    # The agent was compiled from the installed sources by the host's erlc, into the user's cache.
+    # Plain TCP: our own distribution client, which needs no Erlang code of ours.
+    agents = (Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_agent.beam")
+    assert not list(agents)
+    # Through the hidden node (TLS, or forced): the agent is compiled from the installed
+    # sources by the host's erlc, into the user's cache.
+    inst.env["BEAMALLOC_HIDDEN_NODE"] = "1"
+    try:
+        r = inst.run("snapshot", node.node, "--cookie-file", str(node.cookie_file), "-o",
+                     "snap-hidden.json")
+    finally:
+        del inst.env["BEAMALLOC_HIDDEN_NODE"]
+    assert r.returncode == 0, r.stderr
+    assert json.loads((inst.work / "snap-hidden.json").read_text())["node"] == node.node
     assert list((Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_agent.beam"))
 
     r = inst.run("report", "snap.json", str(RECON), "-o", "report.html")

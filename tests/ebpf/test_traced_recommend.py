@@ -47,13 +47,16 @@ def two_spikes(ebin: str, flags: str, trace: str | None = None) -> tuple[Snapsho
         node.stop()
 
 
-def test_traced_prediction_matches_the_flags_effect(ebin: str, tmp_path) -> None:
-    trace = str(tmp_path / "spike.batr")
+def _experiment(ebin: str, tmp_path, run: int) -> tuple[dict, float, int]:
+    """One traced spike, one run under R3's flags, and recommend's prediction from the trace:
+    (R3's prediction, the unused change measured on the node with the flags, the unused bytes
+    at the end without them)."""
+    trace = str(tmp_path / f"spike-{run}.batr")
     first, end = two_spikes(ebin, "", trace)
     _, end_flags = two_spikes(ebin, FLAGS)
     assert first.carriers and unused(end) > 32 << 20  # the spikes did leave carriers behind
     measured = 100.0 * (unused(end_flags) - unused(end)) / unused(end)
-    snap = tmp_path / "first.json"
+    snap = tmp_path / f"first-{run}.json"
     snap.write_text(first.to_json())
     r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "recommend", str(snap),
                         "--trace", trace, "--json"], capture_output=True, text=True, timeout=300)
@@ -63,7 +66,17 @@ def test_traced_prediction_matches_the_flags_effect(ebin: str, tmp_path) -> None
     p = r3["predicted"]
     assert (p["seeded_from"], p["workload"]) == ("carriers", "traced"), p["model"]
     assert trace.rsplit("/", 1)[1] in p["model"]["fitted_to"]
+    return p, measured, unused(end)
+
+
+def test_traced_prediction_matches_the_flags_effect(ebin: str, tmp_path) -> None:
+    p, measured, end_unused = _experiment(ebin, tmp_path, 1)
     # The replay under the node's own flags ends near the node's own end state ...
-    assert 0.7 <= p["before"]["unused"] / unused(end) <= 1.3, (p["before"], unused(end))
-    # ... and under R3's flags changes it as the node started with them does.
-    assert abs(p["change_pct"]["unused"] - measured) <= 10, (p["change_pct"], measured)
+    assert 0.7 <= p["before"]["unused"] / end_unused <= 1.3, (p["before"], end_unused)
+    # ... and under R3's flags changes it as the node started with them does. The nodes'
+    # spikes interleave with the machine's other work: a miss reruns the whole experiment
+    # once on fresh nodes (as tests/e2e/test_seeded_e2e.py does); two misses fail.
+    miss = abs(p["change_pct"]["unused"] - measured)
+    if miss > 10:
+        p, measured, end_unused = _experiment(ebin, tmp_path, 2)
+    assert abs(p["change_pct"]["unused"] - measured) <= 10, (p["change_pct"], measured, miss)
