@@ -694,11 +694,11 @@ def _commands() -> argparse.ArgumentParser:
                    help="the HTML report to write (default demo-report.html)")
     p.add_argument("--keep-node", action="store_true", help="leave the demo node running")
     p.set_defaults(func=cmd_demo)
-    _diff_parser(sub, source_help)  # engineer D: `beamalloc diff`, its block is below
+    _diff_parser(sub, source_help)  # `beamalloc diff`: its block is below
     return parser
 
 
-# ---- `beamalloc diff` (engineer D, issue 15 item 2): parser and cmd_diff, kept together --------
+# ---- `beamalloc diff` (issue 15 item 2): parser and cmd_diff, kept together ---------------------
 
 
 def _diff_parser(sub: Any, source_help: str) -> None:
@@ -788,7 +788,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- end of `beamalloc diff` (engineer D) ----------------------------------------------------
+# ---- end of `beamalloc diff` ----------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
