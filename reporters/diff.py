@@ -25,13 +25,15 @@ def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
                          break_long_words=True, break_on_hyphens=False) or [first]
 
 
-def _signed(n: int | None) -> str:
+def signed_bytes(n: int | None, missing: str = "-") -> str:
+    """A change in bytes: "+2.2 KiB", "-512.0 KiB", "=" for none; `missing` where a side lacks it
+    (the terminal's and the compare page's one rule)."""
     if n is None:
-        return "-"
+        return missing
     return ("+" if n > 0 else "") + human(n) if n else "="
 
 
-def _count_delta(n: int | None) -> str:
+def count_delta(n: int | None) -> str:
     return "-" if n is None else f"{n:+,}" if n else "="
 
 
@@ -39,8 +41,9 @@ def _usage(u: float | None) -> str:
     return "-" if u is None else f"{100 * u:.1f}%"
 
 
-def _usage_delta(u: float | None) -> str:
-    return "-" if u is None else f"{100 * u:+.1f} pt" if round(100 * u, 1) else "="
+def usage_delta(u: float | None, missing: str = "-") -> str:
+    """A change of usage in percentage points, "=" below 0.05."""
+    return missing if u is None else f"{100 * u:+.1f} pt" if round(100 * u, 1) else "="
 
 
 def _cells(side: dict[str, Any] | None) -> list[str]:
@@ -54,9 +57,9 @@ def _cells(side: dict[str, Any] | None) -> list[str]:
 def _delta_cells(d: dict[str, Any] | None) -> list[str]:
     if d is None:
         return ["-"] * 6
-    return [_count_delta(d["mbcs_carriers"]), _count_delta(d["sbcs_carriers"]),
-            _signed(d["carriers_size"]), _signed(d["used"]), _signed(d["unused"]),
-            _usage_delta(d["usage"])]
+    return [count_delta(d["mbcs_carriers"]), count_delta(d["sbcs_carriers"]),
+            signed_bytes(d["carriers_size"]), signed_bytes(d["used"]), signed_bytes(d["unused"]),
+            usage_delta(d["usage"])]
 
 
 HEADER = ["", "", "mbcs", "sbcs", "carriers", "used", "unused", "usage"]
@@ -127,7 +130,7 @@ def lines(d: dict[str, Any]) -> list[tuple[str, str | None]]:
         out += [(y, None) for y in _wrap(x, "    ", "  - ")]
     rss = d["rss"]
     if rss is not None:
-        out.append((f"  - RSS {human(rss['a'])} → {human(rss['b'])} ({_signed(rss['delta'])})",
+        out.append((f"  - RSS {human(rss['a'])} → {human(rss['b'])} ({signed_bytes(rss['delta'])})",
                     None))
     else:
         missing = " or ".join(t for t in ("A", "B") if d[t.lower()]["rss"] is None)

@@ -16,6 +16,7 @@ from flask import Blueprint, abort, current_app, render_template, request
 
 from beamalloc.analyzer.diff import diff
 from beamalloc.analyzer.rules import MIN_UNUSED
+from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
@@ -44,22 +45,12 @@ def label(i: int, a: dict[str, Any]) -> str:
            f"{a['taken_at'] or 'no time'})"
 
 
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
 def _signed(n: int | None) -> str:
-    if n is None:
-        return ""
-    return ("+" if n > 0 else "") + human(n) if n else "="
-
-
-def _count(n: int | None, signed: bool = False) -> str:
-    if n is None:
-        return "-"
-    return (f"{n:+,}" if n else "=") if signed else f"{n:,}"
-
-
-def _usage_delta(u: float | None) -> str:
-    if u is None:
-        return ""
-    return f"{100 * u:+.1f} pt" if round(100 * u, 1) else "="
+    return signed_bytes(n, missing="")
 
 
 def _side_cells(s: dict[str, Any] | None) -> dict[str, str]:
@@ -73,9 +64,9 @@ def _side_cells(s: dict[str, Any] | None) -> dict[str, str]:
 def _delta_cells(d: dict[str, Any] | None) -> dict[str, str]:
     if d is None:
         return dict.fromkeys(("mbcs", "sbcs", "size", "used", "unused", "usage"), "")
-    return {"mbcs": _count(d["mbcs_carriers"], True), "sbcs": _count(d["sbcs_carriers"], True),
+    return {"mbcs": count_delta(d["mbcs_carriers"]), "sbcs": count_delta(d["sbcs_carriers"]),
             "size": _signed(d["carriers_size"]), "used": _signed(d["used"]),
-            "unused": _signed(d["unused"]), "usage": _usage_delta(d["usage"])}
+            "unused": _signed(d["unused"]), "usage": usage_delta(d["usage"], missing="")}
 
 
 def _type_row(r: dict[str, Any]) -> dict[str, Any]:
