@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep demo test bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep demo test test-fast bench fuzz lint clean wheel
 
 setup: debs $(STAMP) ebpf-prep
 
@@ -47,6 +47,12 @@ test: setup
 	$(BIN)/ruff check .
 	cd refalloc && cargo test -q --no-default-features
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The inner loop: no BEAM, no browser, nothing over a few seconds (tests/conftest.py fails a test
+# that starts one without its mark, docs/architecture.md "Test tiers").
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live and not slow" --durations=15
 
 # The wheel (and sdist) operators install with pipx on a host without Rust or a compiler
 # (docs/install.md): dist/beamalloc-<version>-cp311-cp311-linux_x86_64.whl. tests/test_wheel.py

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import ROOT
 
 # Not the repository's own files: the virtualenv, build output, Rust's target, git's metadata.
@@ -28,6 +29,7 @@ def files_named_like_tests() -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_test_file_is_collected() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],

@@ -26,6 +26,8 @@ CORPUS = ROOT / "tests" / "corpus"
 sys.path.insert(0, str(CORPUS))
 import make_corpus  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 FILES = sorted(p for p in (CORPUS / "bad").iterdir() if p.is_file())
 HANG_SECONDS = 30  # a command on a file of at most 100 kB takes well under a second
 

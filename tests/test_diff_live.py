@@ -20,6 +20,8 @@ from beamalloc.timeseries.series import derive
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 
+pytestmark = pytest.mark.live
+
 BEFORE = "+MBas bf"  # an old configuration: carrier migration off
 AFTER = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacul de"  # R3's and R10's flags
 

@@ -12,10 +12,10 @@ from support import ROOT
 from beamalloc.collector.sources import read_file
 
 DUMPS = ROOT.parent / "shared" / "samples" / "real-dumps"
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (DUMPS / "INDEX.tsv").exists(),
     reason=f"the real crash dumps are not here ({DUMPS}: ../shared is absent)",
-)
+)]
 
 
 def _index() -> list[dict[str, str]]:

@@ -53,6 +53,7 @@ def test_json_contract(cli) -> None:
     assert {x["rule"] for x in doc["findings"]} == {"R2", "R4", "R10"}
 
 
+@pytest.mark.slow
 def test_flags_in_force_from_every_source(cli, tmp_path) -> None:
     """A JSON snapshot of a node under `+MBas bf` shows those flags, not "defaults"."""
     doc = json.loads(cli("recommend", str(SNAPS / "binspike_bf.json"), "--json").stdout)

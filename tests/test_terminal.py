@@ -215,6 +215,7 @@ def test_quiet_silences_progress_on_a_terminal() -> None:
     assert seen == b""
 
 
+@pytest.mark.slow
 def test_progress_of_replay_and_report(tmp_path: Path) -> None:
     from beamalloc.trace import Event, Op, TraceHeader, TraceWriter
 

@@ -154,6 +154,7 @@ def test_typed_set_matches_the_predictor(app, ref, stored):
     assert sets_of(page)[fs.render()]["binary_alloc"] == expected(p)
 
 
+@pytest.mark.slow
 def test_a_set_that_makes_memory_worse_is_marked_and_never_advice(app, ref, stored):
     fs = parse(WORSE)
     with Predictor(stored, facts(stored)) as pr:
@@ -194,6 +195,7 @@ def test_too_many_sets_are_refused(app, ref):
     assert f"at most {MAX_TYPED} per request" in text_of(page.text)
 
 
+@pytest.mark.slow
 def test_replays_are_cached_per_snapshot_and_flags(app, ref):
     c = app.test_client()
     c.get(url(ref, "+MBsbct 512"))
@@ -231,6 +233,7 @@ def test_history_is_the_nodes_measured_series(app, ref, stored):
     assert f"{len(TIMES)} samples of {stored.node}" in text_of(page)
 
 
+@pytest.mark.slow
 def test_upload_then_whatif(app):
     c = app.test_client()
     data = (SNAPS / "heapchurn.json").read_bytes()
@@ -255,6 +258,7 @@ def test_unknown_snapshot_is_404(app):
     assert app.test_client().get("/whatif?r=../etc").status_code == 404
 
 
+@pytest.mark.slow
 def test_without_a_store_an_upload_still_replays(tmp_path):
     app = create_app(None)
     c = app.test_client()

@@ -21,6 +21,8 @@ from beamalloc.timeseries.store import Store
 
 from .pages import screenshot, visit, wait_for
 
+pytestmark = pytest.mark.slow
+
 SNAPS = ROOT / "samples" / "workloads" / "snapshots"
 NODE, OTHER = "app@cmp", "other@cmp"
 

@@ -14,7 +14,8 @@ from ebpfhelp import HOST, Churn, probes_in_kernel, requires_bpf
 
 from beamalloc.ebpf import kernel
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs the tracer as root")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(os.geteuid() != 0, reason="runs the tracer as root")]
 
 
 def trace(*args: str, env: dict[str, str] | None = None,

@@ -43,6 +43,7 @@ def test_emulated_instructions() -> None:
         assert not placement.emulated(bytes.fromhex(code)), code
 
 
+@pytest.mark.live
 def test_only_entry_probes_without_a_return_move() -> None:
     """An alloc keeps its entry probe on the first instruction, where its uretprobe is (the
     two share one trap); a free moves where its first bytes say (on OTP 25.2.3's

@@ -29,7 +29,8 @@ from beamalloc.collector.access import Access, AccessError
 from .conftest import HOST, Node
 from .tls_certs import make_tls
 
-pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")]
 
 
 def _free_port() -> int:

@@ -19,7 +19,8 @@ from beamalloc.collector.access import Access
 
 from .conftest import Node
 
-pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")]
 
 
 def _free_port() -> int:

@@ -19,7 +19,8 @@ from beamalloc.collector.terms import Atom
 
 from .conftest import HOST, epmd_names, start_node
 
-pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")]
 
 
 def _skeleton(x: object) -> object:

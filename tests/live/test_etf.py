@@ -115,6 +115,7 @@ SAMPLE = [(Atom("instance"), 0, [(Atom("versions"), "0.9", "3.0"),
                                  (Atom("calls"), [(Atom("binary_alloc"), 0, 12)])])]
 
 
+@pytest.mark.live
 def test_every_truncation_and_corruption_is_an_etf_error() -> None:
     data = bytes([131]) + _enc(SAMPLE)
     assert etf.decode(data) == SAMPLE

@@ -13,7 +13,8 @@ from beamalloc.collector.session import DirectSession, open_session
 
 from .conftest import HOST, epmd_names, start_node
 
-pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")]
 
 
 def test_one_name_many_nodes_kept_and_reconnected(no_hidden_node) -> None:

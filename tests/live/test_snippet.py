@@ -24,7 +24,8 @@ from beamalloc.errors import InputError
 
 from .conftest import HOST, Node, epmd_names, start_node
 
-pytestmark = pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(not shutil.which("erl"), reason="Erlang/OTP not installed")]
 
 
 def remote_shell(argv: list[str], lines: list[str], prompt: bytes, until: re.Pattern[bytes],

@@ -145,6 +145,7 @@ def rel(pred: int, meas: int) -> float:
     return 0.0 if pred == meas else abs(pred - meas) / max(meas, 1)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("flags", FLAG_SETS)
 def test_replay_matches_the_vm(flags, tmp_path):
     rows = compare(flags, tmp_path)
