@@ -62,3 +62,16 @@ def test_the_report_links_the_installed_files(tmp_path) -> None:
     write_report([analyze(snap)], str(out), snapshots=[snap])
     links = re.findall(r'href="(file://[^"#]+)', out.read_text())
     assert links and all(u.startswith(citations.DOCS_DIR.as_uri()) for u in links), links[:3]
+
+
+def test_markdown_is_rendered_not_shown(client) -> None:
+    """Tables, emphasis and code render as HTML (issue 26 item 4): no `| --- |` row, no literal
+    `**`, a wide table in its scrolling box; a document's raw HTML is escaped, never run."""
+    page = client.get("/docs/recommend.md").text
+    article = page[page.index('<article class="doc">'):page.index("</article>")]
+    assert '<div class="table-scroll"><table>' in article and "<th>" in article
+    assert "|---|" not in article.replace(" ", "") and "**" not in article
+    assert "<code>" in article and "<strong>" in article
+    html = docs.render("x.md", "# T\n\n<script>alert(1)</script> [a](javascript:alert(1))\n")
+    assert "<script>" not in html and "javascript:" not in html.split("href=")[-1][:20]
+    assert docs.render("t.tsv", "a\t<b>") == "<pre>a\t&lt;b&gt;</pre>"

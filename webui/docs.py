@@ -7,30 +7,26 @@ each heading given the anchor citations.slug() gives it, so a citation's link la
 section. Only the documents the package ships are served, from an index built once (a request
 path is looked up in it, never joined into a file path: docs/webui.md, "Security").
 
-The rendering is plain on purpose: headings with their anchors, code and tables as
-preformatted blocks, other lines as paragraphs. Every string is escaped by the template.
+Markdown is rendered as Markdown (markdown-it-py, CommonMark with tables; raw HTML in a
+document is escaped, links are checked by markdown-it's own validator), every heading given the
+anchor citations.slug() gives its text, wide tables in a box that scrolls (docs/webui.md). A .tsv
+is shown as it is, preformatted.
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
 
 from flask import Blueprint, abort, render_template
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 
 from beamalloc import citations
 
 bp = Blueprint("docs", __name__)
 
-_ITEM = re.compile(r"\s*(?:[-*]|\d+\.)\s")
-
-
-@dataclass(frozen=True)
-class Block:
-    kind: str  # "h1".."h6", "pre" or "p"
-    text: str
-    anchor: str | None = None
+#: CommonMark, tables on, raw HTML off: a document's `<script>` is shown, never run.
+_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 @functools.cache
@@ -43,46 +39,19 @@ def index() -> dict[str, str]:
     return out
 
 
-def blocks(text: str) -> list[Block]:
-    out: list[Block] = []
-    para: list[str] = []
-    pre: list[str] | None = None
-
-    def flush() -> None:
-        if para:
-            out.append(Block("p", " ".join(para)))
-            para.clear()
-
-    for line in text.splitlines():
-        if pre is not None:  # inside a fenced block, or a run of table lines
-            if line.startswith("```"):
-                out.append(Block("pre", "\n".join(pre)))
-                pre = None
-            else:
-                pre.append(line)
-            continue
-        if line.startswith("```"):
-            flush()
-            pre = []
-        elif line.startswith("|"):
-            flush()
-            if out and out[-1].kind == "pre" and out[-1].text.startswith("|"):
-                out[-1] = Block("pre", out[-1].text + "\n" + line)
-            else:
-                out.append(Block("pre", line))
-        elif (h := citations.heading(line)) is not None:
-            flush()
-            out.append(Block(f"h{h[0]}", h[1], citations.slug(h[1])))
-        elif not line.strip():
-            flush()
-        else:
-            if _ITEM.match(line):  # a list item starts a paragraph of its own
-                flush()
-            para.append(line.strip())
-    flush()
-    if pre is not None:
-        out.append(Block("pre", "\n".join(pre)))
-    return out
+def render(doc: str, text: str) -> Markup:
+    """A document as HTML: Markdown rendered, headings anchored as citations link them."""
+    if not doc.endswith(".md"):
+        return Markup("<pre>{}</pre>").format(text)
+    tokens = _MD.parse(text)
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and i + 1 < len(tokens):
+            tok.attrSet("id", citations.slug(tokens[i + 1].content))
+        elif tok.type == "table_open":  # a wide table scrolls in its box, the page does not
+            tok.attrSet("class", "scroll")
+    html = _MD.renderer.render(tokens, _MD.options, {})
+    html = html.replace('<table class="scroll">', '<div class="table-scroll"><table>')
+    return Markup(html.replace("</table>", "</table></div>"))
 
 
 @bp.get("/docs/<path:doc>")
@@ -90,4 +59,4 @@ def doc_page(doc: str) -> str:
     text = index().get(doc)
     if text is None:
         abort(404, description=f"no such document: docs/{doc}")
-    return render_template("docs.html", doc=doc, blocks=blocks(text))
+    return render_template("docs.html", doc=doc, body=render(doc, text))
