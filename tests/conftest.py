@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from otp import otp_release  # noqa: F401  (the fixture: each test release, tests/otp.py)
 from support import run_cli
 
 
