@@ -8,12 +8,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: Erlang/OTP 25 (erl, erlc, epmd) for the collector, the workloads and the tests.
-DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx
+DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx debootstrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep demo test test-fast bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep otp-runtimes demo test test-fast bench fuzz lint clean wheel
 
-setup: debs $(STAMP) ebpf-prep
+setup: debs $(STAMP) ebpf-prep otp-runtimes
+
+# Newer OTP releases beside the system's OTP 25 (docs/erts/releases.md §1): Debian chroots with
+# erl, erlc (erlang-base) and the tools and runtime_tools applications, for the live tests on
+# every release (tests/otp.py starts nodes in them). Kept outside the clone and independent of
+# XDG_CACHE_HOME, so a fresh clone reuses them; built in DIR.tmp and renamed, so a stamp means a
+# whole runtime; nothing is done the second time. Skipped without root (debootstrap, chroot).
+OTP_CACHE ?= /var/cache/beamalloc
+OTP_SUITES := otp27=trixie otp29=forky
+OTP_DEBS := erlang-base,erlang-tools,erlang-runtime-tools
+otp-runtimes: debs
+	@[ "$$(id -u)" = 0 ] || { echo "not root: OTP 27/29 runtimes not provisioned (live tests run on OTP 25 only)"; exit 0; }; \
+	for rs in $(OTP_SUITES); do \
+	  rel=$${rs%%=*}; suite=$${rs#*=}; dir=$(OTP_CACHE)/$$rel; \
+	  [ -e $$dir/.beamalloc-ready ] && continue; \
+	  echo "provisioning $$rel (Debian $$suite) in $$dir: a few minutes, once"; \
+	  umount -R $$dir.tmp/proc 2>/dev/null; rm -rf --one-file-system $$dir.tmp && mkdir -p $(OTP_CACHE) && \
+	  debootstrap --variant=minbase --include=$(OTP_DEBS) $$suite $$dir.tmp \
+	    http://deb.debian.org/debian /usr/share/debootstrap/scripts/sid >$(OTP_CACHE)/$$rel.log 2>&1 \
+	    || { echo "debootstrap $$suite failed: see $(OTP_CACHE)/$$rel.log"; exit 1; }; \
+	  printf -- '-module(beamalloc_probe).\n' >$$dir.tmp/tmp/beamalloc_probe.erl; \
+	  chroot $$dir.tmp erlc -o /tmp /tmp/beamalloc_probe.erl || { echo "$$rel: erlc fails in the chroot"; exit 1; }; \
+	  rm -f $$dir.tmp/tmp/beamalloc_probe.*; \
+	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
+	    >$$dir.tmp/.beamalloc-ready || { echo "$$rel: erl does not start in the chroot"; exit 1; }; \
+	  rm -rf --one-file-system $$dir && mv -T $$dir.tmp $$dir; \
+	done
 
 # eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no
 # headers gets Debian's amd64 ones linked there (build = arch tree, source = common tree); tracefs

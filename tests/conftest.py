@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from otp import otp_release  # noqa: F401  (the fixture: each test release, tests/otp.py)
 from support import run_cli
 
 #: Programs whose start puts a test in a tier, by mark.

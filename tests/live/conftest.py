@@ -1,4 +1,4 @@
-"""Real BEAM nodes for the live-collector tests.
+"""Real BEAM nodes for the live-collector tests (started by tests/otp.py, on any release).
 
 The test's own nodes (targets, probes) get their cookie on the command line; only the node that
 beamalloc starts must never have it there. Every node started here is killed in teardown.
@@ -6,100 +6,16 @@ beamalloc starts must never have it there. Every node started here is killed in 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import signal
-import socket
-import struct
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from otp import HOST, Node, epmd_names, erl_eval, start_node
 
 from beamalloc.collector import live
 
-HOST = socket.gethostname().split(".")[0]
-
-
-def epmd_names(host: str = "127.0.0.1") -> dict[str, int]:
-    """Names registered with epmd (its NAMES_REQ, what `epmd -names` prints)."""
-    try:
-        with socket.create_connection((host, 4369), timeout=2) as s:
-            s.sendall(struct.pack(">H", 1) + b"n")
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-    except OSError:
-        return {}
-    out = {}
-    for line in data[4:].decode("utf-8", "replace").splitlines():
-        parts = line.split()  # "name NAME at port PORT"
-        if len(parts) == 5 and parts[0] == "name":
-            out[parts[1]] = int(parts[4])
-    return out
-
-
-@dataclass
-class Node:
-    name: str
-    cookie: str
-    proc: subprocess.Popen[bytes]
-    stopped: bool = False
-    extra: list[str] = field(default_factory=list)
-
-    @property
-    def node(self) -> str:
-        return f"{self.name}@{HOST}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid  # erl execs erlexec, which execs beam.smp: same pid
-
-    def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGCONT)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-
-
-def start_node(args: list[str] = (), eval_: str | None = None, wait: bool = True,
-               cookie: str | None = None, name: str | None = None) -> Node:
-    """`erl -sname NAME -setcookie COOKIE -noshell ARGS` (both random unless given; a fixed
-    name restarts a node under its old name), registered with epmd."""
-    name = name or f"t_{secrets.token_hex(4)}"
-    cookie = cookie or f"C{secrets.token_hex(12)}"
-    argv = ["erl", "-sname", name, "-setcookie", cookie, "-noshell", *args]
-    if eval_:
-        argv += ["-eval", eval_]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    node = Node(name, cookie, proc)
-    if wait:
-        deadline = time.monotonic() + 20
-        while name not in epmd_names():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                node.stop()
-                raise RuntimeError(f"test node {name} did not register with epmd")
-            time.sleep(0.02)
-    return node
-
-
-def erl_eval(target: Node, expr: str, timeout: float = 20) -> str:
-    """Evaluate `expr` (with `T` bound to the target node) on a separate probe node."""
-    code = (f"T = '{target.node}', R = ({expr}), io:format(\"~p~n\", [R]), halt().")
-    r = subprocess.run(
-        ["erl", "-sname", f"t_probe_{secrets.token_hex(4)}", "-setcookie", target.cookie,
-         "-hidden", "-noshell", "-eval", code],
-        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"probe failed: {r.stderr.strip()[-300:]}")
-    return r.stdout
+__all__ = ["HOST", "Node", "epmd_names", "erl_eval", "start_node"]
 
 
 def cmdlines() -> Iterator[tuple[int, bytes]]:
@@ -165,6 +81,14 @@ def node_factory() -> Iterator[type]:
 def target() -> Iterator[Node]:
     """An ordinary node with 4 schedulers, shared by the read-only tests of a module."""
     n = start_node(["+S", "4"])
+    yield n
+    n.stop()
+
+
+@pytest.fixture(scope="module")
+def any_target(otp_release: str) -> Iterator[Node]:
+    """`target` under each test release in turn (OTP 25, 27, 29: tests/otp.py)."""
+    n = start_node(["+S", "4"], release=otp_release)
     yield n
     n.stop()
 

@@ -11,6 +11,7 @@ from support import SecretWatch
 
 from beamalloc.collector import live
 from beamalloc.collector.terms import parse_term
+from beamalloc.versions import ERTS_TO_OTP
 
 pytestmark = pytest.mark.live
 
@@ -19,15 +20,18 @@ def _terms(out: str) -> object:
     return parse_term(out.strip() + ".")
 
 
-def test_snapshot_content(target, probe, marker) -> None:
+def test_snapshot_content(any_target, probe, marker) -> None:
+    """On every test release (tests/otp.py): the node's own allocators, instances and pid."""
+    target = any_target
     info = _terms(probe(target, "erpc:call(T, erlang, system_info, [alloc_util_allocators])"))
     before = time.time()
     snap = live.snapshot_node(target.node, target.cookie)
     after = time.time()
 
     assert snap.source == "live" and snap.node == target.node
-    assert snap.otp_release == "25"
-    assert snap.erts_version and snap.erts_version.startswith("13.")
+    assert snap.otp_release == target.release
+    erts = int(target.release) - ERTS_TO_OTP
+    assert snap.erts_version and snap.erts_version.startswith(f"{erts}."), snap.erts_version
     assert snap.wordsize == 8
     assert snap.schedulers == 4
     assert snap.os_pid == target.pid
