@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import support
 from support import DATA, ROOT
 
 BAD = sorted(p for p in (DATA / "bad").iterdir() if p.name != "README.md")
@@ -94,3 +95,68 @@ def test_unwritable_output_is_one_line(command, cli, tmp_path):
     res = cli(command, str(DATA / "hand_recon.txt"), "-o", str(tmp_path / "no" / "dir.out"))
     assert res.returncode == 2
     assert "cannot write" in _one_clear_line(res)
+
+
+# ---- issue 25: what a decoder builds, and what an error line shows ------------------------
+
+CORPUS_BAD = ROOT / "tests" / "corpus" / "bad"
+BOMBS = sorted(CORPUS_BAD.glob("x_etf_bomb_*.etf"))
+
+
+@pytest.mark.parametrize("path", BOMBS, ids=[p.name for p in BOMBS])
+def test_a_decompression_bomb_is_one_line_under_200_mib(path):
+    """A 130 KB file whose compressed term is a list of 128 Mi NILs built 9.6 GB (and, under a
+    4 GB limit, ended in a pyo3 panic and an abort). Now: refused from its stated size, or
+    by the build budget before the list is made, or part way through within it."""
+    rc, out, err, rss = support.run_capped("analyze", str(path), timeout=30)
+    assert rc == 2, err
+    assert out == ""
+    line = err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("beamalloc: ") and path.name in line
+    assert "Traceback" not in err and "panic" not in err
+    assert rss < 200 << 20, f"peak {rss >> 20} MiB"
+
+
+def test_the_native_and_python_decoders_share_the_budget():
+    """Both decoders refuse the same over-budget term with the same line, and neither builds
+    it: the native one stops at the list's head (no Python fallback run over it)."""
+    from beamalloc.collector import etf
+
+    n = etf.MAX_WORDS  # a list this long cannot fit: 8 + n words for the list alone
+    data = b"\x83\x6c" + n.to_bytes(4, "big") + b"\x6a" * n + b"\x6a"
+    with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
+        etf.decode(data)
+    with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
+        etf._Decoder(data).term(1, 0)
+    if etf._native is not None:
+        with pytest.raises(ValueError, match="over budget"):
+            etf._native(data, 1, etf.Atom, etf.Opaque, None, etf.MAX_WORDS)
+    # and a term just within it decodes, natively and in Python alike
+    small = b"\x83\x6c" + (1000).to_bytes(4, "big") + b"\x61\x01" * 1000 + b"\x6a"
+    assert etf.decode(small) == [1] * 1000 == etf._Decoder(small).term(1, 0)[0]
+
+
+@pytest.mark.parametrize("name, must_not", [
+    ("x_etf_snippet_version_binary.etf", "secretXYZ"),
+    ("x_etf_snippet_escape_node.etf", "\x1b"),
+    ("x_json_unknown_source.json", "secretXYZ"),
+    ("x_json_deep_900.json", "Recursion"),
+])
+def test_hostile_files_say_one_clean_line(name, must_not, cli):
+    """File bytes were quoted with {!r} (`b'secretXYZ'`), escape sequences printed raw, and a
+    900-deep JSON was a RecursionError (issue 25, items 4, 6, 9)."""
+    for command in ("analyze", "snapshot"):
+        res = cli(command, str(CORPUS_BAD / name))
+        assert res.returncode == 2, res.stderr
+        line = _one_clear_line(res)
+        assert must_not not in res.stderr + res.stdout
+        assert "\x1b" not in line and "\x07" not in line
+
+
+def test_clean_escapes_controls_and_caps_length():
+    from beamalloc.console import MAX_LINE, clean
+
+    assert clean("a\x1b]0;T\x07\x1b[2J\u202eb\n") == "a\\x1b]0;T\\x07\\x1b[2J\\u202eb\\x0a"
+    long = clean("n" * 436_956)
+    assert len(long) < MAX_LINE + 40 and long.endswith("(435,956 more characters)")
+    assert clean("plain text, ünïcode") == "plain text, ünïcode"
