@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -160,3 +161,50 @@ def test_clean_escapes_controls_and_caps_length():
     long = clean("n" * 436_956)
     assert len(long) < MAX_LINE + 40 and long.endswith("(435,956 more characters)")
     assert clean("plain text, ünïcode") == "plain text, ünïcode"
+
+
+@pytest.mark.parametrize("token", [None, "s3cret-t0ken"])
+def test_web_ui_refuses_cross_origin_uploads(token, tmp_path):
+    """No-token loopback mode accepted a POST with `Origin: http://evil.example`, so any page
+    the operator opened could upload (a bomb) to it (issue 25 item 9): refused in every mode,
+    before the body is read; the same page's own upload still works."""
+    from beamalloc.webui.app import create_app
+
+    c = create_app(None, token=token).test_client()
+    host = "127.0.0.1:8050"
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    sample = (DATA / "hand_recon.txt").read_bytes()
+    for url in ("/upload", "/whatif/upload"):
+        for evil in ({"Origin": "http://evil.example"}, {"Origin": "null"},
+                     {"Origin": "http://127.0.0.1:9999"},  # another port is another origin
+                     {"Sec-Fetch-Site": "cross-site"},
+                     {"Referer": "http://evil.example/page"}):
+            r = c.post(url, headers={"Host": host, **auth, **evil},
+                       data={"file": (io.BytesIO(sample), "n.txt")})
+            assert r.status_code == 403, (url, evil)
+    r = c.post("/upload", headers={"Host": host, "Origin": f"http://{host}",
+                                   "Sec-Fetch-Site": "same-origin", **auth},
+               data={"file": (io.BytesIO(sample), "n.txt")})
+    assert r.status_code in (200, 302, 303), r.status_code
+    # a cross-origin GET is a page view, as before
+    assert c.get("/", headers={"Host": host, "Origin": "http://evil.example", **auth}
+                 ).status_code == 200
+
+
+def test_cookie_file_is_refused_as_other_inputs_are(tmp_path):
+    """`--cookie-file` of a FIFO hung forever, of /dev/zero grew to 19 GB (issue 25 item 7):
+    now a FIFO, a device, a directory and a file over 4 KiB are one line, before any connection
+    and without reading them."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    big.write_bytes(b"c" * 5000)
+    for path, why in ((fifo, "FIFO"), ("/dev/zero", "character device"),
+                      (tmp_path, "directory"), (big, "larger than 4096 bytes")):
+        rc, out, err, rss = support.run_capped("snapshot", "nobody_here@localhost",
+                                               "--cookie-file", str(path), timeout=20)
+        assert rc == 2, err
+        assert len(err.strip().splitlines()) == 1 and why in err
+        assert rss < 200 << 20
