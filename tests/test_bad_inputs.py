@@ -203,7 +203,7 @@ def test_cookie_file_is_refused_as_other_inputs_are(tmp_path):
     big.write_bytes(b"c" * 5000)
     for path, why in ((fifo, "FIFO"), ("/dev/zero", "character device"),
                       (tmp_path, "directory"), (big, "larger than 4096 bytes")):
-        rc, out, err, rss = support.run_capped("snapshot", "nobody_here@localhost",
+        rc, _out, err, rss = support.run_capped("snapshot", "nobody_here@localhost",
                                                "--cookie-file", str(path), timeout=20)
         assert rc == 2, err
         assert len(err.strip().splitlines()) == 1 and why in err
