@@ -10,6 +10,7 @@ stderr (errors are still said, in one line).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -46,6 +47,29 @@ def configure(quiet: bool = False, no_color: bool = False) -> None:
     SETTINGS.quiet, SETTINGS.no_color = quiet, no_color
 
 
+#: The longest line we print that holds text from outside (a peer's reply, a file's name,
+#: epmd's list): epmd's name list once made one line of 436,956 bytes (issue 25).
+MAX_LINE = 1000
+# C0 controls, DEL, C1 controls (ESC and CSI start terminal escape sequences), and the
+# Unicode bidirectional overrides and isolates that reorder what the reader sees.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def clean(text: str, limit: int = MAX_LINE) -> str:
+    """`text` safe to print on a terminal as one line: every control character (escape
+    sequences, line breaks, bidi overrides) shown as `\\xNN`, at most `limit` characters (cut
+    with "..." and how many more). The one home of this rule: error lines, notes and anything a
+    peer, a file or the store said go through it (docs/robustness.md, "Messages")."""
+    cut = bool(limit) and len(text) > limit
+    out = _CONTROL.sub(_escaped, text[:limit] if cut else text)
+    return out + f"... ({len(text) - limit:,} more characters)" if cut else out
+
+
 def color_wanted() -> bool:
     return not SETTINGS.no_color and not os.environ.get("NO_COLOR")
 
@@ -80,7 +104,9 @@ def note(text: str) -> None:
 
 def say(text: str) -> None:
     """A line on stderr that must be said even with --quiet (an action that changes a node).
-    A progress line being drawn is erased first, and drawn again under it at its next tick."""
+    A progress line being drawn is erased first, and drawn again under it at its next tick.
+    Control characters are escaped (`clean`): a note may quote a file or a peer."""
+    text = clean(text, limit=0)
     active = _ACTIVE[-1] if _ACTIVE else None
     if active is None:
         print(text, file=sys.stderr, flush=True)

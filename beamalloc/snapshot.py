@@ -381,8 +381,9 @@ class Snapshot:
             )
         body = {k: v for k, v in doc.items() if k != "schema"}
         snap = _decode(cls, body, "snapshot")
-        if snap.source not in SOURCES:
-            raise SnapshotError(f"unknown source {snap.source!r}")
+        if snap.source not in SOURCES:  # described, never quoted (docs/robustness.md)
+            raise SnapshotError(f"source: {describe(snap.source)}, not one of "
+                                + ", ".join(SOURCES))
         return snap
 
     @classmethod
@@ -453,8 +454,12 @@ def check_snapshot(snap: Snapshot) -> None:
     header field within what a node can be. (Blocks need not fit their own instance's carriers:
     OTP 22 counts pooled blocks by owner, carriers by holder; metrics.usage copes.)"""
     _check_str(snap.node, "node")
-    if not snap.node.strip() or any(c in snap.node for c in "\n\r\x00"):
-        raise SnapshotError("node: not a node name (empty, or a line break in it)")
+    if not snap.node.strip() or _has_control(snap.node):
+        raise SnapshotError("node: not a node name (empty, or a control character in it)")
+    for where, text in (("otp_release", snap.otp_release), ("erts_version", snap.erts_version)):
+        if text is not None and (_has_control(text) or len(text) > 64):
+            raise SnapshotError(f"{where}: not a release ({describe(text)}, or a control "
+                                "character in it)")
     if snap.source not in SOURCES:
         raise SnapshotError("source: not one of " + ", ".join(SOURCES))
     if snap.taken_at is not None and not (
@@ -492,17 +497,27 @@ def check_snapshot(snap: Snapshot) -> None:
     _check_strings(snap.extra, "extra")
 
 
+#: Deepest nesting of a snapshot's free-form fields (notes, extra): term text nests a few
+#: levels; deeper was a RecursionError when the snapshot was written out (issue 25).
+MAX_NESTING = 64
+
+
+def _has_control(s: str) -> bool:
+    """A C0 or C1 control character, DEL: what starts a terminal escape sequence or a line."""
+    return any(c < " " or "\x7f" <= c <= "\x9f" for c in s)
+
+
 def _check_strings(v: Any, where: str) -> None:
-    stack = [v]
+    stack = [(v, 0)]
     while stack:
-        x = stack.pop()
+        x, depth = stack.pop()
         if isinstance(x, str):
             _check_str(x, where, limit=0)
-        elif isinstance(x, dict):
-            stack.extend(x.keys())
-            stack.extend(x.values())
-        elif isinstance(x, list | tuple):
-            stack.extend(x)
+        elif isinstance(x, dict | list | tuple):
+            if depth >= MAX_NESTING:
+                raise SnapshotError(f"{where}: nested more than {MAX_NESTING} deep")
+            items = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+            stack.extend((y, depth + 1) for y in items)
         elif isinstance(x, float) and not math.isfinite(x):
             raise SnapshotError(f"{where}: a non-finite number")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
-from beamalloc.console import Progress, configure, note, say, short, wide_console
+from beamalloc.console import Progress, clean, configure, note, say, short, wide_console
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.files import atomic_write_text
 from beamalloc.reporters.recommend import FORMATS
@@ -101,7 +101,7 @@ def _snapshot_cluster(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=None if args.json else 1))
     for n, e in results.items():
         if isinstance(e, NodeError):
-            print(f"beamalloc: {n}: {e}", file=sys.stderr)
+            print(f"beamalloc: {clean(f'{n}: {e}')}", file=sys.stderr)
     return 0 if len(snaps) == len(results) else NodeError.exit_code
 
 
@@ -817,7 +817,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(e: Any) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+    """The error as one printable line (console.clean: a message may quote a peer or a file)."""
+    return clean(" ".join(str(e).split())) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -15,10 +15,14 @@ import os
 from pathlib import Path
 
 from beamalloc.errors import InputError
+from beamalloc.files import open_input
 
 ENV_VAR = "BEAMALLOC_COOKIE"
 #: An atom's limit in characters (erlang:system_info(atom_limit) is the count, not the length).
 MAX_LEN = 255
+#: Largest cookie file read: 255 characters of up to 2 bytes in UTF-8, a line end, room for
+#: white space. More is not a cookie file (a /dev/zero grew to 19 GB: issue 25).
+MAX_FILE = 4096
 
 
 class CookieError(InputError):
@@ -26,14 +30,23 @@ class CookieError(InputError):
 
 
 def _read(path: Path, what: str) -> str:
+    """The cookie in `path`: a regular file only (a FIFO hung forever), of at most MAX_FILE
+    bytes, refused before it is opened as every other input is (beamalloc/files.py)."""
+    if not path.exists() and not path.is_symlink():
+        raise CookieError(f"{what} {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CookieError(f"{what} {path} does not exist") from None
-    except UnicodeDecodeError:
-        raise CookieError(f"{what} {path} is not UTF-8 text") from None
+        with open_input(path, f"{what} {path}") as f:
+            raw = f.read(MAX_FILE + 1)
+    except InputError as e:
+        raise CookieError(str(e)) from None
     except OSError as e:
         raise CookieError(f"cannot read {what} {path}: {e.strerror}") from None
+    if len(raw) > MAX_FILE:
+        raise CookieError(f"{what} {path} is larger than {MAX_FILE} bytes: not a cookie file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CookieError(f"{what} {path} is not UTF-8 text") from None
     cookie = text.strip()
     if not cookie:
         raise CookieError(f"{what} {path} is empty")

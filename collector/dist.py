@@ -92,6 +92,12 @@ def _family(access: Access) -> socket.AddressFamily:
     return socket.AF_INET6 if access.ipv6 else socket.AF_INET
 
 
+def check_deadline(deadline: float, stage: str) -> None:
+    """DistError("timeout") once `deadline` has passed: between steps of work on replies that
+    are already read (the reads themselves wait at most until it)."""
+    _left(deadline, stage)
+
+
 def _left(deadline: float, stage: str) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -148,6 +154,8 @@ def _recv_exact(s: socket.socket, n: int, deadline: float, stage: str) -> bytes:
 
 #: epmd's NAMES reply is a line per node: a few KiB; more is not an epmd we can trust.
 MAX_EPMD_REPLY = 1 << 20
+#: The most names kept from it.
+MAX_NAMES = 1000
 
 
 def _recv_all(s: socket.socket, deadline: float, stage: str) -> bytes:
@@ -212,6 +220,8 @@ def names(host: str, access: Access, deadline: float) -> list[str]:
         parts = line.split()
         if len(parts) >= 2 and parts[0] == "name":
             out.append(parts[1])
+            if len(out) == MAX_NAMES:  # a real epmd lists a host's nodes: a few
+                break
     return out
 
 

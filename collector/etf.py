@@ -22,13 +22,19 @@ from typing import Any
 
 from beamalloc.collector.terms import Atom, Opaque
 
-#: Largest encoded (or decompressed) input accepted. A +S 1024 node's full allocator data is
-#: about 25 MB of ETF; four times that is garbage.
-MAX_BYTES = 128 * 1024 * 1024
+#: Largest encoded (or decompressed) input accepted. A +S 1024 node's snippet file (all its
+#: allocator data in one term) is 11.6 MB of ETF once inflated, a +S 64 node's 0.74 MB; the
+#: largest distribution message is one allocator's reply, a fraction of that.
+MAX_BYTES = 32 << 20
 #: Deepest nesting accepted (allocator data nests about 8 deep, docs/erts/recon-formulas.md §3.1).
 MAX_DEPTH = 256
 #: Largest bignum accepted, in bytes of magnitude (mmmbc, 2^64-1, needs 8).
 MAX_BIG_BYTES = 32
+#: The most one term may build, in 8-byte words of Python objects (the costs: _Cost), checked
+#: before each object is made: a byte limit alone let a 130 KB compressed list of 128 Mi NILs
+#: build 9.6 GB (issue 25). A +S 64 node's snippet file builds 0.55 Mi words, a +S 1024 node's
+#: 8.2 Mi (measured on OTP 25); 16 Mi words are about 128 MiB of objects.
+MAX_WORDS = 16 << 20
 
 VERSION = 131
 
@@ -40,6 +46,38 @@ except ImportError:  # pragma: no cover - `make setup` builds it
 
 class ETFError(ValueError):
     """Bytes that are not a well-formed external term of the kind beamalloc reads."""
+
+
+class _Cost:
+    """What each object costs in words (header and payload; an element's slot is charged by
+    its container). refalloc/src/python_etf.rs charges the same (its `cost` module)."""
+
+    CONTAINER = 8
+    INT = 4
+    FLOAT = 3
+    MAP_ENTRY = 4
+    OPAQUE = 10
+
+    @staticmethod
+    def bytes(k: int) -> int:
+        return 5 + k // 8
+
+
+def _over_budget() -> ETFError:
+    return ETFError(f"a term that would build more than {MAX_WORDS * 8 >> 20} MiB of objects "
+                    "(a decompression bomb, or not allocator data)")
+
+
+def _native_failed(e: BaseException) -> ETFError | None:
+    """What a failure of the native decoder means: None to let the Python decoder try (a
+    decline), else the error to raise (over budget; a panic or no memory: never retried)."""
+    if isinstance(e, MemoryError):
+        return ETFError("out of memory while decoding the term")
+    if str(e) == "over budget":
+        return _over_budget()
+    if str(e) == "panic":
+        return ETFError("the native term decoder failed")
+    return None
 
 
 _U16 = struct.Struct(">H").unpack_from
@@ -68,9 +106,10 @@ def decode(data: bytes) -> Any:
         # whatever it does not handle, malformed input included, and this decoder, the
         # reference, then decodes it and says what is wrong.
         try:
-            term, end = _no_gc(_native, data, pos, Atom, Opaque)
-        except ValueError:
-            pass
+            term, end = _no_gc(_native, data, pos, Atom, Opaque, None, MAX_WORDS)
+        except (ValueError, MemoryError) as e:
+            if (err := _native_failed(e)) is not None:
+                raise err from None
         else:
             if end == len(data):
                 return term
@@ -78,6 +117,8 @@ def decode(data: bytes) -> Any:
         term, pos = _Decoder(data).term(pos, 0)
     except (IndexError, struct.error):  # a fixed-size field runs past the end
         raise ETFError("truncated term") from None
+    except MemoryError:
+        raise ETFError("out of memory while decoding the term") from None
     if pos != len(data):
         raise ETFError(f"{len(data) - pos} bytes after the end of the term")
     return term
@@ -94,13 +135,16 @@ def decode_at(data: bytes, pos: int, atoms: dict | None = None) -> tuple[Any, in
         raise ETFError("not an external term (missing version byte 131)")
     if _native is not None:
         try:
-            return _no_gc(_native, data, pos + 1, Atom, Opaque, atoms)
-        except ValueError:
-            pass
+            return _no_gc(_native, data, pos + 1, Atom, Opaque, atoms, MAX_WORDS)
+        except (ValueError, MemoryError) as e:
+            if (err := _native_failed(e)) is not None:
+                raise err from None
     try:
         return _Decoder(data).term(pos + 1, 0)
     except (IndexError, struct.error):
         raise ETFError("truncated term") from None
+    except MemoryError:
+        raise ETFError("out of memory while decoding the term") from None
 
 
 def _no_gc(f: Any, *args: Any) -> Any:
@@ -136,11 +180,12 @@ class _Decoder:
     """Fixed-size fields raise IndexError/struct.error when cut off (decode() maps them);
     variable-size ones are checked against what is left before anything is allocated."""
 
-    __slots__ = ("atoms", "data", "n")
+    __slots__ = ("atoms", "data", "left", "n")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.n = len(data)
+        self.left = MAX_WORDS  # words the term may still build (_Cost)
         # Allocator data repeats a few hundred atoms; keyed by tag, as the tag sets the encoding.
         self.atoms: dict[tuple[int, bytes], Atom] = {}
 
@@ -148,9 +193,15 @@ class _Decoder:
         if pos + k > self.n:
             raise ETFError(f"truncated term at byte {pos} (need {k} more)")
 
+    def _charge(self, words: int) -> None:
+        self.left -= words
+        if self.left < 0:
+            raise _over_budget()
+
     def _items(self, pos: int, count: int, depth: int) -> tuple[list[Any], int]:
         """`count` terms in a row; small integers and small atoms inline (most of the data)."""
         self._need(pos, count)  # every element takes at least one byte
+        self._charge(_Cost.CONTAINER + count)
         data, atoms = self.data, self.atoms
         items: list[Any] = []
         append = items.append
@@ -183,6 +234,7 @@ class _Decoder:
         if tag == 97:  # SMALL_INTEGER_EXT
             return data[pos], pos + 1
         if tag == 98:  # INTEGER_EXT
+            self._charge(_Cost.INT)
             return _I32(data, pos)[0], pos + 4
         if tag in (119, 115, 118, 100):  # SMALL_ATOM_UTF8, SMALL_ATOM, ATOM_UTF8, ATOM
             return self._atom(tag, pos)
@@ -193,6 +245,7 @@ class _Decoder:
             items, pos = self._items(pos + 4, _U32(data, pos)[0], depth)
             return tuple(items), pos
         if tag == 106:  # NIL_EXT
+            self._charge(_Cost.CONTAINER)
             return [], pos
         if tag == 107:  # STRING_EXT: u16 length, bytes
             k = _U16(data, pos)[0]
@@ -200,7 +253,9 @@ class _Decoder:
             self._need(pos, k)
             raw = data[pos : pos + k]
             if _PRINTABLE.issuperset(raw):
+                self._charge(_Cost.bytes(k) + _Cost.CONTAINER)
                 return raw.decode("latin-1"), pos + k
+            self._charge(_Cost.CONTAINER + k)
             return list(raw), pos + k
         if tag == 108:  # LIST_EXT: u32 length, elements, tail
             items, pos = self._items(pos + 4, _U32(data, pos)[0], depth)
@@ -212,12 +267,15 @@ class _Decoder:
             k = _U32(data, pos)[0]
             pos += 4
             self._need(pos, k)
+            self._charge(_Cost.bytes(k))
             return bytes(data[pos : pos + k]), pos + k
         if tag == 70:  # NEW_FLOAT_EXT
             self._need(pos, 8)
+            self._charge(_Cost.FLOAT)
             return _F64(data, pos)[0], pos + 8
         if tag == 99:  # FLOAT_EXT: 31 bytes of "%.20e" text
             self._need(pos, 31)
+            self._charge(_Cost.FLOAT)
             try:
                 return float(data[pos : pos + 31].rstrip(b"\0")), pos + 31
             except ValueError:
@@ -233,6 +291,7 @@ class _Decoder:
                 raise ETFError(f"integer of {k} bytes (allocator statistics never exceed "
                                f"{MAX_BIG_BYTES})")
             self._need(pos, 1 + k)
+            self._charge(_Cost.INT + k // 8)
             sign = data[pos]
             n = int.from_bytes(data[pos + 1 : pos + 1 + k], "little")
             return (-n if sign else n), pos + 1 + k
@@ -240,6 +299,7 @@ class _Decoder:
             self._need(pos, 4)
             arity, pos = _U32(data, pos)[0], pos + 4
             self._need(pos, 2 * arity)
+            self._charge(_Cost.CONTAINER + arity * _Cost.MAP_ENTRY)
             out: dict[Any, Any] = {}
             for _ in range(arity):
                 key, pos = self.term(pos, depth + 1)
@@ -254,6 +314,7 @@ class _Decoder:
             k = _U32(data, pos)[0]
             pos += 5
             self._need(pos, k)
+            self._charge(_Cost.bytes(k))
             return bytes(data[pos : pos + k]), pos + k
         return self._opaque(tag, pos, depth)
 
@@ -267,6 +328,7 @@ class _Decoder:
             k, pos = _U16(data, pos)[0], pos + 2
         self._need(pos, k)
         raw = data[pos : pos + k]
+        self._charge(_Cost.bytes(k) + _Cost.CONTAINER)
         try:
             atom = Atom(raw.decode("utf-8" if tag in (119, 118) else "latin-1"))
         except UnicodeDecodeError:
@@ -283,6 +345,7 @@ class _Decoder:
         return struct.unpack_from(fmt, self.data, pos), pos + size
 
     def _opaque(self, tag: int, pos: int, depth: int) -> tuple[Opaque, int]:
+        self._charge(_Cost.OPAQUE)
         if tag in (88, 103):  # NEW_PID_EXT, PID_EXT: node, id, serial, creation
             (pid, serial, _), pos = self._node_and(pos, depth, ">IIB" if tag == 103 else ">III")
             return Opaque(f"<0.{pid}.{serial}>"), pos

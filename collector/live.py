@@ -422,6 +422,10 @@ def _text(v: Any, cookie: str = "") -> str:
     return _scrub(text, cookie)
 
 
+#: Names of epmd's list an error line shows (a hostile epmd listed 20,000).
+SHOW_NAMES = 10
+
+
 def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
            access: Access | None = None) -> NodeError:
     """The one-line message for the agent's `{error, Kind, Detail}`.
@@ -435,8 +439,10 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
         return NodeError(f"cannot connect to {node} ({how}): "
                          f"{_text(detail, cookie)[:200] or 'no reason given'}")
     if kind == "no_such_node":
-        others = sorted(_text(n) for n in detail if not _text(n).startswith("beamalloc_"))
-        known = f"epmd there knows {', '.join(others)}" if others else "epmd there knows no node"
+        others = sorted(_text(n)[:64] for n in detail if not _text(n).startswith("beamalloc_"))
+        shown = ", ".join(others[:SHOW_NAMES]) + (f" and {len(others) - SHOW_NAMES} more"
+                                                  if len(others) > SHOW_NAMES else "")
+        known = f"epmd there knows {shown}" if others else "epmd there knows no node"
         if how:  # which epmd we asked, or that the node may be epmd-less
             known += f"; {how}"
         return NodeError(f"no node named {name} on host {host} ({known})")
@@ -455,6 +461,8 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
                          "with TLS or IPv6 distribution needs --proto-dist, docs/access.md)")
     if kind == "call_failed":
         return NodeError(f"a call on {node} failed: {_text(detail, cookie)[:200]}")
+    if kind == "bad_reply":
+        return NodeError(f"{node} sent a reply no Erlang node sends: {_text(detail)[:200]}")
     if kind == "no_cookie":
         return NodeError("the beamalloc agent received no cookie")
     if kind == "died_in_handshake":
@@ -530,21 +538,77 @@ def _instrument_result(v: Any) -> Any:
     return v
 
 
+#: The most allocators a node lists in alloc_util_allocators (OTP 25 has 12, with every
+#: optional one on 14): a reply listing more is not a node's, and each name is one request.
+MAX_ALLOCATORS = 64
+#: An allocator's name, as alloc_util names them (and no other text: it becomes a request).
+_ALLOC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: The most erlang:memory() entries (OTP 25 has 11).
+MAX_MEMORY_KEYS = 64
+
+
+def _bad_reply(what: str, v: Any) -> dist.DistError:
+    """A reply of the wrong shape: described, never quoted (docs/robustness.md)."""
+    from beamalloc.snapshot import describe
+
+    return dist.DistError("bad_reply", f"{what}: {describe(v)}".encode())
+
+
+def _check_utils(v: Any) -> list[Atom]:
+    if not (isinstance(v, list) and len(v) <= MAX_ALLOCATORS
+            and all(type(a) is Atom and _ALLOC_NAME.fullmatch(a) for a in v)):
+        raise _bad_reply(f"alloc_util_allocators is not a list of at most {MAX_ALLOCATORS} "
+                         "allocator names", v)
+    return list(dict.fromkeys(v))
+
+
+def _is_text(v: Any, limit: int = 64) -> bool:
+    return type(v) is str and len(v) <= limit and v.isprintable()
+
+
+#: What each of _SIMPLE's replies must be (erlang:memory/0, system_info/1, os:getpid/0).
+_SHAPES: dict[str, tuple[str, Any]] = {
+    "memory": (f"a list of at most {MAX_MEMORY_KEYS} {{atom, integer}} pairs",
+               lambda v: isinstance(v, list) and len(v) <= MAX_MEMORY_KEYS and all(
+                   isinstance(x, tuple) and len(x) == 2 and type(x[0]) is Atom
+                   and _int(x[1]) is not None for x in v)),
+    "otp_release": ("a release string", _is_text),
+    "version": ("a version string", _is_text),
+    "wordsize": ("4 or 8", lambda v: _int(v) in (4, 8)),
+    "schedulers": ("a scheduler count", lambda v: _int(v) is not None and 1 <= v <= 1024),
+    "os_pid": ("a process id", lambda v: _is_text(v, 10) and v.isdigit()),
+}
+
+
+def _check_reply(key: Any, v: Any) -> Any:
+    """`v` if it has the shape `key`'s reply must have; else bad_reply (exit 3)."""
+    if isinstance(key, tuple):  # {allocator, A}: its info list, or false when not started
+        if not (isinstance(v, list) or v == "false"):
+            raise _bad_reply(f"system_info({{allocator, {key[1]}}}) is not a list", v)
+        return v
+    what, ok = _SHAPES[str(key)]
+    if not ok(v):
+        raise _bad_reply(f"{key} is not {what}", v)
+    return v
+
+
 def collect_direct(conn: dist.Connection, target: str, cap: int, deadline: float,
                    main_us: int, connected_us: int) -> Any:
     """beamalloc_agent:collect/2 over our own connection: the same requests, all in flight at
     once, and the same `{ok, [{Key, Value}]}` reply, so build_snapshot() cannot tell the two
-    apart (tests/live/test_direct.py compares them)."""
+    apart (tests/live/test_direct.py compares them). Every reply is checked for its shape
+    before use (a target could send anything: issue 25), and the deadline between steps."""
     util_key = conn.send("erlang", "system_info", [Atom("alloc_util_allocators")])
     started = _us()
     reqs = [(Atom(k), conn.send(m, f, a)) for k, m, f, a in _SIMPLE]
     reqs += [((Atom("allocator"), Atom(a)),
               conn.send("erlang", "system_info", [(Atom("allocator"), Atom(a))]))
              for a in _FIXED]
-    utils = _result(conn.receive(util_key, deadline))
+    utils = _check_utils(_result(conn.receive(util_key, deadline)))
     reqs += [((Atom("allocator"), a),
               conn.send("erlang", "system_info", [(Atom("allocator"), a)])) for a in utils]
-    results = [(k, _result(conn.receive(r, deadline))) for k, r in reqs]
+    results = [(k, _check_reply(k, _result(conn.receive(r, deadline)))) for k, r in reqs]
+    dist.check_deadline(deadline, "collecting")
     done = _us()
     scalars = [(k, v) for k, v in results if isinstance(k, Atom)]
     allocs = [(k[1], v) for k, v in results if isinstance(k, tuple)]
@@ -790,7 +854,7 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         erts_version=_str(p.get("version")),
         wordsize=_int(p.get("wordsize")),
         schedulers=_int(p.get("schedulers")),
-        os_pid=int(pid) if isinstance(pid, str) and pid.isdigit() else None,
+        os_pid=int(pid) if isinstance(pid, str) and pid.isdigit() and len(pid) <= 10 else None,
         memory=memory_from_term(p.get("memory", [])),
     )
     allocs = p.get("allocators", [])
@@ -836,7 +900,11 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
                                  [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         t0 = time.perf_counter()
-        snap = build_snapshot(node, reply[1], taken_at=done)
+        try:
+            snap = build_snapshot(node, reply[1], taken_at=done)
+        except InputError as e:  # what the node sent is out of range: the peer's fault
+            raise NodeError(f"{node} sent a reply no Erlang node sends: "
+                            f"{str(e).removeprefix(node + ': ')}") from None
         last_timings["build"] = time.perf_counter() - t0
         last_timings["carriers_s"] = next(
             (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2

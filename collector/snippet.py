@@ -24,7 +24,7 @@ from typing import Any
 from beamalloc.collector import etf, live
 from beamalloc.collector.terms import Atom, proplist
 from beamalloc.errors import InputError
-from beamalloc.snapshot import Snapshot
+from beamalloc.snapshot import Snapshot, describe
 
 #: The first byte of every Erlang external term (term_to_binary's version byte).
 MAGIC = b"\x83"
@@ -141,8 +141,9 @@ def read_snippet(data: bytes, name: str, taken_at: float | None = None) -> Snaps
             and term[0] == TAG):
         raise InputError(f"{name}: an Erlang external term, but not one written by "
                          "`beamalloc snippet`")
-    if term[1] != VERSION:
-        raise InputError(f"{name}: a beamalloc snippet file of version {term[1]!r}; this "
+    if term[1] != VERSION:  # described, never quoted: the file may be anything
+        got = term[1] if type(term[1]) is int and 0 <= term[1] < 1 << 32 else describe(term[1])
+        raise InputError(f"{name}: a beamalloc snippet file of version {got}; this "
                          f"beamalloc reads version {VERSION}")
     items = term[2]
     if not isinstance(items, list) or not all(isinstance(x, tuple) and len(x) == 2 and
@@ -153,7 +154,10 @@ def read_snippet(data: bytes, name: str, taken_at: float | None = None) -> Snaps
     if not isinstance(node, Atom) or not isinstance(p.get("allocators"), list):
         raise InputError(f"{name}: a beamalloc snippet file without its node or allocators")
     body = [x for x in items if x[0] not in _OS_KEYS]
-    snap = live.build_snapshot(str(node), body, taken_at=taken_at)
+    try:
+        snap = live.build_snapshot(str(node), body, taken_at=taken_at)
+    except InputError as e:
+        raise InputError(f"{name}: {e}") from None
     # build_snapshot looks for the pid on this host; the file's own /proc texts are the truth
     # at the time it was written, wherever it is read.
     status, smaps, meminfo = (_text(p.get(k)) for k in _OS_KEYS)

@@ -89,3 +89,39 @@ class SecretWatch:
                     continue
                 if self.secret in cmd:
                     self.leaks.append(f"argv of {d.name}: {cmd[:80]!r}")
+
+
+def run_capped(*args: str, timeout: float, address_space: int = 2 << 30,
+               env: dict[str, str] | None = None) -> tuple[int, str, str, int]:
+    """`beamalloc ARGS` in a subprocess under an address-space limit (a regression then fails
+    with MemoryError instead of taking the machine's memory); returns its exit code, stdout,
+    stderr and peak resident bytes (wait4's ru_maxrss). A run past `timeout` is killed and
+    fails the test."""
+    import os
+    import resource
+    import tempfile
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    import time
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", *args], stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limit, env=env)
+        end = time.monotonic() + timeout
+        while True:  # wait4, not wait(): the usage of this child alone
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > end:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                raise AssertionError(f"beamalloc {' '.join(args)} ran past {timeout} s")
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (proc.returncode, out.read().decode("utf-8", "replace"),
+                err.read().decode("utf-8", "replace"), usage.ru_maxrss * 1024)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
 import pytest
+import support
 from support import DATA, ROOT
 
 BAD = sorted(p for p in (DATA / "bad").iterdir() if p.name != "README.md")
@@ -94,3 +96,115 @@ def test_unwritable_output_is_one_line(command, cli, tmp_path):
     res = cli(command, str(DATA / "hand_recon.txt"), "-o", str(tmp_path / "no" / "dir.out"))
     assert res.returncode == 2
     assert "cannot write" in _one_clear_line(res)
+
+
+# ---- issue 25: what a decoder builds, and what an error line shows ------------------------
+
+CORPUS_BAD = ROOT / "tests" / "corpus" / "bad"
+BOMBS = sorted(CORPUS_BAD.glob("x_etf_bomb_*.etf"))
+
+
+@pytest.mark.parametrize("path", BOMBS, ids=[p.name for p in BOMBS])
+def test_a_decompression_bomb_is_one_line_under_200_mib(path):
+    """A 130 KB file whose compressed term is a list of 128 Mi NILs built 9.6 GB (and, under a
+    4 GB limit, ended in a pyo3 panic and an abort). Now: refused from its stated size, or
+    by the build budget before the list is made, or part way through within it."""
+    rc, out, err, rss = support.run_capped("analyze", str(path), timeout=30)
+    assert rc == 2, err
+    assert out == ""
+    line = err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("beamalloc: ") and path.name in line
+    assert "Traceback" not in err and "panic" not in err
+    assert rss < 200 << 20, f"peak {rss >> 20} MiB"
+
+
+def test_the_native_and_python_decoders_share_the_budget():
+    """Both decoders refuse the same over-budget term with the same line, and neither builds
+    it: the native one stops at the list's head (no Python fallback run over it)."""
+    from beamalloc.collector import etf
+
+    n = etf.MAX_WORDS  # a list this long cannot fit: 8 + n words for the list alone
+    data = b"\x83\x6c" + n.to_bytes(4, "big") + b"\x6a" * n + b"\x6a"
+    with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
+        etf.decode(data)
+    with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
+        etf._Decoder(data).term(1, 0)
+    if etf._native is not None:
+        with pytest.raises(ValueError, match="over budget"):
+            etf._native(data, 1, etf.Atom, etf.Opaque, None, etf.MAX_WORDS)
+    # and a term just within it decodes, natively and in Python alike
+    small = b"\x83\x6c" + (1000).to_bytes(4, "big") + b"\x61\x01" * 1000 + b"\x6a"
+    assert etf.decode(small) == [1] * 1000 == etf._Decoder(small).term(1, 0)[0]
+
+
+@pytest.mark.parametrize("name, must_not", [
+    ("x_etf_snippet_version_binary.etf", "secretXYZ"),
+    ("x_etf_snippet_escape_node.etf", "\x1b"),
+    ("x_json_unknown_source.json", "secretXYZ"),
+    ("x_json_deep_900.json", "Recursion"),
+])
+def test_hostile_files_say_one_clean_line(name, must_not, cli):
+    """File bytes were quoted with {!r} (`b'secretXYZ'`), escape sequences printed raw, and a
+    900-deep JSON was a RecursionError (issue 25, items 4, 6, 9)."""
+    for command in ("analyze", "snapshot"):
+        res = cli(command, str(CORPUS_BAD / name))
+        assert res.returncode == 2, res.stderr
+        line = _one_clear_line(res)
+        assert must_not not in res.stderr + res.stdout
+        assert "\x1b" not in line and "\x07" not in line
+
+
+def test_clean_escapes_controls_and_caps_length():
+    from beamalloc.console import MAX_LINE, clean
+
+    assert clean("a\x1b]0;T\x07\x1b[2J\u202eb\n") == "a\\x1b]0;T\\x07\\x1b[2J\\u202eb\\x0a"
+    long = clean("n" * 436_956)
+    assert len(long) < MAX_LINE + 40 and long.endswith("(435,956 more characters)")
+    assert clean("plain text, ünïcode") == "plain text, ünïcode"
+
+
+@pytest.mark.parametrize("token", [None, "s3cret-t0ken"])
+def test_web_ui_refuses_cross_origin_uploads(token, tmp_path):
+    """No-token loopback mode accepted a POST with `Origin: http://evil.example`, so any page
+    the operator opened could upload (a bomb) to it (issue 25 item 9): refused in every mode,
+    before the body is read; the same page's own upload still works."""
+    from beamalloc.webui.app import create_app
+
+    c = create_app(None, token=token).test_client()
+    host = "127.0.0.1:8050"
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    sample = (DATA / "hand_recon.txt").read_bytes()
+    for url in ("/upload", "/whatif/upload"):
+        for evil in ({"Origin": "http://evil.example"}, {"Origin": "null"},
+                     {"Origin": "http://127.0.0.1:9999"},  # another port is another origin
+                     {"Sec-Fetch-Site": "cross-site"},
+                     {"Referer": "http://evil.example/page"}):
+            r = c.post(url, headers={"Host": host, **auth, **evil},
+                       data={"file": (io.BytesIO(sample), "n.txt")})
+            assert r.status_code == 403, (url, evil)
+    r = c.post("/upload", headers={"Host": host, "Origin": f"http://{host}",
+                                   "Sec-Fetch-Site": "same-origin", **auth},
+               data={"file": (io.BytesIO(sample), "n.txt")})
+    assert r.status_code in (200, 302, 303), r.status_code
+    # a cross-origin GET is a page view, as before
+    assert c.get("/", headers={"Host": host, "Origin": "http://evil.example", **auth}
+                 ).status_code == 200
+
+
+def test_cookie_file_is_refused_as_other_inputs_are(tmp_path):
+    """`--cookie-file` of a FIFO hung forever, of /dev/zero grew to 19 GB (issue 25 item 7):
+    now a FIFO, a device, a directory and a file over 4 KiB are one line, before any connection
+    and without reading them."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big"
+    big.write_bytes(b"c" * 5000)
+    for path, why in ((fifo, "FIFO"), ("/dev/zero", "character device"),
+                      (tmp_path, "directory"), (big, "larger than 4096 bytes")):
+        rc, _out, err, rss = support.run_capped("snapshot", "nobody_here@localhost",
+                                               "--cookie-file", str(path), timeout=20)
+        assert rc == 2, err
+        assert len(err.strip().splitlines()) == 1 and why in err
+        assert rss < 200 << 20

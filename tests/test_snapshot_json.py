@@ -136,5 +136,5 @@ def test_the_schema_is_named_and_checked():
     doc = json.loads(Snapshot(node="a@b", source="live").to_json())
     assert doc["schema"] == "beamalloc.snapshot/1"
     doc["source"] = "telepathy"
-    with pytest.raises(SnapshotError, match="unknown source"):
+    with pytest.raises(SnapshotError, match="source: a string of 9 characters, not one of"):
         Snapshot.from_dict(doc)

@@ -4,7 +4,9 @@ Security (issue 6, must-hold 2): the server binds 127.0.0.1 unless told otherwis
 else it requires a token, checked on every request; without a token, only loopback Host headers
 are answered (a page on another site cannot reach it through DNS rebinding). Templates escape
 every string; a Content-Security-Policy without inline scripts is a second wall. Static assets
-are served from memory, so no request path is ever a file path.
+are served from memory, so no request path is ever a file path. A request that changes state
+(any method but GET and HEAD: an upload) from another origin is refused in every mode, token or
+not: without it, any page the operator opened could post a file to a loopback UI (issue 25).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hmac
 import ipaddress
 import os
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from flask import Flask, Response, current_app, redirect, render_template, request
 
@@ -72,7 +74,34 @@ def _hostname(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+#: Methods that change nothing: the only ones another origin may send us.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _cross_origin() -> bool:
+    """Does a state-changing request come from a page of another origin? Browsers say so in
+    Sec-Fetch-Site and Origin (every POST of theirs carries Origin; `null` from a sandbox or a
+    data: URL); Referer is the fallback. A request without any of them is no browser's (curl,
+    the test client): CSRF needs a browser."""
+    if request.method in SAFE_METHODS:
+        return False
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return True
+    source = request.headers.get("Origin") or request.headers.get("Referer")
+    if source is None:
+        return False
+    try:
+        parts = urlsplit(source)
+        return (parts.scheme, parts.netloc) != (request.scheme, request.host)
+    except ValueError:
+        return True
+
+
 def _check_access() -> Any:
+    if _cross_origin():
+        return Response("beamalloc serve refuses changes requested by another site's page\n",
+                        403, mimetype="text/plain")
     token = current_app.extensions["beamalloc_token"]
     if token is None:
         if not is_loopback(_hostname(request.host)):

@@ -11,6 +11,12 @@
 //! the input with the Python decoder, which is the reference and says what is wrong. So there is
 //! one definition of the accepted language and of every error message, and this file only has to
 //! agree with it on well-formed data (tests/live/test_etf_native.py compares the two).
+//!
+//! One exception: what the term would build is bounded by `budget` (etf.py's MAX_WORDS, in
+//! 8-byte words, with etf.py's costs: `cost` below), checked before each container is made. A
+//! term over it raises `ValueError("over budget")` at once, and etf.py says so without
+//! running the Python decoder over it (a 130 KB compressed list of 128 Mi NILs would build 9 GB
+//! of empty lists: docs/robustness.md, "What a term may build").
 // pyo3 0.22's `#[pyfunction]` expansion converts PyErr into PyErr; newer clippy flags it.
 #![allow(clippy::useless_conversion)]
 
@@ -23,9 +29,27 @@ use std::collections::HashMap;
 const MAX_DEPTH: usize = 256;
 const MAX_BIG_BYTES: usize = 32;
 
-struct Decline;
+/// Why the native decoder stops: the Python decoder should handle the input, or the input is
+/// over its budget (then no decoder should).
+enum Stop {
+    Python,
+    Budget,
+}
 
-type R<T> = Result<T, Decline>;
+type R<T> = Result<T, Stop>;
+
+/// etf.py's costs, in 8-byte words (an object's header and payload; each element's slot is
+/// charged by its container).
+mod cost {
+    pub const CONTAINER: usize = 8;
+    pub const INT: usize = 4;
+    pub const FLOAT: usize = 3;
+    pub const MAP_ENTRY: usize = 4;
+    pub const OPAQUE: usize = 10;
+    pub fn bytes(k: usize) -> usize {
+        5 + k / 8
+    }
+}
 
 struct Dec<'py, 'a> {
     py: Python<'py>,
@@ -33,6 +57,8 @@ struct Dec<'py, 'a> {
     atom: &'a Bound<'py, PyAny>,
     opaque: &'a Bound<'py, PyAny>,
     shared: Option<&'a Bound<'py, PyDict>>,
+    // words left to build (etf.py's MAX_WORDS at the start)
+    left: usize,
     // Keyed by tag and bytes, as etf.py's cache: the tag decides latin-1 or UTF-8.
     atoms: HashMap<(u8, &'a [u8]), PyObject>,
 }
@@ -44,11 +70,11 @@ fn printable(b: u8) -> bool {
 
 impl<'py, 'a> Dec<'py, 'a> {
     fn take(&self, pos: usize, k: usize) -> R<&'a [u8]> {
-        self.data.get(pos..pos.checked_add(k).ok_or(Decline)?).ok_or(Decline)
+        self.data.get(pos..pos.checked_add(k).ok_or(Stop::Python)?).ok_or(Stop::Python)
     }
 
     fn u8(&self, pos: usize) -> R<u8> {
-        self.data.get(pos).copied().ok_or(Decline)
+        self.data.get(pos).copied().ok_or(Stop::Python)
     }
 
     fn u16(&self, pos: usize) -> R<usize> {
@@ -61,8 +87,14 @@ impl<'py, 'a> Dec<'py, 'a> {
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn py_err(_: PyErr) -> Decline {
-        Decline
+    fn py_err(_: PyErr) -> Stop {
+        Stop::Python
+    }
+
+    /// Take `words` from the budget, before building what they pay for.
+    fn charge(&mut self, words: usize) -> R<()> {
+        self.left = self.left.checked_sub(words).ok_or(Stop::Budget)?;
+        Ok(())
     }
 
     fn atom_at(&mut self, tag: u8, start: usize, len: usize) -> R<(PyObject, usize)> {
@@ -71,7 +103,7 @@ impl<'py, 'a> Dec<'py, 'a> {
             return Ok((a.clone_ref(self.py), start + len));
         }
         let text: String = if tag == 118 || tag == 119 {
-            std::str::from_utf8(raw).map_err(|_| Decline)?.to_owned()
+            std::str::from_utf8(raw).map_err(|_| Stop::Python)?.to_owned()
         } else {
             raw.iter().map(|&b| b as char).collect()
         };
@@ -85,6 +117,7 @@ impl<'py, 'a> Dec<'py, 'a> {
                 return Ok((a, start + len));
             }
         }
+        self.charge(cost::bytes(text.len()) + cost::CONTAINER)?;
         let a = self.atom.call1((text,)).map_err(Self::py_err)?.unbind();
         if let Some(shared) = self.shared {
             shared.set_item(key, &a).map_err(Self::py_err)?;
@@ -100,8 +133,9 @@ impl<'py, 'a> Dec<'py, 'a> {
         // every element takes at least one byte: a huge count in a short input is declined
         // before anything is allocated
         if count > self.data.len().saturating_sub(pos) {
-            return Err(Decline);
+            return Err(Stop::Python);
         }
+        self.charge(cost::CONTAINER.saturating_add(count))?;
         let n = count as pyo3::ffi::Py_ssize_t;
         // SAFETY: we hold the GIL (self.py); the new object is owned by `obj` from here on.
         let raw = unsafe {
@@ -112,7 +146,7 @@ impl<'py, 'a> Dec<'py, 'a> {
             }
         };
         if raw.is_null() {
-            return Err(Decline);
+            return Err(Stop::Python);
         }
         let obj: PyObject = unsafe { PyObject::from_owned_ptr(self.py, raw) };
         for i in 0..count {
@@ -132,7 +166,7 @@ impl<'py, 'a> Dec<'py, 'a> {
 
     fn term(&mut self, pos: usize, depth: usize) -> R<(PyObject, usize)> {
         if depth > MAX_DEPTH {
-            return Err(Decline);
+            return Err(Stop::Python);
         }
         let py = self.py;
         let tag = self.u8(pos)?;
@@ -141,6 +175,7 @@ impl<'py, 'a> Dec<'py, 'a> {
             97 => (self.u8(pos)?.into_py(py), pos + 1),
             98 => {
                 let b = self.take(pos, 4)?;
+                self.charge(cost::INT)?;
                 (i32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_py(py), pos + 4)
             }
             119 | 115 => {
@@ -159,14 +194,19 @@ impl<'py, 'a> Dec<'py, 'a> {
                 };
                 self.seq(start, count, depth, true)?
             }
-            106 => (PyList::empty_bound(py).into_py(py), pos),
+            106 => {
+                self.charge(cost::CONTAINER)?;
+                (PyList::empty_bound(py).into_py(py), pos)
+            }
             107 => {
                 let k = self.u16(pos)?;
                 let raw = self.take(pos + 2, k)?;
                 let obj = if raw.iter().all(|&b| printable(b)) {
+                    self.charge(cost::bytes(k) + cost::CONTAINER)?;
                     let s: String = raw.iter().map(|&b| b as char).collect();
                     PyString::new_bound(py, &s).into_py(py)
                 } else {
+                    self.charge(cost::CONTAINER + k)?;
                     PyList::new_bound(py, raw.iter().map(|&b| b.into_py(py))).into_py(py)
                 };
                 (obj, pos + 2 + k)
@@ -175,17 +215,19 @@ impl<'py, 'a> Dec<'py, 'a> {
                 let count = self.u32(pos)? as usize;
                 let (list, end) = self.seq(pos + 4, count, depth, false)?;
                 if self.u8(end)? != 106 {
-                    return Err(Decline); // improper list
+                    return Err(Stop::Python); // improper list
                 }
                 (list, end + 1)
             }
             109 => {
                 let k = self.u32(pos)? as usize;
                 let raw = self.take(pos + 4, k)?;
+                self.charge(cost::bytes(k))?;
                 (PyBytes::new_bound(py, raw).into_py(py), pos + 4 + k)
             }
             70 => {
                 let b = self.take(pos, 8)?;
+                self.charge(cost::FLOAT)?;
                 let mut a = [0u8; 8];
                 a.copy_from_slice(b);
                 (f64::from_be_bytes(a).into_py(py), pos + 8)
@@ -197,10 +239,11 @@ impl<'py, 'a> Dec<'py, 'a> {
                     (self.u32(pos)? as usize, pos + 4)
                 };
                 if k > MAX_BIG_BYTES {
-                    return Err(Decline);
+                    return Err(Stop::Python);
                 }
                 let sign = self.u8(start)?;
                 let mag = self.take(start + 1, k)?;
+                self.charge(cost::INT + k / 8)?;
                 let obj = if k <= 8 {
                     let mut a = [0u8; 8];
                     a[..k].copy_from_slice(mag);
@@ -222,8 +265,9 @@ impl<'py, 'a> Dec<'py, 'a> {
             116 => {
                 let arity = self.u32(pos)? as usize;
                 if arity.saturating_mul(2) > self.data.len().saturating_sub(pos + 4) {
-                    return Err(Decline);
+                    return Err(Stop::Python);
                 }
+                self.charge(cost::CONTAINER.saturating_add(arity.saturating_mul(cost::MAP_ENTRY)))?;
                 let d = PyDict::new_bound(py);
                 let mut p = pos + 4;
                 for _ in 0..arity {
@@ -237,17 +281,19 @@ impl<'py, 'a> Dec<'py, 'a> {
             77 => {
                 let k = self.u32(pos)? as usize;
                 let raw = self.take(pos + 5, k)?;
+                self.charge(cost::bytes(k))?;
                 (PyBytes::new_bound(py, raw).into_py(py), pos + 5 + k)
             }
             88 | 103 => {
                 // NEW_PID_EXT / PID_EXT: node atom, id, serial, creation
                 let (node, p) = self.term(pos, depth + 1)?;
                 if !node.bind(py).is_instance(self.atom).map_err(Self::py_err)? {
-                    return Err(Decline);
+                    return Err(Stop::Python);
                 }
                 let size = if tag == 103 { 9 } else { 12 };
                 self.take(p, size)?;
                 let (id, serial) = (self.u32(p)?, self.u32(p + 4)?);
+                self.charge(cost::OPAQUE)?;
                 let text = format!("<0.{id}.{serial}>");
                 (self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(), p + size)
             }
@@ -255,12 +301,13 @@ impl<'py, 'a> Dec<'py, 'a> {
                 // NEWER_REFERENCE_EXT / NEW_REFERENCE_EXT: u16 words, node, creation, words
                 let k = self.u16(pos)?;
                 if k > 5 {
-                    return Err(Decline);
+                    return Err(Stop::Python);
                 }
                 let (node, p) = self.term(pos + 2, depth + 1)?;
                 if !node.bind(py).is_instance(self.atom).map_err(Self::py_err)? {
-                    return Err(Decline);
+                    return Err(Stop::Python);
                 }
+                self.charge(cost::OPAQUE)?;
                 let cr = if tag == 90 { 4 } else { 1 };
                 self.take(p, cr + 4 * k)?;
                 let mut text = String::from("#Ref<0");
@@ -270,16 +317,19 @@ impl<'py, 'a> Dec<'py, 'a> {
                 text.push('>');
                 (self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(), p + cr + 4 * k)
             }
-            _ => return Err(Decline),
+            _ => return Err(Stop::Python),
         })
     }
 }
 
 /// Decode the one term at `data[pos..]`; return it and where it ends. `ValueError("decline")`
-/// for anything the Python decoder should handle (see the module comment).
+/// for anything the Python decoder should handle (see the module comment), `ValueError("over
+/// budget")` for a term that would build more than `budget` words.
 /// `atoms`: a dict the caller keeps across calls, so that each distinct atom is built once.
+/// A panic (pyo3 panics when CPython cannot allocate an object) is caught here and raised as
+/// `ValueError("panic")`: it never unwinds into the interpreter nor aborts it.
 #[pyfunction]
-#[pyo3(signature = (data, pos, atom, opaque, atoms = None))]
+#[pyo3(signature = (data, pos, atom, opaque, atoms = None, budget = usize::MAX))]
 pub fn etf_decode(
     py: Python<'_>,
     data: &[u8],
@@ -287,9 +337,23 @@ pub fn etf_decode(
     atom: &Bound<'_, PyAny>,
     opaque: &Bound<'_, PyAny>,
     atoms: Option<&Bound<'_, PyDict>>,
+    budget: usize,
 ) -> PyResult<(PyObject, usize)> {
-    let mut d = Dec { py, data, atom, opaque, shared: atoms, atoms: HashMap::new() };
-    d.term(pos, 0).map_err(|_| PyValueError::new_err("decline"))
+    let run = std::panic::AssertUnwindSafe(|| {
+        let mut d =
+            Dec { py, data, atom, opaque, shared: atoms, left: budget, atoms: HashMap::new() };
+        d.term(pos, 0)
+    });
+    match std::panic::catch_unwind(run) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(Stop::Budget)) => Err(PyValueError::new_err("over budget")),
+        Ok(Err(Stop::Python)) => Err(PyValueError::new_err("decline")),
+        Err(_) => {
+            // pyo3 may have set a Python error before panicking (a MemoryError): clear it
+            drop(PyErr::take(py));
+            Err(PyValueError::new_err("panic"))
+        }
+    }
 }
 
 /// `collector.live.raw_text(term)`: exactly `format_term(term)` (collector/terms.py), written

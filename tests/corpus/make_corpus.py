@@ -20,7 +20,9 @@ import os
 import random
 import re
 import socket
+import struct
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -306,6 +308,48 @@ def generate() -> dict[str, bytes]:
     files["x_dump_huge_line.dump"] = (b"=erl_crash_dump:0.5\n=allocator:binary_alloc[1]\n"
                                       + b"mbcs carriers: " + b"1" * 5_000 + b"\n=end\n")
     files["x_trace_magic_only.batr"] = seeds()["trace_bin"][1][:8]
+    files.update(hostile_files())
+    return files
+
+
+def _etf_compressed(body: bytes) -> bytes:
+    return b"\x83\x50" + struct.pack(">I", len(body)) + zlib.compress(body, 9)
+
+
+def _etf_list(n: int, element: bytes) -> bytes:
+    return b"\x6c" + struct.pack(">I", n) + element * n + b"\x6a"
+
+
+def _etf_atom(name: bytes) -> bytes:
+    return b"\x77" + bytes([len(name)]) + name
+
+
+def hostile_files() -> dict[str, bytes]:
+    """Issue 25's inputs: decompression bombs (ETF whose compressed body builds far more than
+    it reads), file bytes a message must not quote, slow shapes (leading white space, many
+    deep nesting)."""
+    # A list of (128 Mi - 6) NILs, 130 KB compressed: it made `analyze` build 9.6 GB.
+    nils = (128 << 20) - 6
+    files = {
+        "x_etf_bomb_128mib_nils.etf": _etf_compressed(_etf_list(nils, b"\x6a")),
+        # within the inflated size limit, over the build budget at its first byte
+        "x_etf_bomb_32mib_nils.etf": _etf_compressed(_etf_list((32 << 20) - 6, b"\x6a")),
+        # 4 Mi one-element lists: over the build budget part way through
+        "x_etf_bomb_nested.etf": _etf_compressed(_etf_list(4 << 20, b"\x6c\0\0\0\x01\x6a\x6a")),
+        # a snippet whose version is a binary: the message must not quote it
+        "x_etf_snippet_version_binary.etf": (
+            b"\x83\x68\x03\x77\x11beamalloc_snippet\x6d\0\0\0\x09secretXYZ\x6a"),
+        # a snippet whose node name holds a terminal escape sequence
+        "x_etf_snippet_escape_node.etf": (
+            b"\x83\x68\x03\x77\x11beamalloc_snippet\x61\x01\x6c\0\0\0\x02"
+            + b"\x68\x02\x77\x04node" + _etf_atom(b"\x1b]0;PWNED\x07\x1b[2Ja@b")
+            + b"\x68\x02\x77\x0aallocators\x6a\x6a"),
+        "x_json_unknown_source.json": (b'{"schema": "beamalloc.snapshot/1", "node": "a@b", '
+                                       b'"source": "secretXYZ\\u001b[2J"}'),
+        "x_json_deep_900.json": (b'{"schema": "beamalloc.snapshot/1", "node": "a@b", '
+                                 b'"source": "json", "extra": {"x": '
+                                 + b"[" * 900 + b"]" * 900 + b"}}"),
+    }
     return files
 
 

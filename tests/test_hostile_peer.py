@@ -1,0 +1,347 @@
+"""A hostile peer (issue 25 item 10): a fake epmd and a fake Erlang node, in Python, answer our
+own client (collector/dist.py) with what no real node sends: bombs, wrong types, huge lists,
+escape sequences, slow and endless streams. Each run of `beamalloc snapshot` against them ends
+in one line on stderr, exit 3 (the peer misbehaved) or 2 (what it sent is not a snapshot),
+within --timeout + 1 s of the same run's start-up floor, under 200 MiB, with no escape
+sequence printed. A real node cannot be made to send these, so the peer is fake: it speaks the
+real protocol (epmd's ALIVE2/PORT_PLEASE2/NAMES, the version 6 handshake with the cookie's
+digest both ways, rex's `{Ref, Result}` replies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import support
+
+from beamalloc.collector import dist, etf
+from beamalloc.collector.terms import Atom
+
+COOKIE = "hostile-test-cookie"
+TIMEOUT = 2.0
+#: Our client's flags as a real OTP 25 node answers them (dist.FLAGS has what both need).
+NODE_FLAGS = dist.FLAGS
+
+
+def _atom(a: str) -> bytes:
+    return dist.encode(Atom(a))
+
+
+def _string(s: bytes) -> bytes:
+    return b"\x6b" + struct.pack(">H", len(s)) + s
+
+
+def _list(items: list[bytes]) -> bytes:
+    if not items:
+        return b"\x6a"
+    return b"\x6c" + struct.pack(">I", len(items)) + b"".join(items) + b"\x6a"
+
+
+def _repeat_list(n: int, item: bytes) -> bytes:
+    return b"\x6c" + struct.pack(">I", n) + item * n + b"\x6a"
+
+
+#: What a quiet OTP 25 node answers (no allocators: the snapshot is small but whole).
+BENIGN: dict[str, bytes] = {
+    "alloc_util_allocators": b"\x6a",
+    "memory": _list([b"\x68\x02" + _atom("total") + b"\x62\x00\x01\x00\x00"]),
+    "otp_release": _string(b"25"),
+    "version": _string(b"13.1.5"),
+    "wordsize": b"\x61\x08",
+    "schedulers": b"\x61\x01",
+    "getpid": _string(b"4242"),
+    "allocator": _atom("false"),
+}
+
+
+def _which(m: str, f: str, args: Any) -> str:
+    if f == "system_info" and args:
+        a = args[0]
+        return "allocator" if isinstance(a, tuple) else str(a)
+    return f
+
+
+class FakePeer:
+    """epmd and one node named `hostile`, on loopback ports of their own. `answers` overrides
+    BENIGN by call; `status` is the handshake status sent; `names` epmd's NAMES reply body;
+    `listed` whether epmd lists the node at all; `on_call` may do anything with the socket
+    (a slow or endless stream) instead of answering."""
+
+    def __init__(self, answers: dict[str, bytes] | None = None, status: bytes = b"ok",
+                 names: bytes | None = None, listed: bool = True,
+                 on_call: Callable[[socket.socket], None] | None = None,
+                 slow_handshake: bool = False) -> None:
+        self.answers = {**BENIGN, **(answers or {})}
+        self.status, self.names, self.listed = status, names, listed
+        self.on_call, self.slow_handshake = on_call, slow_handshake
+        self.stop = threading.Event()
+        self.epmd = self._listen()
+        self.node = self._listen()
+        self.threads = [threading.Thread(target=self._serve, args=(s, h), daemon=True)
+                        for s, h in ((self.epmd, self._epmd), (self.node, self._node))]
+        for t in self.threads:
+            t.start()
+
+    @staticmethod
+    def _listen() -> socket.socket:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        s.settimeout(0.1)
+        return s
+
+    @property
+    def epmd_port(self) -> int:
+        return self.epmd.getsockname()[1]
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(5)
+        self.epmd.close()
+        self.node.close()
+
+    def _serve(self, srv: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+        while not self.stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._guard, args=(c, handle), daemon=True).start()
+
+    def _guard(self, c: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+        c.settimeout(30)
+        with contextlib.suppress(OSError), c:
+            handle(c)
+
+    def _recv(self, c: socket.socket, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = c.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionResetError
+            buf += chunk
+        return buf
+
+    # -- epmd --
+
+    def _epmd(self, c: socket.socket) -> None:
+        n = struct.unpack(">H", self._recv(c, 2))[0]
+        req = self._recv(c, n)
+        if req[:1] == b"x":  # ALIVE2_X_REQ: our client holds its name; keep the socket
+            c.sendall(b"v\x00" + struct.pack(">I", 7))
+            while not self.stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    c.settimeout(0.2)
+                    if not c.recv(1):
+                        return
+        elif req[:1] == b"z":  # PORT_PLEASE2_REQ
+            if not self.listed:
+                c.sendall(b"w\x01")
+                return
+            port = self.node.getsockname()[1]
+            name = b"hostile"
+            c.sendall(b"w\x00" + struct.pack(">HBBHHH", port, 77, 0, 6, 6, len(name)) + name
+                      + b"\x00\x00")
+        elif req[:1] == b"n":  # NAMES_REQ
+            c.sendall(struct.pack(">I", self.epmd_port) + (self.names or b""))
+
+    # -- the node --
+
+    def _send2(self, c: socket.socket, b: bytes) -> None:
+        c.sendall(struct.pack(">H", len(b)) + b)
+
+    def _node(self, c: socket.socket) -> None:
+        n = struct.unpack(">H", self._recv(c, 2))[0]
+        self._recv(c, n)  # our client's name and flags
+        if self.slow_handshake:  # slowloris: one byte of the status a second, forever
+            for b in struct.pack(">H", 3) + b"sok":
+                c.sendall(bytes([b]))
+                if self.stop.wait(1.0):
+                    return
+            return
+        self._send2(c, b"s" + self.status)
+        if self.status not in (b"ok", b"ok_simultaneous"):
+            return
+        me = b"hostile@localhost"
+        self._send2(c, b"N" + struct.pack(">QII", NODE_FLAGS, 12345, 9) + struct.pack(
+            ">H", len(me)) + me)
+        n = struct.unpack(">H", self._recv(c, 2))[0]
+        reply = self._recv(c, n)
+        theirs = struct.unpack(">I", reply[1:5])[0]
+        self._send2(c, b"a" + hashlib.md5(COOKIE.encode() + str(theirs).encode()).digest())
+        while not self.stop.is_set():
+            n = struct.unpack(">I", self._recv(c, 4))[0]
+            if n == 0:
+                continue
+            data = self._recv(c, n)
+            _control, end = etf.decode_at(data, 1)
+            msg, _ = etf.decode_at(data, end)
+            _, (_pid, ref), (_, m, f, args, _) = msg
+            if self.on_call is not None:
+                self.on_call(c)
+                return
+            key = _which(str(m), str(f), args)
+            result = self.answers.get(key, BENIGN.get(key, _atom("undefined")))
+            words = [int(w) for w in reversed(str(ref)[len("#Ref<0."):-1].split("."))]
+            ref_b = (b"\x5a" + struct.pack(">H", 3) + _atom("hostile@localhost")
+                     + struct.pack(">I", 9) + b"".join(struct.pack(">I", w) for w in words))
+            body = (b"p\x83" + dist.encode((2, Atom(""), Atom("x"))) + b"\x83\x68\x02" + ref_b
+                    + result)
+            c.sendall(struct.pack(">I", len(body)) + body)
+
+
+def _endless_ticks(c: socket.socket) -> None:
+    while True:
+        c.sendall(b"\0\0\0\0")
+        time.sleep(0.001)
+
+
+def _endless_junk(c: socket.socket) -> None:
+    """Messages that are not replies to us, as fast as the socket takes them."""
+    junk = b"p\x83" + dist.encode((2, Atom(""), Atom("x"))) + b"\x83" + _repeat_list(
+        20_000, b"\x61\x01")
+    frame = struct.pack(">I", len(junk)) + junk
+    while True:
+        c.sendall(frame)
+
+
+def _huge_length(c: socket.socket) -> None:
+    c.sendall(struct.pack(">I", 0xFFFFFFF0) + b"p" * 1000)
+    time.sleep(5)
+
+
+def _drip(c: socket.socket) -> None:
+    """A reply that never ends: its length says 1 MiB, a byte comes every 50 ms."""
+    c.sendall(struct.pack(">I", 1 << 20))
+    while True:
+        c.sendall(b"\x00")
+        time.sleep(0.05)
+
+
+ESC = b"\x1b]0;PWNED-TITLE\x07\x1b[2J"
+ATOM_BINARY = _atom("binary_alloc")
+
+#: name -> (FakePeer keywords, the exit code, a word the line must hold)
+CASES: dict[str, tuple[dict[str, Any], int, str]] = {
+    # wrong types where the client expects a list of atoms, an integer, a string
+    "utils_integer": ({"answers": {"alloc_util_allocators": b"\x61\x2a"}}, 3, "reply"),
+    "utils_strings": ({"answers": {"alloc_util_allocators": _list([_string(b"abc")])}}, 3,
+                      "reply"),
+    "utils_binaries": ({"answers": {"alloc_util_allocators": b"\x6d\0\0\0\x03abc"}}, 3,
+                       "reply"),
+    # huge lists: each element was one request (2 MiB: 24-41 s and 1.4 GB)
+    "utils_2mi_atoms": ({"answers": {"alloc_util_allocators": _repeat_list(2 << 20,
+                                                                          ATOM_BINARY)}}, 3,
+                        "reply"),
+    "utils_10mi_nils": ({"answers": {"alloc_util_allocators": _repeat_list(10 << 20,
+                                                                          b"\x6a")}},
+                        3, "unreadable"),
+    # a map of 2.8 M keys (41 s, 2.1 GB)
+    "memory_huge_map": ({"answers": {"memory": b"\x74" + struct.pack(">I", 2_800_000) + b"".join(
+        b"\x62" + struct.pack(">i", i) + b"\x61\x00" for i in range(2_800_000))}}, 3,
+                        "unreadable"),
+    "getpid_5000_digits": ({"answers": {"getpid": _string(b"7" * 5000)}}, 3, "reply"),
+    "wordsize_atom": ({"answers": {"wordsize": _atom("eight")}}, 3, "reply"),
+    "allocator_integer": ({"answers": {"alloc_util_allocators": _list([ATOM_BINARY]),
+                                       "allocator": b"\x61\x05"}}, 3, "reply"),
+    "release_escape": ({"answers": {"otp_release": _string(ESC + b"25")}}, 3, "reply"),
+    "release_long": ({"answers": {"otp_release": _string(b"2" * 60_000)}}, 3, "reply"),
+    # escape sequences before authentication
+    "status_escape": ({"status": ESC + b"...and more"}, 3, "handshake"),
+    "status_long": ({"status": b"x" * 60_000}, 3, "handshake"),
+    "epmd_names_escape": ({"listed": False, "names": b"".join(
+        b"name " + ESC + b"n%d at port 1\n" % i for i in range(20_000))}, 3, "no node"),
+    # slow and endless streams
+    "never_answers": ({"on_call": lambda c: time.sleep(TIMEOUT + 5)}, 3, "timed out"),
+    "endless_ticks": ({"on_call": _endless_ticks}, 3, "timed out"),
+    "endless_junk": ({"on_call": _endless_junk}, 3, "timed out"),
+    "huge_length_prefix": ({"on_call": _huge_length}, 3, "message"),
+    "drip": ({"on_call": _drip}, 3, "timed out"),
+    "slowloris_handshake": ({"slow_handshake": True}, 3, "timed out"),
+}
+
+
+@pytest.fixture(scope="module")
+def cookie_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("cookie") / "cookie"
+    p.write_text(COOKIE)
+    p.chmod(0o600)
+    return p
+
+
+@pytest.fixture(scope="module")
+def floor(cookie_file: Path) -> float:
+    """The same run's start-up and shut-down cost: a snapshot of a peer that refuses at once
+    (epmd on a port where nothing listens)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    rc, _, err, _ = support.run_capped("snapshot", "hostile@localhost", "--cookie-file",
+                                       str(cookie_file), "--epmd-port", str(port),
+                                       "--timeout", str(TIMEOUT), timeout=60)
+    assert rc == 3, err
+    return time.monotonic() - t0
+
+
+def _run(peer: FakePeer, cookie_file: Path, floor: float) -> tuple[int, str, str, int, float]:
+    t0 = time.monotonic()
+    rc, out, err, rss = support.run_capped(
+        "snapshot", "hostile@localhost", "--cookie-file", str(cookie_file), "--epmd-port",
+        str(peer.epmd_port), "--timeout", str(TIMEOUT), "--max-carriers", "0",
+        timeout=TIMEOUT + 1 + floor + 30)
+    return rc, out, err, rss, time.monotonic() - t0
+
+
+def test_the_fake_peer_is_a_node_our_client_reads(cookie_file: Path, floor: float) -> None:
+    """The harness itself: answered as a quiet node would, the snapshot works (exit 0)."""
+    peer = FakePeer()
+    try:
+        rc, out, err, _, _ = _run(peer, cookie_file, floor)
+    finally:
+        peer.close()
+    assert rc == 0, err
+    assert '"node": "hostile@localhost"' in out and '"otp_release": "25"' in out
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: float) -> None:
+    kw, code, word = CASES[case]
+    peer = FakePeer(**kw)
+    try:
+        rc, out, err, rss, took = _run(peer, cookie_file, floor)
+    finally:
+        peer.close()
+    lines = err.strip().splitlines()
+    assert rc == code, err[:2000]
+    assert len(lines) == 1 and lines[0].startswith("beamalloc: "), err[:2000]
+    assert word in lines[0], lines[0]
+    assert "Traceback" not in err and "\x1b" not in err + out and "\x07" not in err + out
+    assert len(lines[0]) < 1200
+    assert COOKIE not in err + out
+    assert rss < 200 << 20, f"peak {rss >> 20} MiB"
+    # --timeout bounds the whole command: within a second of it, past the start-up floor
+    assert took <= TIMEOUT + 1 + floor, f"{took:.2f} s (floor {floor:.2f} s)"
+
+
+def test_cases_cover_the_issue() -> None:
+    """Each kind issue 25 lists has a case: wrong types, huge lists and maps, escape
+    sequences before authentication and in epmd's list, slow and endless streams."""
+    kinds = {"integer", "strings", "2mi", "map", "5000", "escape", "never", "endless", "drip",
+             "slowloris", "length"}
+    assert all(any(k in c for c in CASES) for k in kinds)
+    assert re.fullmatch(r"[a-z0-9_]+", "".join(CASES))
