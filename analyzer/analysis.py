@@ -217,7 +217,8 @@ class Coverage:
 
 def coverage(snap: Snapshot) -> Coverage:
     types = snap.allocator_names()
-    read = [f"{len(snap.allocators)} allocator instances of {len(types)} types"]
+    read = [f"{len(snap.allocators)} allocator instances of {len(types)} "
+            + ("type" if len(types) == 1 else "types")]
     not_read: list[str] = []
     unknown: list[str] = []
     if snap.memory:

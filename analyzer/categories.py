@@ -163,7 +163,8 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
         hs = holders.get(name, [])
         cats.append(Category(
             name=name, bytes=v, share=v / total if v is not None and total else None,
-            allocators=[(a, allocated[a]) for a in homes if a in allocated],
+            allocators=sorted(((a, allocated[a]) for a in homes if a in allocated),
+                              key=lambda ab: (ab[0] != OWN.get(name), -ab[1])),
             holders=hs, holders_bytes=sum(h.bytes for h in hs),
             holders_complete=name == "ets" and ets_complete))
     # the binary holders are processes referencing binaries (shared, not additive): the

@@ -205,9 +205,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with Progress(f"analyzing {short(args.source)}") as p:
         p.step("reading the allocators")
         snap = load(args.source, args)
-        result = analyze(snap)
         p.step("reading the processes")
-        result["processes"] = holders(args.source, args, snap)
+        result = analyze(snap, processes=holders(args.source, args, snap))
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
@@ -315,8 +314,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         for n, source in enumerate(args.sources, 1):
             p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
             snaps.append(load(source, args))
-            analyses.append(analyze(snaps[-1]))
-            analyses[-1]["processes"] = holders(source, args, snaps[-1])
+            analyses.append(analyze(snaps[-1], processes=holders(source, args, snaps[-1])))
         p.step(f"rendering {args.output}")
         write_report(analyses, args.output, snapshots=snaps)
     note(f"wrote {args.output}")
