@@ -20,6 +20,8 @@ from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import analysis_section
 from beamalloc.analyzer.categories import picture
 from beamalloc.analyzer.death import death_of
+from beamalloc.analyzer.defects import defect_findings
+from beamalloc.analyzer.limits import container, limit_findings
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
@@ -301,4 +303,9 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str
         "death": None if (d := death_of(snap)) is None else d.to_json(),
         "coverage": coverage(snap).to_json(),
         "categories": picture(snap, types, processes).to_json(),
+        # the node's container and the tables its limits take; known VM defects it matches
+        "container": None if (cg := container(snap, totals_all["allocated"])) is None
+        else cg.to_json(),
+        "limits": [x.to_json() for x in limit_findings(snap)],
+        "defects": [x.to_json() for x in defect_findings(snap)],
     }

@@ -106,16 +106,17 @@ def _ets_holders(snap: Snapshot) -> tuple[list[CategoryHolder], bool]:
 
 def _proc_holders(snap: Snapshot, processes: dict[str, Any] | None,
                   measure: str) -> list[CategoryHolder]:
-    """Processes by `measure` (memory or binary_bytes): a scan's top lists, else the dump's."""
+    """Processes by `measure` (memory or binary_bytes): the dump's, else a scan's top lists."""
     rows: list[dict[str, Any]] = []
-    if processes:
-        key = "top_binary" if measure == "binary_bytes" else "top_heap"
-        rows = [r for r in processes.get(key) or () if isinstance(r, dict)]
-    elif isinstance(snap.extra.get("dump_procs"), dict):
+    # a dump's own processes first, which its snapshot JSON keeps: the same holders either way
+    if isinstance(snap.extra.get("dump_procs"), dict):
         rows = [{"pid": r["pid"], "name": r.get("name"), "initial_call": r.get("initial_call"),
                  "current_function": r.get("current_function"), "memory": r.get("memory"),
                  "binary_bytes": r.get("binary")}
                 for r in snap.extra["dump_procs"].get("procs", ()) if isinstance(r, dict)]
+    elif processes:
+        key = "top_binary" if measure == "binary_bytes" else "top_heap"
+        rows = [r for r in processes.get(key) or () if isinstance(r, dict)]
     out = []
     for r in sorted(rows, key=lambda r: -(r.get(measure) or 0))[:5]:
         v = r.get(measure) or 0

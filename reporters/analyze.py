@@ -61,6 +61,17 @@ def death_lines(a: dict[str, Any]) -> list[str]:
     return lines
 
 
+def picture_lines(a: dict[str, Any]) -> list[str]:
+    """The container, the tables taken by limits and known VM defects: one line each."""
+    lines = []
+    if a.get("container"):
+        lines.append(a["container"]["message"])
+        lines += [f"note: {n}" for n in a["container"]["notes"]]
+    lines += [x["message"] for x in a.get("limits") or ()]
+    lines += [x["message"] for x in a.get("defects") or ()]
+    return lines
+
+
 def holder_sentence(h: dict[str, Any]) -> str:
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
             "code": "Loaded code", "binary": "Process"}[h["kind"]]
@@ -132,6 +143,8 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
         prose(console, line, "bold", indent="")
     for line in verdict_lines(a):
         prose(console, line, indent="")
+    for line in picture_lines(a):
+        prose(console, line, "yellow", indent="")
     console.print()
     _categories(a.get("categories"), console)
 
@@ -226,7 +239,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
 
 # ---- every byte: the erlang:memory() categories (analyzer/categories.py) ----------------------
 
-_CATEGORY = {"processes": "processes", "binary": "binary", "ets": "ets", "atom": "atom",
+CATEGORY_LABELS = {"processes": "processes", "binary": "binary", "ets": "ets", "atom": "atom",
              "code": "code", "other_system": "system (rest)"}
 
 
@@ -243,7 +256,7 @@ def _categories(c: dict[str, Any] | None, console: Console) -> None:
     for cat in c["categories"]:
         top = cat["holders"][0] if cat["holders"] else None
         rows.append([
-            _CATEGORY[cat["name"]],
+            CATEGORY_LABELS[cat["name"]],
             human(cat["bytes"]) + ("" if cat["share"] is None else f" ({pct(cat['share'])})"),
             ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
             "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
