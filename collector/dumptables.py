@@ -26,6 +26,7 @@ TOP_ETS = 50
 #: Processes kept by memory, and running or garbage-collecting ones kept besides them.
 TOP_PROCS = 8
 MAX_ACTIVE = 4
+_UINT = re.compile(r"[0-9]{1,20}\Z")
 _PID = re.compile(r"<\d{1,10}\.\d{1,10}\.\d{1,10}>\Z")
 #: Keys kept of a section: a section of a million lines costs no more than these.
 _ETS_KEYS = ("Table", "Name", "Objects", "Words", "Type", "Protection", "Compressed")
@@ -76,7 +77,7 @@ class DumpTables:
         if kind == "ets":
             self.ets_count += 1
             words = kv.get("Words", "")
-            if cut or not words.isdigit() or len(words) > 20 or int(words) > UINT64_MAX // 8:
+            if cut or not _UINT.match(words) or int(words) > UINT64_MAX // 8:
                 self.ets_bad += 1
                 return
             w = int(words)
@@ -84,8 +85,8 @@ class DumpTables:
             row = {"owner": self._arg[:64], "name": kv.get("Name", "?")[:100],
                    "table": kv.get("Table", "?")[:100], "type": kv.get("Type"),
                    "protection": kv.get("Protection"), "words": w,
-                   "objects": int(kv["Objects"]) if kv.get("Objects", "").isdigit()
-                   and len(kv["Objects"]) <= 20 else None}
+                   "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", ""))
+                   else None}
             _push(self.ets, TOP_ETS, (w, -self._seq, row))
             return
         self.proc_count += 1

@@ -134,13 +134,13 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     else:  # the facts on a line of their own, under the name, rather than cut at any word
         console.print(head)
         prose(console, rest)
+    for line in death_lines(a):  # the cause of death first, before any note
+        prose(console, line, "bold", indent="")
     if missing:
         prose(console, missing, "dim", indent="")
     for note in a["notes"]:
         prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
     console.print()
-    for line in death_lines(a):
-        prose(console, line, "bold", indent="")
     for line in verdict_lines(a):
         prose(console, line, indent="")
     for line in picture_lines(a):

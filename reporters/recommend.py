@@ -110,8 +110,12 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     v = r["verdict"]
     say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
     unknown = (r.get("coverage") or {}).get("flags_unknown")
-    say(f"Flags in force: {in_force_line(v)}"
-        + (f"; unknown for {', '.join(unknown)} (not read)" if unknown else ""), style="dim")
+    fin = in_force_line(v)
+    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
+        if v["flags_in_force"]["flags"] == "":
+            fin = "no +M flag in the allocators read"
+        fin += f"; unknown for {', '.join(unknown)} (not read)"
+    say(f"Flags in force: {fin}", style="dim")
     for e in v["no_flag_helps"]:
         say(f"\nNo flag helps {e['allocator']} ({human(e['unused'])} unused of "
             f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
