@@ -130,3 +130,48 @@ def test_a_large_port_limit_is_found_with_its_bytes(tmp_path: Path) -> None:
     finally:
         big.stop()
         plain.stop()
+
+
+#: A table of 40,000 rows of 20-element lists, owned by a registered process that keeps it.
+ETS_EVAL = ("spawn(fun() -> register(cache_owner, self()), "
+            "ets:new(picture_cache, [named_table, public, ordered_set]), "
+            "[ets:insert(picture_cache, {I, lists:seq(1, 20)}) || I <- lists:seq(1, 40000)], "
+            "ets:new(small_one, [named_table, bag]), "
+            "receive stop -> ok end end).")
+
+
+def test_ets_tables_of_a_live_node(tmp_path: Path) -> None:
+    """Read-only: the largest table named with its owner, type, objects and bytes, as
+    ets:info/1 gives them on the node itself; the verdict names it as the largest holder."""
+    n = start_node([], eval_=ETS_EVAL)
+    try:
+        info = None
+        for _ in range(100):  # the eval fills the table after the node registers
+            r = run_cli("analyze", n.node, "--json", "--timeout", "30", env=_env(n, tmp_path))
+            assert r.returncode == 0, r.stderr
+            a = json.loads(r.stdout)
+            info = next((h for c in a["categories"]["categories"] if c["name"] == "ets"
+                         for h in c["holders"] if h["name"] == "picture_cache"), None)
+            if info and "40000 objects" in info["detail"]:
+                break
+            time.sleep(0.2)
+        assert info is not None and "40000 objects" in info["detail"], info
+        assert "ordered_set" in info["detail"]
+        owner = _eval(n, "rpc:call(T, erlang, pid_to_list, "
+                      "[rpc:call(T, erlang, whereis, [cache_owner])])")
+        assert f"owner {owner}" in info["detail"]
+        words = int(_eval(n, "rpc:call(T, ets, info, [picture_cache, memory])"))
+        assert info["bytes"] == words * 8
+        assert a["categories"]["largest"]["name"] == "picture_cache"
+        ets = a["categories"]["categories"]
+        assert any(h["name"] == "small_one" for c in ets for h in c["holders"])
+        # read-only: the table is as it was
+        assert int(_eval(n, "rpc:call(T, ets, info, [picture_cache, size])")) == 40000
+    finally:
+        n.stop()
+
+
+def _eval(n: Node, expr: str) -> str:
+    from .conftest import erl_eval
+
+    return erl_eval(n, expr).strip().strip('"')
