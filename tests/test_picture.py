@@ -220,3 +220,24 @@ def test_json_of_a_dump_keeps_its_picture(tmp_path: Path) -> None:
     a = json.loads(run_cli("analyze", str(out), "--json").stdout)
     assert a["categories"]["largest"]["name"] == "mnesia_transient_decision"
     assert a["death"]["kind"] == "requested"
+
+
+def test_web_page_of_an_uploaded_dump_leads_with_its_death(tmp_path: Path) -> None:
+    import html
+
+    from beamalloc.webui.app import create_app
+
+    c = create_app(tmp_path / "none.db", upload_limit=8 << 20).test_client()
+    r = c.post("/upload", data={"file": (OOM.open("rb"), "oom.dump")})
+    assert r.status_code == 303, r.data[:300]
+    page = html.unescape(c.get(r.headers["Location"]).data.decode())
+    death = page.index('<div class="death bad"')
+    assert death < page.index('<div class="verdict')
+    assert "OUT OF MEMORY: The node died out of memory: eheap_alloc could not get 408.8 MiB" \
+        in page
+    assert "Process <0.59.0> (erlang:apply/2) was collecting its garbage" in page
+    assert "Every byte: erlang:memory() by category" in page
+    r = c.post("/upload", data={"file": (ETS.open("rb"), "ets.dump")})
+    page = html.unescape(c.get(r.headers["Location"]).data.decode())
+    assert '<div class="death ok"' in page and "ETS tables, largest first" in page
+    assert page.count("mnesia_transient_decision") >= 3
