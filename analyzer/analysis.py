@@ -12,11 +12,16 @@ is beamalloc's own.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import analysis_section
+from beamalloc.analyzer.categories import picture
+from beamalloc.analyzer.death import death_of
+from beamalloc.analyzer.defects import defect_findings
+from beamalloc.analyzer.limits import container, limit_findings
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
@@ -190,7 +195,60 @@ def _os_view(snap: Snapshot, allocated: int, allocated_all: int) -> dict[str, An
     return view
 
 
-def analyze(snap: Snapshot) -> dict[str, Any]:
+#: The allocator types every dump of a release with them lists (literal_alloc from OTP 20):
+#: a truncated dump without one of them did not get that far, so its flags are unknown.
+EXPECTED_TYPES = ("temp_alloc", "sl_alloc", "std_alloc", "ll_alloc", "eheap_alloc", "ets_alloc",
+                  "fix_alloc", "literal_alloc", "binary_alloc", "driver_alloc")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a source let us read: a truncated dump's analysis is PARTIAL and says what it saw
+    and what it did not, and that the flags of allocators not read are unknown (never the OTP
+    defaults)."""
+
+    partial: bool
+    read: list[str]
+    not_read: list[str]
+    #: allocator types no instance of which was read: their options in force are unknown
+    flags_unknown: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def coverage(snap: Snapshot) -> Coverage:
+    types = snap.allocator_names()
+    read = [f"{len(snap.allocators)} allocator instances of {len(types)} "
+            + ("type" if len(types) == 1 else "types")]
+    not_read: list[str] = []
+    unknown: list[str] = []
+    if snap.memory:
+        read.append("erlang:memory()")
+    if snap.truncated:
+        seen = set(types) | {n.split(" ", 1)[0] for n in snap.notes if "not enabled" in n}
+        unknown = [t for t in EXPECTED_TYPES if t not in seen
+                   and not (t == "literal_alloc" and snap.otp_release is not None
+                            and snap.otp_release[:1] == "R")]
+        if unknown:
+            not_read.append("allocators " + ", ".join(unknown))
+        if not snap.memory:
+            not_read.append("erlang:memory()")
+    dr = snap.extra.get("dump_read")
+    for key, what in (("dump_procs", "processes"), ("ets", "ETS tables")):
+        sec = snap.extra.get(key)
+        if isinstance(sec, dict):
+            read.append(f"{sec.get('read')} {what}")
+        elif snap.truncated and isinstance(dr, dict):
+            not_read.append(what)
+    if snap.truncated and isinstance(dr, dict):
+        not_read.insert(0, f"everything after ={dr.get('last_section')}")
+    return Coverage(snap.truncated, read, not_read, unknown)
+
+
+def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The analysis of `snap`; `processes` is the holders' section (analyzer/holders.py) when
+    the caller read them (a live scan, a dump's =proc sections)."""
     recon_insts = m.util_instances(snap)
     every = m.util_instances(snap, recon_only=False)
     frag = m.fragmentation(snap, "current", every)  # recon's order; non-recon rows interleaved
@@ -198,6 +256,7 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
     rows = [_instance_row(by_key[key]) for key, _ in frag]
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
+    types = _type_rows(snap)
     taken = (
         datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
         if snap.taken_at is not None
@@ -220,7 +279,7 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "totals_max": _totals(snap, "max", recon_insts),
         "totals_all": totals_all,
         "os": _os_view(snap, totals["allocated"], totals_all["allocated"]),
-        "allocator_types": _type_rows(snap),
+        "allocator_types": types,
         "allocators": rows,
         "cache_hit_rates": [
             {
@@ -237,7 +296,16 @@ def analyze(snap: Snapshot) -> dict[str, Any]:
         "allocated_types": dict(m.allocated_types(snap)),
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
         "carriers": analysis_section(snap),
-        # who holds the memory: a Snapshot has no processes; the caller fills this in from a
+        # who holds the memory: a Snapshot has no processes; the caller reads them from a
         # live scan or a crash dump's =proc sections (analyzer/holders.py, docs/processes.md)
-        "processes": None,
+        "processes": processes,
+        # the cause of death first (crash dumps), what was read, every category and its holders
+        "death": None if (d := death_of(snap)) is None else d.to_json(),
+        "coverage": coverage(snap).to_json(),
+        "categories": picture(snap, types, processes).to_json(),
+        # the node's container and the tables its limits take; known VM defects it matches
+        "container": None if (cg := container(snap, totals_all["allocated"])) is None
+        else cg.to_json(),
+        "limits": [x.to_json() for x in limit_findings(snap)],
+        "defects": [x.to_json() for x in defect_findings(snap)],
     }

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from beamalloc.analyzer.analysis import coverage
 from beamalloc.analyzer.carriers import carrier_map
+from beamalloc.analyzer.death import death_of
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.holders import apply_to_verdict
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
@@ -615,6 +617,9 @@ def recommend(
         "prediction": whole[0],
         "not_predicted": whole[1],
         "processes": None,
+        # the cause of death and what was read come first (analyzer/death.py, analysis.py)
+        "death": None if (d := death_of(snap)) is None else d.to_json(),
+        "coverage": coverage(snap).to_json(),
     }
     if processes is not None:  # who holds the memory: the holders' words join the verdict
         apply_to_verdict(result, processes)

@@ -199,15 +199,29 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
     return None
 
 
+def ets_tables(source: str, args: argparse.Namespace, snap: Snapshot) -> None:
+    """A live node's ETS tables, read-only (collector/ets.py), into its snapshot where a dump
+    keeps its =ets sections: the holders of the ets category. Not with --no-processes."""
+    from beamalloc.collector import sources
+
+    if args.no_processes or not sources.is_node_name(source):
+        return
+    from beamalloc.collector import cookie
+    from beamalloc.collector.ets import scan_ets
+
+    snap.extra["ets"] = scan_ets(source, cookie.resolve_cookie(getattr(args, "cookie_file", None)),
+                                 timeout=args.timeout)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from beamalloc.analyzer.analysis import analyze
 
     with Progress(f"analyzing {short(args.source)}") as p:
         p.step("reading the allocators")
         snap = load(args.source, args)
-        result = analyze(snap)
-        p.step("reading the processes")
-        result["processes"] = holders(args.source, args, snap)
+        p.step("reading the processes and ETS tables")
+        ets_tables(args.source, args, snap)
+        result = analyze(snap, processes=holders(args.source, args, snap))
     if args.json:
         _write(None, json.dumps(result, indent=1))
         return 0
@@ -315,8 +329,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         for n, source in enumerate(args.sources, 1):
             p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
             snaps.append(load(source, args))
-            analyses.append(analyze(snaps[-1]))
-            analyses[-1]["processes"] = holders(source, args, snaps[-1])
+            ets_tables(source, args, snaps[-1])
+            analyses.append(analyze(snaps[-1], processes=holders(source, args, snaps[-1])))
         p.step(f"rendering {args.output}")
         write_report(analyses, args.output, snapshots=snaps)
     note(f"wrote {args.output}")
@@ -425,8 +439,8 @@ def _process_options(p: argparse.ArgumentParser, probe: bool = True) -> None:
     unless --no-processes; --gc-probe is the one option that changes the node."""
     from beamalloc.collector.processes import MAX_PROCESSES
 
-    p.add_argument("--no-processes", action="store_true", help="do not read the processes of a "
-                   "live node or the process sections of a crash dump")
+    p.add_argument("--no-processes", action="store_true", help="do not read the processes (nor "
+                   "the ETS tables) of a live node or the process sections of a crash dump")
     p.add_argument("--max-processes", type=_positive, default=MAX_PROCESSES, metavar="N",
                    help=f"read at most N processes of a live node: the registered ones and a "
                    f"fair sample of the rest (default {MAX_PROCESSES:,})")

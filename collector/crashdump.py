@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from beamalloc.collector.dumptables import DumpTables
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     UINT64_MAX,
@@ -212,9 +213,14 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     alloc: _Section | None = None
     ended = False
     raw: list[str] = []
+    tables = DumpTables()
+    in_table = False
+    sections = 0
     for line in it:
         line = line.rstrip("\r\n")
         if line.startswith("="):
+            sections += 1
+            in_table = tables.start(line[1:])
             if alloc is not None:
                 try:
                     _finish(snap, alloc)
@@ -241,6 +247,8 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
         elif alloc is not None:
             alloc.lines.append(line)
             raw.append(line)
+        elif in_table:
+            tables.feed(line)
         elif section == "memory":
             k, _, v = line.partition(": ")
             if _UINT.match(v):
@@ -252,6 +260,7 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
             raw.append(line)
             snap.extra.setdefault("erts_mmap", "")
             snap.extra["erts_mmap"] += f"{section[len('allocator:erts_mmap.') :]}: {line}\n"
+    tables.close(cut=not ended)
     if not ended:
         snap.truncated = True
         if alloc is not None:
@@ -267,6 +276,10 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
                 f"{len(snap.allocators)} allocator instances were read"
             )
     _header(snap, head)
+    tables.store(snap.extra, snap.notes, snap.wordsize or 8)
+    # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
+    snap.extra["dump_read"] = {"sections": sections, "last_section": (section or "")[:80],
+                               "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)
     if not snap.allocators:
         raise CrashDumpError(

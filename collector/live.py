@@ -488,6 +488,8 @@ def start_error(kind: str, detail: Any, cookie: str = "") -> NodeError:
 
 # ---- the snapshot without a hidden node -------------------------------------------------
 
+#: The tables erts sizes at boot for its limits, and what they hold (analyzer/limits.py).
+LIMIT_KEYS = ("process_limit", "port_limit", "process_count", "port_count")
 #: instrument:carriers/1 histograms, as beamalloc_agent.erl's ?HIST_START and ?HIST_WIDTH.
 HIST_START, HIST_WIDTH = 128, 18
 #: beamalloc_agent.erl's ?MAX_TAGGED_BLOCKS (why: there).
@@ -497,6 +499,7 @@ _SIMPLE = (("memory", "erlang", "memory", []),
            ("version", "erlang", "system_info", [Atom("version")]),
            ("wordsize", "erlang", "system_info", [Atom("wordsize")]),
            ("schedulers", "erlang", "system_info", [Atom("schedulers")]),
+           *((k, "erlang", "system_info", [Atom(k)]) for k in LIMIT_KEYS),
            ("os_pid", "os", "getpid", []))
 _FIXED = ("sys_alloc", "mseg_alloc", "erts_mmap", "alloc_util")
 
@@ -777,6 +780,18 @@ def _rss(pid: int | None, node: str) -> int | None:
     return _kb_field(status, "VmRSS")
 
 
+def _container(snap: Snapshot, limits: dict[str, int]) -> None:
+    """The node's memory cgroup and open-file limit (collector/cgroup.py), same host only."""
+    from beamalloc.collector.cgroup import read_cgroup, read_nofile
+
+    assert snap.os_pid is not None
+    cg = read_cgroup(snap.os_pid)
+    if cg is not None:
+        snap.extra["cgroup"] = cg.to_json()
+    if (nofile := read_nofile(snap.os_pid)) is not None:
+        limits["nofile"] = nofile
+
+
 def _kb_field(text: str, key: str) -> int | None:
     m = re.search(rf"^{key}:\s+(\d+)\s+kB", text, re.M)
     return int(m.group(1)) * 1024 if m else None
@@ -861,9 +876,13 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
     for entry in allocs if isinstance(allocs, list) else []:
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
             add_system_info(snap, str(entry[0]), entry[1])
+    limits = {k: v for k in LIMIT_KEYS if (v := _int(p.get(k))) is not None}
     snap.rss = _rss(snap.os_pid, node)
     if snap.rss is not None:  # the same host: what the OS could take back, and has
         snap.rss_lazyfree, snap.mem_available = _os_memory(snap.os_pid)
+        _container(snap, limits)
+    if limits:
+        snap.extra["limits"] = limits
     add_carriers(snap, p)
     # Carriers are in snap.carriers, whole; as text they would double the raw term.
     snap.raw = raw_text([x for x in term if not (isinstance(x, tuple) and x

@@ -35,32 +35,35 @@ _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
 _PC = re.compile(r"\(([^()\s]+:[^()\s]+/\d+) \+ \d+\)")
 _MFA = re.compile(r"[^\s:]+:[^\s/]+/\d+\Z")
 _WORDSIZE = re.compile(r"\[(32|64)-bit\]")
+_UINT = re.compile(r"[0-9]{1,20}\Z")
+#: Sizes above 2^61 words (2^64 bytes) are no node's: a section claiming them is skipped.
+MAX_WORDS = (1 << 61) - 1
 #: Keys without which a section says nothing about who holds memory.
 REQUIRED = ("Stack+heap", "OldHeap")
 _INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
 
 
-class _Skip(ValueError):
-    pass
+class SkipSection(ValueError):
+    """A =proc section that says nothing reliable (collector/dumptables.py skips it too)."""
 
 
-def _proc(pid: str, kv: dict[str, str], ws: int) -> Proc:
+def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
     for k in REQUIRED:
         if k not in kv:
-            raise _Skip(f"no {k!r} line")
+            raise SkipSection(f"no {k!r} line")
     n: dict[str, int] = {}
     for k in _INTS:
         v = kv.get(k)
         if v is None:
             continue
-        if not v.isdigit():
-            raise _Skip(f"{k!r} is not a number")
+        if not _UINT.match(v) or int(v) > MAX_WORDS:
+            raise SkipSection(f"{k!r} is not a number a node can hold")
         n[k] = int(v)
     young, old, frag = n["Stack+heap"], n["OldHeap"], n.get("Heap fragment data", 0)
     unused = n.get("Heap unused", 0) + n.get("OldHeap unused", 0)
     if unused > young + old:
-        raise _Skip("more heap unused than the heap's size")
+        raise SkipSection("more heap unused than the heap's size")
     spawned = kv.get("Spawned as")
     spawned = spawned if spawned and _MFA.match(spawned) else None
     pc = _PC.search(kv.get("Program counter", ""))
@@ -101,8 +104,8 @@ def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessT
         if pid is None:
             return
         try:
-            procs.append(_proc(pid, kv, ws))
-        except _Skip as e:
+            procs.append(proc_of(pid, kv, ws))
+        except SkipSection as e:
             print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
                   file=err)
 

@@ -145,15 +145,15 @@ class ProbeResult:
 # ---- running the hidden node -------------------------------------------------------------
 
 def _run(node: str, cookie: str, timeout: float, args: list[str],
-         access: Access | None = None) -> Any:
-    """Run beamalloc_procs on a hidden node (live.run_hidden: started, fed its cookie and
-    killed as the snapshot agent, reaching the node as `access` says, default
-    access.current()) and return its {ok, Props} props; NodeError (exit 3, one line) for every
-    failure, nothing half-returned."""
+         access: Access | None = None, module: str = "beamalloc_procs") -> Any:
+    """Run `module` (beamalloc_procs, or beamalloc_ets for collector/ets.py) on a hidden node
+    (live.run_hidden: started, fed its cookie and killed as the snapshot agent, reaching the
+    node as `access` says, default access.current()) and return its {ok, Props} props;
+    NodeError (exit 3, one line) for every failure, nothing half-returned."""
     live.split_node(node)
     check_cookie(cookie, "the cookie")
     access = access or access_mod.current()
-    reply, _ = live.run_hidden("beamalloc_procs", node, cookie, timeout, args, access)
+    reply, _ = live.run_hidden(module, node, cookie, timeout, args, access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         return proplist(reply[1])
     if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":

@@ -40,6 +40,49 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
+def death_lines(a: dict[str, Any]) -> list[str]:
+    """The cause of death and what was read, the first lines of every output (issue 24)."""
+    lines = []
+    d = a.get("death")
+    if d:
+        label = {"out_of_memory": "OUT OF MEMORY", "boot_failure": "DIED AT BOOT",
+                 "crash": "CRASHED", "requested": "DUMP ON REQUEST",
+                 "unknown": "CAUSE UNKNOWN"}[d["kind"]]
+        lines.append(f"{label}: {d['meaning']}")
+    cov = a.get("coverage") or {}
+    if cov.get("partial"):
+        lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov["read"])
+                     + ". Not read: " + ("; ".join(cov["not_read"]) or "the rest") + "."
+                     + (" Flags in force are unknown for " + ", ".join(cov["flags_unknown"])
+                        + "." if cov["flags_unknown"] else ""))
+    largest = (a.get("categories") or {}).get("largest")
+    if largest:
+        lines.append(holder_sentence(largest) + ", the largest single holder.")
+    return lines
+
+
+def picture_lines(a: dict[str, Any]) -> list[str]:
+    """The container, the tables taken by limits and known VM defects: one line each."""
+    lines = []
+    if a.get("container"):
+        lines.append(a["container"]["message"])
+        lines += [f"note: {n}" for n in a["container"]["notes"]]
+    lines += [x["message"] for x in a.get("limits") or ()]
+    lines += [x["message"] for x in a.get("defects") or ()]
+    return lines
+
+
+def holder_sentence(h: dict[str, Any]) -> str:
+    what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
+            "code": "Loaded code", "binary": "Process"}[h["kind"]]
+    s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
+         else f"{what} {h['name']} holds {human(h['bytes'])}")
+    if h.get("siblings", 0) > 1:
+        s += (f" ({h['siblings']} tables of that name hold {human(h['siblings_bytes'])} "
+              "together)")
+    return s
+
+
 def verdict_lines(a: dict[str, Any]) -> list[str]:
     t, os_ = a["totals"], a["os"]
     lines = [
@@ -91,6 +134,8 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     else:  # the facts on a line of their own, under the name, rather than cut at any word
         console.print(head)
         prose(console, rest)
+    for line in death_lines(a):  # the cause of death first, before any note
+        prose(console, line, "bold", indent="")
     if missing:
         prose(console, missing, "dim", indent="")
     for note in a["notes"]:
@@ -98,7 +143,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     console.print()
     for line in verdict_lines(a):
         prose(console, line, indent="")
+    for line in picture_lines(a):
+        prose(console, line, "yellow", indent="")
     console.print()
+    _categories(a.get("categories"), console)
 
     t, os_ = a["totals"], a["os"]
     print_table(console, "Memory: erlang:memory(total) vs carriers vs the OS", [
@@ -187,6 +235,47 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     if a.get("processes"):
         console.print()
         holders.render(a["processes"], console)
+
+
+# ---- every byte: the erlang:memory() categories (analyzer/categories.py) ----------------------
+
+CATEGORY_LABELS = {"processes": "processes", "binary": "binary", "ets": "ets", "atom": "atom",
+             "code": "code", "other_system": "system (rest)"}
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n - 1] + "…"
+
+
+def _categories(c: dict[str, Any] | None, console: Console) -> None:
+    if not c or c["total"] is None:
+        for n in (c or {}).get("notes", ()):
+            prose(console, f"note: {n}", "dim", indent="")
+        return
+    rows = []
+    for cat in c["categories"]:
+        top = cat["holders"][0] if cat["holders"] else None
+        rows.append([
+            CATEGORY_LABELS[cat["name"]],
+            human(cat["bytes"]) + ("" if cat["share"] is None else f" ({pct(cat['share'])})"),
+            ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
+            "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
+        ])
+    print_table(console, "Every byte: erlang:memory() by category, the allocators that hold "
+                "it, its largest holder", [
+                    Col("category", "left", key=True), Col("bytes (of total)"),
+                    Col("held in", "left"), Col("largest holder", "left")], rows)
+    prose(console, f"erlang:memory(total) {human(c['total'])}; the allocators' carriers "
+          f"{human(c['allocated_all'])}. 'held in': the category's main allocator; it may serve "
+          "others too (ll_alloc: atoms, code and tables), the JSON lists them all.", "dim")
+    for n in c["notes"]:
+        prose(console, f"note: {n}", "dim")
+    ets = next((x for x in c["categories"] if x["name"] == "ets"), None)
+    if ets and ets["holders"]:
+        print_table(console, "ETS tables, largest first", [
+            Col("table", "left", key=True), Col("bytes"), Col("owner, type, objects", "left")],
+            [[h["name"], human(h["bytes"]), h["detail"]] for h in ets["holders"]])
+    console.print()
 
 
 # ---- inside the carriers (analyzer/carriers.py) -------------------------------------------------

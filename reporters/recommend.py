@@ -16,6 +16,7 @@ from rich.text import Text
 
 from beamalloc.citations import link
 from beamalloc.reporters import holders
+from beamalloc.reporters.analyze import death_lines
 from beamalloc.reporters.table import prose
 from beamalloc.units import human, pct
 
@@ -104,9 +105,17 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
 
     otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
     say(f"{r['node']}  {otp}  source {r['source']}", "bold")
+    for line in death_lines(r):  # the cause of death and a partial read come first
+        say(line, style="bold")
     v = r["verdict"]
     say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
-    say(f"Flags in force: {in_force_line(v)}", style="dim")
+    unknown = (r.get("coverage") or {}).get("flags_unknown")
+    fin = in_force_line(v)
+    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
+        if v["flags_in_force"]["flags"] == "":
+            fin = "no +M flag in the allocators read"
+        fin += f"; unknown for {', '.join(unknown)} (not read)"
+    say(f"Flags in force: {fin}", style="dim")
     for e in v["no_flag_helps"]:
         say(f"\nNo flag helps {e['allocator']} ({human(e['unused'])} unused of "
             f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")

@@ -27,7 +27,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("collect", ("beamalloc.collector", "beamalloc.ebpf")),
     # recon_alloc's numbers and the carrier view of one Snapshot.
     ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.options",
-                  "beamalloc.analyzer.carriers", "beamalloc.analyzer.analysis")),
+                  "beamalloc.analyzer.carriers", "beamalloc.analyzer.analysis",
+                  "beamalloc.analyzer.death", "beamalloc.analyzer.categories",
+                  "beamalloc.analyzer.defects", "beamalloc.analyzer.limits")),
     # Replay: the Rust model's adapter and the trace generators; a replay is a Snapshot.
     ("replay", ("beamalloc.refalloc",)),
     # Findings, rules, lint, predictions, the recommendation (they replay).

@@ -26,6 +26,8 @@ Point = dict[str, int]
 #: The carrier calls each allocator instance counts (mseg_alloc's segments, sys_alloc's malloc).
 CARRIER_CALLS = ("mseg_alloc", "mseg_dealloc", "mseg_realloc", "sys_alloc", "sys_free",
                  "sys_realloc")  # fmt: skip
+#: erlang:memory() categories kept per sample (the rest of system is system - the others).
+MEMORY_CATEGORIES = ("processes", "system", "binary", "ets", "atom", "code")
 #: Node-wide keys of a Point (`calls_<carrier call>` summed over every instance).
 NODE_FIELDS = ("pid", "rss", "erlang_total", "allocated", "used", "mseg_hits", "mseg_calls",
                *(f"calls_{c}" for c in CARRIER_CALLS))  # fmt: skip
@@ -65,6 +67,16 @@ NODE_GAUGES = (
      "(NIFs, drivers, mseg cache, code).", "rss_gap"),
     ("beamalloc_mseg_cache_hit_ratio", "mseg_alloc cache hits / mseg_alloc calls, all instances "
      "(recon_alloc's cache_hit_rates, since the node started).", "mseg_cache_hit_rate"),
+    # every byte: the erlang:memory() categories (analyzer/categories.py)
+    *((f"beamalloc_erlang_memory_{c}_bytes", f"erlang:memory({c}).", f"mem_{c}")
+      for c in MEMORY_CATEGORIES),
+    # the container (collector/cgroup.py): same host only
+    ("beamalloc_cgroup_memory_bytes", "Bytes charged to the node's memory cgroup "
+     "(memory.current / memory.usage_in_bytes), page cache included.", "cg_current"),
+    ("beamalloc_cgroup_limit_bytes", "The node's memory cgroup limit (memory.max / "
+     "memory.limit_in_bytes); absent without a limit.", "cg_limit"),
+    ("beamalloc_cgroup_headroom_bytes", "Limit minus the working set (charge minus inactive "
+     "file pages): what the OOM killer leaves.", "cg_headroom"),
 )
 
 #: Counters: (name without _total, help, Point key), per allocator type ("<type>.<key>") or per
@@ -101,6 +113,15 @@ def derive(snap: Snapshot) -> Point:
         p["pid"] = snap.os_pid
     if snap.rss is not None:
         p["rss"] = snap.rss
+    for c in MEMORY_CATEGORIES:
+        if c in snap.memory:
+            p[f"mem_{c}"] = snap.memory[c]
+    cg = snap.extra.get("cgroup")
+    if isinstance(cg, dict):
+        for key, field in (("cg_current", "current"), ("cg_limit", "limit"),
+                           ("cg_working_set", "working_set")):
+            if isinstance(cg.get(field), int):
+                p[key] = cg[field]
     sums = type_sums(snap)
     # Most unused first, as analyze()'s allocator_types: the order keys are first seen in.
     for name, t in sorted(sums.items(), key=lambda kv: kv[1]["allocated"] - kv[1]["used"],
@@ -174,6 +195,11 @@ def view(p: Point) -> dict[str, Any]:
         "rss": p.get("rss"),
         "rss_gap": p["rss"] - alloc if "rss" in p else None,
         "mseg_cache_hit_rate": usage(p.get("mseg_hits", 0), calls),
+        **{f"mem_{c}": p.get(f"mem_{c}") for c in MEMORY_CATEGORIES},
+        "cg_current": p.get("cg_current"),
+        "cg_limit": p.get("cg_limit"),
+        "cg_headroom": p["cg_limit"] - p["cg_working_set"]
+        if "cg_limit" in p and "cg_working_set" in p else None,
         "types": types,
     }
 

@@ -118,10 +118,9 @@ class Data:
         return snap, self._analyses.get_or(ref, lambda: self._analyze(ref, snap))
 
     def _analyze(self, ref: str, snap: Snapshot) -> dict[str, Any]:
-        a = analyze(snap)
         with self.uploads.lock:  # an uploaded crash dump's holders (docs/processes.md)
-            a["processes"] = self.upload_processes.get(ref)
-        return a
+            procs = self.upload_processes.get(ref)
+        return analyze(snap, processes=procs)
 
     def add_upload(self, name: str, data: bytes) -> str:
         """Parse an uploaded file with the same readers as the CLI; return its ref."""

@@ -11,7 +11,12 @@ from typing import Any
 
 from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
-from beamalloc.reporters.analyze import verdict_lines
+from beamalloc.reporters.analyze import (
+    CATEGORY_LABELS,
+    death_lines,
+    picture_lines,
+    verdict_lines,
+)
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -139,6 +144,26 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
+    """Every byte (analyzer/categories.py): each erlang:memory() category, the allocators that
+    hold it and its holders; the ETS tables apart. None where the source has no categories."""
+    c = a.get("categories")
+    if not c or c.get("total") is None:
+        return None
+    return {
+        "total": human(c["total"]), "allocated_all": human(c["allocated_all"]),
+        "notes": c["notes"],
+        "rows": [{
+            "name": CATEGORY_LABELS[x["name"]], "bytes": human(x["bytes"]),
+            "share": "-" if x["share"] is None else pct(x["share"]),
+            "allocators": ", ".join(f"{n} {_nb(b)}" for n, b in x["allocators"]) or "-",
+            "holders": [f"{h['name']} {_nb(h['bytes'])}" for h in x["holders"][:3]],
+        } for x in c["categories"]],
+        "ets": [{"name": h["name"], "bytes": human(h["bytes"]), "detail": h["detail"]}
+                for x in c["categories"] if x["name"] == "ets" for h in x["holders"]],
+    }
+
+
 def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
     rec = recommendations(snap, a.get("processes")) if snap is not None else None
     t, os_ = a["totals"], a["os"]
@@ -147,7 +172,11 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "severity": severity(t["unused"], t["usage"],
                              rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
-        "verdict": verdict_lines(a) + totals_note(a) + (
+        # the cause of death, a partial read and the largest holder, before the verdict
+        "death": death_lines(a),
+        "death_kind": (a.get("death") or {}).get("kind"),
+        "categories": category_view(a),
+        "verdict": verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
              f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else []),

@@ -1,0 +1,176 @@
+"""Every byte accounted for: the erlang:memory() categories against the allocators that hold
+them, and the holders inside each (docs/erts/memory-categories.md §1).
+
+erlang:memory(total) is processes + system; system splits into atom, binary, code, ets and the
+rest (tables, ports, drivers, messages in flight...). Each allocation type belongs to one of
+these classes (the `class` column of docs/erts/erts_types_otp25.tsv), so each category has the
+allocators whose carriers hold it. The holders are what the sources name: processes (the scan or
+the dump's =proc sections), ETS tables (a dump's =ets sections or a live node's table list), the
+atom and code categories as one holder each when they are large.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import human
+
+#: The erlang:memory() categories, in the order they are shown, with the allocators whose types
+#: are of that class (docs/erts/memory-categories.md §1, from erts_types_otp25.tsv).
+HOMES: dict[str, tuple[str, ...]] = {
+    "processes": ("eheap_alloc", "fix_alloc", "sl_alloc", "std_alloc"),
+    "binary": ("binary_alloc",),
+    "ets": ("ets_alloc", "sl_alloc", "std_alloc", "ll_alloc"),
+    "atom": ("ll_alloc",),
+    "code": ("ll_alloc", "literal_alloc", "std_alloc", "sl_alloc"),
+    "other_system": ("temp_alloc", "sl_alloc", "std_alloc", "ll_alloc", "driver_alloc",
+                     "fix_alloc", "sys_alloc"),
+}
+#: The one allocator that holds (nearly) only that category, where there is one.
+OWN = {"processes": "eheap_alloc", "binary": "binary_alloc", "ets": "ets_alloc",
+       "code": "literal_alloc"}
+#: A category named as a holder of its own (atoms, code) once it holds this much [heur]:
+#: a typical node has 0.5-2 MiB of atoms and 10-60 MiB of code.
+LARGE = {"atom": 16 << 20, "code": 128 << 20}
+HolderKind = Literal["process", "ets_table", "atom", "code", "binary"]
+
+
+@dataclass(frozen=True)
+class CategoryHolder:
+    kind: HolderKind
+    name: str
+    bytes: int
+    #: owner pid, table type, current function: what identifies it beyond its name
+    detail: str = ""
+    #: of the same name (ETS tables of one name owned by several processes)
+    siblings: int = 0
+    siblings_bytes: int = 0
+
+    def sentence(self) -> str:
+        what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
+                "code": "Loaded code", "binary": "Process"}[self.kind]
+        s = f"{what} {self.name} holds {human(self.bytes)}" if self.kind not in (
+            "atom", "code") else f"{what} holds {human(self.bytes)}"
+        if self.siblings > 1:
+            s += (f" ({self.siblings} tables of that name hold {human(self.siblings_bytes)} "
+                  "together)")
+        return s
+
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    bytes: int | None
+    share: float | None  # of erlang:memory(total)
+    #: (allocator, its carrier bytes) for the allocators of HOMES present in the snapshot
+    allocators: list[tuple[str, int]]
+    holders: list[CategoryHolder] = field(default_factory=list)
+    #: what the holders shown add up to, and whether the source lists them all
+    holders_bytes: int = 0
+    holders_complete: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryPicture:
+    total: int | None
+    allocated_all: int
+    categories: list[Category]
+    #: the largest single holder of any kind, the verdict's "who holds the memory"
+    largest: CategoryHolder | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ets_holders(snap: Snapshot) -> tuple[list[CategoryHolder], bool]:
+    ets = snap.extra.get("ets")
+    if not isinstance(ets, dict) or not isinstance(ets.get("tables"), list):
+        return [], False
+    by_name: dict[str, list[int]] = {}
+    for t in ets["tables"]:
+        by_name.setdefault(str(t.get("name")), []).append(int(t.get("bytes", 0)))
+    out = []
+    for t in ets["tables"][:10]:
+        sib = by_name.get(str(t.get("name")), [])
+        out.append(CategoryHolder(
+            "ets_table", str(t.get("name")), int(t.get("bytes", 0)),
+            detail=f"owner {t.get('owner')}, {t.get('type') or '?'}, "
+                   f"{t.get('objects') if t.get('objects') is not None else '?'} objects",
+            siblings=len(sib), siblings_bytes=sum(sib)))
+    complete = ets.get("read") == ets.get("count") and len(ets["tables"]) == ets.get("count")
+    return out, complete
+
+
+def _proc_holders(snap: Snapshot, processes: dict[str, Any] | None,
+                  measure: str) -> list[CategoryHolder]:
+    """Processes by `measure` (memory or binary_bytes): the dump's, else a scan's top lists."""
+    rows: list[dict[str, Any]] = []
+    # a dump's own processes first, which its snapshot JSON keeps: the same holders either way
+    if isinstance(snap.extra.get("dump_procs"), dict):
+        rows = [{"pid": r["pid"], "name": r.get("name"), "initial_call": r.get("initial_call"),
+                 "current_function": r.get("current_function"), "memory": r.get("memory"),
+                 "binary_bytes": r.get("binary")}
+                for r in snap.extra["dump_procs"].get("procs", ()) if isinstance(r, dict)]
+    elif processes:
+        key = "top_binary" if measure == "binary_bytes" else "top_heap"
+        rows = [r for r in processes.get(key) or () if isinstance(r, dict)]
+    out = []
+    for r in sorted(rows, key=lambda r: -(r.get(measure) or 0))[:5]:
+        v = r.get(measure) or 0
+        if v <= 0:
+            continue
+        who = r.get("name") or r.get("initial_call") or "?"
+        out.append(CategoryHolder("process" if measure == "memory" else "binary",
+                                  f"{r['pid']} ({who})", int(v),
+                                  detail=r.get("current_function") or ""))
+    return out
+
+
+def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
+            processes: dict[str, Any] | None = None) -> MemoryPicture:
+    """The categories of `snap.memory` with their allocators (`type_rows`: the analysis's
+    allocator_types) and holders."""
+    mem = snap.memory
+    allocated = {r["allocator"]: r["allocated"] for r in type_rows}
+    allocated_all = sum(allocated.values())
+    total = mem.get("total")
+    named = sum(mem.get(k, 0) for k in ("atom", "binary", "code", "ets"))
+    values: dict[str, int | None] = {k: mem.get(k) for k in ("processes", "binary", "ets",
+                                                             "atom", "code")}
+    system = mem.get("system")
+    values["other_system"] = system - named if system is not None and system >= named else None
+    notes = []
+    if not mem:
+        notes.append("no erlang:memory() in this source: the categories are unknown")
+    elif system is not None and system < named:
+        notes.append("erlang:memory(system) is below atom + binary + code + ets: the rest of "
+                     "the system is not shown (the counters were read at different moments)")
+    ets, ets_complete = _ets_holders(snap)
+    holders: dict[str, list[CategoryHolder]] = {
+        "processes": _proc_holders(snap, processes, "memory"),
+        "binary": _proc_holders(snap, processes, "binary_bytes"),
+        "ets": ets,
+    }
+    for k in ("atom", "code"):
+        v = values[k]
+        if v is not None and v >= LARGE[k]:
+            holders[k] = [CategoryHolder(k, k, v)]  # type: ignore[arg-type]
+    cats = []
+    for name, homes in HOMES.items():
+        v = values[name]
+        hs = holders.get(name, [])
+        cats.append(Category(
+            name=name, bytes=v, share=v / total if v is not None and total else None,
+            allocators=sorted(((a, allocated[a]) for a in homes if a in allocated),
+                              key=lambda ab: (ab[0] != OWN.get(name), -ab[1])),
+            holders=hs, holders_bytes=sum(h.bytes for h in hs),
+            holders_complete=name == "ets" and ets_complete))
+    # the binary holders are processes referencing binaries (shared, not additive): the
+    # largest holder is chosen among things that own their bytes
+    candidates = [h for k in ("processes", "ets", "atom", "code") for h in holders.get(k, [])]
+    largest = max(candidates, key=lambda h: h.bytes, default=None)
+    return MemoryPicture(total=total, allocated_all=allocated_all, categories=cats,
+                         largest=largest, notes=notes)

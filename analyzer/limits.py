@@ -1,0 +1,132 @@
+"""Containers and limits: the node's memory cgroup beside its RSS and carriers, and the tables
+erts sizes at boot for its limits (docs/erts/memory-categories.md §3, §6).
+
+erts allocates its process and port tables for `process_limit` and `port_limit` at boot, in
+ll_alloc, whatever the node later uses: about BYTES_PER_ENTRY bytes per entry (measured, §6). A
+port limit raised by a huge open-file limit (a container's nofile of 1,048,576 or more) or a
+large `+Q`/`+P` can hold hundreds of MiB before the node runs anything. The finding names the
+flag that gives them back and its bytes, an estimate from that per-entry cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import human
+
+#: ll_alloc bytes per entry of the process and the port table: measured on OTP 25 (erts 13.1.5,
+#: 64-bit) as ll_alloc's carriers at +Q/+P 2^24 against the defaults, 15.9 and 15.8 (§6).
+BYTES_PER_ENTRY = 16
+#: The defaults: +Q 65536 (erts's DEFAULT_MAX_PORTS) and +P 262144 on OTP 25 (OTP 27 raises
+#: it to 1048576): limits up to these are never reported.
+DEFAULT_PORTS = 1 << 16
+DEFAULT_PROCESSES = 1 << 18
+#: A table worth a finding holds this much [heur]: smaller ones are lost in any node's ll_alloc.
+MIN_TABLE_BYTES = 32 << 20
+#: Headroom advised over the entries in use when a lower limit is suggested [heur].
+USE_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class LimitFinding:
+    table: Literal["port", "process"]
+    limit: int
+    in_use: int | None
+    nofile: int | None
+    #: bytes the table takes at the current limit, and the flag advised with what it gives back
+    table_bytes: int
+    flag: str
+    saving: int
+    ll_alloc: int | None  # ll_alloc's carriers, where the estimate shows
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Container:
+    """The node's memory cgroup against what the node and the OS see of it."""
+
+    version: int
+    limit: int | None
+    current: int | None
+    working_set: int | None
+    headroom: int | None
+    anon: int | None
+    file: int | None
+    inactive_file: int | None
+    rss: int | None
+    allocated: int
+    notes: list[str]
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def limit_findings(snap: Snapshot) -> list[LimitFinding]:
+    lim = snap.extra.get("limits")
+    if not isinstance(lim, dict):
+        return []
+    ll = sum(i.mbcs.carriers_size.current + i.sbcs.carriers_size.current
+             for i in snap.instances("ll_alloc")) or None
+    nofile = lim.get("nofile") if isinstance(lim.get("nofile"), int) else None
+    out = []
+    for table, key, count, default, flag in (
+            ("port", "port_limit", "port_count", DEFAULT_PORTS, "+Q"),
+            ("process", "process_limit", "process_count", DEFAULT_PROCESSES, "+P")):
+        limit = lim.get(key)
+        if not isinstance(limit, int) or limit <= default:
+            continue
+        size = limit * BYTES_PER_ENTRY
+        if size < MIN_TABLE_BYTES:
+            continue
+        used = lim.get(count) if isinstance(lim.get(count), int) else None
+        new = max(default, _pow2_at_least(USE_FACTOR * used)) if used is not None else default
+        if new >= limit:
+            continue
+        saving = (limit - new) * BYTES_PER_ENTRY
+        why = ""
+        if table == "port" and nofile is not None and nofile >= limit:
+            why = (f" erts sized it from the open-file limit (nofile {nofile}), as it does when "
+                   "that is above 65536: a container's default nofile does this.")
+        msg = (f"The {table} table is sized for {limit} {table}s"
+               + (f" ({used} in use)" if used is not None else "")
+               + f": about {human(size)} of ll_alloc"
+               + (f" (ll_alloc holds {human(ll)})" if ll else "")
+               + f" taken at boot, whatever the node runs.{why} `{flag} {new}` gives back about "
+               f"{human(saving)} (an estimate at {BYTES_PER_ENTRY} bytes an entry).")
+        out.append(LimitFinding(table, limit, used, nofile, size, f"{flag} {new}", saving, ll,
+                                msg))  # type: ignore[arg-type]
+    return out
+
+
+def container(snap: Snapshot, allocated: int) -> Container | None:
+    cg = snap.extra.get("cgroup")
+    if not isinstance(cg, dict):
+        return None
+
+    def n(k: str) -> int | None:
+        v = cg.get(k)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    limit, ws, head = n("limit"), n("working_set"), n("headroom")
+    if limit is None:
+        msg = (f"The node's cgroup (v{n('version')}) has no memory limit; it is charged "
+               f"{human(n('current'))}, page cache included.")
+    else:
+        msg = (f"The node's cgroup (v{n('version')}) allows {human(limit)}; its working set "
+               f"(charge minus inactive file pages) is {human(ws)}, so {human(head)} is left "
+               "before the OOM killer acts"
+               + (f"; the node's RSS is {human(snap.rss)} and its carriers "
+                  f"{human(allocated)}" if snap.rss is not None else "") + ".")
+    notes = [x for x in cg.get("notes") or () if isinstance(x, str)]
+    return Container(n("version") or 0, limit, n("current"), ws, head, n("anon"), n("file"),
+                     n("inactive_file"), snap.rss, allocated, notes, msg)

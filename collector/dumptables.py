@@ -1,0 +1,147 @@
+"""A crash dump's own tables beside its allocators: the `=ets:` sections (every ETS table, its
+owner and size) and, of the `=proc:` sections, the few processes that say who held the memory
+when the node died (docs/erts/memory-categories.md §2).
+
+collector/crashdump.py feeds the lines of these sections while it streams the dump for the
+allocators, so the whole file is still read once. What is kept is bounded whatever the dump
+holds: the TOP_ETS largest tables with the count and bytes of all of them, the TOP_PROCS largest
+processes and up to MAX_ACTIVE that were running or collecting garbage (the one that asked for
+memory at an out-of-memory crash is among them). A malformed section (a size that is not a
+number, an absurd size) is left out of every total and counted; the Snapshot gets one note per
+kind of fault, never a traceback.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from beamalloc.collector.procdump import SkipSection, proc_of
+from beamalloc.snapshot import UINT64_MAX
+
+#: ETS tables kept by size (the count and total cover them all).
+TOP_ETS = 50
+#: Processes kept by memory, and running or garbage-collecting ones kept besides them.
+TOP_PROCS = 8
+MAX_ACTIVE = 4
+_UINT = re.compile(r"[0-9]{1,20}\Z")
+_PID = re.compile(r"<\d{1,10}\.\d{1,10}\.\d{1,10}>\Z")
+#: Keys kept of a section: a section of a million lines costs no more than these.
+_ETS_KEYS = ("Table", "Name", "Objects", "Words", "Type", "Protection", "Compressed")
+#: States a process is in while it allocates (erl_process_dump.c prints these).
+ACTIVE_STATES = ("running", "garbing")
+
+
+@dataclass
+class DumpTables:
+    """The =ets and =proc sections of one dump, fed line by line."""
+
+    ets: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # min-heap by bytes
+    ets_count: int = 0
+    ets_words: int = 0
+    ets_bad: int = 0
+    procs: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    active: list[dict[str, Any]] = field(default_factory=list)
+    proc_count: int = 0
+    proc_bad: int = 0
+    _kind: str | None = None
+    _arg: str = ""
+    _kv: dict[str, str] = field(default_factory=dict)
+    _seq: int = 0
+
+    def start(self, section: str) -> bool:
+        """A new section begins (`section` without its '='); True if it is one of ours."""
+        self.close()
+        kind, _, arg = section.partition(":")
+        if kind not in ("ets", "proc"):
+            return False
+        self._kind, self._arg, self._kv = kind, arg.strip(), {}
+        return True
+
+    def feed(self, line: str) -> None:
+        if self._kind is None:
+            return
+        key, sep, value = line.partition(": ")
+        if sep and key not in self._kv and (self._kind == "proc" or key in _ETS_KEYS):
+            self._kv[key] = value.strip()[:200]
+
+    def close(self, *, cut: bool = False) -> None:
+        """The section ends; `cut`: the dump ended inside it (then it is counted as not read)."""
+        kind, kv = self._kind, self._kv
+        self._kind, self._kv = None, {}
+        if kind is None:
+            return
+        self._seq += 1
+        if kind == "ets":
+            self.ets_count += 1
+            words = kv.get("Words", "")
+            if cut or not _UINT.match(words) or int(words) > UINT64_MAX // 8:
+                self.ets_bad += 1
+                return
+            w = int(words)
+            self.ets_words += w
+            row = {"owner": self._arg[:64], "name": kv.get("Name", "?")[:100],
+                   "table": kv.get("Table", "?")[:100], "type": kv.get("Type"),
+                   "protection": kv.get("Protection"), "words": w,
+                   "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", ""))
+                   else None}
+            _push(self.ets, TOP_ETS, (w, -self._seq, row))
+            return
+        self.proc_count += 1
+        if cut or not _PID.match(self._arg):
+            self.proc_bad += 1
+            return
+        try:
+            p = proc_of(self._arg, kv, 1)  # words; bytes once the word size is known
+        except SkipSection:
+            self.proc_bad += 1
+            return
+        row = {"pid": p.pid, "name": p.name, "initial_call": p.initial_call,
+               "current_function": p.current_function, "state": p.status,
+               "memory_words": kv.get("Memory") is None,  # before OTP 17: heap words stand in
+               "memory": p.memory, "total_heap": p.total_heap_bytes, "heap": p.heap_bytes,
+               "binary": p.binary_bytes, "message_queue_len": p.message_queue_len}
+        if p.status in ACTIVE_STATES and len(self.active) < MAX_ACTIVE:
+            self.active.append(row)
+        _push(self.procs, TOP_PROCS, (p.memory, -self._seq, row))
+
+    def store(self, extra: dict[str, Any], notes: list[str], wordsize: int) -> None:
+        """Write what was read into a Snapshot's `extra` (bytes, by the dump's word size)."""
+        if self.ets_count:
+            tables = [dict(r, bytes=r.pop("words") * wordsize)
+                      for _, _, r in sorted(self.ets, reverse=True)]
+            extra["ets"] = {"count": self.ets_count, "read": self.ets_count - self.ets_bad,
+                            "bytes": self.ets_words * wordsize, "tables": tables}
+        if self.ets_bad:
+            notes.append(f"{self.ets_bad} of {self.ets_count} =ets sections not read (a size "
+                         "that is not a number, or cut off): ETS totals leave them out")
+        if self.proc_count:
+            seen: set[str] = set()
+            rows = []
+            for r in [*self.active, *(r for _, _, r in sorted(self.procs, reverse=True))]:
+                if r["pid"] in seen:
+                    continue
+                seen.add(r["pid"])
+                r = dict(r)
+                words_only = r.pop("memory_words")
+                for k in ("total_heap", "heap", "binary"):
+                    r[k] = None if r[k] is None else r[k] * wordsize
+                if words_only:  # no Memory line: the heap's bytes stand in (procdump)
+                    r["memory"] = r["total_heap"]
+                r["active"] = r["state"] in ACTIVE_STATES
+                rows.append(r)
+            extra["dump_procs"] = {"count": self.proc_count, "read": self.proc_count
+                                   - self.proc_bad, "procs": rows}
+        if self.proc_bad:
+            notes.append(f"{self.proc_bad} of {self.proc_count} =proc sections not read "
+                         "(malformed or cut off)")
+
+
+def _push(heap: list[tuple[int, int, dict[str, Any]]], n: int,
+          item: tuple[int, int, dict[str, Any]]) -> None:
+    if len(heap) < n:
+        heapq.heappush(heap, item)
+    elif item[:2] > heap[0][:2]:
+        heapq.heapreplace(heap, item)
