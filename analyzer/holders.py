@@ -20,8 +20,10 @@ collection; hibernation (erlang:hibernate/3) collects and shrinks the heap to it
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
+from beamalloc.analyzer.records import NoFlagEntry, Remedy
 from beamalloc.collector.processes import ProbeResult, Proc, ProcessTable
 from beamalloc.units import human
 
@@ -353,65 +355,61 @@ def _label(row: dict[str, Any]) -> str:
     return f"{row['pid']} in {where}" if where else str(row["pid"])
 
 
-def apply_to_verdict(rec: dict[str, Any], processes: dict[str, Any]) -> None:
-    """Put the holders into a recommendation (analyzer/recommend.py's result): the `processes`
-    key, and in the verdict the processes that hold the memory where the allocators do not
-    explain it, or beside what they do. The state stays the allocators' (HEALTHY stays HEALTHY:
-    no +M flag is involved); the headline says that processes, not placement, hold the memory.
-    A NO FLAG HELPS entry of binary_alloc or eheap_alloc gets the holders' own remedies first,
-    each with the bytes it releases (measured by the probe, else an upper bound), and a live
-    cache or queue named as such instead of a collection."""
-    rec["processes"] = processes
-    v = rec.get("verdict")
-    if not isinstance(v, dict):
-        return
+def verdict_holders(processes: dict[str, Any], entries: list[NoFlagEntry]
+                    ) -> tuple[list[str], list[NoFlagEntry]]:
+    """The holders' part of a verdict (analyzer/recommend.py): the sentences naming the
+    processes that hold the memory, and the NO FLAG HELPS entries with their remedies made to
+    agree with the holder scan (issue 22 item 5). The state stays the allocators' (no +M flag
+    is involved). A binary_alloc or eheap_alloc entry gets the holders' own remedies first, each
+    with the bytes it releases (measured by the probe, else an upper bound) from the holder
+    table; a live cache or queue is named as such, and no collection, hibernation or restart is
+    promised for binaries the scan calls live."""
     said = _holder_sentences(processes)
-    bins = next((e for e in v.get("no_flag_helps") or [] if e.get("allocator") == "binary_alloc"),
-                None)
-    top = [r for r in processes.get("top_binary") or [] if r["binary_bytes"]][:3]
-    pinned = any(f["rule"] == "H1" and f["level"] == "action"
-                 for f in processes.get("findings") or [])
-    if bins is not None and top and not pinned:
+    found = processes.get("findings") or []
+    top = [r for r in processes.get("top_binary") or [] if r["binary_bytes"]]
+    pinned = any(f["rule"] == "H1" and f["level"] == "action" for f in found)
+    if any(e.allocator == "binary_alloc" for e in entries) and top[:3] and not pinned:
         # the surviving binaries that keep binary_alloc's carriers: whose they are
         said.append("the binaries that survive in binary_alloc are referenced by " + ", ".join(
-            f"{_label(r)} ({human(r['binary_bytes'])})" for r in top))
-    v["holders"] = said
-    if said:
-        lead = ("Processes, not allocator placement, hold the memory: "
-                if v.get("state") == "HEALTHY" else "Who holds the memory: ")
-        v["headline"] = v["headline"].rstrip() + " " + lead + "; ".join(said) + "."
-    found = processes.get("findings") or []
-    for e in v.get("no_flag_helps") or []:
-        extra = []
-        if e.get("allocator") == "binary_alloc":
+            f"{_label(r)} ({human(r['binary_bytes'])})" for r in top[:3]))
+    live = {f["process"] for f in found if f["rule"] == "H1" and _live(f)}
+    out = []
+    for e in entries:
+        extra: list[Remedy] = []
+        rest = list(e.remedies)
+        held_by = e.held_by
+        if e.allocator == "binary_alloc":
             # whose references keep the surviving binaries (and so the carriers they sit in)
-            e["held_by"] = [{k: r[k] for k in ("pid", "name", "initial_call", "current_function",
+            held_by = tuple({k: r[k] for k in ("pid", "name", "initial_call", "current_function",
                                                "binary_bytes", "binary_count")}
-                            for r in (processes.get("top_binary") or [])[:5]]
+                            for r in (processes.get("top_binary") or [])[:5])  # fmt: skip
             for f in found:
                 if f["rule"] != "H1" or (f["level"] == "info" and not _live(f)):
                     continue
                 who = f["name"] or f["process"]
+                measured = f["evidence"]["holder"]["measured"]
                 if f["level"] == "action":
-                    h = f["evidence"]["holder"]
-                    extra.append({"action": f"garbage-collect or hibernate {who} (idle, it pins "
-                                            "dead references)",
-                                  "releases": f["evidence"]["releases"],
-                                  "releases_how": "measured by the GC probe" if h["measured"]
-                                  else "at most: the binaries it alone references",
-                                  "sources": f["sources"]})
+                    extra.append(Remedy("gc_holder", f["evidence"]["releases"],
+                                        "measured by the GC probe" if measured
+                                        else "at most: the binaries it alone references",
+                                        tuple(f["sources"]), not measured, who))
                 else:
-                    extra.append({"action": f"bound {who}: it keeps its binaries live (a cache "
-                                            "or a queue); a collection releases nothing",
-                                  "releases": 0, "releases_how": "measured by the GC probe"
-                                  if f["evidence"]["holder"]["measured"] else "live data",
-                                  "sources": f["sources"]})
-        elif e.get("allocator") == "eheap_alloc":
+                    extra.append(Remedy("bound_live_holder", 0, "measured by the GC probe"
+                                        if measured else "live data", tuple(f["sources"]),
+                                        False, who))  # fmt: skip
+            # a restart or hibernation releases what the holders that are not live reference,
+            # as the holder table counts it; nothing where every holder's binaries are live
+            dead = sum(r["binary_bytes"] for r in top if r["pid"] not in live)
+            rest = [r if r.code != "restart_holders" else replace(
+                r, releases=min(dead, e.unused), bound=True,
+                releases_how="at most: the binaries of the holders not called live (the "
+                             "holder table)") for r in rest
+                    if r.code != "restart_holders" or dead]  # fmt: skip
+        elif e.allocator == "eheap_alloc":
             for f in found:
                 if f["rule"] == "H2" and f["level"] == "action":
-                    extra.append({"action": f"hibernate the idle processes ({f['title']})",
-                                  "releases": f["evidence"]["grown_bytes"],
-                                  "releases_how": "at most: their heaps beyond the minimum",
-                                  "sources": f["sources"]})
-        if extra:
-            e["remedies"] = extra + list(e.get("remedies") or [])
+                    extra.append(Remedy("hibernate_idle", f["evidence"]["grown_bytes"],
+                                        "at most: their heaps beyond the minimum",
+                                        tuple(f["sources"]), True, f["title"]))
+        out.append(replace(e, remedies=tuple(extra + rest), held_by=held_by))
+    return said, out

@@ -1,39 +1,69 @@
-"""Compose the rule base's advice into one flag set, lint it, and document every flag.
+"""Compose the rule base's advice into one flag set, lint it, judge it, and build the verdict.
 
-`recommend(snap)` returns the dict that `beamalloc recommend --json` prints (schema
-`beamalloc.recommend/1`, docs/recommend.md). The flags are rendered by flags.FlagSet in its fixed
-order (`as` before `acul`, docs/erts/tuning.md §0.2 item 2). Any proposed flag that would trip our
-own
-lint is withheld, so our recommendations never do (issue 3, must-hold 3).
+`verdict(snap)` returns the typed records (analyzer/records.py: the Verdict, each
+Recommendation and Prediction), built once here; `recommend(snap)` their serialisation, the dict
+`beamalloc recommend --json` prints (schema `beamalloc.recommend/2`, docs/recommend.md). Every
+sentence comes from analyzer/wording.py. The flags are rendered by flags.FlagSet in its fixed
+order (`as` before `acul`, docs/erts/tuning.md §0.2 item 2). Any proposed flag that would trip
+our own lint is withheld, so our recommendations never do (issue 3, must-hold 3); a setting in
+force that the lint calls wrong is weighed as a revert to OTP's default (issue 22 item 4).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.analysis import coverage
 from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.death import death_of
-from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
-from beamalloc.analyzer.holders import apply_to_verdict
+from beamalloc.analyzer.findings import (
+    NON_MIGRATING,
+    Advice,
+    AllocFacts,
+    Facts,
+    Finding,
+    facts,
+)
+from beamalloc.analyzer.holders import verdict_holders
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
+from beamalloc.analyzer.records import (
+    CHANGE,
+    HEALTHY,
+    IN_FORCE,
+    MIN_GAIN,
+    NO_FLAG,
+    FlagsInForce,
+    HeldBack,
+    NoFlagEntry,
+    Prediction,
+    Reason,
+    Recommendation,
+    Remedy,
+    Revert,
+    Total,
+    Verdict,
+)
 from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
+    Flag,
     FlagSet,
     effective_config,
     effective_globals,
 )
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human, pct
+from beamalloc.units import human
 from beamalloc.versions import erts_of, otp_major
 
-SCHEMA = "beamalloc.recommend/1"
+__all__ = ["CHANGE", "HEALTHY", "IN_FORCE", "MIN_GAIN", "NO_FLAG", "recommend", "verdict"]
+
+SCHEMA = "beamalloc.recommend/2"
 NO_PREDICT = "not predicted: --no-predict"
 NO_RATE = ("one snapshot holds lifetime counters only: no rate of carrier calls, so no speed-trade "
            "flag (`recommend NODE` measures one over --rate-seconds; or --rate-from an earlier "
@@ -113,55 +143,22 @@ class _Running:
             return False
 
 
-def _advice_json(a: Advice, pred: tuple[dict | None, str | None]) -> dict[str, Any]:
-    value = a.flag.render().split(" ", 1)[1]
-    return {
-        "allocator": a.allocator,
-        "flag": a.flag.name,
-        "value": value,
-        "rule": a.rule,
-        "sources": list(a.sources),
-        "reason": a.reason,
-        "evidence": a.evidence,
-        "cost": a.cost,
-        "trade_off": a.trade_off,
-        "predicted": pred[0],
-        "not_predicted": pred[1],
-    }
+Pred = tuple[Prediction | None, str | None]  # (prediction, why there is none)
 
 
-Pred = tuple[dict[str, Any] | None, str | None]  # (prediction, why there is none)
+def _predict(pr: Predictor, allocator: str | None, rule: str, fs: FlagSet) -> Pred:
+    try:
+        return Prediction.from_dict(pr.predict(allocator, rule, fs)), None
+    except PredictionError as e:
+        return None, str(e)
 
 
-def _predict_findings(
-    snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Advice], rate: Rate | None,
-    runaway: Finding | None, trace: Path | None = None,
-) -> tuple[dict[int, Pred], list[dict[str, Any]], Pred]:
-    """Replay each action finding's flags and hold back those that do not show their gain
-    (:func:`judge`); replay the flags that remain together. Returns per-finding predictions (by
-    id), the held-back findings and the whole set's prediction; `advice` loses the held-back
-    findings' flags in place."""
-    preds: dict[int, Pred] = {}
-    held: list[dict[str, Any]] = []
-    with Predictor(snap, f, trace=trace) as pr:
-        for fnd in findings:
-            if fnd.level != "action" or not fnd.advice:
-                continue
-            fs = FlagSet(tuple(a.flag for a in fnd.advice), otp=pr.base.otp)
-            try:
-                preds[id(fnd)] = (pr.predict(fnd.allocator, fnd.rule, fs), None)
-            except PredictionError as e:
-                preds[id(fnd)] = (None, str(e))
-            why = judge(fnd, *preds[id(fnd)], rate, runaway)
-            if why is not None:
-                held.append(_hold_back(fnd, why, preds[id(fnd)][0], advice))
-        whole: Pred = (None, "no flags to predict")
-        if advice:
-            whole = _predict_whole(pr, findings, advice)
-    return preds, held, whole
+def _recommendation(a: Advice, pred: Pred) -> Recommendation:
+    return Recommendation(a.allocator, a.flag.name, a.flag.value_text(), a.rule, tuple(a.sources),
+                          a.reason, a.evidence, a.cost, a.trade_off, *pred)  # fmt: skip
 
 
-def unmodelled_release(snap: Snapshot) -> str | None:
+def unmodelled_reason(snap: Snapshot) -> Reason | None:
     """Why no flag can be shown to help a node older than OTP 20, or None. The prediction
     replays OTP 25's allocators; before OTP 20 the strategies and defaults were others (carrier
     migration from OTP 17, the age-ordered strategies, acnl and acfml from 20.2.1:
@@ -170,34 +167,32 @@ def unmodelled_release(snap: Snapshot) -> str | None:
     erts = erts_of(snap.erts_version, snap.otp_release)
     if not ((erts is not None and erts < (9, 0)) or (rel[:1] == "R" and rel[1:3].isdigit())):
         return None
-    return (f"OTP {rel or '?'} (erts {snap.erts_version or '?'}) is older than OTP 20, whose "
-            "strategies and defaults the prediction replays (carrier migration came in OTP 17, "
-            "the age-ordered strategies in 20.2.1): it cannot show what a flag does there")
+    return Reason("release_unmodelled", {"otp": rel or None, "erts": snap.erts_version})
 
 
-def _hold_back(fnd: Finding, why: str, p: dict[str, Any] | None,
-               advice: list[Advice]) -> dict[str, Any]:  # fmt: skip
-    """Make `fnd` information: its flags leave the proposal, and it says why."""
-    flags = " ".join(a.flag.render() for a in fnd.advice)
-    gone = {id(a) for a in fnd.advice}
-    advice[:] = [a for a in advice if id(a) not in gone]
-    fnd.level = "info"
-    fnd.title += " (not advised)"
-    fnd.message += f" Not advised: {why}."
-    fnd.advice = []
-    return {"rule": fnd.rule, "allocator": fnd.allocator, "flags": flags, "why": why,
-            "trade_off": fnd.rule in SPEED_RULES, "predicted": p}  # fmt: skip
+def unmodelled_release(snap: Snapshot) -> str | None:
+    """:func:`unmodelled_reason` in words (the what-if page's notice)."""
+    r = unmodelled_reason(snap)
+    return None if r is None else wording.reason(r)
 
 
-def _predict_whole(pr: Predictor, findings: list[Finding], advice: list[Advice]) -> Pred:
-    """All proposed flags together, on the trace of each allocator an action finding is about."""
+def _hold_back(fnd: Finding, why: Reason, p: Prediction | None) -> tuple[Finding, HeldBack]:
+    """`fnd` as information (a new finding: its flags leave the proposal, and it says why)."""
+    held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag.render() for a in fnd.advice), why,
+                    fnd.rule in SPEED_RULES, p)  # fmt: skip
+    return replace(fnd, level="info", title=fnd.title + " (not advised)",
+                   message=fnd.message + f" Not advised: {wording.reason(why)}.",
+                   advice=[]), held  # fmt: skip
+
+
+def _predict_whole(pr: Predictor, targets: list[tuple[str | None, str]],
+                   advice: list[Advice]) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+    """All proposed flags together, on the trace of each allocator advice is about."""
     fs = FlagSet(tuple(a.flag for a in advice), otp=pr.base.otp)
-    runs, seen = [], set()
+    runs = []
     try:
-        for fnd in findings:
-            if fnd.level == "action" and fnd.advice and fnd.allocator not in seen:
-                seen.add(fnd.allocator)
-                runs.append(pr.predict(fnd.allocator, fnd.rule, fs))
+        for allocator, rule in targets:
+            runs.append(pr.predict(allocator, rule, fs))
     except PredictionError as e:
         return None, str(e)
     return {"flags": fs.render(), "flags_before": runs[0]["flags_before"],
@@ -205,11 +200,49 @@ def _predict_whole(pr: Predictor, findings: list[Finding], advice: list[Advice])
             "summary": runs[0]["summary"]}, None  # fmt: skip
 
 
+#: The rule whose model predicts a placement change of each allocator (a revert included).
+_PLACEMENT_RULE = {"binary_alloc": "R3", "eheap_alloc": "R4", "ets_alloc": "R5"}
+
+
+def _revert_flags(running: _Running, name: str) -> tuple[tuple[Flag, ...], tuple[Flag, ...]]:
+    """A non-migrating strategy with acul 0 (lint `migration-off`): the node's flags that set
+    it, and OTP's defaults for them (the default strategy, carrier migration on)."""
+    letter = ALLOCATOR_LETTERS[name]
+    default = effective_config(FlagSet((), otp=running.base.otp), running.schedulers,
+                               otp=running.base.otp)[name]  # fmt: skip
+    was = tuple(x for x in running.base.for_allocator(letter) if x.param in ("as", "acul", "t"))
+    to = (Flag(letter, "as", default.strategy),
+          *((Flag(letter, "acul", "de"),) if default.acul > 0 else ()))  # fmt: skip
+    return was, to
+
+
+def _reverts(pr: Predictor, f: Facts, running: _Running, issues: list[LintIssue],
+             waste: list[str]) -> list[tuple[Revert, tuple[Flag, ...]]]:  # fmt: skip
+    """Each setting in force the lint calls wrong on an allocator no flag is advised for and
+    memory is at stake in: OTP's default for it, predicted, and advised where the prediction
+    shows the gain (issue 22 item 4: never left standing under NO FLAG HELPS)."""
+    out = []
+    for i in issues:
+        if i.check != "migration-off" or i.allocator not in waste:
+            continue
+        was, to = _revert_flags(running, i.allocator)
+        fs = FlagSet(to, otp=running.base.otp)
+        p, err = _predict(pr, i.allocator, _PLACEMENT_RULE.get(i.allocator, "R9"), fs)
+        ok = p is not None and _memory_reason(p) is None
+        out.append((Revert(i.allocator, i.check, tuple(x.render() for x in was),
+                           tuple(x.render() for x in to), p, err, ok), to))  # fmt: skip
+    return out
+
+
+def _revert_advice(rv: Revert, flags: tuple[Flag, ...], issue_rule: str) -> list[Advice]:
+    return [Advice("lint", rv.allocator, x,
+                   f"reverts {' '.join(rv.flags_in_force)} ({rv.check}) to OTP's default",
+                   "none beyond a restart: OTP's own default", {}, (issue_rule,))
+            for x in flags]  # fmt: skip
+
+
 # --- the discipline (issue 17, item 4) -----------------------------------------------------------
 
-#: A memory flag must be predicted to remove at least this share of its allocator's unused
-#: bytes: less is not worth restarting a production node for [heur].
-MIN_GAIN = 0.20
 #: Carrier calls (mseg_alloc + sys_alloc, or mseg cache misses for R6) per second that a speed
 #: trade must save: an mmap/munmap pair with its page faults costs some 10-50 µs, so below this
 #: the CPU saved is well under 0.5 % of a core [heur].
@@ -268,53 +301,74 @@ def carrier_rate(earlier: Snapshot, later: Snapshot) -> tuple[Rate | None, str |
                 max(misses[1] - misses[0], 0) / dt), None  # fmt: skip
 
 
-def _judged(p: dict[str, Any]) -> str:
-    """Which figure of a prediction the verdict presents and judges by."""
-    if p.get("seeded_from") == "carriers":
-        what = "its own traced events" if p.get("workload") == "traced" else "the fitted workload"
-        return f"{what} replayed from the node's own carriers"
-    if p.get("best_case") is not None:
-        return "the worst case, survivors at random: a snapshot without carrier data cannot tell"
-    return f"the {p['model']['generator']} replay"
+def _judged(p: Prediction) -> str:
+    return wording.judged(p)
 
 
-def judge(fnd: Finding, p: dict[str, Any] | None, err: str | None, rate: Rate | None,
-          runaway: Finding | None) -> str | None:  # fmt: skip
-    """None if the finding's flags show the gain they are there for; else why not (one line)."""
+def _gain_reason(p: Prediction) -> Reason | None:
+    """None if a memory flag's prediction shows its gain (or a trade's shows no growth)."""
+    if p.unused_saving < 0:  # a speed trade too: never more waste
+        return Reason("grows_unused", {"allocator": p.allocator, "growth": -p.unused_saving,
+                                       "judged": _judged(p),
+                                       "calibration": wording.calibration(p)})  # fmt: skip
+    return None
+
+
+def judge(fnd: Finding, p: Prediction | None, err: str | None, rate: Rate | None,
+          runaway: Finding | None) -> Reason | None:  # fmt: skip
+    """None if the finding's flags show the gain they are there for; else why not."""
     if runaway is not None:
-        return "the node died of one runaway allocation: no flag until its holder is bounded"
-    if p is not None and p["unused_saving"] < 0:  # a speed trade too: never more waste
-        return (f"its own prediction grows {p['allocator']}'s unused bytes by "
-                f"{-p['unused_saving']:.0%} ({_judged(p)})")
+        return Reason("runaway")
+    if p is not None and (grows := _gain_reason(p)) is not None:
+        return grows
     if fnd.rule in SPEED_RULES:
         if rate is None:
-            return ("a speed trade needs a carrier-call rate measured over time (`recommend "
-                    "NODE --rate-seconds N`); lifetime counters do not say what it saves now")
+            return Reason("no_rate")
         r = rate.mseg_misses if fnd.rule == "R6" else rate.per_allocator.get(fnd.allocator or "",
                                                                              0.0)  # fmt: skip
         if r < MIN_RATE:
-            return (f"a speed trade: {r:.1f} carrier calls/s measured over {rate.seconds:.0f} s, "
-                    f"below the {MIN_RATE:.0f}/s worth trading memory for")
+            return Reason("rate_low", {"rate": r, "seconds": rate.seconds, "min_rate": MIN_RATE})
         if p is None:
-            return f"no prediction of its memory cost ({err})"
+            return Reason("no_cost_prediction", {"error": err})
         return None
     if p is None:
-        return f"no prediction ({err})"
-    if p.get("not_modelled"):
-        return (f"no prediction of its gain: {p['not_modelled']}; measure it on a node that runs "
-                "it (LazyFree and MemAvailable beside VmRSS)")
-    if not p["reproduces_symptom"]:
-        return (f"no prediction to judge it by: the {p['model']['generator']} trace does not "
-                f"reproduce {p['allocator']}'s unused bytes (fidelity {p['fidelity']})")
-    saving = p["unused_saving"]
-    if saving < MIN_GAIN:
-        best = p.get("best_case") or {}
-        also = (f"; {best['unused_saving']:.0%} if the survivors are a few stragglers, which "
-                "only the carrier map can show" if best.get("reproduces_symptom")
-                and best["unused_saving"] >= MIN_GAIN else "")
-        return (f"predicted to free {saving:.0%} of {p['allocator']}'s unused bytes (judged on "
-                f"{_judged(p)}), below the {MIN_GAIN:.0%} a restart is for{also}")
+        return Reason("no_prediction", {"error": err})
+    return _memory_reason(p)
+
+
+def _memory_reason(p: Prediction) -> Reason | None:
+    """None if a memory flag's prediction shows its gain: modelled, calibrated (the model under
+    the node's flags reproduces it), one future known or both past the floor, MIN_GAIN."""
+    if (grows := _gain_reason(p)) is not None:
+        return grows
+    if p.not_modelled:
+        return Reason("not_modelled", {"what": p.not_modelled})
+    if not p.reproduces:
+        return Reason("not_reproduced", {"allocator": p.allocator, "generator": p.generator,
+                                         "fidelity": p.fidelity,
+                                         "calibration": wording.calibration(p)})  # fmt: skip
+    if p.futures_differ():
+        return Reason("futures_differ", _futures_numbers(p))
+    if p.unused_saving < MIN_GAIN:
+        return Reason("below_gain", {
+            "allocator": p.allocator, "saving": p.unused_saving, "min_gain": MIN_GAIN,
+            "judged": _judged(p), "calibration": wording.calibration(p),
+            "best": p.best_case_saving if (p.best_case_saving or 0) >= MIN_GAIN else None})
     return None
+
+
+#: What tells the futures apart, where the predictor does not say (docs/recommend.md).
+TELL_APART = ("`recommend NODE` under load (it samples twice: the turnover rate decides), "
+              "`recommend NODE --trace-for 30`, or `beamalloc watch NODE`")
+
+
+def _futures_numbers(p: Prediction) -> dict[str, Any]:
+    turn, kept = p.future("turnover"), p.future("kept")
+    return {"allocator": p.allocator, "futures": wording.futures(p),
+            "turnover": turn.unused_saving if turn else None,
+            "kept": kept.unused_saving if kept else None,
+            "known_by": p.known_by or "whether the survivors turn over or stay",
+            "command": TELL_APART}
 
 
 # --- what does help when no flag does (issue 17, item 6) -----------------------------------------
@@ -337,138 +391,155 @@ SRC_EIA_72 = "Erlang in Anger §7.2"
 SRC_REMEDIES = "docs/erts/tuning.md §0.4"
 
 
-def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[dict[str, Any]]:
+def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[Remedy]:
     """What releases an allocator's unused bytes when no flag does, with the bytes each would:
     from the carrier map (the sparse carriers, less the data that must move) where there is
-    one, else an upper bound (its unused bytes)."""
+    one, else an upper bound (its unused bytes). binary:copy/1 only where the copies land
+    elsewhere: under a strategy without carrier migration (bf, aobf, gf with acul 0) they land
+    in the holes of the same carriers, so it goes with reverting that strategy."""
+    bound = False
     if cls is not None and cls["kind"] == "stragglers":
         releases, how = max(cls["sparse_size"] - cls["pinning_bytes"], 0), "the sparse carriers"
     elif cls is not None:
         releases, how = a.unused, "its unused bytes: the carriers the survivors are spread over"
+        bound = True
     else:
-        releases, how = a.unused, "at most its unused bytes (the carrier map would tell)"
-    name = a.name
-    if name == "binary_alloc":
-        acts = [("copy the long-kept binaries with binary:copy/1 (slices of larger ones kept in "
-                 "state or ETS), so the sparse carriers empty", ("binary:copy/1 doc", SRC_EIA_72)),
-                ("restart or hibernate the processes that hold them (recon:bin_leak/1 finds "
-                 "them; erlang:hibernate/3)", (SRC_EIA_72, "recon:bin_leak/1 doc"))]
-    elif name == "eheap_alloc":
-        acts = [("garbage-collect (erlang:garbage_collect/1) or hibernate the processes whose "
-                 "heaps grew in the peak", ("erlang:garbage_collect/1 doc", SRC_EIA_72))]
-    elif name == "ets_alloc":
-        acts = [("rebuild the table: copy its rows into a new one and delete the old "
-                 "(ets:delete/1), so its rows pack into fresh carriers", ("ets doc",))]
-    else:
-        acts = []
-    acts.append(("a queue or cache that really keeps its data: its own limits (length, size, "
-                 "expiry)", ("Erlang in Anger §7",)))
+        releases, how, bound = a.unused, "at most its unused bytes (the carrier map would tell)", \
+            True
+    acts: list[tuple[str, tuple[str, ...]]] = []
+    if a.name == "binary_alloc":
+        stuck = a.options.get("as") in NON_MIGRATING and a.options.get("acul") == 0
+        acts = [("binary_copy_reverted" if stuck else "binary_copy",
+                 ("binary:copy/1 doc", SRC_EIA_72)),
+                ("restart_holders", (SRC_EIA_72, "recon:bin_leak/1 doc"))]
+    elif a.name == "eheap_alloc":
+        acts = [("gc_heaps", ("erlang:garbage_collect/1 doc", SRC_EIA_72))]
+    elif a.name == "ets_alloc":
+        acts = [("rebuild_table", ("ets doc",))]
+    acts.append(("bound_queue", ("Erlang in Anger §7",)))
     # Each remedy cites its home in the shipped docs first (beamalloc/citations.py links it).
-    return [{"action": act, "releases": releases, "releases_how": how,
-             "sources": [SRC_REMEDIES, *src]} for act, src in acts]  # fmt: skip
+    return [Remedy(code, releases, how, (SRC_REMEDIES, *src), bound) for code, src in acts]
 
 
-# --- the verdict (issue 17, item 5) -------------------------------------------------------------
-
-HEALTHY, CHANGE, IN_FORCE, NO_FLAG = "HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"
-
-
-def flags_in_force(snap: Snapshot, base: FlagSet | None = None) -> dict[str, Any]:
+def flags_in_force(snap: Snapshot, base: FlagSet | None = None) -> FlagsInForce:
     """The flags the node runs with, from the options its snapshot carries (every source does):
     rendered as `+M` flags against the defaults of a modelled release, else listed as reported."""
     opts = in_force(snap)
     shown = {n: {k: o[k] for k in ("as", "sbct", "lmbcs", "acul", "acful") if k in o}
              for n, o in sorted(opts.items()) if ALLOCATOR_LETTERS.get(n)}  # fmt: skip
+    release = str(snap.otp_release) if snap.otp_release else None
     if otp_major(snap.otp_release) not in SUPPORTED_OTP:
-        return {"flags": None, "options": shown,
-                "note": f"OTP {snap.otp_release or '?'} is not modelled (OTP "
-                        f"{'/'.join(map(str, SUPPORTED_OTP))} are): its options as reported"}
-    return {"flags": (base or node_flags(snap)).render(), "options": shown, "note": None}
+        return FlagsInForce(None, shown, release, False)
+    return FlagsInForce((base or node_flags(snap)).render(), shown, release, True)
 
 
 def _wasteful(a: AllocFacts) -> bool:
     return a.unused >= MIN_UNUSED and a.usage < MOSTLY_EMPTY
 
 
-def _verdict(snap: Snapshot, f: Facts, running: _Running, findings: list[Finding],
-             advice: list[Advice], held: list[dict[str, Any]],
-             in_force_flags: dict[str, list[str]], preds: dict[int, Pred],
-             runaway: Finding | None, rate: Rate | None,
-             rate_why: str | None) -> dict[str, Any]:  # fmt: skip
-    base = running.base
-    fin = flags_in_force(snap, base)
-    advised = {a.allocator for a in advice}
-    waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)
-             if _wasteful(a) and a.name not in advised]  # fmt: skip
-    mostly_empty = f.usage < MOSTLY_EMPTY and f.unused >= MIN_UNUSED
-    if mostly_empty and not waste and not advised:  # spread out: those holding a tenth of it
-        waste = [a for a in sorted(f.allocators.values(), key=lambda a: -a.unused)[:3]
-                 if a.unused >= f.unused / 10]  # fmt: skip
+def _waste(f: Facts, advised: set[str]) -> list[AllocFacts]:
+    """The mostly-empty allocators no advised flag is for, most unused first; on a node mostly
+    empty but spread out, those holding a tenth of its unused bytes."""
+    by_unused = sorted(f.allocators.values(), key=lambda a: -a.unused)
+    waste = [a for a in by_unused if _wasteful(a) and a.name not in advised]
+    if f.usage < MOSTLY_EMPTY and f.unused >= MIN_UNUSED and not waste and not advised:
+        waste = [a for a in by_unused[:3] if a.unused >= f.unused / 10]
+    return waste
+
+
+def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: list[HeldBack],
+             in_force_flags: dict[str, list[str]]) -> list[NoFlagEntry]:  # fmt: skip
     entries = []
     for a in waste:
         # Two rules held back for one reason (--no-predict, no release) say it once.
-        why = list(dict.fromkeys(h["why"] for h in held if h["allocator"] == a.name))
+        why: tuple[Reason, ...] = ()
+        for h in held:
+            if h.allocator == a.name and h.reason not in why:
+                why += (h.reason,)
         if a.name not in in_force_flags and not why:  # the right flags may be set already
             own = placement_flags(a)
             if own and all(running.runs(x) for x in own):
                 in_force_flags[a.name] = [x.flag.render() for x in own]
         cls = classification(snap, a.name)
-        pooled = (f" {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}) hold "
-                  f"{human(a.pool_used)} of data." if a.pool_carriers else "")  # fmt: skip
-        if cls is not None:
-            cause = f"the carrier map: {cls['kind']}: {cls['reason']}"
-        else:
-            cause = ("no carrier data: a snapshot from counters cannot tell a few sparse carriers "
-                     "pinned by stragglers from survivors scattered over every carrier")
-        entries.append({
-            "allocator": a.name, "unused": a.unused, "allocated": a.allocated,
-            "usage": round(a.usage, 4),  # the node's own flags for it, where the rules' are set
-            "flags_in_force": [x.render() for x in base.for_allocator(a.letter or "")]
-            if a.name in in_force_flags else [],
-            "flags_held_back": why, "classification": cls and cls["kind"],
-            "why": cause + "." + pooled, "remedies": remedies(a, cls),
-        })  # fmt: skip
-    n_adv, n_trade = len(advice), sum(1 for a in advice if a.trade_off)
-    counts = {"advised": n_adv, "trade_off": n_trade,
-              "held_back": sum(len(h["flags"].split()) // 2 for h in held),
-              "in_force": sum(len(v) for v in in_force_flags.values())}  # fmt: skip
-    total = f"{human(f.unused)} of {human(f.allocated)} of carriers unused, usage {pct(f.usage)}"
+        cause = (Reason("carrier_map", {"kind": cls["kind"], "detail": cls["reason"]})
+                 if cls is not None else Reason("no_carrier_data"))
+        pool = ({"carriers": a.pool_carriers, "allocated": a.pool_allocated, "used": a.pool_used}
+                if a.pool_carriers else None)  # fmt: skip
+        entries.append(NoFlagEntry(
+            a.name, a.unused, a.allocated, round(a.usage, 4),
+            tuple(x.render() for x in running.base.for_allocator(a.letter or ""))
+            if a.name in in_force_flags else (),
+            why, cls and cls["kind"], cause, pool, tuple(remedies(a, cls))))  # fmt: skip
+    return entries
+
+
+def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recommendation],
+             held: list[HeldBack], reverts: list[Revert], runaway: Finding | None,
+             snap: Snapshot, rate: Rate | None) -> list[Reason]:  # fmt: skip
+    """The reason the headline states first, with its numbers."""
+    if state == NO_FLAG and runaway is not None:
+        return [Reason("runaway", {"allocator": runaway.allocator, "message": runaway.message})]
+    if state == CHANGE:
+        memory = [r for r in recs if r.prediction is not None and not r.trade_off]
+        if memory:
+            top = max(memory, key=lambda r: f.allocators[r.allocator].unused
+                      if r.allocator in f.allocators else 0)  # fmt: skip
+            p = top.prediction
+            assert p is not None
+            unused = f.allocators[top.allocator].unused if top.allocator in f.allocators else \
+                f.unused
+            return [Reason("reverts" if top.rule == "lint" else "frees",
+                           {"allocator": top.allocator, "unused": unused, "flags_in_force":
+                            " ".join(x.flags_in_force) if (x := next((rv for rv in reverts if
+                                                       rv.allocator == top.allocator), None))
+                            else None,
+                            "saving": p.unused_saving,
+                            "calibration_error": wording.calibration_error(p)})]
+        return [Reason("speed_trade", {"what": _trade_line(snap, recs, rate)})]
+    if state == NO_FLAG:
+        e = entries[0]
+        differ = next((h for h in held if h.allocator == e.allocator
+                       and h.reason.code == "futures_differ"), None)  # fmt: skip
+        if differ is not None:
+            return [Reason("futures_differ", {"unused": e.unused, **differ.reason.numbers})]
+        return [Reason("no_flag", {"allocator": e.allocator, "unused": e.unused,
+                                   "remedies": len(e.remedies)})]  # fmt: skip
+    if state == IN_FORCE:
+        e = entries[0]
+        return [Reason("in_force", {"allocator": e.allocator, "unused": e.unused})]
+    return [Reason("healthy", {"usage": f.usage, "allocated": f.allocated})]
+
+
+def _state(recs: list[Recommendation], entries: list[NoFlagEntry], held: list[HeldBack],
+           runaway: Finding | None) -> str:  # fmt: skip
     if runaway is not None:
-        state = NO_FLAG
-        headline = f"{NO_FLAG}: {runaway.message}"
-    elif advice:
-        state = CHANGE
-        headline = f"{CHANGE}: " + _change_line(snap, findings, advice, preds, rate)
-        headline += f"; {total}."
-        if entries:
-            headline += (f" No flag releases {human(sum(e['unused'] for e in entries))} in "
-                         + ", ".join(e["allocator"] for e in entries) + " (below).")
-    elif entries and entries[0]["flags_in_force"] and not held:
-        state = IN_FORCE
-        e = entries[0]
-        headline = (f"{IN_FORCE}: {e['allocator']} already runs the flags the rules give "
-                    f"({' '.join(e['flags_in_force'])}); {human(e['unused'])} of "
-                    f"{human(e['allocated'])} is still unused ({total}): {e['why']}")
-        if snap.rss_lazyfree:  # where acful shows (never as "RSS falls")
-            headline += (f" Of {human(snap.rss)} resident, {human(snap.rss_lazyfree)} is lazily "
-                         "freed (MADV_FREE): the OS takes it back when it needs memory.")
-    elif entries:
-        state = NO_FLAG
-        e = entries[0]
-        r = e["remedies"][0]
-        why = e["flags_held_back"][0] if e["flags_held_back"] else e["why"].split(".")[0]
-        bound = "up to " if r["releases"] == e["unused"] else ""
-        headline = (f"{NO_FLAG}: no +M flag is shown to release the {human(e['unused'])} unused "
-                    f"in {e['allocator']} ({total}): {why}. What does: {r['action']} "
-                    f"({bound}{human(r['releases'])}).")
-    else:
-        state = HEALTHY
-        headline = (f"{HEALTHY}: the allocators use {pct(f.usage)} of {human(f.allocated)} of "
-                    "carriers; nothing crosses a rule's threshold.")
-    return {"state": state, "headline": headline, "counts": counts,
-            "flags_in_force": fin, "no_flag_helps": entries,
-            "rate": rate.to_json() if rate else None, "rate_unavailable": rate_why,
-            "min_gain": MIN_GAIN, "min_rate": MIN_RATE}  # fmt: skip
+        return NO_FLAG
+    if recs:
+        return CHANGE
+    if entries and entries[0].flags_in_force and not held:
+        return IN_FORCE
+    return NO_FLAG if entries else HEALTHY
+
+
+def _trade_line(snap: Snapshot, recs: list[Recommendation], rate: Rate | None) -> str:
+    """What an advised speed trade buys and costs: its memory cost beside the rate it saves."""
+    parts = []
+    for r in recs:
+        p = r.prediction
+        if r.rule == "R6" and rate is not None:
+            mcs = int(r.value) if r.flag.endswith("mcs") else R6_MCS
+            parts.append(f"up to {human(_mseg_cost(snap, mcs))} more cached segments resident "
+                         f"(not in carrier bytes) for {rate.mseg_misses:.0f} mseg cache "
+                         "misses/s measured")
+        elif p is not None and r.rule in SPEED_RULES and r.flag.endswith("sbct"):
+            b, a, ch = p.raw["before"], p.raw["after"], p.raw["change_pct"]
+            grew = wording.change((ch["carriers_size"] or 0) / 100)
+            parts.append(f"{p.allocator} carrier bytes {grew} "
+                         f"({human(a['carriers_size'] - b['carriers_size'])} in the replay) for "
+                         f"carrier calls {wording.change((ch['carrier_calls'] or 0) / 100)}"
+                         + (f" of {rate.per_allocator.get(p.allocator, 0):.0f}/s measured"
+                            if rate else ""))
+    return "; ".join(dict.fromkeys(parts))
 
 
 def _mseg_cost(snap: Snapshot, mcs: int) -> int:
@@ -482,145 +553,227 @@ def _mseg_cost(snap: Snapshot, mcs: int) -> int:
     return out
 
 
-def _change_line(snap: Snapshot, findings: list[Finding], advice: list[Advice],
-                 preds: dict[int, Pred], rate: Rate | None) -> str:  # fmt: skip
-    """What the advised flags are for, each finding with its predicted figure (a speed trade:
-    its memory cost beside the rate it saves)."""
-    parts = []
-    for fnd in findings:
-        if fnd.level != "action" or not fnd.advice:
-            continue
-        p = preds.get(id(fnd), (None, None))[0]
-        flags = " ".join(a.flag.render() for a in fnd.advice)
-        if p is None:
-            parts.append(f"{flags} ({fnd.rule}, no prediction)")
-            continue
-        b, a = p["before"], p["after"]
-        if fnd.rule == "R6" and rate is not None:
-            mcs = next((int(a.flag.value) for a in fnd.advice if a.flag.param == "mcs"),
-                       R6_MCS)
-            parts.append(f"{flags} trades memory for speed: up to "
-                         f"{human(_mseg_cost(snap, mcs))} more cached segments resident (not in "
-                         f"carrier bytes) for {rate.mseg_misses:.0f} mseg cache misses/s measured")
-        elif fnd.rule in SPEED_RULES:
-            parts.append(
-                f"{flags} trades memory for speed: {p['allocator']} carrier bytes "
-                f"{_signed_pct(p['change_pct']['carriers_size'])} "
-                f"({human(a['carriers_size'] - b['carriers_size'])} in the replay) for carrier "
-                f"calls {_signed_pct(p['change_pct']['carrier_calls'])}"
-                + (f" of {rate.per_allocator.get(p['allocator'], 0):.0f}/s measured" if rate
-                   else ""))
-        else:
-            parts.append(f"{flags} frees {p['unused_saving']:.0%} of {p['allocator']}'s unused "
-                         f"bytes (judged on {_judged(p)})")
-    n = len(advice)
-    return f"{n} flag{'s' if n > 1 else ''}: " + "; ".join(parts)
-
-
-def _signed_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.0f} %"
-
-
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
     processes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
-    through refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only
-    when the replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
+    """The recommendation (docs/recommend.md) as `recommend --json` prints it: the records of
+    :func:`verdict` serialised. Arguments as :func:`verdict`."""
+    return verdict(snap, given_flags, predict=predict, rate=rate,
+                   rate_unavailable=rate_unavailable, trace=trace,
+                   processes=processes).to_json()  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """Everything `recommend` decided, typed: the verdict and what it was decided from."""
+
+    snap_info: dict[str, Any]
+    verdict: Verdict
+    findings: tuple[tuple[Finding, tuple[str, ...], Prediction | None], ...]
+    lint: tuple[LintIssue, ...]
+    withheld: tuple[LintIssue, ...]
+    notes: tuple[str, ...]
+    emulator_flags: str
+    prediction: dict[str, Any] | None
+    not_predicted: str | None
+    processes: dict[str, Any] | None
+    totals: dict[str, Any]
+    death: dict[str, Any] | None = None
+    coverage: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "schema": SCHEMA, **self.snap_info,
+            "verdict": verdict_json(v),
+            "healthy": v.state == HEALTHY,
+            "emulator_flags": self.emulator_flags,
+            "recommendations": [r.to_json() for r in v.advised],
+            "findings": [{**x.to_json(), "predicted": p.to_json() if p else None,
+                          "candidate_flags": list(c)} for x, c, p in self.findings],
+            "held_back": [{"rule": h.rule, "allocator": h.allocator, "flags": " ".join(h.flags),
+                           "why": wording.held_back(h), "reason": h.reason.to_json(),
+                           "trade_off": h.trade_off,
+                           "predicted": h.prediction.to_json() if h.prediction else None}
+                          for h in v.held_back],
+            "lint": [_lint_json(i, v) for i in self.lint],
+            "withheld": [i.to_json() for i in self.withheld],
+            "notes": list(self.notes),
+            **self.totals,
+            "prediction": self.prediction,
+            "not_predicted": self.not_predicted,
+            "processes": self.processes,
+            "death": self.death,
+            "coverage": self.coverage,
+        }
+
+
+def _lint_json(i: LintIssue, v: Verdict) -> dict[str, Any]:
+    """A lint issue, with what the verdict made of it (a revert weighed), so the two agree."""
+    out = i.to_json()
+    rv = next((r for r in v.reverts if r.allocator == i.allocator and r.check == i.check
+               and i.where == "in force"), None)  # fmt: skip
+    out["verdict"] = None if rv is None else wording.revert(rv)
+    return out
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """The verdict's serialisation: its codes and numbers, and the wording's lines."""
+    return {
+        "state": v.state, "headline": wording.headline(v), "why": wording.why(v),
+        "reasons": [r.to_json() for r in v.reasons], "counts": v.counts,
+        "total": {"unused": v.total.unused, "allocated": v.total.allocated,
+                  "usage": round(v.total.usage, 4)},
+        "flags_in_force": v.flags_in_force.to_json(wording.in_force_note(v.flags_in_force)),
+        "no_flag_helps": [{
+            "allocator": e.allocator, "unused": e.unused, "allocated": e.allocated,
+            "usage": e.usage, "flags_in_force": list(e.flags_in_force),
+            "flags_held_back": [wording.reason(r) for r in e.held_back],
+            "held_back_reasons": [r.to_json() for r in e.held_back],
+            "classification": e.classification, "why": wording.entry_why(e),
+            "cause": e.cause.to_json(), "pool": e.pool,
+            "remedies": [r.to_json(wording.remedy(r)) for r in e.remedies],
+            **({"held_by": list(e.held_by)} if e.held_by is not None else {}),
+        } for e in v.no_flag_helps],
+        "reverts": [{"allocator": r.allocator, "check": r.check,
+                     "flags_in_force": " ".join(r.flags_in_force), "flags": " ".join(r.flags),
+                     "advised": r.advised, "text": wording.revert(r),
+                     "predicted": r.prediction.to_json() if r.prediction else None,
+                     "not_predicted": r.not_predicted} for r in v.reverts],
+        "holders": list(v.holders),
+        "rate": v.rate, "rate_unavailable": v.rate_unavailable,
+        "min_gain": MIN_GAIN, "min_rate": MIN_RATE,
+    }  # fmt: skip
+
+
+def verdict(
+    snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
+    rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
+    processes: dict[str, Any] | None = None,
+) -> Recommended:
+    """The recommendation's records. With `predict`, each finding's flags are replayed through
+    refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only when the
+    replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
     carrier-call rate measured between two samples of the node, which speed trades need.
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
     carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
     section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
     verdict (docs/processes.md)."""
     f = facts(snap)
-    findings = evaluate(f)
-    runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
+    found = evaluate(f)
+    runaway = next((x for x in found if x.rule == "OOM" and x.evidence.get("runaway")), None)
     running = _Running(snap)
     in_force_flags: dict[str, list[str]] = {}
-    for fnd in findings:  # a flag the node already runs with is no advice
-        for a in [a for a in fnd.advice if running.runs(a)]:
+    staged: list[Finding] = []
+    for fnd in found:  # a flag the node already runs with is no advice
+        runs = [a for a in fnd.advice if running.runs(a)]
+        for a in runs:
             in_force_flags.setdefault(a.allocator, []).append(a.flag.render())
-            fnd.advice.remove(a)
-        if fnd.level == "action" and not fnd.advice:
-            fnd.level, fnd.title = "info", fnd.title + " (its flags are in force)"
-    candidates = {id(x): [a.flag.render() for a in x.advice] for x in findings}
-    advice, notes = _merge(findings)
+        rest = [a for a in fnd.advice if a not in runs]
+        if fnd.level == "action" and not rest:
+            staged.append(replace(fnd, level="info", advice=[],
+                                  title=fnd.title + " (its flags are in force)"))
+        else:
+            staged.append(replace(fnd, advice=rest))
+    candidates = [tuple(a.flag.render() for a in x.advice) for x in staged]
+    advice, notes = _merge(staged)
     advice, withheld = _lint_proposal(advice, snap, f)
-    kept = {id(a) for a in advice}
-    for finding in findings:  # a finding whose flags were all withheld is information only
-        finding.advice = [a for a in finding.advice if id(a) in kept]
-        if finding.level == "action" and not finding.advice:
-            finding.level = "info"
-    owner = {id(a): fnd for fnd in findings for a in fnd.advice}
-    old = unmodelled_release(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
+    # a finding whose flags were all withheld is information only
+    staged = [replace(x, advice=[a for a in x.advice if a in advice],
+                      level="info" if x.level == "action" and not any(a in advice
+                                                                       for a in x.advice)
+                      else x.level) for x in staged]  # fmt: skip
+    lint_force = lint_in_force(snap)
+    preds: list[Pred] = [(None, None)] * len(staged)
+    held: list[HeldBack] = []
+    reverts: list[tuple[Revert, tuple[Flag, ...]]] = []
+    whole: tuple[dict[str, Any] | None, str | None] = (None, "no flags to predict")
+    old = unmodelled_reason(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
     if predict and old is None:
-        preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway, trace)
+        with Predictor(snap, f, trace=trace) as pr:
+            for i, fnd in enumerate(staged):
+                if fnd.level != "action" or not fnd.advice:
+                    continue
+                preds[i] = _predict(pr, fnd.allocator, fnd.rule,
+                                    FlagSet(tuple(a.flag for a in fnd.advice), otp=pr.base.otp))
+                why = judge(fnd, *preds[i], rate, runaway)
+                if why is not None:
+                    advice = [a for a in advice if a not in fnd.advice]
+                    staged[i], h = _hold_back(fnd, why, preds[i][0])
+                    held.append(h)
+            if runaway is None:
+                waste = [a.name for a in _waste(f, {a.allocator for a in advice})]
+                reverts = _reverts(pr, f, running, lint_force, waste)
+            targets = list(dict.fromkeys((x.allocator, x.rule) for x in staged
+                                         if x.level == "action" and x.advice))  # fmt: skip
+            for rv, flags in reverts:
+                if rv.advised:
+                    advice += _revert_advice(rv, flags, next(
+                        i.rule for i in lint_force if i.allocator == rv.allocator))
+                    targets.append((rv.allocator, _PLACEMENT_RULE.get(rv.allocator, "R9")))
+            if advice:
+                whole = _predict_whole(pr, targets, advice)
     else:
-        preds, held, whole = {}, [], (None, old or NO_PREDICT)
-        for fnd in findings:
+        whole = (None, wording.reason(old) if old else NO_PREDICT)
+        for i, fnd in enumerate(staged):
             if fnd.level == "action" and fnd.advice:
-                held.append(_hold_back(fnd, old or NO_PREDICT, None, advice))
+                advice = [a for a in advice if a not in fnd.advice]
+                staged[i], h = _hold_back(fnd, old or Reason("no_predict"), None)
+                held.append(h)
     flags = FlagSet(tuple(a.flag for a in advice))
-    rendered = flags.render().split()
-    pairs = [" ".join(rendered[i : i + 2]) for i in range(0, len(rendered), 2)]
-    advice.sort(key=lambda a: pairs.index(a.flag.render()))  # the order they are pasted in
-    erts = erts_of(f.erts_version, f.otp_release)
-    lint = [i.to_json() for i in lint_in_force(snap)]
-    if given_flags is not None:
-        lint += [
-            i.to_json()
-            for i in lint_flags(given_flags, base=in_force(snap), schedulers=f.schedulers,
-                                erts=erts)
-        ]
+    order = [x.render() for x in flags.flags]
+    advice.sort(key=lambda a: order.index(a.flag.render()))  # the order they are pasted in
+    revert_pred = {rv.allocator: rv.prediction for rv, _ in reverts}
 
     def rec_pred(a: Advice) -> Pred:
-        return preds.get(id(owner[id(a)]), (None, NO_PREDICT)) if predict else (None, NO_PREDICT)
+        if not predict:
+            return None, NO_PREDICT
+        if a.rule == "lint":
+            return revert_pred.get(a.allocator), None
+        i = next(i for i, x in enumerate(staged) if a in x.advice)
+        return preds[i]
 
-    findings_json = []
-    for x in findings:
-        d = x.to_json()
-        d["predicted"] = preds.get(id(x), (None, None))[0]
-        d["candidate_flags"] = candidates.get(id(x), [])
-        findings_json.append(d)
+    recs = [_recommendation(a, rec_pred(a)) for a in advice]
+    erts = erts_of(f.erts_version, f.otp_release)
+    lint = list(lint_force)
+    if given_flags is not None:
+        lint += lint_flags(given_flags, base=in_force(snap), schedulers=f.schedulers, erts=erts)
     if rate is None and rate_unavailable is None:
         rate_unavailable = NO_RATE
-    verdict = _verdict(snap, f, running, findings, advice, held, in_force_flags, preds, runaway,
-                       rate, rate_unavailable)  # fmt: skip
+    entries = _entries(snap, running, _waste(f, {a.allocator for a in advice}), held,
+                       in_force_flags)  # fmt: skip
+    said: list[str] = []
+    if processes is not None:  # who holds the memory: the holders join the verdict
+        said, entries = verdict_holders(processes, entries)
+    state = _state(recs, entries, held, runaway)
+    if state == HEALTHY and held:  # rules held back on a node not mostly empty: still healthy
+        pass
+    v = Verdict(
+        state=state, total=Total(f.unused, f.allocated, f.usage),
+        reasons=tuple(_reasons(state, f, entries, recs, held, [rv for rv, _ in reverts],
+                               runaway, snap, rate)),
+        advised=tuple(recs), held_back=tuple(held),
+        in_force={k: tuple(x) for k, x in in_force_flags.items()},
+        flags_in_force=flags_in_force(snap, running.base), no_flag_helps=tuple(entries),
+        reverts=tuple(rv for rv, _ in reverts), holders=tuple(said),
+        rate=rate.to_json() if rate else None, rate_unavailable=rate_unavailable,
+        rss=snap.rss, rss_lazyfree=snap.rss_lazyfree,
+        truncated_instances=len(snap.allocators) if snap.truncated else None)  # fmt: skip
     if snap.truncated:  # issue 16: judged from what was read; the rest may hold anything
-        verdict["headline"] += (f" The input is truncated: this is judged from the "
-                                f"{len(snap.allocators)} allocator instances read before the cut.")
         notes = [n for n in snap.notes if "truncated" in n] + notes
-    result = {
-        "schema": SCHEMA,
-        "node": snap.node,
-        "source": snap.source,
-        "otp_release": snap.otp_release,
-        "erts_version": snap.erts_version,
-        "schedulers": snap.schedulers,
-        "verdict": verdict,
-        "healthy": verdict["state"] == HEALTHY,
-        "emulator_flags": flags.render(),
-        "recommendations": [_advice_json(a, rec_pred(a)) for a in advice],
-        "findings": findings_json,
-        "held_back": held,
-        "lint": lint,
-        "withheld": [i.to_json() for i in withheld],
-        "notes": notes,
-        "usage": round(f.usage, 4),
-        "allocated": f.allocated,
-        "used": f.used,
-        "rss": f.rss,
-        "rss_lazyfree": snap.rss_lazyfree,
-        "mem_available": snap.mem_available,
-        "prediction": whole[0],
-        "not_predicted": whole[1],
-        "processes": None,
+    return Recommended(
+        snap_info={"node": snap.node, "source": snap.source, "otp_release": snap.otp_release,
+                   "erts_version": snap.erts_version, "schedulers": snap.schedulers},
+        verdict=v,
+        findings=tuple((x, candidates[i], preds[i][0]) for i, x in enumerate(staged)),
+        lint=tuple(lint), withheld=tuple(withheld), notes=tuple(notes),
+        emulator_flags=flags.render(), prediction=whole[0], not_predicted=whole[1],
+        processes=processes,
         # the cause of death and what was read come first (analyzer/death.py, analysis.py)
-        "death": None if (d := death_of(snap)) is None else d.to_json(),
-        "coverage": coverage(snap).to_json(),
-    }
-    if processes is not None:  # who holds the memory: the holders' words join the verdict
-        apply_to_verdict(result, processes)
-    return result
+        death=None if (d := death_of(snap)) is None else d.to_json(),
+        coverage=coverage(snap).to_json(),
+        totals={"usage": round(f.usage, 4), "allocated": f.allocated, "used": f.used,
+                "rss": f.rss, "rss_lazyfree": snap.rss_lazyfree,
+                "mem_available": snap.mem_available})  # fmt: skip

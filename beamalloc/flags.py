@@ -190,8 +190,12 @@ class Flag:
     def name(self) -> str:
         return f"+M{self.target}{self.param}"
 
+    def value_text(self) -> str:
+        """The value as erts takes it (KiB or MiB for sizes)."""
+        return _render_value(_PARAMS[self.target][self.param], self.value)
+
     def render(self) -> str:
-        return f"{self.name} {_render_value(_PARAMS[self.target][self.param], self.value)}"
+        return f"{self.name} {self.value_text()}"
 
     def __str__(self) -> str:
         return self.render()

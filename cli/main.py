@@ -285,10 +285,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                                predict=not args.no_predict, rate=rate, rate_unavailable=why,
                                trace=trace, processes=procs)
     if args.json:
-        from beamalloc.reporters.recommend import paste_block
+        from beamalloc.reporters.recommend import paste
 
-        _write(None, json.dumps({**result, "paste": paste_block(
-            result["emulator_flags"], args.format)}, indent=1))  # fmt: skip
+        _write(None, json.dumps({**result, "paste": paste(result, args.format)}, indent=1))
         return 0
     from beamalloc.reporters.recommend import render
 

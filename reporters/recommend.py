@@ -9,11 +9,14 @@ cost, the lint, then the ready-to-paste block.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.analyzer import wording
+from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
 from beamalloc.reporters import holders
 from beamalloc.reporters.analyze import death_lines
@@ -23,15 +26,30 @@ from beamalloc.units import human, pct
 FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
 
 
-def paste_block(flags: str, fmt: str) -> str:
-    """The text to paste for `fmt`. Empty flags give a comment saying so."""
+def paste_note(r: dict[str, Any]) -> str | None:
+    """Why there is nothing to paste where the lint calls a setting in force wrong: the verdict
+    weighed reverting it, and the paste says so rather than disagree with the lint."""
+    held = [rv for rv in r["verdict"]["reverts"] if not rv["advised"]]
+    return f"{held[0]['text']}; see the verdict" if held else None
+
+
+def paste(r: dict[str, Any], fmt: str) -> str:
+    """The paste block of a recommendation (analyzer/recommend.py's result) for `fmt`."""
+    return paste_block([f"{x['flag']} {x['value']}" for x in r["recommendations"]], fmt,
+                       paste_note(r))
+
+
+def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
+    """The text to paste for `fmt`, from the flags one by one (`+MBas ageffcbf`), in the
+    order erts must read them. No flags give a comment saying so (and `note`: why a setting the
+    lint calls wrong is not reverted)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    flags = " ".join(parts)
     if fmt == "flags":
         return flags
     if not flags:
-        return "# beamalloc: no +M flags to set"
-    parts = _pairs(flags)
+        return "# beamalloc: no +M flags to set" + (f"\n# {note}" if note else "")
     if fmt in ("vm.args", "mix"):
         where = "rel/vm.args.eex (mix release)" if fmt == "mix" else "vm.args"
         head = f"## beamalloc recommend: add to {where}, after any +M flags already there"
@@ -42,11 +60,6 @@ def paste_block(flags: str, fmt: str) -> str:
         "# rabbitmq-env.conf: SERVER_ADDITIONAL_ERL_ARGS=...; environment: as below\n"
         f'export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS {flags}"'
     )
-
-
-def _pairs(flags: str) -> list[str]:
-    tokens = flags.split()
-    return [f"{tokens[i]} {tokens[i + 1]}" for i in range(0, len(tokens), 2)]
 
 
 def _num(k: str, v: Any) -> str:
@@ -65,8 +78,14 @@ def evidence_line(ev: dict[str, Any]) -> str:
 
 
 def verdict(r: dict[str, Any]) -> str:
-    """The verdict line: its state first (HEALTHY, CHANGE FLAGS, FLAGS IN FORCE, NO FLAG HELPS)."""
+    """The verdict line: its state first (HEALTHY, CHANGE FLAGS, FLAGS IN FORCE, NO FLAG HELPS),
+    the bytes at stake and the one thing to do (analyzer/wording.py)."""
     return str(r["verdict"]["headline"])
+
+
+def verdict_lines(r: dict[str, Any]) -> list[str]:
+    """The verdict line and its short lines of why, as the wording module gave them."""
+    return [verdict(r), *r["verdict"]["why"]]
 
 
 #: Terminal style of each state: green only where nothing is to be done.
@@ -81,10 +100,13 @@ def in_force_line(v: dict[str, Any]) -> str:
         return f"`{fin['flags']}`" if fin["flags"] else "OTP defaults (no +M flag changes them)"
     opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
                      for n, o in fin["options"].items() if o)  # fmt: skip
-    note = fin["note"]
-    if note.startswith("OTP ? "):  # analyzer/recommend.py's note when the source has no release
-        note = "the source does not record the OTP release, so its defaults are not known"
-    return f"{note}: {opts}"
+    return f"{fin['note']}: {opts}"
+
+
+def predicted_line(p: dict[str, Any]) -> str:
+    """A prediction's figure with its band and calibration error, then the predictor's line."""
+    rec = Prediction.from_dict(p)
+    return f"{wording.figure(rec)} unused; {p['summary']}"
 
 
 def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
@@ -109,6 +131,8 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(line, style="bold")
     v = r["verdict"]
     say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
+    for line in v["why"]:
+        say(f"  {line}", style=STATE_STYLE[v["state"]])
     unknown = (r.get("coverage") or {}).get("flags_unknown")
     fin = in_force_line(v)
     if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
@@ -125,12 +149,14 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             say(f"  already in force: {' '.join(e['flags_in_force'])}")
         say(f"  why: {e['why']}")
         for rem in e["remedies"]:
-            bound = "up to " if rem["releases"] == e["unused"] else ""
+            bound = "up to " if rem["bound"] else ""
             say(f"  what does: {rem['action']}: releases {bound}{human(rem['releases'])} "
                 f"({'; '.join(map(cite, rem['sources']))})")
         if e.get("held_by"):
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e["held_by"]))
+    for rv in v["reverts"]:
+        say(f"\nA setting the lint calls wrong: {rv['text']}.", style="bold")
     if v["rate"] is None and v["rate_unavailable"]:
         say(f"Speed trades: {v['rate_unavailable']}", style="dim")
     if r.get("processes"):
@@ -155,7 +181,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         if recs:
             p = recs[0]["predicted"]
             what = "these flags together" if len(recs) > 1 else "this flag"
-            text = p["summary"] if p else str(recs[0]["not_predicted"])
+            text = predicted_line(p) if p else str(recs[0]["not_predicted"])
             say(f"  predicted ({what}): {text}", style="magenta")
         say(f"  sources: {'; '.join(map(cite, fnd['sources']))}", style="dim")
     if infos:
@@ -163,7 +189,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         for fnd in infos:
             say(f"  [{fnd['rule']}] {fnd['title']}: {fnd['message']}")
             if fnd.get("predicted"):
-                say(f"    predicted: {fnd['predicted']['summary']}", style="dim")
+                say(f"    predicted: {predicted_line(fnd['predicted'])}", style="dim")
     say("\nLint (flags in force" + (" and given" if any(
         i["where"] == "given" for i in r["lint"]) else "") + "):")  # fmt: skip
     if not r["lint"]:
@@ -171,6 +197,8 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     for i in r["lint"]:
         say(f"  {i['level']} [{i['check']}] ({i['where']}) {i['message']}  "
                       f"({cite(i['rule'])})")  # fmt: skip
+        if i.get("verdict"):
+            say(f"    weighed: {i['verdict']}")
     for i in r["withheld"]:
         say(f"  withheld (our own proposal tripped the lint): {i['message']}")
     for note in r["notes"]:
@@ -180,7 +208,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         say(f"\nPredicted for all the flags together (node's flags in force: {in_force_line(v)}):")
         if whole:
             for run in whole["runs"]:
-                say(f"  {run['summary']}")
+                say(f"  {predicted_line(run)}")
         else:
             say(f"  {r.get('not_predicted')}")
     if cited:
@@ -191,27 +219,16 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
-    console.print(Text(paste_block(r["emulator_flags"], fmt)), soft_wrap=True)
+    console.print(Text(paste(r, fmt)), soft_wrap=True)
 
 
 def summary(r: dict[str, Any]) -> list[str]:
-    """Two lines for `beamalloc demo`: the verdict's flags and the top recommendation."""
-    if not r["recommendations"]:
-        return [verdict(r)]
-    top = r["recommendations"][0]
-    lines = [
-        f"Recommended +M flags: {r['emulator_flags']}",
-        f"Top: {top['flag']} {top['value']} ({top['rule']}, {top['allocator']}): {top['reason']}",
-    ]
+    """For `beamalloc demo`: the verdict's lines, the flags to paste and each run's figure."""
+    lines = verdict_lines(r)
+    if r["emulator_flags"]:
+        lines.append(f"Paste: {r['emulator_flags']}")
     for run in (r.get("prediction") or {}).get("runs", []):
-        worst = run.get("change_pct", {}).get("unused")
-        best = (run.get("best_case") or {}).get("change_pct", {}).get("unused")
-        if worst is None:
-            continue
-        what = f"Replay predicts {run['allocator']} unused bytes {worst:+.0f}%"
-        if best is None:
-            lines.append(f"{what} (a {run['model']['generator']} trace fitted to the snapshot).")
-        else:
-            lines.append(f"{what} if the survivors of the peak are spread at random (worst case), "
-                         f"{best:+.0f}% if they are a few stragglers (best case).")
+        p = Prediction.from_dict(run)
+        lines.append(f"Predicted for {p.allocator}'s unused bytes: {wording.figure(p)}, "
+                     f"{wording.judged(p)}.")
     return lines

@@ -54,7 +54,8 @@ def test_binspike_is_not_advised_on_counters_alone() -> None:
     r = rec("binspike")
     p = finding(r, "R3")["predicted"]
     (held,) = [h for h in r["held_back"] if h["rule"] == "R3"]
-    assert "below the 20%" in held["why"] and "stragglers" in held["why"]
+    assert "below the 20 %" in held["why"] and "stragglers" in held["why"]
+    assert held["reason"]["code"] == "below_gain" and held["reason"]["best"] >= 0.20
     assert finding(r, "R3")["level"] == "info" and r["emulator_flags"] == ""
     assert r["verdict"]["state"] == "NO FLAG HELPS"
     assert p["model"]["generator"] == "spike_and_drop" and p["reproduces_symptom"]
@@ -112,7 +113,8 @@ def test_placement_that_would_not_help_is_held_back() -> None:
     (e,) = v["no_flag_helps"]
     assert e["allocator"] == "ets_alloc" and e["unused"] > 150 << 20
     assert "rebuild the table" in e["remedies"][0]["action"]
-    assert v["headline"].startswith("NO FLAG HELPS: no +M flag is shown to release")
+    assert v["headline"].startswith("NO FLAG HELPS: 194.9 MiB of ets_alloc unused, no +M flag")
+    assert v["reasons"][0]["code"] == "no_flag" and v["why"][0].startswith("Why: predicted")
 
 
 def test_trace_that_misses_the_symptom_judges_nothing() -> None:

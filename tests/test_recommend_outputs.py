@@ -8,10 +8,12 @@ import pytest
 from recommend_fixtures import SNAPS, load
 from support import SAMPLES
 
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.recommend import Rate, carrier_rate, judge, recommend
 from beamalloc.reporters.recommend import FORMATS, paste_block
 
 FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512"
+PAIRS = ["+MBas ageffcbf", "+MBsbct 256", "+MBlmbcs 512"]
 PREDICTED_KEYS = {"allocator", "flags", "flags_before", "flags_after", "model", "before", "after",
                   "change_pct", "unused_saving", "node_unused", "fidelity", "reproduces_symptom",
                   "best_case", "not_modelled", "summary"}  # fmt: skip
@@ -20,8 +22,9 @@ FIGURES = {"carriers_size", "peak_carriers_size", "unused", "mseg_alloc_calls", 
 
 
 HEAP = "+MHas ageffcbf +MHlmbcs 1024"
-VERDICT_KEYS = {"state", "headline", "counts", "flags_in_force", "no_flag_helps", "rate",
-                "rate_unavailable", "min_gain", "min_rate"}  # fmt: skip
+VERDICT_KEYS = {"state", "headline", "why", "reasons", "counts", "total", "flags_in_force",
+                "no_flag_helps", "reverts", "holders", "rate", "rate_unavailable", "min_gain",
+                "min_rate"}  # fmt: skip
 
 
 def test_json_contract(cli) -> None:
@@ -31,7 +34,14 @@ def test_json_contract(cli) -> None:
     v = doc["verdict"]  # docs/recommend.md, "verdict"
     assert set(v) == VERDICT_KEYS and v["state"] == "CHANGE FLAGS" and doc["healthy"] is False
     assert v["counts"] == {"advised": 2, "trade_off": 0, "held_back": 1, "in_force": 0}
-    assert v["headline"].startswith(f"CHANGE FLAGS: 2 flags: {HEAP} frees 28% of eheap_alloc")
+    # the first line stands alone: state, bytes at stake, the one thing to do (issue 22 item 7)
+    assert v["headline"] == ("CHANGE FLAGS: 287.8 MiB of eheap_alloc unused; paste 2 flags "
+                             "below, predicted -28 %")
+    assert len(v["headline"]) <= wording.HEADLINE_MAX and 1 <= len(v["why"]) <= wording.WHY_MAX
+    assert v["why"][0].startswith(f"{HEAP}: eheap_alloc's unused bytes -28 % (calibration error")
+    (reason,) = v["reasons"]  # a code with its numbers, not prose
+    assert reason["code"] == "frees" and reason["allocator"] == "eheap_alloc"
+    assert round(reason["saving"], 2) == 0.28 and reason["unused"] > 280 << 20
     assert v["flags_in_force"]["flags"] == "" and v["rate"] is None
     assert "lifetime counters" in v["rate_unavailable"]
     assert doc["emulator_flags"] == HEAP
@@ -87,8 +97,10 @@ def test_speed_trade_needs_a_measured_rate(cli) -> None:
     from beamalloc.analyzer.findings import Finding
     r6 = Finding("R6", "action", "t", "m", {}, (), "mseg_alloc")
     assert "2.0 carrier calls/s" not in str(recommend(snap, rate=ok)["held_back"])
-    assert "0.0 carrier calls/s measured over 10 s" in judge(r6, None, None, ok, None)
-    assert "measured over time" in judge(r6, None, None, None, None)
+    low = judge(r6, None, None, ok, None)
+    assert low is not None and low.code == "rate_low" and low.numbers["rate"] == 0.0
+    assert "0.0 carrier calls/s measured over 10 s" in wording.reason(low)
+    assert "measured over time" in wording.reason(judge(r6, None, None, None, None))
     r = recommend(snap, rate=Rate(10.0, {"binary_alloc": 400.0}, 0.0))
     (held,) = r["held_back"]  # a rate that costs something, but the trade grows the waste
     assert held["why"].startswith("its own prediction grows binary_alloc's unused bytes by")
@@ -110,31 +122,32 @@ def test_mseg_speed_trade_with_a_rate_states_its_cost() -> None:
     assert r["emulator_flags"] == "+MMmcs 30"
     v = r["verdict"]
     assert v["state"] == "CHANGE FLAGS" and v["counts"]["trade_off"] == 1
-    assert "more cached segments resident" in v["headline"] and "120 mseg cache misses/s" in (
-        v["headline"])
+    said = " ".join([v["headline"], *v["why"]])
+    assert v["headline"].startswith("CHANGE FLAGS: paste 1 flag below: a speed trade")
+    assert "more cached segments resident" in said and "120 mseg cache misses/s" in said
 
 
 def test_formats() -> None:
-    assert paste_block(FLAGS, "flags") == FLAGS
-    assert paste_block(FLAGS, "vm.args").splitlines()[1:] == [
-        "+MBas ageffcbf", "+MBsbct 256", "+MBlmbcs 512"]
-    assert "rel/vm.args.eex" in paste_block(FLAGS, "mix").splitlines()[0]
-    assert paste_block(FLAGS, "erl_flags") == f'export ERL_FLAGS="$ERL_FLAGS {FLAGS}"'
-    assert paste_block(FLAGS, "rabbitmq").splitlines()[1].startswith(
+    assert paste_block(PAIRS, "flags") == FLAGS
+    assert paste_block(PAIRS, "vm.args").splitlines()[1:] == PAIRS
+    assert "rel/vm.args.eex" in paste_block(PAIRS, "mix").splitlines()[0]
+    assert paste_block(PAIRS, "erl_flags") == f'export ERL_FLAGS="$ERL_FLAGS {FLAGS}"'
+    assert paste_block(PAIRS, "rabbitmq").splitlines()[1].startswith(
         'export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="')
-    assert all(paste_block("", f).startswith("#") or f == "flags" for f in FORMATS)
+    assert all(paste_block([], f).startswith("#") or f == "flags" for f in FORMATS)
     with pytest.raises(ValueError):
-        paste_block(FLAGS, "yaml")
+        paste_block(PAIRS, "yaml")
 
 
 def test_human_output_teaches(cli) -> None:
     out = cli("recommend", str(SNAPS / "heapchurn.json"), "--format", "flags").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("CHANGE FLAGS: 2 flags")
+    assert lines[1].startswith("CHANGE FLAGS: 287.8 MiB of eheap_alloc unused; paste 2 flags")
     order = [out.index(s) for s in ("[R4]", "evidence:", "cost:", "Lint", "Paste (flags):")]
     assert order == sorted(order)  # verdict, advice with numbers and cost, lint, paste
     assert lines[-1] == HEAP
-    assert "predicted (these flags together): replay of spike_and_drop" in out
+    assert "predicted (these flags together): -28 % (calibration error" in out
+    assert "replay of spike_and_drop" in out
     assert "Predicted for all the flags together (node's flags in force: OTP defaults" in out
 
 
@@ -143,10 +156,10 @@ def test_no_flag_helps_says_so_first(cli) -> None:
     helps, why, and what does, before anything else; the paste block is empty."""
     out = cli("recommend", str(SNAPS / "frag.json"), "--format", "flags").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("NO FLAG HELPS: no +M flag is shown to release the 155.0 MiB")
-    # The verdict paragraph wraps at the width (issue 15 item 3): read it joined.
+    assert lines[1].startswith("NO FLAG HELPS: 155.0 MiB of binary_alloc unused, no +M flag")
+    # The verdict's why lines wrap at the width (issue 15 item 3): read them joined.
     verdict = " ".join(out.split("\nFlags in force")[0].split())
-    assert "binary:copy/1" in verdict and "predicted to free 12%" in verdict
+    assert "binary:copy/1" in verdict and "predicted to free 12 %" in verdict
     assert "what does: restart or hibernate" in out and lines[-1] == ""
 
 

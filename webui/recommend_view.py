@@ -11,9 +11,11 @@ import json
 import logging
 from typing import Any
 
-from beamalloc.reporters.recommend import FORMATS
+from beamalloc.analyzer import wording
+from beamalloc.analyzer.records import Prediction
+from beamalloc.reporters.recommend import FORMATS, predicted_line
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human, pct
+from beamalloc.units import human
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +36,13 @@ def recommendations(snap: Snapshot,
 
 def _call(snap: Snapshot, processes: dict[str, Any] | None) -> dict[str, Any]:
     from beamalloc.analyzer.recommend import recommend
-    from beamalloc.reporters.recommend import paste_block, verdict
+    from beamalloc.reporters.recommend import paste, verdict
 
     r = recommend(snap, processes=processes)
-    flags = r.get("emulator_flags") or ""
     # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
     # table (pagedata.prediction_view), before/after per measure.
-    recs = [{**x, "predicted": (x["predicted"] or {}).get("summary") or x["not_predicted"],
+    recs = [{**x, "predicted": predicted_line(x["predicted"]) if x["predicted"]
+             else x["not_predicted"],
              "prediction": prediction_view(x["predicted"])}
             for x in r["recommendations"]]  # fmt: skip
     # Flags predicted together share one replay: its table once, under the first of them.
@@ -53,7 +55,8 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None) -> dict[str, Any]:
         elif key:
             seen[key] = f"{x['flag']} {x['value']}"
     return {**r, "recommendations": recs, "headline": verdict(r),
-            "outputs": {f: paste_block(flags, f) for f in FORMATS} if flags else {}}
+            "why": r["verdict"]["why"],
+            "outputs": {f: paste(r, f) for f in FORMATS} if r["recommendations"] else {}}
 
 
 def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,13 +77,13 @@ def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
             ch = (r.get("change_pct") or {}).get(key)
             fmt = human if sized else (lambda v: "-" if v is None else f"{v:,}")
             cells.append({"before": fmt(b), "after": fmt(af),
-                          "change": "-" if ch is None else f"{ch:+.1f}%",
+                          "change": "-" if ch is None else wording.change(ch / 100),
                           "good": ch is not None and ch < 0})
         rows.append({"name": label, "cells": cells})
+    rec = Prediction.from_dict(p)
     how = (f"replay of {m.get('generator', '?')} ({m.get('events', 0):,} events), seeded from "
-           f"{p.get('seeded_from') or '?'}")
-    if p.get("fidelity") is not None:
-        how += f", fidelity {pct(p['fidelity'])}"
-    return {"summary": p.get("summary") or "", "how": how, "runs": [r for r, _ in runs],
+           f"{rec.seeded_from or '?'}, workload {rec.workload or '?'}, "
+           f"{wording.calibration(rec)}")
+    return {"summary": predicted_line(p), "how": how, "runs": [r for r, _ in runs],
             "rows": rows, "fitted_to": m.get("fitted_to"), "not_modelled": p.get("not_modelled"),
             "flags": p.get("flags_after") or p.get("flags") or ""}

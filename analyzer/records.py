@@ -1,0 +1,271 @@
+"""The recommendation's typed records: built once by analyzer/recommend.py, rendered by
+analyzer/wording.py for the terminal, the web pages and the HTML report, serialised by their own
+`to_json()` for `recommend --json` (schema `beamalloc.recommend/2`, docs/recommend.md).
+
+Records hold states, codes and numbers, never sentences made for a reader: a reason is a code
+with its numbers (`Reason`), and only the wording module turns it into words. A prediction keeps
+the predictor's dict (analyzer/predict.py) as its serialisation and reads the fields the verdict
+decides by into typed attributes; fields a predictor does not give yet read None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: A memory flag must be predicted to remove at least this share of its allocator's unused
+#: bytes: less is not worth restarting a production node for [heur]. The one gain floor.
+MIN_GAIN = 0.20
+
+HEALTHY, CHANGE, IN_FORCE, NO_FLAG = "HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"
+STATES = (HEALTHY, CHANGE, IN_FORCE, NO_FLAG)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why the verdict or a flag is what it is: a code (docs/recommend.md, "Reason codes") and
+    the numbers it is about. analyzer/wording.py says it."""
+
+    code: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, **self.numbers}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How well the model under the flags in force reproduces the node now: `error` is the
+    relative error of the replayed unused bytes against the node's (0.04 = 4 %), `tolerance`
+    the most the predictor accepts, `reproduces` whether it did."""
+
+    tolerance: float | None
+    error: float | None
+    reproduces: bool | None
+    measures: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Calibration | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(d.get("tolerance"), d.get("error"), d.get("reproduces"),
+                   dict(d.get("measures") or {}))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Future:
+    """One reading of what a snapshot cannot know: `turnover` (the survivors are replaced by
+    churn) or `kept` (they stay), with the saving the flags give under it."""
+
+    name: str
+    assumes: str
+    unused_saving: float | None
+    band: tuple[float, float] | None
+    calibration: Calibration | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Future:
+        band = d.get("band")
+        if isinstance(band, dict):
+            band = band.get("unused_saving")
+        return cls(str(d.get("name")), str(d.get("assumes") or ""), d.get("unused_saving"),
+                   tuple(band) if band else None,  # type: ignore[arg-type]
+                   Calibration.from_dict(d.get("calibration")))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a replay predicts for some flags on one allocator (analyzer/predict.py's dict)."""
+
+    allocator: str
+    flags: str
+    flags_before: str
+    flags_after: str
+    unused_saving: float
+    band: tuple[float, float] | None  # of unused_saving, over the orders drawn
+    seeded_from: str | None  # carriers, counters, history
+    workload: str | None  # fitted, traced
+    generator: str
+    fidelity: float | None
+    reproduces: bool  # the replay under the node's flags shows the node's symptom
+    calibration: Calibration | None
+    futures: tuple[Future, ...] | None
+    known: str | None  # turnover, kept, or None where one snapshot cannot tell
+    known_by: str | None
+    best_case_saving: float | None  # counters only: the stragglers' reading, where it reproduces
+    not_modelled: str | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Prediction:
+        cal = Calibration.from_dict(d.get("calibration"))
+        band = (d.get("band") or {}).get("unused_saving")
+        best = d.get("best_case") or {}
+        futures = d.get("futures")
+        reproduces = bool(d.get("reproduces_symptom"))
+        if cal is not None and cal.reproduces is not None:
+            reproduces = reproduces and bool(cal.reproduces)
+        return cls(
+            allocator=str(d.get("allocator")), flags=str(d.get("flags") or ""),
+            flags_before=str(d.get("flags_before") or ""),
+            flags_after=str(d.get("flags_after") or ""),
+            unused_saving=float(d.get("unused_saving") or 0.0),
+            band=tuple(band) if band else None,  # type: ignore[arg-type]
+            seeded_from=d.get("seeded_from"), workload=d.get("workload"),
+            generator=str((d.get("model") or {}).get("generator") or "?"),
+            fidelity=d.get("fidelity"), reproduces=reproduces, calibration=cal,
+            futures=tuple(Future.from_dict(x) for x in futures) if futures else None,
+            known=d.get("known"), known_by=d.get("known_by"),
+            best_case_saving=best.get("unused_saving") if best.get("reproduces_symptom")
+            else None,
+            not_modelled=d.get("not_modelled"), raw=d,
+        )  # fmt: skip
+
+    def future(self, name: str) -> Future | None:
+        return next((x for x in self.futures or () if x.name == name), None)
+
+    def futures_differ(self) -> bool:
+        """Two futures on either side of the gain floor, and nothing says which holds."""
+        if self.known is not None or not self.futures:
+            return False
+        gains = [x.unused_saving for x in self.futures if x.unused_saving is not None]
+        return len(gains) >= 2 and min(gains) < MIN_GAIN <= max(gains)
+
+    def to_json(self) -> dict[str, Any]:
+        """The predictor's own dict, with the fields the verdict reads always present."""
+        out = dict(self.raw)
+        for k in ("workload", "seeded_from", "calibration", "futures", "known", "known_by"):
+            out.setdefault(k, None)
+        return out
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One flag to set, with the evidence, cost and prediction it is advised on."""
+
+    allocator: str
+    flag: str  # +MBas
+    value: str  # as erts takes it (KiB for sizes)
+    rule: str
+    sources: tuple[str, ...]
+    reason: str
+    evidence: dict[str, Any]
+    cost: str
+    trade_off: bool
+    prediction: Prediction | None
+    not_predicted: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allocator": self.allocator, "flag": self.flag, "value": self.value,
+                "rule": self.rule, "sources": list(self.sources), "reason": self.reason,
+                "evidence": self.evidence, "cost": self.cost, "trade_off": self.trade_off,
+                "predicted": self.prediction.to_json() if self.prediction else None,
+                "not_predicted": self.not_predicted}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """A finding whose flags were not advised, and why (a reason code with its numbers)."""
+
+    rule: str
+    allocator: str | None
+    flags: tuple[str, ...]  # rendered, one per flag
+    reason: Reason
+    trade_off: bool
+    prediction: Prediction | None
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """What releases an allocator's unused bytes when no flag does: `code` names the action
+    (docs/recommend.md), `releases` its bytes, `bound` whether that is at most (an upper bound)."""
+
+    code: str
+    releases: int
+    releases_how: str
+    sources: tuple[str, ...]
+    bound: bool = False
+    who: str | None = None  # the process it is about, for a holder's own remedy
+
+    def to_json(self, action: str) -> dict[str, Any]:
+        return {"code": self.code, "action": action, "releases": self.releases,
+                "releases_how": self.releases_how, "bound": self.bound,
+                "sources": list(self.sources)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NoFlagEntry:
+    """A mostly-empty allocator that no advised flag is for."""
+
+    allocator: str
+    unused: int
+    allocated: int
+    usage: float
+    flags_in_force: tuple[str, ...]  # the node's own flags for it, where the rules' are set
+    held_back: tuple[Reason, ...]
+    classification: str | None
+    cause: Reason  # carrier_map (kind, detail) or no_carrier_data
+    pool: dict[str, int] | None  # carriers, allocated, used of the pool, where it has one
+    remedies: tuple[Remedy, ...]
+    held_by: tuple[dict[str, Any], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Revert:
+    """A setting in force that the lint calls wrong, weighed as advice: OTP's default for it,
+    predicted. `advised` when its own prediction passes the gain floor."""
+
+    allocator: str
+    check: str  # the lint check (migration-off, lmbcs-sbct)
+    flags_in_force: tuple[str, ...]
+    flags: tuple[str, ...]  # the revert, rendered
+    prediction: Prediction | None
+    not_predicted: str | None
+    advised: bool
+
+
+@dataclass(frozen=True)
+class Total:
+    unused: int
+    allocated: int
+    usage: float
+
+
+@dataclass(frozen=True)
+class FlagsInForce:
+    flags: str | None  # None for a release not modelled
+    options: dict[str, dict[str, Any]]
+    release: str | None  # the OTP release where the source records one
+    modelled: bool
+
+    def to_json(self, note: str | None) -> dict[str, Any]:
+        return {"flags": self.flags, "options": self.options, "note": note,
+                "release_known": self.release is not None, "modelled": self.modelled}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer: its state, the bytes at stake, what to do, and why (reason codes)."""
+
+    state: str
+    total: Total
+    reasons: tuple[Reason, ...]  # first is the one the headline states
+    advised: tuple[Recommendation, ...]
+    held_back: tuple[HeldBack, ...]
+    in_force: dict[str, tuple[str, ...]]  # allocator -> the rules' flags it already runs
+    flags_in_force: FlagsInForce
+    no_flag_helps: tuple[NoFlagEntry, ...]
+    reverts: tuple[Revert, ...]
+    holders: tuple[str, ...]
+    rate: dict[str, Any] | None
+    rate_unavailable: str | None
+    rss: int | None = None
+    rss_lazyfree: int | None = None
+    truncated_instances: int | None = None  # instances read before the input's cut
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {"advised": len(self.advised),
+                "trade_off": sum(1 for a in self.advised if a.trade_off),
+                "held_back": sum(len(h.flags) for h in self.held_back),
+                "in_force": sum(len(v) for v in self.in_force.values())}  # fmt: skip

@@ -1,0 +1,339 @@
+"""The one home of the recommendation's words: analyzer/records.py's records into sentences, for
+the terminal (reporters/recommend.py), the web pages (webui/) and the HTML report alike.
+
+The verdict reads as a first line that stands alone (at most HEADLINE_MAX characters: the state,
+the bytes at stake, the one thing to do) and at most WHY_MAX short lines of why (issue 26 item 1).
+Every predicted figure carries its calibration error beside it. One formatter per kind of
+number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beamalloc.analyzer.records import (
+    CHANGE,
+    HEALTHY,
+    IN_FORCE,
+    MIN_GAIN,
+    NO_FLAG,
+    FlagsInForce,
+    HeldBack,
+    NoFlagEntry,
+    Prediction,
+    Reason,
+    Remedy,
+    Revert,
+    Verdict,
+)
+from beamalloc.units import human, pct
+
+HEADLINE_MAX = 100
+WHY_MAX = 3
+
+
+def change(x: float | None) -> str:
+    """A signed change given as a fraction: -0.9 -> "-90 %"."""
+    if x is None:
+        return "n/a"
+    return "0 %" if round(100 * x) == 0 else f"{100 * x:+.0f} %"
+
+
+def share(x: float) -> str:
+    """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %"."""
+    return f"{100 * x:.0f} %"
+
+
+def flag_count(n: int) -> str:
+    return f"{n} flag{'s' if n != 1 else ''}"
+
+
+# --- predictions -----------------------------------------------------------------------------
+
+
+def calibration_error(p: Prediction) -> float | None:
+    """The prediction's calibration error: the predictor's own where it gives one, else how far
+    its replay under the node's flags is from the node's unused bytes (|1 - fidelity|)."""
+    if p.calibration is not None and p.calibration.error is not None:
+        return float(p.calibration.error)
+    return None if p.fidelity is None else abs(1 - float(p.fidelity))
+
+
+def calibration(p: Prediction) -> str:
+    err = calibration_error(p)
+    return "calibration not measured" if err is None else f"calibration error {pct(err)}"
+
+
+def figure(p: Prediction, saving: float | None = None) -> str:
+    """A predicted change of unused bytes with its band and calibration error beside it."""
+    s = p.unused_saving if saving is None else saving
+    inside = [f"band {change(-p.band[1])} to {change(-p.band[0])}"] if p.band and saving is None \
+        else []
+    inside.append(calibration(p))
+    return f"{change(-s)} ({'; '.join(inside)})"
+
+
+def judged(p: Prediction) -> str:
+    """Which figure of a prediction the verdict presents and judges by."""
+    if p.seeded_from in ("carriers", "history"):
+        what = "its own traced events" if p.workload == "traced" else "the fitted workload"
+        where = "the node's own carriers" if p.seeded_from == "carriers" else "an empty VM"
+        return f"{what} replayed from {where}"
+    if p.raw.get("best_case") is not None:
+        return "the worst case, survivors at random: a snapshot without carrier data cannot tell"
+    return f"the {p.generator} replay"
+
+
+def futures(p: Prediction) -> str:
+    """Both futures of a prediction where one snapshot cannot tell them apart."""
+    out = []
+    for name, what in (("turnover", "if these blocks turn over"), ("kept", "if they stay")):
+        fut = p.future(name)
+        if fut is not None and fut.unused_saving is not None:
+            out.append(f"{what}: {change(-fut.unused_saving)}")
+    return "; ".join(out)
+
+
+# --- reasons ---------------------------------------------------------------------------------
+
+
+def reason(r: Reason) -> str:
+    """One reason code with its numbers, as a clause (no final full stop)."""
+    n = r.numbers
+    c = r.code
+    if c == "runaway":
+        return "the node died of one runaway allocation: no flag until its holder is bounded"
+    if c == "grows_unused":
+        return (f"its own prediction grows {n['allocator']}'s unused bytes by "
+                f"{share(n['growth'])} ({n['judged']}; {n['calibration']})")
+    if c == "no_rate":
+        return ("a speed trade needs a carrier-call rate measured over time (`recommend NODE "
+                "--rate-seconds N`); lifetime counters do not say what it saves now")
+    if c == "rate_low":
+        return (f"a speed trade: {n['rate']:.1f} carrier calls/s measured over "
+                f"{n['seconds']:.0f} s, below the {n['min_rate']:.0f}/s worth trading memory for")
+    if c == "no_cost_prediction":
+        return f"no prediction of its memory cost ({n['error']})"
+    if c == "no_prediction":
+        return f"no prediction ({n['error']})"
+    if c == "not_modelled":
+        return (f"no prediction of its gain: {n['what']}; measure it on a node that runs it "
+                "(LazyFree and MemAvailable beside VmRSS)")
+    if c == "not_reproduced":
+        return (f"the model does not reproduce {n['allocator']} as the node shows it (the "
+                f"{n['generator']} replay, {n['calibration']}), so no decision is taken from it")
+    if c == "below_gain":
+        also = (f"; {share(n['best'])} if the survivors are a few stragglers, which only the "
+                "carrier map can show" if n.get("best") is not None else "")
+        return (f"predicted to free {share(n['saving'])} of {n['allocator']}'s unused bytes "
+                f"({n['judged']}; {n['calibration']}), below the {share(n['min_gain'])} a "
+                f"restart is for{also}")
+    if c == "futures_differ":
+        return (f"one snapshot cannot tell what {n['allocator']}'s survivors do: "
+                f"{n['futures']}; {n['known_by']}")
+    if c == "no_predict":
+        return "not predicted: --no-predict"
+    if c == "release_unmodelled":
+        return (f"OTP {n['otp'] or '?'} (erts {n['erts'] or '?'}) is older than OTP 20, whose "
+                "strategies and defaults the prediction replays (carrier migration came in OTP "
+                "17, the age-ordered strategies in 20.2.1): it cannot show what a flag does there")
+    if c == "carrier_map":
+        return f"the carrier map: {n['kind']}: {n['detail']}"
+    if c == "no_carrier_data":
+        return ("no carrier data: a snapshot from counters cannot tell a few sparse carriers "
+                "pinned by stragglers from survivors scattered over every carrier")
+    return c.replace("_", " ")
+
+
+def held_back(h: HeldBack) -> str:
+    return reason(h.reason)
+
+
+# --- remedies --------------------------------------------------------------------------------
+
+_REMEDY = {
+    "binary_copy": "copy the long-kept binaries with binary:copy/1 (slices of larger ones kept "
+                   "in state or ETS), so the sparse carriers empty",
+    "binary_copy_reverted": "once the strategy is reverted, copy the long-kept binaries with "
+                            "binary:copy/1 (under a strategy without migration the copies land "
+                            "in the holes of the same carriers)",
+    "restart_holders": "restart or hibernate the processes that hold them (recon:bin_leak/1 "
+                       "finds them; erlang:hibernate/3)",
+    "gc_heaps": "garbage-collect (erlang:garbage_collect/1) or hibernate the processes whose "
+                "heaps grew in the peak",
+    "rebuild_table": "rebuild the table: copy its rows into a new one and delete the old "
+                     "(ets:delete/1), so its rows pack into fresh carriers",
+    "bound_queue": "a queue or cache that really keeps its data: its own limits (length, size, "
+                   "expiry)",
+}
+
+
+def remedy(r: Remedy) -> str:
+    if r.code == "gc_holder":
+        return f"garbage-collect or hibernate {r.who} (idle, it pins dead references)"
+    if r.code == "bound_live_holder":
+        return (f"bound {r.who}: it keeps its binaries live (a cache or a queue); a collection "
+                "releases nothing")
+    if r.code == "hibernate_idle":
+        return f"hibernate the idle processes ({r.who})"
+    return _REMEDY.get(r.code, r.code)
+
+
+def releases(r: Remedy) -> str:
+    return ("up to " if r.bound else "") + human(r.releases)
+
+
+def entry_why(e: NoFlagEntry) -> str:
+    out = reason(e.cause) + "."
+    if e.pool:
+        out += (f" {e.pool['carriers']} pooled carriers ({human(e.pool['allocated'])}) hold "
+                f"{human(e.pool['used'])} of data.")
+    return out
+
+
+def revert(r: Revert) -> str:
+    """A setting the lint calls wrong, and what reverting it is predicted to do."""
+    was, to = " ".join(r.flags_in_force), " ".join(r.flags)
+    head = f"`{was}` ({r.check}) reverted to OTP's default `{to}`"
+    if r.prediction is None:
+        return f"{head}: not predicted ({r.not_predicted})"
+    p = r.prediction
+    if not p.reproduces:
+        return f"{head}: the model does not reproduce {r.allocator} ({calibration(p)})"
+    if p.futures_differ():
+        return f"{head}: {futures(p)} ({calibration(p)})"
+    verb = "advised" if r.advised else f"below the {share(MIN_GAIN)} a restart is for"
+    return f"{head}: predicted {figure(p)}, {verb}"
+
+
+def flags_in_force(fin: FlagsInForce) -> str:
+    """The flags in force, as the snapshot shows them."""
+    if fin.flags is not None:
+        return f"`{fin.flags}`" if fin.flags else "OTP defaults (no +M flag changes them)"
+    opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
+                     for n, o in fin.options.items() if o)  # fmt: skip
+    return f"{in_force_note(fin)}: {opts}"
+
+
+def in_force_note(fin: FlagsInForce) -> str | None:
+    if fin.modelled:
+        return None
+    if fin.release is None:
+        return "the source does not record the OTP release, so its defaults are not known"
+    return f"OTP {fin.release} is not modelled (OTP 25/26/27 are): its options as reported"
+
+
+# --- the verdict -----------------------------------------------------------------------------
+
+
+def _fit(state: str, parts: list[str]) -> str:
+    """The state and as many of `parts` as fit in HEADLINE_MAX characters (the first always:
+    each verdict builds its first part short)."""
+    line = f"{state}: {parts[0]}"
+    for p in parts[1:]:
+        if len(line) + 2 + len(p) > HEADLINE_MAX:
+            break
+        line += f"; {p}"
+    return line[:HEADLINE_MAX]
+
+
+def headline(v: Verdict) -> str:
+    """The first line: state, bytes at stake, the one thing to do."""
+    r = v.reasons[0] if v.reasons else Reason("none")
+    n = r.numbers
+    if v.state == CHANGE:
+        if r.code == "frees":
+            return _fit(CHANGE, [f"{human(n['unused'])} of {n['allocator']} unused",
+                                 f"paste {flag_count(len(v.advised))} below, predicted "
+                                 f"{change(-n['saving'])}"])
+        if r.code == "reverts":
+            return _fit(CHANGE, [f"`{n['flags_in_force']}` leaves {human(n['unused'])} of "
+                                 f"{n['allocator']} unused; revert it, predicted "
+                                 f"{change(-n['saving'])}"])
+        return _fit(CHANGE, [f"paste {flag_count(len(v.advised))} below: a speed trade",
+                             n.get("what", "")])
+    if v.state == IN_FORCE:
+        return _fit(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
+                               "the rules' own flags", "nothing to paste"])
+    if v.state == NO_FLAG:
+        if r.code == "runaway":
+            return _fit(NO_FLAG, [f"the node died of one runaway allocation in {n['allocator']}",
+                                  "bound its holder (below)"])
+        if r.code == "futures_differ":
+            return _fit(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
+                                  f"{change(-n['turnover'])} if it turns over, "
+                                  f"{change(-n['kept'])} if kept"])
+        rem = n.get("remedies", 0)
+        return _fit(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused, no +M flag "
+                              "releases it", f"{rem} remed{'ies' if rem != 1 else 'y'} below"])
+    return _fit(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
+                          f"{human(v.total.allocated)} of carriers",
+                          "nothing crosses a rule's threshold"])
+
+
+def why(v: Verdict) -> list[str]:
+    """At most WHY_MAX short lines under the headline, most telling first."""
+    out: list[str] = []
+    if v.truncated_instances is not None:
+        out.append(f"The input is truncated: judged from the {v.truncated_instances} allocator "
+                   "instances read before the cut.")
+    r = v.reasons[0] if v.reasons else Reason("none")
+    if v.state == CHANGE:
+        for rec in _by_finding(v):
+            p = rec.prediction
+            flags = f"{rec.flag} {rec.value}" if len(_same(v, rec)) == 1 else \
+                " ".join(f"{x.flag} {x.value}" for x in _same(v, rec))
+            if p is None:
+                out.append(f"{flags}: {rec.rule}, no prediction.")
+            elif rec.trade_off:
+                out.append(f"{flags} ({rec.rule}) trades memory for speed: "
+                           f"{v.reasons[0].numbers.get('what', '')}.")
+            else:
+                out.append(f"{flags}: {p.allocator}'s unused bytes {figure(p)}, {judged(p)}.")
+        if v.no_flag_helps:
+            out.append(f"No flag releases {human(sum(e.unused for e in v.no_flag_helps))} in "
+                       + ", ".join(e.allocator for e in v.no_flag_helps) + " (below).")
+    elif v.state == IN_FORCE:
+        e = v.no_flag_helps[0]
+        out.append(f"{e.allocator} already runs {' '.join(e.flags_in_force)}: {entry_why(e)}")
+        if v.rss_lazyfree:
+            out.append(f"Of {human(v.rss)} resident, {human(v.rss_lazyfree)} is lazily freed "
+                       "(MADV_FREE): the OS takes it back when it needs memory.")
+    elif v.state == NO_FLAG:
+        if r.code in ("runaway", "futures_differ"):
+            out.append(r.numbers["message"] if r.code == "runaway" else
+                       f"{r.numbers['known_by']}.")
+            if r.code == "futures_differ" and r.numbers.get("command"):
+                out.append(f"Tell them apart: {r.numbers['command']}.")
+        elif v.no_flag_helps:
+            e = v.no_flag_helps[0]
+            cause = reason(e.held_back[0]) if e.held_back else reason(e.cause)
+            out.append(f"Why: {cause}.")
+            for rv in v.reverts:
+                out.append(f"Lint: {revert(rv)}.")
+            if e.remedies:
+                out.append(f"What does: {remedy(e.remedies[0])} ({releases(e.remedies[0])}).")
+    if v.holders:
+        lead = ("Processes, not allocator placement, hold the memory: " if v.state == HEALTHY
+                else "Who holds the memory: ")
+        out.append(lead + "; ".join(v.holders) + ".")
+    return out[:WHY_MAX]
+
+
+def _same(v: Verdict, rec: Any) -> list[Any]:
+    """The advised flags predicted together with `rec` (one finding's flags)."""
+    return [x for x in v.advised if x.rule == rec.rule and x.allocator == rec.allocator]
+
+
+def _by_finding(v: Verdict) -> list[Any]:
+    seen, out = set(), []
+    for rec in v.advised:
+        if (rec.rule, rec.allocator) not in seen:
+            seen.add((rec.rule, rec.allocator))
+            out.append(rec)
+    return out
+
+
+def lines(v: Verdict) -> list[str]:
+    """The headline and its why lines."""
+    return [headline(v), *why(v)]
