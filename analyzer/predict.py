@@ -458,6 +458,19 @@ def turnover(first: Snapshot, second: Snapshot, allocator: str = "binary_alloc")
     return Turnover(allocator, second.taken_at - first.taken_at, calls[1] - calls[0], live)
 
 
+#: Seconds `recommend NODE` waits between its two reads for the turnover when no speed trade
+#: asks for the longer carrier-call interval: a busy node replaces thousands of blocks a second.
+TURNOVER_SECONDS = 1.0
+
+
+def measure_turnover(first: Snapshot, second: Snapshot) -> Turnover | None:
+    """binary_alloc's turnover between two reads, or None where they do not give one."""
+    try:
+        return turnover(first, second)
+    except PredictionError:
+        return None
+
+
 def _alloc_call(allocator: str) -> str:
     return allocator.removesuffix("_alloc") + "_alloc"
 
@@ -997,7 +1010,7 @@ def _known(futures: list[dict[str, Any]], turn: Turnover | None,
     a, b = (x["unused_saving"] for x in futures)
     if abs(a - b) < FUTURES_AGREE:
         return None, "both futures give the same figure: what happens next does not matter here"
-    if turn is not None:
+    if turn is not None and turn.allocator == h.fit.allocator:
         return turn.known, turn.line
     return None, (
         "one snapshot cannot tell: sample the node twice under load (`recommend NODE`), "

@@ -18,7 +18,7 @@ from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, fact
 from beamalloc.analyzer.holders import apply_to_verdict
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
+from beamalloc.analyzer.predict import PredictionError, Predictor, Turnover, node_flags
 from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
@@ -133,7 +133,7 @@ Pred = tuple[dict[str, Any] | None, str | None]  # (prediction, why there is non
 
 def _predict_findings(
     snap: Snapshot, f: Facts, findings: list[Finding], advice: list[Advice], rate: Rate | None,
-    runaway: Finding | None, trace: Path | None = None,
+    runaway: Finding | None, trace: Path | None = None, turnover: Turnover | None = None,
 ) -> tuple[dict[int, Pred], list[dict[str, Any]], Pred]:
     """Replay each action finding's flags and hold back those that do not show their gain
     (:func:`judge`); replay the flags that remain together. Returns per-finding predictions (by
@@ -141,7 +141,7 @@ def _predict_findings(
     findings' flags in place."""
     preds: dict[int, Pred] = {}
     held: list[dict[str, Any]] = []
-    with Predictor(snap, f, trace=trace) as pr:
+    with Predictor(snap, f, trace=trace, turnover=turnover) as pr:
         for fnd in findings:
             if fnd.level != "action" or not fnd.advice:
                 continue
@@ -522,7 +522,7 @@ def _signed_pct(x: float | None) -> str:
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
-    processes: dict[str, Any] | None = None,
+    processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md). With `predict`, each finding's flags are replayed
     through refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only
@@ -531,7 +531,8 @@ def recommend(
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
     carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
     section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
-    verdict (docs/processes.md)."""
+    verdict (docs/processes.md). `turnover` (analyzer/predict.turnover: two reads of the node)
+    decides between the futures a prediction cannot tell apart from one snapshot."""
     f = facts(snap)
     findings = evaluate(f)
     runaway = next((x for x in findings if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -554,7 +555,8 @@ def recommend(
     owner = {id(a): fnd for fnd in findings for a in fnd.advice}
     old = unmodelled_release(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
     if predict and old is None:
-        preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway, trace)
+        preds, held, whole = _predict_findings(snap, f, findings, advice, rate, runaway, trace,
+                                               turnover)  # fmt: skip
     else:
         preds, held, whole = {}, [], (None, old or NO_PREDICT)
         for fnd in findings:
