@@ -373,7 +373,9 @@ class History:
     spread: float = 0.3
 
     def events(self, schedulers: int) -> int:
-        return schedulers * (2 * self.peak + 2 * self.before + 2 * self.after)
+        """Events of the trace on `schedulers` instances."""
+        return schedulers * (2 * max(self.peak, self.live) - self.live + 2 * self.before
+                             + 2 * self.after)  # fmt: skip
 
 
 def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",

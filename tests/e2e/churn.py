@@ -46,7 +46,8 @@ class Churn:
     mode: str
     flags: str  # the node's
     advised: str  # the flags measured after the node's: the advice, or R3 where held back
-    prediction: dict[str, Any]
+    verdict: str
+    prediction: dict[str, Any] | None  # R3's on binary_alloc; None where no rule fired
     before: tuple[int, int]  # (allocated, unused) of binary_alloc, measured
     after: tuple[int, int]
 
@@ -56,14 +57,14 @@ class Churn:
 
     def future(self, name: str) -> float | None:
         """A future's predicted change of the unused bytes, in %."""
-        for f in self.prediction.get("futures") or ():
+        for f in (self.prediction or {}).get("futures") or ():
             if f["name"] == name:
                 return -100.0 * f["unused_saving"]
         return None
 
     @property
-    def predicted_pct(self) -> float:
-        return -100.0 * self.prediction["unused_saving"]
+    def predicted_pct(self) -> float | None:
+        return None if self.prediction is None else -100.0 * self.prediction["unused_saving"]
 
 
 def _env(mode: str, load: int) -> dict[str, str]:
@@ -84,8 +85,9 @@ def _recommend(node: WorkloadNode) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
-def _prediction(rec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(flags to measure, their binary_alloc prediction): the advice, else the held-back R3."""
+def _prediction(rec: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """(flags to measure, their binary_alloc prediction): the advice, else the held-back R3,
+    else none (no rule fired: a healthy node is not restarted)."""
     for r in rec["recommendations"]:
         p = r.get("predicted")
         if r["rule"] == "R3" and p:
@@ -94,7 +96,7 @@ def _prediction(rec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         p = h.get("predicted")
         if h["rule"] == "R3" and p:
             return h["flags"], p
-    raise RuntimeError(f"no R3 prediction: {rec['verdict']['headline'][:200]}")
+    return "", None
 
 
 def measure(case: str) -> Churn:
@@ -104,9 +106,9 @@ def measure(case: str) -> Churn:
         rec = _recommend(wl)
         snap = snapshot_node(wl.node, wl.cookie, timeout=60.0)
     advised, p = _prediction(rec)
-    after = run(mode, f"{flags} {advised}".strip(), load)
-    return Churn(case, mode, flags, advised, p, carriers(snap, "binary_alloc"),
-                 carriers(after, "binary_alloc"))  # fmt: skip
+    after = run(mode, f"{flags} {advised}".strip(), load) if advised else snap
+    return Churn(case, mode, flags, advised, rec["verdict"]["state"], p,
+                 carriers(snap, "binary_alloc"), carriers(after, "binary_alloc"))  # fmt: skip
 
 
 def run(mode: str, flags: str, load: int = 0) -> Snapshot:
@@ -119,26 +121,28 @@ def _pc(x: float | None) -> str:
     return "-" if x is None else f"{x:+.0f} %"
 
 
-def table(rows: list[Churn]) -> str:
+HEAD = ("| case | node's flags | verdict | prediction (known by) | if they turn over | if they "
+        "stay | calibration error | measured after the restart | difference |\n"
+        "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+
+
+def row(r: Churn) -> str:
     mib = 1 << 20
-    out = ["| case | node's flags | prediction (known by) | if they turn over | if they stay | "
-           "calibration error | measured after the restart | difference |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
-        p = r.prediction
-        cal = (p.get("calibration") or {}).get("error")
-        out.append(
-            f"| {r.case} | `{r.flags or '(defaults)'}` | {_pc(r.predicted_pct)} "
-            f"({p.get('seeded_from')}; {p.get('known') or 'unknown'}: {p.get('known_by')}) | "
-            f"{_pc(r.future('turnover'))} | {_pc(r.future('kept'))} | "
-            f"{'-' if cal is None else f'{cal:.3f}'} | {r.before[1] / mib:.1f} → "
-            f"{r.after[1] / mib:.1f} MiB ({r.measured_pct:+.0f} %) | "
-            f"{r.predicted_pct - r.measured_pct:+.0f} points |"
-        )
-    return "\n".join(out)
+    p = r.prediction or {}
+    cal = (p.get("calibration") or {}).get("error")
+    diff = None if r.predicted_pct is None else r.predicted_pct - r.measured_pct
+    how = f"{p.get('seeded_from')}; {p.get('known') or 'unknown'}: {p.get('known_by')}" if p else ""
+    return (
+        f"| {r.case} | `{r.flags or '(defaults)'}` | {r.verdict} | {_pc(r.predicted_pct)} "
+        f"({how}) | {_pc(r.future('turnover'))} | {_pc(r.future('kept'))} | "
+        f"{'-' if cal is None else f'{cal:.3f}'} | {r.before[1] / mib:.1f} → "
+        f"{r.after[1] / mib:.1f} MiB ({r.measured_pct:+.0f} %) | "
+        f"{'-' if diff is None else f'{diff:+.0f} points'} |"
+    )
 
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(CASES)
-    print(table([measure(n) for n in names]), flush=True)
+    print(HEAD, flush=True)
+    for name in sys.argv[1:] or list(CASES):
+        print(row(measure(name)), flush=True)
     sys.exit(0)
