@@ -25,12 +25,13 @@ the recommender never fails because of the replay.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
@@ -44,7 +45,7 @@ from beamalloc.flags import (
     GlobalConfig,
     effective_config,
 )
-from beamalloc.snapshot import Snapshot
+from beamalloc.snapshot import AllocatorInstance, Snapshot
 from beamalloc.trace import (
     ALLOCATOR_NUMBERS,
     Event,
@@ -52,6 +53,9 @@ from beamalloc.trace import (
 )
 from beamalloc.units import human
 from beamalloc.versions import modelled_otp
+
+if TYPE_CHECKING:
+    from beamalloc.refalloc.tracegen import History
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
 #: seconds (Python writes the trace at ~200 k events/s; refalloc replays at ~3 M events/s).
@@ -303,7 +307,9 @@ def _carriers_model(snap: Snapshot, f: Facts, name: str, variant: int,
               ("variant", variant))  # fmt: skip
     again = (
         f"; then its peak of {a.max_sbcs_blocks} single-block-carrier blocks of "
-        f"{human(peak_size)} comes back and goes" if peak_sbcs else ""
+        f"{human(peak_size)} comes back and goes"
+        if peak_sbcs
+        else ""
     )
     start = (
         f"{name}: its {len(carriers)} carriers as instrument:carriers/1 reports them "
@@ -363,6 +369,271 @@ def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
     return tracegen.stationary_mix(snap, path, seed=seed, **p)
 
 
+# --- restart-true: the node's history from an empty VM (issue 22) ------------------------------
+
+#: Peak blocks (over the modelled instances) a replayed history holds at most: larger nodes are
+#: scaled down, keeping block sizes and the live/peak/churn ratios (the cost line of issue 22).
+HISTORY_BLOCKS = 300_000
+#: Scheduler instances a history runs on: each runs the same history, so two show what the
+#: carrier pool does between instances and the rest scale by count.
+HISTORY_INSTANCES = 2
+#: A history reproduces the node when its calibration error (:func:`calibration_error`) is at
+#: most this [heur: the five workloads of tests/e2e/seeded.py land within 0.10 or far above].
+TOLERANCE = 0.15
+#: Upper edges of the fill bands of the carrier map (block bytes / carrier bytes), on a log-like
+#: scale: a few stragglers per carrier (< 1 %), scattered survivors (1-25 %), full carriers.
+FILL_EDGES = (0.01, 0.05, 0.25, 0.75)
+#: Churn after the drop tried, in live sets (a share of the churn the counters show).
+AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
+#: Futures closer than this (share of the unused bytes) are one answer, whatever happens next.
+FUTURES_AGREE = 0.10
+
+
+@dataclass(frozen=True)
+class Turnover:
+    """Allocations of one allocator between two snapshots of one node, against its live set:
+    how fast its blocks are replaced now (issue 22 item 3). `allocations` counts the scheduler
+    instances' alloc calls between the reads; `live` their blocks at the second."""
+
+    allocator: str
+    seconds: float
+    allocations: int
+    live: int
+
+    #: Fewer than this many allocations in the interval, or a replacement rate below
+    #: IDLE_PER_MINUTE live sets a minute, is an idle node: a VM's own housekeeping allocates a
+    #: few binaries a second [heur].
+    IDLE_ALLOCATIONS = 100
+    IDLE_PER_MINUTE = 0.01
+
+    @property
+    def per_minute(self) -> float:
+        """Live sets replaced per minute at this rate."""
+        return 60.0 * self.allocations / self.live / self.seconds if self.live else 0.0
+
+    @property
+    def idle(self) -> bool:
+        return self.allocations < self.IDLE_ALLOCATIONS or self.per_minute < self.IDLE_PER_MINUTE
+
+    @property
+    def known(self) -> str | None:
+        """ "turnover" on a node that replaces its blocks; None on an idle one (cannot tell)."""
+        return None if self.idle else "turnover"
+
+    @property
+    def line(self) -> str:
+        if self.idle:
+            return (f"idle between two reads {self.seconds:.0f} s apart ({self.allocations} "
+                    f"{self.allocator} allocations): cannot tell")  # fmt: skip
+        return (f"sampled {self.seconds:.0f} s apart: {self.per_minute:.2g} live sets of "
+                f"{self.allocator} replaced per minute")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allocator": self.allocator, "seconds": round(self.seconds, 3),
+                "allocations": self.allocations, "live": self.live,
+                "per_minute": round(self.per_minute, 4), "known": self.known,
+                "line": self.line}  # fmt: skip
+
+
+def _sched(snap: Snapshot, allocator: str) -> list[AllocatorInstance]:
+    """The scheduler instances of `allocator` (instance 0 serves other threads)."""
+    insts = [i for i in snap.instances(allocator) if i.instance >= 1]
+    return insts or snap.instances(allocator)
+
+
+def turnover(first: Snapshot, second: Snapshot, allocator: str = "binary_alloc") -> Turnover:
+    """The turnover of `allocator` between two snapshots of one node; raises PredictionError
+    (one line) where they are not two reads of one running node in order."""
+    if first.node != second.node:
+        raise PredictionError(f"two nodes ({first.node}, {second.node}): no turnover")
+    if first.taken_at is None or second.taken_at is None or second.taken_at <= first.taken_at:
+        raise PredictionError("the snapshots do not say when they were taken, or are out of order")
+    calls = [sum(i.calls.get(_alloc_call(allocator), 0) for i in _sched(s, allocator))
+             for s in (first, second)]  # fmt: skip
+    if calls[1] < calls[0]:
+        raise PredictionError("the counters went down between the snapshots (a restart)")
+    live = sum(m.container_value(i, "current", "mbcs", "blocks")
+               + m.container_value(i, "current", "sbcs", "blocks")
+               for i in _sched(second, allocator))  # fmt: skip
+    return Turnover(allocator, second.taken_at - first.taken_at, calls[1] - calls[0], live)
+
+
+#: Seconds `recommend NODE` waits between its two reads for the turnover when no speed trade
+#: asks for the longer carrier-call interval: a busy node replaces thousands of blocks a second.
+TURNOVER_SECONDS = 1.0
+
+
+def measure_turnover(first: Snapshot, second: Snapshot) -> Turnover | None:
+    """binary_alloc's turnover between two reads, or None where they do not give one."""
+    try:
+        return turnover(first, second)
+    except PredictionError:
+        return None
+
+
+def _alloc_call(allocator: str) -> str:
+    return allocator.removesuffix("_alloc") + "_alloc"
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What calibration compares (issue 22 item 2) of one allocator's scheduler instances:
+    unused bytes, carriers (pooled included), and the share of multiblock-carrier bytes in each
+    fill band (FILL_EDGES; None where there is no carrier map, e.g. a crash dump)."""
+
+    unused: int
+    carriers: int
+    bands: tuple[float, ...] | None
+
+    def scaled(self, k: float) -> Measures:
+        return Measures(round(self.unused * k), round(self.carriers * k), self.bands)
+
+
+def _bands(carriers: list[tuple[int, int]]) -> tuple[float, ...] | None:
+    """Byte shares per fill band of (size, block bytes) carriers."""
+    total = sum(size for size, _ in carriers)
+    if not total:
+        return None
+    out = [0.0] * (len(FILL_EDGES) + 1)
+    for size, used in carriers:
+        fill = used / size if size else 0.0
+        out[sum(fill >= e for e in FILL_EDGES)] += size / total
+    return tuple(round(x, 4) for x in out)
+
+
+def _is_sbc(size: int, blocks: int, used: int) -> bool:
+    return blocks == 1 and used >= 0.9 * size
+
+
+def node_measures(snap: Snapshot, allocator: str) -> Measures:
+    insts = _sched(snap, allocator)
+    allocated = sum(m.container_size(i, "current", "carriers_size") for i in insts)
+    used = sum(m.container_size(i, "current", "blocks_size") for i in insts)
+    count = sum(m.container_value(i, "current", k, "carriers") for i in insts
+                for k in ("mbcs", "sbcs"))  # fmt: skip
+    numbers = {i.instance for i in insts}
+    mbcs = [(c.size, c.blocks_size) for c in snap.carriers_of(allocator)
+            if c.instance in numbers and not _is_sbc(c.size, c.blocks, c.blocks_size)]  # fmt: skip
+    return Measures(allocated - used, count, _bands(mbcs))
+
+
+def replay_measures(snap: Snapshot, carriers: list[dict[str, Any]], allocator: str) -> Measures:
+    insts = _sched(snap, allocator)
+    allocated = sum(m.container_size(i, "current", "carriers_size") for i in insts)
+    used = sum(m.container_size(i, "current", "blocks_size") for i in insts)
+    count = sum(m.container_value(i, "current", k, "carriers") for i in insts
+                for k in ("mbcs", "sbcs"))  # fmt: skip
+    mbcs = [(c["size"], c["blocks_size"]) for c in carriers
+            if c["allocator"] == allocator and c["instance"] >= 1 and not c["sbc"]]  # fmt: skip
+    return Measures(allocated - used, count, _bands(mbcs))
+
+
+def calibration_error(node: Measures, model: Measures) -> float:
+    """How far the model is from the node, 0 (same) to 1: the larger of the unused bytes'
+    relative difference and half the L1 distance of the fill bands (the share of carrier bytes
+    in another band). Carriers are reported, not judged: a scaled history grows fewer, larger
+    carriers for the same bytes (docs/recommend.md, "Prediction")."""
+    hi = max(node.unused, model.unused)
+    err = abs(node.unused - model.unused) / hi if hi else 0.0
+    if node.bands is not None and model.bands is not None:
+        err = max(err, 0.5 * sum(abs(a - b) for a, b in zip(node.bands, model.bands, strict=True)))
+    return round(err, 4)
+
+
+def calibration(node: Measures, model: Measures) -> dict[str, Any]:
+    err = calibration_error(node, model)
+    return {"tolerance": TOLERANCE, "error": err, "reproduces": err <= TOLERANCE,
+            "measures": {"unused": [node.unused, model.unused],
+                         "carriers": [node.carriers, model.carriers],
+                         "bands": [list(node.bands or ()), list(model.bands or ())]}}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HistoryFit:
+    """The history one snapshot shows for one allocator, per scheduler instance and scaled:
+    its live set, its peak, the churn the alloc calls show beyond them, the block size."""
+
+    allocator: str
+    instances: int  # the node's scheduler instances
+    live: int
+    peak: int
+    churn: int
+    mean_size: int
+    scale: float  # modelled blocks / the node's
+
+    @property
+    def modelled(self) -> int:
+        return min(self.instances, HISTORY_INSTANCES)
+
+    @property
+    def to_node(self) -> float:
+        """Bytes of the replay (its `modelled` instances) x this = the node's bytes."""
+        return self.instances / self.modelled / self.scale
+
+    def base(self) -> History:
+        from beamalloc.refalloc.tracegen import History
+
+        # Churn before the spike changes nothing the spike and a random drop do not overwrite:
+        # at most one live set of it is replayed [heur].
+        return History(live=self.live, peak=self.peak, before=min(self.churn, self.live),
+                                after=0, mean_size=self.mean_size)  # fmt: skip
+
+    def afters(self) -> list[int]:
+        """The churn after the drop tried for histories where it happened (AFTER_GRID live
+        sets, within the churn the counters show; at least one live set: the assumption)."""
+        grid = sorted({min(round(x * self.live), self.churn) for x in AFTER_GRID})
+        return [a for a in grid if a > 0] or [self.live]
+
+
+def fit_history(snap: Snapshot, allocator: str) -> HistoryFit | None:
+    """The fit, or None where the allocator shows no spike (peak < 2 x live) to replay."""
+    insts = _sched(snap, allocator)
+    if not insts:
+        return None
+    n = len(insts)
+    live = sum(m.container_value(i, "current", "mbcs", "blocks") for i in insts) / n
+    peak = sum(i.mbcs.block_count.max for i in insts) / n
+    peak_bytes = sum(i.mbcs.block_size.max for i in insts) / n
+    allocs = sum(i.calls.get(_alloc_call(allocator), 0) for i in insts) / n
+    if live < 1 or peak < 2 * live:
+        return None
+    scale = min(1.0, HISTORY_BLOCKS / (peak * min(n, HISTORY_INSTANCES)))
+    mean = max(round(peak_bytes / peak) - _OVERHEAD.get(allocator, 8), 1)
+    churn = max(allocs - peak, 0.0)
+    return HistoryFit(allocator, n, max(round(live * scale), 1), max(round(peak * scale), 2),
+                      round(churn * scale), mean, scale)  # fmt: skip
+
+
+@dataclass
+class _Candidate:
+    """One history tried: which future it stands for, its churn after the drop, and its replay
+    under the node's flags against the node."""
+
+    future: str  # "kept" | "turnover"
+    after: int
+    order: str
+    path: Path
+    events: int
+    calibration: dict[str, Any]
+
+
+FUTURES = {
+    "turnover": "the churn after the spike replaces every one of its survivors",
+    "kept": "the survivors of the spike stay for good (nothing replaced them since the drop)",
+}  # fmt: skip
+
+
+@dataclass
+class _Histories:
+    """The histories tried for one allocator of one snapshot, calibrated under the node's flags."""
+
+    fit: HistoryFit
+    node: Measures
+    candidates: list[_Candidate]
+    best: dict[str, _Candidate]  # per future, the best-calibrated candidate
+    ends: dict[str, tuple[Path, int]]  # per future, the trace of its prediction point
+
+
 # --- replay and compare ---------------------------------------------------------------------------
 
 
@@ -378,6 +649,11 @@ def _figures(snap: Snapshot, allocator: str | None) -> dict[str, int]:
     return {"carriers_size": csize, "peak_carriers_size": peak, "unused": csize - bsize,
             "mseg_alloc_calls": mseg, "sys_alloc_calls": sysc,
             "carrier_calls": mseg + sysc}  # fmt: skip
+
+
+def _saving(before: int, after: int) -> float:
+    """The share of `before`'s unused bytes that `after` removes (negative: adds)."""
+    return (before - after) / before if before else 0.0
 
 
 def _pct(before: int, after: int) -> float | None:
@@ -396,8 +672,13 @@ class Predictor:
     trace: Path | None = None
     _tmp: tempfile.TemporaryDirectory | None = None
     _traces: dict[Any, tuple[Path, int]] = field(default_factory=dict)
-    _runs: dict[Any, Snapshot] = field(default_factory=dict)
+    _runs: dict[Any, Any] = field(default_factory=dict)  # ReplayResult by (model, flags)
     _base: FlagSet | None = None
+    #: How fast the node replaces its blocks now (two snapshots, :func:`turnover`): it decides
+    #: between the futures a snapshot cannot tell apart.
+    turnover: Turnover | None = None
+    _histories: dict[str, _Histories | None] = field(default_factory=dict)
+    _history_runs: dict[Any, Any] = field(default_factory=dict)
 
     def __enter__(self) -> Predictor:
         self._tmp = tempfile.TemporaryDirectory(prefix="beamalloc-predict-")
@@ -428,8 +709,160 @@ class Predictor:
         if key not in self._runs:
             path, _ = self._trace(model)
             self._runs[key] = replay_snapshot(path, flags, schedulers=self.snap.schedulers
-                                              or None).snapshot  # fmt: skip
-        return self._runs[key]
+                                              or None)  # fmt: skip
+        return self._runs[key].snapshot
+
+    def _calibrate(self, model: Model, target: str | None) -> dict[str, Any] | None:
+        """A carrier- or counter-fitted model's replay under the node's flags against the node
+        (scaled): its calibration (issue 22 item 2), or None for all allocators at once."""
+        if target is None:
+            return None
+        self._replay(model, self.base)
+        r = self._runs[(model.key, self.base.render())]
+        got = replay_measures(r.snapshot, r.native["carriers"], target)
+        node = node_measures(self.snap, target)
+        return calibration(node, got.scaled(1 / model.scale if model.scale else 1.0))
+
+    # --- restart-true histories ---
+
+    def _history_replay(self, path: Path, flags: FlagSet, instances: int) -> Any:
+        """The ReplayResult of a history trace under `flags` (cached)."""
+        from beamalloc.refalloc.replay import replay_snapshot
+
+        key = (str(path), flags.render())
+        if key not in self._history_runs:
+            self._history_runs[key] = replay_snapshot(path, flags, schedulers=instances)
+        return self._history_runs[key]
+
+    def _history(self, target: str) -> _Histories | None:
+        """The calibrated histories of `target`, or None where it shows no spike to replay."""
+        if target in self._histories:
+            return self._histories[target]
+        from beamalloc.refalloc.tracegen import history
+
+        fit = fit_history(self.snap, target)
+        node = node_measures(self.snap, target)
+        if fit is None or node.bands is None:
+            # Without the carrier map a history of random survivors matches the unused bytes
+            # of any post-spike node, stragglers too: no evidence, so the counters' worst and
+            # best cases stand (binspike's committed snapshot: -4 % here, -87 % measured).
+            self._histories[target] = None
+            return None
+        assert self._tmp is not None, "use Predictor as a context manager"
+
+        def run(path: Path, after: int) -> int:
+            return history(path, dataclasses.replace(fit.base(), after=after), allocator=target,
+                           schedulers=fit.modelled, seed=self.seed)  # fmt: skip
+
+        tried = [("kept", 0)] + [("turnover", a) for a in fit.afters()]
+        candidates = []
+        for future, after in tried:
+            path = Path(self._tmp.name) / f"{target}-h{len(candidates)}.batr"
+            events = run(path, after)
+            r = self._history_replay(path, self.base, fit.modelled)
+            model = replay_measures(r.snapshot, r.native["carriers"], target).scaled(fit.to_node)
+            candidates.append(_Candidate(future, after, "passes", path, events,
+                                         calibration(node, model)))  # fmt: skip
+        best: dict[str, _Candidate] = {}
+        for c in candidates:
+            if c.future not in best or c.calibration["error"] < best[c.future].calibration["error"]:
+                best[c.future] = c
+        ends: dict[str, tuple[Path, int]] = {}
+        for future, c in best.items():
+            if future == "turnover" and c.after < fit.live:  # its prediction point: all replaced
+                path = Path(self._tmp.name) / f"{target}-end.batr"
+                ends[future] = (path, run(path, fit.live))
+            else:
+                ends[future] = (c.path, c.events)
+        h = _Histories(fit, node, candidates, best, ends)
+        self._histories[target] = h
+        return h
+
+    def _future(self, h: _Histories, future: str, flags: FlagSet, target: str) -> dict[str, Any]:
+        """One future's comparison: its history's prediction point under the node's flags and
+        under them followed by `flags`, both from an empty VM."""
+        base = self.base
+        path, events = h.ends[future]
+        before = _figures(self._history_replay(path, base, h.fit.modelled).snapshot, target)
+        after_flags = FlagSet(base.flags + flags.flags, otp=base.otp)
+        after = _figures(self._history_replay(path, after_flags, h.fit.modelled).snapshot,
+                         target)  # fmt: skip
+        saving = _saving(before["unused"], after["unused"])
+        # The band: the same future's other histories that reproduce the node too.
+        fits = [c for c in h.candidates if c.future == future and c.calibration["reproduces"]]
+        savings = [round(saving, 4)]
+        for c in fits:
+            if c.path == path or (future == "turnover" and c.after < h.fit.live):
+                continue
+            b = self._history_replay(c.path, base, h.fit.modelled).snapshot
+            a = self._history_replay(c.path, after_flags, h.fit.modelled).snapshot
+            savings.append(round(_saving(_figures(b, target)["unused"],
+                                         _figures(a, target)["unused"]), 4))  # fmt: skip
+        best = h.best[future]
+        return {"name": future, "assumes": FUTURES[future], "unused_saving": round(saving, 4),
+                "band": [min(savings), max(savings)], "calibration": best.calibration,
+                "before": before, "after": after, "events": events,
+                "after_drop": best.after}  # fmt: skip
+
+    def _history_prediction(self, target: str, rule: str, flags: FlagSet) -> dict[str, Any] | None:
+        """The restart-true prediction (issue 22), or None where no history of `target`
+        reproduces the node (the caller falls back on its carriers, and says so)."""
+        h = self._history(target)
+        if h is None or not any(c.calibration["reproduces"] for c in h.best.values()):
+            return None
+        futures = [self._future(h, name, flags, target) for name in ("turnover", "kept")
+                   if h.best[name].calibration["reproduces"]]  # fmt: skip
+        known, known_by = _known(futures, self.turnover, h)
+        chosen = next((x for x in futures if x["name"] == known), None)
+        if chosen is None:  # both futures, none known: what holds in either is the lower
+            chosen = min(futures, key=lambda x: x["unused_saving"])
+        base = self.base
+        before, after = chosen["before"], chosen["after"]
+        keys = ("carriers_size", "peak_carriers_size", "unused", "carrier_calls")
+        fit = h.fit
+        model = Model("history", (("allocator", target), ("instances", fit.modelled),
+                                  ("live", fit.live), ("peak", fit.peak),
+                                  ("churn", fit.churn), ("mean_size", fit.mean_size),
+                                  ("after_drop", chosen["after_drop"])),
+                      1.0 / fit.to_node,
+                      f"{target}: per scheduler instance {fit.live} live blocks of "
+                      f"{human(fit.mean_size)} at {fit.scale:.0%} of the node's size, a spike to "
+                      f"{fit.peak}, {fit.churn} replacements beyond them (the alloc calls), a "
+                      "random drop back to the live set; from an empty VM")  # fmt: skip
+        cal = chosen["calibration"]
+        node_unused = h.node.unused
+        lo, hi = min(x["band"][0] for x in futures), max(x["band"][1] for x in futures)
+        out: dict[str, Any] = {
+            "allocator": target,
+            "flags": flags.render(),
+            "flags_before": base.render(),
+            "flags_after": FlagSet(base.flags + flags.flags, otp=base.otp).render(),
+            "seeded_from": "history",
+            "workload": "fitted",
+            "model": model.to_json(chosen["events"]),
+            "before": before,
+            "after": after,
+            "change_pct": {k: _pct(before[k], after[k]) for k in keys},
+            "unused_saving": chosen["unused_saving"],
+            "node_unused": node_unused,
+            "fidelity": round(cal["measures"]["unused"][1] / node_unused, 3)
+            if node_unused
+            else None,
+            "reproduces_symptom": True,
+            "calibration": cal,
+            "futures": futures if len(futures) > 1 else None,
+            "known": known,
+            "known_by": known_by,
+            "band": {
+                "unused_saving": [lo, hi],
+                "unused_pct": [-100 * hi, -100 * lo],
+                "variants": len(futures),
+            },
+            "not_modelled": NOT_MODELLED.get(rule),
+            "best_case": None,
+        }
+        out["summary"] = summary_line(out)
+        return out
 
     def predict(self, allocator: str | None, rule: str, flags: FlagSet) -> dict[str, Any]:
         """Replay `flags` (after the node's own) against the node's flags alone; raises
@@ -474,9 +907,11 @@ class Predictor:
             model = _carriers_model(self.snap, self.facts, target, variant, self.trace)
             if model is None:
                 return None
-            runs.append(self._compare(model, flags, target))
-        runs.sort(key=lambda c: c["unused_saving"])
-        out = runs[len(runs) // 2]
+            runs.append((self._compare(model, flags, target), model))
+        runs.sort(key=lambda r: r[0]["unused_saving"])
+        out, model = runs[len(runs) // 2]
+        out["calibration"] = self._calibrate(model, target)
+        runs = [r for r, _ in runs]
         pct = [c["change_pct"]["unused"] for c in runs]
         known = [x for x in pct if x is not None]
         out["band"] = {
@@ -489,6 +924,18 @@ class Predictor:
     def _predict(self, allocator: str | None, rule: str, flags: FlagSet) -> dict[str, Any]:
         target = allocator if allocator in self.facts.allocators else None
         base = self.base
+        unfit = None
+        if target in SPIKE_ALLOCATORS and self.trace is None:
+            hist = self._history_prediction(target, rule, flags)
+            if hist is not None:
+                return hist
+            h = self._histories.get(target)
+            if h is not None:
+                err = min(c.calibration["error"] for c in h.candidates)
+                unfit = (
+                    f"no replayed history of {target} reproduces the node (calibration "
+                    f"error {err:.2f} > {TOLERANCE}): replayed from its present instead"
+                )
         seeded = self._seeded(target, flags) if target is not None else None
         if seeded is not None:
             out = {
@@ -501,6 +948,10 @@ class Predictor:
                 **seeded,
                 "not_modelled": NOT_MODELLED.get(rule),
                 "best_case": None,
+                "futures": None,
+                "known": None,
+                "known_by": None,
+                "history_unfit": unfit,
             }
             out["summary"] = summary_line(out)
             return out
@@ -522,13 +973,21 @@ class Predictor:
             "flags_after": FlagSet(base.flags + flags.flags, otp=base.otp).render(),
             "seeded_from": "counters",
             "workload": "fitted",
-            "trace_unused": (f"{target or 'the node'} has no carrier data for the trace to start "
-                             "from: a workload fitted to its counters is replayed instead")
-            if self.trace else None,
+            "trace_unused": (
+                f"{target or 'the node'} has no carrier data for the trace to start "
+                "from: a workload fitted to its counters is replayed instead"
+            )
+            if self.trace
+            else None,
             **compared,
             "band": None,
             "not_modelled": NOT_MODELLED.get(rule),
             "best_case": None,
+            "calibration": self._calibrate(model, target),
+            "futures": None,
+            "known": None,
+            "known_by": None,
+            "history_unfit": unfit,
         }
         if model.generator in RANDOM_SURVIVORS and target is not None:
             best = _stragglers_model(
@@ -539,6 +998,27 @@ class Predictor:
                 out["best_case"]["summary"] = _figures_line(out["best_case"], target)
         out["summary"] = summary_line(out)
         return out
+
+
+def _known(futures: list[dict[str, Any]], turn: Turnover | None,
+           h: _Histories) -> tuple[str | None, str]:  # fmt: skip
+    """Which future holds, and what says so (issue 22 item 3)."""
+    if len(futures) == 1:
+        name = futures[0]["name"]
+        other = next(c for f, c in h.best.items() if f != name)
+        return name, (
+            f"only the history where {FUTURES[name]} reproduces the node (the other "
+            f"is {other.calibration['error']:.2f} off, tolerance {TOLERANCE})"
+        )
+    a, b = (x["unused_saving"] for x in futures)
+    if abs(a - b) < FUTURES_AGREE:
+        return None, "both futures give the same figure: what happens next does not matter here"
+    if turn is not None and turn.allocator == h.fit.allocator:
+        return turn.known, turn.line
+    return None, (
+        "one snapshot cannot tell: sample the node twice under load (`recommend NODE`), "
+        "`recommend NODE --trace-for S`, or `watch` it"
+    )
 
 
 def _pc(x: float | None) -> str:
@@ -562,7 +1042,17 @@ def summary_line(p: dict[str, Any]) -> str:
     """One line: what the replay predicts (and its favourable reading, if any)."""
     line = _figures_line(p, p["allocator"])
     band = p.get("band")
-    if band and band["unused_pct"]:
+    if p.get("seeded_from") == "history":
+        cal = p["calibration"]
+        line += (
+            f" (the node's history replayed from an empty VM; under its own flags it "
+            f"reproduces the node within {cal['error']:.0%})"
+        )
+        for f in p.get("futures") or ():
+            line += f"; if {f['assumes']}: unused {-100 * f['unused_saving']:+.0f} %"
+        if p.get("futures"):
+            line += f" ({p['known_by']})"
+    elif band and band["unused_pct"]:
         lo, hi = band["unused_pct"]
         line += (
             f" (from the node's own carriers; {_pc(lo)} to {_pc(hi)} over {band['variants']} "

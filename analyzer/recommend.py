@@ -30,7 +30,7 @@ from beamalloc.analyzer.findings import (
 from beamalloc.analyzer.holders import verdict_holders
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.analyzer.predict import PredictionError, Predictor, node_flags
+from beamalloc.analyzer.predict import PredictionError, Predictor, Turnover, node_flags
 from beamalloc.analyzer.records import (
     CHANGE,
     HEALTHY,
@@ -556,13 +556,13 @@ def _mseg_cost(snap: Snapshot, mcs: int) -> int:
 def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
-    processes: dict[str, Any] | None = None,
+    processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md) as `recommend --json` prints it: the records of
     :func:`verdict` serialised. Arguments as :func:`verdict`."""
     return verdict(snap, given_flags, predict=predict, rate=rate,
                    rate_unavailable=rate_unavailable, trace=trace,
-                   processes=processes).to_json()  # fmt: skip
+                   processes=processes, turnover=turnover).to_json()  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -651,7 +651,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
 def verdict(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
-    processes: dict[str, Any] | None = None,
+    processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
 ) -> Recommended:
     """The recommendation's records. With `predict`, each finding's flags are replayed through
     refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only when the
@@ -660,7 +660,8 @@ def verdict(
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
     carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
     section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
-    verdict (docs/processes.md)."""
+    verdict (docs/processes.md). `turnover` (analyzer/predict.turnover: two reads of the node)
+    decides between the futures a prediction cannot tell apart from one snapshot."""
     f = facts(snap)
     found = evaluate(f)
     runaway = next((x for x in found if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -692,7 +693,7 @@ def verdict(
     whole: tuple[dict[str, Any] | None, str | None] = (None, "no flags to predict")
     old = unmodelled_reason(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
     if predict and old is None:
-        with Predictor(snap, f, trace=trace) as pr:
+        with Predictor(snap, f, trace=trace, turnover=turnover) as pr:
             for i, fnd in enumerate(staged):
                 if fnd.level != "action" or not fnd.advice:
                     continue

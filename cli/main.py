@@ -235,6 +235,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     import time
 
+    from beamalloc.analyzer.predict import TURNOVER_SECONDS, measure_turnover
     from beamalloc.analyzer.recommend import carrier_rate, recommend, speed_trades
     from beamalloc.collector.sources import is_node_name
 
@@ -260,20 +261,24 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
             trace = _record_trace(args, Path(tmp) / "node.batr")
-        rate, why = None, None
+        rate, why, turn = None, None, None
         trades = speed_trades(snap)
         if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
             rate, why = carrier_rate(load(args.rate_from, args), snap)
-        elif live and args.rate_seconds > 0 and trades:
-            # A speed trade needs calls per second now, not over the node's life (issue 17).
-            note(f"{', '.join(trades)} trade memory for speed: sampling {args.source} again in "
-                 f"{args.rate_seconds:g} s for the carrier-call rate (--rate-seconds 0 skips "
-                 "it)")  # fmt: skip
+        elif live and args.rate_seconds > 0 and (trades or not args.no_predict):
+            # A speed trade needs calls per second now, not over the node's life (issue 17);
+            # the prediction, how fast the node replaces its blocks (issue 22).
+            wait = args.rate_seconds if trades else min(args.rate_seconds, TURNOVER_SECONDS)
+            what = (f"{', '.join(trades)} trade memory for speed" if trades
+                    else "the prediction needs the node's turnover")  # fmt: skip
+            note(f"{what}: sampling {args.source} again in {wait:g} s (--rate-seconds 0 "
+                 "skips it)")  # fmt: skip
             with Progress(f"recommending for {short(args.source)}") as p:
-                p.step(f"waiting {args.rate_seconds:g} s for the carrier-call rate")
-                time.sleep(args.rate_seconds)
+                p.step(f"waiting {wait:g} s for the rates")
+                time.sleep(wait)
                 first, snap = snap, load(args.source, args)
             rate, why = carrier_rate(first, snap)
+            turn = measure_turnover(first, snap)
         elif live and trades:
             why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
         elif live:
@@ -283,7 +288,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                    else "applying the rules")
             result = recommend(snap, given_flags=args.flags_in_use,
                                predict=not args.no_predict, rate=rate, rate_unavailable=why,
-                               trace=trace, processes=procs)
+                               trace=trace, processes=procs, turnover=turn)
     if args.json:
         from beamalloc.reporters.recommend import paste
 

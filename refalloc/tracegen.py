@@ -14,7 +14,10 @@ Six generators write ordinary trace files (docs/trace-format.md), deterministic 
   count and average block size (mbcs and sbcs apart) and a turnover from its call counts;
 * :func:`from_carriers` — an allocator's carriers as ``instrument:carriers/1`` reports them,
   rebuilt block by block, then its workload (fitted, or the node's own traced events) forward:
-  the recommender's seeded predictions (docs/recommend.md, "Prediction").
+  the recommender's seeded predictions (docs/recommend.md, "Prediction");
+* :func:`history` — a node's history from an empty VM (base set, churn, spike, random drop,
+  churn after the drop that replaces blocks at random or each survivor in turn): the
+  recommender's restart-true prediction, whose free parameters it searches (analyzer/predict.py).
 
 :func:`predict` replays a snapshot's fitted mix under candidate flag sets; the recommender uses
 it for its ``predicted`` field.
@@ -27,6 +30,7 @@ the overhead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import tempfile
@@ -42,6 +46,7 @@ from beamalloc.trace import ALLOCATOR_NUMBERS, Event, Op, TraceHeader, TraceWrit
 __all__ = [
     "TYPE_OF",
     "ets_churn",
+    "history",
     "large_binaries",
     "predict",
     "spike_and_drop",
@@ -347,6 +352,53 @@ def stragglers(
     churn_phase()
     w.close()
     return w.count
+
+
+@dataclass(frozen=True)
+class History:
+    """One instance's history from an empty VM (every scheduler instance runs it): a base set of
+    `live` blocks, `before` random replacements, a spike to `peak` blocks, a drop back to `live`
+    keeping survivors at random, then `after` replacements. `order` says which block each of
+    those replaces: "random" (any live block: some survivors outlive many replacements) or
+    "passes" (each live block once per pass, in a random order: `live` replacements retire
+    every survivor of the spike, wherever it sits).
+    Sizes are drawn uniformly within `spread` of `mean_size` (user bytes)."""
+
+    live: int
+    peak: int
+    before: int
+    after: int
+    order: str = "passes"
+    mean_size: int = 800
+    spread: float = 0.3
+
+    def events(self, schedulers: int) -> int:
+        """Events of the trace on `schedulers` instances."""
+        return schedulers * (2 * max(self.peak, self.live) - self.live + 2 * self.before
+                             + 2 * self.after)  # fmt: skip
+
+
+def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
+            schedulers: int = 1, seed: int = 1) -> int:  # fmt: skip
+    """Write `h` on every scheduler instance of `allocator`, the instances in lock step as the
+    node's workers are (one event each in turn); returns the event count. A prediction writes
+    several histories of a node's size, so the events are generated natively
+    (refalloc/src/history.rs), deterministic for a seed."""
+    import json
+
+    from beamalloc import _refalloc
+
+    number = ALLOCATOR_NUMBERS[allocator]
+    typ, type_name = TYPE_OF.get(allocator, (T_BINARY, "binary"))
+    header = _header(schedulers, "history", [(typ, type_name, number)], allocator=allocator,
+                     **dataclasses.asdict(h))  # fmt: skip
+    lo = max(int(h.mean_size * (1 - h.spread)), 1)
+    params = {"live": h.live, "peak": max(h.peak, h.live), "before": h.before, "after": h.after,
+              "passes": int(h.order == "passes"), "lo": lo,
+              "hi": max(int(h.mean_size * (1 + h.spread)), lo), "allocator": number,
+              "type": typ, "instances": schedulers, "seed": seed}  # fmt: skip
+    blob = json.dumps(header.to_json(), separators=(",", ":"))
+    return int(_refalloc.history_trace(str(path), blob, params))
 
 
 # --- fitted to a snapshot -------------------------------------------------------------------------

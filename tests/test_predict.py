@@ -13,7 +13,7 @@ from beamalloc.analyzer import predict as pr
 from beamalloc.analyzer.findings import facts
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.recommend import recommend
-from beamalloc.flags import FlagSet, effective_config
+from beamalloc.flags import FlagSet, effective_config, parse
 
 _CACHE: dict[str, dict] = {}
 
@@ -169,3 +169,128 @@ def test_no_predict_flag(cli) -> None:
     assert [(h["rule"], h["flags"], h["why"]) for h in doc["held_back"]] == [
         ("R5", "+MEas ageffcbf", "not predicted: --no-predict"),
         ("R10", "+MEacful de", "not predicted: --no-predict")]
+
+
+# --- restart-true histories (issue 22) -----------------------------------------------------------
+# samples/workloads/churn.erl on OTP 25.2.3 (2 schedulers), idle when read: `churn_bf` under
+# `+MBas bf` with survivors that turned over, `churn_defaults` the same under the defaults,
+# `churn_kept` survivors kept for good under the defaults. Restarted with R3's flags the workload
+# measured -99 % (churn_bf), -88 % (churn_defaults) and -3 % (churn_kept) unused binary_alloc
+# (tests/e2e/churn.py).
+
+R3_FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacul de"
+
+
+def history_prediction(name: str, turn: pr.Turnover | None = None) -> dict:
+    snap = load(name)
+    with pr.Predictor(snap, facts(snap), turnover=turn) as p:
+        return p.predict("binary_alloc", "R3", parse(R3_FLAGS, otp=p.base.otp))
+
+
+def test_a_bf_node_under_churn_gets_both_futures_each_calibrated() -> None:
+    """One snapshot of an idle bf node cannot tell survivors that turned over from survivors
+    kept: both histories reproduce it, and the two futures differ by 90 points."""
+    p = history_prediction("churn_bf")
+    assert p["seeded_from"] == "history" and p["workload"] == "fitted"
+    assert p["calibration"]["reproduces"] and p["calibration"]["error"] <= pr.TOLERANCE
+    futures = {f["name"]: f for f in p["futures"]}
+    assert set(futures) == {"turnover", "kept"}
+    assert all(f["calibration"]["reproduces"] for f in futures.values())
+    assert futures["turnover"]["unused_saving"] >= 0.89  # measured -99 %
+    assert futures["kept"]["unused_saving"] <= 0.13  # measured -3 % (kept under bf, R3)
+    lo, hi = futures["turnover"]["band"]
+    assert lo <= futures["turnover"]["unused_saving"] <= hi
+    assert p["known"] is None and "cannot tell" in p["known_by"]
+    # Unknown: the figure is what holds in either future.
+    assert p["unused_saving"] == futures["kept"]["unused_saving"]
+    node, model = p["calibration"]["measures"]["unused"]
+    assert abs(node - model) <= pr.TOLERANCE * node
+
+
+def test_a_measured_turnover_decides_between_the_futures() -> None:
+    busy = pr.Turnover("binary_alloc", 5.0, 200_000, 20_000)
+    p = history_prediction("churn_bf", busy)
+    assert p["known"] == "turnover" and "replaced per minute" in p["known_by"]
+    (turn,) = [f for f in p["futures"] if f["name"] == "turnover"]
+    assert p["unused_saving"] == turn["unused_saving"] >= 0.89
+    idle = pr.Turnover("binary_alloc", 5.0, 12, 20_000)
+    q = history_prediction("churn_bf", idle)
+    assert q["known"] is None and q["known_by"].startswith("idle between two reads")
+    (kept,) = [f for f in q["futures"] if f["name"] == "kept"]
+    assert q["unused_saving"] == kept["unused_saving"]
+
+
+@pytest.mark.parametrize(("name", "known", "lo", "hi"),
+                         [("churn_defaults", "turnover", 0.78, 0.98),
+                          ("churn_kept", "kept", -0.07, 0.13)])  # fmt: skip
+def test_under_the_defaults_the_carrier_map_tells_the_futures_apart(
+    name: str, known: str, lo: float, hi: float
+) -> None:
+    """Under aoffcbf with migration, turnover empties the spike's carriers and kept survivors
+    pin all of them: only one history reproduces the node, and it is the known one."""
+    p = history_prediction(name)
+    assert p["seeded_from"] == "history" and p["futures"] is None
+    assert p["known"] == known and "only the history" in p["known_by"]
+    assert p["calibration"]["reproduces"]
+    assert lo <= p["unused_saving"] <= hi  # measured -88 % and -3 %
+
+
+def test_the_same_snapshot_gives_the_same_history_prediction() -> None:
+    a, b = history_prediction("churn_bf"), history_prediction("churn_bf")
+    assert a["futures"] == b["futures"] and a["calibration"] == b["calibration"]
+
+
+def test_turnover_from_two_reads_of_one_node() -> None:
+    first = load("churn_bf")
+    second = load("churn_bf")
+    second.taken_at = (first.taken_at or 0) + 4.0
+    for inst in second.instances("binary_alloc"):
+        inst.calls["binary_alloc"] = inst.calls.get("binary_alloc", 0) + 30_000
+    t = pr.turnover(first, second)
+    scheds = [i for i in first.instances("binary_alloc") if i.instance >= 1]
+    assert t.allocations == 30_000 * len(scheds) and t.seconds == 4.0
+    assert t.known == "turnover" and t.per_minute == pytest.approx(60 * t.allocations / t.live / 4)
+    same = load("churn_bf")
+    same.taken_at = second.taken_at
+    assert pr.turnover(first, same).known is None  # nothing allocated between them: idle
+    with pytest.raises(pr.PredictionError, match="out of order"):
+        pr.turnover(second, first)
+    second.node = "other@host"
+    with pytest.raises(pr.PredictionError, match="two nodes"):
+        pr.turnover(first, second)
+
+
+def test_without_a_carrier_map_no_history_is_claimed() -> None:
+    """A history of random survivors matches any post-spike node's unused bytes: without the
+    fill map it is no evidence, and the counters' worst and best cases stand."""
+    snap = load("churn_bf")
+    snap.carriers = None
+    with pr.Predictor(snap, facts(snap)) as p:
+        out = p.predict("binary_alloc", "R3", parse(R3_FLAGS, otp=p.base.otp))
+    assert out["seeded_from"] == "counters" and out["futures"] is None
+
+
+def test_calibration_error_judges_unused_bytes_and_fill_bands() -> None:
+    a = pr.Measures(100, 10, (0.0, 0.5, 0.5, 0.0, 0.0))
+    assert pr.calibration_error(a, a) == 0
+    assert pr.calibration_error(a, pr.Measures(80, 10, a.bands)) == 0.2
+    assert pr.calibration_error(a, pr.Measures(100, 3, (0.0, 0.0, 0.0, 0.0, 1.0))) == 1.0
+    assert pr.calibration_error(a, pr.Measures(100, 3, None)) == 0  # no map: bytes only
+
+
+def test_history_traces_are_deterministic_and_complete(tmp_path) -> None:
+    from beamalloc.refalloc.tracegen import History, events, history
+
+    h = History(live=300, peak=3000, before=200, after=450, order="passes", mean_size=800)
+    n = history(tmp_path / "a.batr", h, schedulers=2, seed=3)
+    assert n == h.events(2)
+    history(tmp_path / "b.batr", h, schedulers=2, seed=3)
+    assert (tmp_path / "a.batr").read_bytes() == (tmp_path / "b.batr").read_bytes()
+    live: dict[int, int] = {}
+    for ev in events(tmp_path / "a.batr"):
+        if ev.op == 0:
+            assert 560 <= ev.size <= 1040 and ev.id not in live
+            live[ev.id] = ev.instance
+        else:
+            assert live.pop(ev.id) == ev.instance  # frees only blocks it allocated
+    assert len(live) == 2 * 300

@@ -11,6 +11,7 @@ pub mod freelist;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 pub mod heap;
+pub mod history;
 pub mod mseg;
 pub mod replay;
 pub mod stats;
@@ -23,9 +24,13 @@ mod tests;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
+mod python_carriers;
+#[cfg(feature = "python")]
 mod python_csv;
 #[cfg(feature = "python")]
 mod python_etf;
+#[cfg(feature = "python")]
+mod python_history;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -39,5 +44,6 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
     m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
     m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
+    m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
     Ok(())
 }

@@ -196,6 +196,10 @@ pub fn replay(
         }
     }
     out.set_item("allocators", allocators)?;
+    out.set_item(
+        "carriers",
+        crate::python_carriers::carrier_map(py, &rp.heaps, &names)?,
+    )?;
     let mseg = PyList::empty_bound(py);
     for (i, m) in rp.env.msegs.iter().enumerate() {
         let d = PyDict::new_bound(py);

@@ -1,0 +1,155 @@
+//! A node's history from an empty VM, written as a trace (the twin of
+//! `beamalloc.refalloc.tracegen.History`, which documents it): per scheduler instance a base set,
+//! random churn, a spike, a random drop back to the base set, then churn after the drop that
+//! replaces blocks at random or each live block once per pass. The recommender writes several
+//! such histories per prediction (analyzer/predict.py), so they are generated here, not in Python.
+use crate::trace::{Event, Op, TraceWriter};
+use std::fs::File;
+use std::io::BufWriter;
+
+/// The parameters of one history (per instance, as in `tracegen.History`).
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub live: u64,
+    pub peak: u64,
+    pub before: u64,
+    pub after: u64,
+    /// true: each live block once per pass, in a random order; false: any live block.
+    pub passes: bool,
+    pub lo: u64,
+    pub hi: u64,
+    pub allocator: u64,
+    pub type_: u64,
+    pub instances: u64,
+    pub seed: u64,
+}
+
+/// splitmix64: small, deterministic for a seed, good enough to draw sizes and victims.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() >> 11) as u128 * n as u128 >> 53) as usize
+    }
+
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+struct Gen<W: std::io::Write> {
+    w: TraceWriter<W>,
+    rng: Rng,
+    p: Params,
+    t: u64,
+    next_id: u64,
+    /// Per instance, its live blocks (id, user size).
+    live: Vec<Vec<(u64, u64)>>,
+}
+
+impl<W: std::io::Write> Gen<W> {
+    fn event(&mut self, op: Op, k: usize, size: u64, id: u64) -> std::io::Result<()> {
+        self.t += 1000;
+        let ix = k as u64 + 1;
+        self.w.write(&Event {
+            t_ns: self.t,
+            op,
+            allocator: self.p.allocator,
+            instance: ix,
+            type_: self.p.type_,
+            size,
+            id,
+            new_id: 0,
+            thread: ix,
+        })
+    }
+
+    /// A new block of instance `k`: (id, size).
+    fn alloc(&mut self, k: usize) -> std::io::Result<(u64, u64)> {
+        let size = self.p.lo + self.rng.next() % (self.p.hi - self.p.lo + 1);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.event(Op::Alloc, k, size, id)?;
+        Ok((id, size))
+    }
+
+    /// Free the block in slot `j` of instance `k` and put a new one there.
+    fn replace(&mut self, k: usize, j: usize) -> std::io::Result<()> {
+        let (id, size) = self.live[k][j];
+        self.event(Op::Free, k, size, id)?;
+        self.live[k][j] = self.alloc(k)?;
+        Ok(())
+    }
+}
+
+/// Write the history to `path`, under `header_json`; returns the event count.
+pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
+    let f = BufWriter::new(File::create(path)?);
+    let n = p.instances.max(1) as usize;
+    let mut g = Gen {
+        w: TraceWriter::new(f, header_json)?,
+        rng: Rng(p.seed),
+        p: Params { hi: p.hi.max(p.lo), ..p },
+        t: 0,
+        next_id: 1,
+        live: vec![Vec::new(); n],
+    };
+    for _ in 0..p.live {
+        for k in 0..n {
+            let b = g.alloc(k)?;
+            g.live[k].push(b);
+        }
+    }
+    for _ in 0..p.before {
+        for k in 0..n {
+            let j = g.rng.below(g.live[k].len());
+            g.replace(k, j)?;
+        }
+    }
+    for _ in p.live..p.peak {
+        for k in 0..n {
+            let b = g.alloc(k)?;
+            g.live[k].push(b);
+        }
+    }
+    for _ in p.live..p.peak {
+        for k in 0..n {
+            let j = g.rng.below(g.live[k].len());
+            let (id, size) = g.live[k].swap_remove(j);
+            g.event(Op::Free, k, size, id)?;
+        }
+    }
+    // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
+    let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for _ in 0..p.after {
+        for k in 0..n {
+            let len = g.live[k].len();
+            if len == 0 {
+                continue;
+            }
+            let j = if p.passes {
+                if order[k].is_empty() {
+                    order[k] = (0..len).collect();
+                    g.rng.shuffle(&mut order[k]);
+                }
+                order[k].pop().unwrap_or(0)
+            } else {
+                g.rng.below(len)
+            };
+            g.replace(k, j)?;
+        }
+    }
+    let count = g.w.count;
+    g.w.finish()?;
+    Ok(count)
+}
