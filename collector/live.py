@@ -580,6 +580,7 @@ _SHAPES: dict[str, tuple[str, Any]] = {
     "wordsize": ("4 or 8", lambda v: _int(v) in (4, 8)),
     "schedulers": ("a scheduler count", lambda v: _int(v) is not None and 1 <= v <= 1024),
     "os_pid": ("a process id", lambda v: _is_text(v, 10) and v.isdigit()),
+    **{k: ("a count", lambda v: _int(v) is not None and 0 <= v < 1 << 32) for k in LIMIT_KEYS},
 }
 
 

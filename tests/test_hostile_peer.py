@@ -60,6 +60,8 @@ BENIGN: dict[str, bytes] = {
     "wordsize": b"\x61\x08",
     "schedulers": b"\x61\x01",
     "getpid": _string(b"4242"),
+    "process_limit": b"\x62\x00\x04\x00\x00", "port_limit": b"\x62\x00\x01\x00\x00",
+    "process_count": b"\x61\x2a", "port_count": b"\x61\x07",
     "allocator": _atom("false"),
 }
 
