@@ -74,7 +74,7 @@ def picture_lines(a: dict[str, Any]) -> list[str]:
 
 def holder_sentence(h: dict[str, Any]) -> str:
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-            "code": "Loaded code", "binary": "Process"}[h["kind"]]
+            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver"}[h["kind"]]
     s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
          else f"{what} {h['name']} holds {human(h['bytes'])}")
     if h.get("siblings", 0) > 1:
