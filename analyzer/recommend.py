@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer.analysis import coverage
+from beamalloc.analyzer.analysis import coverage, type_rows
 from beamalloc.analyzer.carriers import carrier_map
+from beamalloc.analyzer.categories import picture
 from beamalloc.analyzer.death import death_of
 from beamalloc.analyzer.findings import Advice, AllocFacts, Facts, Finding, facts
 from beamalloc.analyzer.holders import apply_to_verdict
@@ -620,6 +621,8 @@ def recommend(
         # the cause of death and what was read come first (analyzer/death.py, analysis.py)
         "death": None if (d := death_of(snap)) is None else d.to_json(),
         "coverage": coverage(snap).to_json(),
+        # every byte by category, and the largest holder of any kind (ETS tables too)
+        "categories": picture(snap, type_rows(snap), processes).to_json(),
     }
     if processes is not None:  # who holds the memory: the holders' words join the verdict
         apply_to_verdict(result, processes)

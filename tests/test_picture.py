@@ -241,3 +241,14 @@ def test_web_page_of_an_uploaded_dump_leads_with_its_death(tmp_path: Path) -> No
     page = html.unescape(c.get(r.headers["Location"]).data.decode())
     assert '<div class="death ok"' in page and "ETS tables, largest first" in page
     assert page.count("mnesia_transient_decision") >= 3
+
+
+def test_recommend_names_the_largest_holder_whatever_its_kind() -> None:
+    r = run_cli("recommend", str(ETS), "--no-predict", env=WIDE)
+    assert r.returncode == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    at = flat.index("ETS table mnesia_transient_decision holds 156.2 MiB")
+    assert at < flat.index("HEALTHY")  # the holder before the allocators' verdict
+    rec = json.loads(run_cli("recommend", str(ETS), "--no-predict", "--json").stdout)
+    assert rec["categories"]["largest"]["kind"] == "ets_table"
+    assert rec["death"]["kind"] == "requested" and rec["coverage"]["partial"] is False
