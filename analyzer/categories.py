@@ -33,6 +33,9 @@ OWN = {"processes": "eheap_alloc", "binary": "binary_alloc", "ets": "ets_alloc",
 #: A category named as a holder of its own (atoms, code) once it holds this much [heur]:
 #: a typical node has 0.5-2 MiB of atoms and 10-60 MiB of code.
 LARGE = {"atom": 16 << 20, "code": 128 << 20}
+#: The largest holder leads the outputs from this share of erlang:memory(total) [heur]: below
+#: it no single holder explains the node's memory.
+NOTABLE_SHARE = 0.10
 HolderKind = Literal["process", "ets_table", "atom", "code", "binary", "origin"]
 #: instrument:allocations/1 types counted in erlang:memory(binary); the others of a NIF or
 #: driver are in the rest of system (docs/erts/memory-categories.md §1).
@@ -72,6 +75,9 @@ class MemoryPicture:
     #: the largest single holder of any kind, the verdict's "who holds the memory"
     largest: CategoryHolder | None
     notes: list[str] = field(default_factory=list)
+    #: its share of erlang:memory(total), and whether that makes it a first-line fact
+    largest_share: float | None = None
+    largest_notable: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,5 +190,7 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
     # largest holder is chosen among things that own their bytes
     candidates = [h for k in ("processes", "ets", "atom", "code") for h in holders.get(k, [])]
     largest = max(candidates, key=lambda h: h.bytes, default=None)
+    share = largest.bytes / total if largest is not None and total else None
     return MemoryPicture(total=total, allocated_all=allocated_all, categories=cats,
-                         largest=largest, notes=notes)
+                         largest=largest, notes=notes, largest_share=share,
+                         largest_notable=share is not None and share >= NOTABLE_SHARE)
