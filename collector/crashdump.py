@@ -214,6 +214,7 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     ended = False
     raw: list[str] = []
     tables = DumpTables()
+    table_lines = tables.lines  # appended to directly: most of a dump's lines are =proc's
     in_table = False
     sections = 0
     for line in it:
@@ -248,7 +249,7 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
             alloc.lines.append(line)
             raw.append(line)
         elif in_table:
-            tables.feed(line)
+            table_lines.append(line)
         elif section == "memory":
             k, _, v = line.partition(": ")
             if _UINT.match(v):

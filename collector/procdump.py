@@ -40,7 +40,7 @@ _UINT = re.compile(r"[0-9]{1,20}\Z")
 MAX_WORDS = (1 << 61) - 1
 #: Keys without which a section says nothing about who holds memory.
 REQUIRED = ("Stack+heap", "OldHeap")
-_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
+PROC_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
 
 
@@ -53,7 +53,7 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
         if k not in kv:
             raise SkipSection(f"no {k!r} line")
     n: dict[str, int] = {}
-    for k in _INTS:
+    for k in PROC_INTS:
         v = kv.get(k)
         if v is None:
             continue
