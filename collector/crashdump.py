@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from beamalloc.collector.dumptables import DumpTables
+from beamalloc.collector.procdump import printable
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     UINT64_MAX,
@@ -279,7 +280,8 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
-    snap.extra["dump_read"] = {"sections": sections, "last_section": (section or "")[:80],
+    snap.extra["dump_read"] = {"sections": sections,
+                               "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)
     if not snap.allocators:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from beamalloc.collector.procdump import PROC_INTS, SkipSection, proc_of
+from beamalloc.collector.procdump import PROC_INTS, SkipSection, printable, proc_of
 from beamalloc.snapshot import UINT64_MAX
 
 #: ETS tables kept by size (the count and total cover them all).
@@ -110,9 +110,9 @@ class DumpTables:
                 return
             w = int(words)
             self.ets_words += w
-            row = {"owner": self._arg[:64], "name": kv.get("Name", "?")[:100],
-                   "table": kv.get("Table", "?")[:100], "type": kv.get("Type"),
-                   "protection": kv.get("Protection"), "words": w,
+            row = {"owner": printable(self._arg[:64]), "name": printable(kv.get("Name", "?")),
+                   "table": printable(kv.get("Table", "?")), "type": printable(kv.get("Type")),
+                   "protection": printable(kv.get("Protection")), "words": w,
                    "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", ""))
                    else None}
             _push(self.ets, TOP_ETS, (w, -self._seq, row))
@@ -129,8 +129,8 @@ class DumpTables:
         except SkipSection:
             self.proc_bad += 1
             return
-        row = {"pid": p.pid, "name": p.name, "initial_call": p.initial_call,
-               "current_function": p.current_function, "state": p.status,
+        row = {"pid": p.pid, "name": p.name, "initial_call": printable(p.initial_call),
+               "current_function": printable(p.current_function), "state": printable(p.status),
                "memory_words": kv.get("Memory") is None,  # before OTP 17: heap words stand in
                "memory": p.memory, "total_heap": p.total_heap_bytes, "heap": p.heap_bytes,
                "binary": p.binary_bytes, "message_queue_len": p.message_queue_len}
