@@ -56,7 +56,8 @@ def death_lines(a: dict[str, Any]) -> list[str]:
                      + (" Flags in force are unknown for " + ", ".join(cov["flags_unknown"])
                         + "." if cov["flags_unknown"] else ""))
     c = a.get("categories") or {}
-    if c.get("largest_notable"):
+    said = ((d or {}).get("holder") or {}).get("pid")  # the dying process, named above
+    if c.get("largest_notable") and not (said and c["largest"]["name"].startswith(said + " ")):
         lines.append(holder_sentence(c["largest"], c["largest_share"]))
     return lines
 
