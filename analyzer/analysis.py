@@ -144,7 +144,7 @@ def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
     return {name: instance_sums(g) for name, g in groups.items()}
 
 
-def _type_rows(snap: Snapshot) -> list[dict[str, Any]]:
+def type_rows(snap: Snapshot) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for inst in snap.allocators:
         t = out.setdefault(
@@ -256,7 +256,7 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str
     rows = [_instance_row(by_key[key]) for key, _ in frag]
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
-    types = _type_rows(snap)
+    types = type_rows(snap)
     taken = (
         datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
         if snap.taken_at is not None

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
 
 #: The erlang:memory() categories, in the order they are shown, with the allocators whose types
 #: are of that class (docs/erts/memory-categories.md §1, from erts_types_otp25.tsv).
@@ -34,7 +33,13 @@ OWN = {"processes": "eheap_alloc", "binary": "binary_alloc", "ets": "ets_alloc",
 #: A category named as a holder of its own (atoms, code) once it holds this much [heur]:
 #: a typical node has 0.5-2 MiB of atoms and 10-60 MiB of code.
 LARGE = {"atom": 16 << 20, "code": 128 << 20}
-HolderKind = Literal["process", "ets_table", "atom", "code", "binary"]
+#: The largest holder leads the outputs from this share of erlang:memory(total) [heur]: below
+#: it no single holder explains the node's memory.
+NOTABLE_SHARE = 0.10
+HolderKind = Literal["process", "ets_table", "atom", "code", "binary", "origin"]
+#: instrument:allocations/1 types counted in erlang:memory(binary); the others of a NIF or
+#: driver are in the rest of system (docs/erts/memory-categories.md §1).
+BINARY_TYPES = ("binary", "drv_binary")
 
 
 @dataclass(frozen=True)
@@ -47,16 +52,6 @@ class CategoryHolder:
     #: of the same name (ETS tables of one name owned by several processes)
     siblings: int = 0
     siblings_bytes: int = 0
-
-    def sentence(self) -> str:
-        what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-                "code": "Loaded code", "binary": "Process"}[self.kind]
-        s = f"{what} {self.name} holds {human(self.bytes)}" if self.kind not in (
-            "atom", "code") else f"{what} holds {human(self.bytes)}"
-        if self.siblings > 1:
-            s += (f" ({self.siblings} tables of that name hold {human(self.siblings_bytes)} "
-                  "together)")
-        return s
 
 
 @dataclass(frozen=True)
@@ -80,6 +75,9 @@ class MemoryPicture:
     #: the largest single holder of any kind, the verdict's "who holds the memory"
     largest: CategoryHolder | None
     notes: list[str] = field(default_factory=list)
+    #: its share of erlang:memory(total), and whether that makes it a first-line fact
+    largest_share: float | None = None
+    largest_notable: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +100,24 @@ def _ets_holders(snap: Snapshot) -> tuple[list[CategoryHolder], bool]:
             siblings=len(sib), siblings_bytes=sum(sib)))
     complete = ets.get("read") == ets.get("count") and len(ets["tables"]) == ets.get("count")
     return out, complete
+
+
+def _origin_holders(snap: Snapshot) -> dict[str, list[CategoryHolder]]:
+    """Per category, the NIFs and drivers instrument tags (OTP 21+, allocators with atags):
+    bytes are a lower bound, each block counted at its histogram bucket's low edge."""
+    by: dict[tuple[str, str], int] = {}
+    for tb in snap.tagged_blocks or ():
+        if tb.origin == "system":
+            continue
+        cat = "binary" if tb.type in BINARY_TYPES else "other_system"
+        low = sum(c * tb.histogram.bounds(i)[0] for i, c in enumerate(tb.histogram.counts))
+        by[(cat, tb.origin)] = by.get((cat, tb.origin), 0) + low
+    out: dict[str, list[CategoryHolder]] = {}
+    for (cat, origin), n in sorted(by.items(), key=lambda kv: -kv[1]):
+        if n and len(out.setdefault(cat, [])) < 5:
+            out[cat].append(CategoryHolder("origin", origin, n,
+                                           detail="at least (instrument:allocations/1)"))
+    return out
 
 
 def _proc_holders(snap: Snapshot, processes: dict[str, Any] | None,
@@ -154,6 +170,8 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
         "binary": _proc_holders(snap, processes, "binary_bytes"),
         "ets": ets,
     }
+    for k, hs in _origin_holders(snap).items():
+        holders[k] = holders.get(k, []) + hs
     for k in ("atom", "code"):
         v = values[k]
         if v is not None and v >= LARGE[k]:
@@ -172,5 +190,7 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
     # largest holder is chosen among things that own their bytes
     candidates = [h for k in ("processes", "ets", "atom", "code") for h in holders.get(k, [])]
     largest = max(candidates, key=lambda h: h.bytes, default=None)
+    share = largest.bytes / total if largest is not None and total else None
     return MemoryPicture(total=total, allocated_all=allocated_all, categories=cats,
-                         largest=largest, notes=notes)
+                         largest=largest, notes=notes, largest_share=share,
+                         largest_notable=share is not None and share >= NOTABLE_SHARE)

@@ -114,7 +114,11 @@ def death_of(snap: Snapshot) -> Death | None:
         if holder is not None:
             verb = ("was collecting its garbage" if holder.state == "garbing"
                     else "was running") if holder.role == "allocating" else "was the largest"
-            meaning += (f" Process {holder.label()} {verb}, holding {human(holder.memory)}"
+            parts = [f"heap {human(holder.total_heap)}" if holder.total_heap is not None
+                     else "", f"binaries {human(holder.binary)}" if holder.binary is not None
+                     else "", f"{holder.message_queue_len} messages queued"]
+            meaning += (f" Process {holder.label()} {verb}, holding {human(holder.memory)} ("
+                        + ", ".join(p for p in parts if p) + ")"
                         + (f" in {holder.current_function}" if holder.current_function else "")
                         + ".")
         return Death(kind, slogan, meaning, alloc, size, typ, holder, total)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.analyzer import wording
-from beamalloc.analyzer.analysis import coverage
+from beamalloc.analyzer.analysis import coverage, type_rows
 from beamalloc.analyzer.carriers import carrier_map
+from beamalloc.analyzer.categories import picture
 from beamalloc.analyzer.death import death_of
 from beamalloc.analyzer.findings import (
     NON_MIGRATING,
@@ -582,6 +583,7 @@ class Recommended:
     totals: dict[str, Any]
     death: dict[str, Any] | None = None
     coverage: dict[str, Any] | None = None
+    categories: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -607,6 +609,7 @@ class Recommended:
             "processes": self.processes,
             "death": self.death,
             "coverage": self.coverage,
+            "categories": self.categories,
         }
 
 
@@ -775,6 +778,8 @@ def verdict(
         # the cause of death and what was read come first (analyzer/death.py, analysis.py)
         death=None if (d := death_of(snap)) is None else d.to_json(),
         coverage=coverage(snap).to_json(),
+        # every byte by category, and the largest holder of any kind (ETS tables too)
+        categories=picture(snap, type_rows(snap), processes).to_json(),
         totals={"usage": round(f.usage, 4), "allocated": f.allocated, "used": f.used,
                 "rss": f.rss, "rss_lazyfree": snap.rss_lazyfree,
                 "mem_available": snap.mem_available})  # fmt: skip

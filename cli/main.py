@@ -256,8 +256,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     with Progress(f"recommending for {short(args.source)}") as p:
         p.step("reading the allocators")
         snap = load(args.source, args)
-        p.step("reading the processes")
+        p.step("reading the processes and ETS tables")
         procs = holders(args.source, args, snap)  # the same moment as the snapshot
+        ets_tables(args.source, args, snap)
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
             trace = _record_trace(args, Path(tmp) / "node.batr")

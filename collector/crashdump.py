@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from beamalloc.collector.dumptables import DumpTables
+from beamalloc.collector.procdump import printable
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     UINT64_MAX,
@@ -214,6 +215,7 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     ended = False
     raw: list[str] = []
     tables = DumpTables()
+    table_lines = tables.lines  # appended to directly: most of a dump's lines are =proc's
     in_table = False
     sections = 0
     for line in it:
@@ -248,7 +250,7 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
             alloc.lines.append(line)
             raw.append(line)
         elif in_table:
-            tables.feed(line)
+            table_lines.append(line)
         elif section == "memory":
             k, _, v = line.partition(": ")
             if _UINT.match(v):
@@ -278,7 +280,8 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
-    snap.extra["dump_read"] = {"sections": sections, "last_section": (section or "")[:80],
+    snap.extra["dump_read"] = {"sections": sections,
+                               "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)
     if not snap.allocators:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from beamalloc.collector.procdump import SkipSection, proc_of
+from beamalloc.collector.procdump import PROC_INTS, SkipSection, printable, proc_of
 from beamalloc.snapshot import UINT64_MAX
 
 #: ETS tables kept by size (the count and total cover them all).
@@ -29,8 +29,13 @@ MAX_ACTIVE = 4
 _UINT = re.compile(r"[0-9]{1,20}\Z")
 _PID = re.compile(r"<\d{1,10}\.\d{1,10}\.\d{1,10}>\Z")
 #: Keys kept of a section: a section of a million lines costs no more than these.
-_ETS_KEYS = ("Table", "Name", "Objects", "Words", "Type", "Protection", "Compressed")
-#: States a process is in while it allocates (erl_process_dump.c prints these).
+def _keys(*keys: str) -> re.Pattern[str]:
+    return re.compile("^(" + "|".join(re.escape(k) for k in keys) + "): (.{0,200})", re.M)
+
+
+_ETS_KEYS = _keys("Table", "Name", "Objects", "Words", "Type", "Protection")
+_PROC_KEYS = _keys("State", "Name", "Spawned as", "Program counter", *PROC_INTS)
+#: States a process is in while it allocates (erl_process_dump.c prints these), lower case.
 ACTIVE_STATES = ("running", "garbing")
 
 
@@ -48,7 +53,9 @@ class DumpTables:
     proc_bad: int = 0
     _kind: str | None = None
     _arg: str = ""
-    _kv: dict[str, str] = field(default_factory=dict)
+    #: the current section's lines (a line over MAX_VALUE is cut there)
+    lines: list[str] = field(default_factory=list)
+    _keys: re.Pattern[str] = re.compile("(?!)")
     _seq: int = 0
 
     def start(self, section: str) -> bool:
@@ -57,24 +64,45 @@ class DumpTables:
         kind, _, arg = section.partition(":")
         if kind not in ("ets", "proc"):
             return False
-        self._kind, self._arg, self._kv = kind, arg.strip(), {}
+        self._kind, self._arg = kind, arg.strip()
+        self._keys = _ETS_KEYS if kind == "ets" else _PROC_KEYS
+        self.lines.clear()
         return True
 
     def feed(self, line: str) -> None:
-        if self._kind is None:
-            return
-        key, sep, value = line.partition(": ")
-        if sep and key not in self._kv and (self._kind == "proc" or key in _ETS_KEYS):
-            self._kv[key] = value.strip()[:200]
+        """One line of the current section (crashdump.py appends to `lines` itself: the same)."""
+        self.lines.append(line)
+
+    def _parse(self, text: str) -> dict[str, str]:
+        """The section's `Key: Value` lines of the keys kept, the first of each: one regex over
+        the joined section, not a Python step per line."""
+        kv: dict[str, str] = {}
+        for m in self._keys.finditer(text):
+            kv.setdefault(m.group(1), m.group(2).strip())
+        return kv
+
+    def _passed_over(self, text: str) -> bool:
+        """A process neither running nor collecting, whose Memory line ranks it below the
+        TOP_PROCS kept: found with two str.find calls, no parse (most of a dump's lines are
+        its =proc sections)."""
+        if len(self.procs) < TOP_PROCS:
+            return False
+        state, mem = _value(text, "State: "), _value(text, "\nMemory: ")
+        if state is None or state.lower() in ACTIVE_STATES or mem is None:
+            return False
+        return bool(_UINT.match(mem)) and (int(mem), -self._seq) <= self.procs[0][:2]
 
     def close(self, *, cut: bool = False) -> None:
         """The section ends; `cut`: the dump ended inside it (then it is counted as not read)."""
-        kind, kv = self._kind, self._kv
-        self._kind, self._kv = None, {}
+        kind = self._kind
+        self._kind = None
         if kind is None:
             return
+        text = "\n".join(self.lines)
+        self.lines.clear()
         self._seq += 1
         if kind == "ets":
+            kv = self._parse(text)
             self.ets_count += 1
             words = kv.get("Words", "")
             if cut or not _UINT.match(words) or int(words) > UINT64_MAX // 8:
@@ -82,9 +110,9 @@ class DumpTables:
                 return
             w = int(words)
             self.ets_words += w
-            row = {"owner": self._arg[:64], "name": kv.get("Name", "?")[:100],
-                   "table": kv.get("Table", "?")[:100], "type": kv.get("Type"),
-                   "protection": kv.get("Protection"), "words": w,
+            row = {"owner": printable(self._arg[:64]), "name": printable(kv.get("Name", "?")),
+                   "table": printable(kv.get("Table", "?")), "type": printable(kv.get("Type")),
+                   "protection": printable(kv.get("Protection")), "words": w,
                    "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", ""))
                    else None}
             _push(self.ets, TOP_ETS, (w, -self._seq, row))
@@ -93,13 +121,16 @@ class DumpTables:
         if cut or not _PID.match(self._arg):
             self.proc_bad += 1
             return
+        if self._passed_over(text):
+            return
+        kv = self._parse(text)
         try:
             p = proc_of(self._arg, kv, 1)  # words; bytes once the word size is known
         except SkipSection:
             self.proc_bad += 1
             return
-        row = {"pid": p.pid, "name": p.name, "initial_call": p.initial_call,
-               "current_function": p.current_function, "state": p.status,
+        row = {"pid": p.pid, "name": p.name, "initial_call": printable(p.initial_call),
+               "current_function": printable(p.current_function), "state": printable(p.status),
                "memory_words": kv.get("Memory") is None,  # before OTP 17: heap words stand in
                "memory": p.memory, "total_heap": p.total_heap_bytes, "heap": p.heap_bytes,
                "binary": p.binary_bytes, "message_queue_len": p.message_queue_len}
@@ -137,6 +168,15 @@ class DumpTables:
         if self.proc_bad:
             notes.append(f"{self.proc_bad} of {self.proc_count} =proc sections not read "
                          "(malformed or cut off)")
+
+
+def _value(text: str, key: str) -> str | None:
+    """The rest of the line after the first `key` in `text`."""
+    i = text.find(key)
+    if i < 0:
+        return None
+    j = text.find("\n", i + len(key))
+    return text[i + len(key):j if j >= 0 else len(text)].strip()
 
 
 def _push(heap: list[tuple[int, int, dict[str, Any]]], n: int,

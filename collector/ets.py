@@ -14,6 +14,7 @@ from typing import Any
 
 from beamalloc.collector import processes
 from beamalloc.collector.access import Access
+from beamalloc.collector.procdump import printable
 from beamalloc.snapshot import UINT64_MAX
 
 #: Tables read at most, and reported by size (the count and the bytes cover those read).
@@ -26,7 +27,8 @@ def _n(v: Any) -> int | None:
 
 
 def _s(v: Any) -> str:
-    return (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v))[:100]
+    """A name the target sent, as the outputs may show it (printable only, bounded)."""
+    return printable(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) or ""
 
 
 def scan_ets(node: str, cookie: str, timeout: float = 10.0, max_tables: int = MAX_TABLES,

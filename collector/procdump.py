@@ -32,16 +32,25 @@ from typing import TextIO
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
-_PC = re.compile(r"\(([^()\s]+:[^()\s]+/\d+) \+ \d+\)")
-_MFA = re.compile(r"[^\s:]+:[^\s/]+/\d+\Z")
+# module and function names of printable characters only: a control character is no name
+_PC = re.compile(r"\(([^()\s\x00-\x1f\x7f-\x9f]+:[^()\s\x00-\x1f\x7f-\x9f]+/\d+) \+ \d+\)")
+_MFA = re.compile(r"[^\s:\x00-\x1f\x7f-\x9f]+:[^\s/\x00-\x1f\x7f-\x9f]+/\d+\Z")
 _WORDSIZE = re.compile(r"\[(32|64)-bit\]")
 _UINT = re.compile(r"[0-9]{1,20}\Z")
 #: Sizes above 2^61 words (2^64 bytes) are no node's: a section claiming them is skipped.
 MAX_WORDS = (1 << 61) - 1
 #: Keys without which a section says nothing about who holds memory.
 REQUIRED = ("Stack+heap", "OldHeap")
-_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
+PROC_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
+
+
+def printable(s: str | None, limit: int = 100) -> str | None:
+    """A name as the outputs may show it: printable characters only (an escape sequence in a
+    name is data, never a command to the terminal), at most `limit` of them."""
+    if s is None:
+        return None
+    return "".join(c if c.isprintable() else "?" for c in s[:limit])
 
 
 class SkipSection(ValueError):
@@ -53,7 +62,7 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
         if k not in kv:
             raise SkipSection(f"no {k!r} line")
     n: dict[str, int] = {}
-    for k in _INTS:
+    for k in PROC_INTS:
         v = kv.get(k)
         if v is None:
             continue
@@ -72,7 +81,7 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
         pid=pid, name=name if name and name.replace("_", "").isalnum() else None,
         initial_call=spawned, spawned_as=spawned,
         current_function=pc.group(1) if pc else None,
-        status=(kv.get("State") or "").lower() or None,
+        status=printable((kv.get("State") or "").lower()) or None,
         # dumps before OTP 17 have no Memory line: the heap is most of it
         reductions=n.get("Reductions"), memory=n.get("Memory", (young + old + frag) * ws),
         heap_bytes=young * ws, total_heap_bytes=(young + old + frag) * ws,

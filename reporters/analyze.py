@@ -55,9 +55,10 @@ def death_lines(a: dict[str, Any]) -> list[str]:
                      + ". Not read: " + ("; ".join(cov["not_read"]) or "the rest") + "."
                      + (" Flags in force are unknown for " + ", ".join(cov["flags_unknown"])
                         + "." if cov["flags_unknown"] else ""))
-    largest = (a.get("categories") or {}).get("largest")
-    if largest:
-        lines.append(holder_sentence(largest) + ", the largest single holder.")
+    c = a.get("categories") or {}
+    said = ((d or {}).get("holder") or {}).get("pid")  # the dying process, named above
+    if c.get("largest_notable") and not (said and c["largest"]["name"].startswith(said + " ")):
+        lines.append(holder_sentence(c["largest"], c["largest_share"]))
     return lines
 
 
@@ -72,15 +73,19 @@ def picture_lines(a: dict[str, Any]) -> list[str]:
     return lines
 
 
-def holder_sentence(h: dict[str, Any]) -> str:
+def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
+    """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
+    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).'"""
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-            "code": "Loaded code", "binary": "Process"}[h["kind"]]
+            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver"}[h["kind"]]
     s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
          else f"{what} {h['name']} holds {human(h['bytes'])}")
+    if share is not None:
+        s += f", {pct(share)} of erlang:memory(total), the largest single holder"
     if h.get("siblings", 0) > 1:
         s += (f" ({h['siblings']} tables of that name hold {human(h['siblings_bytes'])} "
               "together)")
-    return s
+    return s + "."
 
 
 def verdict_lines(a: dict[str, Any]) -> list[str]:

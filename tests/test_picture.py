@@ -241,3 +241,29 @@ def test_web_page_of_an_uploaded_dump_leads_with_its_death(tmp_path: Path) -> No
     page = html.unescape(c.get(r.headers["Location"]).data.decode())
     assert '<div class="death ok"' in page and "ETS tables, largest first" in page
     assert page.count("mnesia_transient_decision") >= 3
+
+
+def test_recommend_names_the_largest_holder_whatever_its_kind() -> None:
+    r = run_cli("recommend", str(ETS), "--no-predict", env=WIDE)
+    assert r.returncode == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    at = flat.index("ETS table mnesia_transient_decision holds 156.2 MiB")
+    assert at < flat.index("HEALTHY")  # the holder before the allocators' verdict
+    rec = json.loads(run_cli("recommend", str(ETS), "--no-predict", "--json").stdout)
+    assert rec["categories"]["largest"]["kind"] == "ets_table"
+    assert rec["death"]["kind"] == "requested" and rec["coverage"]["partial"] is False
+
+
+def test_escape_sequences_in_names_are_not_printed(tmp_path: Path) -> None:
+    text = _text(ETS).replace("Name: mnesia_transient_decision", "Name: \x1b[2Jevil\x1b]0;x\x07",
+                              1)
+    text = text.replace("Spawned as: erlang:apply/2", "Spawned as: \x1b[31mm:f/2", 1)
+    path = tmp_path / "esc.dump"
+    path.write_bytes(text.encode("latin-1"))
+    for cmd in (("analyze", str(path)), ("analyze", str(path), "--json"),
+                ("recommend", str(path), "--no-predict")):
+        r = run_cli(*cmd, env=WIDE)
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    a = json.loads(run_cli("analyze", str(path), "--json").stdout)
+    assert a["categories"]["largest"]["name"] == "?[2Jevil?]0;x?"
