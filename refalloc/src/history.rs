@@ -37,7 +37,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 11) as u128 * n as u128 >> 53) as usize
+        (((self.next() >> 11) as u128 * n as u128) >> 53) as usize
     }
 
     fn shuffle<T>(&mut self, v: &mut [T]) {
@@ -99,7 +99,10 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     let mut g = Gen {
         w: TraceWriter::new(f, header_json)?,
         rng: Rng(p.seed),
-        p: Params { hi: p.hi.max(p.lo), ..p },
+        p: Params {
+            hi: p.hi.max(p.lo),
+            ..p
+        },
         t: 0,
         next_id: 1,
         live: vec![Vec::new(); n],
@@ -132,17 +135,17 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
     for _ in 0..p.after {
-        for k in 0..n {
+        for (k, pass) in order.iter_mut().enumerate() {
             let len = g.live[k].len();
             if len == 0 {
                 continue;
             }
             let j = if p.passes {
-                if order[k].is_empty() {
-                    order[k] = (0..len).collect();
-                    g.rng.shuffle(&mut order[k]);
+                if pass.is_empty() {
+                    *pass = (0..len).collect();
+                    g.rng.shuffle(pass);
                 }
-                order[k].pop().unwrap_or(0)
+                pass.pop().unwrap_or(0)
             } else {
                 g.rng.below(len)
             };
