@@ -6,6 +6,16 @@ For a finding, a trace that shows the finding's symptom is synthesized from the 
 snapshot's options, :func:`node_flags`) and under those flags followed by the proposal, and the
 affected allocator's carrier bytes, unused bytes and carrier (mseg/sys_alloc) calls are compared.
 
+For binary_alloc after a spike, from a snapshot with its carrier map, the prediction is
+restart-true first (issue 22): the node's history (base set, churn, spike, random drop, churn
+after it) is replayed from an empty VM under the node's flags and under the proposal, its free
+parameters (how much churn came after the drop) searched for the histories that reproduce the
+node under its own flags (:func:`calibration`: unused bytes, carriers, fill bands), and the two
+futures a snapshot cannot tell apart (survivors that turn over, survivors kept) given with their
+figures where both reproduce it; :func:`turnover` between two reads of the node decides between
+them. Where no history reproduces the node, the node's present carriers are replayed forward
+instead, and the prediction says so (`history_unfit`).
+
 Trace models (:func:`choose_model`):
 
 * ``large_binaries`` for R7 on binary_alloc (blocks above sbct), fitted to the sbc blocks;
@@ -123,7 +133,9 @@ def node_flags(snap: Snapshot) -> FlagSet:
     """The `+M` flags that give the options in force in `snap` (its first scheduler instances),
     against the modelled defaults for its scheduler count: each option that differs becomes a
     flag, in erts' processing order, checked against the flags before it (so `+MBas bf` alone
-    stands for `as bf, acul 0`). Options that no flag can reproduce are left at the default."""
+    stands for `as bf, acul 0`). Options that no flag can reproduce are left at the default.
+    The options say what the node's release made of its flags: `+MBacul 0` reads `as bf` on OTP
+    25 and 27 alike (docs/erts/alloc_util.md §2.5), so that is what the replay runs."""
     schedulers = snap.schedulers or 1
     otp = otp_of(snap)
     opts = first_scheduler_options(snap)
@@ -1008,18 +1020,20 @@ class Predictor:
 def _known(futures: list[dict[str, Any]], turn: Turnover | None,
            h: _Histories) -> tuple[str | None, str]:  # fmt: skip
     """Which future holds, and what says so (issue 22 item 3)."""
+    measured = turn if turn is not None and turn.allocator == h.fit.allocator else None
     if len(futures) == 1:
         name = futures[0]["name"]
         other = next(c for f, c in h.best.items() if f != name)
-        return name, (
-            f"only the history where {FUTURES[name]} reproduces the node (the other "
-            f"is {other.calibration['error']:.2f} off, tolerance {TOLERANCE})"
+        line = (
+            f"only the history where {FUTURES[name]} reproduces the node (the other is "
+            f"{other.calibration['error']:.2f} off, tolerance {TOLERANCE})"
         )
+        return name, line + (f"; {measured.line}" if measured else "")
     a, b = (x["unused_saving"] for x in futures)
     if abs(a - b) < FUTURES_AGREE:
         return None, "both futures give the same figure: what happens next does not matter here"
-    if turn is not None and turn.allocator == h.fit.allocator:
-        return turn.known, turn.line
+    if measured is not None:
+        return measured.known, measured.line
     return None, (
         "one snapshot cannot tell: sample the node twice under load (`recommend NODE`), "
         "`recommend NODE --trace-for S`, or `watch` it"

@@ -32,7 +32,8 @@ def test_a_stale_setting_under_load_gets_the_flags_and_their_figure(case: str) -
     p = r.prediction
     assert p is not None and p["seeded_from"] == "history", p and p.get("history_unfit")
     assert p["calibration"]["reproduces"], p["calibration"]
-    assert p["known"] == "turnover" and "replaced per minute" in p["known_by"]
+    # Known from the second read, or from the map where the load moved it past the kept history.
+    assert p["known"] == "turnover" and "replaced per minute" in p["known_by"], p["known_by"]
     assert r.before[1] > 128 << 20  # the stale setting left the spike's carriers unused
     assert r.measured_pct <= -80
     assert abs(r.predicted_pct - r.measured_pct) <= 10, (r.predicted_pct, r.measured_pct)
