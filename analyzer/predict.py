@@ -395,8 +395,9 @@ TOLERANCE = 0.15
 #: Upper edges of the fill bands of the carrier map (block bytes / carrier bytes), on a log-like
 #: scale: a few stragglers per carrier (< 1 %), scattered survivors (1-25 %), full carriers.
 FILL_EDGES = (0.01, 0.05, 0.25, 0.75)
-#: Churn after the drop tried, in live sets (a share of the churn the counters show).
-AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
+#: Churn after the drop tried, in live sets (a share of the churn the counters show): half a
+#: live set leaves survivors, one and two retire them all.
+AFTER_GRID = (0.5, 1.0, 2.0)
 #: Allocators whose history the generator can replay: blocks of one size class made and freed
 #: whole. Process heaps grow by reallocation and garbage-collection copies over orders of
 #: magnitude, which it does not model (heapchurn's heaps calibrated at 0.145 and its figure
@@ -806,12 +807,13 @@ class Predictor:
         after = _figures(self._history_replay(path, after_flags, h.fit.modelled).snapshot,
                          target)  # fmt: skip
         saving = _saving(before["unused"], after["unused"])
-        # The band: the same future's other histories that reproduce the node too.
-        fits = [c for c in h.candidates if c.future == future and c.calibration["reproduces"]]
+        # The band: the same future's next-best history that reproduces the node too (one, for
+        # the cost: each costs a replay under the proposal).
+        fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
+                       and c.path != path and not (future == "turnover" and c.after < h.fit.live)),
+                      key=lambda c: c.calibration["error"])  # fmt: skip
         savings = [round(saving, 4)]
-        for c in fits:
-            if c.path == path or (future == "turnover" and c.after < h.fit.live):
-                continue
+        for c in fits[:1]:
             b = self._history_replay(c.path, base, h.fit.modelled).snapshot
             a = self._history_replay(c.path, after_flags, h.fit.modelled).snapshot
             savings.append(round(_saving(_figures(b, target)["unused"],

@@ -36,9 +36,9 @@ from beamalloc.collector.live import snapshot_node
 def _cli(node: str, cookie: Path, *extra: str) -> tuple[float, dict]:
     env = {k: v for k, v in os.environ.items() if k != "BEAMALLOC_COOKIE"}
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "recommend", node, "--json",
-                        "--cookie-file", str(cookie), "--timeout", "120", *extra],
-                       capture_output=True, text=True, timeout=600, env=env, check=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "beamalloc.cli", "recommend", node, "--json", "--cookie-file",
+           str(cookie), "--timeout", "120", *extra]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=True)
     return time.perf_counter() - t, json.loads(r.stdout)
 
 
@@ -56,8 +56,10 @@ def main() -> int:
         insts = snap.instances("binary_alloc")
         size = sum(i.mbcs.carriers_size.current + i.sbcs.carriers_size.current
                    + (i.mbcs_pool.carriers_size if i.mbcs_pool else 0) for i in insts)  # fmt: skip
-        print(f"node: churn x {args.base} under +MBas bf, binary_alloc {size / 2**30:.2f} GiB in "
-              f"{len(snap.carriers_of('binary_alloc'))} carriers")
+        print(
+            f"node: churn x {args.base} under +MBas bf, binary_alloc {size / 2**30:.2f} GiB in "
+            f"{len(snap.carriers_of('binary_alloc'))} carriers"
+        )
         times: dict[str, list[float]] = {"recommend": [], "floor": []}
         result: dict = {}
         for _ in range(args.runs):
@@ -67,18 +69,24 @@ def main() -> int:
             times["floor"].append(dt)
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():
-        print(f"{k:9}: median {med[k]:.2f} s over {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})")
-    print(f"ratio recommend / floor: {med['recommend'] / med['floor']:.2f}; the prediction and "
-          f"the second read add {med['recommend'] - med['floor']:.2f} s")
+        print(
+            f"{k:9}: median {med[k]:.2f} s over {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})"
+        )
+    print(
+        f"ratio recommend / floor: {med['recommend'] / med['floor']:.2f}; the prediction and "
+        f"the second read add {med['recommend'] - med['floor']:.2f} s"
+    )
     for r in result.get("recommendations", []) + result.get("held_back", []):
         p = r.get("predicted") or {}
         if p.get("seeded_from") == "history":
             futures = ", ".join(f"{f['name']} {-100 * f['unused_saving']:+.0f} %"
                                 for f in p.get("futures") or ())  # fmt: skip
-            print(f"{r['rule']}: history at {p['model']['scale']:.3f} of the node, "
-                  f"{p['model']['events']} events, calibration error "
-                  f"{p['calibration']['error']:.3f}, {-100 * p['unused_saving']:+.0f} % "
-                  f"(known: {p['known']}; {p['known_by']}){'; ' + futures if futures else ''}")
+            print(
+                f"{r['rule']}: history at {p['model']['scale']:.3f} of the node, "
+                f"{p['model']['events']} events, calibration error "
+                f"{p['calibration']['error']:.3f}, {-100 * p['unused_saving']:+.0f} % "
+                f"(known: {p['known']}; {p['known_by']}){'; ' + futures if futures else ''}"
+            )
     print(f"goal: recommend NODE within 3 s: {'met' if med['recommend'] <= 3 else 'NOT met'}")
     return 0
 
