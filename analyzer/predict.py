@@ -875,7 +875,7 @@ class Predictor:
             "known_by": known_by,
             "band": {
                 "unused_saving": [lo, hi],
-                "unused_pct": [-100 * hi, -100 * lo],
+                "unused_pct": [round(-100 * hi, 1), round(-100 * lo, 1)],
                 "variants": len(futures),
             },
             "not_modelled": NOT_MODELLED.get(rule),
