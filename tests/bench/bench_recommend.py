@@ -76,9 +76,11 @@ def main() -> int:
         f"ratio recommend / floor: {med['recommend'] / med['floor']:.2f}; the prediction and "
         f"the second read add {med['recommend'] - med['floor']:.2f} s"
     )
+    shown = set()
     for r in result.get("recommendations", []) + result.get("held_back", []):
         p = r.get("predicted") or {}
-        if p.get("seeded_from") == "history":
+        if p.get("seeded_from") == "history" and r["rule"] not in shown:
+            shown.add(r["rule"])
             futures = ", ".join(f"{f['name']} {-100 * f['unused_saving']:+.0f} %"
                                 for f in p.get("futures") or ())  # fmt: skip
             print(
