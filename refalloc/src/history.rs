@@ -156,3 +156,65 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     g.w.finish()?;
     Ok(count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceReader;
+    use std::collections::HashMap;
+
+    fn params(passes: bool) -> Params {
+        Params {
+            live: 200,
+            peak: 2_000,
+            before: 100,
+            after: 400,
+            passes,
+            lo: 560,
+            hi: 1_040,
+            allocator: 10,
+            type_: 214,
+            instances: 2,
+            seed: 7,
+        }
+    }
+
+    /// Every free is of a block the history made on the same instance; the live set ends at
+    /// `live` per instance; a pass replaces each survivor of the drop exactly once.
+    #[test]
+    fn a_history_frees_only_its_own_blocks_and_ends_at_the_live_set() {
+        for passes in [false, true] {
+            let name = format!("refalloc-history-{}-{passes}.batr", std::process::id());
+            let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+            let p = params(passes);
+            let n = write(&path, "{\"schedulers\":2}", p).unwrap();
+            let mut live: HashMap<u64, u64> = HashMap::new();
+            let mut order = Vec::new();
+            let mut r = TraceReader::open(&path).unwrap();
+            r.for_each_event(|e| match e.op {
+                Op::Alloc => {
+                    assert!((p.lo..=p.hi).contains(&e.size));
+                    assert!(live.insert(e.id, e.instance).is_none());
+                }
+                _ => {
+                    assert_eq!(live.remove(&e.id), Some(e.instance));
+                    order.push(e.id);
+                }
+            })
+            .unwrap();
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(n, 2 * (2 * p.peak - p.live + 2 * p.before + 2 * p.after));
+            assert_eq!(live.len() as u64, 2 * p.live);
+            if passes {
+                // The first pass after the drop (its first 2 x live frees) frees 2 x live
+                // distinct blocks made before the drop: every survivor, once.
+                let pass = &order[order.len() - 2 * p.after as usize..][..2 * p.live as usize];
+                let mut ids = pass.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), pass.len());
+                assert!(ids.iter().all(|&id| id <= 2 * (p.peak + p.before)));
+            }
+        }
+    }
+}
