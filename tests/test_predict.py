@@ -106,7 +106,9 @@ def test_placement_that_would_not_help_is_held_back() -> None:
     assert f5["predicted"]["unused_saving"] < pr.MIN_UNUSED_SAVING
     assert f5["predicted"]["best_case"]["unused_saving"] < pr.MIN_UNUSED_SAVING
     assert [(d["rule"], d["flags"]) for d in r["held_back"]] == [
-        ("R5", "+MEas ageffcbf"), ("R10", "+MEacful de")]
+        ("R5", "+MEas ageffcbf"),
+        ("R10", "+MEacful de"),
+    ]
     assert r["held_back"][1]["why"].startswith("no prediction of its gain")
     v = r["verdict"]
     assert r["emulator_flags"] == "" and v["state"] == "NO FLAG HELPS" and not r["healthy"]
@@ -168,7 +170,8 @@ def test_no_predict_flag(cli) -> None:
     assert doc["prediction"] is None and doc["not_predicted"] == "not predicted: --no-predict"
     assert [(h["rule"], h["flags"], h["why"]) for h in doc["held_back"]] == [
         ("R5", "+MEas ageffcbf", "not predicted: --no-predict"),
-        ("R10", "+MEacful de", "not predicted: --no-predict")]
+        ("R10", "+MEacful de", "not predicted: --no-predict"),
+    ]
 
 
 # --- restart-true histories (issue 22) -----------------------------------------------------------

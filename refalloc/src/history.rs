@@ -37,7 +37,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 11) as u128 * n as u128 >> 53) as usize
+        (((self.next() >> 11) as u128 * n as u128) >> 53) as usize
     }
 
     fn shuffle<T>(&mut self, v: &mut [T]) {
@@ -99,7 +99,10 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     let mut g = Gen {
         w: TraceWriter::new(f, header_json)?,
         rng: Rng(p.seed),
-        p: Params { hi: p.hi.max(p.lo), ..p },
+        p: Params {
+            hi: p.hi.max(p.lo),
+            ..p
+        },
         t: 0,
         next_id: 1,
         live: vec![Vec::new(); n],
@@ -132,17 +135,17 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
     for _ in 0..p.after {
-        for k in 0..n {
+        for (k, pass) in order.iter_mut().enumerate() {
             let len = g.live[k].len();
             if len == 0 {
                 continue;
             }
             let j = if p.passes {
-                if order[k].is_empty() {
-                    order[k] = (0..len).collect();
-                    g.rng.shuffle(&mut order[k]);
+                if pass.is_empty() {
+                    *pass = (0..len).collect();
+                    g.rng.shuffle(pass);
                 }
-                order[k].pop().unwrap_or(0)
+                pass.pop().unwrap_or(0)
             } else {
                 g.rng.below(len)
             };
@@ -152,4 +155,66 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     let count = g.w.count;
     g.w.finish()?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceReader;
+    use std::collections::HashMap;
+
+    fn params(passes: bool) -> Params {
+        Params {
+            live: 200,
+            peak: 2_000,
+            before: 100,
+            after: 400,
+            passes,
+            lo: 560,
+            hi: 1_040,
+            allocator: 10,
+            type_: 214,
+            instances: 2,
+            seed: 7,
+        }
+    }
+
+    /// Every free is of a block the history made on the same instance; the live set ends at
+    /// `live` per instance; a pass replaces each survivor of the drop exactly once.
+    #[test]
+    fn a_history_frees_only_its_own_blocks_and_ends_at_the_live_set() {
+        for passes in [false, true] {
+            let name = format!("refalloc-history-{}-{passes}.batr", std::process::id());
+            let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+            let p = params(passes);
+            let n = write(&path, "{\"schedulers\":2}", p).unwrap();
+            let mut live: HashMap<u64, u64> = HashMap::new();
+            let mut order = Vec::new();
+            let mut r = TraceReader::open(&path).unwrap();
+            r.for_each_event(|e| match e.op {
+                Op::Alloc => {
+                    assert!((p.lo..=p.hi).contains(&e.size));
+                    assert!(live.insert(e.id, e.instance).is_none());
+                }
+                _ => {
+                    assert_eq!(live.remove(&e.id), Some(e.instance));
+                    order.push(e.id);
+                }
+            })
+            .unwrap();
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(n, 2 * (2 * p.peak - p.live + 2 * p.before + 2 * p.after));
+            assert_eq!(live.len() as u64, 2 * p.live);
+            if passes {
+                // The first pass after the drop (its first 2 x live frees) frees 2 x live
+                // distinct blocks made before the drop: every survivor, once.
+                let pass = &order[order.len() - 2 * p.after as usize..][..2 * p.live as usize];
+                let mut ids = pass.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), pass.len());
+                assert!(ids.iter().all(|&id| id <= 2 * (p.peak + p.before)));
+            }
+        }
+    }
 }

@@ -1,65 +1,95 @@
-"""Bench: `recommend` with predictions seeded from the node's carriers (issue 17 item 10).
+"""Bench: `beamalloc recommend NODE` on a node with 2 GiB of binary_alloc (issue 22, cost line).
 
-    .venv/bin/python tests/bench/bench_recommend.py [--runs N] [--burst B]
+    .venv/bin/python tests/bench/bench_recommend.py [--runs N] [--base B]
 
-One real node runs the scatter workload scaled up (2 x B binaries of 1-3 KB, a random 5 % kept)
-with +MBlmbcs 1024: about 2.3 GiB of binary_alloc in 2,000 or more carriers of 1 MiB at
-B = 600,000, every one pinned. A live snapshot with its carrier data is taken once; then
-recommend() runs N times on it with the carriers (the seeded replay) and N times on the same
-snapshot without them (the counters' fitted models), alternated: medians, their ratio, and
-the seeded replay's size.
-Goal: the seeded recommend within 5 s on this machine. A plain script, not a test: tests never
-assert wall-clock times.
+One real node runs samples/workloads/churn.erl scaled up under `+MBas bf` (a base set of B
+binaries of 600-1000 B, a spike to 15 x B, a random drop, every survivor replaced, then steady
+churn): about 2.2 GiB of binary_alloc at B = 160,000. Then, alternated N times:
+
+* `recommend NODE --json` as an operator runs it: two reads of the node (the turnover), the
+  restart-true prediction (the node's history replayed from an empty VM, scaled down to
+  analyzer/predict.HISTORY_BLOCKS peak blocks), the verdict;
+* the floor, in the same run: `recommend NODE --json --no-predict --rate-seconds 0` (reading the
+  node, its processes and the rules, no replay, no second read).
+
+Prints medians, the ratio to the floor, the time the prediction adds, and the prediction (its
+scale, calibration error, futures). Goal: the full command within 3 s on this machine. A plain
+script, not a test: tests never assert wall-clock times.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from beamalloc.analyzer.recommend import recommend
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
+
+
+def _cli(node: str, cookie: Path, *extra: str) -> tuple[float, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "BEAMALLOC_COOKIE"}
+    t = time.perf_counter()
+    cmd = [sys.executable, "-m", "beamalloc.cli", "recommend", node, "--json", "--cookie-file",
+           str(cookie), "--timeout", "120", *extra]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=True)
+    return time.perf_counter() - t, json.loads(r.stdout)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--burst", type=int, default=600_000)
+    ap.add_argument("--base", type=int, default=160_000)
     args = ap.parse_args()
-    with WorkloadNode("scatter", ["+MBlmbcs", "1024"], {"BURST": str(args.burst)}) as wl:
-        wl.wait_ready(timeout=600)
-        t = time.perf_counter()
+    env = {"CHURN_BASE": str(args.base), "CHURN_LOAD": "5000"}
+    with WorkloadNode("churn", ["+MBas", "bf"], env) as wl, tempfile.TemporaryDirectory() as tmp:
+        wl.wait_ready(timeout=900)
+        cookie = Path(tmp) / "cookie"
+        cookie.write_text(wl.cookie + "\n")
         snap = snapshot_node(wl.node, wl.cookie, timeout=120.0)
-        snap_s = time.perf_counter() - t
-    cs = snap.carriers_of("binary_alloc")
-    print(f"node: scatter x {args.burst}, binary_alloc {sum(c.size for c in cs) / 2**30:.2f} GiB "
-          f"in {len(cs)} carriers (snapshot with carriers {snap_s:.2f} s)")
-    bare = dataclasses.replace(snap, carriers=None)
-    times: dict[str, list[float]] = {"seeded": [], "counters": []}
-    result = None
-    for _ in range(args.runs):
-        for label, s in (("seeded", snap), ("counters", bare)):
-            t = time.perf_counter()
-            r = recommend(s)
-            times[label].append(time.perf_counter() - t)
-            if label == "seeded":
-                result = r
+        insts = snap.instances("binary_alloc")
+        size = sum(i.mbcs.carriers_size.current + i.sbcs.carriers_size.current
+                   + (i.mbcs_pool.carriers_size if i.mbcs_pool else 0) for i in insts)  # fmt: skip
+        print(
+            f"node: churn x {args.base} under +MBas bf, binary_alloc {size / 2**30:.2f} GiB in "
+            f"{len(snap.carriers_of('binary_alloc'))} carriers"
+        )
+        times: dict[str, list[float]] = {"recommend": [], "floor": []}
+        result: dict = {}
+        for _ in range(args.runs):
+            dt, result = _cli(wl.node, cookie)
+            times["recommend"].append(dt)
+            dt, _ = _cli(wl.node, cookie, "--no-predict", "--rate-seconds", "0")
+            times["floor"].append(dt)
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():
-        print(f"recommend, {k:8}: median {med[k]:.2f} s over {len(v)} runs "
-              f"({', '.join(f'{x:.2f}' for x in v)})")
-    print(f"ratio seeded / counters: {med['seeded'] / med['counters']:.2f}")
-    assert result is not None
-    for f in result["findings"]:
-        p = f.get("predicted")
-        if p and p.get("seeded_from") == "carriers":
-            print(f"{f['rule']} {f['allocator']}: {p['model']['events']} events per replay, "
-                  f"{p['band']['variants']} variants")
-    print(f"goal: seeded recommend within 5 s: {'met' if med['seeded'] <= 5 else 'NOT met'}")
+        print(
+            f"{k:9}: median {med[k]:.2f} s over {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})"
+        )
+    print(
+        f"ratio recommend / floor: {med['recommend'] / med['floor']:.2f}; the prediction and "
+        f"the second read add {med['recommend'] - med['floor']:.2f} s"
+    )
+    shown = set()
+    for r in result.get("recommendations", []) + result.get("held_back", []):
+        p = r.get("predicted") or {}
+        if p.get("seeded_from") == "history" and r["rule"] not in shown:
+            shown.add(r["rule"])
+            futures = ", ".join(f"{f['name']} {-100 * f['unused_saving']:+.0f} %"
+                                for f in p.get("futures") or ())  # fmt: skip
+            print(
+                f"{r['rule']}: history at {p['model']['scale']:.3f} of the node, "
+                f"{p['model']['events']} events, calibration error "
+                f"{p['calibration']['error']:.3f}, {-100 * p['unused_saving']:+.0f} % "
+                f"(known: {p['known']}; {p['known_by']}){'; ' + futures if futures else ''}"
+            )
+    print(f"goal: recommend NODE within 3 s: {'met' if med['recommend'] <= 3 else 'NOT met'}")
     return 0
 
 

@@ -64,13 +64,16 @@ def seeded(workload: str, allocator: str, rule: str, flags: str) -> Seeded:
 
 def table(rows: list[Seeded]) -> str:
     mib = 1 << 20
-    out = ["| workload | allocator | flags | predicted unused (band; the replay's bytes) | "
-           "measured unused | difference |", "|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| workload | allocator | flags | seeded from (calibration error) | predicted unused "
+           "(band; the replay's bytes) | measured unused | difference |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         p = r.prediction
         lo, hi = p["band"]["unused_pct"]
+        cal = (p.get("calibration") or {}).get("error")
         out.append(
-            f"| {r.workload} | {r.allocator} | `{r.flags}` | {r.predicted_pct:+.0f} % "
+            f"| {r.workload} | {r.allocator} | `{r.flags}` | {p['seeded_from']} "
+            f"({'-' if cal is None else f'{cal:.2f}'}) | {r.predicted_pct:+.0f} % "
             f"({lo:+.0f} to {hi:+.0f}; {p['before']['unused'] / mib:.1f} → "
             f"{p['after']['unused'] / mib:.1f} MiB) | {r.before[1] / mib:.1f} → "
             f"{r.after[1] / mib:.1f} MiB ({r.measured_pct:+.0f} %) | "
