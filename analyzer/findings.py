@@ -149,6 +149,9 @@ class AllocFacts:
 
 #: The counters of a fetch attempt that ended without a carrier (docs/erts/alloc_util.md §5.1).
 FETCH_FAILURES = ("fail", "fail_shared", "fail_pooled", "fail_pend_dealloc")
+#: Counters of which exactly one counts each carrier a fetch passed over (`skip_size` counts
+#: some of them a second time): docs/erts/alloc_util.md §5.1.
+PASSED_OVER = ("skip_busy", "skip_race", "skip_not_pooled")
 
 
 @dataclass(frozen=True)

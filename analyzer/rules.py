@@ -22,6 +22,7 @@ from beamalloc.analyzer.findings import (
     FETCH_FAILURES,
     MCS_MAX,
     NON_MIGRATING,
+    PASSED_OVER,
     SINCE,
     Advice,
     AllocFacts,
@@ -605,9 +606,11 @@ def r16_pool_unusable(f: Facts) -> list[Finding]:
         fetched, failed = a.pool_counters.get("fetch", 0), a.fetch_failures()
         if failed < R16_MIN_FAILURES or failed / (failed + fetched) < R16_FAILURE_SHARE:
             continue
-        skips = {k: v for k, v in a.pool_counters.items() if k.startswith("skip_")}
-        too_small = skips.get("skip_size", 0)
-        size_share = too_small / sum(skips.values()) if any(skips.values()) else 0.0
+        skips = {k: a.pool_counters.get(k, 0) for k in ("skip_size", *PASSED_OVER)}
+        # Every carrier passed over counts once in PASSED_OVER; skip_size counts it again when
+        # its largest free block was too small (docs/erts/alloc_util.md §5.1).
+        passed, too_small = sum(skips[k] for k in PASSED_OVER), skips["skip_size"]
+        size_share = too_small / passed if passed else 0.0
         ev = {**_ev(a), "pool_carriers": a.pool_carriers, "pool_carriers_size": a.pool_allocated,
               "pool_blocks_size": a.pool_used, "fetch": fetched, "fetch_failures": failed,
               **{k: a.pool_counters.get(k, 0) for k in FETCH_FAILURES}, **skips,
