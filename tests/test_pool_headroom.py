@@ -150,3 +150,20 @@ def test_real_dumps() -> None:
         assert lit.size == GIB and lit.only and 0 < lit.used < 0.01 * lit.size, (name, lit)
         assert rules.r17_super_carrier_headroom(f) == []
     assert seen == expected > 0
+
+
+@pytest.mark.slow
+def test_recommend_advises_the_headroom_flag() -> None:
+    """R17's flag is advised on the use it measured, though the replay shows no carrier byte
+    saved: no replay can show headroom (recommend.HEADROOM_RULES). Without a prediction it is a
+    candidate, like every flag (issue 17)."""
+    from beamalloc.analyzer.recommend import recommend
+
+    s = load("healthy")
+    s.extra["erts_mmap"] = s.extra["erts_mmap"].replace("{used,2162688}", "{used,943718400}", 1)
+    r = recommend(s)
+    assert r["emulator_flags"] == "+MIscs 2048" and not r["held_back"]
+    [rec] = r["recommendations"]
+    assert rec["rule"] == "R17" and rec["allocator"] == "literal_alloc"
+    assert recommend(load("healthy"), predict=False)["emulator_flags"] == ""
+    assert recommend(s, predict=False)["held_back"][0]["rule"] == "R17"
