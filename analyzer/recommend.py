@@ -136,7 +136,7 @@ class _Running:
         """Whether the node already runs with this flag's value (its effective configuration)."""
         fs, otp = FlagSet((*self.base.flags, a.flag), otp=self.base.otp), self.base.otp
         try:
-            if a.flag.target == "M" or (a.flag.target, a.flag.param) == ("I", "scs"):  # §2.2
+            if a.flag.target == "M" or (a.flag.target, a.flag.param) == ("I", "scs"):  # globals
                 return effective_globals(fs, self.schedulers, otp=otp) == self.globals
             return effective_config(fs, self.schedulers, otp=otp)[a.allocator] == self.config[
                 a.allocator]  # fmt: skip
