@@ -167,3 +167,22 @@ def test_recommend_advises_the_headroom_flag() -> None:
     assert rec["rule"] == "R17" and rec["allocator"] == "literal_alloc"
     assert recommend(load("healthy"), predict=False)["emulator_flags"] == ""
     assert recommend(s, predict=False)["held_back"][0]["rule"] == "R17"
+
+
+#: An OTP 25 node's answer under `+MMscs 128` (scs 0, no super carrier, by default).
+DEFAULT_MMAP = (
+    "[{default_mmap,[{options,[{scs,130023424},{sco,true},{scrpm,true},{scrfsd,65536}]},"
+    "{supercarrier,[{sizes,[{total,134217728},{total_sa,14155776},{total_sua,659456},"
+    "{used,USED},{used_sa,14155776},{used_sua,659456}]},{free_segs,[{used,0},{max,0},"
+    "{allocated,0},{reserved,65536},{used_sa,0},{used_sua,0}]}]}]}]")
+
+
+def test_r17_default_mapper_super_carrier() -> None:
+    """Under +MMscs the default mapper has a super carrier too: mseg's flag, when it fills."""
+    s = load("binspike")
+    s.extra["erts_mmap"] = DEFAULT_MMAP.replace("USED", "19009536")
+    assert rules.r17_super_carrier_headroom(facts(s)) == []
+    s.extra["erts_mmap"] = DEFAULT_MMAP.replace("USED", str(110 * MIB))
+    [x] = rules.r17_super_carrier_headroom(facts(s))
+    assert x.allocator == "mseg_alloc" and x.evidence["mapper"] == "default_mmap"
+    assert [a.flag.render() for a in x.advice] == ["+MMscs 256"]
