@@ -14,6 +14,7 @@ from typing import Any, Literal
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.analyzer.options import first_scheduler_instance
+from beamalloc.collector.terms import TermError, parse_term, proplist
 from beamalloc.flags import ALLOCATOR_LETTERS, UINT_MAX, Flag
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
@@ -108,6 +109,15 @@ class AllocFacts:
     #: its single-block carriers held at once (one block, if it never had two); 0 if it never
     #: had a single-block carrier (then every block stayed below sbct).
     largest_block: int = 0
+    #: The carrier pool's fetch counters (`fetch`, `fail*`, `skip_*`), summed over the instances
+    #: that tried to fetch; empty where the source has none: a crash dump never prints them
+    #: (docs/erts/alloc_util.md §5.1).
+    pool_counters: dict[str, int] = field(default_factory=dict)
+
+    def fetch_failures(self) -> int:
+        """Fetch attempts that took no carrier (docs/erts/alloc_util.md §5.1): each attempt ends
+        in exactly one of `fetch` or these."""
+        return sum(self.pool_counters.get(k, 0) for k in FETCH_FAILURES)
 
     @property
     def unused(self) -> int:
@@ -137,6 +147,70 @@ class AllocFacts:
         return self.calls.get(f"{short}_{kind}", 0)
 
 
+#: The counters of a fetch attempt that ended without a carrier (docs/erts/alloc_util.md §5.1).
+FETCH_FAILURES = ("fail", "fail_shared", "fail_pooled", "fail_pend_dealloc")
+#: Counters of which exactly one counts each carrier a fetch passed over (`skip_size` counts
+#: some of them a second time): docs/erts/alloc_util.md §5.1.
+PASSED_OVER = ("skip_busy", "skip_race", "skip_not_pooled")
+
+
+@dataclass(frozen=True)
+class SuperCarrier:
+    """One erts_mmap mapper's super carrier: `literal_mmap` (literal_alloc's, always there on
+    64-bit) or `default_mmap` (with `+MMscs`). docs/erts/alloc_util.md §10."""
+
+    mapper: str
+    size: int  # `total`: the reserved range
+    used: int  # `used`: carriers and the mapper's own bookkeeping
+    only: bool  # `sco`: no fallback to the OS when it is full
+
+    @property
+    def free(self) -> int:
+        return max(self.size - self.used, 0)
+
+    @property
+    def used_share(self) -> float:
+        return self.used / self.size if self.size else 0.0
+
+
+def super_carriers(text: object) -> dict[str, SuperCarrier]:
+    """The super carriers in a snapshot's `erts_mmap` section, as the live term
+    (`[{literal_mmap, [{options, [...]}, {supercarrier, [{sizes, [...]}, ...]}]}, ...]`) or
+    as a crash dump's lines (`literal_mmap: supercarrier total size: N`); docs/erts/alloc_util.md
+    §10. A mapper without a super carrier (default_mmap without +MMscs) is left out, and text
+    that is neither shape gives nothing."""
+    if not isinstance(text, str) or not text:
+        return {}
+    raw: dict[str, dict[str, object]] = {}
+    if text.lstrip().startswith("["):
+        try:
+            term = parse_term(text, final_dot=False)
+        except TermError:
+            return {}
+        for name, props in proplist(term if isinstance(term, list) else []).items():
+            p = proplist(props if isinstance(props, list) else [])
+            sizes = proplist(proplist(p.get("supercarrier", [])).get("sizes", []))
+            opts = proplist(p.get("options", []))
+            raw[str(name)] = {"size": sizes.get("total"), "used": sizes.get("used"),
+                              "only": opts.get("sco")}  # fmt: skip
+    else:
+        keys = {"supercarrier total size": "size", "supercarrier used size": "used",
+                "option sco": "only"}  # fmt: skip
+        for line in text.splitlines():
+            mapper, _, rest = line.partition(": ")
+            key, _, value = rest.rpartition(": ")
+            if key in keys:
+                v: object = value == "true" if key == "option sco" else (
+                    int(value) if value.isdigit() else None)
+                raw.setdefault(mapper, {})[keys[key]] = v
+    out = {}
+    for mapper, r in raw.items():
+        size, used = r.get("size"), r.get("used")
+        if isinstance(size, int) and isinstance(used, int) and size > 0:
+            out[mapper] = SuperCarrier(mapper, size, used, r.get("only") in (True, "true"))
+    return out
+
+
 @dataclass
 class Facts:
     node: str
@@ -157,6 +231,7 @@ class Facts:
     mseg_mcs: int | None
     slogan: str | None = None  # a crash dump's: why the node died
     wordsize: int | None = None
+    super_carriers: dict[str, SuperCarrier] = field(default_factory=dict)
 
     @property
     def unused(self) -> int:
@@ -182,6 +257,10 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
         return sum(_cv(i, kw, kind, c) for i in insts)
 
     pools = [i.mbcs_pool for i in insts if i.mbcs_pool is not None]
+    counters: dict[str, int] = {}
+    for pool in pools:
+        for k, v in pool.counters.items():
+            counters[k] = counters.get(k, 0) + v
     now = instance_sums(insts)
     return AllocFacts(
         name=name,
@@ -206,6 +285,7 @@ def _alloc_facts(name: str, insts: list[AllocatorInstance], schedulers: int | No
         calls=calls,
         sched_allocated=[m.container_size(i, "current", "carriers_size") for i in sched],
         largest_block=max((i.sbcs.block_size.max for i in insts), default=0),
+        pool_counters=counters,
     )
 
 
@@ -234,4 +314,5 @@ def facts(snap: Snapshot) -> Facts:
         mseg_mcs=int(mcs[0]) if mcs else None,  # type: ignore[arg-type]
         slogan=snap.extra.get("slogan") if isinstance(snap.extra.get("slogan"), str) else None,
         wordsize=snap.wordsize,
+        super_carriers=super_carriers(snap.extra.get("erts_mmap")),
     )

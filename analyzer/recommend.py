@@ -136,7 +136,7 @@ class _Running:
         """Whether the node already runs with this flag's value (its effective configuration)."""
         fs, otp = FlagSet((*self.base.flags, a.flag), otp=self.base.otp), self.base.otp
         try:
-            if a.flag.target == "M":
+            if a.flag.target == "M" or (a.flag.target, a.flag.param) == ("I", "scs"):  # globals
                 return effective_globals(fs, self.schedulers, otp=otp) == self.globals
             return effective_config(fs, self.schedulers, otp=otp)[a.allocator] == self.config[
                 a.allocator]  # fmt: skip
@@ -250,6 +250,9 @@ def _revert_advice(rv: Revert, flags: tuple[Flag, ...], issue_rule: str) -> list
 MIN_RATE = 50.0
 #: Rules whose flags buy speed with memory: they need a measured rate (never lifetime counters).
 SPEED_RULES = ("R6", "R7")
+#: Rules whose flag buys headroom before a crash, not memory or speed: the use they measured is
+#: their evidence, and no replay of carriers can show it (docs/erts/tuning.md §1 R17).
+HEADROOM_RULES = ("R17",)
 
 
 def speed_trades(snap: Snapshot) -> list[str]:
@@ -320,6 +323,8 @@ def judge(fnd: Finding, p: Prediction | None, err: str | None, rate: Rate | None
     """None if the finding's flags show the gain they are there for; else why not."""
     if runaway is not None:
         return Reason("runaway")
+    if fnd.rule in HEADROOM_RULES:
+        return None
     if p is not None and (grows := _gain_reason(p)) is not None:
         return grows
     if fnd.rule in SPEED_RULES:

@@ -2,9 +2,10 @@
 statistics. Each takes Facts and returns Findings; a finding below its threshold is `info` and
 never carries a flag (issue 3, must-hold 1: false advice costs restarts of production nodes).
 
-Implemented: R0, R1, R2, R3, R4, R5, R6, R7, R9, R10, R11, R13. R8 and the configuration half of
-R9 are lint (analyzer/lint.py). Not rules, because nothing in a snapshot shows their symptom:
-R12 (an operator's choice), R14 (lock contention), R15 (an A/B diagnostic, never shipped).
+Implemented: R0, R1, R2, R3, R4, R5, R6, R7, R9, R10, R11, R13, R16, R17. R8 and the
+configuration half of R9 are lint (analyzer/lint.py). Not rules, because nothing in a snapshot
+shows their symptom: R12 (an operator's choice), R14 (lock contention), R15 (an A/B diagnostic,
+never shipped).
 
 Thresholds marked [heur] are our operationalisation (docs/erts/tuning.md §1 legend); the floors on
 bytes and calls keep a small, healthy node from getting advice for noise.
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from beamalloc.analyzer.findings import (
+    FETCH_FAILURES,
     MCS_MAX,
     NON_MIGRATING,
+    PASSED_OVER,
     SINCE,
     Advice,
     AllocFacts,
@@ -95,6 +98,15 @@ R11_MIN_BINARY = 64 * MB
 R11_USAGE = 0.80
 # --- R13 --------------------------------------------------------------------------------------
 R13_REALLOC_RATIO = 0.2  # [heur]
+# --- R16 --------------------------------------------------------------------------------------
+R16_MIN_FAILURES = 1000  # fetch attempts that took nothing: fewer say nothing [heur]
+R16_FAILURE_SHARE = 0.50  # of all fetch attempts [heur]
+R16_SIZE_SHARE = 0.50  # skip_size among the skips: "too full", not "busy" [heur]
+# --- R17 --------------------------------------------------------------------------------------
+R17_USED_SHARE = 0.80  # of a super carrier in use [heur]
+R17_TARGET_SHARE = 0.50  # the advised size holds today's use at this share [heur]
+#: The flag that sizes each mapper's super carrier (docs/erts/alloc_util.md §10).
+SCS_FLAG = {"literal_mmap": ("I", "literal_alloc"), "default_mmap": ("M", "mseg_alloc")}
 
 SRC_EIA = "Erlang in Anger §7.3.1"
 
@@ -146,6 +158,10 @@ R10 = RuleSpec("R10", ("docs/erts/tuning.md §1 R10", "Erlang in Anger §7.3.2",
 R11 = RuleSpec("R11", ("docs/erts/tuning.md §1 R11", "Erlang in Anger §7.2",
                        "heroku/logplex PR #48", "helium/miner PR #288"))
 R13 = RuleSpec("R13", ("docs/erts/tuning.md §1 R13", "erts_alloc doc"))
+R16 = RuleSpec("R16", ("docs/erts/tuning.md §1 R16", "docs/erts/alloc_util.md §5.1",
+                       "erlang/otp erts/emulator/beam/erl_alloc_util.c cpool_fetch()"))
+R17 = RuleSpec("R17", ("docs/erts/tuning.md §1 R17", "docs/erts/alloc_util.md §10",
+                       "erlang/otp erts/emulator/sys/common/erl_mmap.h"))
 
 Rule = Callable[[Facts], list[Finding]]
 
@@ -575,6 +591,92 @@ def r13_realloc(f: Facts) -> list[Finding]:
     return out
 
 
+def r16_pool_unusable(f: Facts) -> list[Finding]:
+    """R16 Pooled carriers no instance can reuse: the pool holds >= MIN_UNUSED of an allocator's
+    carriers while most fetch attempts (>= R16_FAILURE_SHARE, >= R16_MIN_FAILURES) take nothing,
+    and most carriers passed over were too small (`skip_size`): their largest free block is
+    smaller than what instances ask for. Needs the fetch counters, which only live sources have
+    (docs/erts/alloc_util.md §5.1). Info: the remedies (acfml, acful) trade migration for
+    memory, and no replay models them. Sources: erl_alloc_util.c cpool_fetch().
+    """
+    out = []
+    for a in f.allocators.values():
+        if a.letter is None or not a.pool_counters or a.pool_allocated < MIN_UNUSED:
+            continue
+        fetched, failed = a.pool_counters.get("fetch", 0), a.fetch_failures()
+        if failed < R16_MIN_FAILURES or failed / (failed + fetched) < R16_FAILURE_SHARE:
+            continue
+        skips = {k: a.pool_counters.get(k, 0) for k in ("skip_size", *PASSED_OVER)}
+        # Every carrier passed over counts once in PASSED_OVER; skip_size counts it again when
+        # its largest free block was too small (docs/erts/alloc_util.md §5.1).
+        passed, too_small = sum(skips[k] for k in PASSED_OVER), skips["skip_size"]
+        size_share = too_small / passed if passed else 0.0
+        ev = {**_ev(a), "pool_carriers": a.pool_carriers, "pool_carriers_size": a.pool_allocated,
+              "pool_blocks_size": a.pool_used, "fetch": fetched, "fetch_failures": failed,
+              **{k: a.pool_counters.get(k, 0) for k in FETCH_FAILURES}, **skips,
+              "skip_size_share": round(size_share, 4)}  # fmt: skip
+        msg = (f"{a.name}: {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}, "
+               f"{human(a.pool_used)} of blocks in them); fetches failed {failed:,} times "
+               f"against {fetched:,} taken")  # fmt: skip
+        if size_share >= R16_SIZE_SHARE:
+            sbct = a.sbct or 512 * KB
+            msg += (f", and {too_small:,} of the carriers passed over had no free block large "
+                    "enough: the pool holds carriers too full for any instance's blocks. "
+                    f"+M{a.letter}acfml {sbct} (bytes) lets a carrier into the pool only with a "
+                    f"free block of sbct ({human(sbct)}), so every pooled carrier can serve any "
+                    f"multiblock request; +M{a.letter}acful de (R10) gives the free pages of "
+                    "those already there back to the OS.")  # fmt: skip
+        else:
+            msg += (": the carriers passed over were mostly busy or raced for, not too small "
+                    "(skip_size is a minority); carrier migration is contended, no flag "
+                    "fixes that.")  # fmt: skip
+        out.append(R16.finding("info", f"{a.name}: pooled carriers are not reused",
+                               message=msg, evidence=ev, allocator=a.name))
+    return out
+
+
+def r17_super_carrier_headroom(f: Facts) -> list[Finding]:
+    """R17 Super carrier headroom: a super carrier with `sco` (no fallback to the OS) used to
+    >= R17_USED_SHARE of its size. literal_alloc maps every carrier in the literal one, so when
+    it is full the node dies with `literal_alloc: Cannot allocate` (persistent_term, large
+    modules, literals of loaded code). `+MIscs` (literal) or `+MMscs` (default mapper) sized so
+    today's use is R17_TARGET_SHARE of it; the range is virtual, reserved not committed.
+    Sources: erl_mmap.h ERTS_LITERAL_VIRTUAL_AREA_SIZE; docs/erts/alloc_util.md §10.
+    """
+    out = []
+    for sc in f.super_carriers.values():
+        if sc.mapper not in SCS_FLAG or sc.used_share < R17_USED_SHARE:
+            continue
+        letter, owner = SCS_FLAG[sc.mapper]
+        ev = {"mapper": sc.mapper, "size": sc.size, "used": sc.used, "free": sc.free,
+              "used_share": round(sc.used_share, 4), "sco": sc.only}  # fmt: skip
+        msg = (f"The {sc.mapper} super carrier is {pct(sc.used_share)} used: "
+               f"{human(sc.used)} of {human(sc.size)}, {human(sc.free)} free.")
+        if not sc.only:
+            out.append(R17.finding(
+                "info", f"{sc.mapper}: super carrier nearly full",
+                message=msg + " It falls back to the OS when full (sco false): no flag needed.",
+                evidence=ev, allocator=owner,
+            ))
+            continue
+        size_mb = -(-int(sc.used / R17_TARGET_SHARE) // MB)
+        new_size = 1 << max(size_mb - 1, 1).bit_length()  # MB, a power of two
+        what = ("literal_alloc: Cannot allocate (literals of loaded code, persistent_term)"
+                if sc.mapper == "literal_mmap" else "carriers that cannot be mapped")
+        adv = R17.advice(
+            owner, Flag(letter, "scs", new_size * MB),
+            reason=f"a super carrier of {new_size} MB keeps today's {human(sc.used)} at "
+            f"{pct(sc.used / (new_size * MB))}; when it is full the node gets {what}",
+            cost="more virtual address space reserved (not resident: pages are committed as "
+            "carriers use them)",
+            evidence=ev,
+        )
+        out.append(R17.finding("action", f"{sc.mapper}: super carrier nearly full",
+                               message=msg + f" With sco true nothing falls back: next is {what}.",
+                               evidence=ev, allocator=owner, advice=[adv]))
+    return out
+
+
 _CANNOT_ALLOCATE = re.compile(
     r"^(\w+): Cannot allocate (\d+) bytes of memory(?: \(of type \"([^\"]+)\"\))?")
 #: A size no machine of the word size can map: user address space is 2^47 on x86-64 [heur: the
@@ -644,6 +746,8 @@ RULES: tuple[tuple[str, Rule], ...] = tuple((spec.id, fn) for spec, fn in (
     (R7, r7_sbcs),
     (R10, r10_pool_bloat),
     (R13, r13_realloc),
+    (R17, r17_super_carrier_headroom),
+    (R16, r16_pool_unusable),
     (R6, r6_mseg_cache),
     (R11, r11_binary_leak),
 ))

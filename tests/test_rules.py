@@ -62,6 +62,23 @@ def _r13_fire() -> Snapshot:
     return s
 
 
+def _r16_fire() -> Snapshot:
+    """binspike's 23 pooled carriers (128 MiB), and instance 2 failing to fetch any of them:
+    most carriers it passed over too full (counters as erl_alloc_util.c's cpool_fetch counts)."""
+    s = load("binspike")
+    pool = s.instances("binary_alloc")[2].mbcs_pool
+    assert pool is not None
+    pool.counters.update(fetch=12, fail=9120, fail_shared=40, skip_size=52_000, skip_race=55_000)
+    return s
+
+
+def _r17_fire() -> Snapshot:
+    s = load("binspike")
+    text = s.extra["erts_mmap"]
+    s.extra["erts_mmap"] = text.replace("{used,2162688}", "{used,943718400}", 1)  # 900 MiB
+    return s
+
+
 #: rule id -> (rule, a snapshot that fires it, one that does not, the allocator it names)
 CASES: dict[str, tuple[rules.Rule, Callable[[], Snapshot], Callable[[], Snapshot], str | None]] = {
     "OOM": (rules.oom_runaway, _oom_fire, lambda: load("heapchurn"), "eheap_alloc"),
@@ -83,6 +100,9 @@ CASES: dict[str, tuple[rules.Rule, Callable[[], Snapshot], Callable[[], Snapshot
             "binary_alloc"),
     "R11": (rules.r11_binary_leak, _r11_fire, lambda: load("healthy"), None),
     "R13": (rules.r13_realloc, _r13_fire, lambda: load("binspike"), "binary_alloc"),
+    "R16": (rules.r16_pool_unusable, _r16_fire, lambda: load("binspike"), "binary_alloc"),
+    "R17": (rules.r17_super_carrier_headroom, _r17_fire, lambda: load("binspike"),
+            "literal_alloc"),
 }  # fmt: skip
 
 
