@@ -32,11 +32,11 @@ HEADLINE_MAX = 100
 WHY_MAX = 3
 
 
-def change(x: float | None) -> str:
-    """A signed change given as a fraction: -0.9 -> "-90 %"."""
+def change(x: float | None, digits: int = 0) -> str:
+    """A signed change given as a fraction: -0.9 -> "-90 %" (`digits` after the point)."""
     if x is None:
         return "n/a"
-    return "0 %" if round(100 * x) == 0 else f"{100 * x:+.0f} %"
+    return f"{0:.{digits}f} %" if round(100 * x, digits) == 0 else f"{100 * x:+.{digits}f} %"
 
 
 def share(x: float) -> str:
