@@ -717,7 +717,7 @@ def verdict(
                 staged[i], h = _hold_back(fnd, old or Reason("no_predict"), None)
                 held.append(h)
     flags = FlagSet(tuple(a.flag for a in advice))
-    order = [x.render() for x in flags.flags]
+    order = [x.render() for x in flags.canonical()]
     advice.sort(key=lambda a: order.index(a.flag.render()))  # the order they are pasted in
     revert_pred = {rv.allocator: rv.prediction for rv, _ in reverts}
 
