@@ -145,6 +145,21 @@ def reason(r: Reason) -> str:
     return c.replace("_", " ")
 
 
+def reason_short(r: Reason) -> str:
+    """A reason in a why line under the headline: the figure and the floor, no more."""
+    n = r.numbers
+    if r.code == "below_gain":
+        also = f"; {share(n['best'])} if stragglers (the carrier map would tell)" \
+            if n.get("best") is not None else ""
+        return (f"the flags are predicted to free {share(n['saving'])} of it ({n['calibration']})"
+                f", below the {share(n['min_gain'])} floor{also}")
+    if r.code == "not_reproduced":
+        return f"the model does not reproduce it ({n['calibration']}): no decision from it"
+    if r.code in ("no_carrier_data", "carrier_map"):
+        return reason(r).split(": ", 1)[0] if r.code == "carrier_map" else "no carrier data"
+    return reason(r)
+
+
 def held_back(h: HeldBack) -> str:
     return reason(h.reason)
 
@@ -168,6 +183,23 @@ _REMEDY = {
 }
 
 
+_REMEDY_SHORT = {
+    "binary_copy": "binary:copy/1 the long-kept binaries",
+    "binary_copy_reverted": "binary:copy/1 the long-kept binaries once the strategy is reverted",
+    "restart_holders": "restart or hibernate their holders",
+    "gc_heaps": "garbage-collect or hibernate the grown heaps",
+    "rebuild_table": "rebuild the table",
+    "bound_queue": "bound the queue or cache that keeps it",
+    "gc_holder": "garbage-collect or hibernate {who}",
+    "bound_live_holder": "bound {who} (its binaries are live)",
+    "hibernate_idle": "hibernate the idle processes",
+}
+
+
+def remedy_short(r: Remedy) -> str:
+    return _REMEDY_SHORT.get(r.code, r.code).format(who=r.who)
+
+
 def remedy(r: Remedy) -> str:
     if r.code == "gc_holder":
         return f"garbage-collect or hibernate {r.who} (idle, it pins dead references)"
@@ -189,6 +221,15 @@ def entry_why(e: NoFlagEntry) -> str:
         out += (f" {e.pool['carriers']} pooled carriers ({human(e.pool['allocated'])}) hold "
                 f"{human(e.pool['used'])} of data.")
     return out
+
+
+def revert_short(r: Revert) -> str:
+    """A revert in a why line: the setting, its default, the figure and the floor."""
+    was, to = " ".join(r.flags_in_force), " ".join(r.flags)
+    if r.prediction is None or not r.prediction.reproduces:
+        return f"reverting `{was}` to `{to}` is not predicted ({r.not_predicted or 'no model'})"
+    verdict = "advised" if r.advised else f"below the {share(MIN_GAIN)} floor"
+    return f"reverting `{was}` to `{to}` predicts {figure(r.prediction)}: {verdict}"
 
 
 def revert(r: Revert) -> str:
@@ -307,12 +348,13 @@ def why(v: Verdict) -> list[str]:
                 out.append(f"Tell them apart: {r.numbers['command']}.")
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
-            cause = reason(e.held_back[0]) if e.held_back else reason(e.cause)
+            cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)
             out.append(f"Why: {cause}.")
             for rv in v.reverts:
-                out.append(f"Lint: {revert(rv)}.")
+                out.append(f"Lint: {revert_short(rv)}.")
             if e.remedies:
-                out.append(f"What does: {remedy(e.remedies[0])} ({releases(e.remedies[0])}).")
+                out.append(f"What does: {remedy_short(e.remedies[0])} "
+                           f"({releases(e.remedies[0])}).")
     if v.holders:
         lead = ("Processes, not allocator placement, hold the memory: " if v.state == HEALTHY
                 else "Who holds the memory: ")

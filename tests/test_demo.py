@@ -39,7 +39,7 @@ def test_demo_shows_what_the_tool_is_for(tmp_path):
     # scatter's survivors stay for good: no flag is shown to help, why, and what does
     tail = out.split("NO FLAG HELPS: ")[-1]
     assert "of binary_alloc unused, no +M flag releases it" in tail
-    assert "binary:copy/1" in tail and "Why: predicted to free" in tail
+    assert "binary:copy/1" in tail and "Why: the flags are predicted to free" in tail
     # the command to run next is printed whole, not folded at 80 columns by a pipe
     assert f"Next: beamalloc analyze {tmp_path / 'demo-snapshot.json'} --json" in res.stderr
     html = report.read_text()

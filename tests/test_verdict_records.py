@@ -160,7 +160,9 @@ def test_lint_wrong_setting_is_never_left_standing() -> None:
     else:  # then the numbers say why not, everywhere the setting is named
         assert rv.prediction.unused_saving < MIN_GAIN and v.state == NO_FLAG
         assert f"below the {wording.share(MIN_GAIN)} a restart is for" in said
-        assert any(said in x for x in wording.why(v))
+        assert any(wording.revert_short(rv) in x for x in wording.why(v))
+        assert "reverting `+MBas bf` to `+MBas aoffcbf +MBacul de` predicts" in " ".join(
+            wording.why(v))
         (lint,) = [x for x in doc["lint"] if x["check"] == "migration-off"]
         assert lint["verdict"] == said
         from beamalloc.reporters.recommend import paste

@@ -251,7 +251,7 @@ def test_verdict_on_the_page(client):
     assert "{&#39;" not in heap and "&#39;before&#39;" not in heap
     frag = page("frag")
     assert 'class="verdict bad"' in frag and "NO FLAG HELPS: 155.0 MiB of binary_alloc" in frag
-    assert "Why: predicted to free 12 %" in frag  # the why lines under it, as in the terminal
+    assert "Why: the flags are predicted to free 12 %" in frag  # the why lines, as in a terminal
     assert "No flag helps binary_alloc" in frag and "binary:copy/1" in frag
 
 
