@@ -156,7 +156,7 @@ def reason_short(r: Reason) -> str:
     if r.code == "not_reproduced":
         return f"the model does not reproduce it ({n['calibration']}): no decision from it"
     if r.code in ("no_carrier_data", "carrier_map"):
-        return reason(r).split(": ", 1)[0] if r.code == "carrier_map" else "no carrier data"
+        return f"the carrier map: {n['kind']}" if r.code == "carrier_map" else "no carrier data"
     return reason(r)
 
 
