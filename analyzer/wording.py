@@ -355,10 +355,10 @@ def why(v: Verdict) -> list[str]:
             if e.remedies:
                 out.append(f"What does: {remedy_short(e.remedies[0])} "
                            f"({releases(e.remedies[0])}).")
-    if v.holders:
+    if v.holders:  # always said: room is made for it
         lead = ("Processes, not allocator placement, hold the memory: " if v.state == HEALTHY
                 else "Who holds the memory: ")
-        out.append(lead + "; ".join(v.holders) + ".")
+        out = [*out[:WHY_MAX - 1], lead + "; ".join(v.holders) + "."]
     return out[:WHY_MAX]
 
 
