@@ -84,6 +84,16 @@ def judged(p: Prediction) -> str:
     return f"the {p.generator} replay"
 
 
+def judged_short(p: Prediction) -> str:
+    """:func:`judged` in a why line."""
+    if p.seeded_from in ("carriers", "history"):
+        return ("its own traced events" if p.workload == "traced" else "fitted") + \
+            (" from the node's carriers" if p.seeded_from == "carriers" else " from an empty VM")
+    if p.raw.get("best_case") is not None:
+        return "worst case: survivors at random (no carrier data)"
+    return f"the {p.generator} replay"
+
+
 def futures(p: Prediction) -> str:
     """Both futures of a prediction where one snapshot cannot tell them apart."""
     out = []
@@ -330,7 +340,7 @@ def why(v: Verdict) -> list[str]:
                 out.append(f"{flags} ({rec.rule}) trades memory for speed: "
                            f"{v.reasons[0].numbers.get('what', '')}.")
             else:
-                out.append(f"{flags}: {p.allocator}'s unused bytes {figure(p)}, {judged(p)}.")
+                out.append(f"{flags}: {p.allocator} unused {figure(p)}; {judged_short(p)}.")
         if v.no_flag_helps:
             out.append(f"No flag releases {human(sum(e.unused for e in v.no_flag_helps))} in "
                        + ", ".join(e.allocator for e in v.no_flag_helps) + " (below).")

@@ -211,15 +211,3 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
-
-
-def summary(r: dict[str, Any]) -> list[str]:
-    """For `beamalloc demo`: the verdict's lines, the flags to paste and each run's figure."""
-    lines = verdict_lines(r)
-    if r["emulator_flags"]:
-        lines.append(f"Paste: {r['emulator_flags']}")
-    for run in (r.get("prediction") or {}).get("runs", []):
-        p = Prediction.from_dict(run)
-        lines.append(f"Predicted for {p.allocator}'s unused bytes: {wording.figure(p)}, "
-                     f"{wording.judged(p)}.")
-    return lines
