@@ -52,11 +52,7 @@ def flag_count(n: int) -> str:
 
 
 def calibration_error(p: Prediction) -> float | None:
-    """The prediction's calibration error: the predictor's own where it gives one, else how far
-    its replay under the node's flags is from the node's unused bytes (|1 - fidelity|)."""
-    if p.calibration is not None and p.calibration.error is not None:
-        return float(p.calibration.error)
-    return None if p.fidelity is None else abs(1 - float(p.fidelity))
+    return p.calibration_error
 
 
 def calibration(p: Prediction) -> str:

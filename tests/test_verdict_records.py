@@ -51,6 +51,8 @@ def test_first_line_stands_alone(name: str) -> None:
     assert doc["verdict"]["counts"]["advised"] == len(doc["recommendations"]) == len(v.advised)
     assert doc["verdict"]["reasons"][0]["code"] == v.reasons[0].code
     for x in doc["recommendations"]:  # per flag: effect, band, calibration, seeded from, workload
+        assert set(x["effect"]) >= {"unused_saving", "band", "calibration_error", "seeded_from",
+                                    "workload"}
         p = x["predicted"]
         assert p is not None and {"unused_saving", "band", "calibration", "seeded_from",
                                   "workload", "futures", "known", "known_by"} <= set(p)
