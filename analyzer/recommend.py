@@ -299,15 +299,11 @@ def carrier_rate(earlier: Snapshot, later: Snapshot) -> tuple[Rate | None, str |
                 max(misses[1] - misses[0], 0) / dt), None  # fmt: skip
 
 
-def _judged(p: Prediction) -> str:
-    return wording.judged(p)
-
-
 def _gain_reason(p: Prediction) -> Reason | None:
     """None if a memory flag's prediction shows its gain (or a trade's shows no growth)."""
     if p.unused_saving < 0:  # a speed trade too: never more waste
         return Reason("grows_unused", {"allocator": p.allocator, "growth": -p.unused_saving,
-                                       "judged": _judged(p),
+                                       "judged": wording.judged(p),
                                        "calibration": wording.calibration(p)})  # fmt: skip
     return None
 
@@ -350,7 +346,7 @@ def _memory_reason(p: Prediction) -> Reason | None:
     if p.unused_saving < MIN_GAIN:
         return Reason("below_gain", {
             "allocator": p.allocator, "saving": p.unused_saving, "min_gain": MIN_GAIN,
-            "judged": _judged(p), "calibration": wording.calibration(p),
+            "judged": wording.judged(p), "calibration": wording.calibration(p),
             "best": p.best_case_saving if (p.best_case_saving or 0) >= MIN_GAIN else None})
     return None
 
@@ -742,8 +738,6 @@ def verdict(
     if processes is not None:  # who holds the memory: the holders join the verdict
         said, entries = verdict_holders(processes, entries)
     state = _state(recs, entries, held, runaway)
-    if state == HEALTHY and held:  # rules held back on a node not mostly empty: still healthy
-        pass
     v = Verdict(
         state=state, total=Total(f.unused, f.allocated, f.usage),
         reasons=tuple(_reasons(state, f, entries, recs, held, [rv for rv, _ in reverts],
