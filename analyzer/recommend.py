@@ -482,13 +482,12 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
             assert p is not None
             unused = f.allocators[top.allocator].unused if top.allocator in f.allocators else \
                 f.unused
-            return [Reason("reverts" if top.rule == "lint" else "frees",
-                           {"allocator": top.allocator, "unused": unused, "flags_in_force":
-                            " ".join(x.flags_in_force) if (x := next((rv for rv in reverts if
-                                                       rv.allocator == top.allocator), None))
-                            else None,
+            rv = next((x for x in reverts if x.allocator == top.allocator and x.advised), None)
+            return [Reason("reverts" if rv is not None and top.rule == "lint" else "frees",
+                           {"allocator": top.allocator, "unused": unused,
+                            "flags_in_force": " ".join(rv.flags_in_force) if rv else None,
                             "saving": p.unused_saving,
-                            "calibration_error": wording.calibration_error(p)})]
+                            "calibration_error": p.calibration_error})]
         return [Reason("speed_trade", {"what": _trade_line(snap, recs, rate)})]
     if state == NO_FLAG:
         e = entries[0]

@@ -198,3 +198,15 @@ def test_no_prose_parsed_back() -> None:
 def test_records_total() -> None:
     v = rec("frag").verdict
     assert isinstance(v.total, Total) and v.total.unused > 100 << 20
+
+
+def test_revert_headline() -> None:
+    """A revert that passes the floor is the advice: the headline names the setting it undoes."""
+    v = rec("heapchurn").verdict
+    rv = replace(v, reasons=(Reason("reverts", {"allocator": "eheap_alloc", "unused": 287 << 20,
+                                                 "flags_in_force": "+MHas bf", "saving": 0.62,
+                                                 "calibration_error": 0.04}),))
+    head = wording.headline(rv)
+    assert head == ("CHANGE FLAGS: `+MHas bf` leaves 287.0 MiB of eheap_alloc unused; revert it, "
+                    "predicted -62 %")
+    assert len(head) <= wording.HEADLINE_MAX
