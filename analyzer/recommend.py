@@ -615,7 +615,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "reasons": [r.to_json() for r in v.reasons], "counts": v.counts,
         "total": {"unused": v.total.unused, "allocated": v.total.allocated,
                   "usage": round(v.total.usage, 4)},
-        "flags_in_force": v.flags_in_force.to_json(wording.in_force_note(v.flags_in_force)),
+        "flags_in_force": v.flags_in_force.to_json(wording.in_force_note(v.flags_in_force),
+                                                   wording.flags_in_force(v.flags_in_force)),
         "no_flag_helps": [{
             "allocator": e.allocator, "unused": e.unused, "allocated": e.allocated,
             "usage": e.usage, "flags_in_force": list(e.flags_in_force),

@@ -255,8 +255,8 @@ class FlagsInForce:
     release: str | None  # the OTP release where the source records one
     modelled: bool
 
-    def to_json(self, note: str | None) -> dict[str, Any]:
-        return {"flags": self.flags, "options": self.options, "note": note,
+    def to_json(self, note: str | None, text: str) -> dict[str, Any]:
+        return {"flags": self.flags, "options": self.options, "note": note, "text": text,
                 "release_known": self.release is not None, "modelled": self.modelled}
 
 

@@ -51,12 +51,8 @@ def flag_count(n: int) -> str:
 # --- predictions -----------------------------------------------------------------------------
 
 
-def calibration_error(p: Prediction) -> float | None:
-    return p.calibration_error
-
-
 def calibration(p: Prediction) -> str:
-    err = calibration_error(p)
+    err = p.calibration_error
     return "calibration not measured" if err is None else f"calibration error {pct(err)}"
 
 

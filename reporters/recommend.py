@@ -93,13 +93,8 @@ STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "
 
 
 def in_force_line(v: dict[str, Any]) -> str:
-    """The flags in force, as the snapshot shows them."""
-    fin = v["flags_in_force"]
-    if fin["flags"] is not None:
-        return f"`{fin['flags']}`" if fin["flags"] else "OTP defaults (no +M flag changes them)"
-    opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
-                     for n, o in fin["options"].items() if o)  # fmt: skip
-    return f"{fin['note']}: {opts}"
+    """The flags in force, as the snapshot shows them (analyzer/wording.py said it)."""
+    return str(v["flags_in_force"]["text"])
 
 
 def predicted_line(p: dict[str, Any]) -> str:

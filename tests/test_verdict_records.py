@@ -64,7 +64,7 @@ def test_every_predicted_figure_carries_its_calibration_error() -> None:
     v = rec("heapchurn").verdict
     (first, *_) = v.advised
     assert first.prediction is not None
-    err = wording.calibration_error(first.prediction)
+    err = first.prediction.calibration_error
     assert err is not None and err == pytest.approx(abs(1 - first.prediction.fidelity))
     assert f"calibration error {err * 100:.1f}%" in wording.figure(first.prediction)
     assert "calibration error" in wording.why(v)[0]
