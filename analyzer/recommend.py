@@ -56,7 +56,6 @@ from beamalloc.flags import (
     effective_globals,
 )
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
 from beamalloc.versions import erts_of, otp_major
 
 __all__ = ["CHANGE", "HEALTHY", "IN_FORCE", "MIN_GAIN", "NO_FLAG", "recommend", "verdict"]
@@ -233,10 +232,8 @@ def _reverts(pr: Predictor, f: Facts, running: _Running, issues: list[LintIssue]
 
 
 def _revert_advice(rv: Revert, flags: tuple[Flag, ...], issue_rule: str) -> list[Advice]:
-    return [Advice("lint", rv.allocator, x,
-                   f"reverts {' '.join(rv.flags_in_force)} ({rv.check}) to OTP's default",
-                   "none beyond a restart: OTP's own default", {}, (issue_rule,))
-            for x in flags]  # fmt: skip
+    return [Advice("lint", rv.allocator, x, wording.revert_reason(rv), wording.REVERT_COST, {},
+                   (issue_rule,)) for x in flags]  # fmt: skip
 
 
 # --- the discipline (issue 17, item 4) -----------------------------------------------------------
@@ -488,7 +485,7 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
                             "flags_in_force": " ".join(rv.flags_in_force) if rv else None,
                             "saving": p.unused_saving,
                             "calibration_error": p.calibration_error})]
-        return [Reason("speed_trade", {"what": _trade_line(snap, recs, rate)})]
+        return [Reason("speed_trade", {"trades": _trades(snap, recs, rate)})]
     if state == NO_FLAG:
         e = entries[0]
         differ = next((h for h in held if h.allocator == e.allocator
@@ -514,25 +511,27 @@ def _state(recs: list[Recommendation], entries: list[NoFlagEntry], held: list[He
     return NO_FLAG if entries else HEALTHY
 
 
-def _trade_line(snap: Snapshot, recs: list[Recommendation], rate: Rate | None) -> str:
-    """What an advised speed trade buys and costs: its memory cost beside the rate it saves."""
-    parts = []
+def _trades(snap: Snapshot, recs: list[Recommendation], rate: Rate | None
+            ) -> list[dict[str, Any]]:  # fmt: skip
+    """What each advised speed trade buys and costs, as numbers: R6 the resident bytes of the
+    extra cached segments beside the mseg misses/s measured; R7 the replay's change of carrier
+    bytes beside that of carrier calls (and the calls/s measured)."""
+    out: list[dict[str, Any]] = []
     for r in recs:
         p = r.prediction
         if r.rule == "R6" and rate is not None:
             mcs = int(r.value) if r.flag.endswith("mcs") else R6_MCS
-            parts.append(f"up to {human(_mseg_cost(snap, mcs))} more cached segments resident "
-                         f"(not in carrier bytes) for {rate.mseg_misses:.0f} mseg cache "
-                         "misses/s measured")
+            out.append({"rule": "R6", "resident": _mseg_cost(snap, mcs),
+                        "misses_per_second": rate.mseg_misses})
         elif p is not None and r.rule in SPEED_RULES and r.flag.endswith("sbct"):
             b, a, ch = p.raw["before"], p.raw["after"], p.raw["change_pct"]
-            grew = wording.change((ch["carriers_size"] or 0) / 100)
-            parts.append(f"{p.allocator} carrier bytes {grew} "
-                         f"({human(a['carriers_size'] - b['carriers_size'])} in the replay) for "
-                         f"carrier calls {wording.change((ch['carrier_calls'] or 0) / 100)}"
-                         + (f" of {rate.per_allocator.get(p.allocator, 0):.0f}/s measured"
-                            if rate else ""))
-    return "; ".join(dict.fromkeys(parts))
+            out.append({"rule": r.rule, "allocator": p.allocator,
+                        "carriers_change": (ch["carriers_size"] or 0) / 100,
+                        "carriers_delta": a["carriers_size"] - b["carriers_size"],
+                        "calls_change": (ch["carrier_calls"] or 0) / 100,
+                        "calls_per_second": rate.per_allocator.get(p.allocator, 0.0) if rate
+                        else None})  # fmt: skip
+    return out
 
 
 def _mseg_cost(snap: Snapshot, mcs: int) -> int:

@@ -225,6 +225,32 @@ def entry_why(e: NoFlagEntry) -> str:
     return out
 
 
+#: What a revert to OTP's default costs (a recommendation's `cost`).
+REVERT_COST = "none beyond a restart: OTP's own default"
+
+
+def revert_reason(r: Revert) -> str:
+    """Why a revert is advised (a recommendation's `reason`)."""
+    return f"reverts {' '.join(r.flags_in_force)} ({r.check}) to OTP's default"
+
+
+def trades(n: dict[str, Any]) -> str:
+    """What the advised speed trades buy and cost (reason `speed_trade`)."""
+    parts = []
+    for t in n.get("trades") or []:
+        if t["rule"] == "R6":
+            parts.append(f"up to {human(t['resident'])} more cached segments resident (not in "
+                         f"carrier bytes) for {t['misses_per_second']:.0f} mseg cache misses/s "
+                         "measured")
+        else:
+            rate = (f" of {t['calls_per_second']:.0f}/s measured"
+                    if t["calls_per_second"] is not None else "")
+            parts.append(f"{t['allocator']} carrier bytes {change(t['carriers_change'])} "
+                         f"({human(t['carriers_delta'])} in the replay) for carrier calls "
+                         f"{change(t['calls_change'])}{rate}")
+    return "; ".join(parts)
+
+
 def revert_short(r: Revert) -> str:
     """A revert in a why line: the setting, its default, the figure and the floor."""
     was, to = " ".join(r.flags_in_force), " ".join(r.flags)
@@ -294,7 +320,7 @@ def headline(v: Verdict) -> str:
                                  f"{n['allocator']} unused; revert it, predicted "
                                  f"{change(-n['saving'])}"])
         return _fit(CHANGE, [f"paste {flag_count(len(v.advised))} below: a speed trade",
-                             n.get("what", "")])
+                             trades(n)])
     if v.state == IN_FORCE:
         return _fit(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
                                "the rules' own flags", "nothing to paste"])
@@ -330,7 +356,7 @@ def why(v: Verdict) -> list[str]:
                 out.append(f"{flags}: {rec.rule}, no prediction.")
             elif rec.trade_off:
                 out.append(f"{flags} ({rec.rule}) trades memory for speed: "
-                           f"{v.reasons[0].numbers.get('what', '')}.")
+                           f"{trades(v.reasons[0].numbers)}.")
             else:
                 out.append(f"{flags}: {p.allocator} unused {figure(p)}; {judged_short(p)}.")
         if v.no_flag_helps:
