@@ -15,13 +15,14 @@ import json
 from typing import Any
 
 from beamalloc import flags as fl
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.options import first_scheduler_options, format_option, option_unit
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
 
-SCHEMA = "beamalloc.diff/1"
+SCHEMA = "beamalloc.diff/2"
 
 #: Below this change of unused bytes (and below NOISE_SHARE of A's unused) nothing moved: two
 #: reads of an idle node a second apart differ by a few hundred KiB.
@@ -30,6 +31,9 @@ NOISE_SHARE = 0.02
 #: A drop of unused bytes at least this large (relative to A's) is a real effect of the change;
 #: a smaller one "barely helped" while MIN_UNUSED or more stays unused.
 HELPED_SHARE = 0.25
+#: Used bytes that moved by this share of A's (and NOISE_BYTES) mean the load changed between
+#: the sides: said first, and the flags judged on unused bytes per used byte (issue 22 item 9).
+LOAD_SHARE = 0.10
 #: One allocator type's unused bytes growing this much (and by GREW_SHARE of its own) is said
 #: even where the total fell.
 GREW_BYTES = 8 << 20
@@ -134,46 +138,82 @@ def option_changes(a: Snapshot, b: Snapshot) -> list[dict[str, Any]]:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+    return wording.change(x, 1)
+
+
+def _per_used(side: dict[str, Any]) -> float | None:
+    """Unused bytes per used byte: what a side's flags leave empty for the data it holds."""
+    return side["unused"] / side["used"] if side["used"] else None
+
+
+def load_moved(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """The change of used bytes from A to B as a share of A's, where the load moved (by
+    LOAD_SHARE and NOISE_BYTES at least); None where it did not."""
+    du = b["used"] - a["used"]
+    if not a["used"] or abs(du) < NOISE_BYTES or abs(du) < LOAD_SHARE * a["used"]:
+        return None
+    return du / a["used"]
 
 
 def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, Any]]
             ) -> dict[str, Any]:
     """outcome (helped, helped_partly, barely_helped, unchanged, worse), level (ok, warn, bad:
-    by what B still holds unused, never by the sign alone), headline and lines."""
+    by what B still holds unused, never by the sign alone), headline and lines. The change is
+    judged on unused bytes per used byte, so a lighter load on B is never credited to the flags;
+    where the load moved, the headline says so first."""
     a, b = total["a"], total["b"]
     du = b["unused"] - a["unused"]
-    rel = du / a["unused"] if a["unused"] else None
+    ra, rb = _per_used(a), _per_used(b)
+    # the judged change: of unused per used byte (= of unused bytes where the load held still)
+    rel = (rb - ra) / ra if ra and rb is not None else (du / a["unused"] if a["unused"] else None)
+    load = load_moved(a, b)
     still = f"{human(b['unused'])} still unused"
-    moved = (f"unused {human(a['unused'])} → {human(b['unused'])}"
-             + (f" ({_pct(rel)})" if rel is not None else ""))
+    if load is None:
+        moved = (f"unused {human(a['unused'])} → {human(b['unused'])}"
+                 + (f" ({_pct(du / a['unused'])})" if a["unused"] else ""))
+        less = f"{human(-du)} less unused" + (f" ({_pct(rel)})" if rel is not None else "")
+    else:
+        moved = (f"unused per used byte {ra:.2f} → {rb:.2f}" + (f" ({_pct(rel)})" if rel
+                                                                 is not None else ""))
+        less = moved
     left = level(b["unused"], b["usage"])
-    if abs(du) < max(NOISE_BYTES, NOISE_SHARE * a["unused"]):
+    noise = max(NOISE_BYTES, NOISE_SHARE * a["unused"])
+    if abs(du) < noise and (load is None or rel is None or abs(rel) < NOISE_SHARE):
         outcome, lvl = "unchanged", left
         head = (f"no change: {human(b['unused'])} unused before and after"
                 + ("" if b["unused"] >= MIN_UNUSED else " (too little to matter)"))
-    elif du > 0:
+    elif (rel if load is not None and rel is not None else du) > 0:
         outcome, lvl = "worse", "bad" if left != "ok" else "warn"
-        head = f"worse: unused grew by {human(du)} ({moved})"
+        head = (f"worse: unused grew by {human(du)} ({moved})" if load is None and du > 0
+                else f"worse: {moved}")
     elif b["unused"] < MIN_UNUSED:
         outcome, lvl = "helped", "ok"
         head = f"helped: {moved}"
     elif rel is not None and -rel >= HELPED_SHARE:
         outcome, lvl = "helped_partly", "warn" if left != "ok" else "ok"
-        head = f"helped partly: {human(-du)} less unused ({_pct(rel)}), but {still}"
+        head = f"helped partly: {less}, but {still}"
     else:
         outcome, lvl = "barely_helped", "warn" if left == "ok" else left
-        head = f"barely helped: {still} (only {human(-du)} less" + (
-            f", {_pct(rel)})" if rel is not None else ")")
+        head = (f"barely helped: {still} (only {human(-du)} less"
+                + (f", {_pct(rel)})" if rel is not None else ")") if load is None
+                else f"barely helped: {still} ({moved})")
+    if load is not None:  # the load first: then what the flags did for the data held
+        head = (f"the load moved (used {human(a['used'])} → {human(b['used'])}, {_pct(load)}); "
+                f"judged per used byte: {head}")
     lines = [f"carriers {human(a['carriers_size'])} → {human(b['carriers_size'])}, used "
              f"{human(a['used'])} → {human(b['used'])}, usage "
              f"{_usage(a['usage'])} → {_usage(b['usage'])} (all allocators)"]
+    if load is not None:
+        lines.append(f"raw unused {human(a['unused'])} → {human(b['unused'])}"
+                     + (f" ({_pct(du / a['unused'])})" if a["unused"] else "")
+                     + ": not the flags' doing alone, the data held changed too")
     both = [t for t in types if t["delta"] is not None]
     if both and outcome != "unchanged":
         top = max(both, key=lambda t: abs(t["delta"]["unused"]))
         if top["delta"]["unused"]:
             lines.append(f"most of the change is in {top['allocator']}: unused "
-                         f"{human(top['a']['unused'])} → {human(top['b']['unused'])}")
+                         f"{human(top['a']['unused'])} → {human(top['b']['unused'])}, usage "
+                         f"{_usage(top['a']['usage'])} → {_usage(top['b']['usage'])}")
     for t in both:  # a type that grew while the total did not: said, not averaged away
         grew = t["delta"]["unused"]
         if outcome != "worse" and grew >= GREW_BYTES and grew >= GREW_SHARE * t["a"]["unused"]:
@@ -188,7 +228,8 @@ def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, An
     if not flags_changed:
         lines.append("no +M option differs between A and B: what changed is the workload or "
                      "the time, not the flags")
-    return {"outcome": outcome, "level": lvl, "headline": head, "lines": lines}
+    return {"outcome": outcome, "level": lvl, "headline": head, "lines": lines,
+            "load_change": load, "unused_per_used": [ra, rb], "judged_change": rel}
 
 
 def _usage(u: float | None) -> str:

@@ -47,6 +47,7 @@ from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.analyzer.findings import Facts
 from beamalloc.analyzer.options import first_scheduler_options
+from beamalloc.analyzer.records import MIN_GAIN
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     NO_MIGRATION,
@@ -84,8 +85,8 @@ MAX_TRACED = 1_000_000
 #: measured -65 %), and a traced prediction is a slower, deliberate run anyway.
 CARRIER_BLOCKS = {"fitted": 30_000, "traced": 250_000}
 #: A placement flag set that removes less than this share of the allocator's unused bytes in
-#: the replay is not worth a restart: the finding is demoted to information [heur].
-MIN_UNUSED_SAVING = 0.10
+#: the replay is not worth a restart: the one gain floor (analyzer/records.py MIN_GAIN).
+MIN_UNUSED_SAVING = MIN_GAIN
 #: The replay under the node's own flags must leave at least this share of the snapshot's unused
 #: bytes (scaled) for the prediction to judge the advice: else the trace missed the symptom.
 MIN_FIDELITY = 0.5

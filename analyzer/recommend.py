@@ -59,7 +59,6 @@ from beamalloc.flags import (
     effective_globals,
 )
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
 from beamalloc.versions import erts_of, otp_major
 
 __all__ = ["CHANGE", "HEALTHY", "IN_FORCE", "MIN_GAIN", "NO_FLAG", "recommend", "verdict"]
@@ -236,10 +235,8 @@ def _reverts(pr: Predictor, f: Facts, running: _Running, issues: list[LintIssue]
 
 
 def _revert_advice(rv: Revert, flags: tuple[Flag, ...], issue_rule: str) -> list[Advice]:
-    return [Advice("lint", rv.allocator, x,
-                   f"reverts {' '.join(rv.flags_in_force)} ({rv.check}) to OTP's default",
-                   "none beyond a restart: OTP's own default", {}, (issue_rule,))
-            for x in flags]  # fmt: skip
+    return [Advice("lint", rv.allocator, x, wording.revert_reason(rv), wording.REVERT_COST, {},
+                   (issue_rule,)) for x in flags]  # fmt: skip
 
 
 # --- the discipline (issue 17, item 4) -----------------------------------------------------------
@@ -305,15 +302,11 @@ def carrier_rate(earlier: Snapshot, later: Snapshot) -> tuple[Rate | None, str |
                 max(misses[1] - misses[0], 0) / dt), None  # fmt: skip
 
 
-def _judged(p: Prediction) -> str:
-    return wording.judged(p)
-
-
 def _gain_reason(p: Prediction) -> Reason | None:
     """None if a memory flag's prediction shows its gain (or a trade's shows no growth)."""
     if p.unused_saving < 0:  # a speed trade too: never more waste
         return Reason("grows_unused", {"allocator": p.allocator, "growth": -p.unused_saving,
-                                       "judged": _judged(p),
+                                       "judged": wording.judged(p),
                                        "calibration": wording.calibration(p)})  # fmt: skip
     return None
 
@@ -358,7 +351,7 @@ def _memory_reason(p: Prediction) -> Reason | None:
     if p.unused_saving < MIN_GAIN:
         return Reason("below_gain", {
             "allocator": p.allocator, "saving": p.unused_saving, "min_gain": MIN_GAIN,
-            "judged": _judged(p), "calibration": wording.calibration(p),
+            "judged": wording.judged(p), "calibration": wording.calibration(p),
             "best": p.best_case_saving if (p.best_case_saving or 0) >= MIN_GAIN else None})
     return None
 
@@ -494,14 +487,13 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
             assert p is not None
             unused = f.allocators[top.allocator].unused if top.allocator in f.allocators else \
                 f.unused
-            return [Reason("reverts" if top.rule == "lint" else "frees",
-                           {"allocator": top.allocator, "unused": unused, "flags_in_force":
-                            " ".join(x.flags_in_force) if (x := next((rv for rv in reverts if
-                                                       rv.allocator == top.allocator), None))
-                            else None,
+            rv = next((x for x in reverts if x.allocator == top.allocator and x.advised), None)
+            return [Reason("reverts" if rv is not None and top.rule == "lint" else "frees",
+                           {"allocator": top.allocator, "unused": unused,
+                            "flags_in_force": " ".join(rv.flags_in_force) if rv else None,
                             "saving": p.unused_saving,
-                            "calibration_error": wording.calibration_error(p)})]
-        return [Reason("speed_trade", {"what": _trade_line(snap, recs, rate)})]
+                            "calibration_error": p.calibration_error})]
+        return [Reason("speed_trade", {"trades": _trades(snap, recs, rate)})]
     if state == NO_FLAG:
         e = entries[0]
         differ = next((h for h in held if h.allocator == e.allocator
@@ -527,25 +519,27 @@ def _state(recs: list[Recommendation], entries: list[NoFlagEntry], held: list[He
     return NO_FLAG if entries else HEALTHY
 
 
-def _trade_line(snap: Snapshot, recs: list[Recommendation], rate: Rate | None) -> str:
-    """What an advised speed trade buys and costs: its memory cost beside the rate it saves."""
-    parts = []
+def _trades(snap: Snapshot, recs: list[Recommendation], rate: Rate | None
+            ) -> list[dict[str, Any]]:  # fmt: skip
+    """What each advised speed trade buys and costs, as numbers: R6 the resident bytes of the
+    extra cached segments beside the mseg misses/s measured; R7 the replay's change of carrier
+    bytes beside that of carrier calls (and the calls/s measured)."""
+    out: list[dict[str, Any]] = []
     for r in recs:
         p = r.prediction
         if r.rule == "R6" and rate is not None:
             mcs = int(r.value) if r.flag.endswith("mcs") else R6_MCS
-            parts.append(f"up to {human(_mseg_cost(snap, mcs))} more cached segments resident "
-                         f"(not in carrier bytes) for {rate.mseg_misses:.0f} mseg cache "
-                         "misses/s measured")
+            out.append({"rule": "R6", "resident": _mseg_cost(snap, mcs),
+                        "misses_per_second": rate.mseg_misses})
         elif p is not None and r.rule in SPEED_RULES and r.flag.endswith("sbct"):
             b, a, ch = p.raw["before"], p.raw["after"], p.raw["change_pct"]
-            grew = wording.change((ch["carriers_size"] or 0) / 100)
-            parts.append(f"{p.allocator} carrier bytes {grew} "
-                         f"({human(a['carriers_size'] - b['carriers_size'])} in the replay) for "
-                         f"carrier calls {wording.change((ch['carrier_calls'] or 0) / 100)}"
-                         + (f" of {rate.per_allocator.get(p.allocator, 0):.0f}/s measured"
-                            if rate else ""))
-    return "; ".join(dict.fromkeys(parts))
+            out.append({"rule": r.rule, "allocator": p.allocator,
+                        "carriers_change": (ch["carriers_size"] or 0) / 100,
+                        "carriers_delta": a["carriers_size"] - b["carriers_size"],
+                        "calls_change": (ch["carrier_calls"] or 0) / 100,
+                        "calls_per_second": rate.per_allocator.get(p.allocator, 0.0) if rate
+                        else None})  # fmt: skip
+    return out
 
 
 def _mseg_cost(snap: Snapshot, mcs: int) -> int:
@@ -634,7 +628,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "reasons": [r.to_json() for r in v.reasons], "counts": v.counts,
         "total": {"unused": v.total.unused, "allocated": v.total.allocated,
                   "usage": round(v.total.usage, 4)},
-        "flags_in_force": v.flags_in_force.to_json(wording.in_force_note(v.flags_in_force)),
+        "flags_in_force": v.flags_in_force.to_json(wording.in_force_note(v.flags_in_force),
+                                                   wording.flags_in_force(v.flags_in_force)),
         "no_flag_helps": [{
             "allocator": e.allocator, "unused": e.unused, "allocated": e.allocated,
             "usage": e.usage, "flags_in_force": list(e.flags_in_force),
@@ -732,7 +727,7 @@ def verdict(
                 staged[i], h = _hold_back(fnd, old or Reason("no_predict"), None)
                 held.append(h)
     flags = FlagSet(tuple(a.flag for a in advice))
-    order = [x.render() for x in flags.flags]
+    order = [x.render() for x in flags.canonical()]
     advice.sort(key=lambda a: order.index(a.flag.render()))  # the order they are pasted in
     revert_pred = {rv.allocator: rv.prediction for rv, _ in reverts}
 
@@ -757,8 +752,6 @@ def verdict(
     if processes is not None:  # who holds the memory: the holders join the verdict
         said, entries = verdict_holders(processes, entries)
     state = _state(recs, entries, held, runaway)
-    if state == HEALTHY and held:  # rules held back on a node not mostly empty: still healthy
-        pass
     v = Verdict(
         state=state, total=Total(f.unused, f.allocated, f.usage),
         reasons=tuple(_reasons(state, f, entries, recs, held, [rv for rv, _ in reverts],

@@ -121,6 +121,22 @@ class Prediction:
             not_modelled=d.get("not_modelled"), raw=d,
         )  # fmt: skip
 
+    @property
+    def calibration_error(self) -> float | None:
+        """The predictor's calibration error where it gives one, else how far its replay under
+        the node's own flags is from the node's unused bytes (|1 - fidelity|)."""
+        if self.calibration is not None and self.calibration.error is not None:
+            return float(self.calibration.error)
+        return None if self.fidelity is None else abs(1 - float(self.fidelity))
+
+    def effect(self) -> dict[str, Any]:
+        """What a flag is advised on, in one place: the predicted effect on unused bytes, its
+        band, the calibration error, where the model was seeded from and which workload ran."""
+        return {"unused_saving": self.unused_saving,
+                "band": list(self.band) if self.band else None,
+                "calibration_error": self.calibration_error, "seeded_from": self.seeded_from,
+                "workload": self.workload, "known": self.known}  # fmt: skip
+
     def future(self, name: str) -> Future | None:
         return next((x for x in self.futures or () if x.name == name), None)
 
@@ -159,6 +175,7 @@ class Recommendation:
         return {"allocator": self.allocator, "flag": self.flag, "value": self.value,
                 "rule": self.rule, "sources": list(self.sources), "reason": self.reason,
                 "evidence": self.evidence, "cost": self.cost, "trade_off": self.trade_off,
+                "effect": self.prediction.effect() if self.prediction else None,
                 "predicted": self.prediction.to_json() if self.prediction else None,
                 "not_predicted": self.not_predicted}  # fmt: skip
 
@@ -238,8 +255,8 @@ class FlagsInForce:
     release: str | None  # the OTP release where the source records one
     modelled: bool
 
-    def to_json(self, note: str | None) -> dict[str, Any]:
-        return {"flags": self.flags, "options": self.options, "note": note,
+    def to_json(self, note: str | None, text: str) -> dict[str, Any]:
+        return {"flags": self.flags, "options": self.options, "note": note, "text": text,
                 "release_known": self.release is not None, "modelled": self.modelled}
 
 

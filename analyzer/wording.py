@@ -32,11 +32,11 @@ HEADLINE_MAX = 100
 WHY_MAX = 3
 
 
-def change(x: float | None) -> str:
-    """A signed change given as a fraction: -0.9 -> "-90 %"."""
+def change(x: float | None, digits: int = 0) -> str:
+    """A signed change given as a fraction: -0.9 -> "-90 %" (`digits` after the point)."""
     if x is None:
         return "n/a"
-    return "0 %" if round(100 * x) == 0 else f"{100 * x:+.0f} %"
+    return f"{0:.{digits}f} %" if round(100 * x, digits) == 0 else f"{100 * x:+.{digits}f} %"
 
 
 def share(x: float) -> str:
@@ -51,16 +51,8 @@ def flag_count(n: int) -> str:
 # --- predictions -----------------------------------------------------------------------------
 
 
-def calibration_error(p: Prediction) -> float | None:
-    """The prediction's calibration error: the predictor's own where it gives one, else how far
-    its replay under the node's flags is from the node's unused bytes (|1 - fidelity|)."""
-    if p.calibration is not None and p.calibration.error is not None:
-        return float(p.calibration.error)
-    return None if p.fidelity is None else abs(1 - float(p.fidelity))
-
-
 def calibration(p: Prediction) -> str:
-    err = calibration_error(p)
+    err = p.calibration_error
     return "calibration not measured" if err is None else f"calibration error {pct(err)}"
 
 
@@ -81,6 +73,16 @@ def judged(p: Prediction) -> str:
         return f"{what} replayed from {where}"
     if p.raw.get("best_case") is not None:
         return "the worst case, survivors at random: a snapshot without carrier data cannot tell"
+    return f"the {p.generator} replay"
+
+
+def judged_short(p: Prediction) -> str:
+    """:func:`judged` in a why line."""
+    if p.seeded_from in ("carriers", "history"):
+        return ("its own traced events" if p.workload == "traced" else "fitted") + \
+            (" from the node's carriers" if p.seeded_from == "carriers" else " from an empty VM")
+    if p.raw.get("best_case") is not None:
+        return "worst case: survivors at random (no carrier data)"
     return f"the {p.generator} replay"
 
 
@@ -145,6 +147,21 @@ def reason(r: Reason) -> str:
     return c.replace("_", " ")
 
 
+def reason_short(r: Reason) -> str:
+    """A reason in a why line under the headline: the figure and the floor, no more."""
+    n = r.numbers
+    if r.code == "below_gain":
+        also = f"; {share(n['best'])} if stragglers (the carrier map would tell)" \
+            if n.get("best") is not None else ""
+        return (f"the flags are predicted to free {share(n['saving'])} of it ({n['calibration']})"
+                f", below the {share(n['min_gain'])} floor{also}")
+    if r.code == "not_reproduced":
+        return f"the model does not reproduce it ({n['calibration']}): no decision from it"
+    if r.code in ("no_carrier_data", "carrier_map"):
+        return f"the carrier map: {n['kind']}" if r.code == "carrier_map" else "no carrier data"
+    return reason(r)
+
+
 def held_back(h: HeldBack) -> str:
     return reason(h.reason)
 
@@ -168,6 +185,23 @@ _REMEDY = {
 }
 
 
+_REMEDY_SHORT = {
+    "binary_copy": "binary:copy/1 the long-kept binaries",
+    "binary_copy_reverted": "binary:copy/1 the long-kept binaries once the strategy is reverted",
+    "restart_holders": "restart or hibernate their holders",
+    "gc_heaps": "garbage-collect or hibernate the grown heaps",
+    "rebuild_table": "rebuild the table",
+    "bound_queue": "bound the queue or cache that keeps it",
+    "gc_holder": "garbage-collect or hibernate {who}",
+    "bound_live_holder": "bound {who} (its binaries are live)",
+    "hibernate_idle": "hibernate the idle processes",
+}
+
+
+def remedy_short(r: Remedy) -> str:
+    return _REMEDY_SHORT.get(r.code, r.code).format(who=r.who)
+
+
 def remedy(r: Remedy) -> str:
     if r.code == "gc_holder":
         return f"garbage-collect or hibernate {r.who} (idle, it pins dead references)"
@@ -189,6 +223,41 @@ def entry_why(e: NoFlagEntry) -> str:
         out += (f" {e.pool['carriers']} pooled carriers ({human(e.pool['allocated'])}) hold "
                 f"{human(e.pool['used'])} of data.")
     return out
+
+
+#: What a revert to OTP's default costs (a recommendation's `cost`).
+REVERT_COST = "none beyond a restart: OTP's own default"
+
+
+def revert_reason(r: Revert) -> str:
+    """Why a revert is advised (a recommendation's `reason`)."""
+    return f"reverts {' '.join(r.flags_in_force)} ({r.check}) to OTP's default"
+
+
+def trades(n: dict[str, Any]) -> str:
+    """What the advised speed trades buy and cost (reason `speed_trade`)."""
+    parts = []
+    for t in n.get("trades") or []:
+        if t["rule"] == "R6":
+            parts.append(f"up to {human(t['resident'])} more cached segments resident (not in "
+                         f"carrier bytes) for {t['misses_per_second']:.0f} mseg cache misses/s "
+                         "measured")
+        else:
+            rate = (f" of {t['calls_per_second']:.0f}/s measured"
+                    if t["calls_per_second"] is not None else "")
+            parts.append(f"{t['allocator']} carrier bytes {change(t['carriers_change'])} "
+                         f"({human(t['carriers_delta'])} in the replay) for carrier calls "
+                         f"{change(t['calls_change'])}{rate}")
+    return "; ".join(parts)
+
+
+def revert_short(r: Revert) -> str:
+    """A revert in a why line: the setting, its default, the figure and the floor."""
+    was, to = " ".join(r.flags_in_force), " ".join(r.flags)
+    if r.prediction is None or not r.prediction.reproduces:
+        return f"reverting `{was}` to `{to}` is not predicted ({r.not_predicted or 'no model'})"
+    verdict = "advised" if r.advised else f"below the {share(MIN_GAIN)} floor"
+    return f"reverting `{was}` to `{to}` predicts {figure(r.prediction)}: {verdict}"
 
 
 def revert(r: Revert) -> str:
@@ -251,7 +320,7 @@ def headline(v: Verdict) -> str:
                                  f"{n['allocator']} unused; revert it, predicted "
                                  f"{change(-n['saving'])}"])
         return _fit(CHANGE, [f"paste {flag_count(len(v.advised))} below: a speed trade",
-                             n.get("what", "")])
+                             trades(n)])
     if v.state == IN_FORCE:
         return _fit(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
                                "the rules' own flags", "nothing to paste"])
@@ -287,9 +356,9 @@ def why(v: Verdict) -> list[str]:
                 out.append(f"{flags}: {rec.rule}, no prediction.")
             elif rec.trade_off:
                 out.append(f"{flags} ({rec.rule}) trades memory for speed: "
-                           f"{v.reasons[0].numbers.get('what', '')}.")
+                           f"{trades(v.reasons[0].numbers)}.")
             else:
-                out.append(f"{flags}: {p.allocator}'s unused bytes {figure(p)}, {judged(p)}.")
+                out.append(f"{flags}: {p.allocator} unused {figure(p)}; {judged_short(p)}.")
         if v.no_flag_helps:
             out.append(f"No flag releases {human(sum(e.unused for e in v.no_flag_helps))} in "
                        + ", ".join(e.allocator for e in v.no_flag_helps) + " (below).")
@@ -307,16 +376,17 @@ def why(v: Verdict) -> list[str]:
                 out.append(f"Tell them apart: {r.numbers['command']}.")
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
-            cause = reason(e.held_back[0]) if e.held_back else reason(e.cause)
+            cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)
             out.append(f"Why: {cause}.")
             for rv in v.reverts:
-                out.append(f"Lint: {revert(rv)}.")
+                out.append(f"Lint: {revert_short(rv)}.")
             if e.remedies:
-                out.append(f"What does: {remedy(e.remedies[0])} ({releases(e.remedies[0])}).")
-    if v.holders:
+                out.append(f"What does: {remedy_short(e.remedies[0])} "
+                           f"({releases(e.remedies[0])}).")
+    if v.holders:  # always said: room is made for it
         lead = ("Processes, not allocator placement, hold the memory: " if v.state == HEALTHY
                 else "Who holds the memory: ")
-        out.append(lead + "; ".join(v.holders) + ".")
+        out = [*out[:WHY_MAX - 1], lead + "; ".join(v.holders) + "."]
     return out[:WHY_MAX]
 
 

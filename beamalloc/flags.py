@@ -393,8 +393,9 @@ class FlagSet:
                 _apply_field(f.target, out.setdefault(f.target, {}), f.param, f.value)
         return {t: d for t, d in out.items() if d}
 
-    def render(self) -> str:
-        """Canonical flag string: fixed order, last value wins, ``u`` where all eight agree."""
+    def canonical(self) -> list[Flag]:
+        """The flags in canonical order: fixed order, last value wins, ``u`` where all eight
+        agree (what :meth:`render` prints, one Flag each)."""
         fields = self.fields()
         for d in fields.values():
             # Drop acul/acful zeros that the rendered `as`/`t` (which come first) reproduce.
@@ -402,11 +403,11 @@ class FlagSet:
                 for p in ("acul", "acful"):
                     if d.get(p) == 0:
                         del d[p]
-        parts: list[str] = []
+        parts: list[Flag] = []
 
         def emit(target: str, param: str) -> None:
             if param in fields.get(target, {}):
-                parts.append(Flag(target, param, fields[target][param]).render())
+                parts.append(Flag(target, param, fields[target][param]))
 
         for param in ("ea", "lpm", "dai"):
             emit("", param)
@@ -416,7 +417,7 @@ class FlagSet:
             values = [fields.get(letter, {}).get(param) for letter in U_LETTERS]
             collapse = values[0] is not None and all(v == values[0] for v in values)
             if collapse:
-                parts.append(Flag("u", param, values[0]).render())  # type: ignore[arg-type]
+                parts.append(Flag("u", param, values[0]))  # type: ignore[arg-type]
             for letter in _TARGET_ORDER:
                 if not (collapse and letter in U_LETTERS):
                     emit(letter, param)
@@ -425,7 +426,11 @@ class FlagSet:
             emit("M", param)
         for param in _PARAMS["Y"]:
             emit("Y", param)
-        return " ".join(parts)
+        return parts
+
+    def render(self) -> str:
+        """Canonical flag string: fixed order, last value wins, ``u`` where all eight agree."""
+        return " ".join(f.render() for f in self.canonical())
 
     def __str__(self) -> str:
         return self.render()

@@ -1,9 +1,17 @@
-"""`beamalloc demo`: show the whole path on a node whose binary_alloc fragments.
+"""`beamalloc demo`: what the tool is for, in three nodes (issue 22 item 10).
 
-Starts a local node running samples/workloads/frag.erl (churn, a spike to ten times the live
-set, a random drop back, churn again), snapshots it live, prints the analysis, writes an HTML
-report and stops the node. The demo node's cookie is random and reaches it through its
-environment, never its argv (docs/design.md, "Conventions").
+1. A node carrying a stale setting under churn (`+MBas bf`: no carrier migration, best fit into
+   the holes) runs a workload with a burst whose stragglers pin its carriers; it is snapshotted
+   live (carriers included), analyzed, and judged: the verdict, its prediction and the flags.
+2. Where the verdict is CHANGE FLAGS, a second node started with the advised flags runs the same
+   workload, and the measured effect is printed beside the predicted one.
+3. Then the case where no flag helps: a burst whose survivors are scattered for good
+   (samples/workloads/scatter.erl), NO FLAG HELPS with what does.
+
+The workload of 1 and 2 is DEMO_WORKLOAD (samples/workloads/binspike.erl; switch it to the churn
+workload, samples/workloads/churn.erl, once it is merged). Each node's cookie is random and
+reaches it through its environment, never its argv (docs/design.md, "Conventions"); every node
+is stopped when its step ends (with --keep-node the last stays until Ctrl-C).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from beamalloc.errors import InputError
 from beamalloc.files import atomic_write_text
@@ -103,34 +112,111 @@ class WorkloadNode:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> int:
-    from beamalloc.analyzer.analysis import analyze
-    from beamalloc.analyzer.recommend import recommend
+#: The workload the stale setting runs under, and the setting (issue 22 item 10).
+DEMO_WORKLOAD = "binspike"
+STALE = ("+MBas", "bf")
+#: The case where no flag helps: survivors scattered over every carrier, kept for good.
+SCATTERED_WORKLOAD = "scatter"
+
+
+def _node_step(console: Any, module: str, args: list[str], what: str) -> Any:
+    """Start `module` under `args`, wait until it is ready and snapshot it live; the node is
+    stopped on the way out (also on failure)."""
     from beamalloc.collector.live import snapshot_node
+
+    with WorkloadNode(module, extra_args=args) as wl:
+        console.print(f"Started {wl.node} {what}", markup=False, soft_wrap=True)
+        wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim",
+                                                      markup=False))
+        return snapshot_node(wl.node, wl.cookie, timeout=30.0)
+
+
+def _measured(out: Any, before: Any, after: Any, allocator: str,
+              run: dict[str, Any] | None) -> None:
+    """The measured change of `allocator`'s unused bytes beside the predicted one."""
+    from beamalloc.analyzer import wording
+    from beamalloc.analyzer.diff import diff
+    from beamalloc.analyzer.records import Prediction
+    from beamalloc.units import human
+
+    d = diff(before, after, ("stale setting", "advised flags"))
+    row = next((t for t in d["types"] if t["allocator"] == allocator), None)
+    if row is None or row["a"] is None or row["b"] is None or not row["a"]["unused"]:
+        out.print(f"Measured: {allocator} is not on both nodes.", markup=False)
+        return
+    a, b = row["a"]["unused"], row["b"]["unused"]
+    line = (f"Measured on the second node: {allocator} unused {human(a)} -> {human(b)} "
+            f"({wording.change((b - a) / a)})")
+    if run is not None:
+        line += f"; predicted {wording.figure(Prediction.from_dict(run))}"
+    out.print(line + ".", markup=False, soft_wrap=False)
+    out.print(f"diff: {d['verdict']['headline']}", markup=False)
+
+
+def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> int:
+    from beamalloc.analyzer import wording
+    from beamalloc.analyzer.analysis import analyze
+    from beamalloc.analyzer.recommend import CHANGE, verdict
     from beamalloc.console import wide_console
     from beamalloc.reporters.analyze import render
     from beamalloc.reporters.html import write_report
-    from beamalloc.reporters.recommend import summary
 
     console = wide_console(stderr=True)
-    with WorkloadNode("frag") as wl:
-        console.print(
-            f"Started {wl.node}: steady churn of 600-1000 B binaries, a spike to 10x "
-            "the live set, a random drop back to the base, churn again."
-        )
-        wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim"))
-        snap = snapshot_node(wl.node, wl.cookie, timeout=30.0)
-        snap_path = Path(report_path).with_name("demo-snapshot.json")
-        atomic_write_text(snap_path, snap.to_json())
-        result = analyze(snap)
-        out = wide_console()
-        render(result, out, top=12)
+    out = wide_console()
+    console.print(f"1/3  A node carrying a stale setting, `{' '.join(STALE)}` (no carrier "
+                  f"migration), under {DEMO_WORKLOAD}: a base set of 600-1000 B binaries, a "
+                  "burst, a drop back that leaves a few stragglers, then churn.", markup=False)
+    snap = _node_step(console, DEMO_WORKLOAD, list(STALE), f"with {' '.join(STALE)}")
+    snap_path = Path(report_path).with_name("demo-snapshot.json")
+    atomic_write_text(snap_path, snap.to_json())
+    result = analyze(snap)
+    render(result, out, top=12)
+    out.print()
+    rec = verdict(snap)
+    v = rec.verdict
+    for line in wording.lines(v):
+        out.print(line, markup=False)
+    if rec.emulator_flags:
+        out.print(f"Paste: {rec.emulator_flags}", markup=False, soft_wrap=True)
+    out.print(f"Details, with the evidence and cost of each flag: beamalloc recommend "
+              f"{snap_path}", markup=False, soft_wrap=True)
+    analyses, snaps = [result], [snap]
+    console.print()
+    if v.state == CHANGE:
+        # the flags as the operator adds them: after the ones in force, one by one
+        advised = [x for r in v.advised for x in (r.flag, r.value)]
+        console.print(f"2/3  The same workload on a node started with the advised flags, after "
+                      f"the stale one: {' '.join(STALE + tuple(advised))}", markup=False)
+        after = _node_step(console, DEMO_WORKLOAD, [*STALE, *advised], "with the advised flags")
+        after_path = Path(report_path).with_name("demo-after.json")
+        atomic_write_text(after_path, after.to_json())
+        top = next((r for r in v.advised if r.prediction is not None and not r.trade_off), None)
+        if top is not None:
+            run = next((x for x in (rec.prediction or {}).get("runs", [])
+                        if x.get("allocator") == top.allocator), None)  # fmt: skip
+            _measured(out, snap, after, top.allocator, run)
+        analyses.append(analyze(after))
+        snaps.append(after)
+    else:
+        console.print(f"2/3  Skipped: on this run the verdict is {v.state}, so there are no flags "
+                      "to apply (one snapshot can leave another carrier map: run the demo again)",
+                      markup=False)
+    console.print()
+    console.print(f"3/3  Where no flag helps: {SCATTERED_WORKLOAD}, a burst whose survivors stay "
+                  "for good, scattered over every carrier.", markup=False)
+    with WorkloadNode(SCATTERED_WORKLOAD) as wl:
+        console.print(f"Started {wl.node}", markup=False)
+        wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim",
+                                                      markup=False))
+        from beamalloc.collector.live import snapshot_node
+
+        scattered = snapshot_node(wl.node, wl.cookie, timeout=30.0)
         out.print()
-        for line in summary(recommend(snap)):
+        for line in wording.lines(verdict(scattered).verdict):
             out.print(line, markup=False)
-        out.print(f"Details, with the evidence and cost of each flag: "
-                  f"beamalloc recommend {snap_path}", markup=False, soft_wrap=True)
-        write_report([result], report_path, snapshots=[snap])
+        analyses.append(analyze(scattered))
+        snaps.append(scattered)
+        write_report(analyses, report_path, snapshots=snaps)
         # soft_wrap: a command must reach the user whole, however long its path
         console.print(f"\nWrote {report_path} and {snap_path}.", markup=False, soft_wrap=True)
         console.print(f"Next: beamalloc analyze {snap_path} --json", markup=False, soft_wrap=True)

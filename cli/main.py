@@ -707,7 +707,8 @@ def _commands() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_snippet)
 
     p = sub.add_parser(
-        "demo", help="start a node that fragments binary_alloc, analyze it, write demo-report.html"
+        "demo", help="a stale +MBas bf judged, the advised flags measured on a second node, "
+                     "then a case no flag helps; writes demo-report.html"
     )
     p.add_argument("--report", default="demo-report.html", metavar="FILE",
                    help="the HTML report to write (default demo-report.html)")

@@ -94,13 +94,8 @@ STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "
 
 
 def in_force_line(v: dict[str, Any]) -> str:
-    """The flags in force, as the snapshot shows them."""
-    fin = v["flags_in_force"]
-    if fin["flags"] is not None:
-        return f"`{fin['flags']}`" if fin["flags"] else "OTP defaults (no +M flag changes them)"
-    opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
-                     for n, o in fin["options"].items() if o)  # fmt: skip
-    return f"{fin['note']}: {opts}"
+    """The flags in force, as the snapshot shows them (analyzer/wording.py said it)."""
+    return str(v["flags_in_force"]["text"])
 
 
 def predicted_line(p: dict[str, Any]) -> str:
@@ -220,15 +215,3 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
-
-
-def summary(r: dict[str, Any]) -> list[str]:
-    """For `beamalloc demo`: the verdict's lines, the flags to paste and each run's figure."""
-    lines = verdict_lines(r)
-    if r["emulator_flags"]:
-        lines.append(f"Paste: {r['emulator_flags']}")
-    for run in (r.get("prediction") or {}).get("runs", []):
-        p = Prediction.from_dict(run)
-        lines.append(f"Predicted for {p.allocator}'s unused bytes: {wording.figure(p)}, "
-                     f"{wording.judged(p)}.")
-    return lines

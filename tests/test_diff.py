@@ -50,7 +50,7 @@ def test_numbers_are_analyzes(cli) -> None:
     r = cli("diff", str(a), str(b), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "beamalloc.diff/1"
+    assert doc["schema"] == "beamalloc.diff/2"
     for side, path in (("a", a), ("b", b)):
         an = analyze(read_file(str(path)))
         t = doc["total"][side]
@@ -115,7 +115,7 @@ def test_three_percent_drop_is_barely_helped() -> None:
     left = d["total"]["b"]["unused"]
     assert v["outcome"] == "barely_helped" and v["level"] in ("warn", "bad")
     assert v["headline"].startswith(f"barely helped: {human(left)} still unused (only ")
-    assert "-3.0%" in v["headline"]
+    assert "-3.0 %" in v["headline"]
     assert d["total"]["level"] == "bad"  # 167 MiB unused at 7.7 % usage
 
 
@@ -138,6 +138,26 @@ def test_grew_and_helped_wording() -> None:
     assert any(x.startswith("but unused grew in ets_alloc: ") for x in lines), lines
     same = diff(a, a)
     assert same["verdict"]["outcome"] == "unchanged" and not same["notes"]
+
+
+def test_a_lighter_load_is_not_credited_to_the_flags() -> None:
+    """Issue 22 item 9: a restart with new flags that also ran a lighter load. Raw unused fell
+    44 % (156.5 -> 87.8 MiB), which read "helped partly"; per used byte it fell 16 %, while
+    usage went 5.7 % -> 6.7 %: the load is said first, and the flags barely helped."""
+    from beamalloc.analyzer.diff import _numbers, verdict
+
+    a = _numbers(int(166.0 * MiB), int(9.46 * MiB), 40, 0)
+    b = _numbers(int(94.1 * MiB), int(6.3 * MiB), 22, 0)
+    v = verdict({"a": a, "b": b}, True, [])
+    assert v["outcome"] == "barely_helped" and round(v["load_change"], 2) == -0.33
+    assert v["headline"].startswith("the load moved (used 9.5 MiB → 6.3 MiB, -33.4 %); judged "
+                                    "per used byte: barely helped: 87.8 MiB still unused")
+    assert "unused per used byte 16.55 → 13.94 (-15.8 %)" in v["headline"]
+    assert any(x.startswith("raw unused 156.5 MiB → 87.8 MiB (-43.9 %)") for x in v["lines"])
+    # the same raw drop with the load held still is the flags' doing: helped partly
+    same = verdict({"a": a, "b": _numbers(int(97.25 * MiB), int(9.46 * MiB), 22, 0)}, True, [])
+    assert same["outcome"] == "helped_partly" and same["load_change"] is None
+    assert same["headline"].startswith("helped partly: 68.8 MiB less unused (-43.9 %)")
 
 
 def test_restart_and_otp_notes() -> None:

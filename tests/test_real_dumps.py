@@ -112,6 +112,17 @@ def test_every_dump_gets_a_verdict_and_no_harmful_flag(verdicts: dict[str, dict]
         v = r["verdict"]
         assert v["state"] in ("HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"), name
         assert r["healthy"] is (v["state"] == "HEALTHY") and v["headline"].startswith(v["state"])
+        # the first line stands alone in 100 characters, then at most three of why (issue 22)
+        assert len(v["headline"]) <= 100 and len(v["why"]) <= 3, (name, v["headline"])
+        # the lint and the verdict agree: a migration-off setting on an allocator no flag
+        # helps is weighed as a revert (issue 22 item 4)
+        no_flag = {e["allocator"] for e in v["no_flag_helps"]}
+        weighed = v["reasons"][0]["code"] != "runaway" and not any(
+            h["reason"]["code"] == "release_unmodelled" for h in r["held_back"])
+        for i in r["lint"]:
+            if i["check"] == "migration-off" and i["where"] == "in force" and weighed and \
+                    i["allocator"] in no_flag:
+                assert i["verdict"], (name, i)
         for rec in r["recommendations"]:
             p = rec["predicted"]
             assert p is not None and p["unused_saving"] >= 0, (name, rec["flag"])

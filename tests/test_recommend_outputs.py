@@ -38,7 +38,7 @@ def test_json_contract(cli) -> None:
     assert v["headline"] == ("CHANGE FLAGS: 287.8 MiB of eheap_alloc unused; paste 2 flags "
                              "below, predicted -28 %")
     assert len(v["headline"]) <= wording.HEADLINE_MAX and 1 <= len(v["why"]) <= wording.WHY_MAX
-    assert v["why"][0].startswith(f"{HEAP}: eheap_alloc's unused bytes -28 % (calibration error")
+    assert v["why"][0].startswith(f"{HEAP}: eheap_alloc unused -28 % (calibration error")
     (reason,) = v["reasons"]  # a code with its numbers, not prose
     assert reason["code"] == "frees" and reason["allocator"] == "eheap_alloc"
     assert round(reason["saving"], 2) == 0.28 and reason["unused"] > 280 << 20

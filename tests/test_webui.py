@@ -246,10 +246,12 @@ def test_verdict_on_the_page(client):
         return client.get(r.headers["Location"]).data.decode()
 
     heap = page("heapchurn")
-    assert "CHANGE FLAGS: 2 flags" in heap and "replay of spike_and_drop" in heap
+    assert "CHANGE FLAGS: 287.8 MiB of eheap_alloc unused; paste 2 flags below" in heap
+    assert "replay of spike_and_drop" in heap and "calibration error" in heap
     assert "{&#39;" not in heap and "&#39;before&#39;" not in heap
     frag = page("frag")
-    assert 'class="verdict bad"' in frag and "NO FLAG HELPS: no +M flag" in frag
+    assert 'class="verdict bad"' in frag and "NO FLAG HELPS: 155.0 MiB of binary_alloc" in frag
+    assert "Why: the flags are predicted to free 12 %" in frag  # the why lines, as in a terminal
     assert "No flag helps binary_alloc" in frag and "binary:copy/1" in frag
 
 

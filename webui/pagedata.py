@@ -176,7 +176,9 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
         "death": death_lines(a),
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
-        "verdict": verdict_lines(a) + picture_lines(a) + totals_note(a) + (
+        # the recommender's why lines first (analyzer/wording.py), then the analysis' own
+        "verdict": (rec["why"] if rec is not None else []) + verdict_lines(a) + picture_lines(a)
+        + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
              f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else []),

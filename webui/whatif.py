@@ -23,6 +23,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request
 
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.findings import facts
 from beamalloc.analyzer.lint import lint_flags
 from beamalloc.analyzer.predict import (
@@ -34,6 +35,7 @@ from beamalloc.analyzer.predict import (
     otp_of,
 )
 from beamalloc.analyzer.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
+from beamalloc.analyzer.records import Prediction
 from beamalloc.errors import InputError
 from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
 from beamalloc.snapshot import Snapshot
@@ -208,7 +210,7 @@ def _change(before: float, after: float) -> str:
         return "no change"
     if not before:
         return f"from 0 to {human(after)}"
-    return f"{100 * (after - before) / before:+.0f} %"
+    return wording.change((after - before) / before)
 
 
 def row_view(p: dict[str, Any]) -> dict[str, Any]:
@@ -236,11 +238,14 @@ def row_view(p: dict[str, Any]) -> dict[str, Any]:
                    else "the node's counters"),
         "reproduces": bool(p["reproduces_symptom"]),
         "fidelity": "n/a" if p["fidelity"] is None else f"{p['fidelity']:.2f}",
+        "calibration": wording.calibration(Prediction.from_dict(p)),
+        "workload": p.get("workload") or "fitted",
         "node_unused_h": human(p["node_unused"]),
-        "band": (f"{band['unused_pct'][0]:+.0f} % to {band['unused_pct'][1]:+.0f} % over "
+        "band": (f"{wording.change(band['unused_pct'][0] / 100)} to "
+                 f"{wording.change(band['unused_pct'][1] / 100)} over "
                  f"{band['variants']} orders of the blocks" if band and band.get("unused_pct")
                  else ""),
-        "best_case": (f"{best['change_pct']['unused']:+.0f} %" if best
+        "best_case": (wording.change(best["change_pct"]["unused"] / 100) if best
                       and best.get("reproduces_symptom")
                       and best["change_pct"]["unused"] is not None else ""),
         "not_modelled": p.get("not_modelled") or "",

@@ -97,7 +97,7 @@ def test_three_percent_drop_is_not_green(browser, cmp_server) -> None:
     assert v.get_attribute("data-outcome") == "barely_helped"
     assert "ok" not in v.get_attribute("class").split()
     head = v.find_element(By.CSS_SELECTOR, ".headline").text
-    assert head.startswith("barely helped: ") and "still unused" in head and "-3.0%" in head
+    assert head.startswith("barely helped: ") and "still unused" in head and "-3.0 %" in head
     green = browser.execute_script(
         "return getComputedStyle(arguments[0]).borderLeftColor", v)
     assert green != "rgb(46, 139, 87)"  # .verdict.ok's border

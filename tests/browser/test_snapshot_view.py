@@ -63,7 +63,8 @@ def test_predictions_are_tables(browser, advised):
     assert "together with +MHas ageffcbf" in browser.find_elements(
         By.CSS_SELECTOR, "tr.pred")[1].text
     text = tables[0].text
-    for word in ("before", "after", "change", "carriers", "unused", "MiB", "fidelity"):
+    for word in ("before", "after", "change", "carriers", "unused", "MiB", "calibration error",
+                 "workload fitted"):
         assert word in text, word
     # short: a table per flag, not thousands of pixels of a dict
     assert max(t.size["height"] for t in tables) < 400

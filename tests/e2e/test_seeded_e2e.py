@@ -61,7 +61,7 @@ def test_stragglers_get_the_flags_their_prediction_shows(workload: str) -> None:
     rec = recommend(r.snapshot)
     assert rec["verdict"]["state"] == "CHANGE FLAGS", rec["verdict"]["headline"]
     assert set(r.flags.split(" +")) <= set(rec["emulator_flags"].split(" +"))
-    assert "replayed from the node's own carriers" in rec["verdict"]["headline"]
+    assert "fitted from the node's carriers" in " ".join(rec["verdict"]["why"])
 
 
 @pytest.mark.parametrize("workload", ["frag", "scatter"])

@@ -270,4 +270,5 @@ def test_no_flag_helps_names_who_keeps_the_surviving_binaries() -> None:
     assert len(workers) >= 2  # one worker per scheduler keeps its long-lived set
     # each keeps 2,000 binaries of 600-1,000 bytes plus its stragglers
     assert all(x["binary_count"] >= 2000 and x["binary_bytes"] >= 1_200_000 for x in workers)
-    assert "binspike:worker_loop/2" in v["headline"] and "Who holds the memory" in v["headline"]
+    said = " ".join([v["headline"], *v["why"]])
+    assert "binspike:worker_loop/2" in said and "Who holds the memory" in said

@@ -55,11 +55,12 @@ def test_recommend_says_processes_hold_the_memory(wl: WorkloadNode, env: dict[st
     rec = json.loads(r.stdout)
     v = rec["verdict"]
     assert rec["processes"]["top_binary"][0]["name"] == "leaky_router"
-    assert "leaky_router" in v["headline"] and "bin_cache" in v["headline"]
+    said = " ".join([v["headline"], *v["why"]])
+    assert "leaky_router" in said and "bin_cache" in said
     live = next(s for s in v["holders"] if s.startswith("bin_cache"))
     assert "live" in live and "garbage" not in live  # a cache is named, not told to collect
     if v["state"] == "HEALTHY":
-        assert "Processes, not allocator placement, hold the memory" in v["headline"]
+        assert "Processes, not allocator placement, hold the memory" in said
 
 
 def test_terminal_section(wl: WorkloadNode, env: dict[str, str]) -> None:

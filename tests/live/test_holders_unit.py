@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from beamalloc.analyzer import holders as h
+from beamalloc.analyzer import wording
+from beamalloc.analyzer.records import NoFlagEntry, Reason, Remedy
 from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
 
 MB = 1 << 20
@@ -103,24 +105,36 @@ def test_h_flags_are_weighed_never_advised() -> None:
     assert all(not x["advised"] and x["cost"] and x["why"] for x in j["h_flags"])
 
 
+def _entry(unused: int, remedies: tuple = ()) -> NoFlagEntry:
+    return NoFlagEntry("binary_alloc", unused, unused * 2, 0.5, (), (), None,
+                       Reason("no_carrier_data"), None, remedies)
+
+
 def test_verdict_names_the_holders() -> None:
     j = h.processes_json(table(ROUTER, CACHE))
-    rec = {"verdict": {"state": "HEALTHY", "headline": "HEALTHY: the allocators use 88 %.",
-                       "no_flag_helps": []}}
-    h.apply_to_verdict(rec, j)
-    line = rec["verdict"]["headline"]
-    assert rec["processes"] is j and line.startswith("HEALTHY: the allocators use 88 %.")
-    assert "Processes, not allocator placement, hold the memory" in line
+    said, _ = h.verdict_holders(j, [])
+    line = "; ".join(said)
     assert "40.0 MiB of refc binaries are held by router" in line
     assert "cache keeps 10.0 MiB of refc binaries that are live" in line
     assert "garbage" not in line.split("cache keeps")[1]  # a live cache is not told to collect
-    rec = {"verdict": {"state": "NO FLAG HELPS", "headline": "NO FLAG HELPS: x.",
-                       "no_flag_helps": [{"allocator": "binary_alloc", "remedies": [{"a": 1}]}]}}
-    h.apply_to_verdict(rec, j)
-    e = rec["verdict"]["no_flag_helps"][0]
-    assert e["remedies"][0]["action"].startswith("garbage-collect or hibernate router")
-    assert e["remedies"][1]["action"].startswith("bound cache") and e["remedies"][-1] == {"a": 1}
-    assert [x["name"] for x in e["held_by"]] == ["router", "cache"]
+    restart = Remedy("restart_holders", 500 * MB, "at most", ("x",), True)
+    _, (e,) = h.verdict_holders(j, [_entry(500 * MB, (restart,))])
+    assert [r.code for r in e.remedies] == ["gc_holder", "bound_live_holder", "restart_holders"]
+    assert wording.remedy(e.remedies[0]).startswith("garbage-collect or hibernate router")
+    assert wording.remedy(e.remedies[1]).startswith("bound cache")
+    # a restart releases what the holder table counts for holders not called live: the router's
+    assert e.remedies[2].releases == 40 * MB and e.remedies[1].releases == 0
+    assert [x["name"] for x in e.held_by] == ["router", "cache"]
+
+
+def test_no_release_promised_for_live_binaries() -> None:
+    """Issue 22 item 5: where the holder scan calls every holder's binaries live, no restart,
+    hibernation or collection is offered as releasing them."""
+    j = h.processes_json(table(CACHE))
+    restart = Remedy("restart_holders", 500 * MB, "at most", ("x",), True)
+    _, (e,) = h.verdict_holders(j, [_entry(500 * MB, (restart,))])
+    assert [r.code for r in e.remedies] == ["bound_live_holder"]
+    assert e.remedies[0].releases == 0
 
 
 def test_probe_candidates_are_idle_and_strongest_first() -> None:
