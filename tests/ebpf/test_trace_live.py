@@ -122,6 +122,33 @@ def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
     assert abs(allocs[10] - vm) <= 0.01 * vm + res["lost_events"], (allocs[10], vm)
 
 
+@pytest.mark.parametrize("release", otp.release_params(("27",)))
+def test_trace_file_of_a_node_in_a_chroot(release: str, tmp_path) -> None:
+    """`trace --node N -o` on a node in another root (OTP 27's chroot, as a container is seen
+    from its host): the node is read over distribution, its beam.smp through /proc/PID/root,
+    and the binary allocations in the file are the VM's own count."""
+    churn = Churn(None, sname=True, release=release)
+    try:
+        out = tmp_path / "chroot.batr"
+        tr = Tracer("--node", churn.node, "-o", str(out), "--json",
+                    env={"BEAMALLOC_COOKIE": churn.cookie})
+        c0 = churn.calls()
+        churn.cmd("burst 2 10000")
+        c1 = churn.calls()
+        rc, stdout, err = tr.stop()
+        assert rc == 0, err
+    finally:
+        churn.stop()
+    res = tr.json(stdout)
+    with open_trace(out) as r:
+        h = r.header
+        assert h.node == churn.node and h.otp == release and h.erts.startswith("15."), h.erts
+        binary = next(t for t in h.types if t.name == "binary")
+        allocs = sum(1 for ev in r if ev.op == Op.ALLOC and ev.allocator == binary.allocator)
+    vm = _delta(c0, c1, "binary_alloc")[0]
+    assert vm > 20_000 and abs(allocs - vm) <= 0.01 * vm + res["lost_events"], (allocs, vm)
+
+
 def _wait_attached_then_gone(tr: Tracer, pid: int, end) -> tuple[str, str]:
     assert probes_in_kernel(pid), "no uprobe visible while the tracer is attached"
     rc, out, err = end()
