@@ -38,7 +38,7 @@ otp-runtimes: debs
 	  rm -f $$dir.tmp/tmp/beamalloc_probe.*; \
 	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
 	    >$$dir.tmp/.beamalloc-ready || { echo "$$rel: erl does not start in the chroot"; exit 1; }; \
-	  rm -rf --one-file-system $$dir && mv -T $$dir.tmp $$dir; \
+	  umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir && mv -T $$dir.tmp $$dir; \
 	done
 
 # eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no

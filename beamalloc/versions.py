@@ -7,6 +7,9 @@ from beamalloc.flags import SUPPORTED_OTP
 
 #: From OTP 23 on, erts N ships with OTP N + 12 (erts 13.1.5 is OTP 25.2.3).
 ERTS_TO_OTP = 12
+#: OTP 26.0 moved `instrument` from the tools application to runtime_tools (runtime_tools 2.0,
+#: OTP-18487; docs/erts/releases.md §2).
+INSTRUMENT_IN_RUNTIME_TOOLS = 26
 
 
 def otp_major(release: object) -> int | None:
@@ -15,6 +18,15 @@ def otp_major(release: object) -> int | None:
         return int(str(release).split(".")[0])
     except ValueError:
         return None
+
+
+def instrument_app(release: object) -> str:
+    """The OTP application that ships `instrument` on a node of `release`: "tools" before OTP 26,
+    "runtime_tools" from it, both named where the release is not known."""
+    major = otp_major(release)
+    if major is None:
+        return "tools (OTP 21-25) or runtime_tools (OTP 26+)"
+    return "runtime_tools" if major >= INSTRUMENT_IN_RUNTIME_TOOLS else "tools"
 
 
 def modelled_otp(release: object) -> int:

@@ -3,11 +3,13 @@
 The agent (collector/erlang/beamalloc_agent.erl, carriers/3) asks OTP's own `instrument` module
 on the target, one request per allocator instance, and hands back the raw answers; here they
 become `Snapshot.carriers` (docs/snapshot-schema.md, "carriers"). Nothing here raises on an
-answer of another shape: an OTP release whose tuples we do not know, a target without the tools
-application, or a scan the VM refused leave `carriers` None, say why in `carriers_unavailable`,
-and keep the rest of the snapshot.
+answer of another shape: an OTP release whose tuples we do not know, a target without the
+application that ships `instrument` (tools before OTP 26, runtime_tools from 26.0:
+docs/erts/releases.md §2), or a scan the VM refused leave `carriers` None, say why in
+`carriers_unavailable`, and keep the rest of the snapshot.
 
-Shapes read (the 6-tuple was checked by running instrument:carriers/1 on OTP 25.2.3):
+Shapes read (the 6-tuple was checked by running instrument:carriers/1 on OTP 25.2.3, 27.3.4
+and 29.1.1: tests/live/test_carriers_live.py):
 - OTP 23+: `{Allocator, InPool, TotalSize, UnscannedSize, [{Type, Count, Size}], FreeHist}`,
   the allocations keyed by the allocator type that made them (foreign blocks from the pool);
 - OTP 21-22: `{Allocator, TotalSize, UnscannedSize, AllocatedSize, AllocatedCount, InPool,
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
+from beamalloc.versions import instrument_app
 
 #: Carriers a live snapshot reads at most (`--max-carriers`). Whole instances are read, those with
 #: the most carrier bytes first, until the next would pass the cap; the rest are counted in
@@ -78,14 +81,14 @@ def _carrier(t: Any, instance: int | None, unit: int) -> Carrier | None:
     return Carrier(alloc, instance, in_pool, size, count, used, h, foreign, unscanned)
 
 
-def _why(answer: Any) -> str:
+def _why(answer: Any, release: object = None) -> str:
     """Why an instance's answer holds no carriers, in words an operator can act on."""
     if isinstance(answer, tuple) and len(answer) == 3 and answer[0] == "exception":
         reason = answer[2]
         if reason == "undef":
-            return ("the target has no instrument module in its code path (OTP's tools "
-                    "application; runtime_tools from OTP 27): start it with tools installed "
-                    "to see inside its carriers")
+            app = instrument_app(release)
+            return (f"the target has no instrument module in its code path (OTP's {app} "
+                    f"application): start it with {app} installed to see inside its carriers")
         return f"instrument:carriers/1 failed on the target ({answer[1]}: {str(reason)[:120]})"
     if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "error":
         return f"instrument:carriers/1 answered {{error, {answer[1]}}}"
@@ -115,7 +118,7 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
               and isinstance(answer[1], tuple) and len(answer[1]) == 2
               and isinstance(answer[1][1], list))
         if not ok:
-            return _unavailable(snap, _why(answer))
+            return _unavailable(snap, _why(answer, snap.otp_release))
         for t in answer[1][1]:
             c = _carrier(t, inst, unit)
             if c is None:

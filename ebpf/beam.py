@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from beamalloc.ebpf.errors import EbpfUnavailable
-from beamalloc.ebpf.procmem import ProcError, ProcessMemory
+from beamalloc.ebpf.procmem import ProcError, ProcessMemory, SymbolTable, symbol_table, target_path
 from beamalloc.trace import TypeInfo
 
 #: Entry points of alloc_util, one family per way an allocator is reached (docs/erts/alloc_util.md
@@ -37,7 +37,10 @@ _ALLOC_FNS = struct.Struct("<QQQQ")  # ErtsAllocatorFunctions_t {alloc, realloc,
 @dataclass
 class BeamProcess:
     pid: int
-    binary: str
+    binary: str  # as opened here and given to bcc: /proc/PID/root/... (procmem.target_path)
+    symbols: SymbolTable | None = None
+    #: Why alloc_util cannot be followed block by block (its symbols are missing), or None.
+    blind: str | None = None
     types: list[TypeInfo] = field(default_factory=list)
     allocators: dict[int, str] = field(default_factory=dict)  # A -> "binary_alloc"
     instances: dict[int, tuple[int, int]] = field(default_factory=dict)  # Allctr_t* -> (A, ix)
@@ -55,8 +58,9 @@ class BeamProcess:
         return out
 
 
-def beam_binary(pid: int) -> str:
-    """The beam executable of `pid`, or EbpfUnavailable saying why it is not a BEAM."""
+def beam_files(pid: int) -> tuple[str, str]:
+    """The beam executable of `pid`: (as opened here, as /proc/PID/maps names it), or
+    EbpfUnavailable saying why it is not a BEAM."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except FileNotFoundError:
@@ -73,25 +77,36 @@ def beam_binary(pid: int) -> str:
     exe = exe.removesuffix(" (deleted)")
     if not os.path.basename(exe).startswith("beam"):
         raise EbpfUnavailable(f"pid {pid} runs {exe}, not an Erlang VM (beam.smp)")
-    return f"/proc/{pid}/root{exe}" if os.path.exists(f"/proc/{pid}/root{exe}") else exe
+    return target_path(pid, exe), exe
+
+
+def beam_binary(pid: int) -> str:
+    """The beam executable of `pid` as opened here (in its own root: a chroot, a container)."""
+    return beam_files(pid)[0]
 
 
 def inspect(pid: int) -> BeamProcess:
-    binary = beam_binary(pid)
+    """The process's allocators and types; where its symbols do not reach alloc_util, a
+    BeamProcess with `blind` saying what is missing (the carrier level still works)."""
+    binary, mapped = beam_files(pid)
     try:
-        mem = ProcessMemory(pid, binary)
+        table = symbol_table(binary, (f"/proc/{pid}/root", "/"))
+        mem = ProcessMemory(pid, binary, mapped, table)
     except ProcError as e:
         raise EbpfUnavailable(str(e)) from None
     missing = [s for s in REQUIRED if s not in mem.symbols]
     if missing:
         mem.close()
-        raise EbpfUnavailable(f"{binary} does not export {missing[0]} (and {len(missing) - 1} "
-                              "more alloc_util symbols): cannot trace its allocators")
+        return BeamProcess(pid, binary, table, blind=(
+            f"{os.path.basename(binary)} has no symbol for alloc_util ({missing[0]} and "
+            f"{len(missing) - 1} more): {table.source}"))
     try:
         with mem:
-            return _read_tables(mem, pid)
+            bp = _read_tables(mem, pid)
     except ProcError as e:
         raise EbpfUnavailable(str(e)) from None
+    bp.symbols = table
+    return bp
 
 
 def _read_tables(mem: ProcessMemory, pid: int) -> BeamProcess:

@@ -22,7 +22,7 @@ from beamalloc.ebpf import beam
 from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.ebpf.event import EVENT, STAT_NAMES
 from beamalloc.ebpf.placement import entry_addrs
-from beamalloc.ebpf.procmem import dynamic_symbols
+from beamalloc.ebpf.procmem import Symbol, symbol_table
 
 SOURCE = Path(__file__).with_name("blocks.bpf.c")
 #: Events per ring-buffer record; a power of two (the C masks the index with it). The reader's
@@ -64,11 +64,13 @@ def probes(returns: bool = True) -> list[Probe]:
     return out
 
 
-def placement(binary: str, returns: bool = True) -> list[tuple[Probe, int]]:
+def placement(binary: str, returns: bool = True,
+              syms: dict[str, Symbol] | None = None) -> list[tuple[Probe, int]]:
     """Each probe with its link-time address: the symbol, except for an entry probe of a
     function without a return probe, which may sit past a leading flags-only test (one trap
-    instead of a trap and a single-step: placement.py)."""
-    syms = dynamic_symbols(binary)
+    instead of a trap and a single-step: placement.py). `syms`: the binary's symbols
+    (procmem.symbol_table, read again when not given)."""
+    syms = syms if syms is not None else symbol_table(binary).symbols
     todo = probes(returns)
     with_return = {p.sym for p in todo if p.kind == "return"}
     moved = entry_addrs(binary, syms, [p.sym for p in todo
@@ -82,6 +84,8 @@ class BlockProbes:
 
     def __init__(self, bcc: ModuleType, proc: beam.BeamProcess, *, trace: bool,
                  returns: bool = True, ringbuf_mb: int = 64, max_threads: int = 4096) -> None:
+        if proc.blind:
+            raise EbpfUnavailable(f"cannot follow alloc_util in pid {proc.pid}: {proc.blind}")
         self.proc = proc
         self.trace = trace
         self.returns = returns or trace
@@ -98,7 +102,9 @@ class BlockProbes:
         except Exception as e:  # bcc raises bare Exception on compile/load failures
             raise EbpfUnavailable(f"cannot load the block-level BPF program: {e}") from None
         self._attached: list[Probe] = []
-        self._addr = {(p.kind, p.sym): addr for p, addr in placement(proc.binary, self.returns)}
+        syms = proc.symbols.symbols if proc.symbols else None
+        self._addr = {(p.kind, p.sym): addr
+                      for p, addr in placement(proc.binary, self.returns, syms)}
 
     def address(self, p: Probe) -> int:
         """Link-time address of probe `p` (its symbol, or a few bytes in: placement.py)."""

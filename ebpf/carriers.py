@@ -10,7 +10,7 @@ from typing import Any
 from beamalloc.ebpf import beam
 from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.ebpf.placement import entry_addrs
-from beamalloc.ebpf.procmem import dynamic_symbols
+from beamalloc.ebpf.procmem import dynamic_symbols, symbol_table, target_path
 
 SOURCE = Path(__file__).with_name("carriers.bpf.c")
 KINDS = ("mmap", "munmap", "mremap", "madvise", "mseg_alloc", "mseg_dealloc", "mseg_realloc",
@@ -35,10 +35,11 @@ LIBC_PROBES = (
 
 
 def libc_path(pid: int) -> str:
+    """The libc `pid` maps, as opened here (in its own root: procmem.target_path)."""
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
         parts = line.split(None, 5)
         if len(parts) == 6 and Path(parts[5]).name.startswith("libc.so"):
-            return parts[5]
+            return target_path(pid, parts[5])
     raise EbpfUnavailable(f"pid {pid} maps no libc.so: cannot follow malloc")
 
 
@@ -46,6 +47,7 @@ class CarrierProbes:
     def __init__(self, bcc: ModuleType, proc: beam.BeamProcess, *, libc: bool = True,
                  max_live: int = 1 << 17) -> None:
         self.proc = proc
+        self.unseen: list[str] = []  # erts entry points without a symbol: not followed
         # -I: for its #include "bits.bpf.h" (bcc compiles the source as /virtual/main.c).
         cflags = [f"-I{SOURCE.parent}", f"-DTGID={proc.pid}", f"-DMAX_LIVE={max_live}"]
         try:
@@ -54,9 +56,13 @@ class CarrierProbes:
             binary = proc.binary.encode()
             # Entry-only probes go where one trap does (placement.py): glibc's free opens
             # with the test a single-step would cost ~20x more on.
-            syms = dynamic_symbols(proc.binary)
-            addrs = entry_addrs(proc.binary, syms, [sym for sym, _ in ERTS_PROBES])
-            for sym, fn in ERTS_PROBES:
+            syms = (proc.symbols or symbol_table(proc.binary)).symbols
+            # Without erts's symbols (a stripped OTP 29 build), mseg and sys_alloc stay unseen;
+            # the syscalls and libc are followed all the same.
+            self.unseen = [sym for sym, _ in ERTS_PROBES if sym not in syms]
+            here = [(sym, fn) for sym, fn in ERTS_PROBES if sym in syms]
+            addrs = entry_addrs(proc.binary, syms, [sym for sym, _ in here])
+            for sym, fn in here:
                 self.bpf.attach_uprobe(name=binary, addr=addrs[sym], fn_name=fn.encode(),
                                        pid=proc.pid)
             if libc:

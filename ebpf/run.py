@@ -18,11 +18,12 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from beamalloc.ebpf import beam, kernel
+from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.errors import InputError
 from beamalloc.trace import TraceHeader
 
@@ -68,8 +69,8 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def _say(opts: Options, msg: str) -> None:
-    if not opts.quiet:
+def _say(opts: Options, msg: str, always: bool = False) -> None:
+    if always or not opts.quiet:
         print(f"beamalloc: {msg}", file=sys.stderr, flush=True)
 
 
@@ -145,6 +146,13 @@ def run(opts: Options) -> dict[str, Any]:
     bcc = kernel.preflight()
     pid, snap = _target(opts)
     proc = beam.inspect(pid)
+    if proc.blind and opts.level != "carrier":
+        if opts.output:  # a trace for replay is made of block events only
+            raise EbpfUnavailable(f"no block-level trace of pid {pid}: {proc.blind}")
+        # Everything else still reaches the node: follow it there and say what is unseen.
+        _say(opts, f"block level unavailable: {proc.blind}; following the carrier level "
+             "(syscalls, libc) only", always=True)
+        opts = replace(opts, level="carrier")
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -238,7 +246,8 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options,
                      "attached_fraction": (round(attached_s / elapsed, 4) if sampler.sampled
                                            and elapsed else 1.0),
                      "note": ("calls are scaled by 1/attached_fraction; outstanding bytes are "
-                              "not measured when sampling") if sampler.sampled else None},
+                              "not measured when sampling") if sampler.sampled else None,
+                     "unseen": _unseen(proc, carriers)},
         }
         if sampler.sampled:
             cal = sampler.calibration()
@@ -264,6 +273,16 @@ def _summary(bcc: Any, proc: beam.BeamProcess, snap: Any, opts: Options,
                 with contextlib.suppress(Exception):
                     p.close()
     return doc
+
+
+def _unseen(proc: beam.BeamProcess, carriers: Any) -> str | None:
+    """What this run could not follow and why (one line), or None."""
+    parts = []
+    if proc.blind:
+        parts.append(f"alloc_util's calls (block level): {proc.blind}")
+    if carriers is not None and carriers.unseen:
+        parts.append(f"{', '.join(carriers.unseen)} (carrier level): no symbol")
+    return "; ".join(parts) or None
 
 
 def _cpu_s(pid: int) -> tuple[float, float]:

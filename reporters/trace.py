@@ -20,6 +20,8 @@ def render(doc: dict[str, Any], console: Any) -> None:
                   f"{doc['elapsed_s']:.1f} s, level {mode['level']}"
                   + (f", sampled: probes attached {mode['attached_fraction']:.0%} of the time, "
                      "calls scaled" if mode["attached_fraction"] < 1 else ""))
+    if mode.get("unseen"):
+        console.print(Text("not seen: ", style="bold yellow") + Text(mode["unseen"]))
     if doc["lost"]["total"]:
         console.print(Text(f"lost {doc['lost']['total']} events", style="bold red")
                       + Text(f": {doc['lost']}"))

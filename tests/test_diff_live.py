@@ -1,18 +1,20 @@
 """`beamalloc diff` on real nodes: one node (same name) before and after a real flag change on
-the binspike workload (samples/workloads/binspike.erl), through files, a live node and the store."""
+the binspike workload (samples/workloads/binspike.erl), through files, a live node and the store,
+on OTP 25, 27 and 29."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import subprocess
+import shutil
 from pathlib import Path
 
+import otp
 import pytest
+from otp import start_workload
 from support import run_cli
 
-from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import snippet
 from beamalloc.collector.live import snapshot_node
 from beamalloc.snapshot import Snapshot
@@ -26,11 +28,9 @@ BEFORE = "+MBas bf"  # an old configuration: carrier migration off
 AFTER = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacul de"  # R3's and R10's flags
 
 
-def _run(name: str, flags: str, env: dict[str, str] | None = None,
-         also: object = None) -> Snapshot:
-    wl = WorkloadNode("binspike", extra_args=flags.split(), env=env)
-    wl.name = name  # the same node name before and after: a restart with new flags
-    with wl:
+def _run(release: str, name: str, flags: str, also: object = None) -> Snapshot:
+    # the same node name before and after: a restart with new flags
+    with start_workload(release, "binspike", flags=flags.split(), name=name) as wl:
         wl.wait_ready()
         snap = snapshot_node(wl.node, wl.cookie, timeout=60.0)
         if also is not None:
@@ -39,13 +39,16 @@ def _run(name: str, flags: str, env: dict[str, str] | None = None,
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def pair(tmp_path_factory: pytest.TempPathFactory, otp_release: str) -> dict[str, object]:
+    """Before and after on each test release (tests/otp.py)."""
     d = tmp_path_factory.mktemp("diff")
+    # the snippet writes on the node's own file system: inside its chroot for OTP 27 and 29
+    there_dir, there = otp.runtime(otp_release).scratch()
     name = f"beamalloc_diff_{secrets.token_hex(4)}"
     out: dict[str, object] = {"dir": d}
-    a = _run(name, BEFORE)
+    a = _run(otp_release, name, BEFORE)
 
-    def live_diff(wl: WorkloadNode) -> None:  # B read live by `beamalloc diff` itself
+    def live_diff(wl: otp.Node) -> None:  # B read live by `beamalloc diff` itself
         (d / "cookie").write_text(wl.cookie)
         (d / "a.json").write_text(a.to_json())
         r = run_cli("diff", str(d / "a.json"), wl.node, "--cookie-file", str(d / "cookie"),
@@ -53,16 +56,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         out["live"] = r
         # the snippet's one line (docs/access.md), evaluated on the node itself through rpc:
         # what an operator pastes into remote_console, writing a SOURCE file on its host
-        expr = snippet.erlang_expression(str(d / "b.etf"))
-        code = ("{ok, Ts, _} = erl_scan:string(" + json.dumps(expr) + "), "
-                "{ok, Es} = erl_parse:parse_exprs(Ts), "
-                f"R = rpc:call('{wl.node}', erl_eval, exprs, [Es, []]), "
-                "io:format(\"~p~n\", [R]), halt().")
-        subprocess.run(["erl", "-sname", f"t_probe_{secrets.token_hex(4)}", "-setcookie",
-                        wl.cookie, "-hidden", "-noshell", "-eval", code], check=True,
-                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        wl.eval(snippet.erlang_expression(f"{there}/b.etf"), timeout=60)
 
-    b = _run(name, AFTER, also=live_diff)
+    b = _run(otp_release, name, AFTER, also=live_diff)
+    shutil.move(there_dir / "b.etf", d / "b.etf")
+    shutil.rmtree(there_dir)
     (d / "b.json").write_text(b.to_json())
     out.update(a=a, b=b, name=a.node)
     return out

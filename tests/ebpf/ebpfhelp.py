@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import otp
 import pytest
 
 from beamalloc.ebpf import kernel
@@ -53,11 +54,16 @@ class Churn:
     """A workload node answering commands on its stdin: samples/workloads/binchurn.erl, or
     another stdin-driven `module` of that folder, started with the emulator `flags`."""
 
-    def __init__(self, ebin: str, sname: bool = False, module: str = "binchurn",
-                 flags: Sequence[str] = ()) -> None:  # fmt: skip
+    def __init__(self, ebin: str | None, sname: bool = False, module: str = "binchurn",
+                 flags: Sequence[str] = (), release: str = otp.SYSTEM) -> None:  # fmt: skip
+        """Under `release` (tests/otp.py: 27 and 29 run in their chroots, compiled by their
+        own erlc; `ebin` is then not used)."""
         self.cookie = f"C{secrets.token_hex(10)}"
         self.name = f"t_ebpf_{secrets.token_hex(3)}"
-        argv = ["erl", "-noshell", *flags, "-pa", ebin]
+        self.release = release
+        if release != otp.SYSTEM or ebin is None:
+            ebin = otp.compile_workload(release, module)
+        argv = otp.runtime(release).argv("erl", "-noshell", *flags, "-pa", ebin)
         if sname:
             argv += ["-sname", self.name, "-setcookie", self.cookie]
         self.proc = subprocess.Popen([*argv, "-eval", f"{module}:main()"], stdin=subprocess.PIPE,
@@ -106,8 +112,10 @@ class Tracer:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        assert "Ctrl-C stops" in line, line + self.proc.stderr.read()
+        self.notes: list[str] = []  # lines said before it attached (what it cannot see)
+        while "Ctrl-C stops" not in (line := self.proc.stderr.readline()):
+            assert line and len(self.notes) < 5, "".join(self.notes) + line
+            self.notes.append(line.strip())
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 120) -> tuple[int, str, str]:
         self.proc.send_signal(sig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import otp
 import pytest
 from ebpfhelp import Churn, Tracer, probes_in_kernel, requires_bpf
 from support import SecretWatch
@@ -20,10 +21,20 @@ def _delta(c0: dict, c1: dict, a: str) -> tuple[int, int, int]:
     return tuple(y - x for x, y in zip(c0[a], c1[a], strict=True))  # type: ignore[return-value]
 
 
-def test_summary_counts_and_sizes_agree_with_the_vm(churn: Churn) -> None:
+@pytest.mark.parametrize("release", otp.release_params(("25", "27")))
+def test_summary_counts_and_sizes_agree_with_the_vm(ebin: str, release: str) -> None:
     """Every call counted: traced alloc calls per allocator (and binary_alloc's frees) = Δ
     `calls` within 1%; outstanding block bytes = Δ `blocks` size within 1%
-    (docs/erts/alloc_util.md §6.1)."""
+    (docs/erts/alloc_util.md §6.1). On OTP 25 here and OTP 27 in its chroot, as a node in a
+    container is seen: its beam.smp and libc are reached through /proc/PID/root."""
+    churn = Churn(ebin, release=release)
+    try:
+        _counts_agree(churn)
+    finally:
+        churn.stop()
+
+
+def _counts_agree(churn: Churn) -> None:
     tr = Tracer("--pid", str(churn.pid), "--json")
     c0, b0 = churn.calls(), churn.blocks()
     churn.cmd("burst 4 15000")
@@ -109,6 +120,33 @@ def test_trace_file_header_and_events(ebin: str, tmp_path) -> None:
     assert order_ok > 10_000
     vm = _delta(c0, c1, "binary_alloc")[0]
     assert abs(allocs[10] - vm) <= 0.01 * vm + res["lost_events"], (allocs[10], vm)
+
+
+@pytest.mark.parametrize("release", otp.release_params(("27",)))
+def test_trace_file_of_a_node_in_a_chroot(release: str, tmp_path) -> None:
+    """`trace --node N -o` on a node in another root (OTP 27's chroot, as a container is seen
+    from its host): the node is read over distribution, its beam.smp through /proc/PID/root,
+    and the binary allocations in the file are the VM's own count."""
+    churn = Churn(None, sname=True, release=release)
+    try:
+        out = tmp_path / "chroot.batr"
+        tr = Tracer("--node", churn.node, "-o", str(out), "--json",
+                    env={"BEAMALLOC_COOKIE": churn.cookie})
+        c0 = churn.calls()
+        churn.cmd("burst 2 10000")
+        c1 = churn.calls()
+        rc, stdout, err = tr.stop()
+        assert rc == 0, err
+    finally:
+        churn.stop()
+    res = tr.json(stdout)
+    with open_trace(out) as r:
+        h = r.header
+        assert h.node == churn.node and h.otp == release and h.erts.startswith("15."), h.erts
+        binary = next(t for t in h.types if t.name == "binary")
+        allocs = sum(1 for ev in r if ev.op == Op.ALLOC and ev.allocator == binary.allocator)
+    vm = _delta(c0, c1, "binary_alloc")[0]
+    assert vm > 20_000 and abs(allocs - vm) <= 0.01 * vm + res["lost_events"], (allocs, vm)
 
 
 def _wait_attached_then_gone(tr: Tracer, pid: int, end) -> tuple[str, str]:

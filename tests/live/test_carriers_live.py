@@ -1,6 +1,7 @@
-"""Per-carrier data from real nodes (issue 17, item 1): what instrument:carriers/1 lists adds up
-to the allocators' own carrier bytes, a node without the tools application still gets a full
-snapshot, the cap bounds what is read, and nothing of ours is loaded on the target."""
+"""Per-carrier data from real nodes (issue 17, item 1) on OTP 25, 27 and 29: what
+instrument:carriers/1 lists adds up to the allocators' own carrier bytes, a node without the
+application that ships instrument still gets a full snapshot, the cap bounds what is read, and
+nothing of ours is loaded on the target."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import subprocess
 import sys
 
 import pytest
+from otp import start_node, start_workload
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import STRAGGLERS, carrier_map
-from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live
 from beamalloc.collector.terms import parse_term
 from beamalloc.snapshot import Snapshot
+from beamalloc.versions import instrument_app
 
 pytestmark = pytest.mark.live
 
@@ -32,12 +34,15 @@ def _carrier_bytes(snap: Snapshot, allocator: str) -> tuple[int, int, int]:
 
 
 @pytest.fixture(scope="module")
-def binspike() -> Snapshot:
+def binspike(otp_release: str) -> Snapshot:
     # A spike of 40,000 binaries per worker, one in 4,000 kept: pooled carriers pinned by a few
-    # blocks each, as on the issue's spike-and-drop node.
-    with WorkloadNode("binspike", env={"BURST": "40000"}) as wl:
+    # blocks each, as on the issue's spike-and-drop node. On each test release (tests/otp.py):
+    # instrument:carriers/1 answers in the same shape on 25, 27 and 29.
+    with start_workload(otp_release, "binspike", env={"BURST": "40000"}) as wl:
         wl.wait_ready()
-        return live.snapshot_node(wl.node, wl.cookie, timeout=60.0)
+        snap = live.snapshot_node(wl.node, wl.cookie, timeout=60.0)
+    assert snap.otp_release == otp_release
+    return snap
 
 
 def test_carrier_sizes_add_up(binspike: Snapshot) -> None:
@@ -80,7 +85,8 @@ def test_round_trip_of_a_live_snapshot(binspike: Snapshot) -> None:
     assert parse_term(binspike.raw + ".")
 
 
-def test_only_instrument_is_loaded(target, probe, marker) -> None:
+def test_only_instrument_is_loaded(any_target, probe, marker) -> None:
+    target = any_target
     loaded = "lists:sort([M || {M, _} <- erpc:call(T, code, all_loaded, [])])"
     before = set(parse_term(probe(target, loaded).strip() + "."))
     snap = live.snapshot_node(target.node, target.cookie)
@@ -99,12 +105,21 @@ def test_cap_reads_whole_instances(target, marker) -> None:
     assert none.carriers is None and none.carriers_unavailable is None
 
 
-def test_node_without_tools(node_factory, probe, marker) -> None:
-    n = node_factory(eval_="code:del_path(tools)")
+def test_node_without_tools(otp_release, probe, marker) -> None:
+    """Without the application that ships instrument (tools on 25, runtime_tools from 26:
+    docs/erts/releases.md §2), named for the node's release."""
+    app = instrument_app(otp_release)
+    with start_node(eval_=f"code:del_path({app})", release=otp_release) as n:
+        _without_tools(n, app, probe)
+
+
+def _without_tools(n, app, probe) -> None:
     assert "non_existing" in probe(n, "erpc:call(T, code, which, [instrument])")
     snap = live.snapshot_node(n.node, n.cookie)
     assert snap.carriers is None
     assert "no instrument module" in (snap.carriers_unavailable or "")
+    assert f"(OTP's {app} application): start it with {app} installed" in \
+        snap.carriers_unavailable
     assert len(snap.allocators) > 20 and snap.memory["total"] > 0  # the rest is all there
     env = {**os.environ, "BEAMALLOC_COOKIE": n.cookie}
     r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "snapshot", n.node, "--json"],

@@ -1,6 +1,6 @@
-"""On live nodes, `analyze --json` equals recon_alloc's formulas evaluated in Erlang on the very
-same sample (the raw term the snapshot keeps), for an idle node and for one fragmented by the
-demo workload."""
+"""On live nodes of OTP 25, 27 and 29, `analyze --json` equals recon_alloc's formulas evaluated in
+Erlang on the very same sample (the raw term the snapshot keeps), for an idle node and for one
+fragmented by the demo workload."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from otp import start_workload
 
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live
 
 ESCRIPT = Path(__file__).with_name("recon_formulas.escript")
@@ -55,13 +55,14 @@ def _check(snap, tmp_path):
     return a
 
 
-def test_idle_node(target, tmp_path):
-    snap = live.snapshot_node(target.node, target.cookie)
+def test_idle_node(any_target, tmp_path):
+    snap = live.snapshot_node(any_target.node, any_target.cookie)
+    assert snap.otp_release == any_target.release
     _check(snap, tmp_path)
 
 
-def test_fragmented_node_through_the_cli(tmp_path):
-    with WorkloadNode("frag", env={"FRAG_BASE": "8000"}) as wl:
+def test_fragmented_node_through_the_cli(otp_release, tmp_path):
+    with start_workload(otp_release, "frag", env={"FRAG_BASE": "8000"}) as wl:
         wl.wait_ready()
         snap = live.snapshot_node(wl.node, wl.cookie, timeout=30)
     a = _check(snap, tmp_path)

@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import otp
 import pytest
 
 from beamalloc.collector import etf, live, snippet
@@ -83,17 +84,20 @@ def _compare_with_live(snap, target: Node, cookie: str) -> None:
     assert snap.carriers is None  # no instrument on the node
 
 
-def test_erlang_snippet_through_remsh(tmp_path: Path) -> None:
-    """Typed into `erl -remsh TARGET`: the expression runs on the target, loads no module there,
-    writes the file, and the file reads as a snapshot of the target."""
-    target = start_node(["+S", "3"])
+def test_erlang_snippet_through_remsh(otp_release: str) -> None:
+    """Typed into `erl -remsh TARGET` (the target's release's own erl, on OTP 25, 27 and 29):
+    the expression runs on the target, loads no module there, writes the file, and the file
+    reads as a snapshot of the target."""
+    rt = otp.runtime(otp_release)
+    target = start_node(["+S", "3"], release=otp_release)
+    here, there = rt.scratch()  # the node writes on its own file system (its chroot's)
     try:
-        out_file = tmp_path / "node.etf"
+        out_file = Path(there) / "node.etf"
         expr = snippet.erlang_expression(str(out_file))
         assert "\n" not in expr and "'" not in expr
         text = remote_shell(
-            ["erl", "-sname", f"t_sh_{secrets.token_hex(4)}", "-setcookie", target.cookie,
-             "-hidden", "-remsh", target.node],
+            rt.argv("erl", "-sname", f"t_sh_{secrets.token_hex(4)}", "-setcookie",
+                    target.cookie, "-hidden", "-remsh", target.node),
             ["{warm, [1, 2, 3]}.",  # the shell's own scanning and printing load first
              "M1 = [M || {M, _} <- code:all_loaded()].",
              expr,
@@ -101,11 +105,12 @@ def test_erlang_snippet_through_remsh(tmp_path: Path) -> None:
             prompt=f"({target.node})1>".encode(), until=re.compile(rb"\{loaded,\[[^\]]*\]\}"))
         assert f'{{beamalloc_snippet,"{out_file}",' in text, text[-800:]
         assert "{loaded,[]}" in text, text[-800:]  # nothing loaded on the target
-        snap = snippet.read_snippet(out_file.read_bytes(), str(out_file))
-        assert snap.schedulers == 3
+        snap = snippet.read_snippet((here / "node.etf").read_bytes(), str(out_file))
+        assert snap.schedulers == 3 and snap.otp_release == otp_release
         _compare_with_live(snap, target, target.cookie)
     finally:
         target.stop()
+        shutil.rmtree(here, ignore_errors=True)
 
 
 def test_erlang_snippet_default_path(tmp_path: Path) -> None:

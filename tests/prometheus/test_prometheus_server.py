@@ -82,7 +82,9 @@ class Prom:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, str, object]]:
+def setup(tmp_path_factory: pytest.TempPathFactory,
+          otp_release: str) -> Iterator[tuple[Prom, str, object]]:
+    """A node of each test release (tests/otp.py), its watcher and a Prometheus scraping it."""
     tmp = tmp_path_factory.mktemp("prom")
     cookie = f"C{secrets.token_hex(12)}"
     # ets_alloc's lmbcs under 2 x sbct: the lint's lmbcs-sbct check holds while the node runs.
@@ -92,7 +94,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, str,
         ["+MMmcs", "0", "+MBsbct", "64", "+MElmbcs", "1024", "+MEsbct", "1024"],
         eval_="spawn(fun() -> F = fun L() -> B = binary:copy(<<0:(100*1024*8)>>), "
               "_ = byte_size(B), erlang:garbage_collect(), timer:sleep(1), L() end, F() end).",
-        cookie=cookie)
+        cookie=cookie, release=otp_release)
     watch_port = _free_port()
     err = (tmp / "watch.stderr").open("wb")
     watch = subprocess.Popen(
