@@ -403,7 +403,10 @@ class Snapshot:
 
     def check(self) -> None:
         """Refuse what no node can report (docs/robustness.md, "Ranges"): every reader calls
-        this, so every command gets numbers it can compute with, or one line and exit 2."""
+        this, so every command gets numbers it can compute with, or one line and exit 2.
+        First the counters the VM itself reports wrapped are read as it means them
+        (`unwrap_counters`), with a note."""
+        unwrap_counters(self)
         check_snapshot(self)
 
 
@@ -437,6 +440,34 @@ def _check_str(s: str, where: str, limit: int = 4096) -> None:
         ) from None
     if limit and len(s) > limit:
         raise SnapshotError(f"{where}: a string of {len(s)} characters")
+
+
+#: A count this large is a signed counter of the VM that went negative, printed unsigned:
+#: binary_alloc's mbcs_pool carriers read 18446744073709551513 (-103) on a fragmented 2 GiB
+#: OTP 25 node with default flags (issue 25). No real count comes near 2^63.
+WRAP = 1 << 63
+
+
+def wrapped(v: int) -> bool:
+    return v >= WRAP
+
+
+def unwrap_counters(snap: Snapshot) -> None:
+    """The pool's carrier counts as the VM means them: a wrapped (negative) value is taken as
+    0, so no sum adds it raw ("36893488147419103127 carriers not read"), and a note says
+    which and what it was. Idempotent: a count read once is no longer wrapped."""
+    for inst in snap.allocators:
+        p = inst.mbcs_pool
+        if p is None:
+            continue
+        for field_name in ("carriers", "carriers_size"):
+            v = getattr(p, field_name)
+            if _is_int(v) and WRAP <= v <= UINT64_MAX:
+                setattr(p, field_name, 0)
+                snap.notes.append(
+                    f"{inst.allocator}[{inst.instance}] mbcs_pool {field_name.replace('_', ' ')} "
+                    f"reads {v}, which is {v - (1 << 64)}: a counter of the VM gone negative "
+                    "and shown unsigned; taken as 0")
 
 
 def _check_count(v: Any, where: str) -> None:
@@ -493,10 +524,24 @@ def check_snapshot(snap: Snapshot) -> None:
             _check_count(v, where)
         _check_triple(m.segments, f"{where}.segments")
         _check_triple(m.segments_size, f"{where}.segments_size")
+    _check_count(snap.carriers_skipped, "carriers_skipped")
+    for i, c in enumerate(snap.carriers or ()):
+        w = f"carriers[{i}]"
+        if c.instance is not None and not 0 <= c.instance <= 2 * MAX_SCHEDULERS + 1:
+            raise SnapshotError(f"{w}.instance: out of range ({describe(c.instance)})")
+        for v in (c.size, c.blocks, c.blocks_size, c.foreign_size, c.unscanned):
+            _check_count(v, w)
+    if len(snap.notes) > MAX_NOTES:  # each is a line of every report: 1 M took 60 s and more
+        raise SnapshotError(f"notes: {len(snap.notes):,} of them (at most {MAX_NOTES:,})")
+    for note in snap.notes:
+        _check_str(note, "notes", limit=MAX_NOTE)
     _check_strings(snap.notes, "notes")
     _check_strings(snap.extra, "extra")
 
 
+#: The most notes a snapshot carries, and the longest: readers write a few short ones.
+MAX_NOTES = 1000
+MAX_NOTE = 4096
 #: Deepest nesting of a snapshot's free-form fields (notes, extra): term text nests a few
 #: levels; deeper was a RecursionError when the snapshot was written out (issue 25).
 MAX_NESTING = 64

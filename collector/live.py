@@ -54,7 +54,7 @@ from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
-from beamalloc.snapshot import Snapshot, SnapshotError
+from beamalloc.snapshot import Snapshot, SnapshotError, wrapped
 
 try:
     from beamalloc._refalloc import term_text as _term_text
@@ -632,8 +632,11 @@ def _keyfind(key: str, items: Any) -> tuple[Any, ...] | None:
 
 
 def _stat(key: str, sec: Any) -> int:
+    """A count of a section, 0 when absent or wrapped (a negative counter of the VM read as
+    unsigned: never summed raw, snapshot.wrapped)."""
     it = _keyfind(key, sec)
-    return it[1] if it and len(it) in (2, 4) and _int(it[1]) is not None else 0
+    v = it[1] if it and len(it) in (2, 4) else None
+    return v if _int(v) is not None and v >= 0 and not wrapped(v) else 0
 
 
 def _section(key: str, props: list[Any]) -> tuple[int, int]:

@@ -208,3 +208,63 @@ def test_cookie_file_is_refused_as_other_inputs_are(tmp_path):
         assert rc == 2, err
         assert len(err.strip().splitlines()) == 1 and why in err
         assert rss < 200 << 20
+
+
+def _snapshot_doc(**changes) -> dict:
+    import json
+
+    from beamalloc.collector.sources import read_file
+
+    doc = json.loads(read_file(str(DATA / "hand_recon.txt")).to_json())
+    doc["source"] = "json"
+    doc.update(changes)
+    return doc
+
+
+def test_wrapped_pool_counts_are_read_as_the_vm_means_them(tmp_path, cli):
+    """binary_alloc's mbcs_pool carrier count really reads 18446744073709551513 (-103) on a
+    fragmented node: it was summed raw ("36893488147419103127 carriers not read"). Now taken
+    as 0 with a note saying what it was, on every command."""
+    import json
+
+    doc = _snapshot_doc()
+    pools = [a for a in doc["allocators"] if a["allocator"] == "binary_alloc"][:2]
+    assert pools, "the sample has binary_alloc instances"
+    for a in pools:
+        a["mbcs_pool"] = {"blocks": {}, "carriers": 18446744073709551513, "carriers_size": 0,
+                          "counters": {}}
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps(doc))
+    for command in (["analyze"], ["recommend", "--no-predict"], ["snapshot", "--json"]):
+        res = cli(*command, str(path))
+        assert res.returncode == 0, res.stderr
+        assert "36893488147419" not in res.stdout + res.stderr
+        # only in the two notes that say what it was
+        assert (res.stdout + res.stderr).count("18446744073709551513") <= 2
+    snap = json.loads(cli("snapshot", "--json", str(path)).stdout)
+    assert sum("which is -103" in n for n in snap["notes"]) == 2
+    assert all(a["mbcs_pool"]["carriers"] == 0 for a in snap["allocators"]
+               if a.get("mbcs_pool") and a["allocator"] == "binary_alloc")
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"carriers_skipped": -1}, "carriers_skipped"),
+    ({"carriers": [{"allocator": "binary_alloc", "instance": 1, "in_pool": False,
+                    "size": 1 << 64, "blocks": 0, "blocks_size": 0,
+                    "free_histogram": {"start": 128, "counts": []}}]}, "carriers[0]"),
+    ({"carriers": [{"allocator": "binary_alloc", "instance": 10 ** 9, "in_pool": False,
+                    "size": 1, "blocks": 0, "blocks_size": 0,
+                    "free_histogram": {"start": 128, "counts": []}}]}, "carriers[0]"),
+    ({"notes": ["n"] * 100_000}, "notes"),
+])
+def test_snapshot_ranges_on_load(change, where, tmp_path, cli):
+    """A carrier of 2^64 bytes, an instance of 10^9, -1 carriers skipped were accepted ("-1
+    carriers were not read"); 100,000 notes took a minute to print. Each is one line now."""
+    import json
+
+    path = tmp_path / "range.json"
+    path.write_text(json.dumps(_snapshot_doc(**change)))
+    res = cli("analyze", str(path))
+    assert res.returncode == 2, res.stderr
+    line = _one_clear_line(res)
+    assert where in line and path.name in line
