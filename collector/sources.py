@@ -16,12 +16,14 @@ from beamalloc.collector.recon import read_recon
 from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
 from beamalloc.files import open_input
-from beamalloc.snapshot import MAX_TIME, Snapshot
+from beamalloc.snapshot import MAX_TIME, Snapshot, check_text_cost
 from beamalloc.units import human as _human
 
-#: recon snapshot files and beamalloc JSON are read whole; a node with 64 schedulers gives about
-#: 2 MB, so anything this large is not one of them. Crash dumps are streamed and have no limit.
-MAX_TERM_FILE = 256 << 20
+#: recon snapshot files and beamalloc JSON are read whole (and held twice: bytes, then text); a
+#: +S 1024 node's JSON is 22 MB and its term text 10 MB, so anything this large is not one of
+#: them (256 MiB let a file of `[],` reach 400 MB before its count was refused). Crash dumps
+#: are streamed and have no limit.
+MAX_TERM_FILE = 64 << 20
 
 
 def is_node_name(source: str) -> bool:
@@ -82,11 +84,13 @@ def read_file(path: str) -> Snapshot:
         if taken_at is not None and not 0 < taken_at <= MAX_TIME:
             taken_at = None  # a file time set by hand to before 1970 or after 9999
     text = _decode(data, name)
+    del data  # the text alone from here: the bytes would double what a large file holds
     stripped = text.lstrip()
     try:
         if stripped.startswith("{") and stripped[1:].lstrip().startswith('"'):
             snap = Snapshot.from_json(text)
         else:
+            check_text_cost(text)  # before parsing: what the text would build
             snap = read_recon(text, node=_node_from_name(path), taken_at=taken_at)
             snap.notes.append(
                 "time taken from the file's modification time"

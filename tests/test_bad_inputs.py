@@ -268,3 +268,18 @@ def test_snapshot_ranges_on_load(change, where, tmp_path, cli):
     assert res.returncode == 2, res.stderr
     line = _one_clear_line(res)
     assert where in line and path.name in line
+
+
+@pytest.mark.parametrize("kind", ["json", "term"])
+def test_text_that_would_build_millions_of_lists_is_refused_before_parsing(kind, tmp_path):
+    """JSON and term text bound what they build as ETF does: 20 Mi empty lists (60 MB of
+    `[],`) would be 1.2 GB of lists; they are counted first (one line, exit 2, under 200 MiB)."""
+    body = b"[" + b"[]," * (20 << 20) + b"[]]"
+    data = (b'{"schema": "beamalloc.snapshot/1", "extra": {"x": ' + body + b"}}"
+            if kind == "json" else b"{[{total,1}]," + body + b"}.")
+    path = tmp_path / f"lists.{kind}"
+    path.write_bytes(data)
+    rc, out, err, rss = support.run_capped("analyze", str(path), timeout=60)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "lists, tuples or objects" in err
+    assert rss < 200 << 20, f"peak {rss >> 20} MiB"
