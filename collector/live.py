@@ -884,6 +884,29 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
 _CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tags")
 
 
+def build_peer_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
+    """build_snapshot of what a node sent: out of range there is the peer's fault (exit 3)."""
+    try:
+        return build_snapshot(node, term, taken_at)
+    except InputError as e:
+        raise NodeError(f"{node} sent a reply no Erlang node sends: "
+                        f"{str(e).removeprefix(node + ': ')}") from None
+
+
+#: The most members `snapshot --cluster` reads: each is a connection and a snapshot.
+MAX_CLUSTER = 1024
+
+
+def cluster_members(node: str, names: Any) -> list[str]:
+    """`node` and the names of its nodes() reply, which must be a list of at most MAX_CLUSTER
+    node names (a target could list a million, each a snapshot)."""
+    if not (isinstance(names, list) and len(names) <= MAX_CLUSTER
+            and all(type(n) is Atom and n.isprintable() and "@" in n for n in names)):
+        raise NodeError(f"{node} sent a reply no Erlang node sends: nodes() is not a list of "
+                        f"at most {MAX_CLUSTER} node names")
+    return list(dict.fromkeys([node, *(str(n) for n in names)]))
+
+
 def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
                   max_carriers: int = MAX_CARRIERS, access: Access | None = None) -> Snapshot:
     """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`.
@@ -903,11 +926,7 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
                                  [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         t0 = time.perf_counter()
-        try:
-            snap = build_snapshot(node, reply[1], taken_at=done)
-        except InputError as e:  # what the node sent is out of range: the peer's fault
-            raise NodeError(f"{node} sent a reply no Erlang node sends: "
-                            f"{str(e).removeprefix(node + ': ')}") from None
+        snap = build_peer_snapshot(node, reply[1], taken_at=done)
         last_timings["build"] = time.perf_counter() - t0
         last_timings["carriers_s"] = next(
             (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2

@@ -338,6 +338,29 @@ def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: floa
     assert took <= TIMEOUT + 1 + floor, f"{took:.2f} s (floor {floor:.2f} s)"
 
 
+@pytest.mark.parametrize("names", [
+    _repeat_list(200_000, _atom("other@host")),  # each one a snapshot
+    _list([_string(b"not an atom")]),
+    b"\x61\x07",
+])
+def test_cluster_members_are_checked(names: bytes) -> None:
+    """`watch --cluster` snapshots every node the target lists in nodes() (over our own
+    client's kept connections): a list of 200,000, or not a list of node names, is one
+    NodeError, not 200,000 connections. (`snapshot --cluster` still goes through the hidden
+    node: collector/cluster.py.)"""
+    from beamalloc.collector.access import Access
+    from beamalloc.collector.live import NodeError
+    from beamalloc.collector.session import DirectSession
+
+    peer = FakePeer(answers={"nodes": names})
+    try:
+        with DirectSession(COOKIE, access=Access(epmd_port=peer.epmd_port)) as s, \
+                pytest.raises(NodeError, match=r"nodes\(\) is not a list of at most 1024"):
+            s.cluster_nodes("hostile@localhost", timeout=TIMEOUT)
+    finally:
+        peer.close()
+
+
 def test_cases_cover_the_issue() -> None:
     """Each kind issue 25 lists has a case: wrong types, huge lists and maps, escape
     sequences before authentication and in epmd's list, slow and endless streams."""
