@@ -196,6 +196,8 @@ class FakePeer:
                 return
             key = _which(str(m), str(f), args)
             result = self.answers.get(key, BENIGN.get(key, _atom("undefined")))
+            if callable(result):  # a new answer each call
+                result = result()
             words = [int(w) for w in reversed(str(ref)[len("#Ref<0."):-1].split("."))]
             ref_b = (b"\x5a" + struct.pack(">H", 3) + _atom("hostile@localhost")
                      + struct.pack(">I", 9) + b"".join(struct.pack(">I", w) for w in words))
@@ -367,6 +369,34 @@ def test_cluster_members_are_checked(names: bytes) -> None:
                 pytest.raises(NodeError, match=r"nodes\(\) is not a list of at most 1024"):
             s.cluster_nodes("hostile@localhost", timeout=TIMEOUT)
     finally:
+        peer.close()
+
+
+def test_an_atom_flood_does_not_grow_a_kept_connection() -> None:
+    """Each reply 50,000 atoms never seen before: the connection's atom cache (kept across
+    messages for speed) starts afresh past dist.MAX_ATOM_CACHE instead of growing for as long
+    as a watch runs."""
+    from beamalloc.collector.access import Access
+
+    calls = iter(range(1 << 30))
+
+    def fresh_atoms() -> bytes:
+        k = next(calls)
+        return _list([_atom(f"a{k}_{i}") for i in range(50_000)])
+
+    peer = FakePeer(answers={"otp_release": fresh_atoms})
+    conn = None
+    try:
+        deadline = time.monotonic() + 60
+        conn = dist.Connection("hostile@localhost", COOKIE, Access(epmd_port=peer.epmd_port),
+                               deadline, 16, False)
+        for _ in range(5):
+            got = conn.call("erlang", "system_info", [Atom("otp_release")], deadline)
+            assert len(got) == 50_000
+            assert len(conn._atoms) <= dist.MAX_ATOM_CACHE + 50_000 + 100
+    finally:
+        if conn is not None:
+            conn.close()
         peer.close()
 
 
