@@ -54,7 +54,7 @@ from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
-from beamalloc.snapshot import Snapshot, SnapshotError, wrapped
+from beamalloc.snapshot import Snapshot, SnapshotError, describe, wrapped
 
 try:
     from beamalloc._refalloc import term_text as _term_text
@@ -549,8 +549,6 @@ MAX_MEMORY_KEYS = 64
 
 def _bad_reply(what: str, v: Any) -> dist.DistError:
     """A reply of the wrong shape: described, never quoted (docs/robustness.md)."""
-    from beamalloc.snapshot import describe
-
     return dist.DistError("bad_reply", f"{what}: {describe(v)}".encode())
 
 
