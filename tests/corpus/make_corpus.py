@@ -234,6 +234,11 @@ JSON_EDITS: dict[str, tuple[str, object]] = {
     "release_surrogate": ("otp_release", "__\\udfff__"),
     "rss_neg": ("rss", -4096),
     "secret_as_node": ("node", "__\\ud83d__" + SECRETS[0]),
+    # issue 25: ranges on load, control characters in what is printed, too many notes
+    "carriers_skipped_neg": ("carriers_skipped", -1),
+    "node_escape": ("node", "\x1b]0;PWNED\x07a@b"),
+    "release_escape": ("otp_release", "25\x1b[2J"),
+    "notes_2000": ("notes", ["a note"] * 2000),
 }
 
 
