@@ -67,6 +67,9 @@ MARK = b"BEAMALLOC-RESULT "
 AGENT_MARGIN = 0.3
 #: Seconds past the deadline before we stop waiting for the agent and kill it.
 KILL_GRACE = 1.0
+#: The most the agent may print: its answer is the target's reply as base64 of ETF (4/3 of
+#: etf.MAX_BYTES), a few lines besides.
+MAX_AGENT_OUTPUT = etf.MAX_BYTES * 4 // 3 + (1 << 20)
 #: Our hidden nodes are named beamalloc_1 .. beamalloc_POOL (the ?POOL of beamalloc_link.erl).
 NAME_POOL = 16
 #: Run as root, the hidden node runs as this user (no groups, no capabilities, no new privileges).
@@ -354,6 +357,7 @@ def _read_output(proc: subprocess.Popen[bytes], until: float, node: str,
     STDERR_KEEP bytes), without closing its stdin (communicate() would)."""
     assert proc.stdout is not None and proc.stderr is not None
     out: list[bytes] = []
+    size = 0
     err = bytearray()
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
@@ -369,6 +373,10 @@ def _read_output(proc: subprocess.Popen[bytes], until: float, node: str,
                 if key.fileobj is proc.stdout:
                     if chunk:
                         out.append(chunk)
+                        size += len(chunk)
+                        if size > MAX_AGENT_OUTPUT:  # the target's reply, base64: bounded
+                            raise NodeError(f"{node} sent a reply larger than beamalloc reads "
+                                            f"({etf.MAX_BYTES >> 20} MiB of terms)")
                     else:
                         stdout_open = False
                 elif chunk:
