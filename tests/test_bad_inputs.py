@@ -283,3 +283,24 @@ def test_text_that_would_build_millions_of_lists_is_refused_before_parsing(kind,
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "lists, tuples or objects" in err
     assert rss < 200 << 20, f"peak {rss >> 20} MiB"
+
+
+def test_a_node_listing_more_carriers_than_asked_is_cut_off():
+    """instrument:carriers/1 answers for whole instances up to --max-carriers: a node sending
+    500,000 carriers against a cap of 10 (each one an object of ours) gets no per-carrier data
+    and a note, not 500,000 Carrier objects."""
+    from beamalloc.collector.instrument import add_carriers
+    from beamalloc.collector.terms import Atom
+    from beamalloc.snapshot import Snapshot
+
+    one = (Atom("binary_alloc"), Atom("false"), 32768, 0,
+           [(Atom("binary_alloc"), 1, 64)], (0,) * 18)
+    p = {"carriers": [(1, (Atom("ok"), ((128, 18), [one] * 500_000)))],
+         "carrier_hist": (128, 18), "carriers_cap": 10}
+    snap = Snapshot(node="a@b", source="live")
+    add_carriers(snap, p)
+    assert snap.carriers is None and "more than 1,020 carriers" in (snap.carriers_unavailable or "")
+    p["carriers"] = [(1, (Atom("ok"), ((128, 18), [one] * 10)))]
+    snap = Snapshot(node="a@b", source="live")
+    add_carriers(snap, p)
+    assert snap.carriers is not None and len(snap.carriers) == 10
