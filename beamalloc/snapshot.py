@@ -453,6 +453,11 @@ def _json_int(text: str) -> int:
 # ---- validation: what no node reports -----------------------------------------------------
 
 
+#: Control characters no snapshot string holds (tab and line ends aside): ESC and CSI start
+#: terminal escape sequences, which a report would print (issue 25).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _check_str(s: str, where: str, limit: int = 4096) -> None:
     try:
         s.encode("utf-8")
@@ -460,6 +465,9 @@ def _check_str(s: str, where: str, limit: int = 4096) -> None:
         raise SnapshotError(
             f"{where}: a string that is not valid Unicode (a lone surrogate)"
         ) from None
+    if _CONTROL.search(s):
+        raise SnapshotError(f"{where}: a string with a control character (an escape sequence "
+                            "a terminal would run)")
     if limit and len(s) > limit:
         raise SnapshotError(f"{where}: a string of {len(s)} characters")
 
