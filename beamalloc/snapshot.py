@@ -388,6 +388,7 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:
+        check_text_cost(text)
         try:
             doc = json.loads(text, parse_constant=_no_constant, parse_int=_json_int,
                              parse_float=_json_float)
@@ -403,8 +404,32 @@ class Snapshot:
 
     def check(self) -> None:
         """Refuse what no node can report (docs/robustness.md, "Ranges"): every reader calls
-        this, so every command gets numbers it can compute with, or one line and exit 2."""
+        this, so every command gets numbers it can compute with, or one line and exit 2.
+        First the counters the VM itself reports wrapped are read as it means them
+        (`unwrap_counters`), with a note."""
+        unwrap_counters(self)
         check_snapshot(self)
+
+
+#: The most containers (lists, objects, tuples) and elements a text input may build: a +S 1024
+#: node's snapshot JSON has 0.86 M containers and 2.8 M elements, its term text 0.71 M and
+#: 1.5 M. A 256 MB file of `[],` would otherwise build 85 M lists (4.8 GB), as the ETF bomb
+#: did (issue 25): counted before parsing, at C speed.
+MAX_TEXT_CONTAINERS = 2 << 20
+MAX_TEXT_ELEMENTS = 8 << 20
+
+
+def check_text_cost(text: str) -> None:
+    """SnapshotError when JSON or Erlang term text would build more than the limits above
+    (each container is a `[` or `{`, each element a `,` or `:`)."""
+    containers = text.count("[") + text.count("{")
+    if containers > MAX_TEXT_CONTAINERS:
+        raise SnapshotError(f"{containers:,} lists, tuples or objects (at most "
+                            f"{MAX_TEXT_CONTAINERS:,}: not allocator data)")
+    elements = text.count(",") + text.count(":")
+    if elements > MAX_TEXT_ELEMENTS:
+        raise SnapshotError(f"{elements:,} elements (at most {MAX_TEXT_ELEMENTS:,}: not "
+                            "allocator data)")
 
 
 def _no_constant(name: str) -> Any:
@@ -428,6 +453,11 @@ def _json_int(text: str) -> int:
 # ---- validation: what no node reports -----------------------------------------------------
 
 
+#: Control characters no snapshot string holds (tab and line ends aside): ESC and CSI start
+#: terminal escape sequences, which a report would print (issue 25).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _check_str(s: str, where: str, limit: int = 4096) -> None:
     try:
         s.encode("utf-8")
@@ -435,8 +465,39 @@ def _check_str(s: str, where: str, limit: int = 4096) -> None:
         raise SnapshotError(
             f"{where}: a string that is not valid Unicode (a lone surrogate)"
         ) from None
+    if _CONTROL.search(s):
+        raise SnapshotError(f"{where}: a string with a control character (an escape sequence "
+                            "a terminal would run)")
     if limit and len(s) > limit:
         raise SnapshotError(f"{where}: a string of {len(s)} characters")
+
+
+#: A count this large is a signed counter of the VM that went negative, printed unsigned:
+#: binary_alloc's mbcs_pool carriers read 18446744073709551513 (-103) on a fragmented 2 GiB
+#: OTP 25 node with default flags (issue 25). No real count comes near 2^63.
+WRAP = 1 << 63
+
+
+def wrapped(v: int) -> bool:
+    return v >= WRAP
+
+
+def unwrap_counters(snap: Snapshot) -> None:
+    """The pool's carrier counts as the VM means them: a wrapped (negative) value is taken as
+    0, so no sum adds it raw ("36893488147419103127 carriers not read"), and a note says
+    which and what it was. Idempotent: a count read once is no longer wrapped."""
+    for inst in snap.allocators:
+        p = inst.mbcs_pool
+        if p is None:
+            continue
+        for field_name in ("carriers", "carriers_size"):
+            v = getattr(p, field_name)
+            if _is_int(v) and WRAP <= v <= UINT64_MAX:
+                setattr(p, field_name, 0)
+                snap.notes.append(
+                    f"{inst.allocator}[{inst.instance}] mbcs_pool {field_name.replace('_', ' ')} "
+                    f"reads {v}, which is {v - (1 << 64)}: a counter of the VM gone negative "
+                    "and shown unsigned; taken as 0")
 
 
 def _check_count(v: Any, where: str) -> None:
@@ -493,10 +554,24 @@ def check_snapshot(snap: Snapshot) -> None:
             _check_count(v, where)
         _check_triple(m.segments, f"{where}.segments")
         _check_triple(m.segments_size, f"{where}.segments_size")
+    _check_count(snap.carriers_skipped, "carriers_skipped")
+    for i, c in enumerate(snap.carriers or ()):
+        w = f"carriers[{i}]"
+        if c.instance is not None and not 0 <= c.instance <= 2 * MAX_SCHEDULERS + 1:
+            raise SnapshotError(f"{w}.instance: out of range ({describe(c.instance)})")
+        for v in (c.size, c.blocks, c.blocks_size, c.foreign_size, c.unscanned):
+            _check_count(v, w)
+    if len(snap.notes) > MAX_NOTES:  # each is a line of every report: 1 M took 60 s and more
+        raise SnapshotError(f"notes: {len(snap.notes):,} of them (at most {MAX_NOTES:,})")
+    for note in snap.notes:
+        _check_str(note, "notes", limit=MAX_NOTE)
     _check_strings(snap.notes, "notes")
     _check_strings(snap.extra, "extra")
 
 
+#: The most notes a snapshot carries, and the longest: readers write a few short ones.
+MAX_NOTES = 1000
+MAX_NOTE = 4096
 #: Deepest nesting of a snapshot's free-form fields (notes, extra): term text nests a few
 #: levels; deeper was a RecursionError when the snapshot was written out (issue 25).
 MAX_NESTING = 64

@@ -66,6 +66,8 @@ _TYPE = 0x08
 _RESERVED = 0xF0
 _END = 0x03
 _MAX_U64 = (1 << 64) - 1
+#: The largest binary trace header (JSON: the source, thread names, type tables: a few kB).
+MAX_HEADER = 16 << 20
 
 
 class TraceError(ValueError):
@@ -373,6 +375,8 @@ class _BinaryReader(TraceReader):
             )
         if flags != 0:
             raise TraceError(f"{where}: unknown header flags 0x{flags:04x}")
+        if hlen > MAX_HEADER:  # read whole and parsed: bounded before (issue 25)
+            raise TraceError(f"{where}: a header of {hlen} bytes (at most {MAX_HEADER})")
         blob = f.read(hlen)
         if len(blob) < hlen:
             raise TraceError(f"{where}: truncated header ({len(blob)} of {hlen} bytes)")
@@ -380,6 +384,8 @@ class _BinaryReader(TraceReader):
             d = json.loads(blob)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TraceError(f"{where}: header is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceError(f"{where}: header nested too deeply") from None
         self.header = TraceHeader.from_json(d, where)
         self._offset = 16 + hlen  # file offset of the start of the buffer
 
@@ -500,6 +506,8 @@ class _CsvReader(TraceReader):
                     header = TraceHeader.from_json(json.loads(parts[1]), f"{where}:1")
                 except json.JSONDecodeError as exc:
                     raise TraceError(f"{where}:1: header is not valid JSON ({exc})") from None
+                except RecursionError:
+                    raise TraceError(f"{where}:1: header nested too deeply") from None
             first = self._readline()
         self._line += 1
         columns = [c.strip() for c in first.strip().split(",")]

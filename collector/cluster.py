@@ -143,13 +143,12 @@ class Session:
 
     def snapshot(self, node: str, timeout: float = 10.0, max_carriers: int = 0) -> Snapshot:
         fut = self.request("snap", node, timeout, max_carriers)
-        return live.build_snapshot(node, self._reply(node, fut, timeout))
+        return live.build_peer_snapshot(node, self._reply(node, fut, timeout))
 
     def cluster_nodes(self, node: str, timeout: float = 10.0) -> list[str]:
         """`node` and the nodes it is connected to (its nodes(): visible nodes only)."""
         fut = self.request("nodes", node, timeout)
-        names = self._reply(node, fut, timeout)
-        return list(dict.fromkeys(str(n) for n in names))
+        return live.cluster_members(node, self._reply(node, fut, timeout))
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and not self.ended

@@ -72,6 +72,11 @@ FLAGS = (F_EXTENDED_REFERENCES | F_FUN_TAGS | F_NEW_FUN_TAGS | F_EXTENDED_PIDS_P
 MAX_MESSAGE = etf.MAX_BYTES
 
 
+#: Atoms kept across messages (a node's replies repeat a few hundred); a target sending new
+#: ones in every message would otherwise grow the cache for as long as a watch runs.
+MAX_ATOM_CACHE = 65536
+
+
 class DistError(Exception):
     """A failure, as the agent's `{error, Kind, Detail}` (collector/live.py's _error)."""
 
@@ -575,6 +580,8 @@ class Connection:
         if data[:1] != b"p":
             return  # not a message we could read without the atom cache: none is sent to us
         t0 = time.perf_counter()
+        if len(self._atoms) > MAX_ATOM_CACHE:  # a flood of distinct atoms: start afresh
+            self._atoms.clear()
         try:
             control, end = etf.decode_at(data, 1, self._atoms)
             if not (isinstance(control, tuple) and control and control[0] in (2, 22)):

@@ -9,8 +9,9 @@ term printed by `io_lib:format("~p", ...)` and parsed by terms.py compare equal:
     map -> dict (terms.py has no map; the live agent never sends one)
 
 The input comes from another process, so the decoder is bounded: it refuses inputs, nesting,
-integers and compressed payloads beyond the limits below with ETFError instead of spending
-memory or time on them.
+integers, compressed payloads and what a term would build (MAX_WORDS, docs/robustness.md "What
+a term may build") beyond the limits below with ETFError instead of spending memory or time
+on them.
 """
 
 from __future__ import annotations

@@ -107,6 +107,10 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
         snap.notes.append(f"no per-carrier data: {snap.carriers_unavailable}")
         return
     unit = 2 * start  # the scan doubles histogram_start (FreeHistogram's docstring)
+    # Whole instances are asked for up to the cap, counted a moment before the scan: twice
+    # it (and some) is more than a node sends, and each carrier is an object of ours.
+    cap = p.get("carriers_cap")
+    most = 2 * (cap if _int(cap) is not None and 0 <= cap <= 100_000_000 else MAX_CARRIERS) + 1000
     carriers: list[Carrier] = []
     for entry in answers:
         if not (isinstance(entry, tuple) and len(entry) == 2 and _int(entry[0]) is not None):
@@ -126,6 +130,9 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
                     snap, f"instrument:carriers/1 of OTP {snap.otp_release or '?'} lists "
                     "carriers in a shape this beamalloc does not read")
             carriers.append(c)
+            if len(carriers) > most:
+                return _unavailable(snap, f"the node listed more than {most:,} carriers, "
+                                          "past the cap asked for")
     carriers.sort(key=lambda c: (c.allocator, c.instance or 0, not c.in_pool, -c.size))
     snap.carriers = carriers
     skipped = p.get("carriers_skipped")

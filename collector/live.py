@@ -54,7 +54,7 @@ from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
-from beamalloc.snapshot import Snapshot, SnapshotError
+from beamalloc.snapshot import Snapshot, SnapshotError, describe, wrapped
 
 try:
     from beamalloc._refalloc import term_text as _term_text
@@ -67,6 +67,9 @@ MARK = b"BEAMALLOC-RESULT "
 AGENT_MARGIN = 0.3
 #: Seconds past the deadline before we stop waiting for the agent and kill it.
 KILL_GRACE = 1.0
+#: The most the agent may print: its answer is the target's reply as base64 of ETF (4/3 of
+#: etf.MAX_BYTES), a few lines besides.
+MAX_AGENT_OUTPUT = etf.MAX_BYTES * 4 // 3 + (1 << 20)
 #: Our hidden nodes are named beamalloc_1 .. beamalloc_POOL (the ?POOL of beamalloc_link.erl).
 NAME_POOL = 16
 #: Run as root, the hidden node runs as this user (no groups, no capabilities, no new privileges).
@@ -354,6 +357,7 @@ def _read_output(proc: subprocess.Popen[bytes], until: float, node: str,
     STDERR_KEEP bytes), without closing its stdin (communicate() would)."""
     assert proc.stdout is not None and proc.stderr is not None
     out: list[bytes] = []
+    size = 0
     err = bytearray()
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
@@ -369,6 +373,10 @@ def _read_output(proc: subprocess.Popen[bytes], until: float, node: str,
                 if key.fileobj is proc.stdout:
                     if chunk:
                         out.append(chunk)
+                        size += len(chunk)
+                        if size > MAX_AGENT_OUTPUT:  # the target's reply, base64: bounded
+                            raise NodeError(f"{node} sent a reply larger than beamalloc reads "
+                                            f"({etf.MAX_BYTES >> 20} MiB of terms)")
                     else:
                         stdout_open = False
                 elif chunk:
@@ -552,8 +560,6 @@ MAX_MEMORY_KEYS = 64
 
 def _bad_reply(what: str, v: Any) -> dist.DistError:
     """A reply of the wrong shape: described, never quoted (docs/robustness.md)."""
-    from beamalloc.snapshot import describe
-
     return dist.DistError("bad_reply", f"{what}: {describe(v)}".encode())
 
 
@@ -636,8 +642,11 @@ def _keyfind(key: str, items: Any) -> tuple[Any, ...] | None:
 
 
 def _stat(key: str, sec: Any) -> int:
+    """A count of a section, 0 when absent or wrapped (a negative counter of the VM read as
+    unsigned: never summed raw, snapshot.wrapped)."""
     it = _keyfind(key, sec)
-    return it[1] if it and len(it) in (2, 4) and _int(it[1]) is not None else 0
+    v = it[1] if it and len(it) in (2, 4) else None
+    return v if _int(v) is not None and v >= 0 and not wrapped(v) else 0
 
 
 def _section(key: str, props: list[Any]) -> tuple[int, int]:
@@ -901,6 +910,29 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
 _CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tags")
 
 
+def build_peer_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
+    """build_snapshot of what a node sent: out of range there is the peer's fault (exit 3)."""
+    try:
+        return build_snapshot(node, term, taken_at)
+    except InputError as e:
+        raise NodeError(f"{node} sent a reply no Erlang node sends: "
+                        f"{str(e).removeprefix(node + ': ')}") from None
+
+
+#: The most members `snapshot --cluster` reads: each is a connection and a snapshot.
+MAX_CLUSTER = 1024
+
+
+def cluster_members(node: str, names: Any) -> list[str]:
+    """`node` and the names of its nodes() reply, which must be a list of at most MAX_CLUSTER
+    node names (a target could list a million, each a snapshot)."""
+    if not (isinstance(names, list) and len(names) <= MAX_CLUSTER
+            and all(type(n) is Atom and n.isprintable() and "@" in n for n in names)):
+        raise NodeError(f"{node} sent a reply no Erlang node sends: nodes() is not a list of "
+                        f"at most {MAX_CLUSTER} node names")
+    return list(dict.fromkeys([node, *(str(n) for n in names)]))
+
+
 def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
                   max_carriers: int = MAX_CARRIERS, access: Access | None = None) -> Snapshot:
     """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`.
@@ -920,11 +952,7 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
                                  [str(max(0, max_carriers))], access)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         t0 = time.perf_counter()
-        try:
-            snap = build_snapshot(node, reply[1], taken_at=done)
-        except InputError as e:  # what the node sent is out of range: the peer's fault
-            raise NodeError(f"{node} sent a reply no Erlang node sends: "
-                            f"{str(e).removeprefix(node + ': ')}") from None
+        snap = build_peer_snapshot(node, reply[1], taken_at=done)
         last_timings["build"] = time.perf_counter() - t0
         last_timings["carriers_s"] = next(
             (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2

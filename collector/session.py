@@ -26,7 +26,6 @@ from beamalloc.collector import dist, live
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.live import NodeError
-from beamalloc.collector.terms import Atom
 from beamalloc.snapshot import Snapshot
 
 
@@ -113,14 +112,14 @@ class DirectSession:
             now = live._us()
             return live.collect_direct(conn, node, max(0, max_carriers), deadline, now, now)
         reply = self.run(node, timeout, work)
-        return live.build_snapshot(node, reply[1])
+        return live.build_peer_snapshot(node, reply[1])
 
     def cluster_nodes(self, node: str, timeout: float = 10.0) -> list[str]:
         """`node` and the nodes it is connected to (its nodes(): visible nodes only)."""
         names = self.run(node, timeout,
                          lambda conn, deadline: live._result(conn.call("erlang", "nodes", [],
                                                                         deadline)))
-        return list(dict.fromkeys([node, *(str(n) for n in names if isinstance(n, Atom))]))
+        return live.cluster_members(node, names)
 
 
 def open_session(cookie: str, long_names: bool = False, access: Access | None = None):

@@ -16,12 +16,14 @@ from beamalloc.collector.recon import read_recon
 from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
 from beamalloc.files import open_input
-from beamalloc.snapshot import MAX_TIME, Snapshot
+from beamalloc.snapshot import MAX_TIME, Snapshot, check_text_cost
 from beamalloc.units import human as _human
 
-#: recon snapshot files and beamalloc JSON are read whole; a node with 64 schedulers gives about
-#: 2 MB, so anything this large is not one of them. Crash dumps are streamed and have no limit.
-MAX_TERM_FILE = 256 << 20
+#: recon snapshot files and beamalloc JSON are read whole (and held twice: bytes, then text); a
+#: +S 1024 node's JSON is 22 MB and its term text 10 MB, so anything this large is not one of
+#: them (256 MiB let a file of `[],` reach 400 MB before its count was refused). Crash dumps
+#: are streamed and have no limit.
+MAX_TERM_FILE = 64 << 20
 
 
 def is_node_name(source: str) -> bool:
@@ -82,11 +84,13 @@ def read_file(path: str) -> Snapshot:
         if taken_at is not None and not 0 < taken_at <= MAX_TIME:
             taken_at = None  # a file time set by hand to before 1970 or after 9999
     text = _decode(data, name)
+    del data  # the text alone from here: the bytes would double what a large file holds
     stripped = text.lstrip()
     try:
         if stripped.startswith("{") and stripped[1:].lstrip().startswith('"'):
             snap = Snapshot.from_json(text)
         else:
+            check_text_cost(text)  # before parsing: what the text would build
             snap = read_recon(text, node=_node_from_name(path), taken_at=taken_at)
             snap.notes.append(
                 "time taken from the file's modification time"
@@ -103,12 +107,21 @@ def _head(f: BinaryIO) -> bytes:
     """The first bytes, past any leading blank lines (a recon file pasted with 70 newlines
     before it is still one): 64 of them that are not all white space, or what there is."""
     head = f.read(64)
-    while head and not head.strip() and len(head) < MAX_TERM_FILE:
+    if not head or head.strip():
+        return head
+    # White space so far: read on, looking only at what is new (stripping the whole head each
+    # time was quadratic: 40 MB of spaces took 14 s, issue 25); the head is kept whole, so that
+    # line numbers in messages stay right.
+    chunks, size = [head], len(head)
+    while size < MAX_TERM_FILE:
         more = f.read(1 << 16)
         if not more:
             break
-        head += more
-    return head
+        chunks.append(more)
+        size += len(more)
+        if more.strip():
+            break
+    return b"".join(chunks)
 
 
 def _check(snap: Snapshot, name: str) -> None:

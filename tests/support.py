@@ -95,33 +95,39 @@ def run_capped(*args: str, timeout: float, address_space: int = 2 << 30,
                env: dict[str, str] | None = None) -> tuple[int, str, str, int]:
     """`beamalloc ARGS` in a subprocess under an address-space limit (a regression then fails
     with MemoryError instead of taking the machine's memory); returns its exit code, stdout,
-    stderr and peak resident bytes (wait4's ru_maxrss). A run past `timeout` is killed and
-    fails the test."""
+    stderr and peak resident bytes. The peak is GNU time's %M: the rusage of a process forked
+    from `time` itself, since a child forked from this (large) test process would count this
+    process's pages in its own maximum. A run past `timeout` is killed and fails the test."""
     import os
     import resource
+    import shutil
     import tempfile
+
+    time_bin = shutil.which("time", path="/usr/bin:/bin")
+    if time_bin is None:
+        import pytest
+
+        pytest.skip("GNU time (/usr/bin/time) is not installed: it measures the peak")
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
-    import time
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", *args], stdout=out,
-                                stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limit, env=env)
-        end = time.monotonic() + timeout
-        while True:  # wait4, not wait(): the usage of this child alone
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > end:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                raise AssertionError(f"beamalloc {' '.join(args)} ran past {timeout} s")
-            time.sleep(0.01)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile() as peak:
+        proc = subprocess.Popen([time_bin, "-f", "%M", "-o", peak.name, sys.executable, "-m",
+                                 "beamalloc.cli", *args], stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, preexec_fn=limit, env=env,
+                                start_new_session=True)  # its group: time and beamalloc
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise AssertionError(f"beamalloc {' '.join(args)} ran past {timeout} s") from None
         out.seek(0)
         err.seek(0)
+        text = Path(peak.name).read_text().split()
+        rss = int(text[-1]) * 1024 if text and text[-1].isdigit() else 0
+        assert rss > 0, f"GNU time measured no peak: {text}"
         return (proc.returncode, out.read().decode("utf-8", "replace"),
-                err.read().decode("utf-8", "replace"), usage.ru_maxrss * 1024)
+                err.read().decode("utf-8", "replace"), rss)

@@ -11,6 +11,7 @@ digest both ways, rex's `{Ref, Result}` replies).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import re
 import socket
@@ -198,6 +199,8 @@ class FakePeer:
                 return
             key = _which(str(m), str(f), args)
             result = self.answers.get(key, BENIGN.get(key, _atom("undefined")))
+            if callable(result):  # a new answer each call
+                result = result()
             words = [int(w) for w in reversed(str(ref)[len("#Ref<0."):-1].split("."))]
             ref_b = (b"\x5a" + struct.pack(">H", 3) + _atom("hostile@localhost")
                      + struct.pack(">I", 9) + b"".join(struct.pack(">I", w) for w in words))
@@ -234,6 +237,14 @@ def _drip(c: socket.socket) -> None:
         time.sleep(0.05)
 
 
+@functools.cache
+def _huge_map() -> bytes:
+    n = 2_800_000
+    keys = struct.pack(f">{n}i", *range(n))
+    return b"\x74" + struct.pack(">I", n) + b"".join(
+        b"\x62" + keys[4 * i:4 * i + 4] + b"\x61\x00" for i in range(n))
+
+
 ESC = b"\x1b]0;PWNED-TITLE\x07\x1b[2J"
 ATOM_BINARY = _atom("binary_alloc")
 
@@ -252,10 +263,8 @@ CASES: dict[str, tuple[dict[str, Any], int, str]] = {
     "utils_10mi_nils": ({"answers": {"alloc_util_allocators": _repeat_list(10 << 20,
                                                                           b"\x6a")}},
                         3, "unreadable"),
-    # a map of 2.8 M keys (41 s, 2.1 GB)
-    "memory_huge_map": ({"answers": {"memory": b"\x74" + struct.pack(">I", 2_800_000) + b"".join(
-        b"\x62" + struct.pack(">i", i) + b"\x61\x00" for i in range(2_800_000))}}, 3,
-                        "unreadable"),
+    # a map of 2.8 M keys (41 s, 2.1 GB); built when asked for, not at collection
+    "memory_huge_map": ({"answers": {"memory": _huge_map}}, 3, "unreadable"),
     "getpid_5000_digits": ({"answers": {"getpid": _string(b"7" * 5000)}}, 3, "reply"),
     "wordsize_atom": ({"answers": {"wordsize": _atom("eight")}}, 3, "reply"),
     "allocator_integer": ({"answers": {"alloc_util_allocators": _list([ATOM_BINARY]),
@@ -287,6 +296,10 @@ def cookie_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def floor(cookie_file: Path) -> float:
+    return _floor(cookie_file)
+
+
+def _floor(cookie_file: Path) -> float:
     """The same run's start-up and shut-down cost: a snapshot of a peer that refuses at once
     (epmd on a port where nothing listens)."""
     with socket.socket() as s:
@@ -323,11 +336,18 @@ def test_the_fake_peer_is_a_node_our_client_reads(cookie_file: Path, floor: floa
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: float) -> None:
     kw, code, word = CASES[case]
-    peer = FakePeer(**kw)
-    try:
-        rc, out, err, rss, took = _run(peer, cookie_file, floor)
-    finally:
-        peer.close()
+    if _huge_map in kw.get("answers", {}).values():
+        _huge_map()  # built before the clock starts (cached), not while the client waits
+    for _attempt in (0, 1):
+        peer = FakePeer(**kw)
+        try:
+            rc, out, err, rss, took = _run(peer, cookie_file, floor)
+        finally:
+            peer.close()
+        if took <= TIMEOUT + 1 + floor:
+            break
+        # two cores shared by many test runs: a load spike once, then the floor again
+        floor = _floor(cookie_file)
     lines = err.strip().splitlines()
     assert rc == code, err[:2000]
     assert len(lines) == 1 and lines[0].startswith("beamalloc: "), err[:2000]
@@ -338,6 +358,57 @@ def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: floa
     assert rss < 200 << 20, f"peak {rss >> 20} MiB"
     # --timeout bounds the whole command: within a second of it, past the start-up floor
     assert took <= TIMEOUT + 1 + floor, f"{took:.2f} s (floor {floor:.2f} s)"
+
+
+@pytest.mark.parametrize("names", [
+    _repeat_list(200_000, _atom("other@host")),  # each one a snapshot
+    _list([_string(b"not an atom")]),
+    b"\x61\x07",
+])
+def test_cluster_members_are_checked(names: bytes) -> None:
+    """`watch --cluster` snapshots every node the target lists in nodes() (over our own
+    client's kept connections): a list of 200,000, or not a list of node names, is one
+    NodeError, not 200,000 connections. (`snapshot --cluster` still goes through the hidden
+    node: collector/cluster.py.)"""
+    from beamalloc.collector.access import Access
+    from beamalloc.collector.live import NodeError
+    from beamalloc.collector.session import DirectSession
+
+    peer = FakePeer(answers={"nodes": names})
+    try:
+        with DirectSession(COOKIE, access=Access(epmd_port=peer.epmd_port)) as s, \
+                pytest.raises(NodeError, match=r"nodes\(\) is not a list of at most 1024"):
+            s.cluster_nodes("hostile@localhost", timeout=TIMEOUT)
+    finally:
+        peer.close()
+
+
+def test_an_atom_flood_does_not_grow_a_kept_connection() -> None:
+    """Each reply 50,000 atoms never seen before: the connection's atom cache (kept across
+    messages for speed) starts afresh past dist.MAX_ATOM_CACHE instead of growing for as long
+    as a watch runs."""
+    from beamalloc.collector.access import Access
+
+    calls = iter(range(1 << 30))
+
+    def fresh_atoms() -> bytes:
+        k = next(calls)
+        return _list([_atom(f"a{k}_{i}") for i in range(50_000)])
+
+    peer = FakePeer(answers={"otp_release": fresh_atoms})
+    conn = None
+    try:
+        deadline = time.monotonic() + 60
+        conn = dist.Connection("hostile@localhost", COOKIE, Access(epmd_port=peer.epmd_port),
+                               deadline, 16, False)
+        for _ in range(5):
+            got = conn.call("erlang", "system_info", [Atom("otp_release")], deadline)
+            assert len(got) == 50_000
+            assert len(conn._atoms) <= dist.MAX_ATOM_CACHE + 50_000 + 100
+    finally:
+        if conn is not None:
+            conn.close()
+        peer.close()
 
 
 def test_cases_cover_the_issue() -> None:

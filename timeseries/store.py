@@ -99,17 +99,93 @@ class StoreError(InputError):
     """A store that cannot be opened or read (exit 2)."""
 
 
+#: What a damaged or foreign store's rows raise when decoded: a row of another program's, a
+#: blob cut short or of the wrong kind (text for a zstd frame), a missing base snapshot, a
+#: schema version of "abc" or -1 (issue 25 item 10).
+_DAMAGE = (sqlite3.DatabaseError, zstandard.ZstdError, zlib.error, ValueError, TypeError,
+           KeyError, IndexError, AttributeError, OverflowError, RecursionError, MemoryError)
+#: The largest decoded blob read: a snapshot's JSON (a +S 1024 node with 20,000 carriers is
+#: some tens of MB), a chunk's or a row's JSON (a few kB). A 1 GB blob cost `diff` 2.1 GB.
+MAX_SNAPSHOT_JSON = 128 << 20
+MAX_ROW_JSON = 16 << 20
+#: Sample times a store may hold, in ms: Unix 1970..9999 (units.unix_time's range).
+MAX_T_MS = 253402300799 * 1000
+
+
 def _reading(method: Any) -> Any:
-    """A read of a damaged file is a StoreError (one line, exit code 2), not a traceback."""
+    """A read of a damaged or foreign file is a StoreError (one line, exit code 2; a 400 page
+    in the web UI), never a traceback: every row is decoded here, so anything its bytes raise
+    is the file's fault, said with the store's path and the kind of damage, never its bytes."""
 
     @functools.wraps(method)
     def read(self: Store, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except InputError as e:  # a stored snapshot out of range
+            raise StoreError(f"the store {self.path} holds a bad snapshot: {e}") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"cannot read the store {self.path}: {e}") from None
+        except _DAMAGE as e:
+            raise StoreError(f"the store {self.path} is damaged or not beamalloc's: a row it "
+                             f"cannot decode ({type(e).__name__})") from None
 
     return read
+
+
+def _inflate(blob: Any, limit: int = MAX_ROW_JSON) -> bytes:
+    """zlib-decompress a row's blob, at most `limit` bytes (a bomb stops there)."""
+    if not isinstance(blob, bytes):
+        raise TypeError("a blob that is not bytes")
+    z = zlib.decompressobj()
+    out = z.decompress(blob, limit + 1)
+    if len(out) > limit or not z.eof:
+        raise ValueError("a blob larger than its limit, or cut short")
+    return out
+
+
+def _unzstd(blob: Any, dict_data: zstandard.ZstdCompressionDict | None = None) -> bytes:
+    """A snapshot's zstd frame, refused before decoding when it says it is larger than
+    MAX_SNAPSHOT_JSON (and stopped there when it does not say)."""
+    if not isinstance(blob, bytes):
+        raise TypeError("a blob that is not bytes")
+    size = zstandard.frame_content_size(blob)
+    if size > MAX_SNAPSHOT_JSON:
+        raise ValueError("a snapshot larger than its limit")
+    d = (zstandard.ZstdDecompressor(dict_data=dict_data) if dict_data is not None
+         else zstandard.ZstdDecompressor())
+    if size >= 0:
+        return d.decompress(blob)
+    return d.decompress(blob, max_output_size=MAX_SNAPSHOT_JSON)
+
+
+def _point(v: Any) -> dict[str, Any]:
+    """A stored sample's numbers: a JSON object of numbers (or null), else ValueError."""
+    doc = json.loads(v) if isinstance(v, str | bytes) else v
+    if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and (x is None or type(x) in (int, float)) for k, x in doc.items()):
+        raise ValueError("a sample that is not an object of numbers")
+    return doc
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str) or len(v) > 4096:
+        raise ValueError("a text field that is not short text")
+    return v
+
+
+def _findings(v: Any) -> Any:
+    doc = json.loads(v)
+    if not isinstance(doc, list | dict):
+        raise ValueError("findings that are not a list")
+    return doc
+
+
+def _t(t: Any) -> int:
+    if type(t) is not int or not 0 <= t <= MAX_T_MS:
+        raise ValueError("a time outside 1970..9999")
+    return t
 
 
 def default_path() -> Path:
@@ -157,10 +233,16 @@ def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
 
 def decode_chunk(blob: bytes, fields: Collection[str] | None = None
                  ) -> tuple[list[int], dict[str, list[int | None]]]:
-    doc = json.loads(zlib.decompress(blob))
-    ts = _undelta(doc["t"])
-    return ts, {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
-                if fields is None or _wanted(k, fields)}
+    """A chunk's columns; ValueError or TypeError for one that is not what encode_chunk
+    writes (Store's readers turn them into one StoreError)."""
+    doc = json.loads(_inflate(blob))
+    ts = [_t(t) for t in _undelta(doc["t"])]
+    cols = {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
+            if fields is None or _wanted(k, fields)}
+    if any(len(c) != len(ts) or not all(x is None or type(x) is int for x in c)
+           for c in cols.values()) or not all(isinstance(k, str) for k in cols):
+        raise ValueError("a chunk whose columns are not numbers of its length")
+    return ts, cols
 
 
 def _wanted(key: str, fields: Collection[str]) -> bool:
@@ -241,7 +323,13 @@ class Store:
             row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         except sqlite3.OperationalError:  # no meta table: a new, empty file
             return 0
-        return int(row[0]) if row else 0
+        if not row:
+            return 0
+        v = row[0]
+        if not (isinstance(v, str | int) and str(v).isdigit() and 0 <= int(v) < 1 << 31):
+            raise StoreError(f"{self.path} has a schema version that is not a number beamalloc "
+                             "writes: not a beamalloc store, or a damaged one")
+        return int(v)
 
     def _migrate(self, readonly: bool) -> None:
         have = self.version()
@@ -283,7 +371,7 @@ class Store:
                               "NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if key:
             st.key_id, st.key_t, st.key_size = key[0], key[1], len(key[2])
-            st.key_json = zstandard.ZstdDecompressor().decompress(key[2])
+            st.key_json = _unzstd(key[2])
         kept = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 1 "
                                "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if kept:
@@ -480,19 +568,19 @@ class Store:
             n, lo, hi = counts.get(nid, (0, None, None))
             gap = gaps.get(nid)
             row = last.get(nid)
-            point = json.loads(row[1]) if row and row[0] == hi else None
+            point = _point(row[1]) if row and row[0] == hi else None
             if point is None and hi is not None:  # a store of schema 1: from the series
                 s = self.series(name, hi / 1000, hi / 1000, max_points=None)
                 point = {k: v[-1] for k, v in s["columns"].items() if v and v[-1] is not None}
             out.append({
                 "node": name,
                 "samples": n,
-                "first": lo / 1000 if lo is not None else None,
-                "last": hi / 1000 if hi is not None else None,
-                "down_since": gap[0] / 1000 if gap else None,
+                "first": _t(lo) / 1000 if lo is not None else None,
+                "last": _t(hi) / 1000 if hi is not None else None,
+                "down_since": _t(gap[0]) / 1000 if gap else None,
                 "down_reason": gap[1] if gap else None,
                 "point": point,
-                "findings": json.loads(row[2]) if row and row[2] else None,
+                "findings": _findings(row[2]) if row and row[2] else None,
                 "latest_snapshot": snaps.get(nid),
             })
         return out
@@ -539,7 +627,9 @@ class Store:
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
                                "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         if rows:
-            pts = [json.loads(r[1]) for r in rows]
+            pts = [_point(r[1]) for r in rows]
+            for r in rows:
+                _t(r[0])
             keys = set().union(*pts)
             append([r[0] for r in rows], {k: [p.get(k) for p in pts] for k in keys})
         out: dict[str, Any] = {"node": node, "downsampled": False, "max": None,
@@ -559,8 +649,8 @@ class Store:
         rows = self.db.execute("SELECT start, end, reason FROM gaps WHERE node_id = ? AND "
                                "start <= ? AND coalesce(end, ?) >= ? ORDER BY start",
                                (nid, hi, 2**62, lo)).fetchall()
-        return [{"start": s / 1000, "end": None if e is None else e / 1000, "reason": r}
-                for s, e, r in rows]
+        return [{"start": _t(s) / 1000, "end": None if e is None else _t(e) / 1000,
+                 "reason": _text(r)} for s, e, r in rows]
 
     @_reading
     def snapshots(self, node: str, start: float | None = None,
@@ -571,7 +661,7 @@ class Store:
         hi = _ms(end) if end is not None else 2**62
         rows = self.db.execute("SELECT id, t, kept FROM snapshots WHERE node_id = ? AND t "
                                "BETWEEN ? AND ? ORDER BY t", (nid, lo, hi)).fetchall()
-        return [{"id": i, "t": t / 1000, "kept": bool(k)} for i, t, k in rows]
+        return [{"id": i, "t": _t(t) / 1000, "kept": bool(k)} for i, t, k in rows]
 
     @_reading
     def instance_usage(self, ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -583,7 +673,10 @@ class Store:
             q = ",".join("?" * len(part))
             for sid, usage in self.db.execute(f"SELECT id, usage FROM snapshots WHERE id IN ({q})"
                                               " AND usage IS NOT NULL", part):
-                out[sid] = json.loads(zlib.decompress(usage))
+                doc = json.loads(_inflate(usage))
+                if not isinstance(doc, dict):
+                    raise ValueError("a usage row that is not an object")
+                out[sid] = doc
         return out
 
     @_reading
@@ -594,12 +687,13 @@ class Store:
             raise StoreError(f"no snapshot {sid} in {self.path}")
         base, blob = row
         if base is None:
-            raw = zstandard.ZstdDecompressor().decompress(blob)
+            raw = _unzstd(blob)
         else:
-            (key,) = self.db.execute("SELECT data FROM snapshots WHERE id = ?",
-                                     (base,)).fetchone()
-            key_json = zstandard.ZstdDecompressor().decompress(key)
-            raw = zstandard.ZstdDecompressor(dict_data=_dict(key_json)).decompress(blob)
+            key = self.db.execute("SELECT data FROM snapshots WHERE id = ?", (base,)).fetchone()
+            if key is None:
+                raise StoreError(f"the store {self.path} is damaged: snapshot {sid}'s base "
+                                 "snapshot is missing")
+            raw = _unzstd(blob, _dict(_unzstd(key[0])))
         return Snapshot.from_json(raw.decode())
 
     @_reading

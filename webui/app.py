@@ -80,14 +80,15 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 def _cross_origin() -> bool:
     """Does a state-changing request come from a page of another origin? Browsers say so in
-    Sec-Fetch-Site and Origin (every POST of theirs carries Origin; `null` from a sandbox or a
-    data: URL); Referer is the fallback. A request without any of them is no browser's (curl,
-    the test client): CSRF needs a browser."""
+    Sec-Fetch-Site, which decides when present; without it (an older browser), Origin, else
+    Referer, must be the UI's own scheme and host:port (`null`, from a sandbox or a data: URL,
+    is not). A request with none of them is no browser's (curl, the test client): CSRF needs
+    a browser."""
     if request.method in SAFE_METHODS:
         return False
     site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site not in ("same-origin", "none"):
-        return True
+    if site is not None:
+        return site not in ("same-origin", "none")
     source = request.headers.get("Origin") or request.headers.get("Referer")
     if source is None:
         return False
@@ -128,7 +129,9 @@ def _check_access() -> Any:
 def _headers(resp: Response) -> Response:
     resp.headers["Content-Security-Policy"] = CSP
     resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "no-referrer"
+    # same-origin, not no-referrer: under no-referrer a browser's own form POST carries
+    # `Origin: null`, which _cross_origin could not tell from a sandboxed attacker's
+    resp.headers["Referrer-Policy"] = "same-origin"
     resp.headers.setdefault("Cache-Control", "no-store")
     return resp
 

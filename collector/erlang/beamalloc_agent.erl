@@ -168,10 +168,13 @@ section(Key, Props) ->
         _ -> {0, 0}
     end.
 
+%% A value of 2^63 or more is a signed counter of the VM gone negative, printed unsigned
+%% (binary_alloc's mbcs_pool carriers: 18446744073709551513 is -103): never summed, as
+%% collector/live.py and beamalloc/snapshot.py (`wrapped`) read it.
 stat(Key, L) ->
     case lists:keyfind(Key, 1, L) of
-        {Key, V} when is_integer(V) -> V;
-        {Key, V, _, _} when is_integer(V) -> V;
+        {Key, V} when is_integer(V), V >= 0, V < 1 bsl 63 -> V;
+        {Key, V, _, _} when is_integer(V), V >= 0, V < 1 bsl 63 -> V;
         _ -> 0
     end.
 

@@ -363,10 +363,16 @@ pub fn etf_decode(
 /// etf.py's MAX_DEPTH, as the terms come from the decoder; deeper input is refused.
 #[pyfunction]
 pub fn term_text(py: Python<'_>, term: &Bound<'_, PyAny>, fmt: &Bound<'_, PyAny>) -> PyResult<String> {
-    let mut out = String::with_capacity(1 << 16);
-    let cache = PyDict::new_bound(py);
-    write_term(term, fmt, &cache, &mut out, 0)?;
-    Ok(out)
+    // as etf_decode: a panic (an allocation CPython refused) is an error, never an abort
+    let run = std::panic::AssertUnwindSafe(|| {
+        let mut out = String::with_capacity(1 << 16);
+        let cache = PyDict::new_bound(py);
+        write_term(term, fmt, &cache, &mut out, 0).map(|_| out)
+    });
+    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+        drop(PyErr::take(py));
+        Err(PyValueError::new_err("the native term writer failed"))
+    })
 }
 
 fn write_term(

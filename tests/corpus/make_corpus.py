@@ -234,6 +234,11 @@ JSON_EDITS: dict[str, tuple[str, object]] = {
     "release_surrogate": ("otp_release", "__\\udfff__"),
     "rss_neg": ("rss", -4096),
     "secret_as_node": ("node", "__\\ud83d__" + SECRETS[0]),
+    # issue 25: ranges on load, control characters in what is printed, too many notes
+    "carriers_skipped_neg": ("carriers_skipped", -1),
+    "node_escape": ("node", "\x1b]0;PWNED\x07a@b"),
+    "release_escape": ("otp_release", "25\x1b[2J"),
+    "notes_2000": ("notes", ["a note"] * 2000),
 }
 
 
@@ -320,6 +325,12 @@ def _etf_list(n: int, element: bytes) -> bytes:
     return b"\x6c" + struct.pack(">I", n) + element * n + b"\x6a"
 
 
+def _trace_head(header: bytes, claimed: int | None = None) -> bytes:
+    """A binary trace's magic, version 1, no flags, and `header` as its JSON header."""
+    magic = seeds()["trace_bin"][1][:10]  # magic and version
+    return magic + struct.pack("<HI", 0, len(header) if claimed is None else claimed) + header
+
+
 def _etf_atom(name: bytes) -> bytes:
     return b"\x77" + bytes([len(name)]) + name
 
@@ -344,6 +355,11 @@ def hostile_files() -> dict[str, bytes]:
             b"\x83\x68\x03\x77\x11beamalloc_snippet\x61\x01\x6c\0\0\0\x02"
             + b"\x68\x02\x77\x04node" + _etf_atom(b"\x1b]0;PWNED\x07\x1b[2Ja@b")
             + b"\x68\x02\x77\x0aallocators\x6a\x6a"),
+        # trace headers nested past Python's recursion limit (a RecursionError), and one that
+        # claims 4 GiB
+        "x_trace_deep_header.batr": _trace_head(b"[" * 20_000),
+        "x_trace_huge_header.batr": _trace_head(b"", 0xFFFFFFF0),
+        "x_trace_deep_header.csv": b"# beamalloc-trace 1 " + b"[" * 20_000 + b"\n",
         "x_json_unknown_source.json": (b'{"schema": "beamalloc.snapshot/1", "node": "a@b", '
                                        b'"source": "secretXYZ\\u001b[2J"}'),
         "x_json_deep_900.json": (b'{"schema": "beamalloc.snapshot/1", "node": "a@b", '
