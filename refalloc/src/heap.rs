@@ -1023,6 +1023,14 @@ impl Heap {
 
     // --- inspection --------------------------------------------------------------------------
 
+    /// Ask for block `b`'s record (a hint: replay.rs AHEAD).
+    #[inline(always)]
+    pub(crate) fn prefetch_block(&self, b: u32) {
+        if let Some(x) = self.blocks.get(b as usize) {
+            crate::replay::prefetch(x);
+        }
+    }
+
     pub fn block(&self, b: u32) -> &Block {
         &self.blocks[b as usize]
     }
