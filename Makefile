@@ -11,9 +11,16 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep demo test bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep bytecode demo test bench fuzz lint clean wheel
 
-setup: debs $(STAMP) ebpf-prep
+setup: debs $(STAMP) ebpf-prep bytecode
+
+# Bytecode of the editable install's sources: the environment may set PYTHONDONTWRITEBYTECODE, and
+# a command that compiles every module it imports starts several times slower (cli/main.py,
+# "Startup"). Cheap when nothing changed; pip compiles an installed wheel itself.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j0 beamalloc collector analyzer ebpf webui refalloc/*.py \
+	  timeseries reporters cli
 
 # eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no
 # headers gets Debian's amd64 ones linked there (build = arch tree, source = common tree); tracefs

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from beamalloc.errors import InputError
+from beamalloc.limits import MAX_SCHEDULERS
 
 SCHEMA = "beamalloc.snapshot/1"
 
 #: Every count and size the VM reports is a machine word; 2^64-1 (`~0`) is "infinite".
 UINT64_MAX = (1 << 64) - 1
-#: Scheduler counts beamalloc accepts anywhere: the VM's own limit (erl +S), as trace headers
-#: check. Options, replays and snapshots all take it from here.
-MAX_SCHEDULERS = 1024
+# MAX_SCHEDULERS, the scheduler counts beamalloc accepts anywhere: beamalloc/limits.py.
 #: Snapshot times: from 1970 to the year 9999.
 MAX_TIME = 253402300799.0
 

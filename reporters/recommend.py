@@ -15,11 +15,10 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.citations import link
+from beamalloc.limits import FORMATS  # the paste formats (`--format`)
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import prose
 from beamalloc.units import human, pct
-
-FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
 
 
 def paste_block(flags: str, fmt: str) -> str:
