@@ -231,11 +231,11 @@ mod tests {
         let mut want: BTreeMap<u64, u64> = BTreeMap::new();
         let mut s = 4242u64;
         // Key ranges small enough to fill, split, empty and merge chunks many times.
-        for step in 0..200_000u64 {
+        for step in 0..40_000u64 {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            let span = [3000, 300, 3000, 3][(step / 25_000 % 4) as usize];
+            let span = [3000, 300, 3000, 3][(step / 10_000 % 4) as usize];
             let k = s % span;
             let v = (s >> 20) % 1000;
             match (s >> 40) % 4 {

@@ -8,7 +8,7 @@
 //! reads means the same events as the reference's, and every error keeps the reference's
 //! words. The fuzzer `csv_fast` (tests/fuzz/) checks that equivalence on arbitrary bytes.
 
-use crate::replay::Replay;
+use crate::replay::{Lookahead, Replay};
 use crate::trace::{Event, Op, TraceError};
 use std::collections::HashMap;
 use std::io::Read;
@@ -302,7 +302,7 @@ pub fn replay_rows<R: Read + Send>(
     types: &mut Types,
     where_: &str,
 ) -> Result<Result<(), Declined>, TraceError> {
-    let mut last = 0;
+    let mut ahead = Lookahead::new();
     let read = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
         let reader = s.spawn(move || {
@@ -323,13 +323,13 @@ pub fn replay_rows<R: Read + Send>(
         });
         for batch in rx {
             for ev in &batch {
-                last = ev.t_ns;
-                rp.apply(ev);
+                ahead.push(rp, ev);
             }
         }
         reader.join().expect("the CSV reading thread panicked")
     })
     .map_err(|e| TraceError(format!("{where_}: {e}")))?;
+    let last = ahead.drain(rp);
     if let Err(d) = read {
         return Ok(Err(d));
     }

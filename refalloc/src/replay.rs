@@ -124,8 +124,9 @@ pub(crate) fn prefetch<T>(x: &T) {
 }
 
 /// How many events `run_reader` reads ahead of the model. An event's live-map slot is asked for
-/// when it is read, its model block (found through that slot) half-way, so the cache misses of
-/// many random frees overlap instead of queueing: the replay of a large live set is bound by
+/// when it is read, its model block (found through that slot) half-way, the block's physical
+/// neighbours (which a free coalesces with) a quarter before it is applied, so the cache misses
+/// of many random frees overlap instead of queueing: the replay of a large live set is bound by
 /// them, not by arithmetic.
 const AHEAD: usize = 16;
 
@@ -302,15 +303,16 @@ impl Replay {
         }
     }
 
-    /// Ask for the model block a free or realloc will touch (a hint, see AHEAD).
+    /// Ask for the model block a free or realloc will touch, or (`neighbours`) the blocks
+    /// beside it (a hint, see AHEAD).
     #[inline(always)]
-    fn prefetch_block(&self, ev: &Event) {
+    fn prefetch_block(&self, ev: &Event, neighbours: bool) {
         if ev.op == Op::Alloc {
             return;
         }
         if let Some((a, b)) = self.live.get(ev.id) {
             if let Some(Some(h)) = self.heaps.get(a as usize) {
-                h.prefetch_block(b);
+                h.prefetch_block(b, neighbours);
             }
         }
     }
@@ -349,28 +351,9 @@ impl Replay {
         &mut self,
         reader: &mut TraceReader<R>,
     ) -> Result<(), TraceError> {
-        let mut last = 0;
-        let mut ring = [Event::default(); AHEAD];
-        let mut n = 0usize;
-        let read = reader.for_each_event(|ev| {
-            last = ev.t_ns;
-            self.live.prefetch(ev.id);
-            let mid = &ring[(n + AHEAD / 2) % AHEAD];
-            if n >= AHEAD / 2 {
-                self.prefetch_block(mid);
-            }
-            let slot = &mut ring[n % AHEAD];
-            if n >= AHEAD {
-                let old = *slot;
-                self.apply(&old);
-            }
-            *slot = *ev;
-            n += 1;
-        });
-        for i in n.saturating_sub(AHEAD)..n {
-            let ev = ring[i % AHEAD];
-            self.apply(&ev);
-        }
+        let mut ahead = Lookahead::new();
+        let read = reader.for_each_event(|ev| ahead.push(self, ev));
+        let last = ahead.drain(self);
         // The model's failure came first: events after it were not applied.
         self.finish(last, reader.where_())?;
         read
@@ -435,6 +418,52 @@ impl Replay {
     /// The (allocator, block) a live trace id maps to.
     pub fn block_of(&self, id: u64) -> Option<(u8, u32)> {
         self.live.get(id)
+    }
+}
+
+/// Events on their way into the model, AHEAD of it (see AHEAD): `push` each event in trace
+/// order, then `drain`; the model sees the same events in the same order as with `apply`.
+pub(crate) struct Lookahead {
+    ring: [Event; AHEAD],
+    n: usize,
+    last: u64,
+}
+
+impl Lookahead {
+    pub(crate) fn new() -> Self {
+        Lookahead {
+            ring: [Event::default(); AHEAD],
+            n: 0,
+            last: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn push(&mut self, rp: &mut Replay, ev: &Event) {
+        let n = self.n;
+        self.last = ev.t_ns;
+        rp.live.prefetch(ev.id);
+        if n >= AHEAD / 2 {
+            rp.prefetch_block(&self.ring[(n + AHEAD / 2) % AHEAD], false);
+        }
+        if n >= AHEAD / 4 {
+            rp.prefetch_block(&self.ring[(n + 3 * AHEAD / 4) % AHEAD], true);
+        }
+        let slot = &mut self.ring[n % AHEAD];
+        if n >= AHEAD {
+            rp.apply(slot);
+        }
+        *slot = *ev;
+        self.n = n + 1;
+    }
+
+    /// Apply the events still held; returns the time of the last event pushed.
+    pub(crate) fn drain(&mut self, rp: &mut Replay) -> u64 {
+        for i in self.n.saturating_sub(AHEAD)..self.n {
+            rp.apply(&self.ring[i % AHEAD]);
+        }
+        self.n = 0;
+        self.last
     }
 }
 
