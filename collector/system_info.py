@@ -136,11 +136,15 @@ def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
     )
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
 def option_value(v: Term) -> int | bool | str:
     if isinstance(v, bool):
         return v
     if isinstance(v, Atom):
-        return {"true": True, "false": False}.get(str(v), str(v))
+        name = str(v)
+        return _BOOLEANS.get(name, name)
     if isinstance(v, int | str):
         return v
     return format_term(v)
