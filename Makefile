@@ -11,9 +11,9 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx debootstrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep otp-runtimes demo test test-fast bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep otp-runtimes bytecode demo test test-fast bench fuzz lint clean wheel
 
-setup: debs $(STAMP) ebpf-prep otp-runtimes
+setup: debs $(STAMP) ebpf-prep otp-runtimes bytecode
 
 # Newer OTP releases beside the system's OTP 25 (docs/erts/releases.md §1): Debian chroots with
 # erl, erlc (erlang-base) and the tools and runtime_tools applications, for the live tests on
@@ -40,6 +40,13 @@ otp-runtimes: debs
 	    >$$dir.tmp/.beamalloc-ready || { echo "$$rel: erl does not start in the chroot"; exit 1; }; \
 	  umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir && mv -T $$dir.tmp $$dir; \
 	done
+
+# Bytecode of the editable install's sources: the environment may set PYTHONDONTWRITEBYTECODE, and
+# a command that compiles every module it imports starts several times slower (cli/main.py,
+# "Startup"). Cheap when nothing changed; pip compiles an installed wheel itself.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j0 beamalloc collector analyzer ebpf webui refalloc/*.py \
+	  timeseries reporters cli
 
 # eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no
 # headers gets Debian's amd64 ones linked there (build = arch tree, source = common tree); tracefs

@@ -14,7 +14,6 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 #: Width of output that goes to a pipe or a file when $COLUMNS is not set.
@@ -32,12 +31,13 @@ def _progress_after() -> float:
     return v if 0 <= v <= 3600 else PROGRESS_AFTER
 
 
-@dataclass
 class Settings:
-    """Set once by the CLI from --quiet and --no-color (cli/main.py)."""
+    """Set once by the CLI from --quiet and --no-color (cli/main.py). A plain class: every
+    command imports this module, and dataclasses' import alone costs a third of Python's
+    startup (cli/main.py, "Startup")."""
 
-    quiet: bool = False
-    no_color: bool = False
+    def __init__(self, quiet: bool = False, no_color: bool = False) -> None:
+        self.quiet, self.no_color = quiet, no_color
 
 
 SETTINGS = Settings()

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from beamalloc.snapshot import MAX_SCHEDULERS, UINT64_MAX
+from beamalloc.limits import MAX_SCHEDULERS
+from beamalloc.snapshot import UINT64_MAX
 
 __all__ = [
     "ALLOCATORS",

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from beamalloc.errors import InputError
+from beamalloc.limits import MAX_SCHEDULERS
 
 SCHEMA = "beamalloc.snapshot/1"
 
 #: Every count and size the VM reports is a machine word; 2^64-1 (`~0`) is "infinite".
 UINT64_MAX = (1 << 64) - 1
-#: Scheduler counts beamalloc accepts anywhere: the VM's own limit (erl +S), as trace headers
-#: check. Options, replays and snapshots all take it from here.
-MAX_SCHEDULERS = 1024
+# MAX_SCHEDULERS, the scheduler counts beamalloc accepts anywhere: beamalloc/limits.py.
 #: Snapshot times: from 1970 to the year 9999.
 MAX_TIME = 253402300799.0
 
@@ -546,7 +545,8 @@ def check_snapshot(snap: Snapshot) -> None:
     for k, v in snap.memory.items():
         _check_count(v, f"memory.{k if k in MEMORY_KEYS else '(a key)'}")
     for inst in snap.allocators:
-        _check_instance(inst)
+        if not _plainly_valid(inst):
+            _check_instance(inst)  # says what is wrong
     for m in snap.mseg:
         where = f"mseg_alloc[{m.instance}]"
         _check_count(m.instance, where)
@@ -603,6 +603,59 @@ NUMERIC_OPTIONS = frozenset({
     "rmbcmt", "acul", "acful", "acnl", "acfml", "mbsd", "ycs", "mmc", "scs", "mcs", "amcbf",
     "rmcbf",
 })
+
+
+def _plain_str(s: Any, limit: int = 4096) -> bool:
+    return type(s) is str and s.isascii() and len(s) <= limit
+
+
+def _plain_count(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= UINT64_MAX
+
+
+def _plain_triple(t: Triple) -> bool:
+    return _plain_count(t.current) and _plain_count(t.last_max) and _plain_count(t.max)
+
+
+def _plainly_valid(inst: AllocatorInstance) -> bool:
+    """True when `_check_instance` would pass, proven the cheap way (plain ints and ASCII
+    strings, no message built): a +S 64 snapshot has ~600 instances of ~60 numbers each. False
+    means "not proven": `_check_instance` then finds the fault and words it, or passes."""
+    name, ix = inst.allocator, inst.instance
+    if not (_plain_str(name, 64) and name and type(ix) is int
+            and 0 <= ix <= 2 * MAX_SCHEDULERS + 1):  # fmt: skip
+        return False
+    for k, v in inst.options.items():
+        if not _plain_str(k):
+            return False
+        t = type(v)
+        if t is int:
+            if not 0 <= v <= UINT64_MAX:
+                return False
+        elif (t is not str and t is not bool) or k in NUMERIC_OPTIONS or (
+                t is str and not _plain_str(v)):  # fmt: skip
+            return False
+    for cs in (inst.mbcs, inst.sbcs):
+        for t, b in cs.blocks.items():
+            if not (_plain_str(t) and _plain_triple(b.count) and _plain_triple(b.size)):
+                return False
+        if not (_plain_triple(cs.carriers) and _plain_triple(cs.carriers_size)
+                and _plain_count(cs.mseg_carriers) and _plain_count(cs.sys_carriers)
+                and _plain_count(cs.mseg_carriers_size) and _plain_count(cs.sys_carriers_size)):
+            return False
+    p = inst.mbcs_pool
+    if p is not None:
+        for t, (c, sz) in p.blocks.items():
+            if not (_plain_str(t) and _plain_count(c) and _plain_count(sz)):
+                return False
+        if not (_plain_count(p.carriers) and _plain_count(p.carriers_size)
+                and all(_plain_count(v) for v in p.counters.values())):
+            return False
+    for k, v in inst.calls.items():
+        if not (_plain_str(k) and _plain_count(v)):
+            return False
+    return all(_plain_str(ft.type) and _plain_count(ft.allocated) and _plain_count(ft.used)
+               for ft in inst.fix_types or ())
 
 
 def _check_instance(inst: AllocatorInstance) -> None:
@@ -703,9 +756,53 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
+def _plain_dict(d: dict) -> dict:
+    return {k: v if type(v) in _PLAIN else _encode(v) for k, v in d.items()}
+
+
+def _carrier_stats(cs: CarrierStats) -> dict[str, Any]:
+    return {
+        "blocks": {t: {"count": [b.count.current, b.count.last_max, b.count.max],
+                       "size": [b.size.current, b.size.last_max, b.size.max]}
+                   for t, b in cs.blocks.items()},
+        "carriers": cs.carriers.to_json(),
+        "carriers_size": cs.carriers_size.to_json(),
+        "mseg_carriers": cs.mseg_carriers,
+        "sys_carriers": cs.sys_carriers,
+        "mseg_carriers_size": cs.mseg_carriers_size,
+        "sys_carriers_size": cs.sys_carriers_size,
+    }  # fmt: skip
+
+
+def _instance(inst: AllocatorInstance) -> dict[str, Any]:
+    """What `_encode`'s dataclass walk makes of an instance, written out: a +S 64 snapshot
+    has ~600 of them, and the walk's per-value dispatch was most of `to_json`
+    (tests/test_snapshot_encoding.py compares the two)."""
+    p = inst.mbcs_pool
+    return {
+        "allocator": inst.allocator,
+        "instance": inst.instance,
+        "options": _plain_dict(inst.options),
+        "mbcs": _carrier_stats(inst.mbcs),
+        "sbcs": _carrier_stats(inst.sbcs),
+        "mbcs_pool": None if p is None else {
+            "blocks": {t: list(v) for t, v in p.blocks.items()},
+            "carriers": p.carriers,
+            "carriers_size": p.carriers_size,
+            "counters": dict(p.counters),
+        },
+        "calls": dict(inst.calls),
+        "fix_types": None if inst.fix_types is None else [
+            {"type": f.type, "allocated": f.allocated, "used": f.used} for f in inst.fix_types],
+        "versions": None if inst.versions is None else list(inst.versions),
+    }  # fmt: skip
+
+
 def _encode(obj: Any) -> Any:
     if type(obj) in _PLAIN:
         return obj
+    if type(obj) is AllocatorInstance:
+        return _instance(obj)
     if isinstance(obj, Triple | Carrier | TaggedBlocks):
         return obj.to_json()
     if hasattr(obj, "__dataclass_fields__"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from beamalloc.snapshot import MAX_SCHEDULERS
+from beamalloc.limits import MAX_SCHEDULERS
 
 
 def human(n: int | float | None) -> str:

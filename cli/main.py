@@ -2,6 +2,10 @@
 
 Exit codes: 0 success, 2 bad input or usage (one line on stderr), 3 node unreachable,
 authentication failed or timed out.
+
+Startup: this module imports only what building the parser needs (its defaults come from
+beamalloc/limits.py); each `cmd_*` imports its own stages, so a command pays for what it runs
+and `beamalloc --version` for almost nothing (tests/bench/bench_startup.py).
 """
 
 from __future__ import annotations
@@ -10,18 +14,17 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.console import Progress, clean, configure, note, say, short, wide_console
 from beamalloc.errors import InputError, NodeUnavailable
-from beamalloc.files import atomic_write_text
-from beamalloc.reporters.recommend import FORMATS
-from beamalloc.snapshot import Snapshot
+from beamalloc.limits import CARRIERS_EVERY, FORMATS, MAX_CARRIERS, MAX_PROCESSES
 from beamalloc.units import apply_ranges
+
+if TYPE_CHECKING:
+    from beamalloc.snapshot import Snapshot
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +58,8 @@ def _write(path: str | None, text: str) -> None:
     if path in (None, "-"):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
+    from beamalloc.files import atomic_write_text
+
     atomic_write_text(path, text)
 
 
@@ -79,6 +84,7 @@ def _snapshot_cluster(args: argparse.Namespace) -> int:
     from beamalloc.collector import cookie
     from beamalloc.collector.cluster import snapshot_cluster
     from beamalloc.collector.live import NodeError, NodeNameError
+    from beamalloc.snapshot import Snapshot
 
     if "@" not in args.source:
         raise NodeNameError("--cluster needs a node name (app@host) as SOURCE")
@@ -233,6 +239,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
+    import tempfile
     import time
 
     from beamalloc.analyzer.predict import TURNOVER_SECONDS, measure_turnover
@@ -442,8 +449,6 @@ def _non_negative(text: str) -> int:
 def _process_options(p: argparse.ArgumentParser, probe: bool = True) -> None:
     """Who holds the memory (docs/processes.md): a live node's processes are read, read-only,
     unless --no-processes; --gc-probe is the one option that changes the node."""
-    from beamalloc.collector.processes import MAX_PROCESSES
-
     p.add_argument("--no-processes", action="store_true", help="do not read the processes (nor "
                    "the ETS tables) of a live node or the process sections of a crash dump")
     p.add_argument("--max-processes", type=_positive, default=MAX_PROCESSES, metavar="N",
@@ -499,7 +504,7 @@ def _node_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand, each given the options every command has."""
     parser = _commands()
-    parser.add_argument("--version", action="version", version=f"beamalloc {version()}",
+    parser.add_argument("--version", action=_Version,
                         help="print the version of the installed beamalloc package and exit")
     _terminal_options(parser, top=True)
     for action in parser._actions:  # argparse has no public walk of its subcommands
@@ -509,15 +514,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def version() -> str:
-    """The installed distribution's version (its metadata, from setup.cfg's [metadata]
-    version), or "unknown" where beamalloc runs from a tree that was never installed."""
-    from importlib import metadata
+class _Version(argparse.Action):
+    """argparse's "version" action, the version read only when asked for."""
 
-    try:
-        return metadata.version("beamalloc")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> NoReturn:
+        print(f"beamalloc {version()}")
+        parser.exit()
+
+
+def version() -> str:
+    """The package's version: beamalloc/__init__.py, which setup.cfg's [metadata] reads, so it
+    is the installed distribution's too."""
+    import beamalloc
+
+    return beamalloc.__version__
 
 
 def _terminal_options(p: argparse.ArgumentParser, top: bool) -> None:

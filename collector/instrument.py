@@ -20,20 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
 from beamalloc.versions import instrument_app
 
-#: Carriers a live snapshot reads at most (`--max-carriers`). Whole instances are read, those with
-#: the most carrier bytes first, until the next would pass the cap; the rest are counted in
-#: `Snapshot.carriers_skipped` and named in a note. A carrier costs about 33 words of the
-#: target's heap while its answer is built and sent (20,000: ~5 MB) and about 22 us of wall
-#: time (100,000 read whole took 2.3 s more than a snapshot without them on this 2-core machine,
-#: tests/bench/bench_carriers.py); the cap keeps that under half a second.
-MAX_CARRIERS = 20_000
-#: `watch` reads carriers on every Nth sample of a node (`--carriers-every`; the first sample
-#: included): a carrier scan walks every block on the target's schedulers, which the counters
-#: of the other samples do not, and a sample with carriers is always stored whole.
-CARRIERS_EVERY = 10
+# The cap on carriers read (`--max-carriers`) and the carrier scan's period in `watch`
+# (`--carriers-every`) are in beamalloc/limits.py.
 
 
 def _int(v: Any) -> int | None:

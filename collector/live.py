@@ -50,10 +50,11 @@ from beamalloc.collector import access as access_mod
 from beamalloc.collector import dist, etf
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
-from beamalloc.collector.instrument import MAX_CARRIERS, add_carriers
+from beamalloc.collector.instrument import add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
+from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Snapshot, SnapshotError, describe, wrapped
 
 try:

@@ -24,10 +24,8 @@ from beamalloc.collector import live
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.terms import Atom, proplist
+from beamalloc.limits import MAX_PROCESSES
 
-#: Processes a scan reads at most (`--max-processes`). Beyond, registered processes and a fair
-#: (systematic) sample of the rest are read, and `complete` is false.
-MAX_PROCESSES = 1_000_000
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
 #: the hidden node's boot (~0.4 s), the listing and the report it keeps a scan of 300,000
 #: processes within 3 s of wall time; they are read whole in 1-2 s on this (shared) 2-core

@@ -11,9 +11,6 @@ import os
 import sys
 from typing import BinaryIO
 
-from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
-from beamalloc.collector.recon import read_recon
-from beamalloc.collector.snippet import is_snippet, read_snippet
 from beamalloc.errors import InputError
 from beamalloc.files import open_input
 from beamalloc.snapshot import MAX_TIME, Snapshot, check_text_cost
@@ -51,6 +48,12 @@ def _lines(head: bytes, f: BinaryIO):
 
 
 def read_file(path: str) -> Snapshot:
+    # The readers are imported here, not with this module: a command given a node name asks
+    # is_node_name and reads no file (cli/main.py, "Startup").
+    from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
+    from beamalloc.collector.recon import read_recon
+    from beamalloc.collector.snippet import is_snippet, read_snippet
+
     name = "standard input" if path == "-" else path
     f: BinaryIO = sys.stdin.buffer if path == "-" else _open(path)
     with f:

@@ -41,6 +41,8 @@ class FormatError(InputError):
 
 def _int(v: Any, what: str) -> int:
     """A count or size: an unsigned machine word (docs/erts/alloc_util.md §6.1)."""
+    if type(v) is int and 0 <= v <= UINT64_MAX:  # the common case first: ~40,000 per snapshot
+        return v
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= UINT64_MAX:
         return v
     raise FormatError(f"{what}: expected an integer, got {describe(v)}")
@@ -49,7 +51,7 @@ def _int(v: Any, what: str) -> int:
 def _triple(v: Any, what: str) -> Triple:
     """`{K, C, L, M}` arrives here as the tuple (C, L, M)."""
     if isinstance(v, tuple) and len(v) == 3:
-        return Triple(*(_int(x, what) for x in v))
+        return Triple(_int(v[0], what), _int(v[1], what), _int(v[2], what))
     raise FormatError(f"{what}: expected three values, got {describe(v)}")
 
 
@@ -134,11 +136,15 @@ def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
     )
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
 def option_value(v: Term) -> int | bool | str:
     if isinstance(v, bool):
         return v
     if isinstance(v, Atom):
-        return {"true": True, "false": False}.get(str(v), str(v))
+        name = str(v)
+        return _BOOLEANS.get(name, name)
     if isinstance(v, int | str):
         return v
     return format_term(v)

@@ -18,12 +18,11 @@ from rich.text import Text
 from beamalloc.analyzer import wording
 from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
+from beamalloc.limits import FORMATS  # the paste formats (`--format`)
 from beamalloc.reporters import holders
 from beamalloc.reporters.analyze import death_lines
 from beamalloc.reporters.table import prose
 from beamalloc.units import human, pct
-
-FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
 
 
 def paste_note(r: dict[str, Any]) -> str | None:

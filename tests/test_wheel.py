@@ -199,6 +199,17 @@ def test_the_wheel_holds_the_extension_the_agent_the_bpf_sources_and_the_docs(
     assert "Requires-Python: >=3.11" in zipfile.ZipFile(wheel).read(meta).decode()
 
 
+def test_the_installed_modules_are_compiled(installed: tuple[Install, dict]) -> None:
+    """pipx (pip) compiles the wheel's modules when it installs them, so a command reads
+    bytecode rather than compiling every module it imports on every run (cli/main.py,
+    "Startup")."""
+    inst, _ = installed
+    for mod in ("__init__", "console", "limits", "cli/main", "reporters/analyze",
+                "analyzer/analysis"):
+        folder, name = (inst.package / mod).parent, (inst.package / mod).name
+        assert list((folder / "__pycache__").glob(f"{name}.*.pyc")), mod
+
+
 def test_help_and_the_command_list(installed: tuple[Install, dict]) -> None:
     inst, _ = installed
     r = inst.run("--help")

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from beamalloc.collector.cluster import Session, _long_names
-from beamalloc.collector.instrument import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.collector.live import NodeError
 from beamalloc.collector.session import DirectSession, open_session
 from beamalloc.console import width_for
 from beamalloc.errors import InputError
+from beamalloc.limits import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import BATCH_SECONDS, Store
 from beamalloc.units import human

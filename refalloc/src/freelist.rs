@@ -3,8 +3,8 @@
 //! Blocks live in an arena (`Vec<Block>`); lists of equal-size blocks and gf/af buckets are
 //! intrusive (`lprev`/`lnext` in the block), so unlinking any free block is O(1) plus the tree.
 
-use crate::tree::MaxTree;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::chunks::ChunkMap;
+use std::collections::BTreeMap;
 
 pub const NIL: u32 = u32::MAX;
 
@@ -68,25 +68,25 @@ const SMALL_LIMIT: u64 = 64 * 1024;
 const SMALL_CLASSES: usize = (SMALL_LIMIT / 8) as usize;
 const SMALL_WORDS: usize = SMALL_CLASSES / 64;
 
-/// Sizes with equal-size lists: `bf` and the `cbf` block order. It behaves as the size-keyed
-/// red-black tree of §4.1 (only "smallest size >= x" and the node/list of each size matter),
-/// but small sizes are a direct table with a two-level bitmap of the non-empty ones: finding
-/// the next non-empty size is a couple of word scans instead of a tree descent.
+/// Free block sizes, each with a value of `V`: it behaves as the size-keyed red-black tree of
+/// §4.1 (only "smallest size >= x" and the value of each size matter), but small sizes are a
+/// direct table with a two-level bitmap of the non-empty ones: finding the next non-empty size
+/// is a couple of word scans instead of a tree descent.
 #[derive(Clone, Debug)]
-pub struct BfTree {
+struct SizeTable<V> {
     /// Indexed by size / 8; valid where `bits` has the bit set. Grows to the largest class seen.
-    small: Vec<SizeClass>,
+    small: Vec<V>,
     bits: Box<[u64; SMALL_WORDS]>,
     /// Bit w set iff `bits[w]` is non-zero.
     summary: [u64; SMALL_WORDS / 64],
-    large: BTreeMap<u64, SizeClass>,
+    large: BTreeMap<u64, V>,
     /// The largest size present (0 when empty): asked after every alloc and free (aoff family).
     largest: u64,
 }
 
-impl Default for BfTree {
+impl<V> Default for SizeTable<V> {
     fn default() -> Self {
-        BfTree {
+        SizeTable {
             small: Vec::new(),
             bits: Box::new([0; SMALL_WORDS]),
             summary: [0; SMALL_WORDS / 64],
@@ -96,7 +96,7 @@ impl Default for BfTree {
     }
 }
 
-impl BfTree {
+impl<V: Copy + Default> SizeTable<V> {
     /// The size's small class, if it has one.
     #[inline(always)]
     fn class(size: u64) -> Option<usize> {
@@ -156,40 +156,36 @@ impl BfTree {
         None
     }
 
+    /// The value of a present size.
     #[inline(always)]
-    fn class_mut(&mut self, size: u64) -> Option<&mut SizeClass> {
+    fn get_mut(&mut self, size: u64) -> Option<&mut V> {
         match Self::class(size) {
             Some(k) => self.has(k).then(|| &mut self.small[k]),
             None => self.large.get_mut(&size),
         }
     }
 
+    /// Enter a size that is not present.
     #[inline(always)]
-    fn insert_class(&mut self, size: u64, sc: SizeClass) {
+    fn insert(&mut self, size: u64, v: V) {
         self.largest = self.largest.max(size);
         match Self::class(size) {
             Some(k) => {
                 if k >= self.small.len() {
                     let want = (k + 1).max(2 * self.small.len()).min(SMALL_CLASSES);
-                    self.small.resize(
-                        want,
-                        SizeClass {
-                            node: NIL,
-                            head: NIL,
-                        },
-                    );
+                    self.small.resize(want, V::default());
                 }
-                self.small[k] = sc;
+                self.small[k] = v;
                 self.set_bit(k);
             }
             None => {
-                self.large.insert(size, sc);
+                self.large.insert(size, v);
             }
         }
     }
 
     #[inline(always)]
-    fn remove_class(&mut self, size: u64) {
+    fn remove(&mut self, size: u64) {
         match Self::class(size) {
             Some(k) => self.clear_bit(k),
             None => {
@@ -201,52 +197,13 @@ impl BfTree {
         }
     }
 
+    /// The value of the smallest size >= `size`.
     #[inline(always)]
-    pub fn link(&mut self, bl: &mut [Block], b: u32) {
-        let size = bl[b as usize].size;
-        match self.class_mut(size) {
-            None => self.insert_class(size, SizeClass { node: b, head: NIL }),
-            // A new equal-size block goes right after the tree node (§4.1).
-            Some(sc) => list_push_head(bl, &mut sc.head, b),
-        }
-    }
-
-    #[inline(always)]
-    pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
-        let size = bl[b as usize].size;
-        let sc = self.class_mut(size).expect("unlink of an unlinked block");
-        if sc.node == b {
-            // `replace()`: the list head is promoted into the tree node's place.
-            if sc.head == NIL {
-                self.remove_class(size);
-            } else {
-                let h = sc.head;
-                list_remove(bl, &mut sc.head, h);
-                sc.node = h;
-            }
-        } else {
-            list_remove(bl, &mut sc.head, b);
-        }
-    }
-
-    /// Smallest size >= `size`. `node_first`: aoffcbf takes the tree node first, bf takes the
-    /// most recently linked list block first and the node last (§4.1, §4.3, §9.10).
-    #[inline(always)]
-    pub fn find(&self, size: u64, node_first: bool) -> Option<u32> {
-        let sc = match self.next_class(size.div_ceil(8) as usize) {
-            Some(k) => &self.small[k],
-            None => self.large.range(size..).next()?.1,
-        };
-        Some(if node_first || sc.head == NIL {
-            sc.node
-        } else {
-            sc.head
+    fn at_least(&self, size: u64) -> Option<V> {
+        Some(match self.next_class(size.div_ceil(8) as usize) {
+            Some(k) => self.small[k],
+            None => *self.large.range(size..).next()?.1,
         })
-    }
-
-    #[inline(always)]
-    pub fn largest(&self) -> u64 {
-        self.largest
     }
 
     fn scan_largest(&self) -> u64 {
@@ -264,37 +221,128 @@ impl BfTree {
     }
 }
 
-/// (size, address) ordered set: `aobf` and the `caobf` block order (§4.2).
+impl Default for SizeClass {
+    fn default() -> Self {
+        SizeClass {
+            node: NIL,
+            head: NIL,
+        }
+    }
+}
+
+/// Sizes with equal-size lists: `bf` and the `cbf` block order (§4.1).
+#[derive(Clone, Debug, Default)]
+pub struct BfTree {
+    sizes: SizeTable<SizeClass>,
+}
+
+impl BfTree {
+    #[inline(always)]
+    pub fn link(&mut self, bl: &mut [Block], b: u32) {
+        let size = bl[b as usize].size;
+        match self.sizes.get_mut(size) {
+            None => self.sizes.insert(size, SizeClass { node: b, head: NIL }),
+            // A new equal-size block goes right after the tree node (§4.1).
+            Some(sc) => list_push_head(bl, &mut sc.head, b),
+        }
+    }
+
+    #[inline(always)]
+    pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
+        let size = bl[b as usize].size;
+        let sc = self
+            .sizes
+            .get_mut(size)
+            .expect("unlink of an unlinked block");
+        if sc.node == b {
+            // `replace()`: the list head is promoted into the tree node's place.
+            if sc.head == NIL {
+                self.sizes.remove(size);
+            } else {
+                let h = sc.head;
+                list_remove(bl, &mut sc.head, h);
+                sc.node = h;
+            }
+        } else {
+            list_remove(bl, &mut sc.head, b);
+        }
+    }
+
+    /// Smallest size >= `size`. `node_first`: aoffcbf takes the tree node first, bf takes the
+    /// most recently linked list block first and the node last (§4.1, §4.3, §9.10).
+    #[inline(always)]
+    pub fn find(&self, size: u64, node_first: bool) -> Option<u32> {
+        let sc = self.sizes.at_least(size)?;
+        Some(if node_first || sc.head == NIL {
+            sc.node
+        } else {
+            sc.head
+        })
+    }
+
+    #[inline(always)]
+    pub fn largest(&self) -> u64 {
+        self.sizes.largest
+    }
+}
+
+/// (size, address) order: `aobf` and the `caobf` block order (§4.2). The sizes are a
+/// `SizeTable` like bf's; the blocks of one size are ordered by address in a `ChunkMap`
+/// (address -> block) of a pool, so emptied maps are reused with their room.
 #[derive(Clone, Debug, Default)]
 pub struct AobfTree {
-    set: BTreeSet<(u64, u64, u32)>,
+    sizes: SizeTable<u32>,
+    maps: Vec<ChunkMap<u64>>,
+    spare: Vec<u32>,
 }
 
 impl AobfTree {
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        self.set.insert((x.size, x.addr, b));
+        let m = match self.sizes.get_mut(x.size) {
+            Some(m) => *m,
+            None => {
+                let m = self.spare.pop().unwrap_or_else(|| {
+                    self.maps.push(ChunkMap::default());
+                    (self.maps.len() - 1) as u32
+                });
+                self.sizes.insert(x.size, m);
+                m
+            }
+        };
+        self.maps[m as usize].insert(x.addr, b as u64);
     }
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        self.set.remove(&(x.size, x.addr, b));
+        let m = *self
+            .sizes
+            .get_mut(x.size)
+            .expect("unlink of an unlinked block");
+        let map = &mut self.maps[m as usize];
+        map.remove(x.addr);
+        if map.is_empty() {
+            self.sizes.remove(x.size);
+            self.spare.push(m);
+        }
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
-        self.set.range((size, 0, 0)..).next().map(|t| t.2)
+        let m = self.sizes.at_least(size)?;
+        self.maps[m as usize].first().map(|(_, b)| b as u32)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
-        self.set.iter().next_back().map(|t| t.0).unwrap_or(0)
+        self.sizes.largest
     }
 }
 
-/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`).
+/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address,
+/// valued by their size.
 #[derive(Clone, Debug, Default)]
 pub struct AddrTree {
-    tree: MaxTree,
+    tree: ChunkMap<u128>,
 }
 
 impl AddrTree {

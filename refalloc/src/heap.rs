@@ -1023,6 +1023,24 @@ impl Heap {
 
     // --- inspection --------------------------------------------------------------------------
 
+    /// Ask for block `b`'s record, or (`neighbours`) those of the blocks beside it (a hint:
+    /// replay.rs AHEAD).
+    #[inline(always)]
+    pub(crate) fn prefetch_block(&self, b: u32, neighbours: bool) {
+        let Some(x) = self.blocks.get(b as usize) else {
+            return;
+        };
+        if !neighbours {
+            crate::replay::prefetch(x);
+            return;
+        }
+        for n in [x.prev, x.next] {
+            if let Some(y) = self.blocks.get(n as usize) {
+                crate::replay::prefetch(y);
+            }
+        }
+    }
+
     pub fn block(&self, b: u32) -> &Block {
         &self.blocks[b as usize]
     }

@@ -1,10 +1,12 @@
 //! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
-//! Modules: `config` (resolved options), `tree` (augmented treap), `freelist` (strategy
-//! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
-//! carriers, alloc/free/realloc, pool), `stats`, `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing`
-//! (the fuzz targets' bodies).
+//! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
+//! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
+//! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
+//! `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing` (the fuzz
+//! targets' bodies).
 pub mod addr;
+pub mod chunks;
 pub mod config;
 pub mod csv;
 pub mod freelist;

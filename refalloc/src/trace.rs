@@ -8,14 +8,15 @@ use std::io::Read;
 pub const MAGIC: &[u8; 8] = b"\x89BATR\r\n\x1a";
 pub const VERSION: u16 = 1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Op {
+    #[default]
     Alloc,
     Free,
     Realloc,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
     pub t_ns: u64,
     pub op: Op,

@@ -28,7 +28,7 @@ import time
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.collector import live
-from beamalloc.collector.instrument import MAX_CARRIERS
+from beamalloc.limits import MAX_CARRIERS
 
 HOST = socket.gethostname().split(".")[0]
 

@@ -1,9 +1,11 @@
-"""Replay speed of refalloc against glibc malloc on the same 20-million-event trace (issue 4).
+"""Replay speed of refalloc against glibc malloc on the same 20-million-event trace (issue 4;
+issue 28 item 6: at least 1.5x glibc's speed on every strategy).
 
 Builds refalloc's `bench` example (release) and tests/bench/glibc_replay.c (cc -O2), writes a
 synthetic binary_alloc trace (steady state of up to 50 000 live blocks freed at random, dense
-ids), then in the same run replays it through refalloc (bf, aoffcbf: read + decode + model) and
-through glibc (read + decode + malloc/free). Prints events per second and the ratio to glibc,
+ids), then in the same run replays it through refalloc under every strategy (read + decode +
+model) and through glibc (read + decode + malloc/free). Prints events per second, the ratio of
+refalloc's time to glibc's and glibc's speed over refalloc's (the "x glibc" figure),
 the trace decoding alone (its share of refalloc's time), and the peak RSS of a replay of a
 2-million-event trace with the same live set beside the 20-million one: replay memory follows
 the live blocks, not the trace length.
@@ -12,7 +14,7 @@ Each replay runs REPEAT times (default 3), alternating programs, and the fastest
 shared machine the slower runs measure the other jobs. Both wall time and the thread's CPU time
 are shown (CPU time leaves out the time other processes held the core; cache contention stays).
 
-Usage: python tests/bench/bench_replay.py [EVENTS] [MAX_LIVE] [REPEAT]
+Usage: python tests/bench/bench_replay.py [EVENTS] [MAX_LIVE] [REPEAT] [STRATEGY,...]
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CRATE = ROOT / "refalloc"
 BENCH = CRATE / "target" / "release" / "examples" / "bench"
+#: Every `as` strategy (docs/erts/alloc_util.md §2.1; refalloc/src/config.rs Strategy::ALL).
+STRATEGIES = ("bf", "aobf", "aoff", "aoffcbf", "aoffcaobf", "ageffcaoff", "ageffcbf",
+              "ageffcaobf", "gf", "af")
 ENV = {**os.environ, "PATH": f"{Path.home() / '.cargo' / 'bin'}:{os.environ.get('PATH', '')}"}
 
 
@@ -38,6 +43,7 @@ def main() -> int:
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000_000
     max_live = int(sys.argv[2]) if len(sys.argv) > 2 else 50_000
     repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    strategies = sys.argv[4].split(",") if len(sys.argv) > 4 else list(STRATEGIES)
     sh("cargo", "build", "-q", "--release", "--no-default-features", "--example", "bench",
        "--manifest-path", CRATE / "Cargo.toml")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,8 +59,7 @@ def main() -> int:
         cmds = {
             "glibc": [glibc, big],
             "decode": [BENCH, "decode", big],
-            "bf": [BENCH, "replay", big, "bf"],
-            "aoffcbf": [BENCH, "replay", big, "aoffcbf"],
+            **{s: [BENCH, "replay", big, s] for s in strategies},
         }
         for _ in range(repeat):
             for name, cmd in cmds.items():
@@ -70,13 +75,14 @@ def main() -> int:
 
         print(f"glibc malloc      {rates('glibc')}")
         print(f"trace decoding    {rates('decode')}")
-        for strategy in ("bf", "aoffcbf"):
+        for strategy in strategies:
             rss = int(runs[strategy][0][2][2])
             rss_small = int(sh(BENCH, "replay", small, strategy).split()[2])
             print(
-                f"refalloc {strategy:8s} {rates(strategy)}\n"
-                f"                  refalloc time / glibc time: wall "
-                f"{wall[strategy] / wall['glibc']:4.2f}, CPU {cpu[strategy] / cpu['glibc']:4.2f}; "
+                f"refalloc {strategy:10s} {rates(strategy)}\n"
+                f"    refalloc time / glibc time: wall "
+                f"{wall[strategy] / wall['glibc']:4.2f}, CPU {cpu[strategy] / cpu['glibc']:4.2f}"
+                f" ({cpu['glibc'] / cpu[strategy]:4.2f}x glibc); "
                 f"peak RSS {rss // 1024} MiB ({events} events) vs {rss_small // 1024} MiB "
                 f"({events // 10} events)"
             )

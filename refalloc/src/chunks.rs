@@ -1,0 +1,273 @@
+//! An ordered map from unique keys to u64 values, kept as a list of short sorted arrays
+//! ("chunks") with each chunk's largest value beside it.
+//!
+//! It answers what the free-block sets of `aoff`, `ageffcaoff` (first key in order whose value
+//! is >= x: address-ordered first fit, docs/erts/alloc_util.md §4.3) and `aobf` (first key >= k:
+//! smallest size, then lowest address, §4.2) ask on every alloc and free. The answers are those
+//! of a balanced search tree (`tree::MaxTree`, `BTreeSet`); the layout is what makes it fast:
+//! a lookup is a binary search over the chunks' first keys and one inside a chunk, an insertion
+//! or removal moves at most `2 * CHUNK` entries of one contiguous array, and the first-fit
+//! search scans the chunk maxima (contiguous u64s) and then one chunk's values, instead of a
+//! pointer chase through a tree per operation. The scan of the maxima is linear in
+//! `len / CHUNK`: free blocks per carrier (aoff) or per instance (aobf) number in the thousands.
+
+/// Target chunk length: a chunk splits at twice this and merges with a neighbour under a quarter.
+const CHUNK: usize = 64;
+
+#[derive(Clone, Debug)]
+struct Chunk<K> {
+    keys: Vec<K>,
+    vals: Vec<u64>,
+}
+
+impl<K: Copy> Chunk<K> {
+    fn new() -> Self {
+        Chunk {
+            keys: Vec::new(),
+            vals: Vec::new(),
+        }
+    }
+    fn max(&self) -> u64 {
+        self.vals.iter().copied().max().unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ChunkMap<K> {
+    chunks: Vec<Chunk<K>>,
+    /// First key of each chunk. Chunks are never empty, but for a sole chunk, kept with its
+    /// room when the map empties (stale first key, maximum 0).
+    firsts: Vec<K>,
+    /// Largest value of each chunk.
+    maxes: Vec<u64>,
+    len: usize,
+}
+
+impl<K> Default for ChunkMap<K> {
+    fn default() -> Self {
+        ChunkMap {
+            chunks: Vec::new(),
+            firsts: Vec::new(),
+            maxes: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<K: Ord + Copy> ChunkMap<K> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The chunk that holds `key` or would: the last whose first key is <= key (0 if none).
+    #[inline(always)]
+    fn chunk_for(&self, key: K) -> usize {
+        self.firsts.partition_point(|f| *f <= key).saturating_sub(1)
+    }
+
+    /// Insert a key that is not present.
+    #[inline]
+    pub fn insert(&mut self, key: K, val: u64) {
+        self.len += 1;
+        if self.chunks.is_empty() {
+            let mut c = Chunk::new();
+            c.keys.push(key);
+            c.vals.push(val);
+            self.chunks.push(c);
+            self.firsts.push(key);
+            self.maxes.push(val);
+            return;
+        }
+        let i = self.chunk_for(key);
+        let c = &mut self.chunks[i];
+        if c.keys.is_empty() {
+            self.maxes[i] = 0; // the kept sole chunk
+        }
+        let p = c.keys.partition_point(|k| *k < key);
+        debug_assert!(c.keys.get(p) != Some(&key), "insert of a present key");
+        c.keys.insert(p, key);
+        c.vals.insert(p, val);
+        if p == 0 {
+            self.firsts[i] = key;
+        }
+        self.maxes[i] = self.maxes[i].max(val);
+        if c.keys.len() >= 2 * CHUNK {
+            let mut upper = Chunk::new();
+            upper.keys.extend(c.keys.drain(CHUNK..));
+            upper.vals.extend(c.vals.drain(CHUNK..));
+            self.maxes[i] = c.max();
+            self.firsts.insert(i + 1, upper.keys[0]);
+            self.maxes.insert(i + 1, upper.max());
+            self.chunks.insert(i + 1, upper);
+        }
+    }
+
+    /// Remove `key`; returns its value if it was present.
+    #[inline]
+    pub fn remove(&mut self, key: K) -> Option<u64> {
+        if self.chunks.is_empty() {
+            return None;
+        }
+        let i = self.chunk_for(key);
+        let c = &mut self.chunks[i];
+        let p = c.keys.binary_search(&key).ok()?;
+        c.keys.remove(p);
+        let val = c.vals.remove(p);
+        self.len -= 1;
+        if c.keys.is_empty() {
+            if self.chunks.len() == 1 {
+                self.maxes[0] = 0;
+                return Some(val);
+            }
+            self.chunks.remove(i);
+            self.firsts.remove(i);
+            self.maxes.remove(i);
+            return Some(val);
+        }
+        if p == 0 {
+            self.firsts[i] = c.keys[0];
+        }
+        if val == self.maxes[i] {
+            self.maxes[i] = c.max();
+        }
+        if c.keys.len() < CHUNK / 4 {
+            // Merge with a neighbour that has room, so chunks stay long.
+            if i + 1 < self.chunks.len() && self.chunks[i + 1].keys.len() <= CHUNK {
+                self.merge_next(i);
+            } else if i > 0 && self.chunks[i - 1].keys.len() <= CHUNK {
+                self.merge_next(i - 1);
+            }
+        }
+        Some(val)
+    }
+
+    /// Chunk `i` takes over chunk `i + 1`.
+    fn merge_next(&mut self, i: usize) {
+        let next = self.chunks.remove(i + 1);
+        self.firsts.remove(i + 1);
+        let m = self.maxes.remove(i + 1);
+        let c = &mut self.chunks[i];
+        c.keys.extend_from_slice(&next.keys);
+        c.vals.extend_from_slice(&next.vals);
+        self.maxes[i] = self.maxes[i].max(m);
+    }
+
+    /// Set the value of a present key.
+    pub fn update(&mut self, key: K, val: u64) {
+        let i = self.chunk_for(key);
+        let c = &mut self.chunks[i];
+        let p = c.keys.binary_search(&key).expect("update of an absent key");
+        let old = std::mem::replace(&mut c.vals[p], val);
+        if val >= self.maxes[i] {
+            self.maxes[i] = val;
+        } else if old == self.maxes[i] {
+            self.maxes[i] = c.max();
+        }
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: K) -> Option<u64> {
+        let c = self.chunks.get(self.chunk_for(key))?;
+        let p = c.keys.binary_search(&key).ok()?;
+        Some(c.vals[p])
+    }
+
+    /// Largest value (0 when empty).
+    #[inline]
+    pub fn max(&self) -> u64 {
+        self.maxes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// First key in order whose value is >= `x`.
+    #[inline]
+    pub fn first_at_least(&self, x: u64) -> Option<(K, u64)> {
+        let i = self.maxes.iter().position(|&m| m >= x)?;
+        let c = &self.chunks[i];
+        let p = c.vals.iter().position(|&v| v >= x)?;
+        Some((c.keys[p], c.vals[p]))
+    }
+
+    /// First entry whose key is >= `key`.
+    #[inline]
+    pub fn first_from(&self, key: K) -> Option<(K, u64)> {
+        let i = self.chunk_for(key);
+        let c = self.chunks.get(i)?;
+        let p = c.keys.partition_point(|k| *k < key);
+        let (c, p) = if p < c.keys.len() {
+            (c, p)
+        } else {
+            (self.chunks.get(i + 1)?, 0)
+        };
+        Some((c.keys[p], c.vals[p]))
+    }
+
+    /// The entry with the smallest key.
+    #[inline]
+    pub fn first(&self) -> Option<(K, u64)> {
+        let c = self.chunks.first()?;
+        Some((*c.keys.first()?, c.vals[0]))
+    }
+
+    /// The entry with the largest key.
+    #[inline]
+    pub fn last(&self) -> Option<(K, u64)> {
+        let c = self.chunks.last()?;
+        Some((*c.keys.last()?, *c.vals.last()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn agrees_with_an_ordered_map() {
+        let mut m: ChunkMap<u64> = ChunkMap::default();
+        let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut s = 4242u64;
+        // Key ranges small enough to fill, split, empty and merge chunks many times.
+        for step in 0..40_000u64 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let span = [3000, 300, 3000, 3][(step / 10_000 % 4) as usize];
+            let k = s % span;
+            let v = (s >> 20) % 1000;
+            match (s >> 40) % 4 {
+                0 | 1 if !want.contains_key(&k) => {
+                    m.insert(k, v);
+                    want.insert(k, v);
+                }
+                2 if want.contains_key(&k) => {
+                    m.update(k, v);
+                    want.insert(k, v);
+                }
+                _ => assert_eq!(m.remove(k), want.remove(&k), "step {step}"),
+            }
+            assert_eq!(m.len(), want.len());
+            let q = (s >> 30) % 1000;
+            let first = want.iter().find(|(_, &v)| v >= q).map(|(&k, &v)| (k, v));
+            assert_eq!(m.first_at_least(q), first, "step {step}");
+            let from = want.range(q % span..).next().map(|(&k, &v)| (k, v));
+            assert_eq!(m.first_from(q % span), from, "step {step}");
+            assert_eq!(m.max(), want.values().copied().max().unwrap_or(0));
+            assert_eq!(m.last(), want.iter().next_back().map(|(&k, &v)| (k, v)));
+            assert_eq!(m.first(), want.iter().next().map(|(&k, &v)| (k, v)));
+            assert_eq!(m.get(k), want.get(&k).copied());
+        }
+        for (i, c) in m.chunks.iter().enumerate() {
+            assert!(!c.keys.is_empty() || m.chunks.len() == 1);
+            assert!(c.keys.len() < 2 * CHUNK);
+            if c.keys.is_empty() {
+                continue;
+            }
+            assert_eq!(m.firsts[i], c.keys[0]);
+            assert_eq!(m.maxes[i], c.max());
+        }
+    }
+}
