@@ -38,6 +38,7 @@ from beamalloc.analyzer.records import (
     IN_FORCE,
     MIN_GAIN,
     NO_FLAG,
+    UNDECIDED,
     FlagsInForce,
     HeldBack,
     NoFlagEntry,
@@ -48,6 +49,7 @@ from beamalloc.analyzer.records import (
     Revert,
     Total,
     Verdict,
+    unknown,
 )
 from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.flags import (
@@ -494,12 +496,12 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
                             "saving": p.unused_saving,
                             "calibration_error": p.calibration_error})]
         return [Reason("speed_trade", {"trades": _trades(snap, recs, rate)})]
+    if state == UNDECIDED:
+        e = entries[0]
+        h = next(h for h in held if h.allocator == e.allocator and unknown(h.reason))
+        return [Reason(h.reason.code, {"unused": e.unused, **h.reason.numbers})]
     if state == NO_FLAG:
         e = entries[0]
-        differ = next((h for h in held if h.allocator == e.allocator
-                       and h.reason.code == "futures_differ"), None)  # fmt: skip
-        if differ is not None:
-            return [Reason("futures_differ", {"unused": e.unused, **differ.reason.numbers})]
         return [Reason("no_flag", {"allocator": e.allocator, "unused": e.unused,
                                    "remedies": len(e.remedies)})]  # fmt: skip
     if state == IN_FORCE:
@@ -516,6 +518,8 @@ def _state(recs: list[Recommendation], entries: list[NoFlagEntry], held: list[He
         return CHANGE
     if entries and entries[0].flags_in_force and not held:
         return IN_FORCE
+    if entries and any(h.allocator == entries[0].allocator and unknown(h.reason) for h in held):
+        return UNDECIDED
     return NO_FLAG if entries else HEALTHY
 
 

@@ -18,7 +18,21 @@ from typing import Any
 MIN_GAIN = 0.20
 
 HEALTHY, CHANGE, IN_FORCE, NO_FLAG = "HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"
-STATES = (HEALTHY, CHANGE, IN_FORCE, NO_FLAG)
+#: Mostly empty, and what the flags would do is not known from this input: the model does not
+#: reproduce the node, or the futures one snapshot cannot tell apart lie on both sides of the
+#: gain floor. Said as such, with what tells (issue 22 items 2, 3): never a NO FLAG HELPS that
+#: its own why line contradicts.
+UNDECIDED = "UNDECIDED"
+#: Reason codes that leave an allocator UNDECIDED rather than NO FLAG HELPS.
+UNKNOWN_REASONS = ("not_reproduced", "futures_differ")
+
+
+def unknown(r: Reason) -> bool:
+    """Does this reason for holding flags back leave their effect unknown? Also a worst case
+    below the floor whose best case (stragglers, which only the carrier map shows) is above."""
+    return r.code in UNKNOWN_REASONS or (r.code == "below_gain"
+                                         and r.numbers.get("best") is not None)
+STATES = (HEALTHY, CHANGE, IN_FORCE, NO_FLAG, UNDECIDED)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from beamalloc.analyzer.records import (
     IN_FORCE,
     MIN_GAIN,
     NO_FLAG,
+    UNDECIDED,
     FlagsInForce,
     HeldBack,
     NoFlagEntry,
@@ -328,13 +329,20 @@ def headline(v: Verdict) -> str:
         if r.code == "runaway":
             return _fit(NO_FLAG, [f"the node died of one runaway allocation in {n['allocator']}",
                                   "bound its holder (below)"])
-        if r.code == "futures_differ":
-            return _fit(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
-                                  f"{change(-n['turnover'])} if it turns over, "
-                                  f"{change(-n['kept'])} if kept"])
         rem = n.get("remedies", 0)
         return _fit(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused, no +M flag "
                               "releases it", f"{rem} remed{'ies' if rem != 1 else 'y'} below"])
+    if v.state == UNDECIDED:
+        if r.code == "futures_differ":
+            return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
+                                    f"{change(-n['turnover'])} if it turns over, "
+                                    f"{change(-n['kept'])} if kept"])
+        if r.code == "below_gain":
+            return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
+                                    f"{change(-n['best'])} if stragglers, {change(-n['saving'])} "
+                                    "if scattered"])
+        return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; the model "
+                                "does not reproduce it", "no flag judged"])
     return _fit(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
                           f"{human(v.total.allocated)} of carriers",
                           "nothing crosses a rule's threshold"])
@@ -368,12 +376,20 @@ def why(v: Verdict) -> list[str]:
         if v.rss_lazyfree:
             out.append(f"Of {human(v.rss)} resident, {human(v.rss_lazyfree)} is lazily freed "
                        "(MADV_FREE): the OS takes it back when it needs memory.")
+    elif v.state == UNDECIDED:
+        if r.code == "futures_differ":
+            out.append(f"Unknown: {r.numbers['known_by']}.")
+        elif r.code == "below_gain":
+            out.append("Unknown: whether the survivors are a few stragglers per carrier or "
+                       "scattered over every one; counters alone cannot tell.")
+            out.append("What tells: the carrier map (`recommend NODE` reads it live).")
+        else:
+            out.append(f"Why: {reason_short(r)}.")
+            out.append("What tells: the node's carriers (`recommend NODE` reads them live) or its "
+                       "own allocations (`recommend NODE --trace-for 30`, as root).")
     elif v.state == NO_FLAG:
-        if r.code in ("runaway", "futures_differ"):
-            out.append(r.numbers["message"] if r.code == "runaway" else
-                       f"{r.numbers['known_by']}.")
-            if r.code == "futures_differ" and r.numbers.get("command"):
-                out.append(f"Tell them apart: {r.numbers['command']}.")
+        if r.code == "runaway":
+            out.append(r.numbers["message"])
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
             cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)

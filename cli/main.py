@@ -272,7 +272,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         rate, why, turn = None, None, None
         trades = speed_trades(snap)
         if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
-            rate, why = carrier_rate(load(args.rate_from, args), snap)
+            earlier = load(args.rate_from, args)
+            rate, why = carrier_rate(earlier, snap)
+            turn = measure_turnover(earlier, snap)  # and how fast it replaces its binaries
         elif live and args.rate_seconds > 0 and (trades or not args.no_predict):
             # A speed trade needs calls per second now, not over the node's life (issue 17);
             # the prediction, how fast the node replaces its blocks (issue 22).

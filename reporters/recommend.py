@@ -89,7 +89,7 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
 
 #: Terminal style of each state: green only where nothing is to be done.
 STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "cyan",
-               "NO FLAG HELPS": "red"}  # fmt: skip
+               "NO FLAG HELPS": "red", "UNDECIDED": "magenta"}  # fmt: skip
 
 
 def in_force_line(v: dict[str, Any]) -> str:
@@ -135,7 +135,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
         fin += f"; unknown for {', '.join(unknown)} (not read)"
     say(f"Flags in force: {fin}", style="dim")
     for e in v["no_flag_helps"]:
-        say(f"\nNo flag helps {e['allocator']} ({human(e['unused'])} unused of "
+        say(f"\nNo flag shown to help {e['allocator']} ({human(e['unused'])} unused of "
             f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
         for why in e["flags_held_back"]:
             say(f"  held back: {why}")

@@ -27,3 +27,18 @@ def set_usage(snap: Snapshot, usage: float) -> Snapshot:
             inst.mbcs_pool = dataclasses.replace(inst.mbcs_pool, carriers=0, carriers_size=0,
                                                  blocks={})  # fmt: skip
     return snap
+
+
+def earlier(name: str, path: Path, allocs: int, seconds: float = 5.0) -> Path:
+    """An earlier read of snapshot `name`, written to `path`: `seconds` before it, with
+    `allocs` fewer binary_alloc alloc calls on its scheduler instances (what a node under load
+    makes between two reads), for `recommend SNAP --rate-from EARLIER` to measure the turnover."""
+    snap = load(name)
+    scheds = [i for i in snap.instances("binary_alloc") if i.instance >= 1]
+    for k, inst in enumerate(scheds):
+        share = allocs // len(scheds) + (k < allocs % len(scheds))
+        inst.calls = {**inst.calls, "binary_alloc": inst.calls.get("binary_alloc", 0) - share}
+    assert snap.taken_at is not None
+    snap.taken_at -= seconds
+    path.write_text(snap.to_json())
+    return path

@@ -57,7 +57,8 @@ def test_binspike_is_not_advised_on_counters_alone() -> None:
     assert "below the 20 %" in held["why"] and "stragglers" in held["why"]
     assert held["reason"]["code"] == "below_gain" and held["reason"]["best"] >= 0.20
     assert finding(r, "R3")["level"] == "info" and r["emulator_flags"] == ""
-    assert r["verdict"]["state"] == "NO FLAG HELPS"
+    # worst and best lie on both sides of the floor: what the flags do is not known (issue 22)
+    assert r["verdict"]["state"] == "UNDECIDED"
     assert p["model"]["generator"] == "spike_and_drop" and p["reproduces_symptom"]
     assert p["model"]["events"] <= pr.MAX_EVENTS * 1.05  # bounded
     assert 0.5 <= p["fidelity"] <= 2  # the trace leaves about the node's unused bytes
@@ -111,13 +112,15 @@ def test_placement_that_would_not_help_is_held_back() -> None:
     ]
     assert r["held_back"][1]["why"].startswith("no prediction of its gain")
     v = r["verdict"]
-    assert r["emulator_flags"] == "" and v["state"] == "NO FLAG HELPS" and not r["healthy"]
+    # the ets_churn replay misses the node's unused bytes by more than the tolerance: no
+    # decision from it, said as such; the remedies stay listed
+    assert r["emulator_flags"] == "" and v["state"] == "UNDECIDED" and not r["healthy"]
     (e,) = v["no_flag_helps"]
     assert e["allocator"] == "ets_alloc" and e["unused"] > 150 << 20
     assert "rebuild the table" in e["remedies"][0]["action"]
-    assert v["headline"].startswith("NO FLAG HELPS: 194.9 MiB of ets_alloc unused, no +M flag")
-    assert v["reasons"][0]["code"] == "no_flag"
-    assert v["why"][0].startswith("Why: the flags are predicted")
+    assert v["headline"].startswith("UNDECIDED: 194.9 MiB of ets_alloc unused; the model")
+    assert v["reasons"][0]["code"] == "not_reproduced"
+    assert v["why"][0].startswith("Why: the model does not reproduce it")
 
 
 def test_trace_that_misses_the_symptom_judges_nothing() -> None:
@@ -129,9 +132,9 @@ def test_trace_that_misses_the_symptom_judges_nothing() -> None:
     assert out["model"]["generator"] == "stationary_mix" and not out["reproduces_symptom"]
     assert "does not reproduce this symptom" in out["summary"]
     assert not pr.would_not_help(out, "R4")
-    r = rec("heapchurn")
-    assert finding(r, "R4")["level"] == "action"
-    assert "R4" not in {h["rule"] for h in r["held_back"]}
+    r = rec("heapchurn")  # R4 is held back for its own model's calibration, not demoted by this
+    (held,) = [h for h in r["held_back"] if h["rule"] == "R4"]
+    assert held["reason"]["code"] == "not_reproduced"
 
 
 def test_healthy_gets_no_prediction() -> None:

@@ -29,7 +29,8 @@ def severity(unused: int, usage: float, state: str | None = None) -> str:
     shown in red), else by usage and unused bytes (rules.usage_level: a few unused MiB are
     never worth a page)."""
     if state is not None:
-        return {"HEALTHY": "ok", "CHANGE FLAGS": "warn", "FLAGS IN FORCE": "warn"}.get(state, "bad")
+        return {"HEALTHY": "ok", "CHANGE FLAGS": "warn", "FLAGS IN FORCE": "warn",
+                "UNDECIDED": "warn"}.get(state, "bad")
     return usage_level(usage, unused)
 
 
