@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
+from beamalloc.analyzer.records import STATES
 from beamalloc.collector.sources import read_file
 
 DUMPS = ROOT.parent / "shared" / "samples" / "real-dumps"
@@ -110,7 +111,7 @@ def test_every_dump_gets_a_verdict_and_no_harmful_flag(verdicts: dict[str, dict]
     assert len(verdicts) == len(INDEX) == 44
     for name, r in verdicts.items():
         v = r["verdict"]
-        assert v["state"] in ("HEALTHY", "CHANGE FLAGS", "FLAGS IN FORCE", "NO FLAG HELPS"), name
+        assert v["state"] in STATES, name
         assert r["healthy"] is (v["state"] == "HEALTHY") and v["headline"].startswith(v["state"])
         # the first line stands alone in 100 characters, then at most three of why (issue 22)
         assert len(v["headline"]) <= 100 and len(v["why"]) <= 3, (name, v["headline"])

@@ -17,6 +17,7 @@ from beamalloc.analyzer.records import (
     MIN_GAIN,
     NO_FLAG,
     STATES,
+    UNDECIDED,
     NoFlagEntry,
     Prediction,
     Reason,
@@ -131,10 +132,10 @@ def test_futures_that_differ_are_both_given() -> None:
     v = rec("heapchurn").verdict
     e = NoFlagEntry("eheap_alloc", 300 << 20, 400 << 20, 0.25, (), (why,), None,
                     Reason("no_carrier_data"), None, ())
-    nv = replace(v, state=NO_FLAG, advised=(), no_flag_helps=(e,),
+    nv = replace(v, state=UNDECIDED, advised=(), no_flag_helps=(e,),
                  reasons=(Reason("futures_differ", {"unused": e.unused, **why.numbers}),))
     head = wording.headline(nv)
-    assert head == ("NO FLAG HELPS: 300.0 MiB of eheap_alloc unused; flags give -90 % if it "
+    assert head == ("UNDECIDED: 300.0 MiB of eheap_alloc unused; flags give -90 % if it "
                     "turns over, -3 % if kept")
     assert len(head) <= wording.HEADLINE_MAX
     assert any("recommend NODE" in x for x in wording.why(nv))  # the command that tells
