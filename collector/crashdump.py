@@ -15,7 +15,9 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
+from beamalloc.collector.dumpscan import Section, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import printable
 from beamalloc.errors import InputError
@@ -33,7 +35,6 @@ from beamalloc.snapshot import (
 MAGIC = "=erl_crash_dump:"
 #: Dump format versions this reader knows (OTP 25 writes 0.5).
 KNOWN_VERSIONS = ("0.1", "0.2", "0.3", "0.4", "0.5")
-MAX_LINE = 1 << 20  # longer lines are not allocator data; they are skipped unread
 
 
 class CrashDumpError(InputError):
@@ -197,71 +198,81 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.allocators.append(_instance(sec))
 
 
+def _wanted(header: str, _line: int = 0) -> bool:
+    """The sections whose lines this reader uses; the others are passed over unread."""
+    return (header.startswith("=allocator:") or header == "=memory"
+            or header[1:].partition(":")[0] in DumpTables.KINDS)
+
+
 def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snapshot:
-    it = iter(lines)
-    first = next(it, "")
+    """A dump already split into lines (text held in memory: tests, the fuzzers)."""
+    return read_sections(line_sections(lines, _wanted), name)
+
+
+def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"") -> Snapshot:
+    """A dump read from `f` (after `head`, bytes already read from it) in blocks, its sections
+    found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept."""
+    return read_sections(scan(f, _wanted, head), name)
+
+
+def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
+    it = iter(secs)
+    first, head_text, _ = next(it, ("", None, 0))
     if not first.startswith(MAGIC):
         raise CrashDumpError(f"{name}: not an Erlang crash dump (no '{MAGIC}' header)")
     version = first[len(MAGIC) :].strip()
     snap = Snapshot(node="unknown", source="crashdump")
     if version not in KNOWN_VERSIONS:
         snap.notes.append(
-            f"crash dump format {version} is newer than this reader knows "
+            f"crash dump format {printable(version, 32)} is newer than this reader knows "
             f"({KNOWN_VERSIONS[-1]}); read as {KNOWN_VERSIONS[-1]}"
         )
-    head: list[str] = []
+    head = head_text.split("\n") if head_text is not None else []
     section: str | None = None  # the =header being read (without '=')
     alloc: _Section | None = None
     ended = False
     raw: list[str] = []
     tables = DumpTables()
-    table_lines = tables.lines  # appended to directly: most of a dump's lines are =proc's
-    in_table = False
     sections = 0
-    for line in it:
-        line = line.rstrip("\r\n")
-        if line.startswith("="):
-            sections += 1
-            in_table = tables.start(line[1:])
-            if alloc is not None:
-                try:
-                    _finish(snap, alloc)
-                except _BadValue as e:
-                    where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
-                    raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
-                alloc = None
-            section = line[1:]
-            if section == "end":
-                ended = True
-                break
-            if m := _SECTION.match(line):
-                alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None)
-                raw.append(line)
-            elif section.startswith("allocator:erts_mmap"):
-                raw.append(line)
-            elif section.startswith("node:"):
-                snap.node = section[5:].strip("'")
-            continue
-        if len(line) > MAX_LINE:
-            continue
-        if section is None:
-            head.append(line)
-        elif alloc is not None:
-            alloc.lines.append(line)
+    for line, body, _ in it:
+        sections += 1
+        in_table = tables.start(line[1:])
+        if alloc is not None:
+            try:
+                _finish(snap, alloc)
+            except _BadValue as e:
+                where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
+                raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
+            alloc = None
+        section = line[1:]
+        if section == "end":
+            ended = True
+            break
+        lines = body.split("\n") if body is not None else []
+        if m := _SECTION.match(line):
+            alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None, lines)
             raw.append(line)
-        elif in_table:
-            table_lines.append(line)
-        elif section == "memory":
-            k, _, v = line.partition(": ")
-            if _UINT.match(v):
-                try:
-                    snap.memory[k] = _num(v, "a value")
-                except _BadValue as e:
-                    raise CrashDumpError(f"{name}: =memory: {e}") from None
+            raw.extend(lines)
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
-            snap.extra.setdefault("erts_mmap", "")
-            snap.extra["erts_mmap"] += f"{section[len('allocator:erts_mmap.') :]}: {line}\n"
+            raw.extend(lines)
+            if lines:
+                mmap = snap.extra.setdefault("erts_mmap", "")
+                where = section[len("allocator:erts_mmap.") :]
+                snap.extra["erts_mmap"] = mmap + "".join(f"{where}: {x}\n" for x in lines)
+        elif section.startswith("node:"):
+            snap.node = section[5:].strip("'")
+        elif in_table:
+            if body is not None:
+                tables.lines.append(body)  # joined with "\n" at close: the section's text
+        elif section == "memory":
+            for x in lines:
+                k, _, v = x.partition(": ")
+                if _UINT.match(v):
+                    try:
+                        snap.memory[k] = _num(v, "a value")
+                    except _BadValue as e:
+                        raise CrashDumpError(f"{name}: =memory: {e}") from None
     tables.close(cut=not ended)
     if not ended:
         snap.truncated = True
@@ -384,6 +395,6 @@ def read_crashdump(path: str) -> Snapshot:
     from beamalloc.files import open_input
 
     with open_input(path) as f:
-        snap = read_crashdump_lines((b.decode("latin-1") for b in f), path)
+        snap = read_crashdump_file(f, path)
     snap.check()
     return snap

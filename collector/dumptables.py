@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from beamalloc.collector.procdump import PROC_INTS, SkipSection, printable, proc_of
 from beamalloc.snapshot import UINT64_MAX
@@ -41,7 +41,10 @@ ACTIVE_STATES = ("running", "garbing")
 
 @dataclass
 class DumpTables:
-    """The =ets and =proc sections of one dump, fed line by line."""
+    """The =ets and =proc sections of one dump, fed section by section."""
+
+    #: The sections read (`=ets:<owner>`, `=proc:<pid>`; KIND before the first ':').
+    KINDS: ClassVar[tuple[str, ...]] = ("ets", "proc")
 
     ets: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # min-heap by bytes
     ets_count: int = 0
@@ -62,7 +65,7 @@ class DumpTables:
         """A new section begins (`section` without its '='); True if it is one of ours."""
         self.close()
         kind, _, arg = section.partition(":")
-        if kind not in ("ets", "proc"):
+        if kind not in self.KINDS:
             return False
         self._kind, self._arg = kind, arg.strip()
         self._keys = _ETS_KEYS if kind == "ets" else _PROC_KEYS

@@ -1,0 +1,126 @@
+"""A crash dump's sections, found at byte level (issue 28 item 1).
+
+A dump is `=header` lines each followed by the lines of its section, and a reader needs only a
+few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
+heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
+finds each header with `bytes.find(b"\\n=")` (C speed, no Python step per line) and decodes only
+the header line and the sections the caller keeps. Memory is bounded by what is kept: a block,
+plus one kept section of at most MAX_SECTION bytes (the rest of a longer one is passed over).
+
+Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
+with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import BinaryIO
+
+#: Bytes read at a time: large enough that a block costs one read, small against the memory cap.
+CHUNK = 4 << 20
+#: Longer lines are not dump data a reader uses; they are skipped unread.
+MAX_LINE = 1 << 20
+#: A kept section's bytes; past them the section is passed over (real sections are kilobytes).
+MAX_SECTION = 4 << 20
+
+#: (header line, body text or None when the section has no line or is not kept, line number of
+#: the header). The first item is the dump's first line and the lines before the first header.
+Section = tuple[str, "str | None", int]
+
+
+def _text(body: bytes) -> str | None:
+    """A section's lines as one text: trailing '\\r' of each line removed, long lines left out."""
+    s = body.decode("latin-1")
+    if "\r" not in s and len(s) <= MAX_LINE:
+        return s
+    lines = [x for x in (line.rstrip("\r") for line in s.split("\n")) if len(x) <= MAX_LINE]
+    return "\n".join(lines) if lines else None
+
+
+def scan(f: BinaryIO, keep: Callable[[str, int], bool], head: bytes = b"",
+         count_lines: bool = False) -> Iterator[Section]:
+    """The sections of the dump read from `f` (after the bytes `head` already read from it).
+    `keep(header, line)` says whether a section's text is wanted; the first line's section (the
+    dump's header block) always is. Line numbers are counted only with `count_lines` (else 0)."""
+    data = head
+    eof = False
+    mark, line = 0, 1  # `line` is the number of the line that starts at data[mark]
+
+    def more(drop: int) -> int:
+        """Read a block; the bytes before `drop` are dropped. The shift, or -1 at the end."""
+        nonlocal data, eof, mark, line
+        if eof:
+            return -1
+        block = f.read(CHUNK)
+        if not block:
+            eof = True
+            return -1
+        if count_lines:
+            line += data.count(b"\n", mark, drop)
+        data = data[drop:] + block
+        mark = 0
+        return drop
+
+    if not data and more(0) < 0:
+        return
+    pos = 0  # where the current header line starts
+    first = True
+    while True:
+        # the header line, at most MAX_LINE of it
+        e = data.find(b"\n", pos)
+        while e < 0 and len(data) - pos <= MAX_LINE and (s := more(pos)) >= 0:
+            pos -= s
+            e = data.find(b"\n", pos)
+        stop = e if e >= 0 else len(data)
+        header = data[pos:min(stop, pos + MAX_LINE)].decode("latin-1").rstrip("\r")
+        if count_lines:
+            line += data.count(b"\n", mark, pos)
+            mark = pos
+        lineno = line if count_lines else 0
+        kept = first or keep(header, lineno)
+        first = False
+        body: str | None = None
+        if e < 0:  # the last line, or a header line longer than MAX_LINE: nothing kept of it
+            n = data.find(b"\n=", pos)
+        else:
+            # the section's lines run from e + 1 up to the next "\n=" or the end of the file
+            n = data.find(b"\n=", e)
+            while n < 0 and kept and len(data) - e <= MAX_SECTION + 1 and (s := more(pos)) >= 0:
+                pos, e = pos - s, e - s
+                n = data.find(b"\n=", e)
+            if kept:
+                if n >= 0 and n - e <= MAX_SECTION + 1:
+                    body = _text(data[e + 1:n]) if n > e else None
+                elif n < 0 and eof:  # the file ends inside the section
+                    raw = data[e + 1:]
+                    body = _text(raw[:-1] if raw.endswith(b"\n") else raw) if raw else None
+                else:  # longer than MAX_SECTION: its first lines only
+                    raw = data[e + 1:e + 1 + MAX_SECTION]
+                    k = raw.rfind(b"\n")
+                    body = _text(raw[:k]) if k >= 0 else None
+        while n < 0 and (s := more(max(pos, len(data) - 1))) >= 0:  # pass over the rest
+            pos = max(pos - s, 0)
+            n = data.find(b"\n=", max(pos, len(data) - CHUNK - 1))
+        yield header, body, lineno
+        if n < 0:
+            return
+        pos = n + 1
+
+
+def line_sections(lines: Iterable[str], keep: Callable[[str, int], bool]) -> Iterator[Section]:
+    """The same from lines already split (a dump held as text: tests, the fuzzers)."""
+    header: str | None = None
+    lineno = 0
+    body: list[str] | None = None
+    for i, raw in enumerate(lines, 1):
+        text = raw.rstrip("\r\n")
+        if header is None or text.startswith("="):
+            if header is not None:
+                yield header, "\n".join(body) if body else None, lineno
+            header, lineno = text, i
+            body = [] if i == 1 or keep(text, i) else None
+            continue
+        if body is not None and len(text) <= MAX_LINE:
+            body.append(text)
+    if header is not None:
+        yield header, "\n".join(body) if body else None, lineno
