@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from beamalloc.collector.dumpscan import Section, line_sections, scan
+from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import printable
 from beamalloc.errors import InputError
@@ -198,26 +198,30 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.allocators.append(_instance(sec))
 
 
-def _wanted(header: str, _line: int = 0) -> bool:
-    """The sections whose lines this reader uses; the others are passed over unread."""
-    return (header.startswith("=allocator:") or header == "=memory"
-            or header[1:].partition(":")[0] in DumpTables.KINDS)
+#: The sections this reader uses (a pattern over "\\n=HEADER\\n"): the allocators, =memory,
+#: =node, the =ets and =proc tables (collector/dumptables.py), =end. The others are passed over.
+WANT = re.compile(rb"\n=(?:allocator:|node:|(?:ets|proc)(?::|\r*(?:\n|\Z))"
+                  rb"|(?:memory|end)\r*(?:\n|\Z))")
 
 
 def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snapshot:
     """A dump already split into lines (text held in memory: tests, the fuzzers)."""
-    return read_sections(line_sections(lines, _wanted), name)
+    stats = Stats()
+    return read_sections(line_sections(lines, WANT, stats), stats, name)
 
 
 def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"") -> Snapshot:
     """A dump read from `f` (after `head`, bytes already read from it) in blocks, its sections
     found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept."""
-    return read_sections(scan(f, _wanted, head), name)
+    stats = Stats()
+    return read_sections(scan(f, WANT, stats, head), stats, name)
 
 
-def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
+def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
+    """The Snapshot of a dump's sections (the first line and header block, then the sections
+    WANT matches; `stats` counts all of them once they are read)."""
     it = iter(secs)
-    first, head_text, _ = next(it, ("", None, 0))
+    first, head_text, _, _ = next(it, ("", None, 0, False))
     if not first.startswith(MAGIC):
         raise CrashDumpError(f"{name}: not an Erlang crash dump (no '{MAGIC}' header)")
     version = first[len(MAGIC) :].strip()
@@ -228,22 +232,11 @@ def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
             f"({KNOWN_VERSIONS[-1]}); read as {KNOWN_VERSIONS[-1]}"
         )
     head = head_text.split("\n") if head_text is not None else []
-    section: str | None = None  # the =header being read (without '=')
     alloc: _Section | None = None
     ended = False
     raw: list[str] = []
     tables = DumpTables()
-    sections = 0
-    for line, body, _ in it:
-        sections += 1
-        in_table = tables.start(line[1:])
-        if alloc is not None:
-            try:
-                _finish(snap, alloc)
-            except _BadValue as e:
-                where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
-                raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
-            alloc = None
+    for line, body, _, complete in it:
         section = line[1:]
         if section == "end":
             ended = True
@@ -253,6 +246,13 @@ def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
             alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None, lines)
             raw.append(line)
             raw.extend(lines)
+            if complete:  # a section the dump ends in is cut: not read (the note says so)
+                try:
+                    _finish(snap, alloc)
+                except _BadValue as e:
+                    where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
+                    raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
+                alloc = None
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
             raw.extend(lines)
@@ -262,9 +262,11 @@ def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
                 snap.extra["erts_mmap"] = mmap + "".join(f"{where}: {x}\n" for x in lines)
         elif section.startswith("node:"):
             snap.node = section[5:].strip("'")
-        elif in_table:
+        elif tables.start(section):
             if body is not None:
                 tables.lines.append(body)  # joined with "\n" at close: the section's text
+            if complete:
+                tables.close()
         elif section == "memory":
             for x in lines:
                 k, _, v = x.partition(": ")
@@ -273,6 +275,7 @@ def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
                         snap.memory[k] = _num(v, "a value")
                     except _BadValue as e:
                         raise CrashDumpError(f"{name}: =memory: {e}") from None
+    section = stats.last[1:] if stats.last else None
     tables.close(cut=not ended)
     if not ended:
         snap.truncated = True
@@ -285,13 +288,13 @@ def read_sections(secs: Iterable[Section], name: str) -> Snapshot:
             )
         else:
             snap.notes.append(
-                f"the crash dump is truncated (after ={section}): "
+                f"the crash dump is truncated (after ={printable(section, 80)}): "
                 f"{len(snap.allocators)} allocator instances were read"
             )
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
-    snap.extra["dump_read"] = {"sections": sections,
+    snap.extra["dump_read"] = {"sections_read": stats.sections,
                                "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)

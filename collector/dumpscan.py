@@ -13,7 +13,9 @@ with trailing "\\r" removed and lines over MAX_LINE left out (they are never all
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 #: Bytes read at a time: large enough that a block costs one read, small against the memory cap.
@@ -23,9 +25,30 @@ MAX_LINE = 1 << 20
 #: A kept section's bytes; past them the section is passed over (real sections are kilobytes).
 MAX_SECTION = 4 << 20
 
-#: (header line, body text or None when the section has no line or is not kept, line number of
-#: the header). The first item is the dump's first line and the lines before the first header.
-Section = tuple[str, "str | None", int]
+#: (header line, body text or None when it has no line, line number of the header or 0, whether
+#: another header follows). The first item is the dump's first line and the lines before the
+#: first header; the others are the sections `want` matches.
+Section = tuple[str, "str | None", int, bool]
+#: What is kept of a passed-over header (the last one read is named when a dump is cut there).
+MAX_HEADER = 256
+#: A match this close to the end of a block is tried again with the next block (a header can
+#: straddle two blocks; `$` matches at a block's end).
+_EDGE = 64
+
+
+@dataclass
+class Stats:
+    """What a scan passed by: the sections it read (after the first line), and the last header
+    (kept or not: a dump cut short names where it was cut). The headers passed over are not
+    counted: bytes.count of b"\\n=" would cost a second pass."""
+
+    sections: int = 0
+    last: str = ""
+
+
+def keeps(want: re.Pattern[bytes], header: str) -> bool:
+    """Whether `want` (a pattern over "\\n=HEADER\\n") matches a header line."""
+    return want.match(b"\n" + header.encode("latin-1", "replace") + b"\n") is not None
 
 
 def _text(body: bytes) -> str | None:
@@ -37,11 +60,12 @@ def _text(body: bytes) -> str | None:
     return "\n".join(lines) if lines else None
 
 
-def scan(f: BinaryIO, keep: Callable[[str, int], bool], head: bytes = b"",
+def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats, head: bytes = b"",
          count_lines: bool = False) -> Iterator[Section]:
-    """The sections of the dump read from `f` (after the bytes `head` already read from it).
-    `keep(header, line)` says whether a section's text is wanted; the first line's section (the
-    dump's header block) always is. Line numbers are counted only with `count_lines` (else 0)."""
+    """The sections of the dump read from `f` (after the bytes `head` already read from it)
+    whose header `want` matches (a pattern over the bytes "\\n=HEADER\\n"), and its first one.
+    The others are passed over by `want.search`, counted in `stats`, never decoded. Line
+    numbers are counted only with `count_lines` (else 0)."""
     data = head
     eof = False
     mark, line = 0, 1  # `line` is the number of the line that starts at data[mark]
@@ -61,6 +85,12 @@ def scan(f: BinaryIO, keep: Callable[[str, int], bool], head: bytes = b"",
         mark = 0
         return drop
 
+    def passed(a: int, b: int) -> None:
+        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept)."""
+        if (r := data.rfind(b"\n=", a, min(b + 1, len(data))) + 1) > 0:
+            e = data.find(b"\n", r, r + MAX_HEADER)
+            stats.last = data[r:e if e >= 0 else r + MAX_HEADER].decode("latin-1").rstrip("\r")
+
     if not data and more(0) < 0:
         return
     pos = 0  # where the current header line starts
@@ -77,7 +107,28 @@ def scan(f: BinaryIO, keep: Callable[[str, int], bool], head: bytes = b"",
             line += data.count(b"\n", mark, pos)
             mark = pos
         lineno = line if count_lines else 0
-        kept = first or keep(header, lineno)
+        if not first:
+            stats.last = header[:MAX_HEADER]
+        if not first and not keeps(want, header):
+            # pass over to the next header `want` matches, counting the others
+            a = pos
+            while True:
+                m = want.search(data, a)
+                if m is not None and (eof or m.start() <= len(data) - _EDGE):
+                    break
+                if eof:
+                    break
+                drop = max(a, len(data) - _EDGE)
+                passed(a, drop)
+                a = 0 if (s := more(drop)) >= 0 else drop
+                pos = min(pos, a)
+            if m is None:
+                passed(a, len(data))
+                return
+            passed(a, m.start())
+            pos = m.start() + 1
+            continue
+        stats.sections += not first
         first = False
         body: str | None = None
         if e < 0:  # the last line, or a header line longer than MAX_LINE: nothing kept of it
@@ -85,29 +136,29 @@ def scan(f: BinaryIO, keep: Callable[[str, int], bool], head: bytes = b"",
         else:
             # the section's lines run from e + 1 up to the next "\n=" or the end of the file
             n = data.find(b"\n=", e)
-            while n < 0 and kept and len(data) - e <= MAX_SECTION + 1 and (s := more(pos)) >= 0:
+            while n < 0 and len(data) - e <= MAX_SECTION + 1 and (s := more(pos)) >= 0:
                 pos, e = pos - s, e - s
                 n = data.find(b"\n=", e)
-            if kept:
-                if n >= 0 and n - e <= MAX_SECTION + 1:
-                    body = _text(data[e + 1:n]) if n > e else None
-                elif n < 0 and eof:  # the file ends inside the section
-                    raw = data[e + 1:]
-                    body = _text(raw[:-1] if raw.endswith(b"\n") else raw) if raw else None
-                else:  # longer than MAX_SECTION: its first lines only
-                    raw = data[e + 1:e + 1 + MAX_SECTION]
-                    k = raw.rfind(b"\n")
-                    body = _text(raw[:k]) if k >= 0 else None
+            if n >= 0 and n - e <= MAX_SECTION + 1:
+                body = _text(data[e + 1:n]) if n > e else None
+            elif n < 0 and eof:  # the file ends inside the section
+                raw = data[e + 1:]
+                body = _text(raw[:-1] if raw.endswith(b"\n") else raw) if raw else None
+            else:  # longer than MAX_SECTION: its first lines only
+                raw = data[e + 1:e + 1 + MAX_SECTION]
+                k = raw.rfind(b"\n")
+                body = _text(raw[:k]) if k >= 0 else None
         while n < 0 and (s := more(max(pos, len(data) - 1))) >= 0:  # pass over the rest
             pos = max(pos - s, 0)
             n = data.find(b"\n=", max(pos, len(data) - CHUNK - 1))
-        yield header, body, lineno
+        yield header, body, lineno, n >= 0
         if n < 0:
             return
         pos = n + 1
 
 
-def line_sections(lines: Iterable[str], keep: Callable[[str, int], bool]) -> Iterator[Section]:
+def line_sections(lines: Iterable[str], want: re.Pattern[bytes],
+                  stats: Stats) -> Iterator[Section]:
     """The same from lines already split (a dump held as text: tests, the fuzzers)."""
     header: str | None = None
     lineno = 0
@@ -115,12 +166,15 @@ def line_sections(lines: Iterable[str], keep: Callable[[str, int], bool]) -> Ite
     for i, raw in enumerate(lines, 1):
         text = raw.rstrip("\r\n")
         if header is None or text.startswith("="):
+            if header is not None and body is not None:
+                yield header, "\n".join(body) if body else None, lineno, True
             if header is not None:
-                yield header, "\n".join(body) if body else None, lineno
-            header, lineno = text, i
-            body = [] if i == 1 or keep(text, i) else None
+                stats.last = text[:MAX_HEADER]
+            header, lineno = text[:MAX_LINE], i
+            body = [] if i == 1 or keeps(want, text) else None
+            stats.sections += i > 1 and body is not None
             continue
         if body is not None and len(text) <= MAX_LINE:
             body.append(text)
-    if header is not None:
-        yield header, "\n".join(body) if body else None, lineno
+    if header is not None and body is not None:
+        yield header, "\n".join(body) if body else None, lineno, False

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from beamalloc.collector.dumpscan import Section, line_sections, scan
+from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -94,22 +94,23 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
     )
 
 
-def _wanted(header: str, line: int) -> bool:
-    """=proc sections, and the first lines of the file (its header names the word size)."""
-    return header.startswith("=proc:") or line < 50
+#: The sections read (a pattern over "\\n=HEADER\\n"); the first lines are read too (the word
+#: size), the others are passed over (collector/dumpscan.py).
+WANT = re.compile(rb"\n=(?:proc|node):")
 
 
 def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
     """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
     skipped; OSError for a file that cannot be read (the caller's one-line message). The file is
     read in blocks and its other sections passed over unread (collector/dumpscan.py)."""
+    stats = Stats()
     with open(path, "rb") as f:
-        return read_proc_sections(scan(f, _wanted, count_lines=True), err)
+        return read_proc_sections(scan(f, WANT, stats, count_lines=True), err)
 
 
 def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessTable:
     """The same from the dump's lines (an upload held in memory)."""
-    return read_proc_sections(line_sections(lines, _wanted), err)
+    return read_proc_sections(line_sections(lines, WANT, Stats()), err)
 
 
 def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None) -> ProcessTable:
@@ -117,7 +118,7 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None) -> Pr
     node, ws = "?", 8
     procs: list[Proc] = []
     sections = 0
-    for header, body, start in secs:
+    for header, body, start, _ in secs:
         if header.startswith("=node:"):
             node = header[6:].strip().strip("'") or node
         if header.startswith("=proc:"):
@@ -137,9 +138,9 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None) -> Pr
             except SkipSection as e:
                 print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
                       file=err)
-        elif body is not None:  # the dump's header: "System version: ... [64-bit]"
-            for k, line in enumerate(body.split("\n"), start + 1):
-                if k < 50 and line.startswith("System version:"):
+        elif start == 1 and body is not None:  # the header block: "System version: ... [64-bit]"
+            for line in body.split("\n")[:48]:  # lines 2 to 49
+                if line.startswith("System version:"):
                     m = _WORDSIZE.search(line)
                     ws = int(m.group(1)) // 8 if m else ws
     return _table(node, ws, procs, sections)
