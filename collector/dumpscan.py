@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 #: Bytes read at a time: large enough that a block costs one read, small against the memory cap.
@@ -25,9 +26,10 @@ MAX_LINE = 1 << 20
 #: A kept section's bytes; past them the section is passed over (real sections are kilobytes).
 MAX_SECTION = 4 << 20
 
-#: (header line, body text or None when it has no line, line number of the header or 0, whether
-#: another header follows). The first item is the dump's first line and the lines before the
-#: first header; the others are the sections `want` matches.
+#: (header line, body text or None when it has no line, where the header starts (scan: its byte
+#: offset; line_sections: its line number), whether another header follows). The first item is
+#: the dump's first line and the lines before the first header; the others are the sections
+#: `want` matches.
 Section = tuple[str, "str | None", int, bool]
 #: What is kept of a passed-over header (the last one read is named when a dump is cut there).
 MAX_HEADER = 256
@@ -60,29 +62,28 @@ def _text(body: bytes) -> str | None:
     return "\n".join(lines) if lines else None
 
 
-def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats, head: bytes = b"",
-         count_lines: bool = False) -> Iterator[Section]:
+def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
+         head: bytes = b"") -> Iterator[Section]:
     """The sections of the dump read from `f` (after the bytes `head` already read from it)
     whose header `want` matches (a pattern over the bytes "\\n=HEADER\\n"), and its first one.
     The others are passed over by `want.search`, counted in `stats`, never decoded. Line
-    numbers are counted only with `count_lines` (else 0)."""
+    Where a section starts is given as its header's byte offset in the file (`head` included):
+    a line number would cost a count of every line (line_of gives it when it is needed)."""
     data = head
     eof = False
-    mark, line = 0, 1  # `line` is the number of the line that starts at data[mark]
+    base = 0  # the file offset of data[0]
 
     def more(drop: int) -> int:
         """Read a block; the bytes before `drop` are dropped. The shift, or -1 at the end."""
-        nonlocal data, eof, mark, line
+        nonlocal data, eof, base
         if eof:
             return -1
         block = f.read(CHUNK)
         if not block:
             eof = True
             return -1
-        if count_lines:
-            line += data.count(b"\n", mark, drop)
         data = data[drop:] + block
-        mark = 0
+        base += drop
         return drop
 
     def passed(a: int, b: int) -> None:
@@ -103,10 +104,7 @@ def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats, head: bytes = b"",
             e = data.find(b"\n", pos)
         stop = e if e >= 0 else len(data)
         header = data[pos:min(stop, pos + MAX_LINE)].decode("latin-1").rstrip("\r")
-        if count_lines:
-            line += data.count(b"\n", mark, pos)
-            mark = pos
-        lineno = line if count_lines else 0
+        offset = base + pos
         if not first:
             stats.last = header[:MAX_HEADER]
         if not first and not keeps(want, header):
@@ -151,7 +149,7 @@ def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats, head: bytes = b"",
         while n < 0 and (s := more(max(pos, len(data) - 1))) >= 0:  # pass over the rest
             pos = max(pos - s, 0)
             n = data.find(b"\n=", max(pos, len(data) - CHUNK - 1))
-        yield header, body, lineno, n >= 0
+        yield header, body, offset, n >= 0
         if n < 0:
             return
         pos = n + 1
@@ -178,3 +176,14 @@ def line_sections(lines: Iterable[str], want: re.Pattern[bytes],
             body.append(text)
     if header is not None and body is not None:
         yield header, "\n".join(body) if body else None, lineno, False
+
+
+def line_of(path: str | Path, offset: int) -> int:
+    """The number of the line at byte `offset` of the file (for a message: read again up to it,
+    once, instead of counting every line of every dump)."""
+    line = 1
+    with open(path, "rb") as f:
+        while offset > 0 and (block := f.read(min(CHUNK, offset))):
+            line += block.count(b"\n")
+            offset -= len(block)
+    return line

@@ -26,11 +26,11 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
+from beamalloc.collector.dumpscan import Section, Stats, line_of, line_sections, scan
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -103,9 +103,8 @@ def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
     """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
     skipped; OSError for a file that cannot be read (the caller's one-line message). The file is
     read in blocks and its other sections passed over unread (collector/dumpscan.py)."""
-    stats = Stats()
     with open(path, "rb") as f:
-        return read_proc_sections(scan(f, WANT, stats, count_lines=True), err)
+        return read_proc_sections(scan(f, WANT, Stats()), err, lambda at: line_of(path, at))
 
 
 def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessTable:
@@ -113,19 +112,22 @@ def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessT
     return read_proc_sections(line_sections(lines, WANT, Stats()), err)
 
 
-def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None) -> ProcessTable:
+def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None,
+                       line_at: Callable[[int], int] = int) -> ProcessTable:
+    """The table of a dump's sections; `line_at` turns where a section starts into the line
+    number a message names."""
     err = err or sys.stderr
     node, ws = "?", 8
     procs: list[Proc] = []
     sections = 0
-    for header, body, start, _ in secs:
+    for i, (header, body, start, _) in enumerate(secs):
         if header.startswith("=node:"):
             node = header[6:].strip().strip("'") or node
         if header.startswith("=proc:"):
             sections += 1
             pid = header[6:].strip()
             if not _PID.match(pid):
-                print(f"beamalloc: skipped the process section at line {start}: "
+                print(f"beamalloc: skipped the process section at line {line_at(start)}: "
                       "not a pid after =proc:", file=err)
                 continue
             kv: dict[str, str] = {}
@@ -136,9 +138,9 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None) -> Pr
             try:
                 procs.append(proc_of(pid, kv, ws))
             except SkipSection as e:
-                print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
-                      file=err)
-        elif start == 1 and body is not None:  # the header block: "System version: ... [64-bit]"
+                print(f"beamalloc: skipped the process section at line {line_at(start)} "
+                      f"({pid}): {e}", file=err)
+        elif i == 0 and body is not None:  # the header block: "System version: ... [64-bit]"
             for line in body.split("\n")[:48]:  # lines 2 to 49
                 if line.startswith("System version:"):
                     m = _WORDSIZE.search(line)
