@@ -1,9 +1,10 @@
 """Read the allocator state out of an `erl_crash.dump` (docs/erts/alloc_util.md §6.3).
 
 A crash dump is written while the node dies and is often cut short (disk full, a supervisor's
-kill, `ERL_CRASH_DUMP_SECONDS`). The reader streams the file line by line, keeps only the header,
-`=memory`, `=node` and the `=allocator:` sections, and keeps every instance whose section ended
-before the cut; the Snapshot says what was lost.
+kill, `ERL_CRASH_DUMP_SECONDS`). The reader reads the file once, in blocks, and decodes only the
+header, `=memory`, `=node`, the `=allocator:` sections and the =ets and =proc tables; the others
+(most of a large dump's bytes) are passed over at byte level (collector/dumpscan.py). It keeps
+every instance whose section ended before the cut; the Snapshot says what was lost.
 
 Max values in a crash dump are not reset by the dump (§6.3), unlike a live system_info call.
 """
