@@ -23,6 +23,7 @@ from beamalloc.collector.crashdump import (
 )
 from beamalloc.collector.procdump import WANT as PROC_WANT
 from beamalloc.collector.procdump import read_proc_lines, read_proc_sections
+from beamalloc.collector.sources import read_file
 
 DUMPS = ROOT.parent / "shared" / "samples" / "real-dumps"
 SAMPLE = ROOT.parent / "shared" / "samples" / "otp25" / "erl_crash.dump"
@@ -131,3 +132,12 @@ def test_memory_is_bounded_by_what_is_kept(tmp_path: Path) -> None:
                               capture_output=True, text=True).stdout) * 1024
            for p in (SAMPLE, big)]
     assert rss[1] - rss[0] < 40 << 20, rss
+
+
+def test_a_dump_after_blank_lines_is_read() -> None:
+    """A dump shorter than 64 KiB after blank lines: the blank lines read past (sources._head)
+    are the whole file, and the dump in them is still read section by section (it was one line
+    to the line reader, "truncated before the allocators")."""
+    path = ROOT / "tests" / "corpus" / "bad" / "otp25_dump__leading_newlines.dump"
+    snap = read_file(str(path))
+    assert snap.allocators and not snap.truncated and snap.otp_release == "25"
