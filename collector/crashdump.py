@@ -1,9 +1,10 @@
 """Read the allocator state out of an `erl_crash.dump` (docs/erts/alloc_util.md §6.3).
 
 A crash dump is written while the node dies and is often cut short (disk full, a supervisor's
-kill, `ERL_CRASH_DUMP_SECONDS`). The reader streams the file line by line, keeps only the header,
-`=memory`, `=node` and the `=allocator:` sections, and keeps every instance whose section ended
-before the cut; the Snapshot says what was lost.
+kill, `ERL_CRASH_DUMP_SECONDS`). The reader reads the file once, in blocks, and decodes only the
+header, `=memory`, `=node`, the `=allocator:` sections and the =ets and =proc tables; the others
+(most of a large dump's bytes) are passed over at byte level (collector/dumpscan.py). It keeps
+every instance whose section ended before the cut; the Snapshot says what was lost.
 
 Max values in a crash dump are not reset by the dump (§6.3), unlike a live system_info call.
 """
@@ -15,7 +16,9 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
+from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import printable
 from beamalloc.errors import InputError
@@ -33,7 +36,6 @@ from beamalloc.snapshot import (
 MAGIC = "=erl_crash_dump:"
 #: Dump format versions this reader knows (OTP 25 writes 0.5).
 KNOWN_VERSIONS = ("0.1", "0.2", "0.3", "0.4", "0.5")
-MAX_LINE = 1 << 20  # longer lines are not allocator data; they are skipped unread
 
 
 class CrashDumpError(InputError):
@@ -197,71 +199,84 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.allocators.append(_instance(sec))
 
 
+#: The sections this reader uses (a pattern over "\\n=HEADER\\n"): the allocators, =memory,
+#: =node, the =ets and =proc tables (collector/dumptables.py), =end. The others are passed over.
+WANT = re.compile(rb"\n=(?:allocator:|node:|(?:ets|proc)(?::|\r*(?:\n|\Z))"
+                  rb"|(?:memory|end)\r*(?:\n|\Z))")
+
+
 def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snapshot:
-    it = iter(lines)
-    first = next(it, "")
+    """A dump already split into lines (text held in memory: tests, the fuzzers)."""
+    stats = Stats()
+    return read_sections(line_sections(lines, WANT, stats), stats, name)
+
+
+def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"") -> Snapshot:
+    """A dump read from `f` (after `head`, bytes already read from it) in blocks, its sections
+    found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept."""
+    stats = Stats()
+    return read_sections(scan(f, WANT, stats, head), stats, name)
+
+
+def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
+    """The Snapshot of a dump's sections (the first line and header block, then the sections
+    WANT matches; `stats` counts all of them once they are read)."""
+    it = iter(secs)
+    first, head_text, _, _ = next(it, ("", None, 0, False))
     if not first.startswith(MAGIC):
         raise CrashDumpError(f"{name}: not an Erlang crash dump (no '{MAGIC}' header)")
     version = first[len(MAGIC) :].strip()
     snap = Snapshot(node="unknown", source="crashdump")
     if version not in KNOWN_VERSIONS:
         snap.notes.append(
-            f"crash dump format {version} is newer than this reader knows "
+            f"crash dump format {printable(version, 32)} is newer than this reader knows "
             f"({KNOWN_VERSIONS[-1]}); read as {KNOWN_VERSIONS[-1]}"
         )
-    head: list[str] = []
-    section: str | None = None  # the =header being read (without '=')
+    head = head_text.split("\n") if head_text is not None else []
     alloc: _Section | None = None
     ended = False
     raw: list[str] = []
     tables = DumpTables()
-    table_lines = tables.lines  # appended to directly: most of a dump's lines are =proc's
-    in_table = False
-    sections = 0
-    for line in it:
-        line = line.rstrip("\r\n")
-        if line.startswith("="):
-            sections += 1
-            in_table = tables.start(line[1:])
-            if alloc is not None:
+    for line, body, _, complete in it:
+        section = line[1:]
+        if section == "end":
+            ended = True
+            break
+        lines = body.split("\n") if body is not None else []
+        if m := _SECTION.match(line):
+            alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None, lines)
+            raw.append(line)
+            raw.extend(lines)
+            if complete:  # a section the dump ends in is cut: not read (the note says so)
                 try:
                     _finish(snap, alloc)
                 except _BadValue as e:
                     where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
                     raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None
                 alloc = None
-            section = line[1:]
-            if section == "end":
-                ended = True
-                break
-            if m := _SECTION.match(line):
-                alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None)
-                raw.append(line)
-            elif section.startswith("allocator:erts_mmap"):
-                raw.append(line)
-            elif section.startswith("node:"):
-                snap.node = section[5:].strip("'")
-            continue
-        if len(line) > MAX_LINE:
-            continue
-        if section is None:
-            head.append(line)
-        elif alloc is not None:
-            alloc.lines.append(line)
-            raw.append(line)
-        elif in_table:
-            table_lines.append(line)
-        elif section == "memory":
-            k, _, v = line.partition(": ")
-            if _UINT.match(v):
-                try:
-                    snap.memory[k] = _num(v, "a value")
-                except _BadValue as e:
-                    raise CrashDumpError(f"{name}: =memory: {e}") from None
         elif section.startswith("allocator:erts_mmap"):
             raw.append(line)
-            snap.extra.setdefault("erts_mmap", "")
-            snap.extra["erts_mmap"] += f"{section[len('allocator:erts_mmap.') :]}: {line}\n"
+            raw.extend(lines)
+            if lines:
+                mmap = snap.extra.setdefault("erts_mmap", "")
+                where = section[len("allocator:erts_mmap.") :]
+                snap.extra["erts_mmap"] = mmap + "".join(f"{where}: {x}\n" for x in lines)
+        elif section.startswith("node:"):
+            snap.node = section[5:].strip("'")
+        elif tables.start(section):
+            if body is not None:
+                tables.lines.append(body)  # joined with "\n" at close: the section's text
+            if complete:
+                tables.close()
+        elif section == "memory":
+            for x in lines:
+                k, _, v = x.partition(": ")
+                if _UINT.match(v):
+                    try:
+                        snap.memory[k] = _num(v, "a value")
+                    except _BadValue as e:
+                        raise CrashDumpError(f"{name}: =memory: {e}") from None
+    section = stats.last[1:] if stats.last else None
     tables.close(cut=not ended)
     if not ended:
         snap.truncated = True
@@ -274,13 +289,13 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
             )
         else:
             snap.notes.append(
-                f"the crash dump is truncated (after ={section}): "
+                f"the crash dump is truncated (after ={printable(section, 80)}): "
                 f"{len(snap.allocators)} allocator instances were read"
             )
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
-    snap.extra["dump_read"] = {"sections": sections,
+    snap.extra["dump_read"] = {"sections_read": stats.sections,
                                "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)
@@ -384,6 +399,6 @@ def read_crashdump(path: str) -> Snapshot:
     from beamalloc.files import open_input
 
     with open_input(path) as f:
-        snap = read_crashdump_lines((b.decode("latin-1") for b in f), path)
+        snap = read_crashdump_file(f, path)
     snap.check()
     return snap

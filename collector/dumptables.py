@@ -2,13 +2,13 @@
 owner and size) and, of the `=proc:` sections, the few processes that say who held the memory
 when the node died (docs/erts/memory-categories.md §2).
 
-collector/crashdump.py feeds the lines of these sections while it streams the dump for the
-allocators, so the whole file is still read once. What is kept is bounded whatever the dump
-holds: the TOP_ETS largest tables with the count and bytes of all of them, the TOP_PROCS largest
-processes and up to MAX_ACTIVE that were running or collecting garbage (the one that asked for
-memory at an out-of-memory crash is among them). A malformed section (a size that is not a
-number, an absurd size) is left out of every total and counted; the Snapshot gets one note per
-kind of fault, never a traceback.
+collector/crashdump.py feeds these sections, each as one text, in the pass that reads the
+allocators (collector/dumpscan.py), so the whole file is still read once. What is kept is
+bounded whatever the dump holds: the TOP_ETS largest tables with the count and bytes of all of
+them, the TOP_PROCS largest processes and up to MAX_ACTIVE that were running or collecting
+garbage (the one that asked for memory at an out-of-memory crash is among them). A malformed
+section (a size that is not a number, an absurd size) is left out of every total and counted;
+the Snapshot gets one note per kind of fault, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from beamalloc.collector.procdump import PROC_INTS, SkipSection, printable, proc_of
 from beamalloc.snapshot import UINT64_MAX
@@ -41,7 +41,10 @@ ACTIVE_STATES = ("running", "garbing")
 
 @dataclass
 class DumpTables:
-    """The =ets and =proc sections of one dump, fed line by line."""
+    """The =ets and =proc sections of one dump, fed section by section."""
+
+    #: The sections read (`=ets:<owner>`, `=proc:<pid>`; KIND before the first ':').
+    KINDS: ClassVar[tuple[str, ...]] = ("ets", "proc")
 
     ets: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # min-heap by bytes
     ets_count: int = 0
@@ -53,7 +56,7 @@ class DumpTables:
     proc_bad: int = 0
     _kind: str | None = None
     _arg: str = ""
-    #: the current section's lines (a line over MAX_VALUE is cut there)
+    #: the current section's text (joined with "\n" at close)
     lines: list[str] = field(default_factory=list)
     _keys: re.Pattern[str] = re.compile("(?!)")
     _seq: int = 0
@@ -62,16 +65,12 @@ class DumpTables:
         """A new section begins (`section` without its '='); True if it is one of ours."""
         self.close()
         kind, _, arg = section.partition(":")
-        if kind not in ("ets", "proc"):
+        if kind not in self.KINDS:
             return False
         self._kind, self._arg = kind, arg.strip()
         self._keys = _ETS_KEYS if kind == "ets" else _PROC_KEYS
         self.lines.clear()
         return True
-
-    def feed(self, line: str) -> None:
-        """One line of the current section (crashdump.py appends to `lines` itself: the same)."""
-        self.lines.append(line)
 
     def _parse(self, text: str) -> dict[str, str]:
         """The section's `Key: Value` lines of the keys kept, the first of each: one regex over

@@ -1,7 +1,8 @@
 """A crash dump's process sections (`=proc:<pid>`) as a ProcessTable (issue 12 item 6).
 
-Read separately from collector/crashdump.py (the allocator sections): the file is streamed
-line by line, so a dump of any size costs one pass and the memory of its processes' records.
+Read separately from collector/crashdump.py (the allocator sections): the file is read in blocks
+and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
+pass at about the speed of reading it, and the memory of its processes' records.
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
 
@@ -25,10 +26,11 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
+from beamalloc.collector.dumpscan import Section, Stats, line_of, line_sections, scan
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -92,56 +94,57 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
     )
 
 
+#: The sections read (a pattern over "\\n=HEADER\\n"); the first lines are read too (the word
+#: size), the others are passed over (collector/dumpscan.py).
+WANT = re.compile(rb"\n=(?:proc|node):")
+
+
 def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
     """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
-    skipped; OSError for a file that cannot be read (the caller's one-line message)."""
-    with open(path, encoding="latin-1", newline=None) as f:
-        return read_proc_lines(f, err)
+    skipped; OSError for a file that cannot be read (the caller's one-line message). The file is
+    read in blocks and its other sections passed over unread (collector/dumpscan.py)."""
+    with open(path, "rb") as f:
+        return read_proc_sections(scan(f, WANT, Stats()), err, lambda at: line_of(path, at))
 
 
 def read_proc_lines(lines: Iterable[str], err: TextIO | None = None) -> ProcessTable:
     """The same from the dump's lines (an upload held in memory)."""
+    return read_proc_sections(line_sections(lines, WANT, Stats()), err)
+
+
+def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None,
+                       line_at: Callable[[int], int] = int) -> ProcessTable:
+    """The table of a dump's sections; `line_at` turns where a section starts into the line
+    number a message names."""
     err = err or sys.stderr
     node, ws = "?", 8
     procs: list[Proc] = []
     sections = 0
-    pid: str | None = None
-    start = 0
-    kv: dict[str, str] = {}
-
-    def close() -> None:
-        if pid is None:
-            return
-        try:
-            procs.append(proc_of(pid, kv, ws))
-        except SkipSection as e:
-            print(f"beamalloc: skipped the process section at line {start} ({pid}): {e}",
-                  file=err)
-
-    for lineno, line in enumerate(lines, 1):
-        if line.startswith("="):
-            close()
-            if line.startswith("=node:"):
-                node = line[6:].strip().strip("'") or node
-            pid, kv = None, {}
-            if line.startswith("=proc:"):
-                sections += 1
-                start = lineno
-                text = line[6:].strip()
-                if _PID.match(text):
-                    pid = text
-                else:
-                    print(f"beamalloc: skipped the process section at line {lineno}: "
-                          "not a pid after =proc:", file=err)
-            continue
-        if pid is not None:
-            key, sep, value = line.partition(": ")
-            if sep:
-                kv.setdefault(key, value.strip())
-        elif lineno < 50 and line.startswith("System version:"):
-            m = _WORDSIZE.search(line)
-            ws = int(m.group(1)) // 8 if m else ws
-    close()
+    for i, (header, body, start, _) in enumerate(secs):
+        if header.startswith("=node:"):
+            node = header[6:].strip().strip("'") or node
+        if header.startswith("=proc:"):
+            sections += 1
+            pid = header[6:].strip()
+            if not _PID.match(pid):
+                print(f"beamalloc: skipped the process section at line {line_at(start)}: "
+                      "not a pid after =proc:", file=err)
+                continue
+            kv: dict[str, str] = {}
+            for line in body.split("\n") if body is not None else ():
+                key, sep, value = line.partition(": ")
+                if sep:
+                    kv.setdefault(key, value.strip())
+            try:
+                procs.append(proc_of(pid, kv, ws))
+            except SkipSection as e:
+                print(f"beamalloc: skipped the process section at line {line_at(start)} "
+                      f"({pid}): {e}", file=err)
+        elif i == 0 and body is not None:  # the header block: "System version: ... [64-bit]"
+            for line in body.split("\n")[:48]:  # lines 2 to 49
+                if line.startswith("System version:"):
+                    m = _WORDSIZE.search(line)
+                    ws = int(m.group(1)) // 8 if m else ws
     return _table(node, ws, procs, sections)
 
 

@@ -36,21 +36,10 @@ def _decode(data: bytes, name: str) -> str:
         return data.decode("latin-1")  # ~p writes latin-1 for non-ASCII atoms and strings
 
 
-def _lines(head: bytes, f: BinaryIO):
-    rest = head
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-        rest += chunk
-        *lines, rest = rest.split(b"\n")
-        for line in lines:
-            yield line.decode("latin-1")
-    if rest:
-        yield rest.decode("latin-1")
-
-
 def read_file(path: str) -> Snapshot:
     # The readers are imported here, not with this module: a command given a node name asks
     # is_node_name and reads no file (cli/main.py, "Startup").
-    from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
+    from beamalloc.collector.crashdump import MAGIC, read_crashdump_file
     from beamalloc.collector.recon import read_recon
     from beamalloc.collector.snippet import is_snippet, read_snippet
 
@@ -61,7 +50,7 @@ def read_file(path: str) -> Snapshot:
         if not head.strip():
             raise InputError(f"{name}: empty file")
         if head.lstrip().startswith(MAGIC.encode()):
-            snap = read_crashdump_lines(_lines(head.lstrip(), f), name)
+            snap = read_crashdump_file(f, name, head.lstrip())
             _check(snap, name)
             return snap
         if is_snippet(head):  # an external term: a `beamalloc snippet` file (docs/access.md)

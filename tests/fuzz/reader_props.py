@@ -12,11 +12,13 @@ for the ETF decoder), nothing else; and whatever reads is usable by every comman
 
 from __future__ import annotations
 
+import io
 import math
+from collections.abc import Callable
 
 from beamalloc.analyzer import metrics
-from beamalloc.collector import etf
-from beamalloc.collector.crashdump import MAGIC, read_crashdump_lines
+from beamalloc.collector import dumpscan, etf
+from beamalloc.collector.crashdump import MAGIC, read_crashdump_file, read_crashdump_lines
 from beamalloc.collector.recon import read_recon
 from beamalloc.collector.sources import _decode
 from beamalloc.collector.terms import Atom, Opaque, format_term, parse_terms
@@ -97,7 +99,27 @@ def check_crashdump(data: bytes) -> bool:
     except InputError:
         return False
     _usable(snap)
+    _blocks_as_lines(data)
     return True
+
+
+def _blocks_as_lines(data: bytes) -> None:
+    """The block reader (collector/dumpscan.py, 61-byte blocks: headers straddle them) reads
+    what the line reader reads from the same lines."""
+    def read(how: Callable[[], Snapshot]) -> str:
+        try:
+            return how().to_json()
+        except InputError as e:
+            return str(e)
+
+    chunk, dumpscan.CHUNK = dumpscan.CHUNK, 61
+    try:
+        blocks = read(lambda: read_crashdump_file(io.BytesIO(data), "fz"))
+    finally:
+        dumpscan.CHUNK = chunk
+    lines = read(lambda: read_crashdump_lines([x.decode("latin-1") for x in io.BytesIO(data)],
+                                              "fz"))
+    assert blocks == lines, "the block reader and the line reader differ"
 
 
 CHECKS = {

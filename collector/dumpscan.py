@@ -1,0 +1,189 @@
+"""A crash dump's sections, found at byte level (issue 28 item 1).
+
+A dump is `=header` lines each followed by the lines of its section, and a reader needs only a
+few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
+heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
+finds each header with `bytes.find(b"\\n=")` (C speed, no Python step per line) and decodes only
+the header line and the sections the caller keeps. Memory is bounded by what is kept: a block,
+plus one kept section of at most MAX_SECTION bytes (the rest of a longer one is passed over).
+
+Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
+with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+#: Bytes read at a time: large enough that a block costs one read, small against the memory cap.
+CHUNK = 4 << 20
+#: Longer lines are not dump data a reader uses; they are skipped unread.
+MAX_LINE = 1 << 20
+#: A kept section's bytes; past them the section is passed over (real sections are kilobytes).
+MAX_SECTION = 4 << 20
+
+#: (header line, body text or None when it has no line, where the header starts (scan: its byte
+#: offset; line_sections: its line number), whether another header follows). The first item is
+#: the dump's first line and the lines before the first header; the others are the sections
+#: `want` matches.
+Section = tuple[str, "str | None", int, bool]
+#: What is kept of a passed-over header (the last one read is named when a dump is cut there).
+MAX_HEADER = 256
+#: A match this close to the end of a block is tried again with the next block (a header can
+#: straddle two blocks; `$` matches at a block's end).
+_EDGE = 64
+
+
+@dataclass
+class Stats:
+    """What a scan passed by: the sections it read (after the first line), and the last header
+    (kept or not: a dump cut short names where it was cut). The headers passed over are not
+    counted: bytes.count of b"\\n=" would cost a second pass."""
+
+    sections: int = 0
+    last: str = ""
+
+
+def keeps(want: re.Pattern[bytes], header: str) -> bool:
+    """Whether `want` (a pattern over "\\n=HEADER\\n") matches a header line."""
+    return want.match(b"\n" + header.encode("latin-1", "replace") + b"\n") is not None
+
+
+def _text(body: bytes) -> str | None:
+    """A section's lines as one text: trailing '\\r' of each line removed, long lines left out."""
+    s = body.decode("latin-1")
+    if "\r" not in s and len(s) <= MAX_LINE:
+        return s
+    lines = [x for x in (line.rstrip("\r") for line in s.split("\n")) if len(x) <= MAX_LINE]
+    return "\n".join(lines) if lines else None
+
+
+def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
+         head: bytes = b"") -> Iterator[Section]:
+    """The sections of the dump read from `f` (after the bytes `head` already read from it)
+    whose header `want` matches (a pattern over the bytes "\\n=HEADER\\n"), and its first one.
+    The others are passed over by `want.search`, counted in `stats`, never decoded. Line
+    Where a section starts is given as its header's byte offset in the file (`head` included):
+    a line number would cost a count of every line (line_of gives it when it is needed)."""
+    data = head
+    eof = False
+    base = 0  # the file offset of data[0]
+
+    def more(drop: int) -> int:
+        """Read a block; the bytes before `drop` are dropped. The shift, or -1 at the end."""
+        nonlocal data, eof, base
+        if eof:
+            return -1
+        block = f.read(CHUNK)
+        if not block:
+            eof = True
+            return -1
+        data = data[drop:] + block
+        base += drop
+        return drop
+
+    def passed(a: int, b: int) -> None:
+        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept)."""
+        if (r := data.rfind(b"\n=", a, min(b + 1, len(data))) + 1) > 0:
+            e = data.find(b"\n", r, r + MAX_HEADER)
+            stats.last = data[r:e if e >= 0 else r + MAX_HEADER].decode("latin-1").rstrip("\r")
+
+    if not data and more(0) < 0:
+        return
+    pos = 0  # where the current header line starts
+    first = True
+    while True:
+        # the header line, at most MAX_LINE of it
+        e = data.find(b"\n", pos)
+        while e < 0 and len(data) - pos <= MAX_LINE and (s := more(pos)) >= 0:
+            pos -= s
+            e = data.find(b"\n", pos)
+        stop = e if e >= 0 else len(data)
+        header = data[pos:min(stop, pos + MAX_LINE)].decode("latin-1").rstrip("\r")
+        offset = base + pos
+        if not first:
+            stats.last = header[:MAX_HEADER]
+        if not first and not keeps(want, header):
+            # pass over to the next header `want` matches, counting the others
+            a = pos
+            while True:
+                m = want.search(data, a)
+                if m is not None and (eof or m.start() <= len(data) - _EDGE):
+                    break
+                if eof:
+                    break
+                drop = max(a, len(data) - _EDGE)
+                passed(a, drop)
+                a = 0 if (s := more(drop)) >= 0 else drop
+                pos = min(pos, a)
+            if m is None:
+                passed(a, len(data))
+                return
+            passed(a, m.start())
+            pos = m.start() + 1
+            continue
+        stats.sections += not first
+        first = False
+        body: str | None = None
+        if e < 0:  # the last line, or a header line longer than MAX_LINE: nothing kept of it
+            n = data.find(b"\n=", pos)
+        else:
+            # the section's lines run from e + 1 up to the next "\n=" or the end of the file
+            n = data.find(b"\n=", e)
+            while n < 0 and len(data) - e <= MAX_SECTION + 1 and (s := more(pos)) >= 0:
+                pos, e = pos - s, e - s
+                n = data.find(b"\n=", e)
+            if n >= 0 and n - e <= MAX_SECTION + 1:
+                body = _text(data[e + 1:n]) if n > e else None
+            elif n < 0 and eof:  # the file ends inside the section
+                raw = data[e + 1:]
+                body = _text(raw[:-1] if raw.endswith(b"\n") else raw) if raw else None
+            else:  # longer than MAX_SECTION: its first lines only
+                raw = data[e + 1:e + 1 + MAX_SECTION]
+                k = raw.rfind(b"\n")
+                body = _text(raw[:k]) if k >= 0 else None
+        while n < 0 and (s := more(max(pos, len(data) - 1))) >= 0:  # pass over the rest
+            pos = max(pos - s, 0)
+            n = data.find(b"\n=", max(pos, len(data) - CHUNK - 1))
+        yield header, body, offset, n >= 0
+        if n < 0:
+            return
+        pos = n + 1
+
+
+def line_sections(lines: Iterable[str], want: re.Pattern[bytes],
+                  stats: Stats) -> Iterator[Section]:
+    """The same from lines already split (a dump held as text: tests, the fuzzers)."""
+    header: str | None = None
+    lineno = 0
+    body: list[str] | None = None
+    for i, raw in enumerate(lines, 1):
+        text = raw.rstrip("\r\n")
+        if header is None or text.startswith("="):
+            if header is not None and body is not None:
+                yield header, "\n".join(body) if body else None, lineno, True
+            if header is not None:
+                stats.last = text[:MAX_HEADER]
+            header, lineno = text[:MAX_LINE], i
+            body = [] if i == 1 or keeps(want, text) else None
+            stats.sections += i > 1 and body is not None
+            continue
+        if body is not None and len(text) <= MAX_LINE:
+            body.append(text)
+    if header is not None and body is not None:
+        yield header, "\n".join(body) if body else None, lineno, False
+
+
+def line_of(path: str | Path, offset: int) -> int:
+    """The number of the line at byte `offset` of the file (for a message: read again up to it,
+    once, instead of counting every line of every dump)."""
+    line = 1
+    with open(path, "rb") as f:
+        while offset > 0 and (block := f.read(min(CHUNK, offset))):
+            line += block.count(b"\n")
+            offset -= len(block)
+    return line

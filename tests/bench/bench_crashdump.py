@@ -1,0 +1,98 @@
+"""Bench: `beamalloc analyze` of a big crash dump against `wc -l` of the same file (issue 28
+item 1: within 5x, under 100 MiB of peak memory).
+
+    .venv/bin/python tests/bench/bench_crashdump.py [--mib 500] [--runs 3] [--keep PATH]
+
+The dump is made from the largest real dump of ../shared/samples/real-dumps: its header, memory
+and allocator sections once, its other sections (processes, their stacks, heaps and messages,
+ETS tables, binaries, modules, atoms) repeated until the file holds --mib MiB, then `=end`.
+Each run times `wc -l FILE`, `beamalloc analyze --json FILE` (which also reads the processes)
+and `beamalloc analyze --json --no-processes FILE`, alternated, from the page cache (one read
+of each before timing); the ratios are of minima measured in this run, and the peak RSS is the
+child's own (os.wait4's rusage). A plain script, not a test: tests never assert wall-clock
+times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DUMPS = REPO.parent / "shared" / "samples" / "real-dumps"
+ONCE = re.compile(rb"=(allocator:|memory\n|node:|end\n|erl_crash_dump:)")
+
+
+def make_dump(path: Path, mib: int) -> int:
+    """Write a dump of about `mib` MiB at `path`; the number of =proc sections in it."""
+    src = max(DUMPS.glob("*.dump"), key=lambda p: p.stat().st_size).read_bytes()
+    starts = [0] + [m.start() + 1 for m in re.finditer(rb"\n=", src)]
+    parts = [src[a:b] for a, b in zip(starts, [*starts[1:], len(src)], strict=True)]
+    once = [p for p in parts if ONCE.match(p) and not p.startswith(b"=end")]
+    many = b"".join(p for p in parts if not ONCE.match(p))
+    if not many.endswith(b"\n"):
+        many += b"\n"
+    copies = max(1, (mib << 20) // len(many))
+    with open(path, "wb") as f:
+        f.write(b"".join(once))
+        for _ in range(copies):
+            f.write(many)
+        f.write(b"=end\n")
+    return many.count(b"\n=proc:") * copies
+
+
+def run(cmd: list[str]) -> tuple[float, int]:
+    """Wall time and peak RSS (bytes) of one child."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(cmd)} exited with {os.waitstatus_to_exitcode(status)}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="write the dump here and keep it")
+    args = ap.parse_args()
+    if not DUMPS.is_dir():
+        print(f"skipped: {DUMPS} is absent")
+        return 0
+    exe = str(Path(sys.executable).parent / "beamalloc")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.keep or Path(tmp) / "erl_crash.dump"
+        procs = make_dump(path, args.mib)
+        size = path.stat().st_size
+        cmds = {"wc -l": ["wc", "-l", str(path)],
+                "analyze": [exe, "analyze", "--json", str(path)],
+                "analyze --no-processes": [exe, "analyze", "--json", "--no-processes",
+                                           str(path)]}
+        for cmd in cmds.values():  # into the page cache, and a check that each one works
+            run(cmd)
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        rss: dict[str, int] = dict.fromkeys(cmds, 0)
+        for _ in range(args.runs):
+            for k, cmd in cmds.items():
+                t, m = run(cmd)
+                times[k].append(t)
+                rss[k] = max(rss[k], m)
+    floor = min(times["wc -l"])
+    print(f"{size / (1 << 20):.0f} MiB dump, {procs} =proc sections; wc -l {floor:.3f} s")
+    for k in cmds:
+        if k != "wc -l":
+            print(f"{k}: {min(times[k]):.3f} s, {min(times[k]) / floor:.1f}x wc -l, "
+                  f"peak RSS {rss[k] / (1 << 20):.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
