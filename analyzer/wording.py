@@ -379,12 +379,18 @@ def why(v: Verdict) -> list[str]:
     elif v.state == UNDECIDED:
         if r.code == "futures_differ":
             out.append(f"Unknown: {r.numbers['known_by']}.")
+            if r.numbers.get("command") and "recommend NODE" not in r.numbers["known_by"]:
+                out.append(f"Tell them apart: {r.numbers['command']}.")
         elif r.code == "below_gain":
             out.append("Unknown: whether the survivors are a few stragglers per carrier or "
                        "scattered over every one; counters alone cannot tell.")
-            out.append("What tells: the carrier map (`recommend NODE` reads it live).")
         else:
             out.append(f"Why: {reason_short(r)}.")
+        for rv in v.reverts:  # a setting the lint calls wrong is never left unsaid
+            out.append(f"Lint: {revert_short(rv)}.")
+        if r.code == "below_gain":
+            out.append("What tells: the carrier map (`recommend NODE` reads it live).")
+        elif r.code == "not_reproduced":
             out.append("What tells: the node's carriers (`recommend NODE` reads them live) or its "
                        "own allocations (`recommend NODE --trace-for 30`, as root).")
     elif v.state == NO_FLAG:

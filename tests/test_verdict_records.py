@@ -61,13 +61,19 @@ def test_first_line_stands_alone(name: str) -> None:
         assert held["reason"]["code"] and held["why"]
 
 
+def _heap_prediction() -> Prediction:
+    """heapchurn's R4 prediction (held back: from counters the model misses the node)."""
+    p = next(h.prediction for h in rec("heapchurn").verdict.held_back if h.rule == "R4")
+    assert p is not None
+    return p
+
+
 def test_every_predicted_figure_carries_its_calibration_error() -> None:
     v = rec("heapchurn").verdict
-    (first, *_) = v.advised
-    assert first.prediction is not None
-    err = first.prediction.calibration_error
-    assert err is not None and err == pytest.approx(abs(1 - first.prediction.fidelity))
-    assert f"calibration error {err * 100:.1f}%" in wording.figure(first.prediction)
+    first = _heap_prediction()
+    err = first.calibration_error
+    assert err is not None and err == pytest.approx(abs(1 - first.fidelity), abs=0.002)
+    assert f"calibration error {err * 100:.1f}%" in wording.figure(first)
     assert "calibration error" in wording.why(v)[0]
 
 
@@ -93,7 +99,7 @@ def test_model_that_does_not_reproduce_the_node_decides_nothing() -> None:
     verdict says so and does not decide from it, whatever its figure."""
     from beamalloc.analyzer.recommend import judge
 
-    base = rec("heapchurn").verdict.advised[0].prediction.raw
+    base = _heap_prediction().raw
     fnd = Finding("R4", "action", "t", "m", {}, (), "eheap_alloc")
     ok = _prediction(base, calibration={"tolerance": 0.15, "error": 0.05, "reproduces": True,
                                         "measures": {"unused": 0.05}})
@@ -112,12 +118,13 @@ def test_futures_that_differ_are_both_given() -> None:
     decided by a coin toss; both figures, what tells them apart and the command that does."""
     from beamalloc.analyzer.recommend import judge
 
-    base = rec("heapchurn").verdict.advised[0].prediction.raw
+    base = _heap_prediction().raw
     futures = [{"name": "turnover", "assumes": "churn replaces the survivors",
                 "unused_saving": 0.9, "band": {"unused_saving": [0.88, 0.91]}, "calibration": None},
                {"name": "kept", "assumes": "the survivors stay", "unused_saving": 0.03,
                 "band": None, "calibration": None}]  # fmt: skip
-    p = _prediction(base, futures=futures, known=None,
+    ok = {"tolerance": 0.15, "error": 0.05, "reproduces": True, "measures": {}}
+    p = _prediction(base, futures=futures, known=None, calibration=ok,
                     known_by="a second sample a few seconds later: the turnover rate")
     assert p.futures_differ() and p.future("kept").unused_saving == 0.03
     fnd = Finding("R4", "action", "t", "m", {}, (), "eheap_alloc")
@@ -127,7 +134,8 @@ def test_futures_that_differ_are_both_given() -> None:
     assert "if these blocks turn over: -90 %" in words and "if they stay: -3 %" in words
     assert "turnover rate" in words
     # once known, the known future decides (here: it turns over, so the flags pass)
-    assert not _prediction(base, futures=futures, known="turnover").futures_differ()
+    assert not _prediction(base, futures=futures, known="turnover",
+                           calibration=ok).futures_differ()
     # the headline gives both, within 100 characters
     v = rec("heapchurn").verdict
     e = NoFlagEntry("eheap_alloc", 300 << 20, 400 << 20, 0.25, (), (why,), None,
@@ -161,7 +169,7 @@ def test_lint_wrong_setting_is_never_left_standing() -> None:
     if rv.advised:  # then it is the advice, and the paste has it
         assert v.state == "CHANGE FLAGS" and "+MBas aoffcbf" in doc["emulator_flags"]
     else:  # then the numbers say why not, everywhere the setting is named
-        assert rv.prediction.unused_saving < MIN_GAIN and v.state == NO_FLAG
+        assert rv.prediction.unused_saving < MIN_GAIN and v.state in (NO_FLAG, UNDECIDED)
         assert f"below the {wording.share(MIN_GAIN)} a restart is for" in said
         assert any(wording.revert_short(rv) in x for x in wording.why(v))
         assert "reverting `+MBas bf` to `+MBas aoffcbf +MBacul de` predicts" in " ".join(
@@ -204,9 +212,10 @@ def test_records_total() -> None:
 def test_revert_headline() -> None:
     """A revert that passes the floor is the advice: the headline names the setting it undoes."""
     v = rec("heapchurn").verdict
-    rv = replace(v, reasons=(Reason("reverts", {"allocator": "eheap_alloc", "unused": 287 << 20,
-                                                 "flags_in_force": "+MHas bf", "saving": 0.62,
-                                                 "calibration_error": 0.04}),))
+    why = Reason("reverts", {"allocator": "eheap_alloc", "unused": 287 << 20,
+                             "flags_in_force": "+MHas bf", "saving": 0.62,
+                             "calibration_error": 0.04})
+    rv = replace(v, state="CHANGE FLAGS", reasons=(why,))
     head = wording.headline(rv)
     assert head == ("CHANGE FLAGS: `+MHas bf` leaves 287.0 MiB of eheap_alloc unused; revert it, "
                     "predicted -62 %")
