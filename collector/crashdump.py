@@ -21,6 +21,7 @@ from typing import BinaryIO
 from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import printable
+from beamalloc.console import clean
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
     UINT64_MAX,
@@ -338,7 +339,8 @@ def _header(snap: Snapshot, head: list[str]) -> None:
         if line.startswith("Slogan: "):
             # Some dumps lack the newline after the slogan: "...by userSystem version: ...".
             slogan, glued, version = line[8:].partition("System version: ")
-            snap.extra["slogan"] = slogan
+            # a slogan is any term the node died with: escape sequences shown, never run
+            snap.extra["slogan"] = clean(slogan, 0)
             if not glued:
                 continue
             line = glued + version
