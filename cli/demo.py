@@ -1,15 +1,16 @@
 """`beamalloc demo`: what the tool is for, in three nodes (issue 22 item 10).
 
 1. A node carrying a stale setting under churn (`+MBas bf`: no carrier migration, best fit into
-   the holes) runs a workload with a burst whose stragglers pin its carriers; it is snapshotted
-   live (carriers included), analyzed, and judged: the verdict, its prediction and the flags.
+   the holes) runs samples/workloads/churn.erl: a base set of binaries churned, a spike, a drop
+   back, then churn that replaces the survivors, still going on; it is read twice a second apart
+   (carriers included: the turnover decides between the futures, analyzer/predict.py), analyzed,
+   and judged: the verdict, its prediction and the flags.
 2. Where the verdict is CHANGE FLAGS, a second node started with the advised flags runs the same
    workload, and the measured effect is printed beside the predicted one.
 3. Then the case where no flag helps: a burst whose survivors are scattered for good
    (samples/workloads/scatter.erl), NO FLAG HELPS with what does.
 
-The workload of 1 and 2 is DEMO_WORKLOAD (samples/workloads/binspike.erl; switch it to the churn
-workload, samples/workloads/churn.erl, once it is merged). Each node's cookie is random and
+The workload of 1 and 2 is DEMO_WORKLOAD with DEMO_ENV. Each node's cookie is random and
 reaches it through its environment, never its argv (docs/design.md, "Conventions"); every node
 is stopped when its step ends (with --keep-node the last stays until Ctrl-C).
 """
@@ -113,22 +114,34 @@ class WorkloadNode:
 
 
 #: The workload the stale setting runs under, and the setting (issue 22 item 10).
-DEMO_WORKLOAD = "binspike"
+DEMO_WORKLOAD = "churn"
+#: Survivors replaced by churn that goes on while the node is read (binaries a second per worker).
+DEMO_ENV = {"CHURN_MODE": "turnover", "CHURN_LOAD": "20000"}
 STALE = ("+MBas", "bf")
+#: Seconds between the two reads of step 1: the node's turnover (analyzer/predict.py).
+SECOND_READ = 1.0
 #: The case where no flag helps: survivors scattered over every carrier, kept for good.
 SCATTERED_WORKLOAD = "scatter"
 
 
-def _node_step(console: Any, module: str, args: list[str], what: str) -> Any:
-    """Start `module` under `args`, wait until it is ready and snapshot it live; the node is
-    stopped on the way out (also on failure)."""
+def _node_step(console: Any, module: str, args: list[str], what: str,
+               env: dict[str, str] | None = None, twice: bool = False) -> tuple[Any, Any]:
+    """Start `module` under `args`, wait until it is ready and snapshot it live (`twice`: again
+    SECOND_READ later, for the turnover between); the node is stopped on the way out (also on
+    failure). Returns the (last) snapshot and the turnover or None."""
+    from beamalloc.analyzer.predict import measure_turnover
     from beamalloc.collector.live import snapshot_node
 
-    with WorkloadNode(module, extra_args=args) as wl:
+    with WorkloadNode(module, extra_args=args, env=env) as wl:
         console.print(f"Started {wl.node} {what}", markup=False, soft_wrap=True)
         wl.wait_ready(on_line=lambda s: console.print(f"  workload: {s}", style="dim",
                                                       markup=False))
-        return snapshot_node(wl.node, wl.cookie, timeout=30.0)
+        snap = snapshot_node(wl.node, wl.cookie, timeout=30.0)
+        if not twice:
+            return snap, None
+        time.sleep(SECOND_READ)
+        second = snapshot_node(wl.node, wl.cookie, timeout=30.0)
+        return second, measure_turnover(snap, second)
 
 
 def _measured(out: Any, before: Any, after: Any, allocator: str,
@@ -165,14 +178,16 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
     out = wide_console()
     console.print(f"1/3  A node carrying a stale setting, `{' '.join(STALE)}` (no carrier "
                   f"migration), under {DEMO_WORKLOAD}: a base set of 600-1000 B binaries, a "
-                  "burst, a drop back that leaves a few stragglers, then churn.", markup=False)
-    snap = _node_step(console, DEMO_WORKLOAD, list(STALE), f"with {' '.join(STALE)}")
+                  "spike, a drop back, then churn that replaces the survivors; read twice, "
+                  f"{SECOND_READ:g} s apart.", markup=False)
+    snap, turn = _node_step(console, DEMO_WORKLOAD, list(STALE), f"with {' '.join(STALE)}",
+                            env=DEMO_ENV, twice=True)
     snap_path = Path(report_path).with_name("demo-snapshot.json")
     atomic_write_text(snap_path, snap.to_json())
     result = analyze(snap)
     render(result, out, top=12)
     out.print()
-    rec = verdict(snap)
+    rec = verdict(snap, turnover=turn)
     v = rec.verdict
     for line in wording.lines(v):
         out.print(line, markup=False)
@@ -187,7 +202,8 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
         advised = [x for r in v.advised for x in (r.flag, r.value)]
         console.print(f"2/3  The same workload on a node started with the advised flags, after "
                       f"the stale one: {' '.join(STALE + tuple(advised))}", markup=False)
-        after = _node_step(console, DEMO_WORKLOAD, [*STALE, *advised], "with the advised flags")
+        after, _ = _node_step(console, DEMO_WORKLOAD, [*STALE, *advised],
+                              "with the advised flags", env=DEMO_ENV)
         after_path = Path(report_path).with_name("demo-after.json")
         atomic_write_text(after_path, after.to_json())
         top = next((r for r in v.advised if r.prediction is not None and not r.trade_off), None)
