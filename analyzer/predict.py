@@ -850,7 +850,9 @@ class Predictor:
                       "random drop back to the live set; from an empty VM")  # fmt: skip
         cal = chosen["calibration"]
         node_unused = h.node.unused
-        lo, hi = min(x["band"][0] for x in futures), max(x["band"][1] for x in futures)
+        # the band: the known future's own spread; unknown, both futures' (what either gives)
+        spread = [chosen] if known is not None else futures
+        lo, hi = min(x["band"][0] for x in spread), max(x["band"][1] for x in spread)
         out: dict[str, Any] = {
             "allocator": target,
             "flags": flags.render(),
