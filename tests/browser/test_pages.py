@@ -92,7 +92,7 @@ def test_snapshot_page(browser, server, store_path):
     assert points(browser, "fig-blocks") >= len(types)
     assert points(browser, "fig-heatmap") >= 1
     shown = [tr.find_element(By.TAG_NAME, "td").text.rstrip(" *")
-             for tr in browser.find_elements(By.CSS_SELECTOR, "section.snapshot table.data")[0]
+             for tr in browser.find_element(By.CSS_SELECTOR, "section.snapshot table.data.types")
              .find_elements(By.CSS_SELECTOR, "tbody tr")]
     assert shown == [r["allocator"] for r in a["allocator_types"]]
     screenshot(browser, "snapshot")
