@@ -29,10 +29,9 @@ def set_usage(snap: Snapshot, usage: float) -> Snapshot:
     return snap
 
 
-def earlier(name: str, path: Path, allocs: int, seconds: float = 5.0) -> Path:
-    """An earlier read of snapshot `name`, written to `path`: `seconds` before it, with
-    `allocs` fewer binary_alloc alloc calls on its scheduler instances (what a node under load
-    makes between two reads), for `recommend SNAP --rate-from EARLIER` to measure the turnover."""
+def earlier_snapshot(name: str, allocs: int, seconds: float = 5.0) -> Snapshot:
+    """An earlier read of snapshot `name`: `seconds` before it, with `allocs` fewer binary_alloc
+    alloc calls on its scheduler instances (what a node under load makes between two reads)."""
     snap = load(name)
     scheds = [i for i in snap.instances("binary_alloc") if i.instance >= 1]
     for k, inst in enumerate(scheds):
@@ -40,5 +39,11 @@ def earlier(name: str, path: Path, allocs: int, seconds: float = 5.0) -> Path:
         inst.calls = {**inst.calls, "binary_alloc": inst.calls.get("binary_alloc", 0) - share}
     assert snap.taken_at is not None
     snap.taken_at -= seconds
-    path.write_text(snap.to_json())
+    return snap
+
+
+def earlier(name: str, path: Path, allocs: int, seconds: float = 5.0) -> Path:
+    """earlier_snapshot() written to `path`, for `recommend SNAP --rate-from EARLIER` to measure
+    the turnover."""
+    path.write_text(earlier_snapshot(name, allocs, seconds).to_json())
     return path

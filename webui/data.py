@@ -112,6 +112,19 @@ class Data:
         except StoreError as e:
             raise NotFound(str(e)) from None
 
+    def previous(self, ref: str, snap: Snapshot) -> Snapshot | None:
+        """The stored snapshot of the same node just before `snap` (a watch's earlier sample),
+        for the turnover between them (analyzer/predict.py); None for an upload or the first."""
+        st = self.store() if ref[:1] == "s" else None
+        if st is None or snap.taken_at is None:
+            return None
+        try:
+            earlier = [r for r in st.snapshots(snap.node, end=snap.taken_at)
+                       if r["t"] < snap.taken_at]
+            return st.snapshot(earlier[-1]["id"]) if earlier else None
+        except StoreError:
+            return None
+
     def analysis(self, ref: str) -> tuple[Snapshot, dict[str, Any]]:
         snap = self.snapshot(ref)
         # Store snapshots never change; an upload's ref is new for every upload.

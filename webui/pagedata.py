@@ -165,8 +165,10 @@ def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def snapshot_view(snap: Snapshot | None, a: dict[str, Any]) -> dict[str, Any]:
-    rec = recommendations(snap, a.get("processes")) if snap is not None else None
+def snapshot_view(snap: Snapshot | None, a: dict[str, Any],
+                  earlier: Snapshot | None = None) -> dict[str, Any]:
+    """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover)."""
+    rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,

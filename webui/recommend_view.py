@@ -20,25 +20,30 @@ from beamalloc.units import human
 log = logging.getLogger(__name__)
 
 
-def recommendations(snap: Snapshot,
-                    processes: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def recommendations(snap: Snapshot, processes: dict[str, Any] | None = None,
+                    earlier: Snapshot | None = None) -> dict[str, Any] | None:
     """recommend()'s dict (with `verdict`), plus `headline` and `outputs`, or None.
 
     `outputs` maps each format of FORMATS to the text a user pastes into that file. `processes`
     (the analysis' holders section, where it has one) joins the verdict as in the terminal.
+    `earlier` (a watched node's previous sample) gives the turnover, as `recommend NODE` reading
+    the node twice does.
     """
     try:
-        return _call(snap, processes)
+        return _call(snap, processes, earlier)
     except Exception:  # the page must render whatever the recommender does
         log.exception("recommender failed on %s", snap.node)
         return None
 
 
-def _call(snap: Snapshot, processes: dict[str, Any] | None) -> dict[str, Any]:
+def _call(snap: Snapshot, processes: dict[str, Any] | None,
+          earlier: Snapshot | None) -> dict[str, Any]:
+    from beamalloc.analyzer.predict import measure_turnover
     from beamalloc.analyzer.recommend import recommend
     from beamalloc.reporters.recommend import paste, verdict
 
-    r = recommend(snap, processes=processes)
+    turn = measure_turnover(earlier, snap) if earlier is not None else None
+    r = recommend(snap, processes=processes, turnover=turn)
     # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
     # table (pagedata.prediction_view), before/after per measure.
     recs = [{**x, "predicted": predicted_line(x["predicted"]) if x["predicted"]

@@ -27,7 +27,7 @@ def _load(ref: str):  # -> tuple[Snapshot, dict]
 @bp.get("/snapshot/<ref>")
 def snapshot_page(ref: str) -> str:
     snap, a = _load(ref)
-    v = snapshot_view(snap, a)
+    v = snapshot_view(snap, a, data().previous(ref, snap))
     return render_template("snapshot.html", v=v, ref=ref, figures=figures_json(v["figures"]))
 
 

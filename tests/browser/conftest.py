@@ -42,11 +42,14 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         build_restart(st, "restart@host", T_RESTART)
         build_few(st, "one@host", T0, 1)
         build_few(st, "two@host", T0, 2)
-        from recommend_fixtures import load  # a node with flags to advise and their predictions
+        # a node with flags to advise and their predictions: churn under +MBas bf, watched, so
+        # two samples a minute apart give its turnover (recommend_fixtures.earlier_snapshot)
+        from recommend_fixtures import earlier_snapshot, load
 
-        snap = load("heapchurn")
-        snap.node, snap.taken_at = "heapchurn@host", T0
-        st.add_sample(snap, derive(snap), force_keep=True)
+        for snap, t in ((earlier_snapshot("churn_bf", 200_000, 60.0), T0 - 60),
+                        (load("churn_bf"), T0)):
+            snap.node, snap.taken_at = "churn@host", t
+            st.add_sample(snap, derive(snap), force_keep=True)
     return path
 
 

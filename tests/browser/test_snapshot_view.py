@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def advised(browser, server, store_path, tmp_path_factory) -> dict:
-    ref = Ctx(server, store_path, tmp_path_factory.mktemp("snap")).snapshot_ref("heapchurn@host")
+    ref = Ctx(server, store_path, tmp_path_factory.mktemp("snap")).snapshot_ref("churn@host")
     visit(browser, f"{server}/snapshot/{ref}")
     return json.loads(browser.execute_script(
         f"return fetch('/api/snapshot/{ref}').then(r => r.text())"))
@@ -32,19 +32,19 @@ return [...document.querySelectorAll('table.types tbody tr')].map(tr =>
     for name, cls in got:
         r = rows[name]
         assert cls.split()[-1] == usage_level(r["usage"], r["unused"]), name
-    # temp_alloc: 0 % used of 384 KiB is not red; eheap_alloc's 288 MiB unused is
+    # temp_alloc: 0 % used of 384 KiB is not red; binary_alloc's 235 MiB unused is
     cls = dict(got)
     assert rows["temp_alloc"]["usage"] < 0.5 and rows["temp_alloc"]["unused"] < 1 << 20
     assert cls["temp_alloc"].endswith("ok")
-    assert cls["eheap_alloc"].endswith("bad")
-    # the per-instance heatmap agrees: temp_alloc cells are out of the red, eheap_alloc's not
+    assert cls["binary_alloc"].endswith("bad")
+    # the per-instance heatmap agrees: temp_alloc cells are out of the red, binary_alloc's not
     z = browser.execute_script("""
 const d = document.getElementById('fig-heatmap').data[0];
 const out = {};
 d.y.forEach((name, i) => { out[name] = d.z[i].filter(v => v !== null); });
 return out;""")
     assert min(z["temp_alloc"]) >= 80
-    assert min(z["eheap_alloc"]) < 50
+    assert min(z["binary_alloc"]) < 50
 
 
 def test_two_totals_say_why(browser, advised):
@@ -58,9 +58,9 @@ def test_two_totals_say_why(browser, advised):
 def test_predictions_are_tables(browser, advised):
     tables = browser.find_elements(By.CSS_SELECTOR, "table.prediction")
     recs = browser.find_elements(By.CSS_SELECTOR, "table.recs td.flag")
-    # heapchurn's two flags are predicted together: one table, the second flag points to it
-    assert len(recs) == 2 and len(tables) == 1
-    assert "together with +MHas ageffcbf" in browser.find_elements(
+    # churn's four flags are predicted together: one table, the others point to it
+    assert len(recs) == 4 and len(tables) == 1
+    assert "together with +MBas ageffcbf" in browser.find_elements(
         By.CSS_SELECTOR, "tr.pred")[1].text
     text = tables[0].text
     for word in ("before", "after", "change", "carriers", "unused", "MiB", "calibration error",
