@@ -5,9 +5,9 @@ Tiers (docs/architecture.md "Test tiers"): a test that starts a BEAM is marked `
 drives a browser or takes more than a few seconds `slow`; `make test-fast` runs the rest. Two
 checks make a missing mark fail instead of silently slowing the fast tier:
 - at collection, a test that uses a fixture which starts a BEAM or a browser must carry the mark;
-- while a test runs, `erl`, `erlc`, `epmd`, `chroot` (the other releases' runtimes, tests/otp.py)
-  and the browser found on PATH are stand-ins unless the test carries the mark: a stand-in that
-  is started fails the test, naming the mark it lacks.
+- while a test runs, `erl`, `erlc`, `epmd` and the browser found on PATH are stand-ins unless the
+  test carries the mark: a stand-in that is started fails the test, naming the mark it lacks
+  (the other releases' runtimes, tests/otp.py, are reached through the `otp_release` fixture).
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from support import run_cli
 
 #: Programs whose start puts a test in a tier, by mark.
 TIER_PROGRAMS = {
-    "live": ("erl", "erlc", "epmd", "escript", "run_erl", "chroot"),
+    "live": ("erl", "erlc", "epmd", "escript", "run_erl"),
     "slow": ("chromium", "chromedriver"),
 }
 #: Fixtures that start a BEAM or a browser, by the mark a test using them needs.
 TIER_FIXTURES = {
-    "live": ("node_factory", "target", "probe", "hidden", "churn", "ebin", "otp_node"),
+    "live": ("node_factory", "target", "any_target", "probe", "hidden", "churn", "ebin",
+             "otp_release"),
     "slow": ("browser",),
 }
 
