@@ -32,12 +32,14 @@ def test_scattered_under_bf_weighs_the_revert() -> None:
     assert lint["allocator"] == "binary_alloc" and lint["where"] == "in force"
     (rv,) = v.reverts
     assert rv.flags_in_force == ("+MBas bf",) and rv.flags == ("+MBas aoffcbf", "+MBacul de")
-    assert rv.prediction is not None and rv.prediction.seeded_from == "carriers"
+    assert rv.prediction is not None and rv.prediction.seeded_from in ("history", "carriers")
     assert lint["verdict"] == wording.revert(rv)
     if rv.advised:
         assert v.state == "CHANGE FLAGS" and "+MBas aoffcbf" in doc["emulator_flags"]
         return
-    assert v.state == "NO FLAG HELPS" and rv.prediction.unused_saving < 0.20
+    # one read of an idle node: kept survivors and turned-over ones may both reproduce it under
+    # bf (UNDECIDED, both figures); either way the revert's figure is said, never left out
+    assert v.state in ("NO FLAG HELPS", "UNDECIDED") and rv.prediction.unused_saving < 0.20
     said = " ".join(wording.why(v))
     assert wording.revert_short(rv) in said
     block = paste(doc, "vm.args")
