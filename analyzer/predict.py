@@ -394,6 +394,12 @@ HISTORY_INSTANCES = 2
 #: most this [heur: on real nodes (tests/e2e/churn.py, seeded.py) the histories that matched
 #: landed within 0.10, the others at 0.18 and above].
 TOLERANCE = 0.15
+#: The same for a model seeded from the node's own carrier map (`from_carriers`): it starts from
+#: the node itself, and its error is the forward run's drift over the drawn block orders, which
+#: moved 0.07 to 0.25 between fresh nodes of one workload (binspike, tests/e2e/seeded.py: the
+#: same -82 to -90 % predicted, -83 to -85 % measured) [heur]. Held to 0.15 the verdict flipped
+#: between CHANGE FLAGS and UNDECIDED on identical runs (issue 22 item 6).
+SEEDED_TOLERANCE = 0.30
 #: Upper edges of the fill bands of the carrier map (block bytes / carrier bytes), on a log-like
 #: scale: a few stragglers per carrier (< 1 %), scattered survivors (1-25 %), full carriers.
 FILL_EDGES = (0.01, 0.05, 0.25, 0.75)
@@ -558,9 +564,9 @@ def calibration_error(node: Measures, model: Measures) -> float:
     return round(err, 4)
 
 
-def calibration(node: Measures, model: Measures) -> dict[str, Any]:
+def calibration(node: Measures, model: Measures, tolerance: float = TOLERANCE) -> dict[str, Any]:
     err = calibration_error(node, model)
-    return {"tolerance": TOLERANCE, "error": err, "reproduces": err <= TOLERANCE,
+    return {"tolerance": tolerance, "error": err, "reproduces": err <= tolerance,
             "measures": {"unused": [node.unused, model.unused],
                          "carriers": [node.carriers, model.carriers],
                          "bands": [list(node.bands or ()), list(model.bands or ())]}}  # fmt: skip
@@ -739,7 +745,9 @@ class Predictor:
         r = self._runs[(model.key, self.base.render())]
         got = replay_measures(r.snapshot, r.native["carriers"], target)
         node = node_measures(self.snap, target)
-        return calibration(node, got.scaled(1 / model.scale if model.scale else 1.0))
+        seeded = model.generator == "from_carriers"
+        return calibration(node, got.scaled(1 / model.scale if model.scale else 1.0),
+                           SEEDED_TOLERANCE if seeded else TOLERANCE)
 
     # --- restart-true histories ---
 
