@@ -30,19 +30,20 @@ main([TargetS, DeadlineS, MaxS, TopS]) ->
 scan(Target, Max, Top) ->
     WsReq = erpc:send_request(Target, erlang, system_info, [wordsize]),
     MemReq = erpc:send_request(Target, erlang, memory, [ets]),
-    All = call(Target, ets, all, []),
+    All = beamalloc_procs:call(Target, ets, all, []),
     Read = lists:sublist(All, Max),
     Reqs = [erpc:send_request(Target, lists, map, [fun ets:info/1, C]) || C <- chunks(Read)],
-    Infos = lists:append([response(R) || R <- Reqs]),
+    Infos = lists:append([beamalloc_procs:response(R) || R <- Reqs]),
     Rows = [row(I) || I <- Infos, is_list(I)],
     Largest = lists:sublist(lists:reverse(lists:keysort(5, Rows)), Top),
-    Owners = call(Target, lists, map, [fun erlang:pid_to_list/1,
+    Owners = beamalloc_procs:call(Target, lists, map, [fun erlang:pid_to_list/1,
                                        [O || {_, _, O, _, _, _, _} <- Largest]]),
     Tables = [{N, Id, list_to_binary(O), T, W, S, P}
               || {{N, Id, _, T, W, S, P}, O} <- lists:zip(Largest, Owners)],
     {ok, [{count, length(All)}, {read, length(Rows)},
           {words, lists:sum([W || {_, _, _, _, W, _, _} <- Rows])},
-          {wordsize, response(WsReq)}, {memory_ets, response(MemReq)}, {tables, Tables}]}.
+          {wordsize, beamalloc_procs:response(WsReq)},
+          {memory_ets, beamalloc_procs:response(MemReq)}, {tables, Tables}]}.
 
 row(I) ->
     {text(proplists:get_value(name, I)), text(proplists:get_value(id, I)),
@@ -57,10 +58,3 @@ chunks([]) -> [];
 chunks(L) when length(L) =< ?CHUNK -> [L];
 chunks(L) -> {H, T} = lists:split(?CHUNK, L), [H | chunks(T)].
 
-call(Target, M, F, A) ->
-    response(erpc:send_request(Target, M, F, A)).
-
-response(Req) ->
-    receive {nodedown, _} -> throw(nodedown)
-    after 0 -> erpc:receive_response(Req, infinity)
-    end.

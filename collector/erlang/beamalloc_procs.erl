@@ -22,6 +22,8 @@
 %% each given process, one at a time, each measured before and after.
 -module(beamalloc_procs).
 -export([main/1, scan/4, probe/2]).
+%% The erpc helpers, shared with beamalloc_ets (compiled into the same ebin).
+-export([call/4, response/1]).
 
 %% Pids per erpc request, and requests in flight at once: a chunk is one process_info call per
 %% pid on one target scheduler. Of 2,000-20,000 pids with 1-4 in flight, 10,000 with 2 read
