@@ -69,6 +69,20 @@ def test_lossless_snapshots_and_latest(tmp_path, base) -> None:
             st.snapshot(added[-3][0])
 
 
+def test_the_snapshot_before_a_time(tmp_path, base) -> None:
+    """What the web UI's turnover reads (webui/data.py previous()): the last stored snapshot
+    strictly before a time, whatever the keep policy kept around it."""
+    with Store(tmp_path / "w.db", keep_every=300) as st:
+        _fill(st, base, 12)
+        rows = st.snapshots(NODE)
+        assert len(rows) >= 3
+        for i, r in enumerate(rows):
+            want = rows[i - 1]["id"] if i else None
+            assert st.before(NODE, r["t"]) == want
+            assert st.before(NODE, r["t"] + 0.5) == r["id"]
+        assert st.before("other@host", T0 + 10_000) is None
+
+
 def test_restart_and_change_keep_a_snapshot(tmp_path, base) -> None:
     with Store(tmp_path / "w.db", keep_every=3600, keep_change=0.10,
                keep_min_interval=60) as st:

@@ -664,6 +664,15 @@ class Store:
         return [{"id": i, "t": _t(t) / 1000, "kept": bool(k)} for i, t, k in rows]
 
     @_reading
+    def before(self, node: str, t: float) -> int | None:
+        """The id of `node`'s last stored snapshot strictly before `t` (one indexed row, not
+        the node's whole list: a watched node has one per 30 minutes for as long as kept)."""
+        nid = self._node_id(node)
+        row = self.db.execute("SELECT id FROM snapshots WHERE node_id = ? AND t < ? "
+                              "ORDER BY t DESC LIMIT 1", (nid, _ms(t))).fetchone()
+        return int(row[0]) if row else None
+
+    @_reading
     def instance_usage(self, ids: list[int]) -> dict[int, dict[str, Any]]:
         """series.instance_usage of these snapshots, as stored with them (absent: not stored,
         or stored by schema 1)."""

@@ -119,9 +119,8 @@ class Data:
         if st is None or snap.taken_at is None:
             return None
         try:
-            earlier = [r for r in st.snapshots(snap.node, end=snap.taken_at)
-                       if r["t"] < snap.taken_at]
-            return st.snapshot(earlier[-1]["id"]) if earlier else None
+            sid = st.before(snap.node, snap.taken_at)
+            return st.snapshot(sid) if sid is not None else None
         except StoreError:
             return None
 
