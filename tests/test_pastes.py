@@ -82,3 +82,14 @@ def test_cli_renders_ejabberd(cli) -> None:
     parts = [f"{x['flag']} {x['value']}" for x in doc["recommendations"]]
     assert doc["paste"].splitlines()[0] == (PASTES["ejabberd"].head if parts
                                             else "# beamalloc: no +M flags to set")
+
+
+def test_readme_names_every_format_and_cookie_source() -> None:
+    """The README a newcomer reads first lists the formats and the cookie sources in the order
+    collector/cookie.py tries them."""
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"`{f}`" in readme for f in FORMATS if f != "vm.args")
+    order = ["`--cookie-file F`", "`$BEAMALLOC_COOKIE`", "`$RELEASE_COOKIE`",
+             "`$RELEASE_ROOT/releases/COOKIE`", "`~/.erlang.cookie`"]
+    at = [readme.index(f"| {s} |") for s in order]
+    assert at == sorted(at)
