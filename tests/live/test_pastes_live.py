@@ -310,17 +310,19 @@ def test_cookie_file_of_the_release(mix_release: Release) -> None:
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("source", ["RELEASE_COOKIE", "BEAMALLOC_COOKIE", "RELEASE_ROOT"])
-def test_rejected_cookie_names_its_source(mix_release: Release, source: str,
+@pytest.mark.parametrize("source, hidden", [("RELEASE_COOKIE", "0"), ("BEAMALLOC_COOKIE", "0"),
+                                            ("RELEASE_ROOT", "0"), ("RELEASE_COOKIE", "1")])
+def test_rejected_cookie_names_its_source(mix_release: Release, source: str, hidden: str,
                                           tmp_path: Path) -> None:
-    """A wrong cookie: exit 3 and one line naming the source tried, never the cookie."""
+    """A wrong cookie: exit 3 and one line naming the source tried, never the cookie; through
+    our own client and through the hidden node (BEAMALLOC_HIDDEN_NODE=1) alike."""
     wrong = f"W{secrets.token_hex(12)}"
     value = wrong
     if source == "RELEASE_ROOT":  # a release directory whose COOKIE is not the node's
         (tmp_path / "releases").mkdir()
         (tmp_path / "releases" / "COOKIE").write_text(wrong)
         value = str(tmp_path)
-    r = _snapshot_cli(mix_release.node.node, {source: value})
+    r = _snapshot_cli(mix_release.node.node, {source: value, "BEAMALLOC_HIDDEN_NODE": hidden})
     said = {"RELEASE_COOKIE": "$RELEASE_COOKIE", "BEAMALLOC_COOKIE": "$BEAMALLOC_COOKIE",
             "RELEASE_ROOT": f"$RELEASE_ROOT/releases/COOKIE ({tmp_path}/releases/COOKIE)"}[source]
     assert r.returncode == 3, r.stderr
