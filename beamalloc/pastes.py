@@ -15,8 +15,7 @@ a parameter, and each place below is read after the flags its program sets by de
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 #: How a block is written: `line` the flags on one line, as on erl's command line; `lines` one
 #: flag per line (an erl args file: `#` starts a comment); `shell` an assignment that appends to
@@ -24,9 +23,10 @@ from typing import Literal
 Kind = Literal["line", "lines", "shell"]
 
 
-@dataclass(frozen=True)
-class PasteFormat:
-    """One `--format`: where the flags go and how the block is written there."""
+class PasteFormat(NamedTuple):
+    """One `--format`: where the flags go and how the block is written there. (A NamedTuple:
+    cli/main.py's parser imports this module through beamalloc/limits.py, and dataclasses
+    would add 10 ms to `beamalloc --version`, tests/bench/bench_startup.py.)"""
 
     name: str  # the `--format` value
     kind: Kind
