@@ -21,5 +21,5 @@ CARRIERS_EVERY = 10
 #: Processes a scan reads at most (`--max-processes`). Beyond, registered processes and a fair
 #: (systematic) sample of the rest are read, and `complete` is false.
 MAX_PROCESSES = 1_000_000
-#: The paste formats of a recommendation (`--format`; reporters/recommend.py renders them).
-FORMATS = ("vm.args", "erl_flags", "rabbitmq", "mix", "flags")
+#: The paste formats of a recommendation (`--format`): their one home is beamalloc/pastes.py.
+from beamalloc.pastes import FORMATS as FORMATS  # noqa: E402

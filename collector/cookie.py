@@ -1,7 +1,11 @@
 """Where the Erlang cookie comes from (docs/design.md, "Conventions": the cookie rule).
 
-`--cookie-file`, else `$BEAMALLOC_COOKIE`, else `~/.erlang.cookie`. Error messages name the
-source, never the cookie, nor any character of it.
+The first of: `--cookie-file F`; `$BEAMALLOC_COOKIE`; `$RELEASE_COOKIE` (an Elixir release's
+own variable: a release started with it set, as in a container or pod spec, uses it over its
+file); `$RELEASE_ROOT/releases/COOKIE` (the file a mix release writes, and reads when
+RELEASE_COOKIE is unset); `~/.erlang.cookie`. The cookie comes back as a `Cookie`, which names
+its source: an error says which source was tried ("authentication failed with the cookie from
+$RELEASE_COOKIE"), never the cookie, nor any character of it.
 
 A cookie Erlang cannot use is refused here, before any node starts (exit 2): OTP keeps a cookie
 as an atom, at most 255 characters, and the handshake digests its characters as bytes, so one
@@ -18,6 +22,11 @@ from beamalloc.errors import InputError
 from beamalloc.files import open_input
 
 ENV_VAR = "BEAMALLOC_COOKIE"
+#: An Elixir release's cookie: its environment variable, and its file under RELEASE_ROOT (the
+#: release's start script reads the variable, else that file: bin/APP of `mix release`).
+RELEASE_VAR = "RELEASE_COOKIE"
+RELEASE_ROOT_VAR = "RELEASE_ROOT"
+RELEASE_FILE = Path("releases", "COOKIE")
 #: An atom's limit in characters (erlang:system_info(atom_limit) is the count, not the length).
 MAX_LEN = 255
 #: Largest cookie file read: 255 characters of up to 2 bytes in UTF-8, a line end, room for
@@ -27,6 +36,28 @@ MAX_FILE = 4096
 
 class CookieError(InputError):
     """No usable cookie: missing, unreadable or empty."""
+
+
+class Cookie(str):
+    """A cookie (the string itself) and its `source`, as an error names it: "$RELEASE_COOKIE",
+    "--cookie-file /etc/app/cookie". repr() shows the source only, so a cookie that ends up in
+    a traceback or a debug line is not shown either."""
+
+    source: str
+
+    def __new__(cls, value: str, source: str) -> Cookie:
+        self = super().__new__(cls, value)
+        self.source = source
+        return self
+
+    def __repr__(self) -> str:
+        return f"<cookie from {self.source}>"
+
+
+def source_of(cookie: str) -> str | None:
+    """Where `cookie` came from, if resolve_cookie() gave it (a library caller's plain string
+    has no source to name)."""
+    return cookie.source if isinstance(cookie, Cookie) else None
 
 
 def _read(path: Path, what: str) -> str:
@@ -71,16 +102,22 @@ def check_cookie(cookie: str, what: str) -> str:
     return cookie
 
 
-def resolve_cookie(cookie_file: str | None) -> str:
-    """The cookie to present to the target node."""
+def resolve_cookie(cookie_file: str | None) -> Cookie:
+    """The cookie to present to the target node, from the first source that is set."""
     if cookie_file:
-        return _read(Path(cookie_file).expanduser(), "cookie file")
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:  # set but empty counts as unset
-        return check_cookie(env, f"${ENV_VAR}")
+        path = Path(cookie_file).expanduser()
+        return Cookie(_read(path, "cookie file"), f"--cookie-file {path}")
+    for var in (ENV_VAR, RELEASE_VAR):
+        env = os.environ.get(var, "").strip()
+        if env:  # set but empty counts as unset
+            return Cookie(check_cookie(env, f"${var}"), f"${var}")
+    root = os.environ.get(RELEASE_ROOT_VAR, "").strip()
+    if root:
+        path = Path(root).expanduser() / RELEASE_FILE
+        return Cookie(_read(path, f"the release's cookie file (${RELEASE_ROOT_VAR})"),
+                      f"${RELEASE_ROOT_VAR}/{RELEASE_FILE} ({path})")
     default = Path.home() / ".erlang.cookie"
     if not default.exists():
-        raise CookieError(
-            f"no cookie: pass --cookie-file, set {ENV_VAR}, or create {default}"
-        )
-    return _read(default, "cookie file")
+        raise CookieError(f"no cookie: pass --cookie-file, set {ENV_VAR} or {RELEASE_VAR} (or "
+                          f"{RELEASE_ROOT_VAR}, for its {RELEASE_FILE}), or create {default}")
+    return Cookie(_read(default, "cookie file"), str(default))

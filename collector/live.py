@@ -49,7 +49,7 @@ from typing import Any
 from beamalloc.collector import access as access_mod
 from beamalloc.collector import dist, etf
 from beamalloc.collector.access import Access
-from beamalloc.collector.cookie import check_cookie
+from beamalloc.collector.cookie import check_cookie, source_of
 from beamalloc.collector.instrument import add_carriers
 from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
@@ -458,8 +458,10 @@ def _error(node: str, kind: str, detail: Any, timeout: float, cookie: str,
     if kind == "host_unreachable":
         return NodeError(f"cannot reach epmd on host {host}: the host is unreachable or no "
                          f"Erlang node runs there ({_text(detail)})")
-    if kind == "bad_cookie":
-        return NodeError(f"authentication failed: the node is up but rejected our cookie ({node})")
+    if kind == "bad_cookie":  # which source was tried, never the cookie (collector/cookie.py)
+        src = source_of(cookie)
+        return NodeError(f"authentication failed{f' with the cookie from {src}' if src else ''}: "
+                         f"the node is up but rejected our cookie ({node})")
     if kind == "nodedown":
         return NodeError(f"node {node} went down during the snapshot")
     if kind == "timeout":

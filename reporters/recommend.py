@@ -1,8 +1,7 @@
 """Where the flags go, and the human output of `beamalloc recommend`.
 
-Formats (issue 3): `flags` one line of emulator flags; `vm.args` one flag per line; `erl_flags`
-the ERL_FLAGS environment variable; `rabbitmq` RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS (in
-rabbitmq-env.conf the RABBITMQ_ prefix is dropped); `mix` rel/vm.args.eex of a mix release.
+The paste formats (vm.args, ERL_FLAGS, RabbitMQ, ejabberd, mix, a bare line) and where each
+goes have one home, beamalloc/pastes.py; `paste()` renders a recommendation through it.
 The human output teaches like recon_alloc's docs: verdict, each flag with its evidence and
 cost, the lint, then the ready-to-paste block.
 """
@@ -15,10 +14,11 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc import pastes
 from beamalloc.analyzer import wording
 from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
-from beamalloc.limits import FORMATS  # the paste formats (`--format`)
+from beamalloc.pastes import FORMATS as FORMATS  # the `--format` choices, for webui/
 from beamalloc.reporters import holders
 from beamalloc.reporters.analyze import death_lines
 from beamalloc.reporters.table import prose
@@ -39,26 +39,8 @@ def paste(r: dict[str, Any], fmt: str) -> str:
 
 
 def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
-    """The text to paste for `fmt`, from the flags one by one (`+MBas ageffcbf`), in the
-    order erts must read them. No flags give a comment saying so (and `note`: why a setting the
-    lint calls wrong is not reverted)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
-    flags = " ".join(parts)
-    if fmt == "flags":
-        return flags
-    if not flags:
-        return "# beamalloc: no +M flags to set" + (f"\n# {note}" if note else "")
-    if fmt in ("vm.args", "mix"):
-        where = "rel/vm.args.eex (mix release)" if fmt == "mix" else "vm.args"
-        head = f"## beamalloc recommend: add to {where}, after any +M flags already there"
-        return "\n".join([head, *parts])
-    if fmt == "erl_flags":
-        return f'export ERL_FLAGS="$ERL_FLAGS {flags}"'
-    return (
-        "# rabbitmq-env.conf: SERVER_ADDITIONAL_ERL_ARGS=...; environment: as below\n"
-        f'export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS {flags}"'
-    )
+    """The text to paste for `fmt`, from the flags one by one (beamalloc/pastes.py)."""
+    return pastes.render(parts, fmt, note)
 
 
 def _num(k: str, v: Any) -> str:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The model, units, flags grammar, trace format, console helper, the native model's binding.
     ("core", ("beamalloc.errors", "beamalloc.units", "beamalloc.files", "beamalloc.snapshot",
-              "beamalloc.limits",
+              "beamalloc.limits", "beamalloc.pastes",
               "beamalloc.flags", "beamalloc.trace", "beamalloc.console", "beamalloc._refalloc",
               "beamalloc.versions", "beamalloc.citations", "beamalloc")),
     # Readers: files, live nodes, eBPF. They build Snapshots and trace files.

@@ -164,9 +164,8 @@ def test_formats() -> None:
     assert paste_block(PAIRS, "flags") == FLAGS
     assert paste_block(PAIRS, "vm.args").splitlines()[1:] == PAIRS
     assert "rel/vm.args.eex" in paste_block(PAIRS, "mix").splitlines()[0]
-    assert paste_block(PAIRS, "erl_flags") == f'export ERL_FLAGS="$ERL_FLAGS {FLAGS}"'
-    assert paste_block(PAIRS, "rabbitmq").splitlines()[1].startswith(
-        'export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="')
+    assert paste_block(PAIRS, "erl_flags").endswith(f'\nexport ERL_FLAGS="$ERL_FLAGS {FLAGS}"')
+    assert paste_block(PAIRS, "rabbitmq").splitlines()[1].startswith('SERVER_ADDITIONAL_ERL_ARGS="')
     assert all(paste_block([], f).startswith("#") or f == "flags" for f in FORMATS)
     with pytest.raises(ValueError):
         paste_block(PAIRS, "yaml")
