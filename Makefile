@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages: Erlang/OTP 25 (erl, erlc, epmd) for the collector, the workloads and the tests.
 DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools python3-bpfcc linux-headers-amd64 bpftrace bpftool prometheus elixir pipx debootstrap
+# Real applications whose paste formats tests/live/test_pastes_live.py checks in force; installed
+# with invoke-rc.d told not to start their services (policy-rc.d), so setup starts no broker.
+APP_PACKAGES := rabbitmq-server ejabberd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup debs ebpf-prep otp-runtimes bytecode demo test test-fast bench fuzz lint clean wheel
@@ -62,6 +65,13 @@ debs:
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:" $$missing; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
+	fi
+	@missing=$$(for p in $(APP_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing (services not started):" $$missing; \
+	  guard=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod 755 /usr/sbin/policy-rc.d && guard=1; }; \
+	  { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; }; rc=$$?; \
+	  [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
 # The package, its dependencies and the Rust extension (beamalloc._refalloc), rebuilt when any
