@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from beamalloc.collector import access as access_mod
@@ -417,8 +418,11 @@ def _raw_pids(r: Any) -> tuple[list[int], dict[int, bytes]]:
 
 
 def _encode_pids(raw: dict[int, bytes], keys: list[int]) -> dist.RawTerm:
-    return dist.RawTerm(b"\x6c" + struct.pack(">I", len(keys)) + b"".join([raw[k] for k in keys])
-                        + b"\x6a")
+    if not keys:
+        return dist.RawTerm(b"\x6a")
+    got = itemgetter(*keys)(raw)
+    return dist.RawTerm(b"\x6c" + struct.pack(">I", len(keys))
+                        + (b"".join(got) if len(keys) > 1 else got) + b"\x6a")
 
 
 def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[int]]:
@@ -615,6 +619,19 @@ def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[An
 def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
                 deadline: float) -> dict[str, Any]:
     """beamalloc_procs:scan/4 over `conn`: its answer's props, as table_from_term reads them."""
+    was = gc.isenabled()
+    # The pids and records are hundreds of thousands of fresh objects, none of them garbage:
+    # the cyclic collector would walk them all, again and again, as they pile up.
+    gc.disable()
+    try:
+        return _scan_direct(conn, max_processes, budget_ms, top, deadline)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+                 deadline: float) -> dict[str, Any]:
     start = _us()
     otp_k = conn.send("erlang", "system_info", [Atom("otp_release")])
     ws_k = conn.send("erlang", "system_info", [Atom("wordsize")])
@@ -648,27 +665,21 @@ def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: 
     in_flight: deque[tuple[str, list[int]]] = deque()
     asked = 0
     pending = deque(order)
-    was = gc.isenabled()
-    gc.disable()  # the records are hundreds of thousands of fresh tuples, none of them garbage
-    try:
-        while pending or in_flight:
-            while pending and len(in_flight) < IN_FLIGHT:
-                if asked and time.monotonic() >= budget_end:
-                    pending.clear()  # the budget: no new chunk once it has passed
-                    break
-                chunk = pending.popleft()
-                if len(chunk) not in item_lists:
-                    item_lists[len(chunk)] = dist.RawTerm(dist.encode([items] * len(chunk)))
-                args = [fun, _encode_pids(raw, chunk), item_lists[len(chunk)]]
-                in_flight.append((conn.send("lists", "zipwith", args), chunk))
-                asked += len(chunk)
-            if in_flight:
-                key, chunk = in_flight.popleft()
-                reader.add(chunk, live._result(conn.receive(key, deadline)))
-                dist.check_deadline(deadline, "collecting")
-    finally:
-        if was:
-            gc.enable()
+    while pending or in_flight:
+        while pending and len(in_flight) < IN_FLIGHT:
+            if asked and time.monotonic() >= budget_end:
+                pending.clear()  # the budget: no new chunk once it has passed
+                break
+            chunk = pending.popleft()
+            if len(chunk) not in item_lists:
+                item_lists[len(chunk)] = dist.RawTerm(dist.encode([items] * len(chunk)))
+            args = [fun, _encode_pids(raw, chunk), item_lists[len(chunk)]]
+            in_flight.append((conn.send("lists", "zipwith", args), chunk))
+            asked += len(chunk)
+        if in_flight:
+            key, chunk = in_flight.popleft()
+            reader.add(chunk, live._result(conn.receive(key, deadline)))
+            dist.check_deadline(deadline, "collecting")
     read = _us()
     recs = reader.recs
     shown = _resolve(conn, otp, _details(conn, otp, _top(recs, top), raw, deadline), raw,
@@ -685,7 +696,7 @@ def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: 
         "memory_binary": mem_binary,
         "binaries": [("count", len(reader.bins)), ("bytes", sum(reader.bins.values()))],
         "totals": totals, "records": shown, "groups": groups,
-        "activity": {_pid_text(r[0]): (r[10], r[3]) for r in recs},
+        "activity": {f"<0.{r[0] & 0xFFFFFFFF}.{r[0] >> 32}>": (r[10], r[3]) for r in recs},
         "sampled_at_us": (start + done) // 2, "scan_us": done - start,
         "timings": [("listed", listed - start), ("ordered", chunks_at - listed),
                     ("read", read - chunks_at), ("reported", shown_at - read),
