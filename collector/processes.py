@@ -515,8 +515,8 @@ def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
 
 def _top(recs: list[tuple[Any, ...]], top: int) -> list[int]:
     """beamalloc_procs:top/2: the union of the `top` largest non-zero by each ranked measure
-    (binary bytes, exclusive binary bytes, total heap, memory, mailbox); of equal values, the
-    larger pid (beamalloc_procs keeps the first seen: which of equals is shown differs)."""
+    (binary bytes, exclusive binary bytes, total heap, memory, mailbox); of equal values the
+    larger pid, as the target orders pids: the same pairs beamalloc_procs:keep/4 keeps."""
     out: set[int] = set()
     for i in (6, 9, 2, 1, 3):
         out.update(p for v, p in heapq.nlargest(top, [(r[i], r[0]) for r in recs if r[i]]))
@@ -724,7 +724,12 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             raise ValueError(f"not a local pid of the target: {pid!r}")
     if not pids:
         return []
-    p = _run(node, cookie, timeout, ["probe", *pids], access)
+    access = access or access_mod.current()
+    if live.direct(access):
+        p = with_connection(node, cookie, timeout, access,
+                            lambda conn, deadline: probe_direct(conn, pids, deadline))
+    else:
+        p = _run(node, cookie, timeout, ["probe", *pids], access)
     ws = _n(p.get("wordsize")) or 8
     out = []
     for r in p.get("probe") or []:
@@ -743,3 +748,69 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             memory_binary_after=_n(q.get("memory_binary_after")),
             gc_ms=_n(q.get("gc_us")) / 1000))
     return out
+
+
+#: beamalloc_procs:settle/3: erlang:memory(binary) read every SETTLE_S until it stops falling,
+#: at most SETTLE_TRIES times.
+SETTLE_S, SETTLE_TRIES = 0.02, 50
+
+
+def probe_direct(conn: dist.Connection, pids: list[str], deadline: float) -> dict[str, Any]:
+    """beamalloc_procs:probe/2 over `conn`, call for call: its answer's props."""
+    ws = _call(conn, "erlang", "system_info", [Atom("wordsize")], deadline)
+    return {"wordsize": ws, "probe": [_probe_one(conn, t, deadline) for t in pids]}
+
+
+def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[str, Any]]:
+    dead = [("pid", text.encode()), ("dead", Atom("true"))]
+    # list_to_pid/1 refuses a pid the target's table could never hold: no such process either
+    got = conn.call("erlang", "list_to_pid", [[ord(c) for c in text]], deadline)
+    if not _is_pid(got):
+        return dead
+    pid = conn.pids([got])
+    before = live._result(conn.call("erlang", "process_info",
+                                    [pid, [Atom("binary"), Atom("total_heap_size"),
+                                           Atom("registered_name")]], deadline))
+    # memory(binary) right around the collection: the lists travel outside that window
+    b0 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+    t0 = time.perf_counter()
+    collected = before != "undefined" and _call(conn, "erlang", "garbage_collect", [pid],
+                                                deadline)
+    gc_us = int((time.perf_counter() - t0) * 1e6)
+    b1 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+    for _ in range(SETTLE_TRIES):  # beamalloc_procs:settle/3 (why: there)
+        time.sleep(SETTLE_S)
+        now = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+        if not (isinstance(now, int) and isinstance(b1, int) and now < b1):
+            break
+        b1 = now
+    after = live._result(conn.call("erlang", "process_info",
+                                   [pid, [Atom("binary"), Atom("total_heap_size")]], deadline))
+    try:
+        (_, l0), (_, h0), (_, name) = before
+        (_, l1), (_, h1) = after
+        if collected != "true":
+            return dead
+        return [("pid", text.encode()), ("name", Atom("undefined") if name == [] else name),
+                ("binary_before", _bin_list(l0)), ("binary_after", _bin_list(l1)),
+                ("freed_exclusive", _freed(l0, l1)), ("heap_before", h0), ("heap_after", h1),
+                ("memory_binary_before", b0), ("memory_binary_after", b1), ("gc_us", gc_us)]
+    except (TypeError, ValueError):  # dead before, or died in between
+        return dead
+
+
+def _bin_list(bl: list[Any]) -> tuple[int, int]:
+    """{Count, Bytes} of the distinct binaries in a process_info binary list."""
+    m = {a: size for a, size, _ in bl}
+    return len(m), sum(m.values())
+
+
+def _freed(l0: list[Any], l1: list[Any]) -> int:
+    """beamalloc_procs:freed/2: the bytes of binaries the process referenced alone before and
+    no longer does."""
+    after = {a for a, _, _ in l1}
+    refs: dict[int, int] = {}
+    for a, _, _ in l0:
+        refs[a] = refs.get(a, 0) + 1
+    gone = {a: (size, rc) for a, size, rc in l0 if a not in after}
+    return sum(size for a, (size, rc) in gone.items() if rc <= refs[a])

@@ -232,20 +232,21 @@ top(Recs, Top) ->
     Keys = [#r.bin_bytes, #r.bin_exclusive, #r.total_heap, #r.memory, #r.mq],
     Tops = lists:foldl(fun(R, Acc) -> [keep(element(K, R), R#r.pid, T, Top)
                                        || {K, T} <- lists:zip(Keys, Acc)] end,
-                       [{0, 0, gb_sets:empty()} || _ <- Keys], Recs),
+                       [{0, none, gb_sets:empty()} || _ <- Keys], Recs),
     lists:usort([P || {_, _, S} <- Tops, {_, P} <- gb_sets:to_list(S)]).
 
-%% The Top largest non-zero {Value, Pid} seen so far, with their count and smallest value, in
-%% one pass (a full sort of 300,000 records per measure cost a tenth of a second each); most
-%% values are not above the smallest kept and cost one comparison.
+%% The Top largest non-zero {Value, Pid} seen so far, with their count and the smallest of them,
+%% in one pass (a full sort of 300,000 records per measure cost a tenth of a second each); most
+%% are not above the smallest kept and cost one comparison. Of equal values the larger pid wins,
+%% so the result does not depend on the order of the records: the scan over our own client
+%% (collector/processes.py) keeps the same {Value, Pid} pairs.
 keep(0, _Pid, T, _Top) -> T;
 keep(V, Pid, {N, Min, S}, Top) when N < Top ->
-    {N + 1, case N of 0 -> V; _ -> min(V, Min) end, gb_sets:add({V, Pid}, S)};
-keep(V, Pid, {N, Min, S}, _Top) when V > Min ->
+    {N + 1, case N of 0 -> {V, Pid}; _ -> min({V, Pid}, Min) end, gb_sets:add({V, Pid}, S)};
+keep(V, Pid, {N, Min, S}, _Top) when {V, Pid} > Min ->
     {_, Rest} = gb_sets:take_smallest(S),
     S1 = gb_sets:add({V, Pid}, Rest),
-    {{Min1, _}, _} = gb_sets:take_smallest(S1),
-    {N, Min1, S1};
+    {N, gb_sets:smallest(S1), S1};
 keep(_V, _Pid, T, _Top) -> T.
 
 %% The fixed item list of the reported processes, read again (the first pass is a moment
