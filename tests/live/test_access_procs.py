@@ -279,3 +279,71 @@ def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> No
     assert rc == 0 and seen == set(), f"{command} booted a BEAM on plain TCP: {seen}"
     rc, seen = watch({live.ENV_HIDDEN_NODE: "1"})
     assert rc == 0 and seen, "the watch did not see the hidden node it was told to use"
+
+
+# ---- where our client cannot go: the hidden node, and what a target can do to it ----------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hidden node drops privileges only when "
+                    "beamalloc runs as root")
+@pytest.mark.skipif(not shutil.which("openssl"), reason="openssl not installed")
+@pytest.mark.slow
+def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
+    """A TLS target (our client speaks no TLS: the scan boots its hidden node) runs code on
+    that hidden node the moment it connects, as an attacker would: it gets nobody, no group,
+    no capability, no_new_privs, no operator's file, and of our HOME only the TLS files our
+    node needs (docs/robustness.md, "What a target can do to us"); the scan still answers."""
+    import pwd
+
+    from beamalloc.collector.terms import parse_term
+
+    from .test_reach_back import ATTACK
+    from .tls_certs import make_tls
+
+    tls = make_tls(tmp_path, socket.gethostname().split(".")[0])
+    secret = tmp_path / "operator.cookie"
+    secret.write_text("operator secret\n")
+    secret.chmod(0o600)
+    out = tmp_path / "attack.txt"
+    # 200,000 idle processes: the scan's hidden node lives a second or more, the attack takes
+    # milliseconds (a one-shot node lives only as long as its scan)
+    ready = tmp_path / "ready"
+    eval_ = ATTACK.format(secret=secret, out=out).replace("\n", " ").replace(
+        "receive {nodeup", "[spawn(fun() -> receive _ -> ok end end) || _ <- lists:seq(1, "
+        f"200000)], ok = file:write_file(\"{ready}\", \"\"), receive {{nodeup", 1)
+    assert str(ready) in eval_
+    name = f"t_{secrets.token_hex(4)}"
+    cookie = f"C{secrets.token_hex(12)}"
+    proc = subprocess.Popen(["erl", "-sname", name, "-setcookie", cookie, "-noshell",
+                             "+P", "1000000", "-proto_dist", "inet_tls",
+                             "-ssl_dist_optfile", str(tls["optfile"]), "-eval", eval_],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    t = Node(name, cookie, proc)
+    try:
+        end = time.monotonic() + 30
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < end, "target did not come up"
+            time.sleep(0.05)
+        acc = Access(proto_dist="inet_tls", ssl_dist_optfile=str(tls["optfile"]))
+        assert not live.direct(acc)
+        scan = processes.scan_node(t.node, cookie, timeout=60, access=acc)
+        assert scan.node == t.node and scan.count > 200_000 and scan.scanned > 0
+        end = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert out.exists(), "the target's attack did not run"
+    finally:
+        t.stop()
+    got = dict(parse_term(out.read_text()))
+    text = got["cmd"] if isinstance(got["cmd"], str) else str(got["cmd"])
+    nobody = pwd.getpwnam("nobody")
+    assert f"uid={nobody.pw_uid}(" in text and "uid=0(" not in text, text
+    assert f"gid={nobody.pw_gid}(" in text and "groups=0(" not in text
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert f"{cap}:\t0000000000000000" in text, text
+    assert "NoNewPrivs:\t1" in text
+    assert got["secret"] == ("error", "eacces"), got["secret"]
+    # Over TLS the HOME stays while the node lives, holding only our copy of the option file
+    # and the files it names (each new TLS connection reads them): readable by the target's
+    # code there, key included (docs/robustness.md says so)
+    assert got["home_listing"] == ("ok", ["tls"]), got["home_listing"]
