@@ -527,6 +527,10 @@ class Connection:
                 raise
             raise DistError("connect_failed", str(e).encode()) from None
 
+    def pid(self, text: str) -> RawTerm:
+        """One of the target's local pids "<0.X.Y>", as pids() encodes each."""
+        return RawTerm(self.pids([text]).data[5:-1])
+
     def pids(self, texts: list[str]) -> RawTerm:
         """The target's local pids "<0.X.Y>" (as our decoder writes them) as one encoded list,
         each as the target itself encodes it (NEW_PID_EXT: its name, X, Y, its creation)."""

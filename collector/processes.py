@@ -767,7 +767,7 @@ def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[
     got = conn.call("erlang", "list_to_pid", [[ord(c) for c in text]], deadline)
     if not _is_pid(got):
         return dead
-    pid = conn.pids([got])
+    pid = conn.pid(got)
     before = live._result(conn.call("erlang", "process_info",
                                     [pid, [Atom("binary"), Atom("total_heap_size"),
                                            Atom("registered_name")]], deadline))
