@@ -1,13 +1,19 @@
 """Who holds the memory: a read-only scan of a live node's processes, and the opt-in GC probe.
 
-What is read and what is never done to the target: docs/processes.md. A hidden node of ours runs
-collector/erlang/beamalloc_procs.erl (connected the same way as the snapshot agent, cookie on
-stdin): on the target only BIFs run, inside erpc's own processes, one process_info/2 request per
-chunk of a few thousand pids, a few chunks in flight. The hidden node reduces each process to one
-record (its refc binaries deduplicated by address, within the process and across processes),
-and sends back the processes worth reporting (the largest by each measure analyzer/holders.py
-ranks), the per-initial-call groups and the totals: 300,000 records would cost more to decode
-here than the whole scan (tests/bench/bench_processes.py).
+What is read and what is never done to the target: docs/processes.md. On the target only BIFs
+run, inside the processes rex (or erpc) spawns there for each call, one process_info/2 request
+per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. Two ways, one
+answer (scan_node, gc_probe and ets.scan_ets choose, as live.snapshot_node does):
+
+- plain TCP: our own client (collector/dist.py) makes the calls and reduces each process to one
+  record here as its chunk arrives (scan_direct: beamalloc_procs:scan/4, call for call);
+- TLS and any other -proto_dist, or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of ours runs
+  collector/erlang/beamalloc_procs.erl (cookie on stdin, as the snapshot agent), reduces there
+  and sends back the same answer.
+
+Either way the answer holds the processes worth reporting (the largest by each measure
+analyzer/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
+activity (tests/bench/bench_processes.py measures both at 300,000 processes).
 
 A ProcessTable is what both this scan and a crash dump's =proc sections (collector/procdump.py)
 give the analysis; fields a source cannot know are None.
@@ -34,7 +40,7 @@ from beamalloc.collector.terms import Atom, Opaque, proplist
 from beamalloc.limits import MAX_PROCESSES
 
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
-#: the hidden node's boot (~0.4 s), the listing and the report it keeps a scan of 300,000
+#: the listing and the report (and a hidden node's boot, ~0.4 s) it keeps a scan of 300,000
 #: processes within 3 s of wall time; they are read whole in 1-2 s on this (shared) 2-core
 #: machine (tests/bench/bench_processes.py), and what the budget cuts off leaves a fair sample
 #: (docs/processes.md).
