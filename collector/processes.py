@@ -412,15 +412,16 @@ def _raw_pids(r: Any) -> tuple[list[int], dict[int, bytes]]:
     end = first + n * stride
     if n > MAX_LISTED or end >= len(data) or data[end] != 0x6a:
         raise _bad("processes() is not a list of the target's pids")
+    # every pid has the first one's head: a tag at each stride, and the head n times in all
+    # (more only if some pid's number, serial and creation bytes spelled 'X' and the node's
+    # atom: then the reply is refused, never misread)
     head = data[first:first + head_len]
-    layout = struct.Struct(f">{head_len}sII4x")
-    keys = []
-    for h, num, serial in layout.iter_unpack(data[first:end]):
-        if h != head:
-            raise _bad("processes() is not a list of the target's pids")
-        keys.append(serial << 32 | num)
-    return keys, {k: data[first + i * stride:first + (i + 1) * stride]
-                  for i, k in enumerate(keys)}
+    if data[first:end:stride] != b"\x58" * n or data.count(head, first, end) != n:
+        raise _bad("processes() is not a list of the target's pids")
+    keys = [serial << 32 | num for num, serial in
+            struct.Struct(f">{head_len}xII4x").iter_unpack(data[first:end])]
+    return keys, dict(zip(keys, [data[o:o + stride] for o in range(first, end, stride)],
+                          strict=True))
 
 
 def _encode_pids(raw: dict[int, bytes], keys: list[int]) -> dist.RawTerm:
