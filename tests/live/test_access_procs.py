@@ -347,3 +347,38 @@ def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
     # and the files it names (each new TLS connection reads them): readable by the target's
     # code there, key included (docs/robustness.md says so)
     assert got["home_listing"] == ("ok", ["tls"]), got["home_listing"]
+
+
+def test_direct_scans_leave_the_target_as_it_was(holders_node, monkeypatch) -> None:
+    """The scan and the ETS scan over our own client load nothing on the target and leave
+    nothing there: after a first scan (its connection's name is a new atom there once), another
+    adds no atom, no loaded module, no process, no ETS table, no registered name."""
+    from beamalloc.collector import dist
+    from beamalloc.collector.ets import scan_ets
+    from beamalloc.collector.terms import Atom
+
+    monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
+    w = holders_node
+    deadline = time.monotonic() + 60
+    conn = dist.Connection(w.node, w.cookie, Access(), deadline, live.NAME_POOL, False)
+
+    def state() -> tuple[int, ...]:
+        calls = [("erlang", "system_info", [Atom("atom_count")]), ("erlang", "loaded", []),
+                 ("erlang", "system_info", [Atom("process_count")]), ("ets", "all", []),
+                 ("erlang", "registered", [])]
+        got = [conn.call(m, f, a, deadline) for m, f, a in calls]
+        return (got[0], len(got[1]), got[2], len(got[3]), len(got[4]))
+
+    try:
+        def both() -> None:
+            processes.scan_node(w.node, w.cookie, timeout=60)
+            scan_ets(w.node, w.cookie, timeout=60)
+
+        both()  # our pooled names are atoms there from now on
+        time.sleep(0.2)  # rex's processes of the last calls end after their replies
+        before = state()
+        both()
+        time.sleep(0.2)
+        assert state() == before
+    finally:
+        conn.close()
