@@ -368,8 +368,8 @@ def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: floa
 def test_cluster_members_are_checked(names: bytes) -> None:
     """`watch --cluster` snapshots every node the target lists in nodes() (over our own
     client's kept connections): a list of 200,000, or not a list of node names, is one
-    NodeError, not 200,000 connections. (`snapshot --cluster` still goes through the hidden
-    node: collector/cluster.py.)"""
+    NodeError, not 200,000 connections; `snapshot --cluster` reads them the same way
+    (collector/session.py)."""
     from beamalloc.collector.access import Access
     from beamalloc.collector.live import NodeError
     from beamalloc.collector.session import DirectSession
