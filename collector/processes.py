@@ -664,7 +664,8 @@ def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top:
     listed = _us()
     order = _order(pids, list(named), max_processes)
     chunks_at = _us()
-    items = [Atom(k) for k in PASS1] + ([_DICT_IC] if otp >= 26 else [])
+    # the item list, encoded once; a chunk's request repeats its bytes once per pid
+    items = dist.encode([Atom(k) for k in PASS1] + ([_DICT_IC] if otp >= 26 else []))
     item_lists: dict[int, dist.RawTerm] = {}
     reader = _Reader()
     fun = dist.Export("erlang", "process_info", 2)
@@ -679,7 +680,8 @@ def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top:
                 break
             chunk = pending.popleft()
             if len(chunk) not in item_lists:
-                item_lists[len(chunk)] = dist.RawTerm(dist.encode([items] * len(chunk)))
+                item_lists[len(chunk)] = dist.RawTerm(
+                    b"\x6c" + struct.pack(">I", len(chunk)) + items * len(chunk) + b"\x6a")
             args = [fun, _encode_pids(raw, chunk), item_lists[len(chunk)]]
             in_flight.append((conn.send("lists", "zipwith", args), chunk))
             asked += len(chunk)
