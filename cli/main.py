@@ -82,8 +82,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _snapshot_cluster(args: argparse.Namespace) -> int:
     """`beamalloc snapshot NODE --cluster`: every member's snapshot, one failure line each."""
     from beamalloc.collector import cookie
-    from beamalloc.collector.cluster import snapshot_cluster
     from beamalloc.collector.live import NodeError, NodeNameError
+    from beamalloc.collector.session import snapshot_cluster
     from beamalloc.snapshot import Snapshot
 
     if "@" not in args.source:

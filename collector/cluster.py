@@ -1,4 +1,6 @@
-"""One long-lived hidden node that snapshots many nodes: `watch` and `snapshot --cluster`.
+"""One long-lived hidden node that snapshots many nodes: `watch` and `snapshot --cluster` where
+our own client cannot go (TLS and other -proto_dist, or $BEAMALLOC_HIDDEN_NODE=1; over plain
+TCP collector/session.py's kept connections serve both).
 
 collector/live.py starts a hidden node per snapshot; its boot (0.3-0.5 s) is too much for 1 s
 sampling of several nodes. A Session starts collector/erlang/beamalloc_session.erl once and sends

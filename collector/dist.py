@@ -318,8 +318,10 @@ def encode(t: Any) -> bytes:
             return b"\x62" + struct.pack(">i", t)
         mag = abs(t).to_bytes((abs(t).bit_length() + 7) // 8, "little")
         return b"\x6e" + bytes([len(mag), t < 0]) + mag
-    if isinstance(t, _Raw):
+    if isinstance(t, RawTerm):
         return t.data
+    if isinstance(t, Export):  # EXPORT_EXT: module atom, function atom, arity as SMALL_INTEGER
+        return b"\x71" + _atom(t.module) + _atom(t.function) + b"\x61" + bytes([t.arity])
     if isinstance(t, tuple):
         head = b"\x68" + bytes([len(t)]) if len(t) < 256 else b"\x69" + struct.pack(">I", len(t))
         return head + b"".join(encode(x) for x in t)
@@ -333,7 +335,7 @@ def encode(t: Any) -> bytes:
     raise TypeError(f"cannot encode {type(t).__name__}")
 
 
-class _Raw:
+class RawTerm:
     """An already encoded term (our pid, a reference)."""
 
     __slots__ = ("data",)
@@ -342,7 +344,33 @@ class _Raw:
         self.data = data
 
 
+class RawReply:
+    """A reply's result as it came: the external term at `data[pos]` (no version byte), for a
+    caller that reads a large, regular reply faster than the decoder builds it."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.pos = data, pos
+
+
+class Export:
+    """An external fun, `fun M:F/A`: what lists:zipwith/3 or lists:map/2 apply on the target
+    to every element, with nothing of ours loaded there (the fun names a function the target
+    already has)."""
+
+    __slots__ = ("arity", "function", "module")
+
+    def __init__(self, module: str, function: str, arity: int) -> None:
+        if not 0 <= arity < 256:
+            raise ValueError(f"arity {arity}")
+        self.module, self.function, self.arity = module, function, arity
+
+
 # ---- the connection ----------------------------------------------------------------------
+
+_PID_WORDS = struct.Struct(">II")
+
 
 class _Busy(Exception):
     """The target answered our handshake "nok": its own to us is under way."""
@@ -405,11 +433,13 @@ class Connection:
         self._atoms: dict = {}  # the native decoder's atoms, kept across messages
         self._sock: socket.socket | None = None
         self._own: Local | None = None
+        self._peer_pid_head, self._peer_creation = b"", b""
+        self._raw: set[str] = set()  # requests whose replies stay bytes (send_raw)
         try:
             if local is None:
                 local = self._own = Local(access, deadline, pool, long_names)
             self.name, self.creation, self._node = local.name, local.creation, local.node
-            self._pid = _Raw(b"\x58" + self._node + struct.pack(">III", 1, 0, self.creation))
+            self._pid = RawTerm(b"\x58" + self._node + struct.pack(">III", 1, 0, self.creation))
             # What every request shares, encoded once: the control message (REG_SEND to rex)
             # and the head of {'$gen_call', {Pid, Ref}, {call, M, F, A, Pid}}.
             self._control = b"p\x83" + encode((6, self._pid, Atom(""), Atom("rex"))) + b"\x83"
@@ -472,7 +502,11 @@ class Connection:
             if msg[:1] != b"N" or len(msg) < 19:
                 raise DistError("connect_failed", b"the target does not speak distribution "
                                 b"version 6 (OTP 23 or later)")
-            their_flags, challenge = struct.unpack_from(">QI", msg, 1)
+            their_flags, challenge, creation, nlen = struct.unpack_from(">QIIH", msg, 1)
+            # The target's own name and creation: what its local pids carry, and so what a pid
+            # we send back must carry for the target to take it as its own (pids()).
+            self._peer_pid_head = b"\x58" + _atom(msg[19:19 + nlen].decode("utf-8", "replace"))
+            self._peer_creation = struct.pack(">I", creation)
             if their_flags & F_HANDSHAKE_23 == 0:
                 raise DistError("connect_failed", b"the target's handshake lacks OTP 23 flags")
             ours = secrets.randbits(32)
@@ -492,6 +526,22 @@ class Connection:
             if isinstance(e, DistError):
                 raise
             raise DistError("connect_failed", str(e).encode()) from None
+
+    def pid(self, text: str) -> RawTerm:
+        """One of the target's local pids "<0.X.Y>", as pids() encodes each."""
+        return RawTerm(self.pids([text]).data[5:-1])
+
+    def pids(self, texts: list[str]) -> RawTerm:
+        """The target's local pids "<0.X.Y>" (as our decoder writes them) as one encoded list,
+        each as the target itself encodes it (NEW_PID_EXT: its name, X, Y, its creation)."""
+        if not texts:
+            return RawTerm(b"\x6a")
+        head, tail, pack = self._peer_pid_head, self._peer_creation, _PID_WORDS.pack
+        try:
+            body = b"".join([head + pack(*map(int, t[3:-1].split("."))) + tail for t in texts])
+        except (ValueError, TypeError, struct.error):
+            raise DistError("bad_reply", b"a pid that is not the target's own") from None
+        return RawTerm(b"\x6c" + struct.pack(">I", len(texts)) + body + b"\x6a")
 
     def _digest(self, challenge: int) -> bytes:
         return hashlib.md5(self._cookie + str(challenge).encode()).digest()
@@ -586,7 +636,17 @@ class Connection:
             control, end = etf.decode_at(data, 1, self._atoms)
             if not (isinstance(control, tuple) and control and control[0] in (2, 22)):
                 return  # links, monitors, exits, spawn requests: we serve nothing
+            if self._raw and data.startswith(b"\x83\x68\x02", end):
+                # {Ref, Result}: the Ref alone decoded; a reply asked for raw is kept as its
+                # bytes, for the caller to read without building a Python object per element
+                ref, at = etf._Decoder(data).term(end + 3, 1)
+                if ref in self._raw and self._pending.get(ref, 1) is None:
+                    self._pending[ref] = (RawReply(data, at),)
+                    self._raw.discard(ref)
+                    return
             msg, _ = etf.decode_at(data, end, self._atoms)
+        except (IndexError, struct.error):
+            raise DistError("call_failed", b"unreadable message: truncated term") from None
         except etf.ETFError as e:
             raise DistError("call_failed", f"unreadable message: {e}".encode()) from None
         st = self.stats
@@ -596,6 +656,12 @@ class Connection:
         if (isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], Opaque)
                 and msg[0] in self._pending and self._pending[msg[0]] is None):
             self._pending[msg[0]] = (msg[1],)
+
+    def send_raw(self, m: str, f: str, args: list[Any]) -> str:
+        """send(), whose reply receive() gives as a RawReply: its result's bytes, undecoded."""
+        key = self.send(m, f, args)
+        self._raw.add(key)
+        return key
 
     def call(self, m: str, f: str, args: list[Any], deadline: float) -> Any:
         return self.receive(self.send(m, f, args), deadline)

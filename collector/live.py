@@ -535,7 +535,11 @@ def _us() -> int:
 def _result(v: Any) -> Any:
     """rex's answer as erpc's: `{badrpc, {'EXIT', X}}` is an exception on the target."""
     if isinstance(v, tuple) and len(v) == 2 and v[0] == "badrpc":
-        raise dist.DistError("call_failed", format_term(v[1]).encode())
+        try:
+            why = format_term(v[1])
+        except TypeError:  # a map (OTP 24+ error_info): said without it
+            why = "an exception on the target"
+        raise dist.DistError("call_failed", why[:2000].encode())
     return v
 
 

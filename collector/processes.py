@@ -1,13 +1,19 @@
 """Who holds the memory: a read-only scan of a live node's processes, and the opt-in GC probe.
 
-What is read and what is never done to the target: docs/processes.md. A hidden node of ours runs
-collector/erlang/beamalloc_procs.erl (connected the same way as the snapshot agent, cookie on
-stdin): on the target only BIFs run, inside erpc's own processes, one process_info/2 request per
-chunk of a few thousand pids, a few chunks in flight. The hidden node reduces each process to one
-record (its refc binaries deduplicated by address, within the process and across processes),
-and sends back the processes worth reporting (the largest by each measure analyzer/holders.py
-ranks), the per-initial-call groups and the totals: 300,000 records would cost more to decode
-here than the whole scan (tests/bench/bench_processes.py).
+What is read and what is never done to the target: docs/processes.md. On the target only BIFs
+run, inside the processes rex (or erpc) spawns there for each call, one process_info/2 request
+per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. Two ways, one
+answer (scan_node, gc_probe and ets.scan_ets choose, as live.snapshot_node does):
+
+- plain TCP: our own client (collector/dist.py) makes the calls and reduces each process to one
+  record here as its chunk arrives (scan_direct: beamalloc_procs:scan/4, call for call);
+- TLS and any other -proto_dist, or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of ours runs
+  collector/erlang/beamalloc_procs.erl (cookie on stdin, as the snapshot agent), reduces there
+  and sends back the same answer.
+
+Either way the answer holds the processes worth reporting (the largest by each measure
+analyzer/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
+activity (tests/bench/bench_processes.py measures both at 300,000 processes).
 
 A ProcessTable is what both this scan and a crash dump's =proc sections (collector/procdump.py)
 give the analysis; fields a source cannot know are None.
@@ -15,19 +21,26 @@ give the analysis; fields a source cannot know are None.
 
 from __future__ import annotations
 
+import gc
+import heapq
+import random
+import struct
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import live
+from beamalloc.collector import dist, live
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
-from beamalloc.collector.terms import Atom, proplist
+from beamalloc.collector.terms import Atom, Opaque, proplist
 from beamalloc.limits import MAX_PROCESSES
 
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
-#: the hidden node's boot (~0.4 s), the listing and the report it keeps a scan of 300,000
+#: the listing and the report (and a hidden node's boot, ~0.4 s) it keeps a scan of 300,000
 #: processes within 3 s of wall time; they are read whole in 1-2 s on this (shared) 2-core
 #: machine (tests/bench/bench_processes.py), and what the budget cuts off leaves a fair sample
 #: (docs/processes.md).
@@ -113,6 +126,10 @@ class ProcessTable:
     scan_ms: float | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)  # where the scan's time went
     notes: list[str] = field(default_factory=list)
+    #: pid ("<0.X.Y>") -> (reductions, message_queue_len) of every scanned process, read in the
+    #: first pass; two reads tell what a process did in between (analyzer/holders.py). None
+    #: where the source cannot know (a crash dump).
+    activity: dict[str, tuple[int, int]] | None = None
 
 
 @dataclass
@@ -213,6 +230,18 @@ def _proc(p: dict[str, Any], ws: int) -> Proc:
     )
 
 
+#: One process of beamalloc_procs' packed activity: pid number, serial, reductions, queue.
+_ACTIVITY = struct.Struct(">IIQI")
+
+
+def activity_from_bytes(data: Any) -> dict[str, tuple[int, int]] | None:
+    """beamalloc_procs:activity/1's packed records as pid -> (reductions, queue); None for
+    anything else (a node that sent no such field)."""
+    if not isinstance(data, bytes) or len(data) % _ACTIVITY.size:
+        return None
+    return {f"<0.{n}.{s}>": (r, q) for n, s, r, q in _ACTIVITY.iter_unpack(data)}
+
+
 def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None) -> ProcessTable:
     """A ProcessTable from beamalloc_procs' scan answer (its proplist)."""
     ws = _n(p.get("wordsize")) or 8
@@ -245,6 +274,8 @@ def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None)
         idle_total_heap_bytes=_n(totals.get("idle_total_heap_size")) * ws,
         budget=budget, scan_ms=_n(p.get("scan_us")) / 1000,
         timings_ms={k: _n(v) / 1000 for k, v in proplist(p.get("timings")).items()},
+        activity=(p["activity"] if isinstance(p.get("activity"), dict)  # scan_direct's
+                  else activity_from_bytes(p.get("activity"))),
     )
     if not t.complete:
         t.notes.append(
@@ -261,12 +292,433 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
               max_processes: int = MAX_PROCESSES, budget_ms: int = BUDGET_MS,
               top: int = TOP, access: Access | None = None) -> ProcessTable:
     """Read `node`'s processes, read-only (docs/processes.md); NodeError within `timeout`.
-    `access`: how to reach it, as for live.snapshot_node (default access.current())."""
+    `access`: how to reach it, as for live.snapshot_node (default access.current()): over
+    plain TCP our own client makes the calls (live.direct), else a hidden node does."""
     if max_processes < 1 or budget_ms < 1 or top < 1:
         raise ValueError("max_processes, budget_ms and top must be positive")
-    p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
-             access)
+    access = access or access_mod.current()
+    if live.direct(access):
+        p = with_connection(node, cookie, timeout, access, lambda conn, deadline: scan_direct(
+            conn, max_processes, budget_ms, top, deadline))
+    else:
+        p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
+                 access)
     return table_from_term(node, p, taken_at=time.time())
+
+
+# ---- the scan over our own client (collector/dist.py) ----------------------------------------
+#
+# beamalloc_procs:scan/4, call for call: the same requests to the target (through rex rather
+# than erpc: both spawn one process per call there), the same two passes, chunks, budget and
+# reduction, and the same answer, so table_from_term() cannot tell the two apart
+# (tests/live/test_access_procs.py compares them on one node). Every reply is checked for its
+# shape before use: a target can send anything (tests/test_hostile_peer.py).
+
+#: Pids per request and requests in flight: beamalloc_procs' ?CHUNK and ?IN_FLIGHT.
+CHUNK, IN_FLIGHT = 10_000, 2
+#: The first pass's items, in order (beamalloc_procs' ?PASS1); the second's (?ITEMS).
+PASS1 = ("memory", "total_heap_size", "message_queue_len", "initial_call", "status", "binary",
+         "reductions")
+ITEMS = ("memory", "heap_size", "total_heap_size", "binary", "message_queue_len",
+         "registered_name", "initial_call", "current_function", "status", "reductions",
+         "garbage_collection", "garbage_collection_info")
+_DICT_IC = (Atom("dictionary"), Atom("$initial_call"))
+_GC_INFO = ("heap_size", "recent_size", "old_heap_size", "stack_size", "heap_block_size",
+            "old_heap_block_size", "mbuf_size", "bin_vheap_size", "bin_old_vheap_size")
+#: Distinct refc binaries remembered across processes at most (each costs a dict entry here);
+#: past it, a binary first seen is counted without its address, and the note says the total may
+#: count a shared one twice. A node with 300,000 processes holding a few binaries each has ~1M.
+MAX_BINARY_ADDRESSES = 4_000_000
+
+
+def with_connection(node: str, cookie: str, timeout: float, access: Access,
+                    work: Callable[[dist.Connection, float], Any]) -> Any:
+    """`work(conn, deadline)` on a fresh connection to `node`, closed on every way out; a
+    failure is live's one-line NodeError (exit 3), as from the hidden node."""
+    live.split_node(node)
+    check_cookie(cookie, "the cookie")
+    deadline = time.monotonic() + timeout
+    conn = None
+    try:
+        conn = dist.Connection(node, cookie, access, deadline, live.NAME_POOL,
+                               access_mod.is_long_host(live.split_node(node)[1]))
+        return work(conn, deadline)
+    except dist.DistError as e:
+        if e.kind == "timeout" and e.detail != "connecting":
+            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of "
+                                 f"{node}") from None
+        if e.kind == "nodedown":
+            raise live.NodeError(f"node {node} went down while its processes were read") from None
+        raise live._error(node, e.kind, e.detail, timeout, cookie, access) from None
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _bad(what: str) -> dist.DistError:
+    return dist.DistError("bad_reply", what.encode())
+
+
+def _call(conn: dist.Connection, m: str, f: str, args: list[Any], deadline: float) -> Any:
+    return live._result(conn.call(m, f, args, deadline))
+
+
+def _is_pid(v: Any) -> bool:
+    return type(v) is Opaque and v.startswith("<0.")
+
+
+def _pid_list(v: Any, what: str) -> list[str]:
+    if not (isinstance(v, list) and len(v) <= MAX_PROCESSES * 4 and all(map(_is_pid, v))):
+        raise _bad(f"{what} is not a list of pids")
+    return v
+
+
+# A pid of the target is an int here, serial << 32 | number: ordered as the target orders its
+# own pids (erl_term.h: the serial in the high bits), cheap to hash, and as text only when shown.
+
+def _pid_text(k: int) -> str:
+    return f"<0.{k & 0xFFFFFFFF}.{k >> 32}>"
+
+
+def _pid_int(text: str) -> int:
+    n, s = text[3:-1].split(".")
+    return int(s) << 32 | int(n)
+
+
+#: The most processes a node lists (erts' limit is 2^27): beyond, not a node's reply.
+MAX_LISTED = 1 << 27
+
+
+def _raw_pids(r: Any) -> tuple[list[int], dict[int, bytes]]:
+    """erlang:processes/0's reply as it came (dist.RawReply): each pid as an int and its
+    encoding (NEW_PID_EXT: the target's name, number, serial, creation), sliced out of the
+    reply rather than decoded and encoded again: 300,000 of them travel twice."""
+    if not isinstance(r, dist.RawReply):
+        raise _bad("processes() is not a list of pids")
+    data, pos = r.data, r.pos
+    if data[pos:pos + 1] == b"\x6a":
+        return [], {}
+    if data[pos:pos + 2] != b"\x6c\x00" and data[pos:pos + 1] != b"\x6c":
+        raise _bad("processes() is not a list of pids")
+    n = struct.unpack_from(">I", data, pos + 1)[0]
+    first = pos + 5
+    # the first pid's head ('X', the node's atom) gives the stride; every pid must share it
+    if data[first:first + 1] != b"\x58" or data[first + 1] not in (118, 119):
+        raise _bad("processes() is not a list of the target's pids")
+    alen = (struct.unpack_from(">H", data, first + 2)[0] + 3 if data[first + 1] == 118
+            else data[first + 2] + 2)
+    head_len = 1 + alen
+    stride = head_len + 12
+    end = first + n * stride
+    if n > MAX_LISTED or end >= len(data) or data[end] != 0x6a:
+        raise _bad("processes() is not a list of the target's pids")
+    # every pid has the first one's head: a tag at each stride, and the head n times in all
+    # (more only if some pid's number, serial and creation bytes spelled 'X' and the node's
+    # atom: then the reply is refused, never misread)
+    head = data[first:first + head_len]
+    if data[first:end:stride] != b"\x58" * n or data.count(head, first, end) != n:
+        raise _bad("processes() is not a list of the target's pids")
+    keys = [serial << 32 | num for num, serial in
+            struct.Struct(f">{head_len}xII4x").iter_unpack(data[first:end])]
+    return keys, dict(zip(keys, [data[o:o + stride] for o in range(first, end, stride)],
+                          strict=True))
+
+
+def _encode_pids(raw: dict[int, bytes], keys: list[int]) -> dist.RawTerm:
+    if not keys:
+        return dist.RawTerm(b"\x6a")
+    got = itemgetter(*keys)(raw)
+    return dist.RawTerm(b"\x6c" + struct.pack(">I", len(keys))
+                        + (b"".join(got) if len(keys) > 1 else got) + b"\x6a")
+
+
+def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[int]]:
+    """beamalloc_procs:order/3: the named first, then all the others or `max_processes` of them
+    at an even stride from a random offset, as chunks that each spread over the whole list."""
+    named_set = set(named)
+    rest = [p for p in pids if p not in named_set]
+    head = named[:max_processes]
+    left, n = max_processes - len(head), len(rest)
+    if left >= n:
+        tail = rest
+    elif left <= 0:
+        tail = []
+    else:
+        off = random.random()
+        tail = [rest[int((i + off) * n / left)] for i in range(left)]
+    chunks = [head[i:i + CHUNK] for i in range(0, len(head), CHUNK)]
+    stride = max(1, (len(tail) + CHUNK - 1) // CHUNK)
+    return chunks + [tail[s::stride] for s in range(stride) if tail]
+
+
+class _Reader:
+    """beamalloc_procs' first-pass reduction: one record per live process, refc binaries
+    deduplicated by address within each process and across all of them."""
+
+    __slots__ = ("bins", "bins_full", "dead", "recs")
+
+    def __init__(self) -> None:
+        # pid, memory, total heap, queue, initial call, idle, binary bytes, distinct binaries,
+        # binary references, exclusive binary bytes, reductions
+        self.recs: list[tuple[Any, ...]] = []
+        self.dead = 0
+        self.bins: dict[int, int] = {}
+        self.bins_full = False
+
+    def add(self, chunk: list[int], infos: Any) -> None:
+        if not (isinstance(infos, list) and len(infos) == len(chunk)):
+            raise _bad("process_info answers do not match the pids asked")
+        recs, bins = self.recs, self.bins
+        keys_seen = False
+        try:
+            for pid, info in zip(chunk, infos, strict=True):
+                if info == "undefined":
+                    self.dead += 1
+                    continue
+                ((k1, m), (k2, th), (k3, q), (k4, ic), (k5, st), (k6, bl), (k7, reds),
+                 *extra) = info
+                if not keys_seen:  # once a chunk: the values' types are checked for each
+                    if (k1, k2, k3, k4, k5, k6, k7) != PASS1:
+                        raise _bad("a process_info answer is not the items asked")
+                    keys_seen = True
+                if extra and type(extra[0][1]) is tuple and len(extra[0][1]) == 3:
+                    ic = extra[0][1]  # proc_lib's '$initial_call' (OTP 26+)
+                if bl:
+                    b, c, e = _own_bins(bl)
+                    if len(bins) < MAX_BINARY_ADDRESSES:
+                        for a, sz, _ in bl:
+                            bins[a] = sz
+                    else:
+                        self.bins_full = True
+                        for a, sz, _ in bl:
+                            if a in bins:
+                                bins[a] = sz
+                    nrefs = len(bl)
+                else:
+                    b = c = e = nrefs = 0
+                recs.append((pid, m + 0, th + 0, q + 0, ic, st == "waiting" and q == 0, b, c,
+                             nrefs, e, reds + 0))
+        except (TypeError, ValueError):
+            raise _bad("a process_info answer is not the items asked") from None
+
+
+def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
+    """beamalloc_procs:bins/2 for one process: {Bytes, Count, ExclusiveBytes} of its distinct
+    refc binaries (exclusive: referenced by nothing else, its refcount is its references)."""
+    own: dict[int, list[int]] = {}
+    for a, size, refc in bl:
+        o = own.get(a)
+        if o is None:
+            own[a] = [size + 0, refc + 0, 1]
+        else:
+            o[2] += 1
+    b = e = 0
+    for size, refc, k in own.values():
+        b += size
+        if refc <= k:
+            e += size
+    return b, len(own), e
+
+
+def _top(recs: list[tuple[Any, ...]], top: int) -> list[int]:
+    """beamalloc_procs:top/2: the union of the `top` largest non-zero by each ranked measure
+    (binary bytes, exclusive binary bytes, total heap, memory, mailbox); of equal values the
+    larger pid, as the target orders pids: the same pairs beamalloc_procs:keep/4 keeps."""
+    out: set[int] = set()
+    for i in (6, 9, 2, 1, 3):
+        out.update(p for v, p in heapq.nlargest(top, [(r[i], r[0]) for r in recs if r[i]]))
+    return sorted(out)
+
+
+def _prop(key: str, items: Any) -> int:
+    for it in items if isinstance(items, list) else ():
+        if isinstance(it, tuple) and len(it) == 2 and it[0] == key:
+            return it[1] if type(it[1]) is int else 0
+    return 0
+
+
+def _details(conn: dist.Connection, otp: int, pids: list[int], raw: dict[int, bytes],
+             deadline: float) -> list[Any]:
+    """beamalloc_procs:details/3: the second pass, the fixed item list of the reported ones."""
+    if not pids:
+        return []
+    items = [Atom(k) for k in ITEMS] + ([_DICT_IC] if otp >= 26 else [])
+    infos = _call(conn, "lists", "zipwith",
+                  [dist.Export("erlang", "process_info", 2), _encode_pids(raw, pids),
+                   [items] * len(pids)], deadline)
+    if not (isinstance(infos, list) and len(infos) == len(pids)):
+        raise _bad("process_info answers do not match the pids asked")
+    out = []
+    try:
+        for pid, info in zip(pids, infos, strict=True):
+            if info == "undefined":
+                continue
+            (m, h, th, bl, q, name, ic, cf, st, reds, gc, gi, *extra) = (v for _, v in info)
+            if [k for k, _ in info[:len(ITEMS)]] != list(ITEMS):
+                raise _bad("a process_info answer is not the items asked")
+            b, c, e = _own_bins(bl) if bl else (0, 0, 0)
+            dict_ic = extra[0] if extra and type(extra[0]) is tuple and len(extra[0]) == 3 \
+                else Atom("undefined")
+            out.append([
+                ("pid", _pid_text(pid)), ("name", Atom("undefined") if name == [] else name),
+                ("initial_call", ic), ("dict_initial_call", dict_ic), ("current_function", cf),
+                ("status", st), ("reductions", reds), ("memory", m), ("heap_size", h),
+                ("total_heap_size", th), ("message_queue_len", q), ("binary_bytes", b),
+                ("binary_count", c), ("binary_refs", len(bl)), ("binary_exclusive_bytes", e),
+                *((k, _prop(k, gc)) for k in ("minor_gcs", "fullsweep_after", "min_heap_size",
+                                              "min_bin_vheap_size")),
+                ("gc_info", [(k, _prop(k, gi)) for k in _GC_INFO])])
+    except (TypeError, ValueError):
+        raise _bad("a process_info answer is not the items asked") from None
+    return out
+
+
+def _resolve(conn: dist.Connection, otp: int, recs: list[Any], raw: dict[int, bytes],
+             deadline: float) -> list[Any]:
+    """beamalloc_procs:resolve/3: on OTP 25, proc_lib's '$initial_call' of the reported
+    proc_lib processes, by proc_lib:translate_initial_call/1 on the target (their dictionaries
+    never leave it)."""
+    if otp >= 26:
+        return recs
+    lib = [dict(r)["pid"] for r in recs if dict(r)["initial_call"] == ("proc_lib", "init_p", 5)]
+    if not lib:
+        return recs
+    calls = _call(conn, "lists", "map",
+                  [dist.Export("proc_lib", "translate_initial_call", 1),
+                   _encode_pids(raw, [_pid_int(p) for p in lib])], deadline)
+    if not (isinstance(calls, list) and len(calls) == len(lib)):
+        raise _bad("translate_initial_call's answers do not match the pids asked")
+    found = {p: c for p, c in zip(lib, calls, strict=True) if isinstance(c, tuple) and len(c) == 3
+             and c != ("proc_lib", "init_p", 5)}
+    return [[(k, found[p]) if k == "dict_initial_call" else (k, v) for k, v in r]
+            if (p := dict(r)["pid"]) in found else r for r in recs]
+
+
+def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[Any], list[Any]]:
+    """beamalloc_procs:groups/2 and totals/1 in one pass: per initial call, the 200 largest by
+    memory; and the sums over all."""
+    g: dict[Any, list[Any]] = {}
+    for r in reversed(recs):  # beamalloc_procs folds over its records newest first
+        x = g.get(r[4])
+        if x is None:
+            x = g[r[4]] = [0, 0, 0, 0, 0, [], 0, 0, 0]
+        x[0] += 1
+        x[1] += r[1]
+        x[2] += r[2]
+        x[3] += r[3]
+        x[4] += r[6]
+        x[8] += r[8]
+        if r[5]:
+            x[6] += 1
+            x[7] += r[2]
+        if r[0] in named and len(x[5]) < 3:
+            x[5].append(named[r[0]])
+    t = [sum(x[i] for x in g.values()) for i in range(9) if i != 5]
+    totals = [("memory", t[1]), ("total_heap_size", t[2]), ("message_queue_len", t[3]),
+              ("binary_refs", t[7]), ("idle_count", t[5]), ("idle_total_heap_size", t[6])]
+    largest = heapq.nlargest(200, g.items(), key=lambda kv: kv[1][1])
+    return [[("initial_call", k), ("count", c), ("memory", m), ("total_heap_size", h),
+             ("message_queue_len", q), ("binary_bytes", b), ("names", ns), ("idle_count", ic),
+             ("idle_total_heap_size", ih)]
+            for k, (c, m, h, q, b, ns, ic, ih, _) in largest], totals
+
+
+def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+                deadline: float) -> dict[str, Any]:
+    """beamalloc_procs:scan/4 over `conn`: its answer's props, as table_from_term reads them."""
+    was = gc.isenabled()
+    # The pids and records are hundreds of thousands of fresh objects, none of them garbage:
+    # the cyclic collector would walk them all, again and again, as they pile up.
+    gc.disable()
+    try:
+        return _scan_direct(conn, max_processes, budget_ms, top, deadline)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+                 deadline: float) -> dict[str, Any]:
+    start = _us()
+    otp_k = conn.send("erlang", "system_info", [Atom("otp_release")])
+    ws_k = conn.send("erlang", "system_info", [Atom("wordsize")])
+    names_k = conn.send("erlang", "registered", [])
+    pids, raw = _raw_pids(live._result(conn.receive(conn.send_raw("erlang", "processes", []),
+                                                    deadline)))
+    otp_text = live._result(conn.receive(otp_k, deadline))
+    ws = live._result(conn.receive(ws_k, deadline))
+    names = live._result(conn.receive(names_k, deadline))
+    if not (isinstance(otp_text, str) and otp_text.isdigit() and len(otp_text) < 4):
+        raise _bad("otp_release is not a release number")
+    if ws not in (4, 8):
+        raise _bad("wordsize is not 4 or 8")
+    if not (isinstance(names, list) and len(names) <= len(pids) + 65536
+            and all(type(n) is Atom for n in names)):
+        raise _bad("registered() is not a list of atoms")
+    otp = int(otp_text)
+    owners = _call(conn, "lists", "map", [dist.Export("erlang", "whereis", 1), names], deadline)
+    if not (isinstance(owners, list) and len(owners) == len(names)):
+        raise _bad("whereis answers do not match the names asked")
+    named = {k: n for n, p in zip(names, owners, strict=True) if _is_pid(p)
+             and (k := _pid_int(p)) in raw}
+    listed = _us()
+    order = _order(pids, list(named), max_processes)
+    chunks_at = _us()
+    # the item list, encoded once; a chunk's request repeats its bytes once per pid
+    items = dist.encode([Atom(k) for k in PASS1] + ([_DICT_IC] if otp >= 26 else []))
+    item_lists: dict[int, dist.RawTerm] = {}
+    reader = _Reader()
+    fun = dist.Export("erlang", "process_info", 2)
+    budget_end = time.monotonic() + budget_ms / 1000
+    in_flight: deque[tuple[str, list[int]]] = deque()
+    asked = 0
+    pending = deque(order)
+    while pending or in_flight:
+        while pending and len(in_flight) < IN_FLIGHT:
+            if asked and time.monotonic() >= budget_end:
+                pending.clear()  # the budget: no new chunk once it has passed
+                break
+            chunk = pending.popleft()
+            if len(chunk) not in item_lists:
+                item_lists[len(chunk)] = dist.RawTerm(
+                    b"\x6c" + struct.pack(">I", len(chunk)) + items * len(chunk) + b"\x6a")
+            args = [fun, _encode_pids(raw, chunk), item_lists[len(chunk)]]
+            in_flight.append((conn.send("lists", "zipwith", args), chunk))
+            asked += len(chunk)
+        if in_flight:
+            key, chunk = in_flight.popleft()
+            reader.add(chunk, live._result(conn.receive(key, deadline)))
+            dist.check_deadline(deadline, "collecting")
+    read = _us()
+    recs = reader.recs
+    shown = _resolve(conn, otp, _details(conn, otp, _top(recs, top), raw, deadline), raw,
+                     deadline)
+    mem_binary = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+    shown_at = _us()
+    groups, totals = _groups(recs, named)
+    done = _us()
+    out: dict[str, Any] = {
+        "node": Atom(conn.target), "otp_release": otp, "wordsize": ws, "count": len(pids),
+        "asked": asked, "scanned": asked - reader.dead, "died": reader.dead,
+        "complete": Atom("true" if asked == len(pids) else "false"),
+        "budget": [("max_processes", max_processes), ("budget_ms", budget_ms), ("top", top)],
+        "memory_binary": mem_binary,
+        "binaries": [("count", len(reader.bins)), ("bytes", sum(reader.bins.values()))],
+        "totals": totals, "records": shown, "groups": groups,
+        "activity": {f"<0.{r[0] & 0xFFFFFFFF}.{r[0] >> 32}>": (r[10], r[3]) for r in recs},
+        "sampled_at_us": (start + done) // 2, "scan_us": done - start,
+        "timings": [("listed", listed - start), ("ordered", chunks_at - listed),
+                    ("read", read - chunks_at), ("reported", shown_at - read),
+                    ("summed", done - shown_at),
+                    # of all these, decoding the replies (collector/dist.py)
+                    ("decoded", int(conn.stats["decode_s"] * 1e6))]}
+    if reader.bins_full:
+        out["binaries_capped"] = MAX_BINARY_ADDRESSES
+    return out
+
+
+def _us() -> int:
+    return time.time_ns() // 1000
 
 
 # ---- the probe ---------------------------------------------------------------------------
@@ -281,7 +733,12 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             raise ValueError(f"not a local pid of the target: {pid!r}")
     if not pids:
         return []
-    p = _run(node, cookie, timeout, ["probe", *pids], access)
+    access = access or access_mod.current()
+    if live.direct(access):
+        p = with_connection(node, cookie, timeout, access,
+                            lambda conn, deadline: probe_direct(conn, pids, deadline))
+    else:
+        p = _run(node, cookie, timeout, ["probe", *pids], access)
     ws = _n(p.get("wordsize")) or 8
     out = []
     for r in p.get("probe") or []:
@@ -300,3 +757,69 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             memory_binary_after=_n(q.get("memory_binary_after")),
             gc_ms=_n(q.get("gc_us")) / 1000))
     return out
+
+
+#: beamalloc_procs:settle/3: erlang:memory(binary) read every SETTLE_S until it stops falling,
+#: at most SETTLE_TRIES times.
+SETTLE_S, SETTLE_TRIES = 0.02, 50
+
+
+def probe_direct(conn: dist.Connection, pids: list[str], deadline: float) -> dict[str, Any]:
+    """beamalloc_procs:probe/2 over `conn`, call for call: its answer's props."""
+    ws = _call(conn, "erlang", "system_info", [Atom("wordsize")], deadline)
+    return {"wordsize": ws, "probe": [_probe_one(conn, t, deadline) for t in pids]}
+
+
+def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[str, Any]]:
+    dead = [("pid", text.encode()), ("dead", Atom("true"))]
+    # list_to_pid/1 refuses a pid the target's table could never hold: no such process either
+    got = conn.call("erlang", "list_to_pid", [[ord(c) for c in text]], deadline)
+    if not _is_pid(got):
+        return dead
+    pid = conn.pid(got)
+    before = live._result(conn.call("erlang", "process_info",
+                                    [pid, [Atom("binary"), Atom("total_heap_size"),
+                                           Atom("registered_name")]], deadline))
+    # memory(binary) right around the collection: the lists travel outside that window
+    b0 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+    t0 = time.perf_counter()
+    collected = before != "undefined" and _call(conn, "erlang", "garbage_collect", [pid],
+                                                deadline)
+    gc_us = int((time.perf_counter() - t0) * 1e6)
+    b1 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+    for _ in range(SETTLE_TRIES):  # beamalloc_procs:settle/3 (why: there)
+        time.sleep(SETTLE_S)
+        now = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
+        if not (isinstance(now, int) and isinstance(b1, int) and now < b1):
+            break
+        b1 = now
+    after = live._result(conn.call("erlang", "process_info",
+                                   [pid, [Atom("binary"), Atom("total_heap_size")]], deadline))
+    try:
+        (_, l0), (_, h0), (_, name) = before
+        (_, l1), (_, h1) = after
+        if collected != "true":
+            return dead
+        return [("pid", text.encode()), ("name", Atom("undefined") if name == [] else name),
+                ("binary_before", _bin_list(l0)), ("binary_after", _bin_list(l1)),
+                ("freed_exclusive", _freed(l0, l1)), ("heap_before", h0), ("heap_after", h1),
+                ("memory_binary_before", b0), ("memory_binary_after", b1), ("gc_us", gc_us)]
+    except (TypeError, ValueError):  # dead before, or died in between
+        return dead
+
+
+def _bin_list(bl: list[Any]) -> tuple[int, int]:
+    """{Count, Bytes} of the distinct binaries in a process_info binary list."""
+    m = {a: size for a, size, _ in bl}
+    return len(m), sum(m.values())
+
+
+def _freed(l0: list[Any], l1: list[Any]) -> int:
+    """beamalloc_procs:freed/2: the bytes of binaries the process referenced alone before and
+    no longer does."""
+    after = {a for a, _, _ in l1}
+    refs: dict[int, int] = {}
+    for a, _, _ in l0:
+        refs[a] = refs.get(a, 0) + 1
+    gone = {a: (size, rc) for a, size, rc in l0 if a not in after}
+    return sum(size for a, (size, rc) in gone.items() if rc <= refs[a])

@@ -368,8 +368,8 @@ def test_hostile_peer_ends_in_one_line(case: str, cookie_file: Path, floor: floa
 def test_cluster_members_are_checked(names: bytes) -> None:
     """`watch --cluster` snapshots every node the target lists in nodes() (over our own
     client's kept connections): a list of 200,000, or not a list of node names, is one
-    NodeError, not 200,000 connections. (`snapshot --cluster` still goes through the hidden
-    node: collector/cluster.py.)"""
+    NodeError, not 200,000 connections; `snapshot --cluster` reads them the same way
+    (collector/session.py)."""
     from beamalloc.collector.access import Access
     from beamalloc.collector.live import NodeError
     from beamalloc.collector.session import DirectSession
@@ -418,3 +418,149 @@ def test_cases_cover_the_issue() -> None:
              "slowloris", "length"}
     assert all(any(k in c for c in CASES) for k in kinds)
     assert re.fullmatch(r"[a-z0-9_]+", "".join(CASES))
+
+
+# ---- the process scan, the ETS scan and the GC probe over our own client ------------------
+#
+# The same fake node answers the scan's calls (collector/processes.py scan_direct,
+# collector/ets.py scan_direct): a quiet node's answers first, then hostile ones. Each hostile
+# one is a NodeError of one line (exit 3 through the CLI), no escape sequence, within the
+# timeout, never a traceback; nothing is built from a reply before its shape is checked.
+
+_ME = _atom("hostile@localhost")
+
+
+def _pid(n: int, serial: int = 0, node: bytes = _ME) -> bytes:
+    return b"\x58" + node + struct.pack(">III", n, serial, 9)
+
+
+def _ref(n: int) -> bytes:
+    return b"\x5a\x00\x03" + _ME + struct.pack(">IIII", 9, n, 1, 2)
+
+
+def _pass1(mem: int, bins: bytes = b"\x6a", status: str = "waiting") -> bytes:
+    items = [("memory", dist.encode(mem)), ("total_heap_size", b"\x61\x64"),
+             ("message_queue_len", b"\x61\x00"),
+             ("initial_call", dist.encode((Atom("erlang"), Atom("apply"), 2))),
+             ("status", _atom(status)), ("binary", bins), ("reductions", b"\x61\x07")]
+    return _list([b"\x68\x02" + _atom(k) + v for k, v in items])
+
+
+def _detail(mem: int) -> bytes:
+    v = {"memory": dist.encode(mem), "heap_size": b"\x61\x64", "total_heap_size": b"\x61\x64",
+         "binary": b"\x6a", "message_queue_len": b"\x61\x00", "registered_name": b"\x6a",
+         "initial_call": dist.encode((Atom("erlang"), Atom("apply"), 2)),
+         "current_function": dist.encode((Atom("gen"), Atom("loop"), 1)),
+         "status": _atom("waiting"), "reductions": b"\x61\x07",
+         "garbage_collection": b"\x6a", "garbage_collection_info": b"\x6a"}
+    return _list([b"\x68\x02" + _atom(k) + x for k, x in v.items()])
+
+
+def _passes(first: bytes, second: bytes | None = None) -> Callable[[], bytes]:
+    """zipwith's answers: the first pass's, then the reported processes' (the second pass)."""
+    calls = iter(range(1 << 20))
+    second = second if second is not None else _list([_detail(5000 + i) for i in range(3)])
+    return lambda: first if next(calls) == 0 else second
+
+
+SCAN: dict[str, Any] = {
+    "processes": _list([_pid(i) for i in (1, 2, 3)]), "registered": b"\x6a",
+    "map": b"\x6a", "memory": b"\x62\x00\x01\x00\x00",
+}
+BIN = b"\x68\x03" + b"\x62\x00\x00\x10\x00" + b"\x62\x00\x00\x03\xe8" + b"\x61\x01"
+
+#: name -> (answers over SCAN, what is called: scan | ets | probe)
+SCAN_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "processes_integer": ({"processes": b"\x61\x2a"}, "scan"),
+    "processes_atoms": ({"processes": _list([_atom("x")] * 3)}, "scan"),
+    "processes_other_nodes_pids": ({"processes": _list([_pid(1), _pid(2, node=_atom(
+        "other@host"))])}, "scan"),
+    "processes_truncated": ({"processes": b"\x6c\x00\x00\x00\x05" + _pid(1)}, "scan"),
+    "registered_strings": ({"registered": _list([_string(ESC)])}, "scan"),
+    "whereis_short": ({"registered": _list([_atom("a"), _atom("b")]), "map": b"\x6a"},
+                      "scan"),
+    "info_too_few": ({"zipwith": _passes(_list([_pass1(1)]))}, "scan"),
+    "info_integer": ({"zipwith": _passes(b"\x61\x01")}, "scan"),
+    "info_wrong_items": ({"zipwith": _passes(_list([_list([b"\x68\x02" + _atom("x") + ESC[:0]
+                                                           + b"\x61\x01"] * 7)] * 3))}, "scan"),
+    "info_string_sizes": ({"zipwith": _passes(_list([_pass1(1).replace(
+        b"\x61\x64", _string(ESC))] * 3))}, "scan"),
+    "info_binary_not_triples": ({"zipwith": _passes(_list([_pass1(1, _list([_atom("x")]))]
+                                                         * 3))}, "scan"),
+    "details_wrong_shape": ({"zipwith": _passes(_list([_pass1(i) for i in (1, 2, 3)]),
+                                                _list([_atom("x")] * 3))}, "scan"),
+    "info_2mi_binaries": ({"zipwith": _passes(_list([_pass1(1, _repeat_list(2 << 20, BIN))]
+                                                    * 3))}, "scan"),
+    "ets_all_integers": ({"all": _list([b"\x61\x01"] * 3)}, "ets"),
+    "ets_all_truncated": ({"all": b"\x6c\x00\x01\x00\x00" + _ref(1)}, "ets"),
+    "ets_info_memory_string": ({"all": _list([_ref(1)]), "map": _list([_list([
+        b"\x68\x02" + _atom("memory") + _string(ESC)])])}, "ets"),
+    "probe_never_answers": ({"list_to_pid": b""}, "probe"),
+}
+
+
+def _scan_call(kind: str, peer: FakePeer) -> Any:
+    from beamalloc.collector import ets, processes
+    from beamalloc.collector.access import Access
+
+    acc = Access(epmd_port=peer.epmd_port)
+    if kind == "ets":
+        return ets.scan_ets("hostile@localhost", COOKIE, timeout=TIMEOUT, access=acc)
+    if kind == "probe":
+        return processes.gc_probe("hostile@localhost", COOKIE, ["<0.1.0>"], timeout=TIMEOUT,
+                                  access=acc)
+    return processes.scan_node("hostile@localhost", COOKIE, timeout=TIMEOUT, access=acc)
+
+
+def test_the_fake_peer_is_scanned_as_a_node(monkeypatch) -> None:
+    """The harness: answered as a quiet node would, the scan over our own client reads it (the
+    first pass's figures summed, a binary counted once across the three processes that share
+    it, activity for each), and so does the ETS scan."""
+    from beamalloc.collector import live
+
+    monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
+    peer = FakePeer(answers={**SCAN, "zipwith": _passes(_list([
+        _pass1(1000 * i, _list([BIN])) for i in (1, 2, 3)]))})
+    try:
+        t = _scan_call("scan", peer)
+    finally:
+        peer.close()
+    assert (t.count, t.scanned, t.complete, t.memory) == (3, 3, True, 6000)
+    assert (t.binary_count, t.binary_bytes) == (1, 1000)
+    assert t.activity == {"<0.1.0>": (7, 0), "<0.2.0>": (7, 0), "<0.3.0>": (7, 0)}
+    assert sorted(p.memory for p in t.procs) == [5000, 5001, 5002]
+    info = _list([b"\x68\x02" + _atom(k) + v for k, v in (
+        ("name", _atom("tab")), ("id", _ref(1)), ("owner", _pid(1)), ("type", _atom("set")),
+        ("memory", b"\x61\x64"), ("size", b"\x61\x02"), ("protection", _atom("public")))])
+    peer = FakePeer(answers={**SCAN, "all": _list([_ref(1), _atom("named")]),
+                             "map": _list([info, _atom("undefined")])})
+    try:
+        e = _scan_call("ets", peer)
+    finally:
+        peer.close()
+    assert (e["count"], e["read"], e["bytes"]) == (2, 1, 800)
+    assert e["tables"][0]["owner"] == "<0.1.0>" and e["tables"][0]["name"] == "tab"
+
+
+@pytest.mark.parametrize("case", SCAN_CASES, ids=list(SCAN_CASES))
+def test_hostile_replies_to_the_scan(case: str, monkeypatch) -> None:
+    from beamalloc.collector import live
+
+    monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
+    answers, kind = SCAN_CASES[case]
+    kw: dict[str, Any] = {"answers": {**SCAN, **answers}}
+    if answers.get("list_to_pid") == b"":
+        kw = {"answers": SCAN, "on_call": lambda c: time.sleep(TIMEOUT + 5)}
+    peer = FakePeer(**kw)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(live.NodeError) as e:
+            _scan_call(kind, peer)
+    finally:
+        peer.close()
+    took = time.monotonic() - t0
+    line = str(e.value)
+    assert "\n" not in line and "\x1b" not in line and COOKIE not in line, line
+    assert any(w in line for w in ("reply no Erlang node sends", "timed out", "unreadable",
+                                   "a message of")), line
+    assert took <= TIMEOUT + 10  # bounded by the timeout (the box is shared: generous)
