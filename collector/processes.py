@@ -113,10 +113,6 @@ class ProcessTable:
     scan_ms: float | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)  # where the scan's time went
     notes: list[str] = field(default_factory=list)
-    #: pid -> (reductions, message_queue_len) for every scanned process (None where the source
-    #: cannot know, e.g. a crash dump): two reads tell idle processes by what they did between
-    #: them (analyzer/holders.py, issue 24 item 6).
-    activity: dict[str, tuple[int, int]] | None = None
 
 
 @dataclass
