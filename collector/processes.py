@@ -15,6 +15,7 @@ give the analysis; fields a source cannot know are None.
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,6 +114,10 @@ class ProcessTable:
     scan_ms: float | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)  # where the scan's time went
     notes: list[str] = field(default_factory=list)
+    #: pid ("<0.X.Y>") -> (reductions, message_queue_len) of every scanned process, read in the
+    #: first pass; two reads tell what a process did in between (analyzer/holders.py). None
+    #: where the source cannot know (a crash dump).
+    activity: dict[str, tuple[int, int]] | None = None
 
 
 @dataclass
@@ -213,6 +218,18 @@ def _proc(p: dict[str, Any], ws: int) -> Proc:
     )
 
 
+#: One process of beamalloc_procs' packed activity: pid number, serial, reductions, queue.
+_ACTIVITY = struct.Struct(">IIQI")
+
+
+def activity_from_bytes(data: Any) -> dict[str, tuple[int, int]] | None:
+    """beamalloc_procs:activity/1's packed records as pid -> (reductions, queue); None for
+    anything else (a node that sent no such field)."""
+    if not isinstance(data, bytes) or len(data) % _ACTIVITY.size:
+        return None
+    return {f"<0.{n}.{s}>": (r, q) for n, s, r, q in _ACTIVITY.iter_unpack(data)}
+
+
 def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None) -> ProcessTable:
     """A ProcessTable from beamalloc_procs' scan answer (its proplist)."""
     ws = _n(p.get("wordsize")) or 8
@@ -245,6 +262,7 @@ def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None)
         idle_total_heap_bytes=_n(totals.get("idle_total_heap_size")) * ws,
         budget=budget, scan_ms=_n(p.get("scan_us")) / 1000,
         timings_ms={k: _n(v) / 1000 for k, v in proplist(p.get("timings")).items()},
+        activity=activity_from_bytes(p.get("activity")),
     )
     if not t.complete:
         t.notes.append(

@@ -32,14 +32,17 @@
 -define(CHUNK, 10000).
 -define(IN_FLIGHT, 2).
 %% The first pass, every process read: what the totals, the groups and the ranking need.
--define(PASS1, [memory, total_heap_size, message_queue_len, initial_call, status, binary]).
+%% reductions: with message_queue_len, each process's activity (ProcessTable.activity), which two
+%% reads compare to tell idle processes (analyzer/holders.py).
+-define(PASS1, [memory, total_heap_size, message_queue_len, initial_call, status, binary,
+                reductions]).
 %% The second pass, the reported processes only: the issue's fixed item list.
 -define(ITEMS, [memory, heap_size, total_heap_size, binary, message_queue_len, registered_name,
                 initial_call, current_function, status, reductions, garbage_collection,
                 garbage_collection_info]).
 
 -record(r, {pid, memory, total_heap, mq, initial_call, idle, bin_bytes, bin_count, bin_refs,
-            bin_exclusive}).
+            bin_exclusive, reds}).
 
 main([TargetS, DeadlineS | Args]) ->
     Deadline = list_to_integer(DeadlineS),
@@ -115,6 +118,7 @@ scan(Target, MaxProcs, BudgetMs, Top) ->
           {totals, Totals},
           {records, Shown},
           {groups, Groups},
+          {activity, activity(Recs)},
           {sampled_at_us, (StartUs + Done) div 2},
           {scan_us, Done - StartUs},
           %% where the time went (tests/bench/bench_processes.py)
@@ -188,7 +192,8 @@ reduce([], [], _Bins, Acc, Dead) -> {Acc, Dead};
 reduce([_ | Pids], [undefined | Infos], Bins, Acc, Dead) ->
     reduce(Pids, Infos, Bins, Acc, Dead + 1);
 reduce([Pid | Pids], [[{memory, M}, {total_heap_size, TH}, {message_queue_len, Q},
-                       {initial_call, IC0}, {status, S}, {binary, BL} | Dict] | Infos], Bins,
+                       {initial_call, IC0}, {status, S}, {binary, BL}, {reductions, Reds} | Dict]
+                      | Infos], Bins,
        Acc, Dead) ->
     {Bytes, Count, Excl} = bins(BL, Bins),
     IC = case Dict of
@@ -200,7 +205,8 @@ reduce([Pid | Pids], [[{memory, M}, {total_heap_size, TH}, {message_queue_len, Q
     reduce(Pids, Infos, Bins, [#r{pid = Pid, memory = M, total_heap = TH, mq = Q,
                                   initial_call = IC, idle = Idle, bin_bytes = Bytes,
                                   bin_count = Count,
-                                  bin_refs = length(BL), bin_exclusive = Excl} | Acc], Dead).
+                                  bin_refs = length(BL), bin_exclusive = Excl, reds = Reds}
+                                | Acc], Dead).
 
 %% {Bytes, Count, ExclusiveBytes} of the distinct refc binaries in a process_info binary list.
 %% A process may reference one binary several times (one ProcBin per reference): each counts
@@ -302,6 +308,17 @@ resolve(Target, _Otp, Recs) ->
              lists:keystore(dict_initial_call, 1, R, {dict_initial_call, {M, F, A}});
          _ -> R
      end || R <- Recs].
+
+%% Every scanned process's {reductions, message_queue_len}, packed: 20 bytes a process
+%% (<<Number:32, Serial:32, Reductions:64, Queue:32>>, its pid's number and serial as the target
+%% prints <0.Number.Serial>), not 300,000 tuples that each name the target's node again.
+activity(Recs) ->
+    << <<(pid_words(P))/binary, R:64, Q:32>> || #r{pid = P, reds = R, mq = Q} <- Recs >>.
+
+%% A local pid's number and serial: the 8 bytes before the creation that ends its external form.
+pid_words(Pid) ->
+    B = term_to_binary(Pid),
+    binary:part(B, byte_size(B) - 12, 8).
 
 totals(Recs) ->
     {M, H, Q, B, IC, IH} =
