@@ -135,7 +135,7 @@ class Idleness:
     by: str  # "two reads" | "one instant"
     quiet: frozenset[str] | None = None  # two reads: the pids that did nothing in between
     seconds: float | None = None  # between the two reads
-    share: float | None = None  # of the processes in both reads, the share that were quiet
+    both: frozenset[str] | None = None  # two reads: the pids read both times
 
     def idle(self, p: Proc) -> bool:
         if is_system(p.name, p.initial_call):
@@ -155,7 +155,7 @@ def idleness(t: ProcessTable, earlier: ProcessTable | None = None) -> Idleness:
                       and t.activity[pid][1] == 0 and before[pid][1] == 0)  # fmt: skip
     dt = (t.taken_at - earlier.taken_at if t.taken_at is not None
           and earlier.taken_at is not None else None)  # fmt: skip
-    return Idleness("two reads", quiet, dt, len(quiet) / len(both) if both else 0.0)
+    return Idleness("two reads", quiet, dt, frozenset(both))
 
 
 def _system_group(g: Group) -> bool:
@@ -188,8 +188,9 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
       the last collection hold both).
 
     With two reads, a group's idle members and heap are the scan's (waiting, empty mailbox)
-    scaled by the share of its reported members that stayed quiet between the reads (the share
-    over every process where none of its members is reported). OTP's own groups are apart."""
+    scaled by the share of its reported members that stayed quiet between the reads; where none
+    of its members is reported, by the share over the processes not reported (less OTP's own
+    groups, quiet as a rule). OTP's own processes are apart."""
     ws = t.wordsize or 8
     minimum = MIN_HEAP_WORDS * ws
     measured = _probed(probe)
@@ -197,6 +198,13 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
     rows: list[dict[str, Any]] = []
     system = {"count": 0, "total_heap_bytes": 0}
     listed_count = listed_heap = 0
+    rest_share = None
+    if idle.quiet is not None and idle.both is not None:
+        reported = {p.pid for p in t.procs}
+        own = sum(g.idle_count or 0 for g in t.groups if _system_group(g)) - sum(
+            1 for p in t.procs if p.idle and is_system(p.name, p.initial_call))
+        quiet = len(idle.quiet - reported) - max(own, 0)
+        rest_share = max(quiet, 0) / max(len(idle.both - reported) - max(own, 0), 1)
     for g in t.groups:
         listed_count += g.idle_count or 0
         listed_heap += g.idle_total_heap_bytes or 0
@@ -215,13 +223,14 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
             rows.append(_idle_group(
                 g.initial_call, count,
                 max((g.idle_total_heap_bytes or 0) - sum(p.total_heap_bytes for p in out), 0),
-                [p for p in members.get(g.initial_call, []) if p not in own], idle, measured,
-                minimum))
+                [p for p in members.get(g.initial_call, []) if p not in own], idle, rest_share,
+                measured, minimum))
     # processes beyond the groups listed (a node with more initial calls than are sent)
     rest_count = max((t.idle_count or 0) - listed_count, 0)
     rest_heap = max((t.idle_total_heap_bytes or 0) - listed_heap, 0)
     if rest_count and rest_heap:
-        rows.append(_idle_group("(other groups)", rest_count, rest_heap, [], idle, {}, minimum))
+        rows.append(_idle_group("(other groups)", rest_count, rest_heap, [], idle, rest_share,
+                                {}, minimum))
     rows = sorted((r for r in rows if r["count"] > 0),
                   key=lambda r: (-r["releases"], r["initial_call"]))
     return {
@@ -236,7 +245,8 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
 
 
 def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idleness,
-                measured: dict[str, ProbeResult], minimum: int) -> dict[str, Any]:
+                rest_share: float | None, measured: dict[str, ProbeResult], minimum: int
+                ) -> dict[str, Any]:  # fmt: skip
     if idle.quiet is not None:
         seen = [p for p in members if p.idle]  # idle at the instant the scan read it
         if seen:
@@ -245,7 +255,7 @@ def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idle
             heap = round(heap * sum(p.total_heap_bytes for p in seen
                                     if p.pid in idle.quiet) / held)  # fmt: skip
         else:
-            count, heap = round(count * (idle.share or 0)), round(heap * (idle.share or 0))
+            count, heap = round(count * (rest_share or 0)), round(heap * (rest_share or 0))
     probed = [measured[p.pid] for p in members if p.pid in measured and idle.idle(p)]
     before = sum(r.heap_before for r in probed)
     bound = max(heap - count * minimum, 0)
