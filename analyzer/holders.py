@@ -265,8 +265,12 @@ def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idle
     else:
         releases, how = bound, "bound"
     names = sorted({p.name for p in members if p.name})[:3]
+    # where its members wait: a group spawned from a fun is only erlang:apply/2 otherwise
+    waits = [p.current_function for p in members if p.current_function and idle.idle(p)]
+    current = max(sorted(set(waits)), key=waits.count) if waits else None
     return {"initial_call": key, "count": count, "total_heap_bytes": heap, "releases": releases,
-            "how": how, "probed": len(probed), "bound": bound, "names": names}
+            "how": how, "probed": len(probed), "bound": bound, "names": names,
+            "current_function": current}
 
 
 def _pinned(p: Proc) -> int | None:
@@ -664,5 +668,6 @@ def idle_verdict(processes: dict[str, Any] | None, node_bytes: int) -> Reason | 
     return Reason("idle_heaps", {
         "releases": ih["releases"], "bound": ih["measured_releases"] < ih["releases"] / 2,
         "node_bytes": node_bytes, "count": ih["count"], "idle_by": ih["idle_by"],
-        "group": top["initial_call"], "group_count": top["count"],
+        "group": top["initial_call"], "waiting_in": top["current_function"],
+        "group_count": top["count"],
         "group_releases": top["releases"], "probed": top["probed"]})

@@ -359,9 +359,13 @@ def _idle_release(n: dict[str, Any], key: str) -> str:
 def idle_headline(n: dict[str, Any]) -> str:
     """NO FLAG HELPS for dead data in idle heaps (reason `idle_heaps`, analyzer/holders.py
     idle_verdict): the bytes a collection releases, of the node, and the group to act on."""
-    return _fit(NO_FLAG, [f"{_idle_release(n, 'releases')} of {human(n['node_bytes'])} is dead "
-                          "data in idle heaps",
-                          f"hibernate {n['group']}"])
+    first = f"{_idle_release(n, 'releases')} of {human(n['node_bytes'])} is dead in idle heaps"
+    g, w = n["group"], n.get("waiting_in")
+    # where they wait tells more than a group spawned from a fun (erlang:apply/2)
+    acts = ([f"hibernate {g} in {w}", f"hibernate those in {w}"] if w else []) + [
+        f"hibernate {g}"]
+    fits = [a for a in acts if len(f"{NO_FLAG}: {first}; {a}") <= HEADLINE_MAX]
+    return _fit(NO_FLAG, [first, fits[0] if fits else acts[-1]])
 
 
 def idle_why(n: dict[str, Any], total: Total) -> list[str]:
@@ -373,7 +377,8 @@ def idle_why(n: dict[str, Any], total: Total) -> list[str]:
     return [f"Why: the allocators use {pct(total.usage)} of {human(total.allocated)}, but "
             f"{n['count']:,} processes {idle} and keep heaps that grew once: words in use "
             "since a collection are not live data.",
-            f"What does: collect or hibernate {n['group']} ({n['group_count']:,} idle): "
+            f"What does: collect or hibernate {n['group']} ({n['group_count']:,} idle"
+            + (f", waiting in {n['waiting_in']}" if n.get("waiting_in") else "") + "): "
             f"{_idle_release(n, 'group_releases')}, {how}."]
 
 

@@ -66,7 +66,10 @@ def test_feeley_is_not_healthy_and_the_probe_estimate_holds(feeley: Node) -> Non
     v = recommend(snap, predict=False, processes=j)["verdict"]
     assert v["state"] == "NO FLAG HELPS"
     assert len(v["headline"]) <= 100
-    assert "dead data in idle heaps" in v["headline"] and top["initial_call"] in v["headline"]
+    # the group to act on, by where its members wait (a fun's group is only erlang:apply/2)
+    assert top["current_function"] == "feeley:link_of/3"
+    assert "dead in idle heaps" in v["headline"] and "feeley:link_of/3" in v["headline"], v
+    assert "feeley:link_of/3" in " ".join(v["why"])
     assert "GC probe collected 3" in " ".join(v["why"])
     before, after = _ints(feeley.eval(
         "{erlang:memory(processes), begin [erlang:garbage_collect(P) "
