@@ -518,8 +518,11 @@ def probe_candidates(t: ProcessTable, n: int, earlier: ProcessTable | None = Non
              if (p.binary_exclusive_bytes or 0) >= MIN_PINNED]
     members = _members(t)
     rows = idle_heaps(t, idle)["groups"]
-    queues = [_top([p for p in members.get(g["initial_call"], []) if idle.idle(p)],
-                   lambda p: p.total_heap_bytes, n)
+    # of each group, members that wait where most of it waits first (the one main process
+    # beside ten thousand workers would speak for none of them), the largest heap first
+    queues = [sorted((p for p in members.get(g["initial_call"], []) if idle.idle(p)),
+                     key=lambda p, w=g["current_function"]: (p.current_function != w,
+                                                             -p.total_heap_bytes, p.pid))[:n]
               for g in rows if g["releases"] >= MIN_GROUP_RELEASE]  # fmt: skip
     for i in range(max((len(q) for q in queues), default=0)):
         order += [q[i] for q in queues if i < len(q)]

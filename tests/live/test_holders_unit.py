@@ -261,3 +261,29 @@ def test_a_queue_is_bounded_by_name_or_not_at_all() -> None:
     (q,) = [r for r in e.remedies if r.code == "bound_queue"]
     assert q.who == "slow_consumer" and "slow_consumer" in wording.remedy(q)
     assert "slow_consumer" in wording.remedy_short(q)
+
+
+def test_probe_takes_members_that_wait_where_the_group_waits() -> None:
+    """The main process of a fleet, with the largest heap of its group, waits elsewhere: the
+    probe takes the members that wait where most of the group does, which speak for it."""
+    main = dataclasses.replace(worker(0, heap=400_000), current_function="app:main/0")
+    ws = [main, *(worker(i) for i in range(1, 4))]
+    t = fleet(ws, 5000, 32 * 1024)
+    assert h.probe_candidates(t, 2) == [ws[1].pid, ws[2].pid]
+
+
+def test_terminal_shows_idle_heaps_and_how_they_are_known() -> None:
+    from rich.console import Console
+
+    from beamalloc.reporters.holders import render
+
+    ws = [worker(i) for i in range(3)]
+    probe = [ProbeResult(p.pid, None, heap_before=32 * 1024, heap_after=2048) for p in ws]
+    for pr, want in ((None, ("up to", "bound", "idle at one instant")),
+                     (probe, ("~", "GC probe on 3"))):
+        c = Console(record=True, width=120, color_system=None)
+        render(h.processes_json(fleet(ws, 1000, 32 * 1024), pr), c)
+        text = c.export_text()
+        row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("w:loop/0")
+                   and "1,000" in ln and ("bound" in ln or "probe" in ln))
+        assert all(x in row or x in text for x in want), row
