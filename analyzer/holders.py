@@ -201,10 +201,10 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
     rest_share = None
     if idle.quiet is not None and idle.both is not None:
         reported = {p.pid for p in t.procs}
-        own = sum(g.idle_count or 0 for g in t.groups if _system_group(g)) - sum(
-            1 for p in t.procs if p.idle and is_system(p.name, p.initial_call))
-        quiet = len(idle.quiet - reported) - max(own, 0)
-        rest_share = max(quiet, 0) / max(len(idle.both - reported) - max(own, 0), 1)
+        otp = max(sum(g.idle_count or 0 for g in t.groups if _system_group(g)) - sum(
+            1 for p in t.procs if p.idle and is_system(p.name, p.initial_call)), 0)
+        quiet = len(idle.quiet - reported) - otp
+        rest_share = max(quiet, 0) / max(len(idle.both - reported) - otp, 1)
     for g in t.groups:
         listed_count += g.idle_count or 0
         listed_heap += g.idle_total_heap_bytes or 0
@@ -214,17 +214,17 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
             continue
         # OTP's own processes spawned the application's way (erlang:apply/2 on OTP 25): those
         # reported are taken out of their group
-        own = [p for p in members.get(g.initial_call, []) if is_system(p.name, p.initial_call)]
-        out = [p for p in own if p.idle]
-        system["count"] += len(out)
-        system["total_heap_bytes"] += sum(p.total_heap_bytes for p in out)
-        count = (g.idle_count or 0) - len(out)
+        mine = members.get(g.initial_call, [])
+        otp_pids = {p.pid for p in mine if is_system(p.name, p.initial_call)}
+        otp_idle = [p for p in mine if p.pid in otp_pids and p.idle]
+        system["count"] += len(otp_idle)
+        system["total_heap_bytes"] += sum(p.total_heap_bytes for p in otp_idle)
+        count = (g.idle_count or 0) - len(otp_idle)
         if count > 0:
-            rows.append(_idle_group(
-                g.initial_call, count,
-                max((g.idle_total_heap_bytes or 0) - sum(p.total_heap_bytes for p in out), 0),
-                [p for p in members.get(g.initial_call, []) if p not in own], idle, rest_share,
-                measured, minimum))
+            heap = (g.idle_total_heap_bytes or 0) - sum(p.total_heap_bytes for p in otp_idle)
+            rows.append(_idle_group(g.initial_call, count, max(heap, 0),
+                                    [p for p in mine if p.pid not in otp_pids], idle,
+                                    rest_share, measured, minimum))
     # processes beyond the groups listed (a node with more initial calls than are sent)
     rest_count = max((t.idle_count or 0) - listed_count, 0)
     rest_heap = max((t.idle_total_heap_bytes or 0) - listed_heap, 0)
