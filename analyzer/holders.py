@@ -231,10 +231,17 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
     if rest_count and rest_heap:
         rows.append(_idle_group("(other groups)", rest_count, rest_heap, [], idle, rest_share,
                                 {}, minimum))
+    # a sampled scan (its budget cut it) read a fair sample: its figures stand for the node
+    scale = t.count / t.scanned if not t.complete and t.scanned and t.source == "live" else None
+    if scale is not None:
+        for r in rows:
+            for k in ("count", "total_heap_bytes", "releases", "bound"):
+                r[k] = round(r[k] * scale)
     rows = sorted((r for r in rows if r["count"] > 0),
                   key=lambda r: (-r["releases"], r["initial_call"]))
     return {
         "idle_by": idle.by, "seconds": None if idle.seconds is None else round(idle.seconds, 3),
+        "scaled": None if scale is None else round(scale, 4),
         "count": sum(r["count"] for r in rows),
         "total_heap_bytes": sum(r["total_heap_bytes"] for r in rows),
         "releases": sum(r["releases"] for r in rows),
@@ -372,7 +379,8 @@ def _idle_finding(t: ProcessTable, idle: Idleness, ih: dict[str, Any]) -> dict[s
     n, heap, rel = ih["count"], ih["total_heap_bytes"], ih["releases"]
     if not big and rel < MIN_IDLE_HEAP_TOTAL:
         return None
-    partial = "" if t.complete else " of those read"
+    partial = ("" if t.complete else f" (scaled from the {t.scanned:,} of {t.count:,} read)"
+               if ih.get("scaled") else " of those read")
     where = "; ".join(f"{g['initial_call']}: {g['count']:,} idle, "
                       f"{human(g['total_heap_bytes'])}, releases {_release(g)}"
                       + (f" ({', '.join(g['names'][:2])}, ...)" if g["names"] else "")

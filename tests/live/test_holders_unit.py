@@ -287,3 +287,16 @@ def test_terminal_shows_idle_heaps_and_how_they_are_known() -> None:
         row = next(ln for ln in text.splitlines() if ln.lstrip().startswith("w:loop/0")
                    and "1,000" in ln and ("bound" in ln or "probe" in ln))
         assert all(x in row or x in text for x in want), row
+
+
+def test_a_sampled_scan_stands_for_the_node() -> None:
+    """A scan its budget cut read a fair sample: 2,500 of 10,000 processes, 2,500 idle members
+    read, so 10,000 on the node."""
+    t = dataclasses.replace(fleet([worker(0)], 2500, 32 * 1024), count=10_000, scanned=2500,
+                            complete=False)
+    ih = h.processes_json(t)["idle_heaps"]
+    assert ih["scaled"] == 4.0 and ih["count"] == 10_000
+    assert ih["releases"] == 4 * 2500 * (32 * 1024 - MIN)
+    f = next(x for x in h.findings(t) if x["rule"] == "H2")
+    assert "scaled from the 2,500 of 10,000 read" in f["message"]
+    assert h.processes_json(fleet([worker(0)], 2500, 32 * 1024))["idle_heaps"]["scaled"] is None
