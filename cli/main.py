@@ -295,14 +295,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             earlier = load(args.rate_from, args)
             rate, why = carrier_rate(earlier, snap)
             turn = measure_turnover(earlier, snap)  # and how fast it replaces its binaries
-        elif live and args.rate_seconds > 0 and (trades or not args.no_predict or first):
+        elif live and args.rate_seconds > 0 and (trades or not args.no_predict):
             # A speed trade needs calls per second now, not over the node's life (issue 17);
-            # the prediction, how fast the node replaces its blocks (issue 22); idleness, what
-            # the processes did in between (issue 24).
+            # the prediction, how fast the node replaces its blocks (issue 22).
             wait = args.rate_seconds if trades else min(args.rate_seconds, TURNOVER_SECONDS)
             what = (f"{', '.join(trades)} trade memory for speed" if trades
-                    else "the prediction needs the node's turnover" if not args.no_predict
-                    else "idle processes are told by two reads")  # fmt: skip
+                    else "the prediction needs the node's turnover")  # fmt: skip
             note(f"{what}: sampling {args.source} again in {wait:g} s (--rate-seconds 0 "
                  "skips it)")  # fmt: skip
             with Progress(f"recommending for {short(args.source)}") as p:

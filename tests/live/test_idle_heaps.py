@@ -68,11 +68,12 @@ def _two_reads(w: Node) -> tuple[procs.ProcessTable, procs.ProcessTable]:
 
 
 def test_cli_recommend_reads_twice_and_analyze_once(feeley: Node, tmp_path: Path) -> None:
-    """As users run it: `recommend NODE` reads the processes at both of its reads and judges
-    idleness by their difference; `analyze NODE` reads once and says "idle at one instant"."""
+    """As users run it: `recommend NODE` reads the processes at both of its reads (the second
+    is for the prediction's turnover) and judges idleness by their difference; `analyze NODE`
+    reads once and says "idle at one instant"."""
     env = {**os.environ, "BEAMALLOC_COOKIE": feeley.cookie, "HOME": str(tmp_path)}
-    r = run_cli("recommend", feeley.node, "--json", "--no-predict", "--rate-seconds", "1",
-                "--timeout", "60", env=env, timeout=120)
+    r = run_cli("recommend", feeley.node, "--json", "--rate-seconds", "1", "--timeout", "60",
+                env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     ih = doc["processes"]["idle_heaps"]
