@@ -20,11 +20,11 @@ collection; hibernation (erlang:hibernate/3) collects and shrinks the heap to it
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from beamalloc.analyzer.records import NoFlagEntry, Remedy
-from beamalloc.collector.processes import ProbeResult, Proc, ProcessTable
+from beamalloc.analyzer.records import NoFlagEntry, Reason, Remedy
+from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
 from beamalloc.units import human
 
 #: Rows per top list in the JSON and the reports.
@@ -47,8 +47,42 @@ PROCBIN_WORDS = 6
 #: and under which they are live.
 DEAD_SHARE, LIVE_SHARE = 0.5, 0.1
 
+#: Reductions a process may spend between two reads and still be idle: answering the scan's
+#: own process_info signals costs it a few (under 50 for two scans, docs/processes.md "What is
+#: never done to the target"); handling one message costs more.
+IDLE_REDUCTIONS = 50
+#: Dead data in idle heaps that is at least this share of the node's memory rules HEALTHY out
+#: (issue 24 item 7): most of the node is then heap that a collection gives back.
+MOSTLY_IDLE = 0.5
+#: Groups probed in turn by the GC probe: those whose idle heaps could release this much.
+MIN_GROUP_RELEASE = MIN_IDLE_HEAP_TOTAL
+
+#: OTP's own processes (issue 24 item 6), kept apart from the application's: never counted
+#: idle, never a hibernation candidate, never probed. By registered name, and by the module of
+#: the initial call (proc_lib's '$initial_call' where read); every erts_* module is OTP's too.
+SYSTEM_NAMES = frozenset({
+    "init", "erl_prim_loader", "code_server", "application_controller", "kernel_sup",
+    "kernel_safe_sup", "kernel_refc", "kernel_config", "rex", "global_name_server",
+    "global_group", "global_group_check", "inet_db", "file_server_2", "standard_error",
+    "standard_error_sup", "user", "user_drv", "user_drv_reader", "user_drv_writer", "logger",
+    "logger_sup", "logger_handler_watcher", "logger_proxy", "logger_std_h_default",
+    "erl_signal_server", "socket_registry", "net_kernel", "net_sup", "auth", "erl_epmd",
+    "timer_server", "error_logger", "erts_code_purger", "erts_literal_area_collector",
+    "erts_dirty_process_signal_handler", "erts_trace_cleaner", "ddll_server", "os_server",
+})
+SYSTEM_MODULES = frozenset({
+    "init", "erl_prim_loader", "code_server", "application_controller", "application_master",
+    "kernel", "kernel_refc", "kernel_config", "rpc", "erpc", "global", "global_group",
+    "inet_db", "file_server", "file_io_server", "standard_error", "user_drv", "group",
+    "prim_tty", "logger_olp", "logger_sup", "logger_handler_watcher", "logger_proxy",
+    "logger_std_h", "logger_h_common", "erl_signal_handler", "socket_registry", "net_kernel",
+    "auth", "erl_epmd", "timer", "error_logger", "erl_distribution", "dist_util",
+    "inet_tcp_dist", "prim_file", "prim_inet", "erl_ddll",
+})
+
 #: The findings' home in the shipped docs, cited first (beamalloc/citations.py links it).
 SRC_FACTS = 'docs/processes.md "Facts"'
+SRC_IDLE = 'docs/processes.md "Idle heaps"'
 SRC_GC = "erlang:garbage_collect/1 doc"
 SRC_HIB = "erlang:hibernate/3 doc"
 SRC_EIA = "Erlang in Anger §7.2"
@@ -81,6 +115,169 @@ def _references_survived(p: Proc, ws: int) -> int | None:
     if p.survived_bytes is None or p.binary_count is None:
         return None
     return min(p.binary_count, p.survived_bytes // (PROCBIN_WORDS * ws))
+
+
+def is_system(name: str | None, initial_call: str | None) -> bool:
+    """One of OTP's own processes (SYSTEM_NAMES, SYSTEM_MODULES), not the application's."""
+    if name in SYSTEM_NAMES:
+        return True
+    mod = (initial_call or "").split(":", 1)[0]
+    return mod in SYSTEM_MODULES or mod.startswith("erts_")
+
+
+@dataclass(frozen=True)
+class Idleness:
+    """Which processes are idle, and by what measure: by what they did between two reads
+    (`two reads`: reductions within IDLE_REDUCTIONS, no message waiting at either), or, with one
+    read, by their status at that instant (`one instant`: waiting, empty mailbox), which a
+    process busy a moment before or after also shows. OTP's own processes never are."""
+
+    by: str  # "two reads" | "one instant"
+    quiet: frozenset[str] | None = None  # two reads: the pids that did nothing in between
+    seconds: float | None = None  # between the two reads
+    both: frozenset[str] | None = None  # two reads: the pids read both times
+
+    def idle(self, p: Proc) -> bool:
+        if is_system(p.name, p.initial_call):
+            return False
+        return p.pid in self.quiet if self.quiet is not None else p.idle
+
+
+def idleness(t: ProcessTable, earlier: ProcessTable | None = None) -> Idleness:
+    """Idle by two reads where both tables carry every process's activity, else at one
+    instant."""
+    if earlier is None or earlier.activity is None or t.activity is None:
+        return Idleness("one instant")
+    before = earlier.activity
+    both = [pid for pid in t.activity if pid in before]
+    quiet = frozenset(pid for pid in both
+                      if t.activity[pid][0] - before[pid][0] <= IDLE_REDUCTIONS
+                      and t.activity[pid][1] == 0 and before[pid][1] == 0)  # fmt: skip
+    dt = (t.taken_at - earlier.taken_at if t.taken_at is not None
+          and earlier.taken_at is not None else None)  # fmt: skip
+    return Idleness("two reads", quiet, dt, frozenset(both))
+
+
+def _system_group(g: Group) -> bool:
+    return is_system(None, g.initial_call) or bool(
+        g.names and len(g.names) == g.count and all(n in SYSTEM_NAMES for n in g.names))
+
+
+def _members(t: ProcessTable) -> dict[str, list[Proc]]:
+    """The reported processes by the group they count in: proc_lib's '$initial_call' where the
+    groups use it (OTP 26+), else the call they were spawned with (OTP 25)."""
+    keys = {g.initial_call for g in t.groups}
+    out: dict[str, list[Proc]] = {}
+    for p in t.procs:
+        k = p.initial_call if p.initial_call in keys else p.spawned_as
+        if k is not None:
+            out.setdefault(k, []).append(p)
+    return out
+
+
+def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None = None
+               ) -> dict[str, Any]:
+    """What collecting or hibernating the idle processes would release, per group (initial
+    call), and how each figure was had (docs/processes.md "Idle heaps"):
+
+    * `probe`: the GC probe collected members of the group; the share of their heaps it
+      released, applied to the group's idle heaps (an estimate from a measurement that changed
+      those members);
+    * `bound`: read-only, at most the heaps beyond their minimum (233 words each): a collection
+      keeps the live data, which one read cannot tell from the dead (the words in use since
+      the last collection hold both).
+
+    With two reads, a group's idle members and heap are the scan's (waiting, empty mailbox)
+    scaled by the share of its reported members that stayed quiet between the reads; where none
+    of its members is reported, by the share over the processes not reported (less OTP's own
+    groups, quiet as a rule). OTP's own processes are apart."""
+    ws = t.wordsize or 8
+    minimum = MIN_HEAP_WORDS * ws
+    measured = _probed(probe)
+    members = _members(t)
+    rows: list[dict[str, Any]] = []
+    system = {"count": 0, "total_heap_bytes": 0}
+    listed_count = listed_heap = 0
+    rest_share = None
+    if idle.quiet is not None and idle.both is not None:
+        reported = {p.pid for p in t.procs}
+        otp = max(sum(g.idle_count or 0 for g in t.groups if _system_group(g)) - sum(
+            1 for p in t.procs if p.idle and is_system(p.name, p.initial_call)), 0)
+        quiet = len(idle.quiet - reported) - otp
+        rest_share = max(quiet, 0) / max(len(idle.both - reported) - otp, 1)
+    for g in t.groups:
+        listed_count += g.idle_count or 0
+        listed_heap += g.idle_total_heap_bytes or 0
+        if _system_group(g):
+            system["count"] += g.idle_count or 0
+            system["total_heap_bytes"] += g.idle_total_heap_bytes or 0
+            continue
+        # OTP's own processes spawned the application's way (erlang:apply/2 on OTP 25): those
+        # reported are taken out of their group
+        mine = members.get(g.initial_call, [])
+        otp_pids = {p.pid for p in mine if is_system(p.name, p.initial_call)}
+        otp_idle = [p for p in mine if p.pid in otp_pids and p.idle]
+        system["count"] += len(otp_idle)
+        system["total_heap_bytes"] += sum(p.total_heap_bytes for p in otp_idle)
+        count = (g.idle_count or 0) - len(otp_idle)
+        if count > 0:
+            heap = (g.idle_total_heap_bytes or 0) - sum(p.total_heap_bytes for p in otp_idle)
+            rows.append(_idle_group(g.initial_call, count, max(heap, 0),
+                                    [p for p in mine if p.pid not in otp_pids], idle,
+                                    rest_share, measured, minimum))
+    # processes beyond the groups listed (a node with more initial calls than are sent)
+    rest_count = max((t.idle_count or 0) - listed_count, 0)
+    rest_heap = max((t.idle_total_heap_bytes or 0) - listed_heap, 0)
+    if rest_count and rest_heap:
+        rows.append(_idle_group("(other groups)", rest_count, rest_heap, [], idle, rest_share,
+                                {}, minimum))
+    # a sampled scan (its budget cut it) read a fair sample: its figures stand for the node
+    scale = t.count / t.scanned if not t.complete and t.scanned and t.source == "live" else None
+    if scale is not None:
+        for r in rows:
+            for k in ("count", "total_heap_bytes", "releases", "bound"):
+                r[k] = round(r[k] * scale)
+    rows = sorted((r for r in rows if r["count"] > 0),
+                  key=lambda r: (-r["releases"], r["initial_call"]))
+    return {
+        "idle_by": idle.by, "seconds": None if idle.seconds is None else round(idle.seconds, 3),
+        "scaled": None if scale is None else round(scale, 4),
+        "count": sum(r["count"] for r in rows),
+        "total_heap_bytes": sum(r["total_heap_bytes"] for r in rows),
+        "releases": sum(r["releases"] for r in rows),
+        "measured_releases": sum(r["releases"] for r in rows if r["how"] == "probe"),
+        "bound": sum(r["bound"] for r in rows),
+        "groups": rows[:TOP_ROWS], "system": system,
+    }
+
+
+def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idleness,
+                rest_share: float | None, measured: dict[str, ProbeResult], minimum: int
+                ) -> dict[str, Any]:  # fmt: skip
+    if idle.quiet is not None:
+        seen = [p for p in members if p.idle]  # idle at the instant the scan read it
+        if seen:
+            held = sum(p.total_heap_bytes for p in seen) or 1
+            count = round(count * sum(p.pid in idle.quiet for p in seen) / len(seen))
+            heap = round(heap * sum(p.total_heap_bytes for p in seen
+                                    if p.pid in idle.quiet) / held)  # fmt: skip
+        else:
+            count, heap = round(count * (rest_share or 0)), round(heap * (rest_share or 0))
+    probed = [measured[p.pid] for p in members if p.pid in measured and idle.idle(p)]
+    before = sum(r.heap_before for r in probed)
+    bound = max(heap - count * minimum, 0)
+    if probed and before:
+        share = max(sum(r.released_heap_bytes for r in probed), 0) / before
+        releases, how = min(round(heap * share), bound), "probe"
+    else:
+        releases, how = bound, "bound"
+    names = sorted({p.name for p in members if p.name})[:3]
+    # where its members wait: a group spawned from a fun is only erlang:apply/2 otherwise
+    waits = [p.current_function for p in members if p.current_function and idle.idle(p)]
+    current = max(sorted(set(waits)), key=waits.count) if waits else None
+    return {"initial_call": key, "count": count, "total_heap_bytes": heap, "releases": releases,
+            "how": how, "probed": len(probed), "bound": bound, "names": names,
+            "current_function": current}
 
 
 def _pinned(p: Proc) -> int | None:
@@ -116,12 +313,15 @@ def binary_holder(p: Proc, ws: int, probe: ProbeResult | None) -> dict[str, Any]
                    "measures it"}
 
 
-def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[dict[str, Any]]:
-    """H1 pinned binaries, H2 idle heaps (hibernation candidates), H3 long mailboxes."""
+def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
+             idle: Idleness | None = None) -> list[dict[str, Any]]:
+    """H1 pinned binaries, H2 idle heaps, H3 long mailboxes. `idle`: how idleness was read
+    (default: at the one instant of `t`)."""
     ws = t.wordsize or 8
+    idle = idle or idleness(t)
     measured = _probed(probe)
     out: list[dict[str, Any]] = []
-    for p in _top([p for p in t.procs if p.idle], _pinned, 50):
+    for p in _top([p for p in t.procs if idle.idle(p)], _pinned, 50):
         if (_pinned(p) or 0) < MIN_PINNED:
             break
         h = binary_holder(p, ws, measured.get(p.pid))
@@ -155,48 +355,9 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
                 "expiry) or keep the data elsewhere (ETS, disk)",
                 {"holder": h, "bytes": p.binary_exclusive_bytes, "releases": h["released"] or 0},
                 (SRC_EIA,)))
-    big = [p for p in t.procs if p.idle and p.total_heap_bytes >= MIN_IDLE_HEAP]
-    n_idle = t.idle_count if t.idle_count is not None else len(big)
-    idle_heap = (t.idle_total_heap_bytes if t.idle_total_heap_bytes is not None
-                 else sum(p.total_heap_bytes for p in big))
-    grown = max(idle_heap - n_idle * MIN_HEAP_WORDS * ws, 0)  # beyond their minimum heaps
-    if big or grown >= MIN_IDLE_HEAP_TOTAL:
-        probed = [measured[p.pid] for p in big if p.pid in measured]
-        if probed:
-            freed = sum(r.released_heap_bytes for r in probed)
-            before = sum(r.heap_before for r in probed)
-            how = (f"the GC probe collected {len(probed)} of them: {human(freed)} of "
-                   f"{human(before)} of heap released")
-        elif big:
-            used = sum(p.heap_used_bytes or p.total_heap_bytes for p in big)
-            held = sum(p.total_heap_bytes for p in big)
-            how = (f"the {len(big)} largest reported hold {human(held)}, at most {human(used)} "
-                   "of it in use (used heap words): a hibernation leaves no more than that")
-        else:
-            how = "their heaps are no more than a collection's worth each"
-        gs = sorted((g for g in t.groups if g.idle_total_heap_bytes),
-                    key=lambda g: -(g.idle_total_heap_bytes or 0))[:3]
-        where = "; ".join(f"{g.initial_call}: {g.idle_count:,} idle, "
-                          f"{human(g.idle_total_heap_bytes)}"
-                          + (f" ({', '.join(g.names[:2])}, ...)" if g.names else "")
-                          for g in gs)
-        names = ", ".join(p.label() for p in _top(big, lambda p: p.total_heap_bytes, 3))
-        partial = "" if t.complete else " of those read"
-        out.append({
-            "rule": "H2", "level": "action" if grown >= MIN_IDLE_HEAP_TOTAL else "info",
-            "process": None, "processes": [p.pid for p in big],
-            "title": f"{n_idle:,} idle processes hold {human(idle_heap)} of heap",
-            "message": f"{n_idle:,} idle processes{partial} hold {human(idle_heap)} of heap, "
-                       f"{human(grown)} beyond their minimum heaps (by initial call: {where}); "
-                       f"largest: {names or 'none over ' + human(MIN_IDLE_HEAP)}; {how}. "
-                       "Hibernation candidates: erlang:hibernate/3 (gen_server: the "
-                       "`hibernate` return or {hibernate_after, Ms}) shrinks each to its live "
-                       "data; it costs a full collection per hibernation and a heap rebuilt "
-                       "on the next message",
-            "evidence": {"count": n_idle, "total_heap_bytes": idle_heap, "grown_bytes": grown,
-                         "largest": [p.pid for p in big], "probed": [r.pid for r in probed]},
-            "sources": [SRC_FACTS, SRC_HIB, SRC_GC, SRC_EIA],
-        })
+    h2 = _idle_finding(t, idle, idle_heaps(t, idle, probe))
+    if h2 is not None:
+        out.append(h2)
     for p in _top(t.procs, lambda p: p.message_queue_len, 20):
         if p.message_queue_len < MIN_MAILBOX:
             break
@@ -208,6 +369,64 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None) -> list[di
             "handled; a collection releases none of it",
             {"message_queue_len": p.message_queue_len, "memory": p.memory}, (SRC_PI, SRC_EIA)))
     return out
+
+
+def _idle_finding(t: ProcessTable, idle: Idleness, ih: dict[str, Any]) -> dict[str, Any] | None:
+    """H2: the heaps of idle processes, what collecting them would release per group and how
+    that is known. With one read they are idle at one instant and not called hibernation
+    candidates: a process between two messages shows the same status."""
+    big = [p for p in t.procs if idle.idle(p) and p.total_heap_bytes >= MIN_IDLE_HEAP]
+    n, heap, rel = ih["count"], ih["total_heap_bytes"], ih["releases"]
+    if not big and rel < MIN_IDLE_HEAP_TOTAL:
+        return None
+    partial = ("" if t.complete else f" (scaled from the {t.scanned:,} of {t.count:,} read)"
+               if ih.get("scaled") else " of those read")
+    where = "; ".join(f"{g['initial_call']}: {g['count']:,} idle, "
+                      f"{human(g['total_heap_bytes'])}, releases {_release(g)}"
+                      + (f" ({', '.join(g['names'][:2])}, ...)" if g["names"] else "")
+                      for g in ih["groups"][:3])
+    names = ", ".join(p.label() for p in _top(big, lambda p: p.total_heap_bytes, 3))
+    apart = ih["system"]
+    system = (f"; OTP's own processes are apart ({apart['count']:,} idle, "
+              f"{human(apart['total_heap_bytes'])})" if apart["count"] else "")
+    if idle.by == "two reads":
+        secs = f" {idle.seconds:.1f} s apart" if idle.seconds is not None else ""
+        title = (f"{n:,} idle processes hold {human(heap)} of heap; a collection releases "
+                 f"{_release(ih)}")
+        head = (f"{n:,} processes{partial} did nothing between two reads{secs} (no reductions "
+                f"beyond the scan's own, no message waiting) and hold {human(heap)} of heap")
+        tail = ("Hibernation candidates: erlang:hibernate/3 (gen_server: the `hibernate` "
+                "return or {hibernate_after, Ms}) shrinks each to its live data; it costs a "
+                "full collection per hibernation and a heap rebuilt on the next message")
+    else:
+        title = f"{n:,} processes idle at one instant hold {human(heap)} of heap"
+        head = (f"{n:,} processes{partial} were waiting with an empty mailbox when read, once, "
+                f"and hold {human(heap)} of heap")
+        tail = ("Idle at one instant only: a process between two messages looks the same; "
+                "two reads (`recommend NODE` reads the node twice) tell which stay idle")
+    return {
+        "rule": "H2", "level": "action" if rel >= MIN_IDLE_HEAP_TOTAL else "info",
+        "process": None, "processes": [p.pid for p in big], "title": title,
+        "message": f"{head} (by initial call: {where or 'none listed'}){system}; largest: "
+                   f"{names or 'none over ' + human(MIN_IDLE_HEAP)}. Words in use since a "
+                   "process's last collection are not live data: a collection keeps only what "
+                   f"the process still references. {tail}",
+        "evidence": {"count": n, "total_heap_bytes": heap, "releases": rel,
+                     "measured_releases": ih["measured_releases"], "idle_by": idle.by,
+                     "grown_bytes": ih["bound"], "largest": [p.pid for p in big],
+                     "probed": sum(g["probed"] for g in ih["groups"])},
+        "sources": [SRC_IDLE, SRC_FACTS, SRC_HIB, SRC_GC, SRC_EIA],
+    }
+
+
+def _release(x: dict[str, Any]) -> str:
+    """A group's (or the total's) release, said with how it is known."""
+    if "how" in x:
+        return (f"~{human(x['releases'])} (GC probe on {x['probed']})" if x["how"] == "probe"
+                else f"at most {human(x['releases'])}")
+    if x["measured_releases"] >= x["releases"] / 2:
+        return f"~{human(x['releases'])} (GC probe estimate)"
+    return f"at most {human(x['releases'])}"
 
 
 def _finding(rule: str, level: str, p: Proc, title: str, message: str,
@@ -254,9 +473,12 @@ def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> dict[str, Any]:
-    """The `processes` section (docs/analysis-schema.md; issue 12 item 4)."""
-    found = findings(t, probe)
+def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
+                   earlier: ProcessTable | None = None) -> dict[str, Any]:
+    """The `processes` section (docs/analysis-schema.md; issue 12 item 4). `earlier`: a read of
+    the same node before `t`, by whose difference idleness is judged (issue 24 item 6)."""
+    idle = idleness(t, earlier)
+    found = findings(t, probe, idle)
     procs = t.procs
     return {
         "source": t.source, "count": t.count, "scanned": t.scanned, "complete": t.complete,
@@ -273,8 +495,10 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> d
                     "total_heap_bytes": g.total_heap_bytes,
                     "message_queue_len": g.message_queue_len, "binary_bytes": g.binary_bytes,
                     "names": g.names, "idle_count": g.idle_count,
-                    "idle_total_heap_bytes": g.idle_total_heap_bytes}
+                    "idle_total_heap_bytes": g.idle_total_heap_bytes,
+                    "system": _system_group(g)}
                    for g in t.groups[:TOP_ROWS * 2]],
+        "idle_heaps": idle_heaps(t, idle, probe),
         "gc_probe": None if probe is None else [
             {"pid": r.pid, "name": r.name, "dead": r.dead,
              "released_binary_bytes": r.released_binary_bytes,
@@ -290,15 +514,32 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None) -> d
     }
 
 
-def probe_candidates(t: ProcessTable, n: int) -> list[str]:
-    """The N strongest candidates for the GC probe: idle processes by what a collection could
-    free, the binaries they alone reference first, then heap beyond what is in use."""
-    def gain(p: Proc) -> tuple[int, int]:
-        heap = p.total_heap_bytes - (p.heap_used_bytes or 0) if p.heap_used_bytes else 0
-        return (p.binary_exclusive_bytes or 0, heap + (p.total_heap_bytes >> 4))
-    idle = [p for p in t.procs if p.idle]
-    return [p.pid for p in sorted(idle, key=lambda p: (gain(p)[0] + gain(p)[1], p.pid),
-                                  reverse=True)[:max(0, n)]]
+def probe_candidates(t: ProcessTable, n: int, earlier: ProcessTable | None = None) -> list[str]:
+    """The N strongest candidates for the GC probe, idle ones only (by two reads where
+    `earlier` is given) and never OTP's own: those that alone reference MIN_PINNED of binaries,
+    largest first; then members of the groups whose idle heaps could release the most, taken in
+    turn (the largest heap of each first), so that each such group's estimate rests on a
+    measurement; then the rest by what a collection could free."""
+    idle = idleness(t, earlier)
+    cands = [p for p in t.procs if idle.idle(p)]
+    order = [p for p in _top(cands, lambda p: p.binary_exclusive_bytes, len(cands))
+             if (p.binary_exclusive_bytes or 0) >= MIN_PINNED]
+    members = _members(t)
+    rows = idle_heaps(t, idle)["groups"]
+    # of each group, members that wait where most of it waits first (the one main process
+    # beside ten thousand workers would speak for none of them), the largest heap first
+    queues = [sorted((p for p in members.get(g["initial_call"], []) if idle.idle(p)),
+                     key=lambda p, w=g["current_function"]: (p.current_function != w,
+                                                             -p.total_heap_bytes, p.pid))[:n]
+              for g in rows if g["releases"] >= MIN_GROUP_RELEASE]  # fmt: skip
+    for i in range(max((len(q) for q in queues), default=0)):
+        order += [q[i] for q in queues if i < len(q)]
+
+    def gain(p: Proc) -> int:
+        unused = p.total_heap_bytes - (p.heap_used_bytes or 0) if p.heap_used_bytes else 0
+        return (p.binary_exclusive_bytes or 0) + unused + (p.total_heap_bytes >> 4)
+    order += sorted(cands, key=lambda p: (gain(p), p.pid), reverse=True)
+    return list(dict.fromkeys(p.pid for p in order))[:max(0, n)]
 
 
 def headline(processes: dict[str, Any]) -> str | None:
@@ -329,10 +570,7 @@ def _holder_sentences(processes: dict[str, Any]) -> list[str]:
                      else "it has not collected since they arrived")
             out.append(f"{human(f['evidence']['releases'])} of refc binaries are held by "
                        f"{f['name'] or f['process']}, which is idle: {since}")
-        elif f["rule"] == "H2":
-            out.append(f"{f['title']} ({human(f['evidence']['grown_bytes'])} beyond their "
-                       "minimum heaps: hibernation candidates)")
-        elif f["rule"] == "H3":
+        elif f["rule"] in ("H2", "H3"):
             out.append(f["title"])
     for f in processes.get("findings") or []:
         if f["rule"] == "H1" and f["level"] == "info" and _live(f):
@@ -373,10 +611,15 @@ def verdict_holders(processes: dict[str, Any], entries: list[NoFlagEntry]
         said.append("the binaries that survive in binary_alloc are referenced by " + ", ".join(
             f"{_label(r)} ({human(r['binary_bytes'])})" for r in top[:3]))
     live = {f["process"] for f in found if f["rule"] == "H1" and _live(f)}
+    # a queue or cache is bounded by name or not at all (issue 24 item 6): the long mailboxes
+    queues = [Remedy("bound_queue", f["evidence"]["memory"],
+                     "at most: the memory of the process that holds the queue",
+                     tuple(f["sources"]), True, f["name"] or f["process"])
+              for f in found if f["rule"] == "H3"][:2]  # fmt: skip
     out = []
     for e in entries:
         extra: list[Remedy] = []
-        rest = list(e.remedies)
+        rest = [r for r in e.remedies if r.code != "bound_queue"] + queues
         held_by = e.held_by
         if e.allocator == "binary_alloc":
             # whose references keep the surviving binaries (and so the carriers they sit in)
@@ -407,9 +650,35 @@ def verdict_holders(processes: dict[str, Any], entries: list[NoFlagEntry]
                     if r.code != "restart_holders" or dead]  # fmt: skip
         elif e.allocator == "eheap_alloc":
             for f in found:
-                if f["rule"] == "H2" and f["level"] == "action":
-                    extra.append(Remedy("hibernate_idle", f["evidence"]["grown_bytes"],
-                                        "at most: their heaps beyond the minimum",
-                                        tuple(f["sources"]), True, f["title"]))
+                ev = f["evidence"]
+                if (f["rule"] == "H2" and f["level"] == "action"
+                        and (ev["idle_by"] == "two reads" or ev["measured_releases"])):
+                    probed = ev["measured_releases"] >= ev["releases"] / 2
+                    extra.append(Remedy("hibernate_idle", ev["releases"],
+                                        "estimated from the GC probe's collections" if probed
+                                        else "at most: their heaps beyond the minimum",
+                                        tuple(f["sources"]), not probed, f"{ev['count']:,}"))
         out.append(replace(e, remedies=tuple(extra + rest), held_by=held_by))
     return said, out
+
+
+def idle_verdict(processes: dict[str, Any] | None, node_bytes: int) -> Reason | None:
+    """The verdict's reason when dead data in idle heaps is most of the node (issue 24 item 7):
+    what collecting them releases is at least MOSTLY_IDLE of `node_bytes` (erlang:memory(total)),
+    and it is known well enough to act on: the processes were idle between two reads, or the
+    GC probe measured the group that releases most. None otherwise (and on one read unprobed:
+    idle at one instant is no ground for a verdict)."""
+    ih = (processes or {}).get("idle_heaps")
+    if not ih or not ih["groups"] or node_bytes <= 0:
+        return None
+    top = ih["groups"][0]
+    if ih["idle_by"] != "two reads" and top["how"] != "probe":
+        return None
+    if ih["releases"] < max(MIN_IDLE_HEAP_TOTAL, MOSTLY_IDLE * node_bytes):
+        return None
+    return Reason("idle_heaps", {
+        "releases": ih["releases"], "bound": ih["measured_releases"] < ih["releases"] / 2,
+        "node_bytes": node_bytes, "count": ih["count"], "idle_by": ih["idle_by"],
+        "group": top["initial_call"], "waiting_in": top["current_function"],
+        "group_count": top["count"],
+        "group_releases": top["releases"], "probed": top["probed"]})

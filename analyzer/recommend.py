@@ -28,7 +28,7 @@ from beamalloc.analyzer.findings import (
     Finding,
     facts,
 )
-from beamalloc.analyzer.holders import verdict_holders
+from beamalloc.analyzer.holders import idle_verdict, verdict_holders
 from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.analyzer.predict import PredictionError, Predictor, Turnover, node_flags
@@ -417,7 +417,6 @@ def remedies(a: AllocFacts, cls: dict[str, Any] | None) -> list[Remedy]:
         acts = [("gc_heaps", ("erlang:garbage_collect/1 doc", SRC_EIA_72))]
     elif a.name == "ets_alloc":
         acts = [("rebuild_table", ("ets doc",))]
-    acts.append(("bound_queue", ("Erlang in Anger §7",)))
     # Each remedy cites its home in the shipped docs first (beamalloc/citations.py links it).
     return [Remedy(code, releases, how, (SRC_REMEDIES, *src), bound) for code, src in acts]
 
@@ -756,10 +755,14 @@ def verdict(
     if processes is not None:  # who holds the memory: the holders join the verdict
         said, entries = verdict_holders(processes, entries)
     state = _state(recs, entries, held, runaway)
+    # dead data in idle heaps that is most of the node is no HEALTHY node (issue 24 item 7)
+    idle = idle_verdict(processes, snap.memory.get("total") or f.allocated) \
+        if state == HEALTHY else None  # fmt: skip
+    state = NO_FLAG if idle is not None else state
     v = Verdict(
         state=state, total=Total(f.unused, f.allocated, f.usage),
-        reasons=tuple(_reasons(state, f, entries, recs, held, [rv for rv, _ in reverts],
-                               runaway, snap, rate)),
+        reasons=(idle,) if idle is not None else tuple(_reasons(
+            state, f, entries, recs, held, [rv for rv, _ in reverts], runaway, snap, rate)),
         advised=tuple(recs), held_back=tuple(held),
         in_force={k: tuple(x) for k, x in in_force_flags.items()},
         flags_in_force=flags_in_force(snap, running.base), no_flag_helps=tuple(entries),

@@ -25,6 +25,7 @@ from beamalloc.analyzer.records import (
     Reason,
     Remedy,
     Revert,
+    Total,
     Verdict,
 )
 from beamalloc.units import human, pct
@@ -181,8 +182,8 @@ _REMEDY = {
                 "heaps grew in the peak",
     "rebuild_table": "rebuild the table: copy its rows into a new one and delete the old "
                      "(ets:delete/1), so its rows pack into fresh carriers",
-    "bound_queue": "a queue or cache that really keeps its data: its own limits (length, size, "
-                   "expiry)",
+    "bound_queue": "bound the queue that {who} keeps: its own limits (length, size, expiry), "
+                   "or handle it faster",
 }
 
 
@@ -192,10 +193,10 @@ _REMEDY_SHORT = {
     "restart_holders": "restart or hibernate their holders",
     "gc_heaps": "garbage-collect or hibernate the grown heaps",
     "rebuild_table": "rebuild the table",
-    "bound_queue": "bound the queue or cache that keeps it",
+    "bound_queue": "bound the queue of {who}",
     "gc_holder": "garbage-collect or hibernate {who}",
     "bound_live_holder": "bound {who} (its binaries are live)",
-    "hibernate_idle": "hibernate the idle processes",
+    "hibernate_idle": "hibernate the {who} idle processes",
 }
 
 
@@ -210,8 +211,9 @@ def remedy(r: Remedy) -> str:
         return (f"bound {r.who}: it keeps its binaries live (a cache or a queue); a collection "
                 "releases nothing")
     if r.code == "hibernate_idle":
-        return f"hibernate the idle processes ({r.who})"
-    return _REMEDY.get(r.code, r.code)
+        return (f"garbage-collect or hibernate the {r.who} idle processes (erlang:hibernate/3; "
+                "gen_server: {hibernate_after, Ms})")
+    return _REMEDY.get(r.code, r.code).format(who=r.who)
 
 
 def releases(r: Remedy) -> str:
@@ -326,6 +328,8 @@ def headline(v: Verdict) -> str:
         return _fit(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
                                "the rules' own flags", "nothing to paste"])
     if v.state == NO_FLAG:
+        if r.code == "idle_heaps":
+            return idle_headline(n)
         if r.code == "runaway":
             return _fit(NO_FLAG, [f"the node died of one runaway allocation in {n['allocator']}",
                                   "bound its holder (below)"])
@@ -346,6 +350,36 @@ def headline(v: Verdict) -> str:
     return _fit(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
                           f"{human(v.total.allocated)} of carriers",
                           "nothing crosses a rule's threshold"])
+
+
+def _idle_release(n: dict[str, Any], key: str) -> str:
+    return ("up to " if n["bound"] else "~") + human(n[key])
+
+
+def idle_headline(n: dict[str, Any]) -> str:
+    """NO FLAG HELPS for dead data in idle heaps (reason `idle_heaps`, analyzer/holders.py
+    idle_verdict): the bytes a collection releases, of the node, and the group to act on."""
+    first = f"{_idle_release(n, 'releases')} of {human(n['node_bytes'])} is dead in idle heaps"
+    g, w = n["group"], n.get("waiting_in")
+    # where they wait tells more than a group spawned from a fun (erlang:apply/2)
+    acts = ([f"hibernate {g} in {w}", f"hibernate those in {w}"] if w else []) + [
+        f"hibernate {g}"]
+    fits = [a for a in acts if len(f"{NO_FLAG}: {first}; {a}") <= HEADLINE_MAX]
+    return _fit(NO_FLAG, [first, fits[0] if fits else acts[-1]])
+
+
+def idle_why(n: dict[str, Any], total: Total) -> list[str]:
+    """The why lines of idle_headline: the allocators' view, and how the figure is known."""
+    how = (f"the GC probe collected {n['probed']} of them (it changed those)" if n["probed"]
+           else "a bound: their heaps beyond the minimum; --gc-probe N measures it")
+    idle = ("did nothing between two reads" if n["idle_by"] == "two reads"
+            else "were idle when read")
+    return [f"Why: the allocators use {pct(total.usage)} of {human(total.allocated)}, but "
+            f"{n['count']:,} processes {idle} and keep heaps that grew once: words in use "
+            "since a collection are not live data.",
+            f"What does: collect or hibernate {n['group']} ({n['group_count']:,} idle"
+            + (f", waiting in {n['waiting_in']}" if n.get("waiting_in") else "") + "): "
+            f"{_idle_release(n, 'group_releases')}, {how}."]
 
 
 def why(v: Verdict) -> list[str]:
@@ -394,7 +428,9 @@ def why(v: Verdict) -> list[str]:
             out.append("What tells: the node's carriers (`recommend NODE` reads them live) or its "
                        "own allocations (`recommend NODE --trace-for 30`, as root).")
     elif v.state == NO_FLAG:
-        if r.code == "runaway":
+        if r.code == "idle_heaps":
+            out += idle_why(r.numbers, v.total)
+        elif r.code == "runaway":
             out.append(r.numbers["message"])
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]

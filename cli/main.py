@@ -24,6 +24,7 @@ from beamalloc.limits import CARRIERS_EVERY, FORMATS, MAX_CARRIERS, MAX_PROCESSE
 from beamalloc.units import apply_ranges
 
 if TYPE_CHECKING:
+    from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
 
 
@@ -161,8 +162,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, Any] | None:
-    """The `processes` section for SOURCE (docs/processes.md): a live node's process scan, with
+def process_table(source: str, args: argparse.Namespace) -> ProcessTable | None:
+    """A live node's process table, read-only (the first of two reads: holders(earlier=)); None
+    for other sources and with --no-processes."""
+    from beamalloc.collector import sources
+
+    if args.no_processes or not sources.is_node_name(source):
+        return None
+    from beamalloc.collector import cookie, processes
+
+    return processes.scan_node(source, cookie.resolve_cookie(getattr(args, "cookie_file", None)),
+                               timeout=args.timeout, max_processes=args.max_processes)
+
+
+def holders(source: str, args: argparse.Namespace, snap: Snapshot,
+            table: ProcessTable | None = None, earlier: ProcessTable | None = None
+            ) -> dict[str, Any] | None:  # fmt: skip
+    """The `processes` section for SOURCE (docs/processes.md): a live node's process scan
+    (`table` when already read), judged idle against an `earlier` read where there is one, with
     `--gc-probe N` the one action of beamalloc that changes the node (announced on stderr
     before it starts); a crash dump's =proc sections; None for other sources, with
     --no-processes, or a dump read from stdin."""
@@ -181,16 +198,16 @@ def holders(source: str, args: argparse.Namespace, snap: Snapshot) -> dict[str, 
         from beamalloc.collector import cookie, processes
 
         secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-        table = processes.scan_node(source, secret, timeout=args.timeout,
-                                    max_processes=args.max_processes)
+        table = table or processes.scan_node(source, secret, timeout=args.timeout,
+                                             max_processes=args.max_processes)
         probe = None
         if probe_n:
-            pids = probe_candidates(table, probe_n)
+            pids = probe_candidates(table, probe_n, earlier)
             say(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
                 f"processes of {source} one at a time, measured before and after: this "
                 "changes the node (the one beamalloc action that does)")
             probe = processes.gc_probe(source, secret, pids, timeout=args.timeout + len(pids))
-        return processes_json(table, probe)
+        return processes_json(table, probe, earlier)
     if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
         from beamalloc.collector.crashdump import MAGIC
         from beamalloc.collector.procdump import read_procdump
@@ -264,7 +281,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         p.step("reading the allocators")
         snap = load(args.source, args)
         p.step("reading the processes and ETS tables")
-        procs = holders(args.source, args, snap)  # the same moment as the snapshot
+        if getattr(args, "gc_probe", 0) and (not live or args.no_processes):
+            holders(args.source, args, snap)  # its one-line refusal
+        first = process_table(args.source, args)  # the same moment as the snapshot
+        procs = None
         ets_tables(args.source, args, snap)
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp:
         if args.trace_for is not None:
@@ -286,13 +306,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             with Progress(f"recommending for {short(args.source)}") as p:
                 p.step(f"waiting {wait:g} s for the rates")
                 time.sleep(wait)
-                first, snap = snap, load(args.source, args)
-            rate, why = carrier_rate(first, snap)
-            turn = measure_turnover(first, snap)
+                earlier, snap = snap, load(args.source, args)
+                # idle is what did nothing between the reads (issue 24 item 6)
+                procs = holders(args.source, args, snap, earlier=first) if first else None
+            rate, why = carrier_rate(earlier, snap)
+            turn = measure_turnover(earlier, snap)
         elif live and trades:
             why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
         elif live:
             why = "no speed-trade rule fires on this node, so no rate was measured"
+        if procs is None:  # one read: a live node's scan above, a crash dump's =proc sections
+            procs = holders(args.source, args, snap, table=first)
         with Progress(f"recommending for {short(args.source)}") as p:
             p.step("replaying each candidate flag set" if not args.no_predict
                    else "applying the rules")

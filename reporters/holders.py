@@ -63,6 +63,7 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
     if boxes:
         _table(console, "Mailboxes: messages not yet handled", boxes, top,
                [("messages", "message_queue_len", _n), ("memory", "memory", _h)])
+    _idle_table(console, p.get("idle_heaps"), top)
     groups = p.get("groups") or []
     if groups:
         rows = []
@@ -111,3 +112,21 @@ def _table(console: Console, title: str, rows: list[dict[str, Any]], top: int,
         Col("process", "left", key=True, wrap=True),
         Col("initial call / current", "left", wrap=True),
         *[Col(c) for c, _, _ in cols]], out, box=None)
+
+
+def _idle_table(console: Console, ih: dict[str, Any] | None, top: int) -> None:
+    """What collecting the idle processes would release, per initial call, and how it is known
+    (analyzer/holders.py idle_heaps): `probe` measured on members, `bound` at most."""
+    rows = [g for g in (ih or {}).get("groups") or [] if g["releases"]]
+    if not ih or not rows:
+        return
+    idle = ("idle between two reads" if ih["idle_by"] == "two reads"
+            else "idle at one instant (one read)")
+    out = [[g["initial_call"], _n(g["count"]), _h(g["total_heap_bytes"]),
+            ("~" if g["how"] == "probe" else "up to ") + human(g["releases"]),
+            f"GC probe on {g['probed']}" if g["how"] == "probe" else "bound"]
+           for g in rows[:top]]
+    print_table(console, f"Idle heaps by initial call ({idle}; OTP's own apart): what a "
+                "collection or hibernation releases", [
+        Col("initial call", "left", key=True, wrap=True), Col("idle"), Col("heap"),
+        Col("releases"), Col("how", "left")], out, box=None)
