@@ -37,6 +37,7 @@ SINCE: dict[str, tuple[int, ...]] = {
     "cp": (11, 1, 1),  # OTP 23.1.1 (also 22.3.4.x, erts 10.7.2)
     "dai": (12, 2),  # OTP 24.2
     "lp": (15, 0),  # OTP 27.0
+    "madtn": (16, 1),  # OTP 28.1 (docs/erts/releases.md §4)
 }
 
 

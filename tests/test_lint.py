@@ -9,7 +9,7 @@ from recommend_fixtures import WORKLOADS, load
 from beamalloc.analyzer.findings import Advice, facts
 from beamalloc.analyzer.lint import lint_flags, lint_in_force
 from beamalloc.analyzer.recommend import _lint_proposal, in_force, recommend
-from beamalloc.flags import Flag
+from beamalloc.flags import Flag, FlagSet, effective_globals
 from beamalloc.snapshot import Snapshot
 
 OTP25 = (13, 1, 5)
@@ -51,6 +51,64 @@ def test_release_unknown_flags() -> None:
     assert checks("+MBas ageffcbf", erts=(9, 0)) == ["release"]  # OTP 20.0
     assert checks("+Mdai max", erts=(12, 1)) == ["release"]
     assert checks("+Mdai max", erts=(12, 2)) == []
+
+
+OTP27, OTP29 = (15, 2, 7), (17, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "erts", "expected"),
+    [
+        # +Mumadtn: erts 16.1 (OTP 28.1, OTP-19739); it only changes acful's discards
+        ("+Mumadtn true +MBacful de", OTP29, []),
+        ("+Mumadtn true +MBacful de", OTP27, ["release"]),
+        ("+Mumadtn true +MBacful de", (16, 0, 3), ["release"]),  # OTP 28.0.x
+        ("+Mumadtn true +MBacful de", (16, 1), []),
+        ("+Mumadtn true", OTP29, ["no-effect"]),
+        ("+Mumadtn false", OTP29, []),
+        # bf zeroes acul and acful (docs/erts/tuning.md §0.2 item 2): nothing left to discard
+        ("+MBacful de +MBas bf +Mumadtn true", OTP29, ["migration-off", "no-effect"]),
+        # +MMlp: erts 15.0 (OTP 27.0, OTP-18984), super-carrier segments only
+        ("+MMlp on +MMscs 2048", OTP27, []),
+        ("+MMlp on", OTP27, ["no-effect"]),
+        ("+MMlp off", OTP27, []),
+        ("+MMlp on +MMscs 2048", OTP25, ["release"]),
+        # +hmaxib: erts 14.0 (OTP 26.0, OTP-18410); OTP 25 takes it and ignores it
+        ("+hmax 25000000 +hmaxib true", OTP27, []),
+        ("+hmax 25000000 +hmaxib true", OTP25, ["release"]),
+        ("+hmaxib true", OTP27, ["no-effect"]),
+        ("+hmaxibtrue +hmax 1000", OTP27, []),  # erl takes a value glued on
+        ("+hmaxib yes", OTP27, ["invalid"]),
+        ("+hmax lots", OTP27, ["invalid"]),
+        ("+hmaxib", OTP27, ["invalid"]),
+        ("+hmaxk false +hmaxel true +hmax 100", OTP25, []),
+    ],
+)
+def test_otp26_to_29_knobs(flags: str, erts: tuple[int, ...], expected: list[str]) -> None:
+    assert checks(flags, erts) == expected
+
+
+def test_release_messages_name_erts_and_otp() -> None:
+    (i,) = lint_flags("+Mumadtn true +MBacful de", erts=OTP27)
+    assert i.flag == "+Mumadtn" and "erts 15.2.7" in i.message
+    assert "needs erts 16.1, OTP 28.1" in i.message
+    (i,) = lint_flags("+hmax 100 +hmaxib true", erts=OTP25)
+    assert "accepts it and ignores it" in i.message and "OTP 26.0" in i.message
+
+
+def test_madtn_with_acful_in_force() -> None:
+    """An acful the node runs with (its options), not only one in the flags, is what +Mumadtn
+    acts on."""
+    base = {"binary_alloc": {"acful": 40, "acul": 60}}
+    assert lint_flags("+Mumadtn true", base=base, erts=OTP29) == []
+    assert [i.check for i in lint_flags("+Mumadtn true", base={"binary_alloc": {"acful": 0}},
+                                        erts=OTP29)] == ["no-effect"]
+
+
+def test_madtn_parses_and_renders() -> None:
+    fs = FlagSet.parse("+MBacful de +Mumadtn true")
+    assert fs.render() == "+Mumadtn true +MBacful de"
+    assert effective_globals(fs).madtn is True and effective_globals(None).madtn is False
 
 
 def test_lmbcs_against_the_flags_in_force() -> None:
