@@ -48,9 +48,9 @@ HOST = socket.gethostname().split(".")[0]
 CACHE = Path(os.environ.get("BEAMALLOC_OTP_CACHE", "/var/cache/beamalloc"))
 #: The releases a test can ask for: the system's, then the chroots.
 RELEASES = ("25", "27", "29")
-#: Runtimes beside the releases, by name -> the release they run: OTP 27 whose beam.smp keeps
-#: its symbols (Makefile, `otp-sym`; docs/erts/releases.md §5), for the tracer's .symtab path.
-VARIANTS = {"27sym": "27"}
+#: Runtimes beside the releases, by name -> the release they run: OTP 27 and 29 whose beam.smp
+#: keeps its symbols (Makefile, `otp-sym`; docs/erts/releases.md §5), for the tracer's .symtab.
+VARIANTS = {"27sym": "27", "29sym": "29"}
 SYSTEM = "25"
 READY = "ready"  # what a workload prints once settled (samples/workloads/wl.hrl)
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import otp
 import pytest
+
+from beamalloc.analyzer.lint import lint_flags
 
 CHROOTS = ("27", "29")
 
@@ -41,3 +44,77 @@ def test_the_runtime_is_its_release(release: str) -> None:
                      "non_existing, os:getpid()}")
         assert got.strip() == f'{{"{release}",true,"{n.pid}"}}'
         assert os.readlink(f"/proc/{n.pid}/root") == str(root)
+
+
+def _erts(release: str) -> tuple[int, ...]:
+    """The erts version of `release`'s runtime, from its erts-X.Y.Z directory."""
+    root = otp.runtime(release).root or Path("/")
+    (d,) = (root / "usr/lib/erlang").glob("erts-*")
+    return tuple(int(x) for x in d.name.removeprefix("erts-").split("."))
+
+
+#: OTP 26-29's knobs (docs/erts/releases.md §4), each with what the node says once it is in
+#: force: an Erlang expression that is `true` then.
+KNOBS = {
+    "+MMlp on +MMscs 64": "element(2, lists:keyfind(scs, 1, element(2, lists:keyfind(options, 1, "
+                          "element(2, lists:keyfind(default_mmap, 1, "
+                          "erlang:system_info({allocator, erts_mmap}))))))) > 0",
+    # umadtn is in no system_info: the node starts with it (test_madtn_... measures it)
+    "+Mumadtn true +MBacful de": "lists:keyfind(acful, 1, element(2, lists:keyfind(options, 1, "
+                                 "element(3, lists:keyfind(1, 2, "
+                                 "erlang:system_info({allocator, binary_alloc})))))) =/= "
+                                 "{acful, 0}",
+    "+hmax 100000000 +hmaxib true": "maps:get(include_shared_binaries, "
+                                    "erlang:system_info(max_heap_size), absent) =:= true",
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("flags", list(KNOBS))
+@pytest.mark.parametrize("release", otp.release_params())
+def test_the_lint_release_gate_is_what_the_node_does(release: str, flags: str) -> None:
+    """The lint's release check says a knob is unknown (or ignored) exactly where the node of that
+    release refuses to start with it or starts without it in force."""
+    gated = "release" in [i.check for i in lint_flags(flags, erts=_erts(release))]
+    try:
+        node = otp.start_node(flags.split(), release=release)
+    except RuntimeError:  # erts printed `bad "M?" parameter` and exited
+        in_force = False
+    else:
+        with node:
+            in_force = node.eval(KNOBS[flags]).strip() == "true"
+    assert gated is not in_force, (release, flags, gated)
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.parametrize("release", otp.release_params(("29",)))
+def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
+    """+Mumadtn true (OTP 28.1): the free pages acful discards leave RSS at once instead of
+    staying as LazyFree (docs/erts/releases.md §4). binspike's dropped burst under
+    `+MBacul 60 +MBacful 50`, measured in the node's smaps_rollup once it settled."""
+    seen = {}
+    for madtn in ("false", "true"):
+        n = otp.start_workload(release, "binspike", env={"BURST": "40000"},
+                               flags=["+MBacul", "60", "+MBacful", "50", "+Mumadtn", madtn])
+        try:
+            n.wait_ready()
+            rollup = Path(f"/proc/{n.pid}/smaps_rollup").read_text().splitlines()[1:]
+            kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup}
+            seen[madtn] = (kb["Rss"], kb["LazyFree"])
+        finally:
+            n.stop()
+    (rss_free, lazy_free), (rss_dontneed, lazy_dontneed) = seen["false"], seen["true"]
+    assert lazy_free > 16 << 10, seen  # MADV_FREE: tens of MB resident but reclaimable
+    assert lazy_dontneed < lazy_free / 20, seen  # MADV_DONTNEED: gone from RSS
+    assert rss_dontneed < rss_free - lazy_free / 2, seen
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("release", otp.release_params())
+def test_processes_iterator_from_otp_28(release: str) -> None:
+    """erlang:processes_iterator/0 (OTP 28.0, OTP-19369): what a process scan could walk the
+    table with instead of building the list of every pid; exported from OTP 28 on."""
+    with otp.start_node(release=release) as n:
+        got = n.eval("erlang:function_exported(erlang, processes_iterator, 0)").strip()
+    assert got == ("true" if _erts(release) >= (16, 0) else "false")
