@@ -42,9 +42,6 @@ R8_FACTOR = 2  # docs/erts/tuning.md §1 R8: lmbcs >= 2 x sbct [heur from the ma
 PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (docs/erts/alloc_util.md §2.1)
 #: `+hmax*` flags (erl(1)): the words of max_heap_size, and its booleans.
 HMAX_BOOLS = ("hmaxib", "hmaxel", "hmaxk")
-#: include_shared_binaries: erts 14.0, OTP 26.0 (OTP-18410); OTP 25 accepts `+hmaxib` and ignores
-#: it (docs/erts/releases.md §4, measured).
-HMAXIB_SINCE = (14, 0)
 
 
 @dataclass(frozen=True)
@@ -189,10 +186,11 @@ def _heap_flag(
         return [LintIssue("invalid", "error", where, f"bad value {value!r} for +{name}: "
                           f"expected {want}", "erl(1) +hmax", flag=f"+{name}")]  # fmt: skip
     heap[name] = value
-    if name == "hmaxib" and erts is not None and erts < HMAXIB_SINCE:
+    # OTP 25 takes +hmaxib and ignores it (docs/erts/releases.md §4, measured)
+    if name == "hmaxib" and erts is not None and not _known("hmaxib", erts):
         return [LintIssue("release", "error", where,
                           f"+hmaxib {value}: erts {_version(erts)} accepts it and ignores it "
-                          f"(include_shared_binaries needs {_version(HMAXIB_SINCE, True)})",
+                          f"(include_shared_binaries needs {_version(SINCE['hmaxib'], True)})",
                           "docs/erts/releases.md §4", flag="+hmaxib")]  # fmt: skip
     return []
 
@@ -207,7 +205,7 @@ def _version(erts: tuple[int, ...], with_otp: bool = False) -> str:
 def _no_effect(
     fs: FlagSet, where: Where, base: dict[str, dict[str, Any]] | None
 ) -> list[LintIssue]:
-    """OTP 27-28's mseg knobs where they change nothing (docs/erts/releases.md §4)."""
+    """+Mumadtn and +MMlp where they change nothing (docs/erts/releases.md §4)."""
     out = []
     fields = fs.fields()
     if fields.get("u", {}).get("madtn") is True:

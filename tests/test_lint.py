@@ -9,6 +9,7 @@ from recommend_fixtures import WORKLOADS, load
 from beamalloc.analyzer.findings import Advice, facts
 from beamalloc.analyzer.lint import lint_flags, lint_in_force
 from beamalloc.analyzer.recommend import _lint_proposal, in_force, recommend
+from beamalloc.analyzer.rules import evaluate
 from beamalloc.flags import Flag, FlagSet, effective_globals
 from beamalloc.snapshot import Snapshot
 
@@ -155,3 +156,34 @@ def test_lint_holds_back_only_the_flags_it_concerns() -> None:
     kept, withheld = _lint_proposal(advice, snap, facts(snap))
     assert [a.flag.render() for a in kept] == ["+MBas ageffcbf"]
     assert [(i.check, i.flag) for i in withheld] == [("lmbcs-sbct", "+MBlmbcs")]
+
+
+def _lazy(erts: str, lazyfree: int, acful: int = 40) -> list:
+    """binspike's snapshot with acful in force on binary_alloc and 400 MB of RSS."""
+    s = load("binspike")
+    s.erts_version, s.rss, s.rss_lazyfree = erts, 400 << 20, lazyfree
+    for inst in s.instances("binary_alloc"):
+        inst.options["acful"] = acful
+    return [f for f in evaluate(facts(s)) if f.evidence.get("rss_lazyfree") is not None]
+
+
+def test_lazyfree_under_acful_names_madtn_by_release() -> None:
+    """The advice where +Mumadtn helps: acful in force and a large LazyFree (R10, info: the
+    replay counts carrier bytes, which it does not change; test_otp_runtimes measures it)."""
+    (f,) = _lazy("17.1", 100 << 20)
+    assert (f.rule, f.level, f.advice) == ("R10", "info", [])
+    assert "100.0 MiB of RSS" in f.message and "binary_alloc" in f.message
+    assert "+Mumadtn true gives them back at once" in f.message
+    (f,) = _lazy("15.2.7", 100 << 20)
+    assert "From OTP 28.1, +Mumadtn true" in f.message
+    assert _lazy("17.1", 8 << 20) == []  # small: nothing to say
+    assert _lazy("17.1", 100 << 20, acful=0) == []  # not acful's pages
+
+
+def test_binary_holders_get_the_hmaxib_guard_from_otp_26() -> None:
+    s = load("healthy")
+    s.memory.update(total=600 << 20, binary=500 << 20)
+    for erts, said in (("13.1.5", False), ("14.0", True), ("17.1", True)):
+        s.erts_version = erts
+        (f,) = [f for f in evaluate(facts(s)) if f.rule == "R11"]
+        assert ("+hmaxib true (OTP 26+)" in f.message) is said, erts
