@@ -12,21 +12,48 @@ import otp
 import pytest
 
 from beamalloc.analyzer.lint import lint_flags
+from beamalloc.ebpf.procmem import symbol_table
 
 CHROOTS = ("27", "29")
+ALL = (*CHROOTS, *otp.VARIANTS)  # and the same releases with their symbols (Makefile otp-sym)
 
 
 def test_a_second_make_does_nothing() -> None:
-    if any(otp.missing(r) for r in CHROOTS):
-        pytest.skip(next(why for r in CHROOTS if (why := otp.missing(r))))
-    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in CHROOTS]
+    if any(otp.missing(r) for r in ALL):
+        pytest.skip(next(why for r in ALL if (why := otp.missing(r))))
+    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in ALL]
     before = [s.stat().st_mtime_ns for s in stamps]
-    r = subprocess.run(["make", "-s", "otp-runtimes", f"OTP_CACHE={otp.CACHE}"], cwd=otp.ROOT,
+    r = subprocess.run(["make", "-s", "otp-sym", f"OTP_CACHE={otp.CACHE}"], cwd=otp.ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "" and "provisioning" not in r.stderr
     assert [s.stat().st_mtime_ns for s in stamps] == before
-    assert not any((otp.CACHE / f"otp{r}.tmp").exists() for r in CHROOTS)
+    assert not any((otp.CACHE / f"otp{r}{x}").exists() for r in ALL for x in (".tmp", ".build"))
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("variant", otp.release_params(tuple(otp.VARIANTS)))
+def test_a_symbol_runtime_is_its_debian_runtime_with_symbols(variant: str) -> None:
+    """otp27sym/otp29sym: the Debian runtime's files, but a beam.smp with a .symtab built from
+    the Debian version the runtime runs (docs/erts/releases.md §5); a node on it is that release
+    and runs that very file."""
+    release = otp.VARIANTS[variant]
+    root, debian = otp.runtime(variant).root, otp.runtime(release).root
+    assert root is not None and debian is not None
+    (beam,) = root.glob("usr/lib/erlang/erts-*/bin/beam.smp")
+    rel = beam.relative_to(root)
+    assert (debian / rel).exists()  # the same erts version
+    assert symbol_table(beam).source.endswith("'s .symtab")
+    assert not symbol_table(debian / rel).source.endswith("'s .symtab")
+    for other in ("erlexec", "erl_child_setup", "inet_gethost"):
+        assert (beam.parent / other).read_bytes() == (debian / rel.parent / other).read_bytes()
+    dpkg = subprocess.run(["chroot", str(debian), "dpkg-query", "-W", "-f=${Version}",
+                           "erlang-base"], capture_output=True, text=True, check=True).stdout
+    assert (root / ".beamalloc-sym").read_text().startswith(f"erlang {dpkg} ({rel.parts[3]})")
+    with otp.start_node(release=variant) as n:
+        got = n.eval("{erlang:system_info(otp_release), erlang:system_info(version)}").strip()
+        assert got == f'{{"{release}","{rel.parts[3].removeprefix("erts-")}"}}'
+        assert os.readlink(f"/proc/{n.pid}/exe") == str(beam)
 
 
 @pytest.mark.live
