@@ -66,7 +66,7 @@ otp-sym: otp-runtimes
 	  if ! ls $$b/build/otp-OTP-*/bin/*/beam.smp >/dev/null 2>&1; then \
 	    rm -rf --one-file-system $$b && cp -ax $$src $$b && mkdir $$b/build && \
 	    echo "deb-src http://deb.debian.org/debian $$suite main" >$$b/etc/apt/sources.list.d/src.list && \
-	    { chroot $$b apt-get update -q && DEBIAN_FRONTEND=noninteractive chroot $$b apt-get install \
+	    { chroot $$b apt-get -o Acquire::Check-Valid-Until=false update -q && DEBIAN_FRONTEND=noninteractive chroot $$b apt-get install \
 	        -y -q --no-install-recommends $(OTP_SYM_DEBS) && \
 	      chroot $$b sh -c "cd /build && apt-get source -q --tar-only erlang=$$ver \
 	        && tar xJf *.orig.tar.xz && cd otp-OTP-* && export ERL_TOP=\$$PWD \
