@@ -47,7 +47,7 @@ otp-runtimes: debs
 # --tar-only`: the upstream tarball Debian ships) in a build chroot: only the emulator, -g -O2,
 # unstripped. The build chroot goes away once the runtime is made (one whose emulator was built is
 # reused by an interrupted run); the stamp holds the release, as for the runtimes. About 8 minutes
-# each on 2 busy cores, once.
+# each on 2 quiet cores, up to 30 when the machine is busy; once.
 OTP_SYM ?= otp27=trixie otp29=forky
 OTP_SYM_DEBS := gcc g++ make perl libncurses-dev xz-utils
 OTP_SYM_CONFIGURE := --prefix=/usr --without-ssl --without-javac --without-wx --without-odbc \
@@ -58,7 +58,7 @@ otp-sym: otp-runtimes
 	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}sym; b=$$dir.build; \
 	  [ -e $$dir/.beamalloc-ready ] && continue; \
 	  [ -e $$src/.beamalloc-ready ] || { echo "no $$src runtime to build $${rel}sym from"; exit 1; }; \
-	  echo "building $$rel's beam.smp with symbols in $$b: about 8 minutes, once"; \
+	  echo "building $$rel's beam.smp with symbols in $$b: 8-30 minutes, once"; \
 	  start=$$(date +%s); log=$(OTP_CACHE)/$${rel}sym.log; \
 	  ver=$$(chroot $$src dpkg-query -W -f='$${Version}' erlang-base) && \
 	  erts=$$(basename $$(ls -d $$src/usr/lib/erlang/erts-*)) || exit 1; \
