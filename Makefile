@@ -14,9 +14,9 @@ DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools pytho
 APP_PACKAGES := rabbitmq-server ejabberd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep otp-runtimes bytecode demo test test-fast bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep otp-runtimes otp-sym bytecode demo test test-fast bench fuzz lint clean wheel
 
-setup: debs $(STAMP) ebpf-prep otp-runtimes bytecode
+setup: debs $(STAMP) ebpf-prep otp-runtimes otp-sym bytecode
 
 # Newer OTP releases beside the system's OTP 25 (docs/erts/releases.md §1): Debian chroots with
 # erl, erlc (erlang-base) and the tools and runtime_tools applications, for the live tests on
@@ -42,6 +42,51 @@ otp-runtimes: debs
 	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
 	    >$$dir.tmp/.beamalloc-ready || { echo "$$rel: erl does not start in the chroot"; exit 1; }; \
 	  umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir && mv -T $$dir.tmp $$dir; \
+	done
+
+# Emulators with their symbols (docs/erts/releases.md §5): Debian strips beam.smp (OTP 29's keeps no
+# alloc_util symbol at all), and the tracer's .symtab path needs OTP 26+ builds that keep them. For
+# each runtime, a copy whose beam.smp is built from the same Debian source (`apt-get source
+# --tar-only`: the upstream tarball Debian ships) in a build chroot: only the emulator, -g -O2,
+# unstripped. The build chroot goes away once the runtime is made (one whose emulator was built is
+# reused by an interrupted run); the stamp holds the release, as for the runtimes. About 8 minutes
+# each on 2 quiet cores, up to 30 when the machine is busy; once.
+OTP_SYM ?= otp27=trixie otp29=forky
+OTP_SYM_DEBS := gcc g++ make perl libncurses-dev xz-utils
+OTP_SYM_CONFIGURE := --prefix=/usr --without-ssl --without-javac --without-wx --without-odbc \
+  --without-termcap --disable-sctp --without-systemd
+otp-sym: otp-runtimes
+	@[ "$$(id -u)" = 0 ] || exit 0; \
+	for rs in $(OTP_SYM); do \
+	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}sym; b=$$dir.build; \
+	  [ -e $$dir/.beamalloc-ready ] && continue; \
+	  [ -e $$src/.beamalloc-ready ] || { echo "no $$src runtime to build $${rel}sym from"; exit 1; }; \
+	  echo "building $$rel's beam.smp with symbols in $$b: 8-30 minutes, once"; \
+	  start=$$(date +%s); log=$(OTP_CACHE)/$${rel}sym.log; \
+	  ver=$$(chroot $$src dpkg-query -W -f='$${Version}' erlang-base) && \
+	  erts=$$(basename $$(ls -d $$src/usr/lib/erlang/erts-*)) || exit 1; \
+	  umount $$dir.tmp/proc 2>/dev/null; rm -rf --one-file-system $$dir.tmp; \
+	  if ! ls $$b/build/otp-OTP-*/bin/*/beam.smp >/dev/null 2>&1; then \
+	    rm -rf --one-file-system $$b && cp -ax $$src $$b && mkdir $$b/build && \
+	    echo "deb-src http://deb.debian.org/debian $$suite main" >$$b/etc/apt/sources.list.d/src.list && \
+	    { chroot $$b apt-get -o Acquire::Check-Valid-Until=false update -q && DEBIAN_FRONTEND=noninteractive chroot $$b apt-get install \
+	        -y -q --no-install-recommends $(OTP_SYM_DEBS) && \
+	      chroot $$b sh -c "cd /build && apt-get source -q --tar-only erlang=$$ver \
+	        && tar xJf *.orig.tar.xz && cd otp-OTP-* && export ERL_TOP=\$$PWD \
+	        && ./configure $(OTP_SYM_CONFIGURE) && nice -n 10 make -C erts/emulator -j2 opt FLAVOR=jit"; \
+	    } >$$log 2>&1 || { echo "$${rel}sym: the build failed: see $$log"; exit 1; }; \
+	    echo "emulator built in $$(( $$(date +%s) - start )) s" >>$$log; \
+	  fi; \
+	  built=$$(ls $$b/build/otp-OTP-*/bin/*/beam.smp) && \
+	  [ "$$(sed -n 's/^VSN *= *//p' $$b/build/otp-OTP-*/erts/vsn.mk)" = "$${erts#erts-}" ] \
+	    || { echo "$${rel}sym: the source is not $$erts"; exit 1; }; \
+	  readelf -S $$built | grep -q '\.symtab' || { echo "$${rel}sym: $$built has no .symtab"; exit 1; }; \
+	  cp -ax $$src $$dir.tmp && install -m 755 $$built $$dir.tmp/usr/lib/erlang/$$erts/bin/beam.smp && \
+	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
+	    >$$dir.tmp/.beamalloc-ready || { echo "$${rel}sym: erl does not start"; exit 1; }; \
+	  echo "erlang $$ver ($$erts): beam.smp built from its source with symbols" >$$dir.tmp/.beamalloc-sym; \
+	  rm -rf --one-file-system $$b; umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir; \
+	  mv -T $$dir.tmp $$dir; \
 	done
 
 # Bytecode of the editable install's sources: the environment may set PYTHONDONTWRITEBYTECODE, and

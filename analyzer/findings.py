@@ -37,6 +37,8 @@ SINCE: dict[str, tuple[int, ...]] = {
     "cp": (11, 1, 1),  # OTP 23.1.1 (also 22.3.4.x, erts 10.7.2)
     "dai": (12, 2),  # OTP 24.2
     "lp": (15, 0),  # OTP 27.0
+    "madtn": (16, 1),  # OTP 28.1, OTP-19739
+    "hmaxib": (14, 0),  # OTP 26.0, OTP-18410: +hmaxib, include_shared_binaries
 }
 
 
@@ -232,6 +234,7 @@ class Facts:
     slogan: str | None = None  # a crash dump's: why the node died
     wordsize: int | None = None
     super_carriers: dict[str, SuperCarrier] = field(default_factory=dict)
+    rss_lazyfree: int | None = None  # of RSS, the pages given back with MADV_FREE (LazyFree)
 
     @property
     def unused(self) -> int:
@@ -315,4 +318,5 @@ def facts(snap: Snapshot) -> Facts:
         slogan=snap.extra.get("slogan") if isinstance(snap.extra.get("slogan"), str) else None,
         wordsize=snap.wordsize,
         super_carriers=super_carriers(snap.extra.get("erts_mmap")),
+        rss_lazyfree=snap.rss_lazyfree,
     )

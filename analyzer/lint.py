@@ -5,7 +5,12 @@
 * R9 / §0.2 item 1: bf, aobf, gf switch carrier migration off (acul 0); `t false` too (item 3);
 * §0.2 item 2: the order of `+M<S>as` and `+M<S>acul` decides which one survives;
 * values erts clamps or rejects (docs/erts/alloc_util.md §2.1, §2.2);
-* flags the node's release does not know (docs/erts/alloc_util.md §2.5).
+* flags the node's release does not know (docs/erts/alloc_util.md §2.5), or accepts and ignores
+  (`+hmaxib` before OTP 26);
+* OTP 26-29's knobs set where they do nothing: `+Mumadtn true` with no acful, `+MMlp on` with no
+  super carrier, `+hmaxib true` with no `+hmax` (docs/erts/releases.md §4).
+
+Besides `+M` flags it reads the `+hmax*` flags (a process's max_heap_size, erl(1)).
 """
 
 from __future__ import annotations
@@ -29,18 +34,19 @@ from beamalloc.flags import (
 )
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
-from beamalloc.versions import nearest_modelled_otp
+from beamalloc.versions import ERTS_TO_OTP, nearest_modelled_otp
 
 Where = Literal["in force", "given", "proposed"]
 
 R8_FACTOR = 2  # docs/erts/tuning.md §1 R8: lmbcs >= 2 x sbct [heur from the maintainer's guidance]
 PCT_PARAMS = ("rsbcst", "rsbcmt", "rmbcmt")  # clamped to 100 (docs/erts/alloc_util.md §2.1)
-
+#: `+hmax*` flags (erl(1)): the words of max_heap_size, and its booleans.
+HMAX_BOOLS = ("hmaxib", "hmaxel", "hmaxk")
 
 
 @dataclass(frozen=True)
 class LintIssue:
-    check: str  # lmbcs-sbct, migration-off, order, range, release, invalid
+    check: str  # lmbcs-sbct, migration-off, order, range, release, invalid, no-effect
     level: Literal["error", "warning"]
     where: Where
     message: str
@@ -135,7 +141,11 @@ def lint_flags(
         fs = flags
     else:
         good: list[str] = []
+        heap: dict[str, str] = {}
         for group in _groups(flags.split()):
+            if group[0].startswith("+hmax"):
+                out += _heap_flag(group, heap, where, erts)
+                continue
             try:
                 parse(group, otp=nearest_modelled_otp(erts))
                 good += group
@@ -144,8 +154,75 @@ def lint_flags(
                 out.append(LintIssue(check, "error", where, str(e), "docs/erts/alloc_util.md §2",
                                      flag=group[0]))  # fmt: skip
         fs = parse(good, otp=nearest_modelled_otp(erts))
+        if heap.get("hmaxib") == "true" and heap.get("hmax", "0") == "0":
+            out.append(LintIssue("no-effect", "warning", where,
+                                 "+hmaxib true counts off-heap binaries towards max_heap_size, "
+                                 "which is 0 (no limit) without +hmax: only processes that set "
+                                 "their own max_heap_size are checked. Set +hmax (words).",
+                                 "docs/erts/releases.md §4", flag="+hmaxib"))  # fmt: skip
     out += _release(fs, where, erts) + _ranges(fs, where) + _order(fs, where)
+    out += _no_effect(fs, where, base)
     out += _resulting_sizes(fs, where, base, schedulers)
+    return out
+
+
+def _heap_flag(
+    group: list[str], heap: dict[str, str], where: Where, erts: tuple[int, ...] | None
+) -> list[LintIssue]:
+    """One `+hmax*` flag: its value, and `+hmaxib` against the release (erl(1))."""
+    token = group[0][1:]
+    name = next((n for n in (*HMAX_BOOLS, "hmax") if token.startswith(n)), None)
+    if name is None:
+        return [LintIssue("invalid", "error", where, f"unknown flag {group[0]!r}",
+                          "erl(1) +hmax", flag=group[0])]  # fmt: skip
+    glued = token[len(name):]  # erl takes the value glued on too, as in +hmaxibtrue
+    if (len(group) > 1) == bool(glued):
+        return [LintIssue("invalid", "error", where, f"{group[0]} expects one value",
+                          "erl(1) +hmax", flag=f"+{name}")]  # fmt: skip
+    value = glued or group[1]
+    ok = value in ("true", "false") if name in HMAX_BOOLS else value.isdigit()
+    if not ok:
+        want = "true or false" if name in HMAX_BOOLS else "a number of words"
+        return [LintIssue("invalid", "error", where, f"bad value {value!r} for +{name}: "
+                          f"expected {want}", "erl(1) +hmax", flag=f"+{name}")]  # fmt: skip
+    heap[name] = value
+    # OTP 25 takes +hmaxib and ignores it (docs/erts/releases.md §4, measured)
+    if name == "hmaxib" and erts is not None and not _known("hmaxib", erts):
+        return [LintIssue("release", "error", where,
+                          f"+hmaxib {value}: erts {_version(erts)} accepts it and ignores it "
+                          f"(include_shared_binaries needs {_version(SINCE['hmaxib'], True)})",
+                          "docs/erts/releases.md §4", flag="+hmaxib")]  # fmt: skip
+    return []
+
+
+def _version(erts: tuple[int, ...], with_otp: bool = False) -> str:
+    text = ".".join(map(str, erts))
+    if not with_otp:
+        return text
+    return f"erts {text}, OTP {'.'.join(map(str, (erts[0] + ERTS_TO_OTP, *erts[1:])))}"
+
+
+def _no_effect(
+    fs: FlagSet, where: Where, base: dict[str, dict[str, Any]] | None
+) -> list[LintIssue]:
+    """+Mumadtn and +MMlp where they change nothing (docs/erts/releases.md §4)."""
+    out = []
+    fields = fs.fields()
+    if fields.get("u", {}).get("madtn") is True:
+        acful = [v for d in fields.values() if (v := d.get("acful")) not in (None, 0)]
+        acful += [v for o in (base or {}).values() if (v := o.get("acful")) not in (None, 0)]
+        if not acful:
+            out.append(LintIssue("no-effect", "warning", where,
+                                 "+Mumadtn true changes how acful gives free pages of pooled "
+                                 "carriers back (MADV_DONTNEED for MADV_FREE), and no allocator "
+                                 "sets acful: nothing is given back. Add +M<S>acful de where "
+                                 "pooled carriers hold free pages (R10).",
+                                 "docs/erts/releases.md §4", flag="+Mumadtn"))  # fmt: skip
+    if fields.get("M", {}).get("lp") == "on" and not fields.get("M", {}).get("scs"):
+        out.append(LintIssue("no-effect", "warning", where,
+                             "+MMlp on maps large pages only for segments in the super carrier, "
+                             "and +MMscs is 0 (no super carrier): it does nothing.",
+                             "docs/erts/releases.md §4", flag="+MMlp"))  # fmt: skip
     return out
 
 
@@ -154,10 +231,9 @@ def _release(fs: FlagSet, where: Where, erts: tuple[int, ...] | None) -> list[Li
     for f in fs:
         for key in (f.param, str(f.value) if f.param == "as" else ""):
             if key and not _known(key, erts):
-                ver = ".".join(map(str, erts or ()))
                 out.append(LintIssue("release", "error", where,
-                                     f"{f.render()}: erts {ver} does not know {key!r} "
-                                     f"(needs erts {'.'.join(map(str, SINCE[key]))})",
+                                     f"{f.render()}: erts {_version(erts or ())} does not know "
+                                     f"{key!r} (needs {_version(SINCE[key], True)})",
                                      "docs/erts/alloc_util.md §2.5", flag=f.name))  # fmt: skip
     return out
 

@@ -92,6 +92,10 @@ R9_IMBALANCE = 0.50  # (max - min) / max over scheduler instances [heur]
 # --- R10 --------------------------------------------------------------------------------------
 R10_POOL_SHARE = 0.25  # [heur]
 ACFUL_SINCE = SINCE["acful"]  # erts of OTP 25.1.2
+#: LazyFree this large, with acful in force, is what +Mumadtn true (OTP 28.1) gives back at once
+#: (docs/erts/releases.md §4, measured) [heur]
+R10_LAZYFREE = MIN_UNUSED
+R10_LAZYFREE_SHARE = 0.10  # of RSS [heur]
 # --- R11 --------------------------------------------------------------------------------------
 R11_BINARY_SHARE = 0.50  # [heur] binary holds most of erlang:memory(total)
 R11_MIN_BINARY = 64 * MB
@@ -503,7 +507,7 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
     MADV_FREE; on older releases only `acul 0` would, which loses migration: info only.
     Sources: Erlang in Anger §7.3.2; erlang/otp PR #6378; PR #2046.
     """
-    out = []
+    out = _lazyfree(f)
     for a in f.allocators.values():
         if a.letter is None or not a.allocated or a.pool_allocated - a.pool_used < MIN_UNUSED:
             continue
@@ -539,6 +543,28 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
     return out
 
 
+def _lazyfree(f: Facts) -> list[Finding]:
+    """acful in force and much of RSS LazyFree: on OTP 28.1+, `+Mumadtn true` gives those pages
+    back with MADV_DONTNEED, at once (docs/erts/releases.md §4: binspike on OTP 29, LazyFree
+    53 MB -> 0, RSS 144 -> 99 MB). Info: the replay counts carrier bytes, which do not change."""
+    lazy, rss = f.rss_lazyfree or 0, f.rss or 0
+    acful = sorted(a.name for a in f.allocators.values()
+                   if a.letter is not None and a.options.get("acful") not in (0, None))
+    if not acful or lazy < max(R10_LAZYFREE, R10_LAZYFREE_SHARE * rss):
+        return []
+    ev = {"rss": rss, "rss_lazyfree": lazy, "acful_in": acful}
+    msg = (f"{human(lazy)} of RSS ({human(rss)}) is LazyFree: free pages of pooled carriers "
+           f"that acful gave back with MADV_FREE ({', '.join(acful)}), resident until the kernel "
+           "needs them; what reads VmRSS counts them.")
+    if _erts(f) < SINCE["madtn"]:
+        msg += " From OTP 28.1, +Mumadtn true gives them back at once (MADV_DONTNEED)."
+    else:
+        msg += (" +Mumadtn true gives them back at once (MADV_DONTNEED); the cost is a page "
+                "fault for each page a carrier takes again.")
+    return [R10.finding("info", "pooled carriers' free pages stay resident (LazyFree)",
+                        message=msg, evidence=ev)]
+
+
 def r11_binary_leak(f: Facts) -> list[Finding]:
     """R11 Binary leak, not fragmentation: binary holds most of erlang:memory(total) and
     binary_alloc uses its carriers well. Code fixes, never flags.
@@ -555,7 +581,10 @@ def r11_binary_leak(f: Facts) -> list[Finding]:
         "info", "binaries are retained, not fragmented",
         message=f"Binaries hold {human(binary)} of {human(total)}. If that is more than "
         "the node should hold, run recon:bin_leak/1; fixes are in code (hibernate, "
-        "binary:copy/1 for long-kept slices, fullsweep_after), not in +M flags.",
+        "binary:copy/1 for long-kept slices, fullsweep_after), not in +M flags."
+        + (" A guard meanwhile: +hmax with +hmaxib true (OTP 26+) counts the binaries a "
+           "process refers to towards its max_heap_size, so the one holding them is killed "
+           "and logged by name." if _erts(f) >= SINCE["hmaxib"] else ""),
         evidence={"binary": binary, "total": total, "binary_share": round(binary / total, 4)},
     )]
 

@@ -131,7 +131,10 @@ _AU = {
 _PARAMS: dict[str, dict[str, ParamSpec]] = {
     **{letter: _AU for letter in ALLOCATORS if letter != "I"},
     "I": {**_AU, "scs": ParamSpec("mb")},
-    "u": {**_AU, "ycs": ParamSpec("kb"), "mmc": ParamSpec("int"), "sac": ParamSpec("bool")},
+    # madtn (erts 16.1, OTP 28.1, OTP-19739) is newer than the modelled releases, so parsed for
+    # any; its release gate is the lint's, by erts version (analyzer/lint.py).
+    "u": {**_AU, "ycs": ParamSpec("kb"), "mmc": ParamSpec("int"), "sac": ParamSpec("bool"),
+          "madtn": ParamSpec("bool")},
     "M": {  # §2.2
         "mcs": ParamSpec("int"),
         "amcbf": ParamSpec("kb"),
@@ -154,7 +157,7 @@ _PARAMS: dict[str, dict[str, ParamSpec]] = {
         "dai": ParamSpec("dai"),
     },
 }
-_U_ONLY = ("ycs", "mmc", "sac")
+_U_ONLY = ("ycs", "mmc", "sac", "madtn")
 
 
 def param_kind(target: str, param: str) -> str | None:
@@ -543,6 +546,7 @@ class GlobalConfig:
     ycs: int = 1024 * KB
     mmc: int = UINT_MAX
     sac: bool = True
+    madtn: bool = False  # MADV_DONTNEED for acful's discards (not modelled: no carrier changes)
     tt: int = 128 * KB
     tp: int = 0
     lpm: str = "no"

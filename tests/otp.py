@@ -48,6 +48,9 @@ HOST = socket.gethostname().split(".")[0]
 CACHE = Path(os.environ.get("BEAMALLOC_OTP_CACHE", "/var/cache/beamalloc"))
 #: The releases a test can ask for: the system's, then the chroots.
 RELEASES = ("25", "27", "29")
+#: Runtimes beside the releases, by name -> the release they run: OTP 27 and 29 whose beam.smp
+#: keeps its symbols (Makefile, `otp-sym`; docs/erts/releases.md §5), for the tracer's .symtab.
+VARIANTS = {"27sym": "27", "29sym": "29"}
 SYSTEM = "25"
 READY = "ready"  # what a workload prints once settled (samples/workloads/wl.hrl)
 
@@ -72,8 +75,8 @@ class Runtime:
 
 def missing(release: str) -> str | None:
     """Why `release` cannot run here, or None."""
-    if release not in RELEASES:
-        return f"OTP {release} is not one of the test releases {RELEASES}"
+    if release not in RELEASES and release not in VARIANTS:
+        return f"OTP {release} is not one of the test releases {RELEASES} or {tuple(VARIANTS)}"
     if release == SYSTEM:
         return None if shutil.which("erl") and shutil.which("erlc") else "no erl/erlc on PATH"
     root = CACHE / f"otp{release}"
@@ -82,9 +85,9 @@ def missing(release: str) -> str | None:
         return f"no OTP {release} runtime in {root} (`make setup` provisions it, as root)"
     if os.geteuid() != 0:
         return f"OTP {release} runs in a chroot ({root}): needs root"
-    got = stamp.read_text().strip()
-    if got != release:
-        return f"{root} holds OTP {got!r}, not {release}"
+    got, want = stamp.read_text().strip(), VARIANTS.get(release, release)
+    if got != want:
+        return f"{root} holds OTP {got!r}, not {want}"
     return None
 
 

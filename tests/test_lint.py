@@ -9,7 +9,8 @@ from recommend_fixtures import WORKLOADS, load
 from beamalloc.analyzer.findings import Advice, facts
 from beamalloc.analyzer.lint import lint_flags, lint_in_force
 from beamalloc.analyzer.recommend import _lint_proposal, in_force, recommend
-from beamalloc.flags import Flag
+from beamalloc.analyzer.rules import evaluate
+from beamalloc.flags import Flag, FlagSet, effective_globals
 from beamalloc.snapshot import Snapshot
 
 OTP25 = (13, 1, 5)
@@ -51,6 +52,64 @@ def test_release_unknown_flags() -> None:
     assert checks("+MBas ageffcbf", erts=(9, 0)) == ["release"]  # OTP 20.0
     assert checks("+Mdai max", erts=(12, 1)) == ["release"]
     assert checks("+Mdai max", erts=(12, 2)) == []
+
+
+OTP27, OTP29 = (15, 2, 7), (17, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "erts", "expected"),
+    [
+        # +Mumadtn: erts 16.1 (OTP 28.1, OTP-19739); it only changes acful's discards
+        ("+Mumadtn true +MBacful de", OTP29, []),
+        ("+Mumadtn true +MBacful de", OTP27, ["release"]),
+        ("+Mumadtn true +MBacful de", (16, 0, 3), ["release"]),  # OTP 28.0.x
+        ("+Mumadtn true +MBacful de", (16, 1), []),
+        ("+Mumadtn true", OTP29, ["no-effect"]),
+        ("+Mumadtn false", OTP29, []),
+        # bf zeroes acul and acful (docs/erts/tuning.md §0.2 item 2): nothing left to discard
+        ("+MBacful de +MBas bf +Mumadtn true", OTP29, ["migration-off", "no-effect"]),
+        # +MMlp: erts 15.0 (OTP 27.0, OTP-18984), super-carrier segments only
+        ("+MMlp on +MMscs 2048", OTP27, []),
+        ("+MMlp on", OTP27, ["no-effect"]),
+        ("+MMlp off", OTP27, []),
+        ("+MMlp on +MMscs 2048", OTP25, ["release"]),
+        # +hmaxib: erts 14.0 (OTP 26.0, OTP-18410); OTP 25 takes it and ignores it
+        ("+hmax 25000000 +hmaxib true", OTP27, []),
+        ("+hmax 25000000 +hmaxib true", OTP25, ["release"]),
+        ("+hmaxib true", OTP27, ["no-effect"]),
+        ("+hmaxibtrue +hmax 1000", OTP27, []),  # erl takes a value glued on
+        ("+hmaxib yes", OTP27, ["invalid"]),
+        ("+hmax lots", OTP27, ["invalid"]),
+        ("+hmaxib", OTP27, ["invalid"]),
+        ("+hmaxk false +hmaxel true +hmax 100", OTP25, []),
+    ],
+)
+def test_otp26_to_29_knobs(flags: str, erts: tuple[int, ...], expected: list[str]) -> None:
+    assert checks(flags, erts) == expected
+
+
+def test_release_messages_name_erts_and_otp() -> None:
+    (i,) = lint_flags("+Mumadtn true +MBacful de", erts=OTP27)
+    assert i.flag == "+Mumadtn" and "erts 15.2.7" in i.message
+    assert "needs erts 16.1, OTP 28.1" in i.message
+    (i,) = lint_flags("+hmax 100 +hmaxib true", erts=OTP25)
+    assert "accepts it and ignores it" in i.message and "OTP 26.0" in i.message
+
+
+def test_madtn_with_acful_in_force() -> None:
+    """An acful the node runs with (its options), not only one in the flags, is what +Mumadtn
+    acts on."""
+    base = {"binary_alloc": {"acful": 40, "acul": 60}}
+    assert lint_flags("+Mumadtn true", base=base, erts=OTP29) == []
+    assert [i.check for i in lint_flags("+Mumadtn true", base={"binary_alloc": {"acful": 0}},
+                                        erts=OTP29)] == ["no-effect"]
+
+
+def test_madtn_parses_and_renders() -> None:
+    fs = FlagSet.parse("+MBacful de +Mumadtn true")
+    assert fs.render() == "+Mumadtn true +MBacful de"
+    assert effective_globals(fs).madtn is True and effective_globals(None).madtn is False
 
 
 def test_lmbcs_against_the_flags_in_force() -> None:
@@ -97,3 +156,34 @@ def test_lint_holds_back_only_the_flags_it_concerns() -> None:
     kept, withheld = _lint_proposal(advice, snap, facts(snap))
     assert [a.flag.render() for a in kept] == ["+MBas ageffcbf"]
     assert [(i.check, i.flag) for i in withheld] == [("lmbcs-sbct", "+MBlmbcs")]
+
+
+def _lazy(erts: str, lazyfree: int, acful: int = 40) -> list:
+    """binspike's snapshot with acful in force on binary_alloc and 400 MB of RSS."""
+    s = load("binspike")
+    s.erts_version, s.rss, s.rss_lazyfree = erts, 400 << 20, lazyfree
+    for inst in s.instances("binary_alloc"):
+        inst.options["acful"] = acful
+    return [f for f in evaluate(facts(s)) if f.evidence.get("rss_lazyfree") is not None]
+
+
+def test_lazyfree_under_acful_names_madtn_by_release() -> None:
+    """The advice where +Mumadtn helps: acful in force and a large LazyFree (R10, info: the
+    replay counts carrier bytes, which it does not change; test_otp_runtimes measures it)."""
+    (f,) = _lazy("17.1", 100 << 20)
+    assert (f.rule, f.level, f.advice) == ("R10", "info", [])
+    assert "100.0 MiB of RSS" in f.message and "binary_alloc" in f.message
+    assert "+Mumadtn true gives them back at once" in f.message
+    (f,) = _lazy("15.2.7", 100 << 20)
+    assert "From OTP 28.1, +Mumadtn true" in f.message
+    assert _lazy("17.1", 8 << 20) == []  # small: nothing to say
+    assert _lazy("17.1", 100 << 20, acful=0) == []  # not acful's pages
+
+
+def test_binary_holders_get_the_hmaxib_guard_from_otp_26() -> None:
+    s = load("healthy")
+    s.memory.update(total=600 << 20, binary=500 << 20)
+    for erts, said in (("13.1.5", False), ("14.0", True), ("17.1", True)):
+        s.erts_version = erts
+        (f,) = [f for f in evaluate(facts(s)) if f.rule == "R11"]
+        assert ("+hmaxib true (OTP 26+)" in f.message) is said, erts

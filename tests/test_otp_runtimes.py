@@ -6,24 +6,54 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import otp
 import pytest
 
+from beamalloc.analyzer.lint import lint_flags
+from beamalloc.ebpf.procmem import symbol_table
+
 CHROOTS = ("27", "29")
+ALL = (*CHROOTS, *otp.VARIANTS)  # and the same releases with their symbols (Makefile otp-sym)
 
 
 def test_a_second_make_does_nothing() -> None:
-    if any(otp.missing(r) for r in CHROOTS):
-        pytest.skip(next(why for r in CHROOTS if (why := otp.missing(r))))
-    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in CHROOTS]
+    if any(otp.missing(r) for r in ALL):
+        pytest.skip(next(why for r in ALL if (why := otp.missing(r))))
+    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in ALL]
     before = [s.stat().st_mtime_ns for s in stamps]
-    r = subprocess.run(["make", "-s", "otp-runtimes", f"OTP_CACHE={otp.CACHE}"], cwd=otp.ROOT,
+    r = subprocess.run(["make", "-s", "otp-sym", f"OTP_CACHE={otp.CACHE}"], cwd=otp.ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "" and "provisioning" not in r.stderr
     assert [s.stat().st_mtime_ns for s in stamps] == before
-    assert not any((otp.CACHE / f"otp{r}.tmp").exists() for r in CHROOTS)
+    assert not any((otp.CACHE / f"otp{r}{x}").exists() for r in ALL for x in (".tmp", ".build"))
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("variant", otp.release_params(tuple(otp.VARIANTS)))
+def test_a_symbol_runtime_is_its_debian_runtime_with_symbols(variant: str) -> None:
+    """otp27sym/otp29sym: the Debian runtime's files, but a beam.smp with a .symtab built from
+    the Debian version the runtime runs (docs/erts/releases.md §5); a node on it is that release
+    and runs that very file."""
+    release = otp.VARIANTS[variant]
+    root, debian = otp.runtime(variant).root, otp.runtime(release).root
+    assert root is not None and debian is not None
+    (beam,) = root.glob("usr/lib/erlang/erts-*/bin/beam.smp")
+    rel = beam.relative_to(root)
+    assert (debian / rel).exists()  # the same erts version
+    assert symbol_table(beam).source.endswith("'s .symtab")
+    assert not symbol_table(debian / rel).source.endswith("'s .symtab")
+    for other in ("erlexec", "erl_child_setup", "inet_gethost"):
+        assert (beam.parent / other).read_bytes() == (debian / rel.parent / other).read_bytes()
+    dpkg = subprocess.run(["chroot", str(debian), "dpkg-query", "-W", "-f=${Version}",
+                           "erlang-base"], capture_output=True, text=True, check=True).stdout
+    assert (root / ".beamalloc-sym").read_text().startswith(f"erlang {dpkg} ({rel.parts[3]})")
+    with otp.start_node(release=variant) as n:
+        got = n.eval("{erlang:system_info(otp_release), erlang:system_info(version)}").strip()
+        assert got == f'{{"{release}","{rel.parts[3].removeprefix("erts-")}"}}'
+        assert os.readlink(f"/proc/{n.pid}/exe") == str(beam)
 
 
 @pytest.mark.live
@@ -41,3 +71,77 @@ def test_the_runtime_is_its_release(release: str) -> None:
                      "non_existing, os:getpid()}")
         assert got.strip() == f'{{"{release}",true,"{n.pid}"}}'
         assert os.readlink(f"/proc/{n.pid}/root") == str(root)
+
+
+def _erts(release: str) -> tuple[int, ...]:
+    """The erts version of `release`'s runtime, from its erts-X.Y.Z directory."""
+    root = otp.runtime(release).root or Path("/")
+    (d,) = (root / "usr/lib/erlang").glob("erts-*")
+    return tuple(int(x) for x in d.name.removeprefix("erts-").split("."))
+
+
+#: OTP 26-29's knobs (docs/erts/releases.md §4), each with what the node says once it is in
+#: force: an Erlang expression that is `true` then.
+KNOBS = {
+    "+MMlp on +MMscs 64": "element(2, lists:keyfind(scs, 1, element(2, lists:keyfind(options, 1, "
+                          "element(2, lists:keyfind(default_mmap, 1, "
+                          "erlang:system_info({allocator, erts_mmap}))))))) > 0",
+    # umadtn is in no system_info: the node starts with it (test_madtn_... measures it)
+    "+Mumadtn true +MBacful de": "lists:keyfind(acful, 1, element(2, lists:keyfind(options, 1, "
+                                 "element(3, lists:keyfind(1, 2, "
+                                 "erlang:system_info({allocator, binary_alloc})))))) =/= "
+                                 "{acful, 0}",
+    "+hmax 100000000 +hmaxib true": "maps:get(include_shared_binaries, "
+                                    "erlang:system_info(max_heap_size), absent) =:= true",
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("flags", list(KNOBS))
+@pytest.mark.parametrize("release", otp.release_params())
+def test_the_lint_release_gate_is_what_the_node_does(release: str, flags: str) -> None:
+    """The lint's release check says a knob is unknown (or ignored) exactly where the node of that
+    release refuses to start with it or starts without it in force."""
+    gated = "release" in [i.check for i in lint_flags(flags, erts=_erts(release))]
+    try:
+        node = otp.start_node(flags.split(), release=release)
+    except RuntimeError:  # erts printed `bad "M?" parameter` and exited
+        in_force = False
+    else:
+        with node:
+            in_force = node.eval(KNOBS[flags]).strip() == "true"
+    assert gated is not in_force, (release, flags, gated)
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.parametrize("release", otp.release_params(("29",)))
+def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
+    """+Mumadtn true (OTP 28.1): the free pages acful discards leave RSS at once instead of
+    staying as LazyFree (docs/erts/releases.md §4). binspike's dropped burst under
+    `+MBacul 60 +MBacful 50`, measured in the node's smaps_rollup once it settled."""
+    seen = {}
+    for madtn in ("false", "true"):
+        n = otp.start_workload(release, "binspike", env={"BURST": "40000"},
+                               flags=["+MBacul", "60", "+MBacful", "50", "+Mumadtn", madtn])
+        try:
+            n.wait_ready()
+            rollup = Path(f"/proc/{n.pid}/smaps_rollup").read_text().splitlines()[1:]
+            kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup}
+            seen[madtn] = (kb["Rss"], kb["LazyFree"])
+        finally:
+            n.stop()
+    (rss_free, lazy_free), (rss_dontneed, lazy_dontneed) = seen["false"], seen["true"]
+    assert lazy_free > 16 << 10, seen  # MADV_FREE: tens of MB resident but reclaimable
+    assert lazy_dontneed < lazy_free / 20, seen  # MADV_DONTNEED: gone from RSS
+    assert rss_dontneed < rss_free - lazy_free / 2, seen
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("release", otp.release_params())
+def test_processes_iterator_from_otp_28(release: str) -> None:
+    """erlang:processes_iterator/0 (OTP 28.0, OTP-19369): what a process scan could walk the
+    table with instead of building the list of every pid; exported from OTP 28 on."""
+    with otp.start_node(release=release) as n:
+        got = n.eval("erlang:function_exported(erlang, processes_iterator, 0)").strip()
+    assert got == ("true" if _erts(release) >= (16, 0) else "false")

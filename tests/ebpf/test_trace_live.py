@@ -10,6 +10,8 @@ import pytest
 from ebpfhelp import Churn, Tracer, probes_in_kernel, requires_bpf
 from support import SecretWatch
 
+from beamalloc.ebpf.beam import REQUIRED
+from beamalloc.ebpf.procmem import dynamic_symbols, symbol_table
 from beamalloc.trace import Op, open_trace
 
 pytestmark = [requires_bpf, pytest.mark.live]
@@ -29,6 +31,33 @@ def test_summary_counts_and_sizes_agree_with_the_vm(ebin: str, release: str) -> 
     container is seen: its beam.smp and libc are reached through /proc/PID/root."""
     churn = Churn(ebin, release=release)
     try:
+        _counts_agree(churn)
+    finally:
+        churn.stop()
+
+
+@pytest.mark.parametrize("release", otp.release_params(tuple(otp.VARIANTS)))
+def test_block_level_from_the_symtab_of_a_build_with_symbols(ebin: str, release: str) -> None:
+    """OTP 27 and 29 with the beam.smp built from Debian's own source with its symbols (Makefile
+    `otp-sym`, docs/erts/releases.md §5): alloc_util is named by the binary's .symtab, which
+    Debian strips; on OTP 29 by it alone (its dynamic symbols are the NIF API). Traced through
+    /proc/PID/root, every call is counted as on OTP 25."""
+    root = otp.runtime(release).root
+    assert root is not None
+    (beam,) = root.glob("usr/lib/erlang/erts-*/bin/beam.smp")
+    table = symbol_table(beam)
+    assert table.source.endswith("'s .symtab"), table.source
+    assert set(REQUIRED) <= set(table.symbols)
+    only_symtab = [s for s in REQUIRED if s not in dynamic_symbols(beam)]
+    debian = otp.CACHE / f"otp{otp.VARIANTS[release]}"
+    (debian_beam,) = debian.glob("usr/lib/erlang/erts-*/bin/beam.smp")
+    assert debian_beam.relative_to(debian) == beam.relative_to(root)  # the same erts
+    # where Debian's build exports alloc_util (27), so does ours; where it does not (29), only the
+    # .symtab names it
+    assert bool(only_symtab) == any(s not in dynamic_symbols(debian_beam) for s in REQUIRED)
+    churn = Churn(ebin, release=release)
+    try:
+        assert os.readlink(f"/proc/{churn.pid}/exe").endswith(str(beam.relative_to(root)))
         _counts_agree(churn)
     finally:
         churn.stop()
