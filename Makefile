@@ -50,7 +50,8 @@ otp-runtimes: debs
 # --tar-only`: the upstream tarball Debian ships) in a build chroot: only the emulator, -g -O2,
 # unstripped. The build chroot goes away once the runtime is made (one whose emulator was built is
 # reused by an interrupted run); the stamp holds the release, as for the runtimes. About 8 minutes
-# each on 2 quiet cores, up to 30 when the machine is busy; once.
+# each on 2 quiet cores, up to 30 when the machine is busy; once. A failed build is said in one line
+# and does not fail setup: the tests that need the runtime skip, naming it (tests/otp.py).
 OTP_SYM ?= otp27=trixie otp29=forky
 OTP_SYM_DEBS := gcc g++ make perl libncurses-dev xz-utils
 OTP_SYM_CONFIGURE := --prefix=/usr --without-ssl --without-javac --without-wx --without-odbc \
@@ -60,11 +61,11 @@ otp-sym: otp-runtimes
 	for rs in $(OTP_SYM); do \
 	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}sym; b=$$dir.build; \
 	  [ -e $$dir/.beamalloc-ready ] && continue; \
-	  [ -e $$src/.beamalloc-ready ] || { echo "no $$src runtime to build $${rel}sym from"; exit 1; }; \
+	  [ -e $$src/.beamalloc-ready ] || { echo "no $$src runtime to build $${rel}sym from"; continue; }; \
 	  echo "building $$rel's beam.smp with symbols in $$b: 8-30 minutes, once"; \
 	  start=$$(date +%s); log=$(OTP_CACHE)/$${rel}sym.log; \
 	  ver=$$(chroot $$src dpkg-query -W -f='$${Version}' erlang-base) && \
-	  erts=$$(basename $$(ls -d $$src/usr/lib/erlang/erts-*)) || exit 1; \
+	  erts=$$(basename $$(ls -d $$src/usr/lib/erlang/erts-*)) || continue; \
 	  umount $$dir.tmp/proc 2>/dev/null; rm -rf --one-file-system $$dir.tmp; \
 	  if ! ls $$b/build/otp-OTP-*/bin/*/beam.smp >/dev/null 2>&1; then \
 	    rm -rf --one-file-system $$b && cp -ax $$src $$b && mkdir $$b/build && \
@@ -74,16 +75,16 @@ otp-sym: otp-runtimes
 	      chroot $$b sh -c "cd /build && apt-get source -q --tar-only erlang=$$ver \
 	        && tar xJf *.orig.tar.xz && cd otp-OTP-* && export ERL_TOP=\$$PWD \
 	        && ./configure $(OTP_SYM_CONFIGURE) && nice -n 10 make -C erts/emulator -j2 opt FLAVOR=jit"; \
-	    } >$$log 2>&1 || { echo "$${rel}sym: the build failed: see $$log"; exit 1; }; \
+	    } >$$log 2>&1 || { echo "$${rel}sym: the build failed: see $$log"; continue; }; \
 	    echo "emulator built in $$(( $$(date +%s) - start )) s" >>$$log; \
 	  fi; \
 	  built=$$(ls $$b/build/otp-OTP-*/bin/*/beam.smp) && \
 	  [ "$$(sed -n 's/^VSN *= *//p' $$b/build/otp-OTP-*/erts/vsn.mk)" = "$${erts#erts-}" ] \
-	    || { echo "$${rel}sym: the source is not $$erts"; exit 1; }; \
-	  readelf -S $$built | grep -q '\.symtab' || { echo "$${rel}sym: $$built has no .symtab"; exit 1; }; \
+	    || { echo "$${rel}sym: the source is not $$erts"; continue; }; \
+	  readelf -S $$built | grep -q '\.symtab' || { echo "$${rel}sym: $$built has no .symtab"; continue; }; \
 	  cp -ax $$src $$dir.tmp && install -m 755 $$built $$dir.tmp/usr/lib/erlang/$$erts/bin/beam.smp && \
 	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
-	    >$$dir.tmp/.beamalloc-ready || { echo "$${rel}sym: erl does not start"; exit 1; }; \
+	    >$$dir.tmp/.beamalloc-ready || { echo "$${rel}sym: erl does not start"; continue; }; \
 	  echo "erlang $$ver ($$erts): beam.smp built from its source with symbols" >$$dir.tmp/.beamalloc-sym; \
 	  rm -rf --one-file-system $$b; umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir; \
 	  mv -T $$dir.tmp $$dir; \
