@@ -308,3 +308,15 @@ def test_one_sample_is_a_marker_never_a_line():
     assert [tr["mode"] for tr in fig["data"]] == ["markers", "markers"]
     assert fig["data"][1]["y"] == [7 << 20]
     assert carrier_history(series, "ets_alloc", T0) is None  # nothing stored: no chart
+
+
+def test_only_replayed_sets_come_ticked(app, ref):
+    """A candidate set recommend did not replay is offered unticked (issue 26 item 4): the page
+    never opens on "not replayed; type its flags below"."""
+    page = app.test_client().get(url(ref)).text
+    boxes = re.findall(r'<input type="checkbox" name="c" value="([^"]+)"( checked)?>', page)
+    assert boxes, "no candidate sets offered"
+    shown = set(re.findall(r'<div class="wi-set[^"]*" data-set="([^"]+)"', page))
+    for cid, ticked in boxes:
+        assert bool(ticked) == (cid in shown)
+    assert "did not replay it" not in page

@@ -47,9 +47,17 @@ def _t(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
+#: Height of plotly's toolbar (the modebar) at a figure's top: titles start below it.
+TOOLBAR_PX = 30
+
+
 def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        # the title sits below plotly's toolbar (its top 30 px), never under it; automargin
+        # moves the plot down to make room
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15},
+                  "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": TOOLBAR_PX},
+                  "automargin": True},
         "height": height,
         "margin": {"l": 130, "r": 30, "t": 50, "b": 45},
         "paper_bgcolor": "white",

@@ -14,6 +14,7 @@ from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
     death_lines,
+    holder_sentence,
     picture_lines,
     verdict_lines,
 )
@@ -165,10 +166,23 @@ def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def snapshot_view(snap: Snapshot | None, a: dict[str, Any],
-                  earlier: Snapshot | None = None) -> dict[str, Any]:
-    """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover)."""
-    rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
+#: snapshot_view's `rec` when the caller has none: it asks the recommender itself.
+ASK = object()
+
+
+def largest_holder(a: dict[str, Any]) -> str | None:
+    """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
+    c = a.get("categories") or {}
+    return holder_sentence(c["largest"], c.get("largest_share")) if c.get("largest") else None
+
+
+def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | None = None,
+                  rec: Any = ASK) -> dict[str, Any]:
+    """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover);
+    `rec`, the recommender's answer where the caller has it (recommend_view.recommendations_of,
+    shared with the node pages), None where it is not available."""
+    if rec is ASK:
+        rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,
@@ -179,6 +193,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any],
         "death": death_lines(a),
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
+        "largest_holder": largest_holder(a),
         # the recommender's why lines first (analyzer/wording.py), then the analysis' own
         "verdict": (rec["why"] if rec is not None else []) + verdict_lines(a) + picture_lines(a)
         + totals_note(a) + (
