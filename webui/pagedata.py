@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
@@ -170,6 +171,14 @@ def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
 ASK = object()
 
 
+def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str, list[str]]:
+    """The verdict's why lines (the recommender's, as the terminal prints them; without it the
+    analysis' first line) and the evidence lines shown under the verdict."""
+    if rec is not None:
+        return {"verdict": list(rec["why"])[:wording.WHY_MAX], "evidence": lines}
+    return {"verdict": lines[:1], "evidence": lines[1:]}
+
+
 def largest_holder(a: dict[str, Any]) -> str | None:
     """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
     c = a.get("categories") or {}
@@ -194,12 +203,12 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
-        # the recommender's why lines first (analyzer/wording.py), then the analysis' own
-        "verdict": (rec["why"] if rec is not None else []) + verdict_lines(a) + picture_lines(a)
-        + totals_note(a) + (
+        # under the one line its why (analyzer/wording.py: at most WHY_MAX lines), then, out of
+        # the verdict's box, the analysis' own lines: the numbers it stands on
+        **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
              f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
-            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else []),
+            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else [])),
         "rec": rec,
         "formats": FORMATS,
         "memory": [

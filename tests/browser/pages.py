@@ -226,6 +226,12 @@ for (const e of document.querySelectorAll('body *')) {
 }
 return out.slice(0, 8);"""
 
+#: Each snapshot verdict's first line and its number of why lines (a snapshot page, a report).
+VERDICTS = r"""
+return [...document.querySelectorAll('section.snapshot > .verdict, #node-verdict')].map(v =>
+  v.id ? [v.textContent.trim(), v.parentElement.querySelectorAll('li').length]
+       : [v.querySelector('.headline').textContent.trim(), v.querySelectorAll('li').length]);"""
+
 #: Chart titles under plotly's toolbar (the modebar), by their bounding boxes: [checked, clashes].
 TITLE_CLASH = r"""
 let checked = 0;

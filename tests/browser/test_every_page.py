@@ -18,6 +18,7 @@ from .pages import (
     PAGES,
     TEXT_PROBLEMS,
     TITLE_CLASH,
+    VERDICTS,
     WIDTHS,
     Ctx,
     Page,
@@ -53,6 +54,10 @@ def test_page(browser, ctx: Ctx, page: Page, width: int) -> None:
     assert not problems, f"{page.name}: a repr or None in the text: {problems}"
     scroll, client, wide = browser.execute_script(OVERFLOW)
     assert scroll <= client, f"{page.name} at {width} px: {scroll} px wide in {client}: {wide}"
+    # One line first (issue 26 item 1): a snapshot's verdict is at most 100 characters, then
+    # at most three lines of why; the numbers follow outside its box.
+    for head, why in browser.execute_script(VERDICTS):
+        assert len(head) <= 100 and why <= 3, f"{page.name}: {head!r} and {why} lines of why"
     clipped = browser.execute_script(CLIPPED)
     assert not clipped, f"{page.name} at {width} px: {clipped}"
     checked, clashes = browser.execute_script(TITLE_CLASH)
