@@ -68,8 +68,10 @@ def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
         "hovermode": "closest",
     }
     base.update(kw)
-    base["margin"] = {**base["margin"],
-                      "t": max(base["margin"].get("t", 0), TOOLBAR_PX + TITLE_PX)}
+    top = base["margin"].get("t", 0)
+    if top < TOOLBAR_PX + TITLE_PX:  # the plot keeps its height: the figure grows instead
+        base["margin"] = {**base["margin"], "t": TOOLBAR_PX + TITLE_PX}
+        base["height"] += TOOLBAR_PX + TITLE_PX - top
     return base
 
 
