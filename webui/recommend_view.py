@@ -45,7 +45,7 @@ def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
         snap, a = d.analysis(ref)
         return recommendations(snap, a.get("processes"), d.previous(ref, snap))
 
-    return d.cached(("recommendations", ref), make)
+    return d.verdicts.get_or(ref, make)
 
 
 def _call(snap: Snapshot, processes: dict[str, Any] | None,
