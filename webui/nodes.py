@@ -54,6 +54,7 @@ CHART_NODES = 50
 def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
+    now = time.time()
     rows: list[dict[str, Any]] = []
     nodes: list[dict[str, Any]] = []
     try:
@@ -68,15 +69,17 @@ def nodes_page() -> str:
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
     shown = {id(r) for r in charted}
     figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
-    refresh, last = _fleet_refresh(nodes)
+    refresh, last = _fleet_refresh(nodes, now)
     return render_template("nodes.html", rows=rows, problem=problem,
                            store=str(d.store_path or ""), figures=figures_json(figs),
                            refresh=refresh, last=last)
 
 
-def _fleet_refresh(nodes: list[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """The nodes page's refresh period (the fastest live node's) and the newest sample time."""
-    now = time.time()
+def _fleet_refresh(nodes: list[dict[str, Any]], now: float | None = None
+                   ) -> tuple[float | None, float | None]:
+    """The nodes page's refresh period (the fastest live node's) and the newest sample time,
+    as of `now` (the time the rows were read: verdicts take time to compute)."""
+    now = time.time() if now is None else now
     live = [r for r in (live_refresh(n, now) for n in nodes) if r is not None]
     return (min(live) if live else None), max((n["last"] or 0 for n in nodes), default=None)
 
@@ -182,6 +185,7 @@ def node_page() -> str:
     if st is None:
         abort(404, description=d.store_problem())
     info = next(iter(st.list_nodes(node)), None)
+    now = time.time()  # liveness as the row was read, not after the verdict was computed
     if info is None:
         abort(404, description=f"no node {node!r} in the store")
     start, end = _range()
@@ -205,7 +209,7 @@ def node_page() -> str:
         points=len(series["t"]), downsampled=series["downsampled"], gaps=series["gaps"],
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}
                    for s in snaps[-200:]][::-1],
-        when=when, figures=figures_json(figs), refresh=live_refresh(info, time.time()))
+        when=when, figures=figures_json(figs), refresh=live_refresh(info, now))
 
 
 @bp.get("/api/node/last")
