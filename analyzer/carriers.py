@@ -204,7 +204,7 @@ def classify(cm: AllocatorCarrierMap) -> Classification:
         why = (f"{cm.sparse_crowded:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} "
                f"full but hold a block in every {human(PIECE)} of them on average, with "
                f"{share:.0%} of the {human(unused)} unused: the survivors are spread over every "
-               "carrier, so even the smallest carriers a flag sets would stay")
+               "carrier (whether they die or stay, the map cannot tell: the verdict weighs it)")
     elif kind == STRAGGLERS:
         why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} full "
                f"({cm.sparse_pooled:,} pooled) and hold {share:.0%} of the {human(unused)} unused; "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from markupsafe import escape
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support import DATA, SAMPLES, run_cli
@@ -452,9 +453,10 @@ def test_snapshots_of_a_fast_node_and_the_last_sample(tmp_path, base) -> None:
 
 
 def test_nodes_page_reads_the_last_rows(tmp_path, base) -> None:
-    """The nodes page shows each node's last sample and the watcher's stored findings; a node
-    without them (a store not written by watch) gets the same evaluation of its snapshot."""
+    """The nodes page shows each node's last sample and its latest snapshot's verdict in the
+    snapshot page's words (issue 26 item 3), never the watcher's bare rule codes."""
     from beamalloc.webui.app import create_app
+    from beamalloc.webui.recommend_view import recommendations
 
     path = tmp_path / "w.db"
     with Store(path) as st:
@@ -465,14 +467,12 @@ def test_nodes_page_reads_the_last_rows(tmp_path, base) -> None:
         other.node = "plain@host"
         st.add_sample(other, derive(other))
     html = create_app(path).test_client().get("/").get_data(as_text=True)
-    assert "R9 binary_alloc (warn); 1 flag lint" in html
-    found, _lint = active_findings(other)
-    assert html.count("<tr class=") == 2
-    if found:
-        rule, alloc, level = found[0]
-        assert f"{rule} {alloc}".strip() + f" ({level})" in html
-    else:
-        assert ">none<" in html
+    assert html.count("<tr data-verdict=") == 2
+    assert "R9 binary_alloc" not in html and "(warn)" not in html
+    for snap in (s, other):
+        rec = recommendations(snap)
+        assert rec is not None
+        assert escape(rec["headline"]) in html
 
 
 @pytest.mark.parametrize("kind", ["directory", "not a database", "under a file"])

@@ -282,3 +282,24 @@ def test_byte_axes_are_binary():
         for ax in ("xaxis", "yaxis"):
             a = f["layout"].get(ax) or {}
             assert a.get("tickformat") != "~s" and "ticksuffix" not in a, (f["layout"]["title"], ax)
+
+
+ETS_DUMP = ROOT.parent / "shared" / "samples" / "real-dumps" / \
+    "sharondad91__FinalProject__src_erl_crash.dump.dump"
+
+
+@pytest.mark.skipif(not ETS_DUMP.exists(), reason="../shared/samples/real-dumps is absent")
+def test_who_holds_the_memory_names_the_largest_holder_whatever_its_kind(tmp_path):
+    """Issue 26 item 3: the holder the terminal names (an ETS table here, 156 MiB of a 488 MiB
+    node whose processes hold 2 MiB) is named under "Who holds the memory", beside the process
+    scan, with the ETS tables and the categories on the same page."""
+    out = tmp_path / "r.html"
+    r = run_cli("report", str(ETS_DUMP), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    page = html.unescape(out.read_text())
+    section = page[page.index('id="s0-holders"'):page.index('id="s0-categories"')]
+    assert ('id="s0-largest-holder">ETS table mnesia_transient_decision holds 156.2 MiB'
+            in section)
+    assert "Processes (crashdump): read all 133 processes" in section
+    ets = page[page.index("ETS tables, largest first"):]
+    assert ets.index("mnesia_transient_decision") < ets.index("wx_debug_info")

@@ -308,3 +308,29 @@ def test_one_sample_is_a_marker_never_a_line():
     assert [tr["mode"] for tr in fig["data"]] == ["markers", "markers"]
     assert fig["data"][1]["y"] == [7 << 20]
     assert carrier_history(series, "ets_alloc", T0) is None  # nothing stored: no chart
+
+
+def test_only_replayed_sets_come_ticked(app, ref):
+    """A candidate set recommend did not replay is offered unticked (issue 26 item 4): the page
+    never opens on "not replayed; type its flags below"."""
+    page = app.test_client().get(url(ref)).text
+    boxes = re.findall(r'<input type="checkbox" name="c" value="([^"]+)"( checked)?>', page)
+    assert boxes, "no candidate sets offered"
+    shown = set(re.findall(r'<div class="wi-set[^"]*" data-set="([^"]+)"', page))
+    for cid, ticked in boxes:
+        assert bool(ticked) == (cid in shown)
+    assert "did not replay it" not in page
+
+
+def test_sets_recommend_did_not_replay_come_unticked():
+    """A release the replay does not model: recommend proposes flags without predictions; the
+    page offers them unticked and opens on "Nothing picked", not on "did not replay it"."""
+    snap = read_file(str(SNAPS / "binspike.json"))
+    snap.otp_release, snap.erts_version = "R16B02", "5.10.3"
+    c = create_app(None).test_client()
+    r = c.post("/whatif/upload", data={"file": (io.BytesIO(snap.to_json().encode()), "old.json")},
+               content_type="multipart/form-data")
+    page = c.get(r.headers["Location"]).text
+    boxes = re.findall(r'<input type="checkbox" name="c" value="([^"]+)"( checked)?>', page)
+    assert boxes and not any(ticked for _, ticked in boxes)
+    assert "did not replay it" not in page and 'id="nothing-replayed"' in page

@@ -68,6 +68,8 @@ class Data:
         self.upload_processes: dict[str, dict[str, Any]] = {}
         self._analyses: _LRU = _LRU(256)
         self._samples: _LRU = _LRU(4096)
+        # the recommender's answers (webui/recommend_view.py, ~100 KB each): fewer of them
+        self.verdicts: _LRU = _LRU(128)
 
     # ---- the store ---------------------------------------------------------------------------
 

@@ -47,9 +47,18 @@ def _t(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
+#: Height of plotly's toolbar (the modebar) at a figure's top: titles start below it, and the
+#: plot below the title (TITLE_PX, a 15 px line).
+TOOLBAR_PX, TITLE_PX = 30, 26
+
+
 def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        # the title sits below plotly's toolbar, never under it (a narrow chart's long title
+        # ran under it); fixed margins, not title.automargin, which plotly's responsive resize
+        # can send into "Something went wrong with axis scaling"
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15},
+                  "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": TOOLBAR_PX}},
         "height": height,
         "margin": {"l": 130, "r": 30, "t": 50, "b": 45},
         "paper_bgcolor": "white",
@@ -59,6 +68,10 @@ def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
         "hovermode": "closest",
     }
     base.update(kw)
+    top = base["margin"].get("t", 0)
+    if top < TOOLBAR_PX + TITLE_PX:  # the plot keeps its height: the figure grows instead
+        base["margin"] = {**base["margin"], "t": TOOLBAR_PX + TITLE_PX}
+        base["height"] += TOOLBAR_PX + TITLE_PX - top
     return base
 
 

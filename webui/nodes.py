@@ -8,13 +8,13 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
-from beamalloc.timeseries.series import active_findings
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
 from beamalloc.webui.data import MAX_POINTS, Data, NotFound
 from beamalloc.webui.pagedata import figures_json, severity
+from beamalloc.webui.recommend_view import recommendations_of
 
 bp = Blueprint("nodes", __name__)
 
@@ -54,6 +54,7 @@ CHART_NODES = 50
 def nodes_page() -> str:
     d = data()
     problem = d.store_problem()
+    now = time.time()
     rows: list[dict[str, Any]] = []
     nodes: list[dict[str, Any]] = []
     try:
@@ -68,27 +69,30 @@ def nodes_page() -> str:
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
     shown = {id(r) for r in charted}
     figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
-    refresh, last = _fleet_refresh(nodes)
+    refresh, last = _fleet_refresh(nodes, now)
     return render_template("nodes.html", rows=rows, problem=problem,
                            store=str(d.store_path or ""), figures=figures_json(figs),
                            refresh=refresh, last=last)
 
 
-def _fleet_refresh(nodes: list[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """The nodes page's refresh period (the fastest live node's) and the newest sample time."""
-    now = time.time()
+def _fleet_refresh(nodes: list[dict[str, Any]], now: float | None = None
+                   ) -> tuple[float | None, float | None]:
+    """The nodes page's refresh period (the fastest live node's) and the newest sample time,
+    as of `now` (the time the rows were read: verdicts take time to compute)."""
+    now = time.time() if now is None else now
     live = [r for r in (live_refresh(n, now) for n in nodes) if r is not None]
     return (min(live) if live else None), max((n["last"] or 0 for n in nodes), default=None)
 
 
 def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per node from Store.list_nodes: never a snapshot per node."""
+    """One row per node from Store.list_nodes, and the verdict of the latest snapshot of the
+    VERDICT_NODES with most unused bytes (cached per snapshot)."""
     rows: list[dict[str, Any]] = []
     now = time.time()
-    # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers
-    # and the watcher's last rule evaluation, never a snapshot per node.
+    # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers;
+    # then the verdicts of the latest snapshots of the nodes with most unused bytes.
     for n in nodes:
-        row: dict[str, Any] = {"node": n["node"], "samples": n["samples"],
+        row: dict[str, Any] = {"node": n["node"], "samples": n["samples"], "verdict": None,
                                "last": when(n["last"]), "ago": ago(n["last"], now),
                                "down": n["down_since"] is not None,
                                "down_reason": n["down_reason"], "allocated": None}
@@ -103,40 +107,31 @@ def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                        severity=severity(p["unused"], p["usage"]))
         sid = n["latest_snapshot"]
         row["latest_ref"] = f"s{sid}" if sid is not None else None
-        row["findings"] = (_stored_findings(n["findings"]) if n["findings"] is not None
-                           else _findings(d, row["latest_ref"]))
         rows.append(row)
+    judged = sorted((r for r in rows if r["latest_ref"]),
+                    key=lambda r: (r["allocated"] or 0) - (r.get("used") or 0), reverse=True)
+    for r in judged[:VERDICT_NODES]:
+        r.update(_verdict(d, r["latest_ref"]))
     return rows
 
 
-def _stored_findings(found: dict[str, Any]) -> str:
-    """The watcher's last evaluation (series.active_findings): rules that hold, lint in force."""
-    rules = found.get("findings") or []
-    lint = found.get("lint") or []
-    if not rules and not lint:
-        return "none"
-    parts = [f"{r} {a}".strip() + f" ({lvl})" for r, a, lvl in rules[:3]]
-    more = len(rules) - 3
-    text = ", ".join(parts) + (f" +{more}" if more > 0 else "")
-    if lint:
-        text += ("; " if text else "") + f"{len(lint)} flag lint{'s' if len(lint) != 1 else ''}"
-    return text
+#: Nodes whose verdict the nodes page gives (most unused first): a verdict replays flags
+#: (about a second for a node with advice, once per snapshot); the others link to theirs.
+VERDICT_NODES = 16
 
 
-def _findings(d: Data, ref: str | None) -> str:
-    """A store not written by watch (no stored evaluation): the rules and the lint on the
-    latest snapshot, once per snapshot (the same evaluation watch stores)."""
-    if ref is None:
-        return "-"
-
-    def evaluate() -> str:
-        try:
-            found, lint = active_findings(d.snapshot(ref))
-        except NotFound:  # replaced by the writer since: shown on the next view
-            return "-"
-        return _stored_findings({"findings": found, "lint": lint})
-
-    return d.cached(("findings", ref), evaluate)
+def _verdict(d: Data, ref: str) -> dict[str, Any]:
+    """The verdict of a node's latest snapshot as its snapshot page gives it (its first line,
+    recommend_view.recommendations_of): the same words, never bare rule codes."""
+    try:
+        rec = recommendations_of(d, ref)
+    except NotFound:  # replaced by the writer since: shown on the next view
+        return {}
+    if rec is None:
+        return {"verdict": "recommender not available: the snapshot page has the evidence"}
+    state = rec["verdict"]["state"]
+    return {"verdict": rec["headline"], "state": state, "why": rec["why"],
+            "severity": severity(0, 1.0, state)}
 
 
 def _range() -> tuple[float | None, float | None]:
@@ -190,6 +185,7 @@ def node_page() -> str:
     if st is None:
         abort(404, description=d.store_problem())
     info = next(iter(st.list_nodes(node)), None)
+    now = time.time()  # liveness as the row was read, not after the verdict was computed
     if info is None:
         abort(404, description=f"no node {node!r} in the store")
     start, end = _range()
@@ -200,14 +196,20 @@ def node_page() -> str:
     if series["t"]:
         p = point_view({k: v[-1] for k, v in series["columns"].items() if v[-1] is not None})
         summary = {"headline": headline(p), "severity": severity(p["unused"], p["usage"])}
+    # the first line: the latest stored snapshot's verdict, as its snapshot page says it
+    latest = st.snapshots(node)
+    verdict = _verdict(d, f"s{latest[-1]['id']}") if latest else {}
+    if verdict.get("state") and summary is not None:
+        summary["severity"] = verdict["severity"]
     ranges = [(label, None if secs is None else last - secs) for label, secs in RANGES]
     return render_template(
         "node.html", node=node, info=info, first=when(info["first"]), last=when(info["last"]),
-        summary=summary, ranges=ranges, start=start, end=end,
+        summary=summary, verdict=verdict, latest_ref=f"s{latest[-1]['id']}" if latest else None,
+        ranges=ranges, start=start, end=end,
         points=len(series["t"]), downsampled=series["downsampled"], gaps=series["gaps"],
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}
                    for s in snaps[-200:]][::-1],
-        when=when, figures=figures_json(figs), refresh=live_refresh(info, time.time()))
+        when=when, figures=figures_json(figs), refresh=live_refresh(info, now))
 
 
 @bp.get("/api/node/last")

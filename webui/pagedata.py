@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from beamalloc.analyzer import wording
 from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
     death_lines,
+    holder_sentence,
     picture_lines,
     verdict_lines,
 )
@@ -165,10 +167,31 @@ def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def snapshot_view(snap: Snapshot | None, a: dict[str, Any],
-                  earlier: Snapshot | None = None) -> dict[str, Any]:
-    """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover)."""
-    rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
+#: snapshot_view's `rec` when the caller has none: it asks the recommender itself.
+ASK = object()
+
+
+def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str, list[str]]:
+    """The verdict's why lines (the recommender's, as the terminal prints them; without it the
+    analysis' first line) and the evidence lines shown under the verdict."""
+    if rec is not None:
+        return {"verdict": list(rec["why"])[:wording.WHY_MAX], "evidence": lines}
+    return {"verdict": lines[:1], "evidence": lines[1:]}
+
+
+def largest_holder(a: dict[str, Any]) -> str | None:
+    """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
+    c = a.get("categories") or {}
+    return holder_sentence(c["largest"], c.get("largest_share")) if c.get("largest") else None
+
+
+def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | None = None,
+                  rec: Any = ASK) -> dict[str, Any]:
+    """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover);
+    `rec`, the recommender's answer where the caller has it (recommend_view.recommendations_of,
+    shared with the node pages), None where it is not available."""
+    if rec is ASK:
+        rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
     t, os_ = a["totals"], a["os"]
     return {
         "a": a,
@@ -179,12 +202,13 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any],
         "death": death_lines(a),
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
-        # the recommender's why lines first (analyzer/wording.py), then the analysis' own
-        "verdict": (rec["why"] if rec is not None else []) + verdict_lines(a) + picture_lines(a)
-        + totals_note(a) + (
+        "largest_holder": largest_holder(a),
+        # under the one line its why (analyzer/wording.py: at most WHY_MAX lines), then, out of
+        # the verdict's box, the analysis' own lines: the numbers it stands on
+        **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
              f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
-            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else []),
+            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else [])),
         "rec": rec,
         "formats": FORMATS,
         "memory": [

@@ -16,6 +16,7 @@ from beamalloc.analyzer.records import Prediction
 from beamalloc.reporters.recommend import FORMATS, predicted_line
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
+from beamalloc.webui.data import Data
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,17 @@ def recommendations(snap: Snapshot, processes: dict[str, Any] | None = None,
     except Exception:  # the page must render whatever the recommender does
         log.exception("recommender failed on %s", snap.node)
         return None
+
+
+def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
+    """recommendations() for a stored snapshot or an upload, computed once per ref: the snapshot
+    page, the node page, the nodes page and what-if say the same verdict from the same inputs
+    (the holders, a watched node's previous sample). Raises NotFound for an unknown ref."""
+    def make() -> dict[str, Any] | None:
+        snap, a = d.analysis(ref)
+        return recommendations(snap, a.get("processes"), d.previous(ref, snap))
+
+    return d.verdicts.get_or(ref, make)
 
 
 def _call(snap: Snapshot, processes: dict[str, Any] | None,

@@ -7,6 +7,7 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from beamalloc.errors import InputError
 from beamalloc.webui.data import Data, NotFound
 from beamalloc.webui.pagedata import figures_json, snapshot_view
+from beamalloc.webui.recommend_view import recommendations_of
 
 bp = Blueprint("snapshots", __name__)
 
@@ -27,7 +28,7 @@ def _load(ref: str):  # -> tuple[Snapshot, dict]
 @bp.get("/snapshot/<ref>")
 def snapshot_page(ref: str) -> str:
     snap, a = _load(ref)
-    v = snapshot_view(snap, a, data().previous(ref, snap))
+    v = snapshot_view(snap, a, rec=recommendations_of(data(), ref))
     return render_template("snapshot.html", v=v, ref=ref, figures=figures_json(v["figures"]))
 
 

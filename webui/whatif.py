@@ -31,6 +31,7 @@ from beamalloc.analyzer.predict import (
     MAX_EVENTS,
     PredictionError,
     Predictor,
+    measure_turnover,
     node_flags,
     otp_of,
 )
@@ -99,9 +100,16 @@ def recommendation(ref: str, snap: Snapshot) -> dict[str, Any]:
     st = _state()
 
     def run() -> dict[str, Any]:
+        # the same inputs as the snapshot page's verdict (recommend_view.recommendations): the
+        # holders, and a watched node's turnover against its previous stored sample, so that
+        # both pages say the same state
+        d = data()
+        earlier = d.previous(ref, snap)
+        processes = d.analysis(ref)[1].get("processes")
         with st.lock:  # one replay at a time: the machine's cores serve the other pages
             st.replays += 1
-            return recommend(snap)
+            return recommend(snap, processes=processes,
+                             turnover=measure_turnover(earlier, snap) if earlier else None)
 
     return st.recommendations.get_or(ref, run)
 
@@ -393,7 +401,9 @@ def whatif_page() -> tuple[str, int] | str:
                 break
     rec = recommendation(ref, snap)
     cands = candidate_sets(rec)
-    chosen = set(request.args.getlist("c")) if request.args.get("go") else {c["id"] for c in cands}
+    # pre-ticked: the sets recommend replayed; one it did not replay is offered, never ticked
+    chosen = (set(request.args.getlist("c")) if request.args.get("go")
+              else {c["id"] for c in cands if c["rows"]})
     shown = [c for c in cands if c["id"] in chosen]
     typed = []
     old = unmodelled_release(snap)  # the recommender's own reason: no replay says anything

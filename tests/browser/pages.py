@@ -200,6 +200,53 @@ return [d.scrollWidth, d.clientWidth, wide.slice(0, 5).map(e =>
   e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' +
   Math.round(e.getBoundingClientRect().right))];"""
 
+#: Clipped content (issue 26 item 4): a cell whose content is wider than the cell, or a cell or
+#: preformatted block past the window's right edge with no scroll container around it; and a
+#: scroll container that holds more than it shows without its shadow cue (style.css
+#: .table-scroll, .wide, .scroll). Cells of closed <details> are not laid out and not checked.
+CLIPPED = r"""
+const d = document.documentElement, out = [];
+const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+const box = e => { for (let p = e.parentElement; p && p !== document.body; p = p.parentElement)
+                     if (scrolls(p)) return p;
+                   return null; };
+const name = e => e.tagName + (e.id ? '#' + e.id : '') + ' "' +
+                  e.textContent.trim().slice(0, 40) + '"';
+for (const c of document.querySelectorAll('td, th, pre, h1, h2, h3, p, li')) {
+  const r = c.getBoundingClientRect();
+  if (!r.width || scrolls(c)) continue;
+  const b = box(c);
+  if (c.scrollWidth > c.clientWidth + 1 && !b) out.push('overflows its box: ' + name(c));
+  else if (r.right > d.clientWidth + 0.5 && !b) out.push('past the window: ' + name(c));
+}
+for (const e of document.querySelectorAll('body *')) {
+  if (!scrolls(e) || e.scrollWidth <= e.clientWidth + 1 || e.tagName === 'PRE') continue;
+  if (!getComputedStyle(e).backgroundImage.includes('gradient'))
+    out.push('scrolls without a cue: ' + name(e));
+}
+return out.slice(0, 8);"""
+
+#: Each snapshot verdict's first line and its number of why lines (a snapshot page, a report).
+VERDICTS = r"""
+return [...document.querySelectorAll('section.snapshot > .verdict, #node-verdict')].map(v =>
+  v.id ? [v.textContent.trim(), v.parentElement.querySelectorAll('li').length]
+       : [v.querySelector('.headline').textContent.trim(), v.querySelectorAll('li').length]);"""
+
+#: Chart titles under plotly's toolbar (the modebar), by their bounding boxes: [checked, clashes].
+TITLE_CLASH = r"""
+let checked = 0;
+const out = [];
+for (const f of document.querySelectorAll('.js-plotly-plot')) {
+  const m = f.querySelector('.modebar'), t = f.querySelector('.gtitle');
+  if (!m || !t) continue;
+  const a = m.getBoundingClientRect(), b = t.getBoundingClientRect();
+  if (!a.width || !b.width) continue;
+  checked++;
+  if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+    out.push(f.id + ': "' + t.textContent + '"');
+}
+return [checked, out];"""
+
 #: Per drawn figure: its id, the traces drawn as lines with their non-null point counts, the
 #: grey gap bands, and every line segment (consecutive non-null points).
 FIGURES = """

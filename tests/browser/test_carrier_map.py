@@ -53,7 +53,7 @@ def test_report_map_of_10_carriers(browser, tmp_path):
     _check_map(browser, "fig-s0-cmap-0", snap, "carrier-map-10")
     text = browser.find_element(By.ID, "s0-cmap-0-text").text
     # the sparse carriers hold a 900-byte block per 10-100 KiB of them: crowded, so scattered
-    assert "binary_alloc: scattered" in text and "would have to move" in text
+    assert "binary_alloc, what the map shows: scattered" in text and "would have to move" in text
     screenshot(browser, "report-carriers-10")
 
 

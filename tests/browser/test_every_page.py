@@ -1,7 +1,9 @@
 """Every page of PAGES (tests/browser/pages.py) at 1400 and 1000 px in a real browser (issue 15,
-item 4): no Python repr or None in its text, no horizontal overflow, no line with fewer than two
-points, no line across a gap, byte axes in binary units with every tick at its own value; then
-its screenshot (BEAMALLOC_SHOTS=docs/img/webui writes the ones docs/webui.md shows)."""
+item 4; issue 26 item 4): no Python repr or None in its text, no horizontal overflow, no clipped
+cell, no wide table scrolling without its cue, no chart title under plotly's toolbar, no line
+with fewer than two points, no line across a gap, byte axes in binary units with every tick at
+its own value; then its screenshot (BEAMALLOC_SHOTS=docs/img/webui writes the ones
+docs/webui.md shows)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 from .pages import (
+    CLIPPED,
     FIGURES,
     OVERFLOW,
     PAGES,
     TEXT_PROBLEMS,
+    TITLE_CLASH,
+    VERDICTS,
     WIDTHS,
     Ctx,
     Page,
@@ -49,6 +54,16 @@ def test_page(browser, ctx: Ctx, page: Page, width: int) -> None:
     assert not problems, f"{page.name}: a repr or None in the text: {problems}"
     scroll, client, wide = browser.execute_script(OVERFLOW)
     assert scroll <= client, f"{page.name} at {width} px: {scroll} px wide in {client}: {wide}"
+    # One line first (issue 26 item 1): a snapshot's verdict is at most 100 characters, then
+    # at most three lines of why; the numbers follow outside its box.
+    for head, why in browser.execute_script(VERDICTS):
+        assert len(head) <= 100 and why <= 3, f"{page.name}: {head!r} and {why} lines of why"
+    clipped = browser.execute_script(CLIPPED)
+    assert not clipped, f"{page.name} at {width} px: {clipped}"
+    checked, clashes = browser.execute_script(TITLE_CLASH)
+    assert not clashes, f"{page.name} at {width} px: a chart title under the toolbar: {clashes}"
+    assert checked or not page.charts or not browser.execute_script(
+        "return document.querySelectorAll('.js-plotly-plot .gtitle').length"), "no title measured"
     figs = browser.execute_script(FIGURES)
     assert not line_problems(figs), line_problems(figs)
     assert not unit_problems(figs), unit_problems(figs)

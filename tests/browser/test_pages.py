@@ -4,6 +4,7 @@ upload and compare work, hostile strings never run, screenshots are not blank (i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,21 +30,34 @@ def no_alert(drv) -> None:
 
 def test_nodes_page(browser, server, store_path):
     visit(browser, server + "/")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#nodes tbody tr:not(.sub)")
     with Store(store_path, readonly=True) as st:
-        nodes = len(st.list_nodes())
+        listed = st.list_nodes()
+    nodes = len(listed)
     assert len(rows) == nodes >= 2
     assert any("app@web1" in r.text for r in rows)
     assert points(browser, "fig-nodes") == 2 * nodes  # used + unused bar for each node
-    assert browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
+    head = browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
+    verdicts = [v.text for v in browser.find_elements(By.CSS_SELECTOR, "#nodes tr.sub")]
+    states = [v.get_attribute("data-verdict")
+              for v in browser.find_elements(By.CSS_SELECTOR, "#nodes tr.sub")]
     no_alert(browser)
     screenshot(browser, "nodes")
+    # One story (issue 26 item 3): each node's line is its latest snapshot page's first line, in
+    # words, never a bare rule code; the page's headline names the nodes that need a look.
+    assert not any(re.search(r"\bR[0-9]+\b", v) for v in verdicts), verdicts
+    for n, line in zip(listed, verdicts, strict=True):
+        visit(browser, f"{server}/snapshot/s{n['latest_snapshot']}", charts=False)
+        assert line == browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
+    acting = [n["node"] for n, s in zip(listed, states, strict=True) if s != "HEALTHY"]
+    assert acting and all(a in head for a in acting) and "needs a look" in head
 
 
 def test_node_page_series(browser, server, store_path):
     visit(browser, f"{server}/node?n={quote('app@web1')}")
     head = browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
-    assert head.startswith("Latest sample:")
+    assert head.startswith("HEALTHY: "), head  # the latest snapshot's verdict first
+    assert browser.find_element(By.ID, "node-headline").text.startswith("Latest sample:")
     with Store(store_path, readonly=True) as st:
         n = next(x["samples"] for x in st.list_nodes() if x["node"] == "app@web1")
     assert n > 1000

@@ -50,7 +50,7 @@ return out;""")
 def test_two_totals_say_why(browser, advised):
     t, all_ = advised["totals"]["allocated"], advised["os"]["allocated_all"]
     assert all_ != t
-    verdict = browser.find_element(By.CSS_SELECTOR, ".verdict").text
+    verdict = browser.find_element(By.CSS_SELECTOR, "ul.evidence").text  # under the verdict
     assert "Two totals:" in verdict and "recon_alloc counts" in verdict
     assert "literal_alloc" in verdict  # the type recon leaves out, named
 
