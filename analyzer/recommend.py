@@ -629,6 +629,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's serialisation: its codes and numbers, and the wording's lines."""
     return {
         "state": v.state, "headline": wording.headline(v), "why": wording.why(v),
+        # the headline's parts, for a narrower line (wording.fit: a terminal at 80 columns)
+        "headline_parts": wording.headline_parts(v),
         "reasons": [r.to_json() for r in v.reasons], "counts": v.counts,
         "total": {"unused": v.total.unused, "allocated": v.total.allocated,
                   "usage": round(v.total.usage, 4)},

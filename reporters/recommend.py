@@ -4,7 +4,8 @@ Formats (issue 3): `flags` one line of emulator flags; `vm.args` one flag per li
 the ERL_FLAGS environment variable; `rabbitmq` RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS (in
 rabbitmq-env.conf the RABBITMQ_ prefix is dropped); `mix` rel/vm.args.eex of a mix release.
 The human output teaches like recon_alloc's docs: verdict, each flag with its evidence and
-cost, the lint, then the ready-to-paste block.
+cost, the lint, then the ready-to-paste block (`details`). By default it is short (issue 26 item
+2): the answer, the one table the decision rests on, the top holders, the paste block.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
 from beamalloc.limits import FORMATS  # the paste formats (`--format`)
 from beamalloc.reporters import holders
-from beamalloc.reporters.analyze import death_lines
-from beamalloc.reporters.table import prose
+from beamalloc.reporters.analyze import (
+    DETAILS_HINT,
+    answer,
+    top_holders,
+)
+from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
 
 
@@ -87,11 +92,6 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
     return [verdict(r), *r["verdict"]["why"]]
 
 
-#: Terminal style of each state: green only where nothing is to be done.
-STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "cyan",
-               "NO FLAG HELPS": "red", "UNDECIDED": "magenta"}  # fmt: skip
-
-
 def in_force_line(v: dict[str, Any]) -> str:
     """The flags in force, as the snapshot shows them (analyzer/wording.py said it)."""
     return str(v["flags_in_force"]["text"])
@@ -103,7 +103,9 @@ def predicted_line(p: dict[str, Any]) -> str:
     return f"{wording.figure(rec)} unused; {p['summary']}"
 
 
-def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
+def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
+           details: bool = False) -> None:
+    """The answer first; then the short output, or with `details` everything there is."""
     def say(line: str, style: str | None = None) -> None:
         """A line of prose, wrapped at the console's width under its own indent."""
         if line.startswith("\n"):
@@ -119,14 +121,13 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             cited.setdefault(citation, uri)
         return citation
 
-    otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
-    say(f"{r['node']}  {otp}  source {r['source']}", "bold")
-    for line in death_lines(r):  # the cause of death and a partial read come first
-        say(line, style="bold")
     v = r["verdict"]
-    say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
-    for line in v["why"]:
-        say(f"  {line}", style=STATE_STYLE[v["state"]])
+    answer(r, v, console)  # the cause of death, a partial read, the verdict: first
+    otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
+    say(f"{r['node']}  {otp}  source {r['source']}", "dim")
+    if not details:
+        _short(r, console, fmt)
+        return
     unknown = (r.get("coverage") or {}).get("flags_unknown")
     fin = in_force_line(v)
     if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
@@ -214,3 +215,51 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
+
+
+def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
+    """The short output under the answer: the flags in force in a line, the table the decision
+    rests on, the top holders, the paste block."""
+    v = r["verdict"]
+    fin = v["flags_in_force"]
+    if fin["flags"] is None:  # the options as reported: a line per allocator, in --details
+        prose(console, f"Flags in force: {fin['note']} (--details lists them)", "dim",
+              indent="")
+    else:
+        prose(console, f"Flags in force: {fin['text']}", "dim", indent="")
+    console.print()
+    if r["recommendations"]:
+        rows = []
+        for x in r["recommendations"]:
+            e = x["effect"] or {}
+            rows.append([f"{x['flag']} {x['value']}", x["allocator"] or "-", x["rule"],
+                         "not predicted" if not e else wording.change(-e["unused_saving"]),
+                         "-" if e.get("calibration_error") is None
+                         else pct(e["calibration_error"])])
+        print_table(console, "The flags: each one's allocator, rule and predicted change of its "
+                    "unused bytes", [
+                        Col("flag", "left", key=True), Col("allocator", "left"),
+                        Col("rule", "left"), Col("unused"), Col("calibration error")], rows)
+    elif v["no_flag_helps"]:
+        title = {"UNDECIDED": "Mostly empty: what the flags would do is not known (why above)",
+                 "FLAGS IN FORCE": "Mostly empty under the rules' own flags"}.get(
+                     v["state"], "Mostly empty, and no flag shown to help")
+        print_table(console, title, [
+            Col("allocator", "left", key=True), Col("unused"), Col("allocated"), Col("usage"),
+            Col("what does", "left", wrap=True)], [[
+                e["allocator"], human(e["unused"]), human(e["allocated"]), pct(e["usage"]),
+                "; ".join(f"{wording.remedy_code_short(m['code'])} ("
+                          f"{'up to ' if m['bound'] else ''}{human(m['releases'])})"
+                          for m in e["remedies"][:1]) or "-"]
+                for e in v["no_flag_helps"][:4]])
+    top_holders(r.get("processes"), console)
+    issues = [i for i in r["lint"] if i["level"] != "info"]
+    if issues:
+        prose(console, f"Lint: {len(issues)} issue{'s' if len(issues) != 1 else ''} with the "
+              f"flags in force ({', '.join(dict.fromkeys(i['check'] for i in issues))}); "
+              f"{DETAILS_HINT}", "yellow", indent="")
+    console.print(Text(f"Paste ({fmt}):", style="bold"))
+    # never wrapped: each line must reach the file or the shell whole, however long
+    console.print(Text(paste(r, fmt)), soft_wrap=True)
+    prose(console, f"{DETAILS_HINT}: each flag's rule, evidence and cost, the findings, the "
+          "lint, the predictions and every holder; --json every number.", "dim", indent="")

@@ -22,9 +22,9 @@ FIGURES = {"carriers_size", "peak_carriers_size", "unused", "mseg_alloc_calls", 
 
 
 HEAP = "+MHas ageffcbf +MHlmbcs 1024"
-VERDICT_KEYS = {"state", "headline", "why", "reasons", "counts", "total", "flags_in_force",
-                "no_flag_helps", "reverts", "holders", "rate", "rate_unavailable", "min_gain",
-                "min_rate"}  # fmt: skip
+VERDICT_KEYS = {"state", "headline", "headline_parts", "why", "reasons", "counts", "total",
+                "flags_in_force", "no_flag_helps", "reverts", "holders", "rate",
+                "rate_unavailable", "min_gain", "min_rate"}  # fmt: skip
 
 
 CHURN = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacul de"
