@@ -426,7 +426,9 @@ def why(v: Verdict) -> list[str]:
                        "own allocations (`recommend NODE --trace-for 30`, as root).")
     elif v.state == NO_FLAG:
         if r.code == "runaway":
-            out.append(r.numbers["message"])
+            out.append("One holder grew without bound: cap it (a heap: max_heap_size, "
+                       "erlang:process_flag/2; a queue or cache: its own limit); the dump's "
+                       "largest process is the first suspect.")
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
             cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)
@@ -522,10 +524,11 @@ def death_why(d: Death, width: int = HEADLINE_MAX) -> list[str]:
         verb = (("was collecting its garbage" if h.state == "garbing" else "was running")
                 if h.role == "allocating" else "was the largest")
         parts = [f"heap {human(h.total_heap)}" if h.total_heap is not None else "",
-                 f"binaries {human(h.binary)}" if h.binary is not None else "",
-                 f"{h.message_queue_len} messages queued"]
-        out.append(f"Process {h.label()} {verb}, holding {human(h.memory)} ("
-                   + ", ".join(p for p in parts if p) + ")"
+                 f"binaries {human(h.binary)}" if h.binary else "",
+                 f"{h.message_queue_len} messages queued" if h.message_queue_len else ""]
+        held = ", ".join(p for p in parts if p)
+        out.append(f"Process {h.label()} {verb}, holding {human(h.memory)}"
+                   + (f" ({held})" if held else "")
                    + (f" in {h.current_function}" if h.current_function else "") + ".")
     elif d.kind == "boot_failure":
         out.append("The allocator state is that of a node that never ran its load.")

@@ -9,6 +9,7 @@ category; `details` prints every table.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
@@ -151,7 +152,9 @@ def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
     return s + "."
 
 
-def verdict_lines(a: dict[str, Any]) -> list[str]:
+def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
+    """The totals in words, and with `short` only they and the OS's view (the short output's
+    table names the allocator with the most unused bytes)."""
     t, os_ = a["totals"], a["os"]
     lines = [
         f"The allocators hold {human(t['allocated'])} of carriers and use "
@@ -159,7 +162,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
         f"(usage {pct(t['usage'])}): {human(t['unused'])} is reserved but holds no data."
     ]
     types = a["allocator_types"]
-    if types and types[0]["unused"] > 0:
+    if types and types[0]["unused"] > 0 and not short:
         w = types[0]
         lines.append(
             f"Most of the unused space is in {w['allocator']}: {human(w['unused'])} unused of "
@@ -168,7 +171,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
     c = a.get("carriers") or {}
     worst = next((m for m in c.get("allocators", ())
                   if m["classification"]["kind"] != "compact"), None)
-    if worst is not None:
+    if worst is not None and not short:
         cl = worst["classification"]
         lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
     if os_["rss"] is not None:
@@ -182,7 +185,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
                 else "."
             )
         )
-        if os_.get("rss_lazyfree"):
+        if os_.get("rss_lazyfree") and not short:
             lines.append(
                 f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
                 "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
@@ -199,7 +202,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
     facts, missing = header_facts(a)
-    rest = f"{facts}  source {a['source']}  taken {a['taken_at'] or 'unknown'}".strip()
+    taken = a["taken_at"] or "unknown"
+    if not details:  # to the second: the short output's header fits a line
+        taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
+    rest = f"{facts}  source {a['source']}  taken {taken}".strip()
     head = Text(a["node"], style="dim")
     if len(a["node"]) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))
@@ -211,8 +217,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     for note in a["notes"] if details or a["truncated"] else ():
         prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
     console.print()
-    said = verdict_lines(a)
-    for line in said if details else said[:2]:
+    for line in verdict_lines(a, short=not details):
         prose(console, line, indent="")
     picture = picture_lines(a)
     for line in picture if details else picture[:2]:
@@ -327,7 +332,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
 
 
 #: Allocator types the short output lists (worst first): the decision is about the first.
-SHORT_TYPES = 5
+SHORT_TYPES = 4
 
 
 def _short(a: dict[str, Any], console: Console) -> None:
@@ -348,7 +353,7 @@ def _short(a: dict[str, Any], console: Console) -> None:
     if not (a.get("categories") or {}).get("total"):
         top_holders(a.get("processes"), console)
         console.print()
-    prose(console, f"{DETAILS_HINT} (memory against RSS, options, instances, carriers, the mseg "
+    prose(console, f"{DETAILS_HINT} (memory against RSS, options, instances, carriers, mseg "
           "cache, ETS tables, every holder); --json every number.", "dim", indent="")
 
 
@@ -376,10 +381,13 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
             ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
             "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
         ])
-    print_table(console, "Every byte: erlang:memory() by category, the allocators that hold "
-                "it, its largest holder", [
-                    Col("category", "left", key=True), Col("bytes (of total)"),
-                    Col("held in", "left"), Col("largest holder", "left")], rows)
+    cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
+            Col("largest holder", "left")]
+    if short:  # the holders, not the allocators behind them (--details has both)
+        cols, rows = [cols[0], cols[1], cols[3]], [[r[0], r[1], r[3]] for r in rows]
+    print_table(console, "Every byte: erlang:memory() by category"
+                + (", its largest holder" if short else
+                   ", the allocators that hold it, its largest holder"), cols, rows)
     if short:
         console.print()
         return
