@@ -67,6 +67,8 @@ def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
 
 
 def _num(k: str, v: Any) -> str:
+    if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
+        return {True: "yes", False: "no", None: "-"}[v]
     if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
         return pct(v)
     sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")

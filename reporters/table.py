@@ -157,7 +157,7 @@ def _split_term(word: str, room: int) -> str:
     a number or a name; others unchanged."""
     pieces = []
     while len(word) > room:
-        cuts = [m.start() for m in _TERM_BREAK.finditer(word, 1, room + 1)]
+        cuts = [m.start() for m in _TERM_BREAK.finditer(word, 1, room)]
         if not cuts:
             break
         pieces.append(word[:cuts[-1]])
