@@ -212,7 +212,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     else:  # the facts on a line of their own, under the name, rather than cut at any word
         console.print(head)
         prose(console, rest, "dim")
-    if missing and details:
+    if missing:
         prose(console, missing, "dim", indent="")
     for note in a["notes"] if details or a["truncated"] else ():
         prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
