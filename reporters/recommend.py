@@ -231,17 +231,24 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
         prose(console, f"Flags in force: {fin['text']}", "dim", indent="")
     console.print()
     if r["recommendations"]:
+        titles = {(f["rule"], f["allocator"]): f["title"] for f in r["findings"]}
+        sets: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+        for x in r["recommendations"]:  # a finding's flags are predicted together
+            sets.setdefault((x["rule"], x["allocator"]), []).append(x)
         rows = []
-        for x in r["recommendations"]:
-            e = x["effect"] or {}
-            rows.append([f"{x['flag']} {x['value']}", x["allocator"] or "-", x["rule"],
+        for (rule, alloc), xs in sets.items():
+            e = xs[0]["effect"] or {}
+            title = titles.get((rule, alloc), "")
+            if alloc and title.startswith(alloc + ": "):
+                title = title[len(alloc) + 2:]
+            rows.append(["\n".join(f"{x['flag']} {x['value']}" for x in xs),
+                         f"{rule} {title}".strip(),
                          "not predicted" if not e else wording.change(-e["unused_saving"]),
                          "-" if e.get("calibration_error") is None
                          else pct(e["calibration_error"])])
-        print_table(console, "The flags: each one's allocator, rule and predicted change of its "
-                    "unused bytes", [
-                        Col("flag", "left", key=True), Col("allocator", "left"),
-                        Col("rule", "left"), Col("unused"), Col("calibration error")], rows)
+        print_table(console, "The flags, their rule, and the predicted change of unused bytes", [
+                        Col("flags", "left", key=True), Col("rule", "left", wrap=True),
+                        Col("unused"), Col("calibration error")], rows)
     elif v["no_flag_helps"]:
         title = {"UNDECIDED": "Mostly empty: what the flags would do is not known (why above)",
                  "FLAGS IN FORCE": "Mostly empty under the rules' own flags"}.get(
@@ -257,9 +264,8 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
     top_holders(r.get("processes"), console)
     issues = [i for i in r["lint"] if i["level"] != "info"]
     if issues:
-        prose(console, f"Lint: {len(issues)} issue{'s' if len(issues) != 1 else ''} with the "
-              f"flags in force ({', '.join(dict.fromkeys(i['check'] for i in issues))}); "
-              f"{DETAILS_HINT}", "yellow", indent="")
+        prose(console, f"Lint: {', '.join(dict.fromkeys(i['check'] for i in issues))} "
+              "(--details says what and why)", "yellow", indent="")
     console.print(Text(f"Paste ({fmt}):", style="bold"))
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)

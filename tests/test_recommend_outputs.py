@@ -46,7 +46,7 @@ def test_json_contract(cli, tmp_path) -> None:
     assert v["counts"] == {"advised": 4, "trade_off": 0, "held_back": 0, "in_force": 0}
     # the first line stands alone: state, bytes at stake, the one thing to do (issue 22 item 7)
     assert v["headline"].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 "
-                                    "flags below, predicted -")
+                                    "flags below; predicted -")
     assert len(v["headline"]) <= wording.HEADLINE_MAX and 1 <= len(v["why"]) <= wording.WHY_MAX
     assert v["why"][0].startswith(f"{CHURN}: binary_alloc unused -")
     (reason,) = v["reasons"]  # a code with its numbers, not prose
