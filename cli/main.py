@@ -611,7 +611,7 @@ def _commands() -> argparse.ArgumentParser:
         type=int,
         default=20,
         metavar="N",
-        help="instances to list in the terminal report (default 20)",
+        help="instances to list with --details (default 20)",
     )
     p.add_argument("--details", action="store_true", help=DETAILS_HELP)
     _node_options(p)

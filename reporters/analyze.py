@@ -30,6 +30,11 @@ def _usage_style(u: float, unused: int) -> str:
     return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u, unused)]
 
 
+def _usage_cell(u: float, unused: int, allocated: int) -> Text | str:
+    """A usage, coloured; none where there are no carriers (recon's 100 % of nothing)."""
+    return Text(pct(u), style=_usage_style(u, unused)) if allocated else "none"
+
+
 def header_facts(a: dict[str, Any]) -> tuple[str, str]:
     """OTP, erts and schedulers as the source records them; what it does not record is said so
     (a recon file has none of the three), never shown as "?"."""
@@ -220,11 +225,11 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     for line in verdict_lines(a, short=not details):
         prose(console, line, indent="")
     picture = picture_lines(a)
-    for line in picture if details else picture[:2]:
+    for line in picture if details else picture[:SHORT_PICTURE]:
         prose(console, line, "yellow", indent="")
-    if not details and len(picture) > 2:
-        prose(console, f"{len(picture) - 2} more notes on the node's limits and release: "
-              f"{DETAILS_HINT}", "yellow", indent="")
+    if not details and len(picture) > SHORT_PICTURE:
+        prose(console, f"{len(picture) - SHORT_PICTURE} more notes on the node's limits and "
+              f"release: {DETAILS_HINT}", "yellow", indent="")
     console.print()
     if not details:
         _short(a, console)
@@ -260,7 +265,7 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
             human(r["allocated"]),
             human(r["used"]),
             human(r["unused"]),
-            Text(pct(r["usage"]), style=_usage_style(r["usage"], r["unused"])),
+            _usage_cell(r["usage"], r["unused"], r["allocated"]),
             pct(r["sbcs_share"]),
             human(r["mbcs_average_block_size"]),
             format_option("sbct", o["sbct"]) if isinstance(o.get("sbct"), int) else "infinity",
@@ -333,6 +338,8 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
 
 #: Allocator types the short output lists (worst first): the decision is about the first.
 SHORT_TYPES = 4
+#: Lines on the node's container, limits and release the short output keeps.
+SHORT_PICTURE = 3
 
 
 def _short(a: dict[str, Any], console: Console) -> None:
@@ -344,7 +351,7 @@ def _short(a: dict[str, Any], console: Console) -> None:
         Col("usage"), Col("max allocated")], [[
             r["allocator"] + ("" if r["in_recon"] else " *"), human(r["allocated"]),
             human(r["used"]), human(r["unused"]),
-            Text(pct(r["usage"]), style=_usage_style(r["usage"], r["unused"])),
+            _usage_cell(r["usage"], r["unused"], r["allocated"]),
             human(r["max_allocated"])] for r in types[:SHORT_TYPES]])
     if len(types) > SHORT_TYPES:
         prose(console, f"{len(types) - SHORT_TYPES} more types below these; * not counted by "

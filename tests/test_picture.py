@@ -138,7 +138,7 @@ def test_ets_tables_of_a_dump_and_the_largest_holder() -> None:
 
 
 def test_ets_holder_in_terminal_report_and_web_page(tmp_path: Path) -> None:
-    r = run_cli("analyze", str(ETS), env=WIDE)
+    r = run_cli("analyze", str(ETS), "--details", env=WIDE)
     assert r.returncode == 0, r.stderr
     flat = " ".join(r.stdout.split())
     assert "ETS table mnesia_transient_decision holds 156.2 MiB" in flat

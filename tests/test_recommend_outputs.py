@@ -173,9 +173,9 @@ def test_formats() -> None:
 
 
 def test_human_output_teaches(cli, tmp_path) -> None:
-    out = _churn_read_twice(cli, tmp_path, "--format", "flags").stdout
+    out = _churn_read_twice(cli, tmp_path, "--format", "flags", "--details").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 flags")
+    assert lines[0].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 flags")
     order = [out.index(s) for s in ("[R3]", "evidence:", "cost:", "Lint", "Paste (flags):")]
     assert order == sorted(order)  # verdict, advice with numbers and cost, lint, paste
     assert lines[-1] == CHURN
@@ -188,9 +188,9 @@ def test_no_flag_helps_says_so_first(cli) -> None:
     """churn_kept (survivors of a spike kept for good, scattered over every carrier; measured
     -3 % with R3's flags): the verdict line says no flag helps, why, and what does, before
     anything else; the paste block is empty."""
-    out = cli("recommend", str(SNAPS / "churn_kept.json"), "--format", "flags").stdout
+    out = cli("recommend", str(SNAPS / "churn_kept.json"), "--format", "flags", "--details").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("NO FLAG HELPS: 235.1 MiB of binary_alloc unused, no +M flag")
+    assert lines[0].startswith("NO FLAG HELPS: 235.1 MiB of binary_alloc unused, no +M flag")
     # The verdict's why lines wrap at the width (issue 15 item 3): read them joined.
     verdict = " ".join(out.split("\nFlags in force")[0].split())
     assert "binary:copy/1" in verdict and "predicted to free 3 %" in verdict
