@@ -99,6 +99,21 @@ def in_force_line(v: dict[str, Any]) -> str:
     return str(v["flags_in_force"]["text"])
 
 
+def flags_line(r: dict[str, Any], short: bool = False) -> str:
+    """The flags in force; on a cut input, unknown for what was not read (never "the
+    defaults"); `short`: the options of a release not modelled left to --details."""
+    v = r["verdict"]
+    unknown = (r.get("coverage") or {}).get("flags_unknown")
+    fin = in_force_line(v)
+    if short and v["flags_in_force"]["flags"] is None:
+        fin = f"{v['flags_in_force']['note']} (--details lists them)"
+    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
+        if v["flags_in_force"]["flags"] == "":
+            fin = "no +M flag in the allocators read"
+        fin += f"; unknown for {', '.join(unknown)} (not read)"
+    return fin
+
+
 def predicted_line(p: dict[str, Any]) -> str:
     """A prediction's figure with its band and calibration error, then the predictor's line."""
     rec = Prediction.from_dict(p)
@@ -130,13 +145,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
     if not details:
         _short(r, console, fmt)
         return
-    unknown = (r.get("coverage") or {}).get("flags_unknown")
-    fin = in_force_line(v)
-    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
-        if v["flags_in_force"]["flags"] == "":
-            fin = "no +M flag in the allocators read"
-        fin += f"; unknown for {', '.join(unknown)} (not read)"
-    say(f"Flags in force: {fin}", style="dim")
+    say(f"Flags in force: {flags_line(r)}", style="dim")
     for e in v["no_flag_helps"]:
         say(f"\nNo flag shown to help {e['allocator']} ({human(e['unused'])} unused of "
             f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
@@ -223,12 +232,7 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
     """The short output under the answer: the flags in force in a line, the table the decision
     rests on, the top holders, the paste block."""
     v = r["verdict"]
-    fin = v["flags_in_force"]
-    if fin["flags"] is None:  # the options as reported: a line per allocator, in --details
-        prose(console, f"Flags in force: {fin['note']} (--details lists them)", "dim",
-              indent="")
-    else:
-        prose(console, f"Flags in force: {fin['text']}", "dim", indent="")
+    prose(console, f"Flags in force: {flags_line(r, short=True)}", "dim", indent="")
     console.print()
     if r["recommendations"]:
         titles = {(f["rule"], f["allocator"]): f["title"] for f in r["findings"]}
