@@ -250,6 +250,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
         human(os_["rss"]),
         human(os_["rss_minus_allocated"]),
     ]])
+    exact = [("erlang:memory(total)", os_["erlang_memory_total"]), ("allocated", t["allocated"]),
+             ("used", t["used"]), ("unused", t["unused"]), ("RSS", os_["rss"])]
+    prose(console, "In bytes: " + ", ".join(f"{k} {v:,}" for k, v in exact if v is not None)
+          + ".", "dim")
     prose(console, "recon counts 9 allocator types; 'all' adds literal_alloc. "
         "max (an upper bound: peaks summed across instances): "
         f"allocated {human(a['totals_max']['allocated'])}, "

@@ -148,7 +148,8 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
     say(f"Flags in force: {flags_line(r)}", style="dim")
     for e in v["no_flag_helps"]:
         say(f"\nNo flag shown to help {e['allocator']} ({human(e['unused'])} unused of "
-            f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
+            f"{human(e['allocated'])}, usage {pct(e['usage'])}; in bytes {e['unused']:,} of "
+            f"{e['allocated']:,}):", style="bold")
         for why in e["flags_held_back"]:
             say(f"  held back: {why}")
         if e["flags_in_force"]:
