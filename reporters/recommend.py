@@ -19,6 +19,7 @@ from rich.text import Text
 from beamalloc.analyzer import wording
 from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
+from beamalloc.flags import UINT_MAX
 from beamalloc.limits import FORMATS  # the paste formats (`--format`)
 from beamalloc.reporters import holders
 from beamalloc.reporters.analyze import (
@@ -75,7 +76,7 @@ def _num(k: str, v: Any) -> str:
     counted = k.endswith(("blocks", "calls", "carriers"))
     is_int = isinstance(v, int) and not isinstance(v, bool)
     if is_int and not counted and any(s in k for s in sized):
-        return human(v)
+        return "infinity" if v >= UINT_MAX else human(v)  # erts's ~0, one way everywhere
     return str(v)
 
 

@@ -277,3 +277,59 @@ def _same_state(text: str, rec: dict[str, Any]) -> dict[str, Any]:
     line = next(ln for ln in text.splitlines() if ln.startswith(STATES))
     assert line.startswith(rec["state"]), (line, rec["headline"])
     return {**rec, "headline_parts": [line]}
+
+
+# ---- the pieces, each alone -------------------------------------------------------------------
+
+
+def test_fit_keeps_whole_parts_and_their_shortest_wording() -> None:
+    parts: list[Any] = ["UNDECIDED: 164.9 MiB of binary_alloc unused",
+                        ["flags give -88 % if stragglers, -17 % if scattered",
+                         "flags give -88 % to -17 %"], "read it live"]
+    assert wording.fit(parts, 110) == ("UNDECIDED: 164.9 MiB of binary_alloc unused; flags give "
+                                       "-88 % if stragglers, -17 % if scattered; read it live")
+    assert wording.fit(parts, 100) == ("UNDECIDED: 164.9 MiB of binary_alloc unused; flags give "
+                                       "-88 % if stragglers, -17 % if scattered")
+    assert wording.fit(parts, 86) == ("UNDECIDED: 164.9 MiB of binary_alloc unused; flags give "
+                                      "-88 % to -17 %; read it live")
+    assert wording.fit(parts, 80) == ("UNDECIDED: 164.9 MiB of binary_alloc unused; flags give "
+                                      "-88 % to -17 %")
+    assert wording.fit(parts, 60) == "UNDECIDED: 164.9 MiB of binary_alloc unused"
+    # a first part wider than the width is never cut: the caller wraps it at its words
+    assert wording.fit(parts, 20) == parts[0]
+
+
+@pytest.mark.parametrize("room", range(12, 60, 7))
+def test_clip_never_cuts_inside_a_number(room: int) -> None:
+    slogan = "Kernel pid terminated (application_controller) ({shutdown,12345678,{port,4096}})"
+    out = wording.clip(slogan, room)
+    assert len(out) <= room and out.endswith("...")
+    kept = out[:-3]
+    assert slogan.startswith(kept)
+    assert not (kept[-1:].isdigit() and slogan[len(kept)].isdigit()), out
+
+
+def test_evidence_says_no_python_value() -> None:
+    from beamalloc.reporters.recommend import evidence_line
+
+    line = evidence_line({"sbct": 18446744073709551615, "runaway": True, "holder": None,
+                          "unused": 1 << 20})
+    assert line == "sbct infinity, runaway yes, holder -, unused 1.0 MiB"
+
+
+def test_a_long_term_wraps_at_its_separators_within_the_width() -> None:
+    import io
+
+    from rich.console import Console
+
+    from beamalloc.reporters.table import prose
+
+    term = "{application_start_failure,kernel,{{shutdown,{failed_to_start_child,net_sup," \
+           "{shutdown,{failed_to_start_child,1234567890,nouser}}}},{kernel,start,[normal,[]]}}}"
+    buf = io.StringIO()
+    prose(Console(file=buf, width=50, color_system=None), f"Slogan: {term}.", indent="  ",
+          hang="  ")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 2 and all(len(ln) <= 50 for ln in lines), lines
+    assert "".join(ln.strip() for ln in lines) == f"Slogan:{term}."  # only blanks added
+    assert "1234567890" in buf.getvalue()
