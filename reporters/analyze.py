@@ -55,11 +55,21 @@ def death_lines(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[st
     """The cause of death and what was read, the first lines of every output (issue 24): the
     first of them stands alone in `width` characters (analyzer/wording.py's `death_line`); the
     pages call this too."""
+    return [*cause_of_death(a, width), *read_lines(a)]
+
+
+def cause_of_death(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
+    """A dump's cause of death in a line of `width` characters at most, and its why."""
+    if not a.get("death"):
+        return []
+    death = Death.from_json(a["death"])
+    return [wording.death_line(death, width), *wording.death_why(death, width)]
+
+
+def read_lines(a: dict[str, Any]) -> list[str]:
+    """What a cut input did not let us read, and the largest holder where it is notable."""
     lines = []
     d = a.get("death")
-    if d:
-        death = Death.from_json(d)
-        lines += [wording.death_line(death, width), *wording.death_why(death, width)]
     cov = a.get("coverage") or {}
     if cov.get("partial"):
         lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov["read"])
@@ -98,18 +108,19 @@ def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) 
     first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
     most 100 characters and the terminal's width, each with its short lines of why."""
     width = min(console.width, wording.HEADLINE_MAX)
-    first, *rest = death_lines(a, width) or [None]
-    if first is not None:
-        alone(console, first, "bold")
-    for line in rest:
+    death = cause_of_death(a, width)
+    if death:  # its line first, with its why
+        alone(console, death[0], "bold")
+        for line in death[1:]:
+            prose(console, line, indent="  ", hang="  ")
+    if verdict is not None:
+        style = STATE_STYLE[verdict["state"]]
+        alone(console, wording.fit(verdict.get("headline_parts") or [verdict["headline"]],
+                                   width), f"bold {style}")
+        for line in verdict["why"]:
+            prose(console, line, style, indent="  ", hang="  ")
+    for line in read_lines(a):  # a partial read, the largest holder: under the answer
         prose(console, line, indent="  ", hang="  ")
-    if verdict is None:
-        return
-    style = STATE_STYLE[verdict["state"]]
-    alone(console, wording.fit(verdict.get("headline_parts") or [verdict["headline"]], width),
-          f"bold {style}")
-    for line in verdict["why"]:
-        prose(console, line, style, indent="  ", hang="  ")
 
 
 def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
@@ -210,7 +221,8 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     taken = a["taken_at"] or "unknown"
     if not details:  # to the second: the short output's header fits a line
         taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
-    rest = f"{facts}  source {a['source']}  taken {taken}".strip()
+    rest = f"{facts}  source {a['source']}" + (
+        f"  taken {taken}" if details or a["taken_at"] else "")
     head = Text(a["node"], style="dim")
     if len(a["node"]) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))
@@ -358,8 +370,9 @@ def _short(a: dict[str, Any], console: Console) -> None:
             _usage_cell(r["usage"], r["unused"], r["allocated"]),
             human(r["max_allocated"])] for r in types[:SHORT_TYPES]])
     if len(types) > SHORT_TYPES:
-        prose(console, f"{len(types) - SHORT_TYPES} more types below these; * not counted by "
-              "recon_alloc", "dim")
+        star = any(not r["in_recon"] for r in types[:SHORT_TYPES])
+        prose(console, f"{len(types) - SHORT_TYPES} more types below these"
+              + ("; * not counted by recon_alloc" if star else ""), "dim")
     _categories(a.get("categories"), console, short=True)
     if not (a.get("categories") or {}).get("total"):
         top_holders(a.get("processes"), console)
