@@ -272,6 +272,7 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
     if issues:
         prose(console, f"Lint: {', '.join(dict.fromkeys(i['check'] for i in issues))} "
               "(--details says what and why)", "yellow", indent="")
+    console.print()
     console.print(Text(f"Paste ({fmt}):", style="bold"))
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
