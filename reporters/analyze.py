@@ -66,8 +66,9 @@ def cause_of_death(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list
     return [wording.death_line(death, width), *wording.death_why(death, width)]
 
 
-def read_lines(a: dict[str, Any]) -> list[str]:
-    """What a cut input did not let us read, and the largest holder where it is notable."""
+def read_lines(a: dict[str, Any], holder: bool = True) -> list[str]:
+    """What a cut input did not let us read, and the largest holder where it is notable (and
+    `holder`: not where the verdict's why names the holders already)."""
     lines = []
     d = a.get("death")
     cov = a.get("coverage") or {}
@@ -78,7 +79,8 @@ def read_lines(a: dict[str, Any]) -> list[str]:
                         + "." if cov["flags_unknown"] else ""))
     c = a.get("categories") or {}
     said = ((d or {}).get("holder") or {}).get("pid")  # the dying process, named above
-    if c.get("largest_notable") and not (said and c["largest"]["name"].startswith(said + " ")):
+    if holder and c.get("largest_notable") and not (
+            said and c["largest"]["name"].startswith(said + " ")):
         lines.append(holder_sentence(c["largest"], c["largest_share"]))
     return lines
 
@@ -119,8 +121,8 @@ def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) 
                                    width), f"bold {style}")
         for line in verdict["why"]:
             prose(console, line, style, indent="  ", hang="  ")
-    for line in read_lines(a):  # a partial read, the largest holder: under the answer
-        prose(console, line, indent="  ", hang="  ")
+    for line in read_lines(a, holder=not (verdict or {}).get("holders")):
+        prose(console, line, indent="  ", hang="  ")  # under the answer
 
 
 def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
@@ -218,11 +220,12 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
     facts, missing = header_facts(a)
+    if not details:  # one line: the release and the source (--details: erts, schedulers, time)
+        facts = f"OTP {a['otp_release']}" if a["otp_release"] else ""
     taken = a["taken_at"] or "unknown"
     if not details:  # to the second: the short output's header fits a line
         taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
-    rest = f"{facts}  source {a['source']}" + (
-        f"  taken {taken}" if details or a["taken_at"] else "")
+    rest = (f"{facts}  source {a['source']}" + (f"  taken {taken}" if details else "")).strip()
     head = Text(a["node"], style="dim")
     if len(a["node"]) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))
@@ -411,7 +414,8 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
         cols, rows = [cols[0], cols[1], cols[3]], [[r[0], r[1], r[3]] for r in rows]
     print_table(console, "Every byte: erlang:memory() by category"
                 + (", its largest holder" if short else
-                   ", the allocators that hold it, its largest holder"), cols, rows)
+                   ", the allocators that hold it, its largest holder"), cols, rows,
+                **({"box": None} if short else {}))  # short: the lines for the answer
     if short:
         console.print()
         return
