@@ -479,7 +479,11 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
              snap: Snapshot, rate: Rate | None) -> list[Reason]:  # fmt: skip
     """The reason the headline states first, with its numbers."""
     if state == NO_FLAG and runaway is not None:
-        return [Reason("runaway", {"allocator": runaway.allocator, "message": runaway.message})]
+        return [Reason("runaway", {"allocator": runaway.allocator, "message": runaway.message,
+                                   "wordsize": snap.wordsize,  # and the finding's numbers
+                                   **{k: v for k, v in runaway.evidence.items()
+                                      if k in ("size", "sbcs_blocks", "sbcs_allocated",
+                                               "allocated")}})]
     if state == CHANGE:
         memory = [r for r in recs if r.prediction is not None and not r.trade_off]
         if memory:

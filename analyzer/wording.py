@@ -426,9 +426,7 @@ def why(v: Verdict) -> list[str]:
                        "own allocations (`recommend NODE --trace-for 30`, as root).")
     elif v.state == NO_FLAG:
         if r.code == "runaway":
-            out.append("One holder grew without bound: cap it (a heap: max_heap_size, "
-                       "erlang:process_flag/2; a queue or cache: its own limit); the dump's "
-                       "largest process is the first suspect.")
+            out.append(runaway_why(r.numbers))
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
             cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)
@@ -443,6 +441,26 @@ def why(v: Verdict) -> list[str]:
                 else "Who holds the memory: ")
         out = [*out[:WHY_MAX - 1], lead + "; ".join(v.holders) + "."]
     return out[:WHY_MAX]
+
+
+def runaway_why(n: dict[str, Any]) -> str:
+    """Why one runaway allocation killed the node, short (rules.py's OOM finding says it in
+    full): a size computed negative, one beyond the address space, or one holder that held
+    most of the carriers; and its bound, not a flag."""
+    fix = ("bound it (a heap: max_heap_size, erlang:process_flag/2; a queue or cache: its own "
+           "limit). No +M flag helps.")
+    size, bits = n.get("size"), 8 * (n.get("wordsize") or 8)
+    if isinstance(size, int) and size >= 1 << (bits - 1):
+        return (f"The size asked, read as signed, is {size - (1 << bits)}: computed negative, "
+                f"one runaway allocation (a bug or an unbounded term); {fix}")
+    if n.get("sbcs_blocks"):
+        k = n["sbcs_blocks"]
+        return (f"{k} block{'s' if k != 1 else ''} of its single-block carriers held "
+                f"{human(n['sbcs_allocated'])} of the node's {human(n['allocated'])}: one "
+                f"runaway holder; {fix}")
+    if isinstance(size, int):
+        return f"{human(size)} is more than the machine can map: one runaway allocation; {fix}"
+    return f"One runaway allocation; {fix}"
 
 
 def _same(v: Verdict, rec: Any) -> list[Any]:
