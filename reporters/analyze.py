@@ -411,9 +411,11 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
     cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
             Col("largest holder", "left")]
     if short:  # the holders, not the allocators behind them (--details has both)
-        cols, rows = [cols[0], cols[1], cols[3]], [[r[0], r[1], r[3]] for r in rows]
+        keep = [0, 1, 3] if any(r[3] != "-" for r in rows) else [0, 1, 2]
+        cols, rows = [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
     print_table(console, "Every byte: erlang:memory() by category"
-                + (", its largest holder" if short else
+                + ((", its largest holder" if cols[-1].header == "largest holder"
+                    else ", the allocator that holds it") if short else
                    ", the allocators that hold it, its largest holder"), cols, rows,
                 **({"box": None} if short else {}))  # short: the lines for the answer
     if short:
