@@ -64,6 +64,12 @@ class Death:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Death:
+        """The record back from `to_json()` (the analysis' `death`), for analyzer/wording.py."""
+        h = d.get("holder")
+        return cls(**{**d, "holder": Holder(**h) if isinstance(h, dict) else None})
+
 
 def classify(slogan: str) -> Kind:
     low = slogan.strip().lower()

@@ -47,7 +47,8 @@ def option_unit(option: str) -> str:
 
 def format_option(option: str, value: Any) -> str:
     """A VM's option value in its unit: 524288 of sbct is '512.0 KiB', 40 of acful is '40%',
-    erts's infinite is '∞', an absent option '-'."""
+    erts's infinite (`~0`) is 'infinity', the one way every output says it (issue 26 item 2),
+    an absent option '-'."""
     if value is None:
         return "-"
     unit = option_unit(option)
@@ -55,7 +56,7 @@ def format_option(option: str, value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         if value >= fl.UINT_MAX:
-            return "∞"
+            return "infinity"
         if unit == "bytes":
             return human(value)
         if unit == "percent":

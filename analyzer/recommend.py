@@ -478,7 +478,11 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
              snap: Snapshot, rate: Rate | None) -> list[Reason]:  # fmt: skip
     """The reason the headline states first, with its numbers."""
     if state == NO_FLAG and runaway is not None:
-        return [Reason("runaway", {"allocator": runaway.allocator, "message": runaway.message})]
+        return [Reason("runaway", {"allocator": runaway.allocator, "message": runaway.message,
+                                   "wordsize": snap.wordsize,  # and the finding's numbers
+                                   **{k: v for k, v in runaway.evidence.items()
+                                      if k in ("size", "sbcs_blocks", "sbcs_allocated",
+                                               "allocated")}})]
     if state == CHANGE:
         memory = [r for r in recs if r.prediction is not None and not r.trade_off]
         if memory:
@@ -628,6 +632,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's serialisation: its codes and numbers, and the wording's lines."""
     return {
         "state": v.state, "headline": wording.headline(v), "why": wording.why(v),
+        # the headline's parts, for a narrower line (wording.fit: a terminal at 80 columns)
+        "headline_parts": wording.headline_parts(v),
         "reasons": [r.to_json() for r in v.reasons], "counts": v.counts,
         "total": {"unused": v.total.unused, "allocated": v.total.allocated,
                   "usage": round(v.total.usage, 4)},

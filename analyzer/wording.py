@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamalloc.analyzer.death import Death
+from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.records import (
     CHANGE,
     HEALTHY,
@@ -201,7 +203,13 @@ _REMEDY_SHORT = {
 
 
 def remedy_short(r: Remedy) -> str:
-    return _REMEDY_SHORT.get(r.code, r.code).format(who=r.who)
+    return remedy_code_short(r.code, r.who)
+
+
+def remedy_code_short(code: str, who: str | None = None) -> str:
+    """A remedy in a few words, from its code (a recommendation's JSON keeps the code)."""
+    text = _REMEDY_SHORT.get(code, code.replace("_", " "))
+    return text.format(who=who) if who or "{who}" not in text else text.format(who="it")
 
 
 def remedy(r: Remedy) -> str:
@@ -282,7 +290,7 @@ def flags_in_force(fin: FlagsInForce) -> str:
     """The flags in force, as the snapshot shows them."""
     if fin.flags is not None:
         return f"`{fin.flags}`" if fin.flags else "OTP defaults (no +M flag changes them)"
-    opts = "; ".join(f"{n} " + " ".join(f"{k} {x}" for k, x in o.items())
+    opts = "; ".join(f"{n} " + " ".join(f"{k} {format_option(k, x)}" for k, x in o.items())
                      for n, o in fin.options.items() if o)  # fmt: skip
     return f"{in_force_note(fin)}: {opts}"
 
@@ -298,74 +306,96 @@ def in_force_note(fin: FlagsInForce) -> str | None:
 # --- the verdict -----------------------------------------------------------------------------
 
 
-def _fit(state: str, parts: list[str]) -> str:
-    """The state and as many of `parts` as fit in HEADLINE_MAX characters (the first always:
-    each verdict builds its first part short)."""
-    line = f"{state}: {parts[0]}"
+#: A part of a first line: its words, or alternatives from the fullest to the shortest.
+Part = str | list[str]
+
+
+def _parts(state: str, parts: list[Part]) -> list[Part]:
+    return [f"{state}: {parts[0]}", *parts[1:]]
+
+
+def fit(parts: list[Part], width: int = HEADLINE_MAX) -> str:
+    """A first line of `width` characters at most: the first part (the state and the bytes at
+    stake, built short), then each other part, in order, in the fullest of its alternatives
+    that fits whole, until one does not. Nothing is cut: a first part wider than `width` is
+    returned whole, for the caller to wrap at its words."""
+    first = parts[0]
+    line = first if isinstance(first, str) else first[-1]
     for p in parts[1:]:
-        if len(line) + 2 + len(p) > HEADLINE_MAX:
+        alts = [p] if isinstance(p, str) else p
+        pick = next((a for a in alts if len(line) + 2 + len(a) <= width), None)
+        if pick is None:
             break
-        line += f"; {p}"
-    return line[:HEADLINE_MAX]
+        line += f"; {pick}"
+    return line
 
 
-def headline(v: Verdict) -> str:
-    """The first line: state, bytes at stake, the one thing to do."""
+def headline_parts(v: Verdict) -> list[Part]:
+    """The first line's parts, most needed first: `fit` keeps as many as a width holds (the
+    terminal's at 80 columns, HEADLINE_MAX in the JSON and on the pages)."""
     r = v.reasons[0] if v.reasons else Reason("none")
     n = r.numbers
     if v.state == CHANGE:
         if r.code == "frees":
-            return _fit(CHANGE, [f"{human(n['unused'])} of {n['allocator']} unused",
-                                 f"paste {flag_count(len(v.advised))} below, predicted "
-                                 f"{change(-n['saving'])}"])
+            return _parts(CHANGE, [f"{human(n['unused'])} of {n['allocator']} unused",
+                                   f"paste {flag_count(len(v.advised))} below",
+                                   f"predicted {change(-n['saving'])}"])
         if r.code == "reverts":
-            return _fit(CHANGE, [f"`{n['flags_in_force']}` leaves {human(n['unused'])} of "
-                                 f"{n['allocator']} unused; revert it, predicted "
-                                 f"{change(-n['saving'])}"])
-        return _fit(CHANGE, [f"paste {flag_count(len(v.advised))} below: a speed trade",
-                             trades(n)])
+            return _parts(CHANGE, [f"`{n['flags_in_force']}` leaves {human(n['unused'])} of "
+                                   f"{n['allocator']} unused", "revert it",
+                                   f"predicted {change(-n['saving'])}"])
+        return _parts(CHANGE, [f"paste {flag_count(len(v.advised))} below: a speed trade",
+                               trades(n)])
     if v.state == IN_FORCE:
-        return _fit(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
-                               "the rules' own flags", "nothing to paste"])
+        return _parts(IN_FORCE, [f"{human(n['unused'])} of {n['allocator']} still unused under "
+                                 "the rules' own flags", "nothing to paste"])
     if v.state == NO_FLAG:
         if r.code == "idle_heaps":
             return idle_headline(n)
         if r.code == "runaway":
-            return _fit(NO_FLAG, [f"the node died of one runaway allocation in {n['allocator']}",
-                                  "bound its holder (below)"])
+            return _parts(NO_FLAG, [f"the node died of one runaway allocation in "
+                                    f"{n['allocator']}", "bound its holder (below)"])
         rem = n.get("remedies", 0)
-        return _fit(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused, no +M flag "
-                              "releases it", f"{rem} remed{'ies' if rem != 1 else 'y'} below"])
+        return _parts(NO_FLAG, [f"{human(n['unused'])} of {n['allocator']} unused, no +M flag "
+                                "releases it", f"{rem} remed{'ies' if rem != 1 else 'y'} below"])
     if v.state == UNDECIDED:
         if r.code == "futures_differ":
-            return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
-                                    f"{change(-n['turnover'])} if it turns over, "
-                                    f"{change(-n['kept'])} if kept"])
+            return _parts(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused",
+                                      [f"flags give {change(-n['turnover'])} if it turns over, "
+                                       f"{change(-n['kept'])} if kept",
+                                       f"flags give {change(-n['turnover'])} to "
+                                       f"{change(-n['kept'])}"]])
         if r.code == "below_gain":
-            return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; flags give "
-                                    f"{change(-n['best'])} if stragglers, {change(-n['saving'])} "
-                                    "if scattered"])
-        return _fit(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused; the model "
-                                "does not reproduce it", "no flag judged"])
-    return _fit(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
-                          f"{human(v.total.allocated)} of carriers",
-                          "nothing crosses a rule's threshold"])
+            return _parts(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused",
+                                      [f"flags give {change(-n['best'])} if stragglers, "
+                                       f"{change(-n['saving'])} if scattered",
+                                       f"flags give {change(-n['best'])} to "
+                                       f"{change(-n['saving'])}"]])
+        return _parts(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused",
+                                  "the model does not reproduce it", "no flag judged"])
+    return _parts(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
+                            f"{human(v.total.allocated)} of carriers", "nothing to do",
+                            "no rule's threshold is crossed"])
+
+
+def headline(v: Verdict) -> str:
+    """The first line: state, bytes at stake, the one thing to do (HEADLINE_MAX at most)."""
+    return fit(headline_parts(v))
 
 
 def _idle_release(n: dict[str, Any], key: str) -> str:
     return ("up to " if n["bound"] else "~") + human(n[key])
 
 
-def idle_headline(n: dict[str, Any]) -> str:
+def idle_headline(n: dict[str, Any]) -> list[Part]:
     """NO FLAG HELPS for dead data in idle heaps (reason `idle_heaps`, analyzer/holders.py
     idle_verdict): the bytes a collection releases, of the node, and the group to act on."""
     first = f"{_idle_release(n, 'releases')} of {human(n['node_bytes'])} is dead in idle heaps"
     g, w = n["group"], n.get("waiting_in")
-    # where they wait tells more than a group spawned from a fun (erlang:apply/2)
+    # where they wait tells more than a group spawned from a fun (erlang:apply/2); fullest first
     acts = ([f"hibernate {g} in {w}", f"hibernate those in {w}"] if w else []) + [
-        f"hibernate {g}"]
-    fits = [a for a in acts if len(f"{NO_FLAG}: {first}; {a}") <= HEADLINE_MAX]
-    return _fit(NO_FLAG, [first, fits[0] if fits else acts[-1]])
+        f"hibernate {g}", "hibernate them (below)"]
+    return _parts(NO_FLAG, [first, acts])
 
 
 def idle_why(n: dict[str, Any], total: Total) -> list[str]:
@@ -431,7 +461,7 @@ def why(v: Verdict) -> list[str]:
         if r.code == "idle_heaps":
             out += idle_why(r.numbers, v.total)
         elif r.code == "runaway":
-            out.append(r.numbers["message"])
+            out.append(runaway_why(r.numbers))
         elif v.no_flag_helps:
             e = v.no_flag_helps[0]
             cause = reason_short(e.held_back[0]) if e.held_back else reason_short(e.cause)
@@ -446,6 +476,26 @@ def why(v: Verdict) -> list[str]:
                 else "Who holds the memory: ")
         out = [*out[:WHY_MAX - 1], lead + "; ".join(v.holders) + "."]
     return out[:WHY_MAX]
+
+
+def runaway_why(n: dict[str, Any]) -> str:
+    """Why one runaway allocation killed the node, short (rules.py's OOM finding says it in
+    full): a size computed negative, one beyond the address space, or one holder that held
+    most of the carriers; and its bound, not a flag."""
+    fix = ("bound it (a heap: max_heap_size, erlang:process_flag/2; a queue or cache: its own "
+           "limit). No +M flag helps.")
+    size, bits = n.get("size"), 8 * (n.get("wordsize") or 8)
+    if isinstance(size, int) and size >= 1 << (bits - 1):
+        return (f"The size asked, read as signed, is {size - (1 << bits)}: computed negative, "
+                f"one runaway allocation (a bug or an unbounded term); {fix}")
+    if n.get("sbcs_blocks"):
+        k = n["sbcs_blocks"]
+        return (f"{k} block{'s' if k != 1 else ''} of its single-block carriers held "
+                f"{human(n['sbcs_allocated'])} of the node's {human(n['allocated'])}: one "
+                f"runaway holder; {fix}")
+    if isinstance(size, int):
+        return f"{human(size)} is more than the machine can map: one runaway allocation; {fix}"
+    return f"One runaway allocation; {fix}"
 
 
 def _same(v: Verdict, rec: Any) -> list[Any]:
@@ -465,3 +515,78 @@ def _by_finding(v: Verdict) -> list[Any]:
 def lines(v: Verdict) -> list[str]:
     """The headline and its why lines."""
     return [headline(v), *why(v)]
+
+
+# --- a crash dump's cause of death: its first line (issue 24; issue 26 item 1) ---------------
+
+_DEATH_LABEL = {"out_of_memory": "OUT OF MEMORY", "boot_failure": "DIED AT BOOT",
+                "crash": "CRASHED", "requested": "DUMP ON REQUEST",
+                "unknown": "CAUSE UNKNOWN"}  # fmt: skip
+#: The most of a slogan a why line repeats (the dying program's text: --json has it whole).
+SLOGAN_MAX = 160
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def clip(text: str, room: int) -> str:
+    """`text` in `room` characters: whole, or cut where a word or a term ends (never inside a
+    number) with "..." after it."""
+    if len(text) <= room:
+        return text
+    stop = max(room - 3, 1)
+    for ends in (lambda i: text[i - 1] in ",;)]}" or text[i] == " ",  # after a term or a word
+                 lambda i: not text[i - 1].isalnum() and not text[i].isdigit()):
+        i = next((i for i in range(stop, 0, -1) if ends(i)), None)
+        if i is not None:
+            return text[:i].rstrip(" ,;") + "..."
+    return text[:stop] + "..."
+
+
+def death_line(d: Death, width: int = HEADLINE_MAX) -> str:
+    """The cause of death in one line of at most `width` characters (HEADLINE_MAX), before the
+    verdict's: what killed the node and, out of memory, the bytes it asked for."""
+    label = _DEATH_LABEL[d.kind]
+    if d.kind == "out_of_memory":
+        parts = [f"{label}: {d.allocator} could not get {human(d.size or 0)}"]
+        if d.memory_total:
+            parts.append(f"the node held {human(d.memory_total)}")
+        if d.block_type:
+            parts.append(f"a {d.block_type} block")
+        return fit(parts, width)
+    if d.kind in ("boot_failure", "crash"):
+        head = f"{label}, not of memory: "
+        return head + clip(_printable(d.slogan), max(width - len(head), 12))
+    if d.kind == "requested":
+        return fit([f"{label}: the node did not crash", "its state is a sample like any other"],
+                   width)
+    return f"{label}: " + ("the dump names no cause of death" if not d.slogan
+                           else "the dump's slogan is empty")
+
+
+def death_why(d: Death, width: int = HEADLINE_MAX) -> list[str]:
+    """The line under the cause of death: who asked for the memory, or what the allocator
+    state below is worth, and the slogan where the first line had to cut it."""
+    out: list[str] = []
+    slogan = _printable(d.slogan)
+    if d.kind in ("boot_failure", "crash") and death_line(d, width).endswith("..."):
+        out.append(f"Slogan: {clip(slogan, SLOGAN_MAX)}.")
+    if d.kind == "out_of_memory" and d.holder is not None:
+        h = d.holder
+        verb = (("was collecting its garbage" if h.state == "garbing" else "was running")
+                if h.role == "allocating" else "was the largest")
+        parts = [f"heap {human(h.total_heap)}" if h.total_heap is not None else "",
+                 f"binaries {human(h.binary)}" if h.binary else "",
+                 f"{h.message_queue_len} messages queued" if h.message_queue_len else ""]
+        held = ", ".join(p for p in parts if p)
+        out.append(f"Process {h.label()} {verb}, holding {human(h.memory)}"
+                   + (f" ({held})" if held else "")
+                   + (f" in {h.current_function}" if h.current_function else "") + ".")
+    elif d.kind == "boot_failure":
+        out.append("The allocator state is that of a node that never ran its load.")
+    elif d.kind == "crash":
+        out.append("The allocator state is what the node held when it stopped.")
+    elif d.kind == "requested":
+        out.append("Requested by hand (SIGUSR1, or erlang:halt/1 with a slogan).")
+    return out

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
 
+#: `analyze` and `recommend` are short by default (issue 26 item 2).
+DETAILS_HELP = "print every table and section, not only the answer and what it rests on"
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -249,9 +252,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _write(None, json.dumps(result, indent=1))
         return 0
 
+    from beamalloc.analyzer.recommend import recommend
     from beamalloc.reporters.analyze import render
 
-    render(result, wide_console(), top=args.top)
+    with Progress(f"analyzing {short(args.source)}") as p:  # its verdict's line comes first
+        p.step("judging it")
+        v = recommend(snap, processes=result["processes"])["verdict"]
+    render(result, wide_console(), top=args.top, verdict=v, details=args.details)
     return 0
 
 
@@ -330,7 +337,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return 0
     from beamalloc.reporters.recommend import render
 
-    render(result, wide_console(), fmt=args.format)
+    render(result, wide_console(), fmt=args.format, details=args.details)
     return 0
 
 
@@ -628,8 +635,9 @@ def _commands() -> argparse.ArgumentParser:
         type=int,
         default=20,
         metavar="N",
-        help="instances to list in the terminal report (default 20)",
+        help="instances to list with --details (default 20)",
     )
+    p.add_argument("--details", action="store_true", help=DETAILS_HELP)
     _node_options(p)
     _process_options(p)
     p.set_defaults(func=cmd_analyze)
@@ -642,6 +650,7 @@ def _commands() -> argparse.ArgumentParser:
     p.add_argument("--flags-in-use", metavar="FLAGS",
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.add_argument("--details", action="store_true", help=DETAILS_HELP)
     p.add_argument("--no-predict", action="store_true", help="skip the replay of each flag set "
                    "on a trace synthesized from the snapshot (faster; then no flag is advised, "
                    "each is listed with why)")  # fmt: skip

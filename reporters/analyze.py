@@ -1,16 +1,22 @@
 """The terminal report of `beamalloc analyze`: a verdict first, then every number behind it.
 
 Like recon_alloc's docs, the report teaches while it reports: each table says in one line what
-its numbers mean and what to look at.
+its numbers mean and what to look at. By default it is short (issue 26 item 2: at most
+DEFAULT_LINES at 80 columns): the answer (`answer`: a dump's cause of death, the verdict's line
+and its why), the totals, the allocator types that carry the decision, the holders by
+category; `details` prints every table.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.analyzer import wording
+from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.reporters import holders
@@ -22,6 +28,11 @@ def _usage_style(u: float, unused: int) -> str:
     """The usage's colour weighs the bytes it wastes too (rules.usage_level), as the web UI's:
     384 KiB of an idle temp_alloc never reads as red as 155 MiB of binary_alloc."""
     return {"bad": "red", "warn": "yellow", "ok": "green"}[usage_level(u, unused)]
+
+
+def _usage_cell(u: float, unused: int, allocated: int) -> Text | str:
+    """A usage, coloured; none where there are no carriers (recon's 100 % of nothing)."""
+    return Text(pct(u), style=_usage_style(u, unused)) if allocated else "none"
 
 
 def header_facts(a: dict[str, Any]) -> tuple[str, str]:
@@ -40,15 +51,26 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def death_lines(a: dict[str, Any]) -> list[str]:
-    """The cause of death and what was read, the first lines of every output (issue 24)."""
+def death_lines(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
+    """The cause of death and what was read, the first lines of every output (issue 24): the
+    first of them stands alone in `width` characters (analyzer/wording.py's `death_line`); the
+    pages call this too."""
+    return [*cause_of_death(a, width), *read_lines(a)]
+
+
+def cause_of_death(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
+    """A dump's cause of death in a line of `width` characters at most, and its why."""
+    if not a.get("death"):
+        return []
+    death = Death.from_json(a["death"])
+    return [wording.death_line(death, width), *wording.death_why(death, width)]
+
+
+def read_lines(a: dict[str, Any], holder: bool = True) -> list[str]:
+    """What a cut input did not let us read, and the largest holder where it is notable (and
+    `holder`: not where the verdict's why names the holders already)."""
     lines = []
     d = a.get("death")
-    if d:
-        label = {"out_of_memory": "OUT OF MEMORY", "boot_failure": "DIED AT BOOT",
-                 "crash": "CRASHED", "requested": "DUMP ON REQUEST",
-                 "unknown": "CAUSE UNKNOWN"}[d["kind"]]
-        lines.append(f"{label}: {d['meaning']}")
     cov = a.get("coverage") or {}
     if cov.get("partial"):
         lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov["read"])
@@ -57,9 +79,69 @@ def death_lines(a: dict[str, Any]) -> list[str]:
                         + "." if cov["flags_unknown"] else ""))
     c = a.get("categories") or {}
     said = ((d or {}).get("holder") or {}).get("pid")  # the dying process, named above
-    if c.get("largest_notable") and not (said and c["largest"]["name"].startswith(said + " ")):
+    if holder and c.get("largest_notable") and not (
+            said and c["largest"]["name"].startswith(said + " ")):
         lines.append(holder_sentence(c["largest"], c["largest_share"]))
     return lines
+
+
+#: The most lines `analyze` and `recommend` print by default at 80 columns (issue 26 item 2).
+DEFAULT_LINES = 40
+
+#: Terminal style of each state: green only where nothing is to be done.
+STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "cyan",
+               "NO FLAG HELPS": "red", "UNDECIDED": "magenta"}  # fmt: skip
+
+#: Said at the end of a short output: what `--details` adds.
+DETAILS_HINT = "--details prints every table"
+
+
+def alone(console: Console, text: str, style: str = "") -> None:
+    """A line that must stand alone: whole on one line where the width holds it; wrapped at its
+    words, never cut, on a narrower terminal."""
+    if len(text) <= console.width:
+        console.print(Text(text, style=style), soft_wrap=True)
+    else:
+        prose(console, text, style, indent="", hang="  ")
+
+
+def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) -> None:
+    """The first lines of every command that judges (issue 26 item 1): a dump's cause of death
+    first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
+    most 100 characters and the terminal's width, each with its short lines of why."""
+    width = min(console.width, wording.HEADLINE_MAX)
+    death = cause_of_death(a, width)
+    if death:  # its line first, with its why
+        alone(console, death[0], "bold")
+        for line in death[1:]:
+            prose(console, line, indent="  ", hang="  ")
+    if verdict is not None:
+        style = STATE_STYLE[verdict["state"]]
+        alone(console, wording.fit(verdict.get("headline_parts") or [verdict["headline"]],
+                                   width), f"bold {style}")
+        for line in verdict["why"]:
+            prose(console, line, style, indent="  ", hang="  ")
+    for line in read_lines(a, holder=not (verdict or {}).get("holders")):
+        prose(console, line, indent="  ", hang="  ")  # under the answer
+
+
+def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
+    """The processes that hold the most (their memory and the refc binaries they reference),
+    `n` of them: the short output's holders (reporters/holders.py has every table)."""
+    if not p:
+        return
+    rows = {r["pid"]: r for r in [*(p.get("top_heap") or []), *(p.get("top_binary") or [])]}
+    top = sorted(rows.values(), key=lambda r: -((r["memory"] or 0) + (r["binary_bytes"] or 0)))
+    if not top:
+        return
+    print_table(console, f"Top holders ({p['source']}): process memory and the refc binaries "
+                "it references", [
+                    Col("process", "left", key=True, wrap=True), Col("memory"), Col("heap"),
+                    Col("binaries"), Col("status", "left")],
+                [[r["name"] or r["pid"], human(r["memory"]),
+                  "-" if r["total_heap_bytes"] is None else human(r["total_heap_bytes"]),
+                  "-" if r["binary_bytes"] is None else human(r["binary_bytes"]),
+                  r["status"] or "-"] for r in top[:n]], box=None)
 
 
 def picture_lines(a: dict[str, Any]) -> list[str]:
@@ -88,7 +170,9 @@ def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
     return s + "."
 
 
-def verdict_lines(a: dict[str, Any]) -> list[str]:
+def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
+    """The totals in words, and with `short` only they and the OS's view (the short output's
+    table names the allocator with the most unused bytes)."""
     t, os_ = a["totals"], a["os"]
     lines = [
         f"The allocators hold {human(t['allocated'])} of carriers and use "
@@ -96,7 +180,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
         f"(usage {pct(t['usage'])}): {human(t['unused'])} is reserved but holds no data."
     ]
     types = a["allocator_types"]
-    if types and types[0]["unused"] > 0:
+    if types and types[0]["unused"] > 0 and not short:
         w = types[0]
         lines.append(
             f"Most of the unused space is in {w['allocator']}: {human(w['unused'])} unused of "
@@ -105,7 +189,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
     c = a.get("carriers") or {}
     worst = next((m for m in c.get("allocators", ())
                   if m["classification"]["kind"] != "compact"), None)
-    if worst is not None:
+    if worst is not None and not short:
         cl = worst["classification"]
         lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
     if os_["rss"] is not None:
@@ -119,7 +203,7 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
                 else "."
             )
         )
-        if os_.get("rss_lazyfree"):
+        if os_.get("rss_lazyfree") and not short:
             lines.append(
                 f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
                 "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
@@ -130,27 +214,41 @@ def verdict_lines(a: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
+def render(a: dict[str, Any], console: Console, top: int = 20,
+           verdict: dict[str, Any] | None = None, details: bool = False) -> None:
+    """`verdict`: the recommender's (analyzer/recommend.py) on the same snapshot, whose line
+    comes first; `details`: every table, else the short output (module docstring)."""
+    answer(a, verdict, console)
     facts, missing = header_facts(a)
-    rest = f"{facts}  source {a['source']}  taken {a['taken_at'] or 'unknown'}".strip()
-    head = Text(a["node"], style="bold")
+    if not details:  # one line: the release and the source (--details: erts, schedulers, time)
+        facts = f"OTP {a['otp_release']}" if a["otp_release"] else ""
+    taken = a["taken_at"] or "unknown"
+    if not details:  # to the second: the short output's header fits a line
+        taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
+    rest = (f"{facts}  source {a['source']}" + (f"  taken {taken}" if details else "")).strip()
+    head = Text(a["node"], style="dim")
     if len(a["node"]) + 2 + len(rest) <= console.width:
-        console.print(head + Text(f"  {rest}"))
+        console.print(head + Text(f"  {rest}", style="dim"))
     else:  # the facts on a line of their own, under the name, rather than cut at any word
         console.print(head)
-        prose(console, rest)
-    for line in death_lines(a):  # the cause of death first, before any note
-        prose(console, line, "bold", indent="")
+        prose(console, rest, "dim")
     if missing:
         prose(console, missing, "dim", indent="")
-    for note in a["notes"]:
+    for note in a["notes"] if details or a["truncated"] else ():
         prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
     console.print()
-    for line in verdict_lines(a):
+    for line in verdict_lines(a, short=not details):
         prose(console, line, indent="")
-    for line in picture_lines(a):
+    picture = picture_lines(a)
+    for line in picture if details else picture[:SHORT_PICTURE]:
         prose(console, line, "yellow", indent="")
+    if not details and len(picture) > SHORT_PICTURE:
+        prose(console, f"{len(picture) - SHORT_PICTURE} more notes on the node's limits and "
+              f"release: {DETAILS_HINT}", "yellow", indent="")
     console.print()
+    if not details:
+        _short(a, console)
+        return
     _categories(a.get("categories"), console)
 
     t, os_ = a["totals"], a["os"]
@@ -167,6 +265,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
         human(os_["rss"]),
         human(os_["rss_minus_allocated"]),
     ]])
+    exact = [("erlang:memory(total)", os_["erlang_memory_total"]), ("allocated", t["allocated"]),
+             ("used", t["used"]), ("unused", t["unused"]), ("RSS", os_["rss"])]
+    prose(console, "In bytes: " + ", ".join(f"{k} {v:,}" for k, v in exact if v is not None)
+          + ".", "dim")
     prose(console, "recon counts 9 allocator types; 'all' adds literal_alloc. "
         "max (an upper bound: peaks summed across instances): "
         f"allocated {human(a['totals_max']['allocated'])}, "
@@ -182,10 +284,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
             human(r["allocated"]),
             human(r["used"]),
             human(r["unused"]),
-            Text(pct(r["usage"]), style=_usage_style(r["usage"], r["unused"])),
+            _usage_cell(r["usage"], r["unused"], r["allocated"]),
             pct(r["sbcs_share"]),
             human(r["mbcs_average_block_size"]),
-            format_option("sbct", o["sbct"]) if isinstance(o.get("sbct"), int) else "∞",
+            format_option("sbct", o["sbct"]) if isinstance(o.get("sbct"), int) else "infinity",
             human(o.get("lmbcs")),
             str(o.get("as", "-")),
             human(r["pool_carriers_size"]),
@@ -201,21 +303,28 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     console.print()
 
     rows = []
+    above = False  # a current count above its max: the pool's share (recon_alloc's formula)
     for r in a["allocators"][:top]:
         pool = r["pool"]
         ratio = r["sbcs_to_mbcs"]
+        mark = ""
+        if (r["mbcs_carriers"] > r["max"]["mbcs_carriers"]
+                or r["mbcs_blocks"] > r["max"]["mbcs_blocks"]):
+            above, mark = True, " +"
         rows.append([
             f"{r['allocator']}[{r['instance']}]",
             human(r["unused"]),
-            Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"], r["unused"])),
+            # recon counts an instance without carriers as 100 % used: no usage to show
+            Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"], r["unused"]))
+            if r["mbcs_carriers"] else "none",
             f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
-            f"({human(r['mbcs_carriers_size'])})",
-            f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
+            f"({human(r['mbcs_carriers_size'])}){mark}",
+            f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}{mark}",
             # recon counts an instance without single-block carriers as 100 % used
             "none" if not r["sbcs_carriers"] else pct(r["sbcs_usage"]),
             f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
             "-" if pool is None else f"{pool['carriers']} ({human(pool['carriers_size'])})",
-            pct(r["max"]["mbcs_usage"]),
+            pct(r["max"]["mbcs_usage"]) if r["max"]["mbcs_carriers"] else "none",
             ratio if isinstance(ratio, str) else f"{ratio:.3g}",
         ])
     print_table(console, f"Per instance (current, with all-time max), worst {top} first", [
@@ -225,7 +334,9 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
     ], rows)
     prose(console, "Low current usage beside high max usage on the same carriers is the "
         "signature of a spike that left its carriers fragmented. Instance 0 serves "
-        "non-scheduler threads and never uses the carrier pool.", "dim")
+        "non-scheduler threads and never uses the carrier pool."
+        + (" +: now above max, since now counts the carriers and blocks this instance has in "
+           "the carrier pool (as recon_alloc does) and max does not." if above else ""), "dim")
     console.print()
 
     _carriers(a.get("carriers"), console)
@@ -235,11 +346,42 @@ def render(a: dict[str, Any], console: Console, top: int = 20) -> None:
                     "the load is spiky)", [
             Col("mseg instance", key=True), Col("hit rate"), Col("hits"), Col("calls"),
             Col("cached segments")],
-            [[str(r["instance"]), pct(r["hit_rate"]), str(r["hits"]), str(r["calls"]),
-              str(r["cached_segments"])] for r in a["cache_hit_rates"]])
+            # no rate of zero calls: a 100 % of nothing reads as a healthy cache
+            [[str(r["instance"]), pct(r["hit_rate"]) if r["calls"] else "no calls",
+              f"{r['hits']:,}", f"{r['calls']:,}", str(r["cached_segments"])]
+             for r in a["cache_hit_rates"]])
     if a.get("processes"):
         console.print()
         holders.render(a["processes"], console)
+
+
+#: Allocator types the short output lists (worst first): the decision is about the first.
+SHORT_TYPES = 4
+#: Lines on the node's container, limits and release the short output keeps.
+SHORT_PICTURE = 3
+
+
+def _short(a: dict[str, Any], console: Console) -> None:
+    """The short output's tables: the allocator types that carry the decision, then the
+    holders by category."""
+    types = a["allocator_types"]
+    print_table(console, "Per allocator: where the unused bytes are (worst first)", [
+        Col("allocator", "left", key=True), Col("allocated"), Col("used"), Col("unused"),
+        Col("usage"), Col("max allocated")], [[
+            r["allocator"] + ("" if r["in_recon"] else " *"), human(r["allocated"]),
+            human(r["used"]), human(r["unused"]),
+            _usage_cell(r["usage"], r["unused"], r["allocated"]),
+            human(r["max_allocated"])] for r in types[:SHORT_TYPES]])
+    if len(types) > SHORT_TYPES:
+        star = any(not r["in_recon"] for r in types[:SHORT_TYPES])
+        prose(console, f"{len(types) - SHORT_TYPES} more types below these"
+              + ("; * not counted by recon_alloc" if star else ""), "dim")
+    _categories(a.get("categories"), console, short=True)
+    if not (a.get("categories") or {}).get("total"):
+        top_holders(a.get("processes"), console)
+        console.print()
+    prose(console, f"{DETAILS_HINT} (memory against RSS, options, instances, carriers, mseg "
+          "cache, ETS tables, every holder); --json every number.", "dim", indent="")
 
 
 # ---- every byte: the erlang:memory() categories (analyzer/categories.py) ----------------------
@@ -252,9 +394,9 @@ def _cut(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n - 1] + "…"
 
 
-def _categories(c: dict[str, Any] | None, console: Console) -> None:
+def _categories(c: dict[str, Any] | None, console: Console, short: bool = False) -> None:
     if not c or c["total"] is None:
-        for n in (c or {}).get("notes", ()):
+        for n in (c or {}).get("notes", ()) if not short else ():
             prose(console, f"note: {n}", "dim", indent="")
         return
     rows = []
@@ -266,10 +408,19 @@ def _categories(c: dict[str, Any] | None, console: Console) -> None:
             ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
             "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
         ])
-    print_table(console, "Every byte: erlang:memory() by category, the allocators that hold "
-                "it, its largest holder", [
-                    Col("category", "left", key=True), Col("bytes (of total)"),
-                    Col("held in", "left"), Col("largest holder", "left")], rows)
+    cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
+            Col("largest holder", "left")]
+    if short:  # the holders, not the allocators behind them (--details has both)
+        keep = [0, 1, 3] if any(r[3] != "-" for r in rows) else [0, 1, 2]
+        cols, rows = [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    print_table(console, "Every byte: erlang:memory() by category"
+                + ((", its largest holder" if cols[-1].header == "largest holder"
+                    else ", the allocator that holds it") if short else
+                   ", the allocators that hold it, its largest holder"), cols, rows,
+                **({"box": None} if short else {}))  # short: the lines for the answer
+    if short:
+        console.print()
+        return
     prose(console, f"erlang:memory(total) {human(c['total'])}; the allocators' carriers "
           f"{human(c['allocated_all'])}. 'held in': the category's main allocator; it may serve "
           "others too (ll_alloc: atoms, code and tables), the JSON lists them all.", "dim")

@@ -3,7 +3,8 @@
 The paste formats (vm.args, ERL_FLAGS, RabbitMQ, ejabberd, mix, a bare line) and where each
 goes have one home, beamalloc/pastes.py; `paste()` renders a recommendation through it.
 The human output teaches like recon_alloc's docs: verdict, each flag with its evidence and
-cost, the lint, then the ready-to-paste block.
+cost, the lint, then the ready-to-paste block (`details`). By default it is short (issue 26 item
+2): the answer, the one table the decision rests on, the top holders, the paste block.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ from beamalloc import pastes
 from beamalloc.analyzer import wording
 from beamalloc.analyzer.records import Prediction
 from beamalloc.citations import link
+from beamalloc.flags import UINT_MAX
 from beamalloc.pastes import FORMATS as FORMATS  # the `--format` choices, for webui/
 from beamalloc.reporters import holders
-from beamalloc.reporters.analyze import death_lines
-from beamalloc.reporters.table import prose
+from beamalloc.reporters.analyze import (
+    DETAILS_HINT,
+    answer,
+    top_holders,
+)
+from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
 
 
@@ -44,13 +50,15 @@ def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
 
 
 def _num(k: str, v: Any) -> str:
+    if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
+        return {True: "yes", False: "no", None: "-"}[v]
     if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
         return pct(v)
     sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")
     counted = k.endswith(("blocks", "calls", "carriers"))
     is_int = isinstance(v, int) and not isinstance(v, bool)
     if is_int and not counted and any(s in k for s in sized):
-        return human(v)
+        return "infinity" if v >= UINT_MAX else human(v)  # erts's ~0, one way everywhere
     return str(v)
 
 
@@ -69,14 +77,24 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
     return [verdict(r), *r["verdict"]["why"]]
 
 
-#: Terminal style of each state: green only where nothing is to be done.
-STATE_STYLE = {"HEALTHY": "green", "CHANGE FLAGS": "yellow", "FLAGS IN FORCE": "cyan",
-               "NO FLAG HELPS": "red", "UNDECIDED": "magenta"}  # fmt: skip
-
-
 def in_force_line(v: dict[str, Any]) -> str:
     """The flags in force, as the snapshot shows them (analyzer/wording.py said it)."""
     return str(v["flags_in_force"]["text"])
+
+
+def flags_line(r: dict[str, Any], short: bool = False) -> str:
+    """The flags in force; on a cut input, unknown for what was not read (never "the
+    defaults"); `short`: the options of a release not modelled left to --details."""
+    v = r["verdict"]
+    unknown = (r.get("coverage") or {}).get("flags_unknown")
+    fin = in_force_line(v)
+    if short and v["flags_in_force"]["flags"] is None:
+        fin = f"{v['flags_in_force']['note']} (--details lists them)"
+    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
+        if v["flags_in_force"]["flags"] == "":
+            fin = "no +M flag in the allocators read"
+        fin += f"; unknown for {', '.join(unknown)} (not read)"
+    return fin
 
 
 def predicted_line(p: dict[str, Any]) -> str:
@@ -85,7 +103,9 @@ def predicted_line(p: dict[str, Any]) -> str:
     return f"{wording.figure(rec)} unused; {p['summary']}"
 
 
-def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
+def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
+           details: bool = False) -> None:
+    """The answer first; then the short output, or with `details` everything there is."""
     def say(line: str, style: str | None = None) -> None:
         """A line of prose, wrapped at the console's width under its own indent."""
         if line.startswith("\n"):
@@ -101,24 +121,18 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
             cited.setdefault(citation, uri)
         return citation
 
-    otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
-    say(f"{r['node']}  {otp}  source {r['source']}", "bold")
-    for line in death_lines(r):  # the cause of death and a partial read come first
-        say(line, style="bold")
     v = r["verdict"]
-    say(verdict(r), style=f"bold {STATE_STYLE[v['state']]}")
-    for line in v["why"]:
-        say(f"  {line}", style=STATE_STYLE[v["state"]])
-    unknown = (r.get("coverage") or {}).get("flags_unknown")
-    fin = in_force_line(v)
-    if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
-        if v["flags_in_force"]["flags"] == "":
-            fin = "no +M flag in the allocators read"
-        fin += f"; unknown for {', '.join(unknown)} (not read)"
-    say(f"Flags in force: {fin}", style="dim")
+    answer(r, v, console)  # the cause of death, a partial read, the verdict: first
+    otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
+    say(f"{r['node']}  {otp}  source {r['source']}", "dim")
+    if not details:
+        _short(r, console, fmt)
+        return
+    say(f"Flags in force: {flags_line(r)}", style="dim")
     for e in v["no_flag_helps"]:
         say(f"\nNo flag shown to help {e['allocator']} ({human(e['unused'])} unused of "
-            f"{human(e['allocated'])}, usage {pct(e['usage'])}):", style="bold")
+            f"{human(e['allocated'])}, usage {pct(e['usage'])}; in bytes {e['unused']:,} of "
+            f"{e['allocated']:,}):", style="bold")
         for why in e["flags_held_back"]:
             say(f"  held back: {why}")
         if e["flags_in_force"]:
@@ -196,3 +210,53 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args") -> None:
     say(f"\nPaste ({fmt}):")
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
+
+
+def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
+    """The short output under the answer: the flags in force in a line, the table the decision
+    rests on, the top holders, the paste block."""
+    v = r["verdict"]
+    prose(console, f"Flags in force: {flags_line(r, short=True)}", "dim", indent="")
+    console.print()
+    if r["recommendations"]:
+        titles = {(f["rule"], f["allocator"]): f["title"] for f in r["findings"]}
+        sets: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+        for x in r["recommendations"]:  # a finding's flags are predicted together
+            sets.setdefault((x["rule"], x["allocator"]), []).append(x)
+        rows = []
+        for (rule, alloc), xs in sets.items():
+            e = xs[0]["effect"] or {}
+            title = titles.get((rule, alloc), "")
+            if alloc and title.startswith(alloc + ": "):
+                title = title[len(alloc) + 2:]
+            rows.append(["\n".join(f"{x['flag']} {x['value']}" for x in xs),
+                         f"{rule} {title}".strip(),
+                         "not predicted" if not e else wording.change(-e["unused_saving"]),
+                         "-" if e.get("calibration_error") is None
+                         else pct(e["calibration_error"])])
+        print_table(console, "The flags, their rule, and the predicted change of unused bytes", [
+                        Col("flags", "left", key=True), Col("rule", "left", wrap=True),
+                        Col("unused"), Col("calibration error")], rows)
+    elif v["no_flag_helps"]:
+        title = {"UNDECIDED": "Mostly empty: what the flags would do is not known (why above)",
+                 "FLAGS IN FORCE": "Mostly empty under the rules' own flags"}.get(
+                     v["state"], "Mostly empty, and no flag shown to help")
+        print_table(console, title, [
+            Col("allocator", "left", key=True), Col("unused"), Col("allocated"), Col("usage"),
+            Col("what does", "left", wrap=True)], [[
+                e["allocator"], human(e["unused"]), human(e["allocated"]), pct(e["usage"]),
+                "; ".join(f"{wording.remedy_code_short(m['code'])} ("
+                          f"{'up to ' if m['bound'] else ''}{human(m['releases'])})"
+                          for m in e["remedies"][:1]) or "-"]
+                for e in v["no_flag_helps"][:4]])
+    top_holders(r.get("processes"), console)
+    issues = [i for i in r["lint"] if i["level"] != "info"]
+    if issues:
+        prose(console, f"Lint: {', '.join(dict.fromkeys(i['check'] for i in issues))} "
+              "(--details says what and why)", "yellow", indent="")
+    console.print()
+    console.print(Text(f"Paste ({fmt}):", style="bold"))
+    # never wrapped: each line must reach the file or the shell whole, however long
+    console.print(Text(paste(r, fmt)), soft_wrap=True)
+    prose(console, f"{DETAILS_HINT}: each flag's rule, evidence and cost, the findings, the "
+          "lint, the predictions and every holder; --json every number.", "dim", indent="")

@@ -138,11 +138,31 @@ def prose(console: Console, text: str, style: str = "", indent: str = "  ",
 
     # a size stays on one line with its unit ("171.4 MiB"): textwrap breaks at ASCII blanks only
     text = _UNIT.sub("\\1\u00a0\\2", text)
-    lines = textwrap.wrap(text, width=max(20, console.width), initial_indent=indent,
+    room = max(20, console.width)
+    text = " ".join(_split_term(w, room - len(indent) - len(hang)) for w in text.split(" "))
+    lines = textwrap.wrap(text, width=room, initial_indent=indent,
                           subsequent_indent=indent + hang, break_long_words=False,
                           break_on_hyphens=False)
     for line in lines or [""]:
         console.print(Text(line.replace("\u00a0", " "), style=style), soft_wrap=True)
+
+
+#: Where a word longer than a line (an Erlang term in a slogan) may break: after a separator.
+_TERM_BREAK = re.compile(r"(?<=[,;{}()\[\]|])")
+
+
+def _split_term(word: str, room: int) -> str:
+    """A word longer than `room` with a blank after the last separator (`,{[(...`) that keeps
+    each piece within `room`, so that it wraps between the elements of a term and never inside
+    a number or a name; others unchanged."""
+    pieces = []
+    while len(word) > room:
+        cuts = [m.start() for m in _TERM_BREAK.finditer(word, 1, room)]
+        if not cuts:
+            break
+        pieces.append(word[:cuts[-1]])
+        word = word[cuts[-1]:]
+    return " ".join([*pieces, word])
 
 
 def print_table(console: Console, title: str | None, cols: Sequence[Col],

@@ -43,7 +43,7 @@ def test_top_lists_the_worst_instances(top: int) -> None:
     """--top N: the per-instance table lists the first N rows of the analysis (recon's
     fragmentation order, worst first)."""
     want = [f"{r['allocator']}[{r['instance']}]" for r in _analysis(str(SAMPLE))["allocators"]]
-    r = run_cli("analyze", str(SAMPLE), "--top", str(top))
+    r = run_cli("analyze", str(SAMPLE), "--top", str(top), "--details")
     assert r.returncode == 0, r.stderr
     assert f"worst {top} first" in r.stdout
     # the table's first part: columns that do not fit the width go to a second one, with the

@@ -85,7 +85,7 @@ def test_option_units() -> None:
     assert option_unit("acful") == "percent" and format_option("acful", 40) == "40%"
     assert format_option("sbct", 524288) == "512.0 KiB"
     assert format_option("lmbcs", 5 << 20) == "5.0 MiB"
-    assert format_option("mmmbc", UINT_MAX) == "∞"
+    assert format_option("mmmbc", UINT_MAX) == "infinity"
     assert format_option("ramv", False) == "false" and format_option("as", None) == "-"
 
 

@@ -22,9 +22,9 @@ FIGURES = {"carriers_size", "peak_carriers_size", "unused", "mseg_alloc_calls", 
 
 
 HEAP = "+MHas ageffcbf +MHlmbcs 1024"
-VERDICT_KEYS = {"state", "headline", "why", "reasons", "counts", "total", "flags_in_force",
-                "no_flag_helps", "reverts", "holders", "rate", "rate_unavailable", "min_gain",
-                "min_rate"}  # fmt: skip
+VERDICT_KEYS = {"state", "headline", "headline_parts", "why", "reasons", "counts", "total",
+                "flags_in_force", "no_flag_helps", "reverts", "holders", "rate",
+                "rate_unavailable", "min_gain", "min_rate"}  # fmt: skip
 
 
 CHURN = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512 +MBacul de"
@@ -46,7 +46,7 @@ def test_json_contract(cli, tmp_path) -> None:
     assert v["counts"] == {"advised": 4, "trade_off": 0, "held_back": 0, "in_force": 0}
     # the first line stands alone: state, bytes at stake, the one thing to do (issue 22 item 7)
     assert v["headline"].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 "
-                                    "flags below, predicted -")
+                                    "flags below; predicted -")
     assert len(v["headline"]) <= wording.HEADLINE_MAX and 1 <= len(v["why"]) <= wording.WHY_MAX
     assert v["why"][0].startswith(f"{CHURN}: binary_alloc unused -")
     (reason,) = v["reasons"]  # a code with its numbers, not prose
@@ -172,9 +172,9 @@ def test_formats() -> None:
 
 
 def test_human_output_teaches(cli, tmp_path) -> None:
-    out = _churn_read_twice(cli, tmp_path, "--format", "flags").stdout
+    out = _churn_read_twice(cli, tmp_path, "--format", "flags", "--details").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 flags")
+    assert lines[0].startswith("CHANGE FLAGS: 235.4 MiB of binary_alloc unused; paste 4 flags")
     order = [out.index(s) for s in ("[R3]", "evidence:", "cost:", "Lint", "Paste (flags):")]
     assert order == sorted(order)  # verdict, advice with numbers and cost, lint, paste
     assert lines[-1] == CHURN
@@ -187,9 +187,9 @@ def test_no_flag_helps_says_so_first(cli) -> None:
     """churn_kept (survivors of a spike kept for good, scattered over every carrier; measured
     -3 % with R3's flags): the verdict line says no flag helps, why, and what does, before
     anything else; the paste block is empty."""
-    out = cli("recommend", str(SNAPS / "churn_kept.json"), "--format", "flags").stdout
+    out = cli("recommend", str(SNAPS / "churn_kept.json"), "--format", "flags", "--details").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("NO FLAG HELPS: 235.1 MiB of binary_alloc unused, no +M flag")
+    assert lines[0].startswith("NO FLAG HELPS: 235.1 MiB of binary_alloc unused, no +M flag")
     # The verdict's why lines wrap at the width (issue 15 item 3): read them joined.
     verdict = " ".join(out.split("\nFlags in force")[0].split())
     assert "binary:copy/1" in verdict and "predicted to free 3 %" in verdict

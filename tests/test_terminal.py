@@ -255,7 +255,7 @@ def test_instances_without_sbcs_show_none() -> None:
                if not r["sbcs_carriers"]]
     assert no_sbcs and all(r["sbcs_usage"] == 1.0 for r in a["allocators"]
                            if not r["sbcs_carriers"])  # recon's convention, kept in JSON
-    r = run_cli("analyze", RECON, env=_env(COLUMNS="200"))
+    r = run_cli("analyze", RECON, "--details", env=_env(COLUMNS="200"))
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^│ (\w+\[\d+\]) .*$", r.stdout, re.M)}
     for name in no_sbcs:
         cells = [c.strip() for c in rows[name].split("│")]
@@ -323,7 +323,8 @@ def test_usage_colour_weighs_unused_bytes() -> None:
     a = analyze(read_file(str(Path(__file__).parent.parent / "samples/workloads/snapshots"
                               / "heapchurn.json")))
     buf = io.StringIO()
-    rep.render(a, Console(file=buf, force_terminal=True, color_system="standard", width=160))
+    rep.render(a, Console(file=buf, force_terminal=True, color_system="standard", width=160),
+               details=True)
     lines = buf.getvalue().splitlines()
     red, green = "\x1b[31m", "\x1b[32m"
     # the per-type table's rows: the first with a usage (a % cell) for each type

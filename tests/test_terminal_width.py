@@ -106,32 +106,61 @@ class Screen:
     #: args name the trace of the `trace_file` fixture as {trace}
 
 
+def _short_analyze_numbers(a: dict[str, Any]) -> list[str]:
+    """What analyze's short output shows: the totals and the allocator types it lists."""
+    from beamalloc.reporters.analyze import SHORT_TYPES
+
+    out = [human(a["totals"]["allocated"]), human(a["totals"]["unused"]),
+           pct(a["totals"]["usage"])]
+    for r in a["allocator_types"][:SHORT_TYPES]:
+        out += [human(r["allocated"]), human(r["used"]), human(r["unused"]), pct(r["usage"]),
+                human(r["max_allocated"])]
+    return out
+
+
+def _short_recommend_numbers(r: dict[str, Any]) -> list[str]:
+    """The sizes and percentages of the verdict's why lines, and of its table of mostly-empty
+    allocators (the short output's decision, where no flag is advised)."""
+    out = [m for t in r["verdict"]["why"] for m in _SIZE.findall(t)]
+    for e in r["verdict"]["no_flag_helps"][:4]:
+        out += [human(e["unused"]), human(e["allocated"]), pct(e["usage"])]
+    return out
+
+
+#: analyze and recommend are short by default (tests/test_terminal_short.py holds that); their
+#: every table is under --details, whose numbers these screens check.
+DETAILS = "--details"
 COMMANDS = [
-    Screen("analyze recon file", ("analyze", str(SAMPLES / "recon_snapshot.txt")),
+    Screen("analyze recon file", ("analyze", str(SAMPLES / "recon_snapshot.txt"), DETAILS),
            _analyze_numbers),
-    Screen("analyze crash dump (holders)", ("analyze", str(SAMPLES / "erl_crash.dump")),
+    Screen("analyze crash dump (holders)", ("analyze", str(SAMPLES / "erl_crash.dump"),
+                                            DETAILS), _analyze_numbers),
+    Screen("analyze allocator dump", ("analyze", str(SAMPLES / "raw_allocator_dump.txt"),
+                                      DETAILS), _analyze_numbers),
+    Screen("analyze fragmented node", ("analyze", str(SNAPSHOTS / "binspike.json"), DETAILS),
            _analyze_numbers),
-    Screen("analyze allocator dump", ("analyze", str(SAMPLES / "raw_allocator_dump.txt")),
-           _analyze_numbers),
-    Screen("analyze fragmented node", ("analyze", str(SNAPSHOTS / "binspike.json")),
-           _analyze_numbers),
-    Screen("recommend fragmented node", ("recommend", str(SNAPSHOTS / "binspike.json")),
-           _recommend_numbers),
+    Screen("analyze fragmented node, short", ("analyze", str(SNAPSHOTS / "binspike.json")),
+           _short_analyze_numbers),
+    Screen("recommend fragmented node", ("recommend", str(SNAPSHOTS / "binspike.json"),
+                                         DETAILS), _recommend_numbers),
+    Screen("recommend fragmented node, short", ("recommend", str(SNAPSHOTS / "churn_kept.json")),
+           _short_recommend_numbers),
     Screen("recommend change flags (rabbitmq)", ("recommend", str(SNAPSHOTS / "heapchurn.json"),
-                                                 "--format", "rabbitmq"), _recommend_numbers),
-    Screen("recommend frag node", ("recommend", str(SNAPSHOTS / "frag.json"), "--no-predict"),
+                                                 "--format", "rabbitmq", DETAILS),
            _recommend_numbers),
+    Screen("recommend frag node", ("recommend", str(SNAPSHOTS / "frag.json"), "--no-predict",
+                                   DETAILS), _recommend_numbers),
     Screen("recommend crash dump (holders)", ("recommend", str(SAMPLES / "erl_crash.dump"),
-                                              "--no-predict"), _recommend_numbers),
+                                              "--no-predict", DETAILS), _recommend_numbers),
     Screen("diff of two nodes", ("diff", str(SNAPSHOTS / "binspike.json"),
                                  str(SNAPSHOTS / "heapchurn.json")), _diff_numbers),
     Screen("replay three flag sets", ("replay", "{trace}", "--flags", "+MBas aobf +MBlmbcs 512",
                                       "--compare", "+MBas bf +MBsbct 1024", "+MBacul 0"),
            _replay_numbers),
-    Screen("analyze live holders node", ("analyze", "{node}", "--timeout", "60"),
+    Screen("analyze live holders node", ("analyze", "{node}", "--timeout", "60", DETAILS),
            _held_numbers, live=True),
     Screen("recommend live holders node", ("recommend", "{node}", "--no-predict",
-                                           "--rate-seconds", "0", "--timeout", "60"),
+                                           "--rate-seconds", "0", "--timeout", "60", DETAILS),
            _held_numbers, live=True),
 ]
 
@@ -211,7 +240,7 @@ def test_columns_that_do_not_fit_move_to_a_second_table() -> None:
     src = str(SAMPLES / "recon_snapshot.txt")
     headers: dict[int, set[str]] = {}
     for width in WIDTHS:
-        r = run_cli("analyze", src, env={**os.environ, "COLUMNS": str(width)})
+        r = run_cli("analyze", src, "--details", env={**os.environ, "COLUMNS": str(width)})
         assert r.returncode == 0, r.stderr
         part = r.stdout.partition("Per allocator")[2].partition("Per instance")[0]
         heads = re.findall(r"^┃(.*)┃$", part, flags=re.M)
@@ -224,7 +253,7 @@ def test_columns_that_do_not_fit_move_to_a_second_table() -> None:
 
 def test_piped_output_without_columns_is_100_wide() -> None:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    r = run_cli("analyze", str(SAMPLES / "recon_snapshot.txt"), env=env)
+    r = run_cli("analyze", str(SAMPLES / "recon_snapshot.txt"), "--details", env=env)
     assert r.returncode == 0, r.stderr
     assert max(len(ln) for ln in r.stdout.splitlines()) == 100
 

@@ -217,6 +217,9 @@ def test_revert_headline() -> None:
                              "calibration_error": 0.04})
     rv = replace(v, state="CHANGE FLAGS", reasons=(why,))
     head = wording.headline(rv)
-    assert head == ("CHANGE FLAGS: `+MHas bf` leaves 287.0 MiB of eheap_alloc unused; revert it, "
+    assert head == ("CHANGE FLAGS: `+MHas bf` leaves 287.0 MiB of eheap_alloc unused; revert it; "
                     "predicted -62 %")
+    # at 80 columns the same line, shorter: the parts that fit, none cut
+    assert wording.fit(wording.headline_parts(rv), 80) == (
+        "CHANGE FLAGS: `+MHas bf` leaves 287.0 MiB of eheap_alloc unused; revert it")
     assert len(head) <= wording.HEADLINE_MAX

@@ -226,7 +226,7 @@ def test_recommendations_panel_never_breaks_the_page(client, monkeypatch):
                                for f in recommend_view.FORMATS} if rec["emulator_flags"] else {})
     # and the verdict line the CLI prints leads the page of that snapshot
     r = run_cli("recommend", str(SAMPLE))
-    cli_verdict = r.stdout.splitlines()[1]
+    cli_verdict = r.stdout.splitlines()[0]  # the answer first (issue 26 item 1)
     assert cli_verdict.startswith(rec["verdict"]["state"]), r.stdout
     up = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "n.txt")})
     page = client.get(up.headers["Location"]).data

@@ -65,7 +65,7 @@ def test_recommend_says_processes_hold_the_memory(wl: WorkloadNode, env: dict[st
 
 def test_terminal_section(wl: WorkloadNode, env: dict[str, str]) -> None:
     r = run_cli("recommend", wl.node, "--no-predict", "--rate-seconds", "0", "--timeout", "60",
-                env=env)
+                "--details", env=env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "Who holds the memory" in out and "leaky_router" in out and "slow_consumer" in out

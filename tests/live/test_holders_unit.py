@@ -242,7 +242,7 @@ def test_the_probe_measures_a_group_and_the_verdict_names_it() -> None:
     assert g["releases"] == 10_000 * 24 * 1024 < g["bound"]
     r = h.idle_verdict(j, 400 * MB)
     assert r is not None and r.code == "idle_heaps" and not r.numbers["bound"]
-    line = wording.idle_headline(r.numbers)
+    line = wording.fit(wording.idle_headline(r.numbers))
     assert line.startswith("NO FLAG HELPS: ~234.4 MiB of 400.0 MiB is dead in idle heaps")
     assert len(line) <= 100
     # below half of the node: no verdict of its own (the holders' line says it)

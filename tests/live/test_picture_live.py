@@ -83,7 +83,7 @@ def test_node_in_a_limited_cgroup(cgroup_node: tuple[Node, Path], tmp_path: Path
     c = a["container"]
     assert c["version"] == 1 and c["limit"] == LIMIT and c["rss"] == a["os"]["rss"]
     assert c["headroom"] == LIMIT - c["working_set"] and 0 < c["working_set"] < LIMIT
-    r = run_cli("analyze", node.node, "--no-processes", env=_env(node, tmp_path))
+    r = run_cli("analyze", node.node, "--no-processes", "--details", env=_env(node, tmp_path))
     assert r.returncode == 0, r.stderr
     assert "cgroup (v1) allows 768.0 MiB" in " ".join(r.stdout.split())
     # the watch series keeps the container's gauges
@@ -125,7 +125,8 @@ def test_a_large_port_limit_is_found_with_its_bytes(tmp_path: Path) -> None:
 
         measured = ll(a) - ll(b)
         assert abs(measured - f["saving"]) <= 0.25 * f["saving"], (measured, f["saving"])
-        r = run_cli("analyze", big.node, "--no-processes", env=_env(big, tmp_path))
+        r = run_cli("analyze", big.node, "--no-processes", "--details",
+                    env=_env(big, tmp_path))
         assert "`+Q 65536` gives back about" in " ".join(r.stdout.split())
     finally:
         big.stop()
