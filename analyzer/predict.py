@@ -404,8 +404,14 @@ SEEDED_TOLERANCE = 0.30
 #: scale: a few stragglers per carrier (< 1 %), scattered survivors (1-25 %), full carriers.
 FILL_EDGES = (0.01, 0.05, 0.25, 0.75)
 #: Churn after the drop tried, in live sets (a share of the churn the counters show): half a
-#: live set leaves survivors, one and two retire them all.
-AFTER_GRID = (0.5, 1.0, 2.0)
+#: live set leaves survivors, one and more retire them all; all the counted churn is tried too.
+#: Under gf/af a turnover goes on reshaping the fill bands past two live sets (a churn node
+#: read under load on OTP 27 and 29 under `+MBas af`: 0.15 at one live set, 0.08 at two, 0.06
+#: with all of its 4.2; tests/e2e/matrix.py, where two live sets missed it in 4 of 6 cells).
+AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
+#: ... up to this many live sets: a node under load for hours counts hundreds, and a replay's
+#: events grow with them (the cost line of issue 22).
+AFTER_MAX = 8.0
 #: Allocators whose history the generator can replay: blocks of one size class made and freed
 #: whole. Process heaps grow by reallocation and garbage-collection copies over orders of
 #: magnitude, which it does not model (heapchurn's heaps calibrated at 0.145 and its figure
@@ -605,7 +611,8 @@ class HistoryFit:
     def afters(self) -> list[int]:
         """The churn after the drop tried for histories where it happened (AFTER_GRID live
         sets, within the churn the counters show; at least one live set: the assumption)."""
-        grid = sorted({min(round(x * self.live), self.churn) for x in AFTER_GRID})
+        churn = min(self.churn, round(AFTER_MAX * self.live))
+        grid = sorted({min(round(x * self.live), churn) for x in AFTER_GRID} | {churn})
         return [a for a in grid if a > 0] or [self.live]
 
 
