@@ -32,12 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/otp.py
 
-from otp import RELEASES, missing, start_workload  # noqa: E402
+from otp import RELEASES, missing, start_workload
 
-from beamalloc.analyzer import metrics as m  # noqa: E402
-from beamalloc.analyzer.records import MIN_GAIN  # noqa: E402
-from beamalloc.collector.live import snapshot_node  # noqa: E402
-from beamalloc.snapshot import Snapshot  # noqa: E402
+from beamalloc.analyzer import metrics as m
+from beamalloc.analyzer.records import MIN_GAIN
+from beamalloc.collector.live import snapshot_node
+from beamalloc.snapshot import Snapshot
 
 #: How far a prediction may lie from the restart it stands for (issue 22 item 8), in points.
 TOLERANCE = 15.0
@@ -267,7 +267,7 @@ def row(c: Cell) -> str:
     ok, why = c.judge()
     p = c.prediction or {}
     known = p.get("known") or ("both futures" if p.get("futures") else "")
-    how = f" ({p.get('seeded_from')}{'; ' + known if known else ''})" if p else ""
+    how = f" ({p['seeded_from']}{'; ' + known if known else ''})" if p.get("seeded_from") else ""
     futures = ""
     if c.verdict == "UNDECIDED" and p.get("futures"):
         futures = f"; turnover {_pc(c.future('turnover'))}, kept {_pc(c.future('kept'))}"
