@@ -412,6 +412,12 @@ AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
 #: ... up to this many live sets: a node under load for hours counts hundreds, and a replay's
 #: events grow with them (the cost line of issue 22).
 AFTER_MAX = 8.0
+#: Stragglers tried, as multiples of the blocks in the node's sparse carriers
+#: (:meth:`HistoryFit.stragglers`). Without them a stragglers node (binspike: fill < 1 %) had no
+#: history within 0.46 and its carrier-seeded figure drifted 0.12-0.43 over fresh nodes, which
+#: flipped its verdict (issue 22 item 6). The count decides the figure (each straggler pins a
+#: carrier under a small lmbcs) where the fill bands barely tell 8 from 30 per instance.
+STRAGGLERS_MULTIPLES = (1, 2)
 #: Allocators whose history the generator can replay: blocks of one size class made and freed
 #: whole. Process heaps grow by reallocation and garbage-collection copies over orders of
 #: magnitude, which it does not model (heapchurn's heaps calibrated at 0.145 and its figure
@@ -547,6 +553,18 @@ def node_measures(snap: Snapshot, allocator: str) -> Measures:
     return Measures(allocated - used, count, _bands(mbcs))
 
 
+def _sparse(snap: Snapshot, allocator: str) -> float:
+    """Blocks in multiblock carriers below 1 % fill (FILL_EDGES[0]) per scheduler instance of
+    `allocator`: the stragglers of a spike, if that is what pins them (a sparser band than
+    scattered survivors', 5-25 %: under gf a churned base set spreads over the 1-5 % band)."""
+    insts = _sched(snap, allocator)
+    numbers = {i.instance for i in insts}
+    sparse = sum(c.blocks for c in snap.carriers_of(allocator)
+                 if c.instance in numbers and not _is_sbc(c.size, c.blocks, c.blocks_size)
+                 and c.size and c.blocks_size < FILL_EDGES[0] * c.size)  # fmt: skip
+    return sparse / len(insts) if insts else 0.0
+
+
 def replay_measures(snap: Snapshot, carriers: list[dict[str, Any]], allocator: str) -> Measures:
     insts = _sched(snap, allocator)
     allocated = sum(m.container_size(i, "current", "carriers_size") for i in insts)
@@ -608,6 +626,16 @@ class HistoryFit:
         return History(live=self.live, peak=self.peak, before=min(self.churn, self.live),
                                 after=0, mean_size=self.mean_size)  # fmt: skip
 
+    def stragglers(self, sparse: float) -> list[int]:
+        """Stragglers tried for a kept history whose drop left a few blocks evenly spread over
+        the spike (binspike): the blocks the node's carriers below 1 % fill hold (`sparse`, per
+        instance), scaled, and twice that (some sit among the base set), at most half the live
+        set; none where no carrier is that sparse."""
+        if sparse < 1:
+            return []
+        return sorted({max(1, min(round(k * sparse * self.scale), self.live // 2))
+                       for k in STRAGGLERS_MULTIPLES})  # fmt: skip
+
     def afters(self) -> list[int]:
         """The churn after the drop tried for histories where it happened (AFTER_GRID live
         sets, within the churn the counters show; at least one live set: the assumption)."""
@@ -641,8 +669,7 @@ class _Candidate:
     under the node's flags against the node."""
 
     future: str  # "kept" | "turnover"
-    after: int
-    order: str
+    history: History
     path: Path
     events: int
     calibration: dict[str, Any]
@@ -651,6 +678,7 @@ class _Candidate:
 FUTURES = {
     "turnover": "the churn after the spike replaces every one of its survivors",
     "kept": "the survivors of the spike stay for good (nothing replaced them since the drop)",
+    "stragglers": "a few stragglers of the spike, spread evenly over it, stay for good",
 }  # fmt: skip
 
 
@@ -783,18 +811,22 @@ class Predictor:
             return None
         assert self._tmp is not None, "use Predictor as a context manager"
 
-        def run(path: Path, after: int) -> int:
-            return history(path, dataclasses.replace(fit.base(), after=after), allocator=target,
-                           schedulers=fit.modelled, seed=self.seed)  # fmt: skip
+        def run(path: Path, h: History) -> int:
+            return history(path, h, allocator=target, schedulers=fit.modelled, seed=self.seed)
 
-        tried = [("kept", 0)] + [("turnover", a) for a in fit.afters()]
+        base = fit.base()
+        tried = ([("kept", base)]
+                 + [("turnover", dataclasses.replace(base, after=a)) for a in fit.afters()]
+                 + [("kept", dataclasses.replace(base, stragglers=n,
+                                                 after=min(fit.churn, 2 * fit.live)))
+                    for n in fit.stragglers(_sparse(self.snap, target))])  # fmt: skip
         candidates = []
-        for future, after in tried:
+        for future, h in tried:
             path = Path(self._tmp.name) / f"{target}-h{len(candidates)}.batr"
-            events = run(path, after)
+            events = run(path, h)
             r = self._history_replay(path, self.base, fit.modelled)
             model = replay_measures(r.snapshot, r.native["carriers"], target).scaled(fit.to_node)
-            candidates.append(_Candidate(future, after, "passes", path, events,
+            candidates.append(_Candidate(future, h, path, events,
                                          calibration(node, model)))  # fmt: skip
         best: dict[str, _Candidate] = {}
         for c in candidates:
@@ -802,9 +834,9 @@ class Predictor:
                 best[c.future] = c
         ends: dict[str, tuple[Path, int]] = {}
         for future, c in best.items():
-            if future == "turnover" and c.after < fit.live:  # its prediction point: all replaced
+            if future == "turnover" and c.history.after < fit.live:  # its end: all replaced
                 path = Path(self._tmp.name) / f"{target}-end.batr"
-                ends[future] = (path, run(path, fit.live))
+                ends[future] = (path, run(path, dataclasses.replace(c.history, after=fit.live)))
             else:
                 ends[future] = (c.path, c.events)
         h = _Histories(fit, node, candidates, best, ends)
@@ -824,7 +856,8 @@ class Predictor:
         # The band: the same future's next-best history that reproduces the node too (one, for
         # the cost: each costs a replay under the proposal).
         fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
-                       and c.path != path and not (future == "turnover" and c.after < h.fit.live)),
+                       and c.path != path
+                       and not (future == "turnover" and c.history.after < h.fit.live)),
                       key=lambda c: c.calibration["error"])  # fmt: skip
         savings = [round(saving, 4)]
         for c in fits[:1]:
@@ -833,10 +866,12 @@ class Predictor:
             savings.append(round(_saving(_figures(b, target)["unused"],
                                          _figures(a, target)["unused"]), 4))  # fmt: skip
         best = h.best[future]
-        return {"name": future, "assumes": FUTURES[future], "unused_saving": round(saving, 4),
+        assumes = FUTURES["stragglers" if best.history.stragglers else future]
+        return {"name": future, "assumes": assumes, "unused_saving": round(saving, 4),
                 "band": [min(savings), max(savings)], "calibration": best.calibration,
                 "before": before, "after": after, "events": events,
-                "after_drop": best.after}  # fmt: skip
+                "after_drop": best.history.after,
+                "stragglers": best.history.stragglers}  # fmt: skip
 
     def _history_prediction(self, target: str, rule: str, flags: FlagSet) -> dict[str, Any] | None:
         """The restart-true prediction (issue 22), or None where no history of `target`
@@ -857,7 +892,8 @@ class Predictor:
         model = Model("history", (("allocator", target), ("instances", fit.modelled),
                                   ("live", fit.live), ("peak", fit.peak),
                                   ("churn", fit.churn), ("mean_size", fit.mean_size),
-                                  ("after_drop", chosen["after_drop"])),
+                                  ("after_drop", chosen["after_drop"]),
+                                  ("stragglers", chosen["stragglers"])),
                       1.0 / fit.to_node,
                       f"{target}: per scheduler instance {fit.live} live blocks of "
                       f"{human(fit.mean_size)} at {fit.scale:.0%} of the node's size, a spike to "
