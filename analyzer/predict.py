@@ -412,12 +412,6 @@ AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
 #: ... up to this many live sets: a node under load for hours counts hundreds, and a replay's
 #: events grow with them (the cost line of issue 22).
 AFTER_MAX = 8.0
-#: Stragglers tried, as multiples of the blocks in the node's sparse carriers
-#: (:meth:`HistoryFit.stragglers`). Without them a stragglers node (binspike: fill < 1 %) had no
-#: history within 0.46 and its carrier-seeded figure drifted 0.12-0.43 over fresh nodes, which
-#: flipped its verdict (issue 22 item 6). The count decides the figure (each straggler pins a
-#: carrier under a small lmbcs) where the fill bands barely tell 8 from 30 per instance.
-STRAGGLERS_MULTIPLES = (1, 2)
 #: Allocators whose history the generator can replay: blocks of one size class made and freed
 #: whole. Process heaps grow by reallocation and garbage-collection copies over orders of
 #: magnitude, which it does not model (heapchurn's heaps calibrated at 0.145 and its figure
@@ -627,14 +621,18 @@ class HistoryFit:
                                 after=0, mean_size=self.mean_size)  # fmt: skip
 
     def stragglers(self, sparse: float) -> list[int]:
-        """Stragglers tried for a kept history whose drop left a few blocks evenly spread over
-        the spike (binspike): the blocks the node's carriers below 1 % fill hold (`sparse`, per
-        instance), scaled, and twice that (some sit among the base set), at most half the live
-        set; none where no carrier is that sparse."""
+        """The stragglers of a kept history whose drop left a few blocks evenly spread over the
+        spike (binspike): the blocks the node's carriers below 1 % fill hold (`sparse`, per
+        instance), scaled, at most half the live set; none where no carrier is that sparse.
+
+        Without it a stragglers node (fill < 1 %) had no history within 0.46 and its
+        carrier-seeded figure drifted 0.12-0.43 over fresh nodes, which flipped its verdict
+        (issue 22 item 6). The count is read, not searched: it decides the figure (each
+        straggler pins a carrier under a small lmbcs) where the fill bands cannot tell 18 from
+        35 per instance (both 0.002 off; -73 % and -50 % predicted, -70 % measured)."""
         if sparse < 1:
             return []
-        return sorted({max(1, min(round(k * sparse * self.scale), self.live // 2))
-                       for k in STRAGGLERS_MULTIPLES})  # fmt: skip
+        return [max(1, min(round(sparse * self.scale), self.live // 2))]
 
     def afters(self) -> list[int]:
         """The churn after the drop tried for histories where it happened (AFTER_GRID live

@@ -9,8 +9,9 @@ are measured. A cell is ok when the verdict is right by that measurement (`judge
 predicted change lies within 15 points of the measured one.
 
 Run `make matrix` (or `.venv/bin/python tests/e2e/matrix.py [--releases 25,27] [--workloads ..]
-[--settings ..] [--jobs 2] [--markdown FILE]`): it prints one row per cell as it finishes and
-the markdown table at the end. At most `--jobs` cells at once, each with one node at a time (the
+[--settings ..] [--jobs 2] [--markdown FILE] [--docs]`): it prints one row per cell as it
+finishes; `--docs` writes the table into docs/recommend.md ("The matrix", between its markers)
+when every cell ran. At most `--jobs` cells at once, each with one node at a time (the
 machine's cores are shared). tests/e2e/test_matrix_e2e.py runs a subset covering every verdict
 state on each release.
 """
@@ -287,6 +288,20 @@ def table(cells: Iterable[Cell]) -> str:
     return "\n".join([HEAD, *map(row, cells), "", f"{ok} of {len(cells)} cells ok."])
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "recommend.md"
+BEGIN, END = "<!-- matrix:begin (tests/e2e/matrix.py --docs) -->", "<!-- matrix:end -->"
+
+
+def write_docs(out: str) -> None:
+    """The table between docs/recommend.md's markers, the rest of the page left as it is."""
+    text = DOCS.read_text()
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise SystemExit(f"{DOCS}: no {BEGIN} ... {END} block")
+    DOCS.write_text(f"{head}{BEGIN}\n{out}\n{END}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--releases", default=",".join(RELEASES))
@@ -294,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--jobs", type=int, default=2, help="cells at once (one node each)")
     ap.add_argument("--markdown", type=Path, help="write the table there too")
+    ap.add_argument("--docs", action="store_true",
+                    help="write the table into docs/recommend.md (the whole matrix only)")
     a = ap.parse_args(argv)
     releases = []
     for r in a.releases.split(","):
@@ -314,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + out.splitlines()[-1])
     if a.markdown:
         a.markdown.write_text(out + "\n")
+    if a.docs:
+        if len(cells) == len(RELEASES) * len(WORKLOADS) * len(SETTINGS):
+            write_docs(out)
+        else:
+            print("docs/recommend.md not written: not the whole matrix ran", file=sys.stderr)
     return 0 if all(c.judge()[0] for c in cells) else 1
 
 
