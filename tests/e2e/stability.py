@@ -77,9 +77,11 @@ class Fresh:
         by = {n: " ".join(f"{f.get(n, float('nan')):+.0f}" for f in figs)
               for n in sorted(set().union(*figs))}  # fmt: skip
         spread = ", ".join(f"{n} {v:.1f}" for n, v in self.spread().items()) or "-"
+        preds = [tested(r)[2] or {} for r in self.runs]
+        how = " ".join(f"{p.get('seeded_from')}/{p.get('known')}" for p in preds)
         return (f"fresh otp{self.release}/{self.workload}/{self.setting}: "
                 f"{len(self.verdicts)} verdict(s) {sorted(set(states))}; figures "
-                f"{'; '.join(f'{n}: {v}' for n, v in by.items()) or '-'}; spread (points) "
+                f"{'; '.join(f'{n}: {v}' for n, v in by.items()) or '-'} ({how}); spread (points) "
                 f"{spread}: {'ok' if self.ok else 'FAIL'}")  # fmt: skip
 
 
