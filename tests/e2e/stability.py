@@ -60,21 +60,26 @@ class Fresh:
         return {(r["verdict"]["state"], tested(r)[0]) for r in self.runs}
 
     def spread(self) -> dict[str, float]:
+        """Max - min of each figure over the runs that gave it (a future is given only where
+        its history comes within RULES_OUT; the prediction must be in every run)."""
         figs = [figures(r) for r in self.runs]
-        names = set().union(*figs)
-        return {n: max(f.get(n, float("nan")) for f in figs) - min(f.get(n, float("nan"))
-                                                                    for f in figs)
-                for n in sorted(names)}  # fmt: skip
+        out = {}
+        for n in sorted(set().union(*figs)):
+            xs = [f[n] for f in figs if n in f]
+            out[n] = max(xs) - min(xs)
+        return out
 
     @property
     def ok(self) -> bool:
         s = self.spread()
-        return len(self.verdicts) == 1 and all(x <= FRESH_POINTS for x in s.values())
+        given = all("prediction" in figures(r) for r in self.runs) or not any(
+            "prediction" in figures(r) for r in self.runs)
+        return len(self.verdicts) == 1 and given and all(x <= FRESH_POINTS for x in s.values())
 
     def line(self) -> str:
         figs = [figures(r) for r in self.runs]
         states = [r["verdict"]["state"] for r in self.runs]
-        by = {n: " ".join(f"{f.get(n, float('nan')):+.0f}" for f in figs)
+        by = {n: " ".join(f"{f[n]:+.0f}" if n in f else "-" for f in figs)
               for n in sorted(set().union(*figs))}  # fmt: skip
         spread = ", ".join(f"{n} {v:.1f}" for n, v in self.spread().items()) or "-"
         preds = [tested(r)[2] or {} for r in self.runs]
