@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/otp.py
 
-from otp import RELEASES, missing, start_workload
+from otp import RELEASES, Node, compile_workload, missing, start_workload
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.records import MIN_GAIN
@@ -224,8 +225,20 @@ def carriers(snap: Snapshot, allocator: str) -> tuple[int, int]:
     return allocated, allocated - used
 
 
-def _run(release: str, wl: Workload, flags: str, judge: bool) -> tuple[Snapshot, dict | None]:
-    node = start_workload(release, wl.module, flags=flags.split(), env=wl.env)
+_compiling = threading.Lock()
+
+
+def start(release: str, wl: Workload, flags: str) -> Node:
+    """A node running `wl` under `release` and `flags`. The module is compiled once per release
+    under a lock: two cells compiling it at once loaded a half-written beam (`churn:main` undef)."""
+    with _compiling:
+        compile_workload(release, wl.module)
+    return start_workload(release, wl.module, flags=flags.split(), env=wl.env)
+
+
+def _run(release: str, wl: Workload, flags: str,
+         judge: bool) -> tuple[Snapshot, dict[str, Any] | None]:
+    node = start(release, wl, flags)
     try:
         node.wait_ready(timeout=240)
         rec = _recommend(node.node, node.cookie) if judge else None

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from matrix import SETTINGS, WORKLOADS, _recommend, tested
-from otp import RELEASES, missing, start_workload
+from matrix import SETTINGS, WORKLOADS, _recommend, start, tested
+from otp import RELEASES, missing
 
 from beamalloc.analyzer.recommend import recommend
 from beamalloc.collector.live import snapshot_node
@@ -94,7 +94,7 @@ def fresh(release: str, workload: str, setting: str, runs: int) -> Fresh:
     wl = WORKLOADS[workload]
 
     def one(_: int) -> dict[str, Any]:
-        node = start_workload(release, wl.module, flags=SETTINGS[setting].split(), env=wl.env)
+        node = start(release, wl, SETTINGS[setting])
         try:
             node.wait_ready(timeout=240)
             return _recommend(node.node, node.cookie)
@@ -107,7 +107,7 @@ def fresh(release: str, workload: str, setting: str, runs: int) -> Fresh:
 
 def two_reads(release: str, workload: str, setting: str) -> tuple[Snapshot, Snapshot]:
     wl = WORKLOADS[workload]
-    node = start_workload(release, wl.module, flags=SETTINGS[setting].split(), env=wl.env)
+    node = start(release, wl, SETTINGS[setting])
     try:
         node.wait_ready(timeout=240)
         first = snapshot_node(node.node, node.cookie, timeout=60.0)
