@@ -61,7 +61,10 @@ def test_stragglers_get_the_flags_their_prediction_shows(workload: str) -> None:
     rec = recommend(r.snapshot)
     assert rec["verdict"]["state"] == "CHANGE FLAGS", rec["verdict"]["headline"]
     assert set(r.flags.split(" +")) <= set(rec["emulator_flags"].split(" +"))
-    assert "fitted from the node's carriers" in " ".join(rec["verdict"]["why"])
+    # binspike's stragglers history (issue 22) where a read fits it, else its carriers
+    why = " ".join(rec["verdict"]["why"])
+    assert "fitted from the node's carriers" in why or (
+        workload == "binspike" and "fitted from an empty VM" in why), why
 
 
 @pytest.mark.parametrize("workload", ["frag", "scatter"])
