@@ -410,8 +410,8 @@ FILL_EDGES = (0.01, 0.05, 0.25, 0.75)
 #: with all of its 4.2; tests/e2e/matrix.py, where two live sets missed it in 4 of 6 cells).
 AFTER_GRID = (0.5, 1.0, 2.0, 4.0)
 #: ... up to this many live sets: a node under load for hours counts hundreds, and a replay's
-#: events grow with them (the cost line of issue 22); 4.2 and 4 calibrated alike (0.063, 0.075).
-AFTER_MAX = 4.0
+#: events grow with them (the cost line of issue 22).
+AFTER_MAX = 8.0
 #: Allocators whose history the generator can replay: blocks of one size class made and freed
 #: whole. Process heaps grow by reallocation and garbage-collection copies over orders of
 #: magnitude, which it does not model (heapchurn's heaps calibrated at 0.145 and its figure
