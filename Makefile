@@ -14,7 +14,7 @@ DEB_PACKAGES := erlang-nox erlang-dev chromium chromium-driver bpfcc-tools pytho
 APP_PACKAGES := rabbitmq-server ejabberd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup debs ebpf-prep otp-runtimes otp-sym bytecode demo test test-fast bench fuzz lint clean wheel
+.PHONY: setup debs ebpf-prep otp-runtimes otp-sym bytecode demo test test-fast bench fuzz lint clean wheel matrix
 
 setup: debs $(STAMP) ebpf-prep otp-runtimes otp-sym bytecode
 
@@ -153,6 +153,15 @@ wheel: setup
 # through refalloc and through glibc malloc).
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The verdict's matrix (issue 22 item 8, docs/recommend.md "The matrix"): workloads x the settings
+# nodes carry x OTP 25/27/29, each cell judged by `recommend` and measured by a restart with the
+# advice; not part of `make test` (it restarts some 150 nodes, two at a time: about 7 minutes).
+# The whole matrix writes its table into docs/recommend.md; MATRIX_ARGS narrows it (e.g.
+# --releases 25 --workloads kept,healthy) and then only prints.
+MATRIX_ARGS ?=
+matrix: setup
+	$(BIN)/python tests/e2e/matrix.py --jobs 2 --docs $(MATRIX_ARGS)
 
 # Coverage-guided fuzzing of the trace readers (Rust and Python), the replay and the input readers
 # (term text, ETF, recon, crash dumps; refalloc/fuzz/README.md), eight fuzzers for FUZZ_SECS

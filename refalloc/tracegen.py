@@ -362,7 +362,9 @@ class History:
     those replaces: "random" (any live block: some survivors outlive many replacements) or
     "passes" (each live block once per pass, in a random order: `live` replacements retire
     every survivor of the spike, wherever it sits).
-    Sizes are drawn uniformly within `spread` of `mean_size` (user bytes)."""
+    Sizes are drawn uniformly within `spread` of `mean_size` (user bytes). With `stragglers`
+    N > 0 the drop keeps the base set (the first `live` - N blocks made) and N blocks evenly
+    spread over the spike (binspike's stragglers), and `after` replaces the base set only."""
 
     live: int
     peak: int
@@ -371,6 +373,7 @@ class History:
     order: str = "passes"
     mean_size: int = 800
     spread: float = 0.3
+    stragglers: int = 0
 
     def events(self, schedulers: int) -> int:
         """Events of the trace on `schedulers` instances."""
@@ -394,7 +397,7 @@ def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
                      **dataclasses.asdict(h))  # fmt: skip
     lo = max(int(h.mean_size * (1 - h.spread)), 1)
     params = {"live": h.live, "peak": max(h.peak, h.live), "before": h.before, "after": h.after,
-              "passes": int(h.order == "passes"), "lo": lo,
+              "passes": int(h.order == "passes"), "stragglers": h.stragglers, "lo": lo,
               "hi": max(int(h.mean_size * (1 + h.spread)), lo), "allocator": number,
               "type": typ, "instances": schedulers, "seed": seed}  # fmt: skip
     blob = json.dumps(header.to_json(), separators=(",", ":"))

@@ -38,7 +38,8 @@ def test_live_node_seeded_prediction_on_the_page(tmp_path):
     rec = recommend(stored)
     r3 = next(f for f in rec["findings"] if f["rule"] == "R3" and f["predicted"])
     p = r3["predicted"]
-    assert p["seeded_from"] == "carriers"
+    # its stragglers' history from an empty VM (issue 22) where the read fits it, else its carriers
+    assert p["seeded_from"] in ("carriers", "history")
     # the typed set alone (go=1, no candidate ticked): its numbers are R3's own prediction
     page = c.get("/whatif?" + urlencode({"r": ref, "go": "1",
                                          "f": " ".join(r3["candidate_flags"])}))
@@ -47,6 +48,7 @@ def test_live_node_seeded_prediction_on_the_page(tmp_path):
     assert list(shown) == [p["flags"]] and 'data-set="typed"' in page.text
     assert shown[p["flags"]]["binary_alloc"] == expected(p)
     t = text_of(page.text)
-    assert "from_carriers trace from the node's own carriers" in t
+    assert ("from_carriers trace from the node's own carriers" if p["seeded_from"] == "carriers"
+            else "from an empty VM") in t, t
     assert f"2 samples of {stored.node} in the store" in t
     assert "None" not in t and "{'" not in t

@@ -1,6 +1,7 @@
 //! A node's history from an empty VM, written as a trace (the twin of
 //! `beamalloc.refalloc.tracegen.History`, which documents it): per scheduler instance a base set,
-//! random churn, a spike, a random drop back to the base set, then churn after the drop that
+//! random churn, a spike, a drop back to the base set (keeping survivors at random, or the base
+//! set and a few stragglers evenly spread over the spike), then churn after the drop that
 //! replaces blocks at random or each live block once per pass. The recommender writes several
 //! such histories per prediction (analyzer/predict.py), so they are generated here, not in Python.
 use crate::trace::{Event, Op, TraceWriter};
@@ -16,6 +17,11 @@ pub struct Params {
     pub after: u64,
     /// true: each live block once per pass, in a random order; false: any live block.
     pub passes: bool,
+    /// 0: the drop keeps `live` blocks at random. N > 0: it keeps the base set (the first
+    /// `live - N` blocks made) and N stragglers evenly spread in the spike's allocation order
+    /// (a queue drained but for a few messages still referred to), and the churn after the drop
+    /// replaces the base set only: the stragglers stay.
+    pub stragglers: u64,
     pub lo: u64,
     pub hi: u64,
     pub allocator: u64,
@@ -125,18 +131,48 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
             g.live[k].push(b);
         }
     }
-    for _ in p.live..p.peak {
+    let stragglers = p.stragglers.min(p.live) as usize;
+    if stragglers == 0 {
+        for _ in p.live..p.peak {
+            for k in 0..n {
+                let j = g.rng.below(g.live[k].len());
+                let (id, size) = g.live[k].swap_remove(j);
+                g.event(Op::Free, k, size, id)?;
+            }
+        }
+    } else {
+        // Slots in allocation order: the base set (its slots keep their place through the
+        // churn before), then the spike; the base and every stride-th of the rest stay.
+        let base = p.live as usize - stragglers;
+        let mut freed: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
         for k in 0..n {
-            let j = g.rng.below(g.live[k].len());
-            let (id, size) = g.live[k].swap_remove(j);
-            g.event(Op::Free, k, size, id)?;
+            let all = std::mem::take(&mut g.live[k]);
+            let spike = all.len() - base;
+            let mut keep = vec![false; all.len()];
+            keep[..base].iter_mut().for_each(|x| *x = true);
+            for i in 0..stragglers {
+                keep[base + (2 * i + 1) * spike / (2 * stragglers)] = true;
+            }
+            let (kept, mut gone): (Vec<_>, Vec<_>) =
+                all.into_iter().zip(keep).partition(|&(_, k)| k);
+            g.rng.shuffle(&mut gone);
+            g.live[k] = kept.into_iter().map(|(b, _)| b).collect();
+            freed.push(gone.into_iter().map(|(b, _)| b).collect());
+        }
+        for i in 0..freed.iter().map(Vec::len).max().unwrap_or(0) {
+            for (k, list) in freed.iter().enumerate() {
+                if let Some(&(id, size)) = list.get(i) {
+                    g.event(Op::Free, k, size, id)?;
+                }
+            }
         }
     }
     // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
     for _ in 0..p.after {
         for (k, pass) in order.iter_mut().enumerate() {
-            let len = g.live[k].len();
+            // The stragglers sit at the end of the live slots and are never replaced.
+            let len = g.live[k].len() - stragglers.min(g.live[k].len());
             if len == 0 {
                 continue;
             }
@@ -170,6 +206,7 @@ mod tests {
             before: 100,
             after: 400,
             passes,
+            stragglers: 0,
             lo: 560,
             hi: 1_040,
             allocator: 10,
@@ -216,5 +253,43 @@ mod tests {
                 assert!(ids.iter().all(|&id| id <= 2 * (p.peak + p.before)));
             }
         }
+    }
+
+    /// A stragglers drop keeps the base set and N blocks evenly spread over the spike, and the
+    /// churn after it never frees a straggler.
+    #[test]
+    fn a_stragglers_drop_keeps_the_base_and_evenly_spread_stragglers() {
+        let name = format!("refalloc-history-strag-{}.batr", std::process::id());
+        let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+        let p = Params {
+            stragglers: 10,
+            before: 0,
+            ..params(true)
+        };
+        write(&path, "{\"schedulers\":2}", p).unwrap();
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut r = TraceReader::open(&path).unwrap();
+        r.for_each_event(|e| match e.op {
+            Op::Alloc => {
+                live.insert(e.id, e.instance);
+            }
+            _ => {
+                assert_eq!(live.remove(&e.id), Some(e.instance));
+            }
+        })
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(live.len() as u64, 2 * p.live);
+        // Ids are made in lock step over 2 instances: the spike's run from 2 * live + 1.
+        let mut spike: Vec<u64> = live.keys().copied().filter(|&id| id > 2 * p.live).collect();
+        spike.retain(|&id| id <= 2 * p.peak);
+        spike.sort_unstable();
+        assert_eq!(spike.len(), 2 * p.stragglers as usize);
+        let gaps: Vec<u64> = spike.windows(2).map(|w| w[1] - w[0]).collect();
+        let stride = 2 * (p.peak - p.live + p.stragglers) / p.stragglers;
+        assert!(
+            gaps.iter().all(|&d| d == 1 || d.abs_diff(stride) <= 2),
+            "{gaps:?}"
+        );
     }
 }

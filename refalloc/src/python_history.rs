@@ -10,7 +10,7 @@ fn get(d: &Bound<'_, PyDict>, key: &str) -> PyResult<u64> {
         .extract()
 }
 
-/// Write a history trace (`params`: live, peak, before, after, passes, lo, hi, allocator,
+/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi, allocator,
 /// type, instances, seed); returns its event count.
 #[pyfunction]
 pub fn history_trace(
@@ -25,6 +25,7 @@ pub fn history_trace(
         before: get(params, "before")?,
         after: get(params, "after")?,
         passes: get(params, "passes")? != 0,
+        stragglers: get(params, "stragglers")?,
         lo: get(params, "lo")?,
         hi: get(params, "hi")?,
         allocator: get(params, "allocator")?,

@@ -8,7 +8,7 @@ import pytest
 from churn import CASES, Churn, measure, run
 
 from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.predict import Predictor
+from beamalloc.analyzer.predict import RULES_OUT, Predictor
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 from beamalloc.flags import parse
@@ -49,7 +49,8 @@ def test_an_idle_bf_node_gets_both_futures_and_what_tells_them_apart() -> None:
     assert turn is not None and kept is not None
     assert abs(turn - r.measured_pct) <= 10  # this node's survivors did turn over: -99 %
     assert kept >= -15  # what survivors kept for good would leave (measured -3 %, bf-kept)
-    assert all(f["calibration"]["reproduces"] for f in p["futures"])
+    # each future's history reproduces the node or comes near enough not to be ruled out
+    assert all(f["calibration"]["error"] <= RULES_OUT for f in p["futures"])
 
 
 def test_survivors_kept_for_good_are_predicted_as_such() -> None:

@@ -61,7 +61,10 @@ def test_stragglers_get_the_flags_their_prediction_shows(workload: str) -> None:
     rec = recommend(r.snapshot)
     assert rec["verdict"]["state"] == "CHANGE FLAGS", rec["verdict"]["headline"]
     assert set(r.flags.split(" +")) <= set(rec["emulator_flags"].split(" +"))
-    assert "fitted from the node's carriers" in " ".join(rec["verdict"]["why"])
+    # binspike's stragglers history (issue 22) where a read fits it, else its carriers
+    why = " ".join(rec["verdict"]["why"])
+    assert "fitted from the node's carriers" in why or (
+        workload == "binspike" and "fitted from an empty VM" in why), why
 
 
 @pytest.mark.parametrize("workload", ["frag", "scatter"])
@@ -94,7 +97,8 @@ def test_prediction_is_deterministic_and_stable_on_an_idle_node() -> None:
         a, b = run_node_twice("binspike")
         p1, p2 = predict(a, "binary_alloc", "R3", flags), predict(b, "binary_alloc", "R3", flags)
         assert predict(a, "binary_alloc", "R3", flags)["change_pct"] == p1["change_pct"]
-        assert p1["seeded_from"] == p2["seeded_from"] == "carriers"
+        # its stragglers' history (issue 22), or its carriers where a read misses it
+        assert p1["seeded_from"] in ("history", "carriers"), p1.get("history_unfit")
         if abs(p1["change_pct"]["unused"] - p2["change_pct"]["unused"]) <= 2:
             return
         misses.append((p1["change_pct"]["unused"], p2["change_pct"]["unused"]))
