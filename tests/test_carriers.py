@@ -171,7 +171,7 @@ def test_analysis_json_and_terminal_map() -> None:
     assert len(b["map"]["size"]) == 32 and sum(b["map"]["in_pool"]) == 30
     for width in (80, 100):
         out = io.StringIO()
-        render(a, Console(file=out, width=width), top=5)
+        render(a, Console(file=out, width=width), top=5, details=True)  # the map: --details
         text = out.getvalue()
         assert max(len(ln) for ln in text.splitlines()) <= width
         assert "binary_alloc: stragglers" in text
@@ -183,7 +183,7 @@ def test_analysis_json_and_terminal_map() -> None:
     na = analyze(_snap(None))
     assert na["carriers"]["available"] is False
     out = io.StringIO()
-    render(na, Console(file=out, width=80), top=5)
+    render(na, Console(file=out, width=80), top=5, details=True)
     assert "no per-carrier data" in out.getvalue()
 
 
