@@ -131,3 +131,20 @@ def run_capped(*args: str, timeout: float, address_space: int = 2 << 30,
         assert rss > 0, f"GNU time measured no peak: {text}"
         return (proc.returncode, out.read().decode("utf-8", "replace"),
                 err.read().decode("utf-8", "replace"), rss)
+
+
+def assert_unprivileged(got: dict[str, Any]) -> dict[str, Any]:
+    """What a target's attack on our hidden node reported (its `os:cmd` of `id` and
+    /proc/self/status, and a read of the operator's file): `nobody`, no capability, NoNewPrivs,
+    the file out of reach (docs/robustness.md, "What a target can do to us")."""
+    import pwd
+
+    text = got["cmd"] if isinstance(got["cmd"], str) else str(got["cmd"])
+    nobody = pwd.getpwnam("nobody")
+    assert f"uid={nobody.pw_uid}(" in text and "uid=0(" not in text, text
+    assert f"gid={nobody.pw_gid}(" in text and "groups=0(" not in text
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert f"{cap}:\t0000000000000000" in text, text
+    assert "NoNewPrivs:\t1" in text
+    assert got["secret"] == ("error", "eacces"), got["secret"]
+    return got

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.recommend import recommend
@@ -23,6 +24,15 @@ CASES = (
     ("binspike", "", "binary_alloc"),  # OTP defaults
     ("frag", "", "binary_alloc"),  # workload (a) of the demo, OTP defaults
 )
+
+
+def future_pct(prediction: dict[str, Any] | None, name: str) -> float | None:
+    """A prediction's future `name` ("turnover", "kept") as a change of the unused bytes, in %
+    (churn.py and matrix.py read both futures of an UNDECIDED verdict)."""
+    for f in (prediction or {}).get("futures") or ():
+        if f["name"] == name:
+            return -100.0 * f["unused_saving"]
+    return None
 
 
 def run(module: str, flags: str, env: dict[str, str] | None = None) -> Snapshot:

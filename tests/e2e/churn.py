@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from before_after import carriers
+from before_after import carriers, future_pct
 
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
@@ -57,10 +57,7 @@ class Churn:
 
     def future(self, name: str) -> float | None:
         """A future's predicted change of the unused bytes, in %."""
-        for f in (self.prediction or {}).get("futures") or ():
-            if f["name"] == name:
-                return -100.0 * f["unused_saving"]
-        return None
+        return future_pct(self.prediction, name)
 
     @property
     def predicted_pct(self) -> float | None:

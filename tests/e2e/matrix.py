@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/otp.py
 
+from before_after import future_pct
 from otp import RELEASES, Node, compile_workload, missing, start_workload
 
 from beamalloc.analyzer import metrics as m
@@ -117,10 +118,8 @@ class Cell:
         return 100.0 * (self.after[1] - self.before[1]) / self.before[1]
 
     def future(self, name: str) -> float | None:
-        for f in (self.prediction or {}).get("futures") or ():
-            if f["name"] == name:
-                return -100.0 * f["unused_saving"]
-        return None
+        """A future's predicted change of the unused bytes, in %."""
+        return future_pct(self.prediction, name)
 
     @property
     def predicted_pct(self) -> float | None:

@@ -292,7 +292,7 @@ def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
     that hidden node the moment it connects, as an attacker would: it gets nobody, no group,
     no capability, no_new_privs, no operator's file, and of our HOME only the TLS files our
     node needs (docs/robustness.md, "What a target can do to us"); the scan still answers."""
-    import pwd
+    from support import assert_unprivileged
 
     from beamalloc.collector.terms import parse_term
 
@@ -334,15 +334,7 @@ def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
         assert out.exists(), "the target's attack did not run"
     finally:
         t.stop()
-    got = dict(parse_term(out.read_text()))
-    text = got["cmd"] if isinstance(got["cmd"], str) else str(got["cmd"])
-    nobody = pwd.getpwnam("nobody")
-    assert f"uid={nobody.pw_uid}(" in text and "uid=0(" not in text, text
-    assert f"gid={nobody.pw_gid}(" in text and "groups=0(" not in text
-    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
-        assert f"{cap}:\t0000000000000000" in text, text
-    assert "NoNewPrivs:\t1" in text
-    assert got["secret"] == ("error", "eacces"), got["secret"]
+    got = assert_unprivileged(dict(parse_term(out.read_text())))
     # Over TLS the HOME stays while the node lives, holding only our copy of the option file
     # and the files it names (each new TLS connection reads them): readable by the target's
     # code there, key included (docs/robustness.md says so)
