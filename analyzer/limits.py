@@ -19,10 +19,11 @@ from beamalloc.units import human
 #: ll_alloc bytes per entry of the process and the port table: measured on OTP 25 (erts 13.1.5,
 #: 64-bit) as ll_alloc's carriers at +Q/+P 2^24 against the defaults, 15.9 and 15.8 (§6).
 BYTES_PER_ENTRY = 16
-#: The defaults: +Q 65536 (erts's DEFAULT_MAX_PORTS) and +P 262144 on OTP 25 (OTP 27 raises
-#: it to 1048576): limits up to these are never reported.
+#: The defaults: +Q 65536 (erts's DEFAULT_MAX_PORTS) and +P 262144 on OTP 25, 1048576 from
+#: OTP 27: limits up to these are never reported, nor advised below.
 DEFAULT_PORTS = 1 << 16
 DEFAULT_PROCESSES = 1 << 18
+DEFAULT_PROCESSES_27 = 1 << 20
 #: A table worth a finding holds this much [heur]: smaller ones are lost in any node's ll_alloc.
 MIN_TABLE_BYTES = 32 << 20
 #: Headroom advised over the entries in use when a lower limit is suggested [heur].
@@ -71,6 +72,12 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def default_processes(otp_release: str | None) -> int:
+    """+P's default for the node's release (§6): never advise below what erts would take."""
+    major = (otp_release or "").partition(".")[0]
+    return DEFAULT_PROCESSES_27 if major.isdigit() and int(major) >= 27 else DEFAULT_PROCESSES
+
+
 def limit_findings(snap: Snapshot) -> list[LimitFinding]:
     lim = snap.extra.get("limits")
     if not isinstance(lim, dict):
@@ -81,7 +88,8 @@ def limit_findings(snap: Snapshot) -> list[LimitFinding]:
     out = []
     for table, key, count, default, flag in (
             ("port", "port_limit", "port_count", DEFAULT_PORTS, "+Q"),
-            ("process", "process_limit", "process_count", DEFAULT_PROCESSES, "+P")):
+            ("process", "process_limit", "process_count", default_processes(snap.otp_release),
+             "+P")):
         limit = lim.get(key)
         if not isinstance(limit, int) or limit <= default:
             continue
@@ -118,13 +126,19 @@ def container(snap: Snapshot, allocated: int) -> Container | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     limit, ws, head = n("limit"), n("working_set"), n("headroom")
+    # what the charge is made of (memory.stat), where the cgroup tells it
+    parts = ", ".join(f"{k} {human(n(f))}" for k, f in (
+        ("anon", "anon"), ("file", "file"), ("inactive file", "inactive_file"))
+        if n(f) is not None)
+    charged = f"charged {human(n('current'))}" + (f" ({parts})" if parts else "")
     if limit is None:
-        msg = (f"The node's cgroup (v{n('version')}) has no memory limit; it is charged "
-               f"{human(n('current'))}, page cache included.")
+        msg = (f"The node's cgroup (v{n('version')}) has no memory limit; it is {charged}, "
+               "page cache included.")
     else:
-        msg = (f"The node's cgroup (v{n('version')}) allows {human(limit)}; its working set "
-               f"(charge minus inactive file pages) is {human(ws)}, so {human(head)} is left "
-               "before the OOM killer acts"
+        left = (f"so {human(head)} is left before the OOM killer acts" if head is None
+                or head >= 0 else f"{human(-head)} over it: the kernel reclaims or kills")
+        msg = (f"The node's cgroup (v{n('version')}) allows {human(limit)} and is {charged}; "
+               f"its working set (charge minus inactive file pages) is {human(ws)}, {left}"
                + (f"; the node's RSS is {human(snap.rss)} and its carriers "
                   f"{human(allocated)}" if snap.rss is not None else "") + ".")
     notes = [x for x in cg.get("notes") or () if isinstance(x, str)]
