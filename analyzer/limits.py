@@ -2,7 +2,7 @@
 erts sizes at boot for its limits (docs/erts/memory-categories.md §3, §6).
 
 erts allocates its process and port tables for `process_limit` and `port_limit` at boot, in
-ll_alloc, whatever the node later uses: about BYTES_PER_ENTRY bytes per entry (measured, §6). A
+ll_alloc, whatever the node later uses: 16 to 32 bytes per entry by release (measured, §6). A
 port limit raised by a huge open-file limit (a container's nofile of 1,048,576 or more) or a
 large `+Q`/`+P` can hold hundreds of MiB before the node runs anything. The finding names the
 flag that gives them back and its bytes, an estimate from that per-entry cost.
@@ -16,9 +16,11 @@ from typing import Any, Literal
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
 
-#: ll_alloc bytes per entry of the process and the port table: measured on OTP 25 (erts 13.1.5,
-#: 64-bit) as ll_alloc's carriers at +Q/+P 2^24 against the defaults, 15.9 and 15.8 (§6).
+#: ll_alloc bytes per entry of the process and the port table, measured as ll_alloc's carriers
+#: at +Q/+P 2^22 and 2^24 against the defaults (§6): about 16 on OTP 25 (erts 13.1.5, 64-bit),
+#: about 32 on OTP 27 and 29. OTP 26 is not measured: it is counted as 25.
 BYTES_PER_ENTRY = 16
+BYTES_PER_ENTRY_27 = 32
 #: The defaults: +Q 65536 (erts's DEFAULT_MAX_PORTS) and +P 262144 on OTP 25, 1048576 from
 #: OTP 27: limits up to these are never reported, nor advised below.
 DEFAULT_PORTS = 1 << 16
@@ -38,6 +40,7 @@ class LimitFinding:
     nofile: int | None
     #: bytes the table takes at the current limit, and the flag advised with what it gives back
     table_bytes: int
+    bytes_per_entry: int  # the estimate's cost of an entry on the node's release
     flag: str
     saving: int
     ll_alloc: int | None  # ll_alloc's carriers, where the estimate shows
@@ -72,10 +75,19 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _from_27(otp_release: str | None) -> bool:
+    major = (otp_release or "").partition(".")[0]
+    return major.isdigit() and int(major) >= 27
+
+
 def default_processes(otp_release: str | None) -> int:
     """+P's default for the node's release (§6): never advise below what erts would take."""
-    major = (otp_release or "").partition(".")[0]
-    return DEFAULT_PROCESSES_27 if major.isdigit() and int(major) >= 27 else DEFAULT_PROCESSES
+    return DEFAULT_PROCESSES_27 if _from_27(otp_release) else DEFAULT_PROCESSES
+
+
+def bytes_per_entry(otp_release: str | None) -> int:
+    """ll_alloc bytes a table entry costs on the node's release (§6); OTP 25's where unknown."""
+    return BYTES_PER_ENTRY_27 if _from_27(otp_release) else BYTES_PER_ENTRY
 
 
 def limit_findings(snap: Snapshot) -> list[LimitFinding]:
@@ -85,6 +97,7 @@ def limit_findings(snap: Snapshot) -> list[LimitFinding]:
     ll = sum(i.mbcs.carriers_size.current + i.sbcs.carriers_size.current
              for i in snap.instances("ll_alloc")) or None
     nofile = lim.get("nofile") if isinstance(lim.get("nofile"), int) else None
+    per = bytes_per_entry(snap.otp_release)
     out = []
     for table, key, count, default, flag in (
             ("port", "port_limit", "port_count", DEFAULT_PORTS, "+Q"),
@@ -93,14 +106,14 @@ def limit_findings(snap: Snapshot) -> list[LimitFinding]:
         limit = lim.get(key)
         if not isinstance(limit, int) or limit <= default:
             continue
-        size = limit * BYTES_PER_ENTRY
+        size = limit * per
         if size < MIN_TABLE_BYTES:
             continue
         used = lim.get(count) if isinstance(lim.get(count), int) else None
         new = max(default, _pow2_at_least(USE_FACTOR * used)) if used is not None else default
         if new >= limit:
             continue
-        saving = (limit - new) * BYTES_PER_ENTRY
+        saving = (limit - new) * per
         why = ""
         if table == "port" and nofile is not None and nofile >= limit:
             why = (f" erts sized it from the open-file limit (nofile {nofile}), as it does when "
@@ -110,8 +123,9 @@ def limit_findings(snap: Snapshot) -> list[LimitFinding]:
                + f": about {human(size)} of ll_alloc"
                + (f" (ll_alloc holds {human(ll)})" if ll else "")
                + f" taken at boot, whatever the node runs.{why} `{flag} {new}` gives back about "
-               f"{human(saving)} (an estimate at {BYTES_PER_ENTRY} bytes an entry).")
-        out.append(LimitFinding(table, limit, used, nofile, size, f"{flag} {new}", saving, ll,
+               f"{human(saving)} (an estimate at {per} bytes an entry on OTP "
+               f"{snap.otp_release or 'unknown, taken as 25'}).")
+        out.append(LimitFinding(table, limit, used, nofile, size, per, f"{flag} {new}", saving, ll,
                                 msg))  # type: ignore[arg-type]
     return out
 

@@ -197,11 +197,14 @@ def test_defects_need_the_release_and_the_symptom() -> None:
 
 
 def test_process_default_by_release() -> None:
-    """OTP 27 raised +P's default to 2^20: a table at that default is never reported there, and
-    +P is never advised below it."""
+    """OTP 27 raised +P's default to 2^20 and an entry's cost to 32 bytes (§6): +P is never
+    advised below the release's default, and the bytes are counted at its cost."""
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     snap.extra["limits"] = {"process_limit": 1 << 22, "process_count": 80}
-    for release, default in (("25", 1 << 18), ("27", 1 << 20), ("29", 1 << 20), (None, 1 << 18)):
+    for release, default, per in (("25", 1 << 18, 16), ("26", 1 << 18, 16),
+                                  ("27", 1 << 20, 32), ("29", 1 << 20, 32),
+                                  (None, 1 << 18, 16), ("R16B03", 1 << 18, 16)):
         snap.otp_release = release
         (f,) = limit_findings(snap)
-        assert f.flag == f"+P {default}" and f.saving == ((1 << 22) - default) * 16
+        assert f.flag == f"+P {default}" and f.saving == ((1 << 22) - default) * per
+        assert f.bytes_per_entry == per and f"{per} bytes an entry" in f.message

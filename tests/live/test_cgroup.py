@@ -22,7 +22,7 @@ import pytest
 from otp import SYSTEM, Node, release_params, start_node, start_workload
 from support import run_cli
 
-from beamalloc.analyzer.limits import BYTES_PER_ENTRY, DEFAULT_PORTS
+from beamalloc.analyzer.limits import DEFAULT_PORTS, bytes_per_entry
 from beamalloc.collector.sources import read_file
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
@@ -126,7 +126,9 @@ def test_a_node_in_a_limited_cgroup(cgroup: tuple[Path, int], tmp_path: Path) ->
         after = _files(d, version)
         c = a["container"]
         _near(c, before, after, "analyze")
-        assert c["rss"] == a["os"]["rss"] and 0 < c["rss"] <= c["current"]
+        # RSS may exceed the charge: shared library pages another cgroup faulted in first stay
+        # charged there; the node's anonymous memory is all charged here
+        assert c["rss"] == a["os"]["rss"] and 0 < c["anon"] <= c["rss"] + DRIFT
         # the terminal: the limit, the charge and its parts, the headroom
         text = " ".join(_cli("analyze", node.node, "--no-processes", "--details",
                              env=env).split())
@@ -180,7 +182,7 @@ BIG = 1 << 22
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("otp_release", release_params(("25", "27")), indirect=True)
+@pytest.mark.parametrize("otp_release", release_params(), indirect=True)
 def test_large_port_and_process_limits(otp_release: str, tmp_path: Path) -> None:
     """+Q and +P 2^22: both tables found with their bytes and the flag that gives them back,
     which a node with the defaults does not get; the bytes measured as ll_alloc's growth."""
@@ -195,13 +197,15 @@ def test_large_port_and_process_limits(otp_release: str, tmp_path: Path) -> None
         by = {f["table"]: f for f in a["limits"]}
         assert set(by) == {"port", "process"}, a["limits"]
         port, proc = by["port"], by["process"]
+        per = bytes_per_entry(a["otp_release"])
+        assert per == (16 if otp_release == "25" else 32) == port["bytes_per_entry"]
         assert port["limit"] == BIG and port["flag"] == f"+Q {DEFAULT_PORTS}"
-        assert port["table_bytes"] == BIG * BYTES_PER_ENTRY
-        assert port["saving"] == (BIG - DEFAULT_PORTS) * BYTES_PER_ENTRY
-        # erts rounds +P up to a power of two; the default differs by release (§6)
-        assert proc["limit"] == BIG and proc["flag"].startswith("+P ")
-        default_p = int(proc["flag"].split()[1])
-        assert proc["saving"] == (BIG - default_p) * BYTES_PER_ENTRY
+        assert port["table_bytes"] == BIG * per
+        assert port["saving"] == (BIG - DEFAULT_PORTS) * per
+        # +P's default differs by release (§6): the advice is never below it
+        default_p = int(plain.eval("erlang:system_info(process_limit)"))
+        assert proc["limit"] == BIG and proc["flag"] == f"+P {default_p}"
+        assert proc["saving"] == (BIG - default_p) * per
         assert 0 < port["in_use"] < 100 and 0 < proc["in_use"] < 1000
 
         def ll(x: dict) -> int:
