@@ -197,8 +197,9 @@ def test_defects_need_the_release_and_the_symptom() -> None:
 
 
 def test_process_default_by_release() -> None:
-    """OTP 27 raised +P's default to 2^20 and an entry's cost to 32 bytes (§6): +P is never
-    advised below the release's default, and the bytes are counted at its cost."""
+    """OTP 27 raised +P's default to 2^20 and an entry's cost to 32 bytes
+    (docs/erts/memory-categories.md §6): +P is never advised below the release's default, and
+    the bytes are counted at its cost."""
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     snap.extra["limits"] = {"process_limit": 1 << 22, "process_count": 80}
     for release, default, per in (("25", 1 << 18, 16), ("26", 1 << 18, 16),

@@ -202,7 +202,7 @@ def test_large_port_and_process_limits(otp_release: str, tmp_path: Path) -> None
         assert port["limit"] == BIG and port["flag"] == f"+Q {DEFAULT_PORTS}"
         assert port["table_bytes"] == BIG * per
         assert port["saving"] == (BIG - DEFAULT_PORTS) * per
-        # +P's default differs by release (§6): the advice is never below it
+        # +P's default differs by release (docs/erts/memory-categories.md §6): never advised below
         default_p = int(plain.eval("erlang:system_info(process_limit)"))
         assert proc["limit"] == BIG and proc["flag"] == f"+P {default_p}"
         assert proc["saving"] == (BIG - default_p) * per
