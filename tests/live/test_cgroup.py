@@ -173,6 +173,14 @@ def test_a_node_in_a_limited_cgroup(cgroup: tuple[Path, int], tmp_path: Path) ->
                          rf"{re.escape(human(LIMIT))}</td>", html)
         assert "cgroup anon · file · inactive file (memory.stat)" in html
         assert f"cgroup (v{version}) allows {human(LIMIT)}" in html
+        # the node page's memory figure draws the charge against the limit, sample by sample
+        r = web.get("/api/node", query_string={"n": node.node})
+        assert r.status_code == 200
+        fig = json.loads(r.get_data(as_text=True))["memory"]
+        lines = {t["name"]: t for t in fig["data"]}
+        assert [y for y in lines["cgroup limit"]["y"] if y is not None] == cols["cg_limit"]
+        assert [y for y in lines["cgroup charge"]["y"] if y is not None] == cols["cg_current"]
+        assert fig["layout"]["meta"]["yscale"] == 1 << 20  # drawn in MiB: 512 MiB on the axis
     finally:
         node.stop()
 
