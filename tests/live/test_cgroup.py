@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from otp import SYSTEM, Node, release_params, start_node, start_workload
+from otp import Node, release_params, start_node, start_workload
 from support import run_cli
 
 from beamalloc.analyzer.limits import DEFAULT_PORTS, bytes_per_entry
@@ -105,9 +105,11 @@ def _cli(*args: str, env: dict[str, str]) -> str:
 
 
 @pytest.mark.slow
-def test_a_node_in_a_limited_cgroup(cgroup: tuple[Path, int], tmp_path: Path) -> None:
+@pytest.mark.parametrize("otp_release", release_params(), indirect=True)
+def test_a_node_in_a_limited_cgroup(otp_release: str, cgroup: tuple[Path, int],
+                                    tmp_path: Path) -> None:
     d, version = cgroup
-    node = start_workload(SYSTEM, "healthy", env={"LIVE": "5000"}, cgroup=d)
+    node = start_workload(otp_release, "healthy", env={"LIVE": "5000"}, cgroup=d)
     try:
         node.wait_ready()
         assert str(node.pid) in (d / "cgroup.procs").read_text().split()
