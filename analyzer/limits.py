@@ -141,20 +141,24 @@ def container(snap: Snapshot, allocated: int) -> Container | None:
 
     limit, ws, head = n("limit"), n("working_set"), n("headroom")
     # what the charge is made of (memory.stat), where the cgroup tells it
-    parts = ", ".join(f"{k} {human(n(f))}" for k, f in (
-        ("anon", "anon"), ("file", "file"), ("inactive file", "inactive_file"))
-        if n(f) is not None)
-    charged = f"charged {human(n('current'))}" + (f" ({parts})" if parts else "")
-    if limit is None:
-        msg = (f"The node's cgroup (v{n('version')}) has no memory limit; it is {charged}, "
-               "page cache included.")
+    parts = ", ".join(f"{k.replace('_', ' ')} {human(n(k))}"
+                      for k in ("anon", "file", "inactive_file") if n(k) is not None)
+    ver, cur = n("version"), n("current")
+    if cur is None:  # the notes say why
+        msg = (f"The node's cgroup (v{ver}) "
+               + ("has no memory limit" if limit is None else f"allows {human(limit)}")
+               + "; its charge was not read.")
+    elif limit is None:
+        msg = (f"The node's cgroup (v{ver}) has no memory limit; it is charged {human(cur)}"
+               + (f" ({parts})" if parts else "") + ", page cache included.")
     else:
         left = (f"so {human(head)} is left before the OOM killer acts" if head is None
                 or head >= 0 else f"{human(-head)} over it: the kernel reclaims or kills")
-        msg = (f"The node's cgroup (v{n('version')}) allows {human(limit)} and is {charged}; "
-               f"its working set (charge minus inactive file pages) is {human(ws)}, {left}"
+        msg = (f"The node's cgroup (v{ver}) allows {human(limit)} and is charged {human(cur)}"
+               + (f" ({parts})" if parts else "")
+               + f"; its working set (charge minus inactive file pages) is {human(ws)}, {left}"
                + (f"; the node's RSS is {human(snap.rss)} and its carriers "
                   f"{human(allocated)}" if snap.rss is not None else "") + ".")
     notes = [x for x in cg.get("notes") or () if isinstance(x, str)]
-    return Container(n("version") or 0, limit, n("current"), ws, head, n("anon"), n("file"),
+    return Container(ver or 0, limit, cur, ws, head, n("anon"), n("file"),
                      n("inactive_file"), snap.rss, allocated, notes, msg)

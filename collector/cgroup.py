@@ -111,6 +111,12 @@ def read_cgroup(pid: int, root: str = "/sys/fs/cgroup", proc: str = "/proc") -> 
 
 def _read_files(version: int, path: str, d: Path, current: str, limit: str,
                 stat_keys: tuple[str, str, str]) -> Cgroup:
+    if ".." in path.split("/") or "\x00" in path:
+        # A node in a cgroup outside our cgroup namespace shows as /../..: its files are not
+        # under this mount, and joining the path would read another cgroup's.
+        return Cgroup(version, path[:200].encode("ascii", "replace").decode(), None, None,
+                      None, None, None, ["cgroup outside this cgroup namespace's tree (its path "
+                                         "climbs with ..): not read"])
     notes: list[str] = []
     vals: dict[str, int | None] = {}
     for key, name in (("current", current), ("limit", limit)):

@@ -149,6 +149,23 @@ def test_a_cgroup_over_its_limit_says_so(tmp_path: Path) -> None:
         "inactive file 40.0 MiB)" in msg, msg
 
 
+def test_a_cgroup_outside_our_namespace_is_not_read(tmp_path: Path) -> None:
+    """A node seen from another cgroup namespace: /proc/PID/cgroup says /../sibling. Joined to
+    the mount it would name another cgroup's files (here a decoy one level up): not read."""
+    root, proc = _tree(tmp_path, 1, {"memory.usage_in_bytes": "4096\n"})
+    (Path(proc) / "42" / "cgroup").write_text("4:memory:/../decoy\n")
+    (Path(root) / "decoy").mkdir()
+    (Path(root) / "decoy" / "memory.usage_in_bytes").write_text("777\n")
+    cg = read_cgroup(42, root, proc)
+    assert cg is not None and cg.current is None and cg.limit is None and cg.headroom is None
+    assert len(cg.notes) == 1 and "namespace" in cg.notes[0]
+    snap = read_file(str(SAMPLES / "erl_crash.dump"))
+    snap.extra["cgroup"] = cg.to_json()
+    c = analyze(snap)["container"]
+    assert c["message"] == "The node's cgroup (v1) has no memory limit; its charge was not read."
+    assert c["notes"] == cg.notes
+
+
 def test_no_cgroup_file_is_none(tmp_path: Path) -> None:
     assert read_cgroup(42, str(tmp_path), str(tmp_path)) is None
 
