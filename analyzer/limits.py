@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from beamalloc.collector.cgroup import MAX_BYTES
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human
 
@@ -131,34 +132,45 @@ def limit_findings(snap: Snapshot) -> list[LimitFinding]:
 
 
 def container(snap: Snapshot, allocated: int) -> Container | None:
+    """The cgroup the collector recorded (extra.cgroup), checked again: a snapshot file is
+    outside input, so each number is a byte count below MAX_BYTES or left out with a note, and
+    the working set and headroom are computed here, not taken from the file."""
     cg = snap.extra.get("cgroup")
     if not isinstance(cg, dict):
         return None
-
-    def n(k: str) -> int | None:
+    raw = cg.get("notes")
+    notes = [x for x in raw if isinstance(x, str)] if isinstance(raw, list) else []
+    vals: dict[str, int | None] = {}
+    for k in ("current", "limit", "anon", "file", "inactive_file"):
         v = cg.get(k)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-    limit, ws, head = n("limit"), n("working_set"), n("headroom")
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_BYTES
+        vals[k] = v if ok else None  # type: ignore[assignment]
+        if v is not None and not ok:
+            notes.append(f"the snapshot's cgroup {k} is not a byte count: left out")
+    cur, limit, inactive = vals["current"], vals["limit"], vals["inactive_file"]
+    if inactive is not None and cur is not None and inactive > cur:
+        notes.append("the snapshot's cgroup inactive_file exceeds its charge: left out")
+        inactive = vals["inactive_file"] = None
+    ws = None if cur is None else cur - (inactive or 0)
+    head = None if limit is None or ws is None else limit - ws
+    ver = cg.get("version") if cg.get("version") in (1, 2) else None
+    who = "The node's cgroup" + (f" (v{ver})" if ver else "")
     # what the charge is made of (memory.stat), where the cgroup tells it
-    parts = ", ".join(f"{k.replace('_', ' ')} {human(n(k))}"
-                      for k in ("anon", "file", "inactive_file") if n(k) is not None)
-    ver, cur = n("version"), n("current")
+    parts = ", ".join(f"{k.replace('_', ' ')} {human(vals[k])}"
+                      for k in ("anon", "file", "inactive_file") if vals[k] is not None)
     if cur is None:  # the notes say why
-        msg = (f"The node's cgroup (v{ver}) "
-               + ("has no memory limit" if limit is None else f"allows {human(limit)}")
+        msg = (f"{who} " + ("has no memory limit" if limit is None else f"allows {human(limit)}")
                + "; its charge was not read.")
     elif limit is None:
-        msg = (f"The node's cgroup (v{ver}) has no memory limit; it is charged {human(cur)}"
+        msg = (f"{who} has no memory limit; it is charged {human(cur)}"
                + (f" ({parts})" if parts else "") + ", page cache included.")
     else:
         left = (f"so {human(head)} is left before the OOM killer acts" if head is None
                 or head >= 0 else f"{human(-head)} over it: the kernel reclaims or kills")
-        msg = (f"The node's cgroup (v{ver}) allows {human(limit)} and is charged {human(cur)}"
+        msg = (f"{who} allows {human(limit)} and is charged {human(cur)}"
                + (f" ({parts})" if parts else "")
                + f"; its working set (charge minus inactive file pages) is {human(ws)}, {left}"
                + (f"; the node's RSS is {human(snap.rss)} and its carriers "
                   f"{human(allocated)}" if snap.rss is not None else "") + ".")
-    notes = [x for x in cg.get("notes") or () if isinstance(x, str)]
-    return Container(ver or 0, limit, cur, ws, head, n("anon"), n("file"),
-                     n("inactive_file"), snap.rss, allocated, notes, msg)
+    return Container(ver or 0, limit, cur, ws, head, vals["anon"], vals["file"], inactive,
+                     snap.rss, allocated, notes, msg)

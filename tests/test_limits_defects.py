@@ -6,11 +6,12 @@ version and symptom on real snapshots."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
 import pytest
-from support import SAMPLES
+from support import SAMPLES, run_cli
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.defects import DEFECTS, defect_findings
@@ -226,3 +227,34 @@ def test_process_default_by_release() -> None:
         (f,) = limit_findings(snap)
         assert f.flag == f"+P {default}" and f.saving == ((1 << 22) - default) * per
         assert f.bytes_per_entry == per and f"{per} bytes an entry" in f.message
+
+
+#: A snapshot file's extra.cgroup is outside input: (what it holds, the sentence, its notes).
+FILE_CGROUPS = [
+    ({"version": -3, "limit": -1, "current": -1, "anon": [], "notes": "abc"},
+     "The node's cgroup has no memory limit; its charge was not read.", 3),
+    ({"version": 1, "limit": 100, "current": (1 << 64) - 1, "working_set": 5, "headroom": 95},
+     "The node's cgroup (v1) allows 100 B; its charge was not read.", 1),
+    ({"version": 2, "limit": 1 << 30, "current": 1 << 20, "inactive_file": 1 << 29,
+      "working_set": 0, "headroom": 1 << 30, "notes": [7, "kept"]},
+     "The node's cgroup (v2) allows 1.0 GiB and is charged 1.0 MiB; its working set (charge "
+     "minus inactive file pages) is 1.0 MiB, so 1023.0 MiB is left", 2),
+]
+
+
+@pytest.mark.parametrize(("cg", "sentence", "notes"), FILE_CGROUPS)
+def test_a_snapshot_files_cgroup_is_checked_again(tmp_path: Path, cg: dict, sentence: str,
+                                                  notes: int) -> None:
+    """Numbers that are no byte counts are left out with a note each; the working set and the
+    headroom are the analysis' own, never the file's; the CLI prints them, exit 0."""
+    doc = json.loads(read_file(str(SAMPLES / "erl_crash.dump")).to_json())
+    doc["extra"]["cgroup"] = cg
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(doc))
+    r = run_cli("analyze", str(f), "--json")
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["container"]
+    assert c["message"].startswith(sentence) and len(c["notes"]) == notes, c
+    r = run_cli("analyze", str(f), "--details", env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert sentence.split(";")[0] in r.stdout
