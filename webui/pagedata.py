@@ -189,12 +189,11 @@ def container_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The node's memory cgroup (analyzer/limits.py container) as rows of the memory table."""
     if not c:
         return []
-    v = c["version"]
+    limit, charge = {1: (" (memory.limit_in_bytes)", " (memory.usage_in_bytes)"),
+                     2: (" (memory.max)", " (memory.current)")}.get(c["version"], ("", ""))
     return [
-        (f"cgroup limit ({'memory.max' if v == 2 else 'memory.limit_in_bytes'})",
-         "none" if c["limit"] is None else human(c["limit"])),
-        (f"cgroup charge ({'memory.current' if v == 2 else 'memory.usage_in_bytes'})",
-         human(c["current"])),
+        (f"cgroup limit{limit}", "none" if c["limit"] is None else human(c["limit"])),
+        (f"cgroup charge{charge}", human(c["current"])),
         ("cgroup anon · file · inactive file (memory.stat)",
          " · ".join(human(c[k]) for k in ("anon", "file", "inactive_file"))),
         ("cgroup working set (charge − inactive file)", human(c["working_set"])),
