@@ -23,6 +23,7 @@ from otp import Node, release_params, start_node, start_workload
 from support import run_cli
 
 from beamalloc.analyzer.limits import DEFAULT_PORTS, bytes_per_entry
+from beamalloc.collector.cgroup import cgroup_paths
 from beamalloc.collector.sources import read_file
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
@@ -38,9 +39,12 @@ DRIFT = 24 << 20
 
 @pytest.fixture
 def cgroup() -> Iterator[tuple[Path, int]]:
-    """(a new memory cgroup's directory, its version) limited to LIMIT; removed afterwards."""
+    """(a new memory cgroup's directory, its version) limited to LIMIT; removed afterwards. (v2:
+    under the root, the one cgroup that may hold processes and give its children memory.)"""
     if (ROOT / "memory" / "cgroup.procs").exists():
-        version, parent = 1, ROOT / "memory"
+        # under the test's own memory cgroup: the node stays inside whatever limits this run
+        _, own = cgroup_paths(os.getpid())
+        version, parent = 1, ROOT / "memory" / (own or "/").lstrip("/")
     elif (ROOT / "cgroup.controllers").exists():
         version, parent = 2, ROOT
         with contextlib.suppress(OSError):
