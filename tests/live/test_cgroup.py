@@ -146,6 +146,9 @@ def test_a_node_in_a_limited_cgroup(otp_release: str, cgroup: tuple[Path, int],
         assert abs(charged - after["current"]) <= DRIFT, (m.group(0), after)
         assert abs(float(m.group(3).split()[0]) * (1 << 20)
                    - (LIMIT - after["current"] + after["inactive_file"])) <= DRIFT
+        # without --details too: the container's line is the first of the picture's
+        short = " ".join(_cli("analyze", node.node, "--no-processes", env=env).split())
+        assert f"cgroup (v{version}) allows {human(LIMIT)} and is charged" in short
         # the HTML report: the same sentence and the memory table's cgroup rows
         _cli("report", node.node, "-o", str(tmp_path / "r.html"), "--no-processes", env=env)
         page = (tmp_path / "r.html").read_text()
