@@ -282,16 +282,21 @@ def compile_workload(release: str, module: str) -> str:
 
 def start_workload(release: str, module: str, function: str = "main", args: str = "",
                    flags: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                   name: str | None = None, stdin: bool = False) -> Node:
+                   name: str | None = None, stdin: bool = False,
+                   cgroup: Path | None = None) -> Node:
     """A node running `module:function(args)` (samples/workloads, `args` as Erlang text) under
     `release` with emulator `flags`, registered with epmd. Its stdout is kept: `wait_ready()`
-    reads it; with `stdin` the test drives it through `proc.stdin` (binchurn, spikes)."""
+    reads it; with `stdin` the test drives it through `proc.stdin` (binchurn, spikes); with
+    `cgroup` (a cgroup directory) it joins that cgroup before erl starts, so all it allocates
+    is charged there."""
     rt = runtime(release)
     ebin = compile_workload(release, module)
     name = name or f"t_wl_{secrets.token_hex(4)}"
     cookie = f"C{secrets.token_hex(12)}"
     argv = rt.argv("erl", "-sname", name, "-setcookie", cookie, "-noshell", "-pa", ebin,
                    *flags, "-eval", f"{module}:{function}({args})")
+    if cgroup is not None:  # the shell joins, then execs (chroot) erl: beam.smp keeps its pid
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *argv]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, env=_env(env))

@@ -119,7 +119,8 @@ def derive(snap: Snapshot) -> Point:
     cg = snap.extra.get("cgroup")
     if isinstance(cg, dict):
         for key, field in (("cg_current", "current"), ("cg_limit", "limit"),
-                           ("cg_working_set", "working_set")):
+                           ("cg_working_set", "working_set"), ("cg_anon", "anon"),
+                           ("cg_file", "file"), ("cg_inactive_file", "inactive_file")):
             if isinstance(cg.get(field), int):
                 p[key] = cg[field]
     sums = type_sums(snap)
@@ -198,6 +199,7 @@ def view(p: Point) -> dict[str, Any]:
         **{f"mem_{c}": p.get(f"mem_{c}") for c in MEMORY_CATEGORIES},
         "cg_current": p.get("cg_current"),
         "cg_limit": p.get("cg_limit"),
+        **{k: p.get(k) for k in ("cg_anon", "cg_file", "cg_inactive_file")},
         "cg_headroom": p["cg_limit"] - p["cg_working_set"]
         if "cg_limit" in p and "cg_working_set" in p else None,
         "types": types,

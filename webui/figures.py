@@ -562,7 +562,10 @@ def memory_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
     cols = series["columns"]
     shown = [(key, name, color, dash) for key, name, color, dash in (
         ("rss", "RSS", "#555", "solid"), ("allocated", "allocated", "#c0392b", "solid"),
-        ("erlang_total", "erlang:memory(total)", "#8fb3e0", "dot"), ("used", "used", USED, "solid"))
+        ("erlang_total", "erlang:memory(total)", "#8fb3e0", "dot"), ("used", "used", USED, "solid"),
+        # the node's memory cgroup where it has one: its charge against its limit
+        ("cg_current", "cgroup charge", "#7d3c98", "solid"),
+        ("cg_limit", "cgroup limit", "#7d3c98", "dash"))
         if any(v is not None for v in cols.get(key) or [])]
     peak = (series.get("max") or {}).get("allocated")
     vmax = max([_max(cols[k]) for k, *_ in shown] + [_max(peak or [])], default=0)

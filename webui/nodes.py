@@ -45,7 +45,7 @@ def ago(t: float | None, now: float) -> str:
 
 #: The series keys a node page charts (figures.node_figures): node-wide and per allocator type.
 PAGE_FIELDS = frozenset({"allocated", "used", "erlang_total", "rss", "sbcs", "pool",
-                         "mseg_hits", "mseg_calls"})
+                         "mseg_hits", "mseg_calls", "cg_current", "cg_limit"})
 #: Nodes the nodes page charts (most unused first); the table lists them all.
 CHART_NODES = 50
 

@@ -185,6 +185,22 @@ def largest_holder(a: dict[str, Any]) -> str | None:
     return holder_sentence(c["largest"], c.get("largest_share")) if c.get("largest") else None
 
 
+def container_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The node's memory cgroup (analyzer/limits.py container) as rows of the memory table."""
+    if not c:
+        return []
+    limit, charge = {1: (" (memory.limit_in_bytes)", " (memory.usage_in_bytes)"),
+                     2: (" (memory.max)", " (memory.current)")}.get(c["version"], ("", ""))
+    return [
+        (f"cgroup limit{limit}", "none" if c["limit"] is None else human(c["limit"])),
+        (f"cgroup charge{charge}", human(c["current"])),
+        ("cgroup anon · file · inactive file (memory.stat)",
+         " · ".join(human(c[k]) for k in ("anon", "file", "inactive_file"))),
+        ("cgroup working set (charge − inactive file)", human(c["working_set"])),
+        ("cgroup headroom (limit − working set)", human(c["headroom"])),
+    ]
+
+
 def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | None = None,
                   rec: Any = ASK) -> dict[str, Any]:
     """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover);
@@ -224,6 +240,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
             ("of RSS lazily freed (LazyFree)", human(os_.get("rss_lazyfree"))),
             ("MemAvailable (host)", human(os_.get("mem_available"))),
             ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
+            *container_rows(a.get("container")),
         ],
         "types": type_rows(a),
         "instances": instance_rows(a),

@@ -1,136 +1,24 @@
-"""Containers and limits on real nodes (issue 24 items 4 and 8): a node started inside a memory
-cgroup this test makes (the v1 memory controller this host mounts) with a limit, and a node
-started with a large +Q, read through the CLI as users run it."""
+"""ETS tables of a live node, read through the CLI as users run it. (Containers and limits on
+real nodes: tests/live/test_cgroup.py.)"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import run_cli
 
-from beamalloc.analyzer.limits import BYTES_PER_ENTRY
-from beamalloc.collector.cgroup import read_cgroup
-from beamalloc.collector.sources import read_file
-from beamalloc.timeseries.series import derive, view
-
-from .conftest import Node, epmd_names, start_node
+from .conftest import Node, start_node
 
 pytestmark = pytest.mark.live
-
-V1 = Path("/sys/fs/cgroup/memory")
-LIMIT = 768 << 20
 
 
 def _env(node: Node, tmp: Path) -> dict[str, str]:
     return {**os.environ, "BEAMALLOC_COOKIE": node.cookie, "HOME": str(tmp),
             "COLUMNS": "100"}
-
-
-@pytest.fixture
-def cgroup_node(tmp_path: Path) -> Iterator[tuple[Node, Path]]:
-    """A node whose beam.smp runs in a v1 memory cgroup of its own, limited to LIMIT."""
-    d = V1 / f"beamalloc-test-{secrets.token_hex(4)}"
-    try:
-        d.mkdir()
-    except OSError as e:
-        pytest.skip(f"cannot make a memory cgroup here ({V1}: {e.strerror})")
-    node: Node | None = None
-    try:
-        (d / "memory.limit_in_bytes").write_text(str(LIMIT))
-        name, cookie = f"t_{secrets.token_hex(4)}", f"C{secrets.token_hex(12)}"
-        # the shell joins the cgroup, then becomes erl (which execs beam.smp): same pid
-        proc = subprocess.Popen(
-            ["sh", "-c", f'echo $$ > {d}/cgroup.procs && exec erl -sname {name} '
-             f"-setcookie {cookie} -noshell"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        node = Node(name, cookie, proc)
-        deadline = time.monotonic() + 20
-        while name not in epmd_names():
-            assert proc.poll() is None and time.monotonic() < deadline, "node did not start"
-            time.sleep(0.02)
-        yield node, d
-    finally:
-        if node is not None:
-            node.stop()
-        for _ in range(50):  # the cgroup empties once the node's processes are gone
-            with contextlib.suppress(OSError):
-                d.rmdir()
-                break
-            time.sleep(0.1)
-
-
-def test_node_in_a_limited_cgroup(cgroup_node: tuple[Node, Path], tmp_path: Path) -> None:
-    node, d = cgroup_node
-    cg = read_cgroup(node.pid)
-    assert cg is not None and cg.version == 1 and cg.path.endswith(d.name)
-    assert cg.limit == LIMIT
-    charged = int((d / "memory.usage_in_bytes").read_text())
-    assert cg.current is not None and 0 < cg.current <= LIMIT
-    assert abs(cg.current - charged) < 64 << 20  # read moments apart
-    assert cg.headroom == LIMIT - cg.working_set
-    r = run_cli("analyze", node.node, "--json", "--no-processes", env=_env(node, tmp_path))
-    assert r.returncode == 0, r.stderr
-    a = json.loads(r.stdout)
-    c = a["container"]
-    assert c["version"] == 1 and c["limit"] == LIMIT and c["rss"] == a["os"]["rss"]
-    assert c["headroom"] == LIMIT - c["working_set"] and 0 < c["working_set"] < LIMIT
-    r = run_cli("analyze", node.node, "--no-processes", "--details", env=_env(node, tmp_path))
-    assert r.returncode == 0, r.stderr
-    assert "cgroup (v1) allows 768.0 MiB" in " ".join(r.stdout.split())
-    # the watch series keeps the container's gauges
-    snap = read_file(str(_snapshot(node, tmp_path)))
-    v = view(derive(snap))
-    assert v["cg_limit"] == LIMIT and v["cg_headroom"] is not None
-    assert v["mem_processes"] == snap.memory["processes"]
-
-
-def _snapshot(node: Node, tmp: Path) -> Path:
-    out = tmp / "snap.json"
-    r = run_cli("snapshot", node.node, "-o", str(out), env=_env(node, tmp))
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-def test_a_large_port_limit_is_found_with_its_bytes(tmp_path: Path) -> None:
-    """+Q 2^24: the port table's ll_alloc bytes, measured against a default node, are within
-    a quarter of what the finding estimates, and +Q 65536 is advised."""
-    big = start_node(["+Q", str(1 << 24)])
-    plain = start_node([])
-    try:
-        r = run_cli("analyze", big.node, "--json", "--no-processes", env=_env(big, tmp_path))
-        assert r.returncode == 0, r.stderr
-        a = json.loads(r.stdout)
-        (f,) = [x for x in a["limits"] if x["table"] == "port"]
-        assert f["limit"] == 1 << 24 and f["flag"] == "+Q 65536"
-        assert f["saving"] == ((1 << 24) - 65536) * BYTES_PER_ENTRY
-        assert 0 < f["in_use"] < 100
-        r = run_cli("analyze", plain.node, "--json", "--no-processes",
-                    env=_env(plain, tmp_path))
-        assert r.returncode == 0, r.stderr
-        b = json.loads(r.stdout)
-        assert b["limits"] == []
-
-        def ll(x: dict) -> int:
-            return next(t["allocated"] for t in x["allocator_types"]
-                        if t["allocator"] == "ll_alloc")
-
-        measured = ll(a) - ll(b)
-        assert abs(measured - f["saving"]) <= 0.25 * f["saving"], (measured, f["saving"])
-        r = run_cli("analyze", big.node, "--no-processes", "--details",
-                    env=_env(big, tmp_path))
-        assert "`+Q 65536` gives back about" in " ".join(r.stdout.split())
-    finally:
-        big.stop()
-        plain.stop()
 
 
 #: A table of 40,000 rows of 20-element lists, owned by a registered process that keeps it,
