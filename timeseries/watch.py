@@ -2,8 +2,9 @@
 
 Threads, and why:
 - one poller per node: it asks the shared session (collector/session.py open_session: our own
-  client's connections, or one hidden node over TLS) for a snapshot and waits for it alone, so a stalled node only delays its own samples. All pollers tick on one grid
-  (multiples of the interval from the start), so an interval's samples are taken together and
+  client's connections, or one hidden node over TLS) for a snapshot and waits for it alone, so
+  a stalled node only delays its own samples. All pollers tick on one grid (multiples of the
+  interval from the start), so an interval's samples are taken together and
   `intervals()` can say how far apart its first and last were;
 - one writer: SQLite wants a single writer; pollers hand it their samples through a queue, and it
   commits them in batches of at most BATCH_SECONDS (store.py): a SIGKILL loses at most the open
