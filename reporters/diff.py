@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 WIDTH = 80
 STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red"}
@@ -38,7 +38,7 @@ def count_delta(n: int | None) -> str:
 
 
 def _usage(u: float | None) -> str:
-    return "-" if u is None else f"{100 * u:.1f}%"
+    return pct(u)
 
 
 def usage_delta(u: float | None, missing: str = "-") -> str:

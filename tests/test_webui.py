@@ -247,7 +247,7 @@ def test_verdict_on_the_page(client):
 
     heap = page("heapchurn")  # counters only: the model misses the node, and says so
     assert "UNDECIDED: 287.8 MiB of eheap_alloc unused; the model does not reproduce it" in heap
-    assert "calibration error 24.3%" in heap
+    assert "calibration error 24.3 %" in heap
     assert "{&#39;" not in heap and "&#39;before&#39;" not in heap
     kept = page("churn_kept")
     assert 'class="verdict bad"' in kept and "NO FLAG HELPS: 235.1 MiB of binary_alloc" in kept

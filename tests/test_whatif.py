@@ -165,7 +165,7 @@ def test_a_set_that_makes_memory_worse_is_marked_and_never_advice(app, ref, stor
               for b in page.split('<div class="wi-set')[1:]}
     bad = blocks[fs.render()]
     assert 'data-worse="1"' in bad and "Makes memory worse in the replay" in bad
-    assert f"{-p['unused_saving']:.0%}" in bad
+    assert f"{-100 * p['unused_saving']:.0f} %" in bad
     assert "advised by recommend" not in bad
     assert 'data-worse="0"' in blocks["+MBas ageffcbf"]
 

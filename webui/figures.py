@@ -22,7 +22,7 @@ from typing import Any
 
 from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.flags import UINT_MAX
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 Figure = dict[str, Any]
 
@@ -183,7 +183,7 @@ def allocator_usage(a: dict[str, Any]) -> Figure:
     names = [_t(r["allocator"]) for r in rows]
     used = [r["used"] for r in rows]
     unused = [r["unused"] for r in rows]
-    usage = [f"{100 * r['usage']:.1f}%" for r in rows]
+    usage = [pct(r['usage']) for r in rows]
     return {
         "data": [
             {"type": "bar", "orientation": "h", "name": "used", "y": names, "x": used,
@@ -221,7 +221,7 @@ def instance_heatmap(a: dict[str, Any]) -> Figure:
         y, x = ti[r["allocator"]], ii[r["instance"]]
         u = _instance_usage(r)
         z[y][x] = round(100 * usage_shade(u, r["unused"]), 1)
-        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {100 * u:.1f}%, unused "
+        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {pct(u)}, unused "
                       f"{human(r['unused'])} of "
                       f"{human(r['mbcs_carriers_size'] + r['sbcs_carriers_size'])}")
     return {
@@ -752,7 +752,7 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
                 trow.append("")
                 continue
             row.append(round(100 * usage_shade(v, unused_at[j].get(name)), 1))
-            trow.append(f"{clocks[j]}: usage {100 * v:.1f}%" + wasted[j].get(name, ""))
+            trow.append(f"{clocks[j]}: usage {pct(v)}" + wasted[j].get(name, ""))
         z.append(row)
         text.append(trow)
     return {
@@ -957,7 +957,7 @@ def compare_allocators(analyses: list[dict[str, Any]], labels: list[str]) -> Fig
     for i, (a, label) in enumerate(zip(analyses, labels, strict=True)):
         by = {r["allocator"]: r for r in a["allocator_types"]}
         unused = [by[n]["unused"] if n in by else 0 for n in names]
-        usage = [f"{100 * by[n]['usage']:.1f}%" if n in by else "-" for n in names]
+        usage = [pct(by[n]['usage']) if n in by else "-" for n in names]
         traces.append({"type": "bar", "name": _t(label), "x": [_t(n) for n in names],
                        "y": unused, "marker": {"color": PALETTE[i % len(PALETTE)]},
                        "customdata": [[human(u), p] for u, p in zip(unused, usage, strict=True)],

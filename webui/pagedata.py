@@ -136,7 +136,7 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
             f"{human(m['largest_free'][0])}-{human(m['largest_free'][1])}",
             "sbct": format_option("sbct", m["sbct"]),
             "lmbcs": format_option("lmbcs", m["lmbcs"]),
-            "bands": [{"fill": f"{b['lo']:.0%}-{b['hi']:.0%}", "owned": b["owned"],
+            "bands": [{"fill": f"{pct(b['lo'], 0)}-{pct(b['hi'], 0)}", "owned": b["owned"],
                        "owned_bytes": human(b["owned_bytes"]), "pooled": b["pooled"],
                        "pooled_bytes": human(b["pooled_bytes"])}
                       for b in m["fill_bands"] if b["owned"] or b["pooled"]],
