@@ -102,7 +102,7 @@ def test_upload_bad_and_good(client):
     r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "node1.txt")})
     assert r.status_code == 303 and r.headers["Location"].startswith("/snapshot/u")
     page = client.get(r.headers["Location"]).data.decode()
-    assert "<h1>node1.txt</h1>" in page
+    assert "<h1 class=\"node\">node1.txt</h1>" in page
 
 
 def test_loopback_only_without_token(store_path):

@@ -14,9 +14,10 @@ from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
-    death_lines,
+    cause_of_death,
     holder_sentence,
     picture_lines,
+    read_lines,
     verdict_lines,
 )
 from beamalloc.reporters.recommend import FORMATS
@@ -198,8 +199,10 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         "severity": severity(t["unused"], t["usage"],
                              rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
-        # the cause of death, a partial read and the largest holder, before the verdict
-        "death": death_lines(a),
+        # the cause of death and its why first, as the terminal's answer; then, under the
+        # verdict, a partial read and the largest holder where the verdict does not name holders
+        "death": cause_of_death(a),
+        "read": read_lines(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
@@ -207,7 +210,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         # the verdict's box, the analysis' own lines: the numbers it stands on
         **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
-             f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
+             f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else [])),
         "rec": rec,
         "formats": FORMATS,

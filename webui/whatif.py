@@ -287,7 +287,7 @@ def candidate_sets(rec: dict[str, Any]) -> list[dict[str, Any]]:
             judged = "not advised"
         out.append({
             "id": f"{fnd['rule']}-{fnd['allocator'] or 'node'}",
-            "title": f"{fnd['rule']}: {fnd['title']}",
+            "title": fnd["title"], "rule": fnd["rule"],  # the words, then the code
             "flags": p["flags"] if p else " ".join(fnd["candidate_flags"]),
             "judged": judged, "advised": key in advised,
             "rows": [row_view(p)] if p else [],
