@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.reporters.table import UNIT_GLUE
 from beamalloc.units import human, pct
 
 WIDTH = 80
@@ -21,8 +22,11 @@ STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red"}
 
 
 def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
-                         break_long_words=True, break_on_hyphens=False) or [first]
+    # a number stays on one line with its unit ("5.9 %", "19.0 MiB"), as table.prose keeps it
+    text = UNIT_GLUE.sub("\\1\u00a0\\2", text)
+    lines = textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
+                          break_long_words=True, break_on_hyphens=False) or [first]
+    return [ln.replace("\u00a0", " ") for ln in lines]
 
 
 def signed_bytes(n: int | None, missing: str = "-") -> str:
