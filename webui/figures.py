@@ -380,7 +380,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
                 "customdata": [[human(pts["size"][i]), pts["blocks"][i],
                                 "-" if pts["instance"][i] is None else pts["instance"][i]]
                                for i in idx],
-                "hovertemplate": "carrier %{customdata[0]}, %{y:.1f}% full, %{customdata[1]} "
+                "hovertemplate": "carrier %{customdata[0]}, %{y:.1f} % full, %{customdata[1]} "
                                  "blocks, instance %{customdata[2]}<extra>" + _t(name)
                                  + "</extra>",
             })
@@ -389,7 +389,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
             "name": f"{name} ({len(idx)})", "legendgroup": name, "showlegend": n > MAP_MARKS,
             "marker": {"color": color}, "ybins": {"start": 0, "end": 100.0001, "size": 5},
             "opacity": 0.8,
-            "hovertemplate": "%{x} carriers %{y}% full<extra>" + _t(name) + "</extra>",
+            "hovertemplate": "%{x} carriers %{y} % full<extra>" + _t(name) + "</extra>",
         })
     cl = m["classification"]
     title = f"{_t(m['allocator'])}: {n} carriers, {_t(cl['kind'])}"
@@ -429,7 +429,7 @@ def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
     text = [[human(1 << k) for k in ks] for _ in range(20)]
     return {"type": "heatmap", "x": xs, "y": ys, "z": z, "name": "carriers", "text": text,
             "colorscale": [[0, "#f0e6f6"], [1, "#3b1f5c"]], "showscale": False, "xgap": 2,
-            "hovertemplate": "%{z} carriers of %{text} to twice that, %{y:.1f}% full"
+            "hovertemplate": "%{z} carriers of %{text} to twice that, %{y:.1f} % full"
                              "<extra></extra>"}
 
 
