@@ -410,7 +410,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
                                  "title": {"text": "carrier size"}},
                           xaxis2={"domain": [0.82, 1], "gridcolor": "#eee",
                                   "title": {"text": "carriers"}},
-                          yaxis={"range": [-3, 103], "ticksuffix": "%", "gridcolor": "#eee",
+                          yaxis={"range": [-3, 103], "ticksuffix": " %", "gridcolor": "#eee",
                                  "title": {"text": "fill (allocated / size)"}}),
     }
 
