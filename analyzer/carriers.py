@@ -46,7 +46,7 @@ from typing import Any
 
 from beamalloc.analyzer.options import first_scheduler_instance
 from beamalloc.snapshot import Carrier, Snapshot
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 #: Fill bands [lo, hi) of the distribution; the last band includes 1.0.
 FILL_BANDS: tuple[tuple[float, float], ...] = (
@@ -201,20 +201,22 @@ def classify(cm: AllocatorCarrierMap) -> Classification:
     kind, top = max(groups, key=lambda g: g[1])
     share = top / unused
     if kind == SCATTERED and crowded >= cm.unused_middling:
-        why = (f"{cm.sparse_crowded:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} "
-               f"full but hold a block in every {human(PIECE)} of them on average, with "
-               f"{share:.0%} of the {human(unused)} unused: the survivors are spread over every "
-               "carrier (whether they die or stay, the map cannot tell: the verdict weighs it)")
+        why = (f"{cm.sparse_crowded:,} of {cm.mbcs:,} multiblock carriers are under "
+               f"{pct(SPARSE, 0)} full but hold a block in every {human(PIECE)} of them on "
+               f"average, with {pct(share, 0)} of the {human(unused)} unused: the survivors are "
+               "spread over every carrier (whether they die or stay, the map cannot tell: the "
+               "verdict weighs it)")
     elif kind == STRAGGLERS:
-        why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {SPARSE:.0%} full "
-               f"({cm.sparse_pooled:,} pooled) and hold {share:.0%} of the {human(unused)} unused; "
+        why = (f"{cm.sparse:,} of {cm.mbcs:,} multiblock carriers are under {pct(SPARSE, 0)} "
+               f"full ({cm.sparse_pooled:,} pooled) and hold {pct(share, 0)} of the "
+               f"{human(unused)} unused; "
                f"{cm.pinning_blocks:,} blocks ({human(cm.pinning_bytes)}) pin them")
     elif kind == SCATTERED:
-        why = (f"{share:.0%} of the {human(unused)} unused is in carriers {SPARSE:.0%}-{FULL:.0%} "
-               "full: live data is spread over every carrier")
+        why = (f"{pct(share, 0)} of the {human(unused)} unused is in carriers "
+               f"{pct(SPARSE, 0)}-{pct(FULL, 0)} full: live data is spread over every carrier")
     else:
-        why = (f"{share:.0%} of the {human(unused)} unused is free space inside carriers at "
-               f"least {FULL:.0%} full")
+        why = (f"{pct(share, 0)} of the {human(unused)} unused is free space inside carriers at "
+               f"least {pct(FULL, 0)} full")
     return Classification(kind, share, why)
 
 

@@ -20,7 +20,7 @@ from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.options import first_scheduler_options, format_option, option_unit
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 SCHEMA = "beamalloc.diff/2"
 
@@ -233,7 +233,7 @@ def verdict(total: dict[str, Any], flags_changed: bool, types: list[dict[str, An
 
 
 def _usage(u: float | None) -> str:
-    return "-" if u is None else f"{100 * u:.1f}%"
+    return pct(u)
 
 
 def _notes(sa: dict[str, Any], sb: dict[str, Any]) -> list[str]:

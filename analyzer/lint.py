@@ -216,7 +216,7 @@ def _no_effect(
                                  "+Mumadtn true changes how acful gives free pages of pooled "
                                  "carriers back (MADV_DONTNEED for MADV_FREE), and no allocator "
                                  "sets acful: nothing is given back. Add +M<S>acful de where "
-                                 "pooled carriers hold free pages (R10).",
+                                 "pooled carriers hold free pages (pool bloat).",
                                  "docs/erts/releases.md §4", flag="+Mumadtn"))  # fmt: skip
     if fields.get("M", {}).get("lp") == "on" and not fields.get("M", {}).get("scs"):
         out.append(LintIssue("no-effect", "warning", where,

@@ -60,6 +60,6 @@ def format_option(option: str, value: Any) -> str:
         if unit == "bytes":
             return human(value)
         if unit == "percent":
-            return f"{value}%"
+            return f"{value} %"  # the one percent style (docs/design.md "Conventions")
         return f"{value:,}"
     return str(value)

@@ -62,7 +62,7 @@ from beamalloc.trace import (
     Event,
     open_trace,
 )
-from beamalloc.units import human
+from beamalloc.units import human, pct
 from beamalloc.versions import modelled_otp
 
 if TYPE_CHECKING:
@@ -901,7 +901,8 @@ class Predictor:
                                   ("stragglers", chosen["stragglers"])),
                       1.0 / fit.to_node,
                       f"{target}: per scheduler instance {fit.live} live blocks of "
-                      f"{human(fit.mean_size)} at {fit.scale:.0%} of the node's size, a spike to "
+                      f"{human(fit.mean_size)} at {pct(fit.scale, 0)} of the node's size, a spike "
+                      "to "
                       f"{fit.peak}, {fit.churn} replacements beyond them (the alloc calls), a "
                       "random drop back to the live set; from an empty VM")  # fmt: skip
         cal = chosen["calibration"]
@@ -989,8 +990,8 @@ class Predictor:
         out, model = runs[len(runs) // 2]
         out["calibration"] = self._calibrate(model, target)
         runs = [r for r, _ in runs]
-        pct = [c["change_pct"]["unused"] for c in runs]
-        known = [x for x in pct if x is not None]
+        pcts = [c["change_pct"]["unused"] for c in runs]
+        known = [x for x in pcts if x is not None]
         out["band"] = {
             "unused_saving": [runs[0]["unused_saving"], runs[-1]["unused_saving"]],
             "unused_pct": [min(known), max(known)] if known else None,
@@ -1107,7 +1108,7 @@ def _pc(x: float | None) -> str:
 def _figures_line(c: dict[str, Any], allocator: str) -> str:
     b, a, ch = c["before"], c["after"], c["change_pct"]
     model = c["model"]
-    scaled = f" at {model['scale']:.0%} of the node's size" if model["scale"] < 1 else ""
+    scaled = f" at {pct(model['scale'], 0)} of the node's size" if model["scale"] < 1 else ""
     return (
         f"replay of {model['generator']} ({model['events']} events{scaled}): {allocator} carriers "
         f"{human(b['carriers_size'])} -> {human(a['carriers_size'])} ({_pc(ch['carriers_size'])}), "
@@ -1125,7 +1126,7 @@ def summary_line(p: dict[str, Any]) -> str:
         cal = p["calibration"]
         line += (
             f" (the node's history replayed from an empty VM; under its own flags it "
-            f"reproduces the node within {cal['error']:.0%})"
+            f"reproduces the node within {pct(cal['error'], 0)})"
         )
         for f in p.get("futures") or ():
             line += f"; if {f['assumes']}: unused {-100 * f['unused_saving']:+.0f} %"

@@ -271,7 +271,7 @@ def r2_fragmentation(f: Facts) -> list[Finding]:
             message=f"{a.name} holds {human(a.allocated)} of carriers and uses {human(a.used)} "
             f"(mbcs usage {pct(a.mbcs_usage)}; at its peak {pct(a.max_usage)}): "
             + ("the carriers stayed after a peak. " if after_peak > 0.2 else "")
-            + ("R3-R5 give its flags." if has_rule else
+            + ("Its allocator's own fragmentation rule gives its flags." if has_rule else
                "The rule base has no flag for this allocator; find what allocates there."),
             evidence={**_ev(a), "node_usage": round(f.usage, 4)},
             allocator=a.name,
@@ -332,7 +332,7 @@ def _small_carriers(rule: RuleSpec, a: AllocFacts, lower_sbct: bool) -> Finding:
     if new_sbct != sbct:
         advice.append(rule.advice(
             a.name, _flag(a, "sbct", new_sbct),
-            reason=f"keep lmbcs >= 2 x sbct (R8, erlang/otp#9521): blocks here average "
+            reason=f"keep lmbcs >= 2 x sbct (erlang/otp#9521): blocks here average "
             f"{human(avg)}, far below {human(new_sbct)}",
             cost=f"blocks of {human(new_sbct)}..{human(sbct)} get a carrier (an mmap) each",
             evidence={**ev, "sbct": sbct, "mbcs_average_block": round(avg)},
@@ -653,8 +653,8 @@ def r16_pool_unusable(f: Facts) -> list[Finding]:
                     "enough: the pool holds carriers too full for any instance's blocks. "
                     f"+M{a.letter}acfml {sbct} (bytes) lets a carrier into the pool only with a "
                     f"free block of sbct ({human(sbct)}), so every pooled carrier can serve any "
-                    f"multiblock request; +M{a.letter}acful de (R10) gives the free pages of "
-                    "those already there back to the OS.")  # fmt: skip
+                    f"multiblock request; +M{a.letter}acful de (against pool bloat) gives the "
+                    "free pages of those already there back to the OS.")  # fmt: skip
         else:
             msg += (": the carriers passed over were mostly busy or raced for, not too small "
                     "(skip_size is a minority); carrier migration is contended, no flag "

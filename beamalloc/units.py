@@ -22,8 +22,10 @@ def human(n: int | float | None) -> str:
     raise AssertionError
 
 
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+def pct(x: float | None, digits: int = 1) -> str:
+    """0.028 -> '2.8 %' (`digits` after the point): a space before the sign, as
+    wording.change and wording.share print it, the one style of every output (issue 26 item 3)."""
+    return "-" if x is None else f"{100 * x:.{digits}f} %"
 
 
 # ---- numbers a user types: every option is finite and within what a machine can hold ------------

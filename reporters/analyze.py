@@ -505,7 +505,7 @@ def _carriers(c: dict[str, Any] | None, console: Console) -> None:
         print_table(console, None, [
             Col("mbcs fill", "left", key=True), Col("owned"), Col("owned bytes"), Col("pooled"),
             Col("pooled bytes")],
-            [[f"{b['lo']:.0%}-{b['hi']:.0%}", str(b["owned"]), human(b["owned_bytes"]),
+            [[f"{pct(b['lo'], 0)}-{pct(b['hi'], 0)}", str(b["owned"]), human(b["owned_bytes"]),
               str(b["pooled"]), human(b["pooled_bytes"])]
              for b in m["fill_bands"] if b["owned"] or b["pooled"]],
             box=None, padding=(0, 1), show_edge=False)

@@ -14,15 +14,19 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc.units import human
+from beamalloc.reporters.table import UNIT_GLUE
+from beamalloc.units import human, pct
 
 WIDTH = 80
 STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red"}
 
 
 def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
-                         break_long_words=True, break_on_hyphens=False) or [first]
+    # a number stays on one line with its unit ("5.9 %", "19.0 MiB"), as table.prose keeps it
+    text = UNIT_GLUE.sub("\\1\u00a0\\2", text)
+    lines = textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
+                          break_long_words=True, break_on_hyphens=False) or [first]
+    return [ln.replace("\u00a0", " ") for ln in lines]
 
 
 def signed_bytes(n: int | None, missing: str = "-") -> str:
@@ -38,7 +42,7 @@ def count_delta(n: int | None) -> str:
 
 
 def _usage(u: float | None) -> str:
-    return "-" if u is None else f"{100 * u:.1f}%"
+    return pct(u)
 
 
 def usage_delta(u: float | None, missing: str = "-") -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from beamalloc.refalloc.replay import ReplayResult
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 
 def _active(results: Sequence[ReplayResult]) -> list[str]:
@@ -50,7 +50,7 @@ def allocator_rows(snap: Snapshot, name: str) -> list[tuple[str, str]]:
     for i in insts:
         for k, v in i.calls.items():
             calls[k] = calls.get(k, 0) + v
-    usage = f"{bsize[0] / csize[0]:.0%}" if csize[0] else "-"
+    usage = f"{pct(bsize[0] / csize[0], 0)}" if csize[0] else "-"
     return [
         ("carriers final / peak", f"{carriers[0]} / {carriers[1]}"),
         ("carriers size final / peak", f"{human(csize[0])} / {human(csize[1])}"),

@@ -21,7 +21,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|%)(?=[\s,.;:)]|$)")
+#: A number and its unit, to be kept on one line when text wraps.
+UNIT_GLUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|%)(?=[\s,.;:)]|$)")
 
 #: A column that may wrap is given at least this many cells when the table is laid out.
 WRAP_MIN = 20
@@ -137,7 +138,7 @@ def prose(console: Console, text: str, style: str = "", indent: str = "  ",
     import textwrap
 
     # a size stays on one line with its unit ("171.4 MiB"): textwrap breaks at ASCII blanks only
-    text = _UNIT.sub("\\1\u00a0\\2", text)
+    text = UNIT_GLUE.sub("\\1\u00a0\\2", text)
     room = max(20, console.width)
     text = " ".join(_split_term(w, room - len(indent) - len(hang)) for w in text.split(" "))
     lines = textwrap.wrap(text, width=room, initial_indent=indent,

@@ -11,6 +11,7 @@ from rich.text import Text
 from beamalloc.ebpf.summary import OPS
 from beamalloc.reporters.table import Col, print_table
 from beamalloc.units import human as human_bytes
+from beamalloc.units import pct
 
 
 def render(doc: dict[str, Any], console: Any) -> None:
@@ -18,7 +19,7 @@ def render(doc: dict[str, Any], console: Any) -> None:
     mode = doc["mode"]
     console.print(f"pid {doc['pid']} ({doc.get('node') or 'node unknown'}), "
                   f"{doc['elapsed_s']:.1f} s, level {mode['level']}"
-                  + (f", sampled: probes attached {mode['attached_fraction']:.0%} of the time, "
+                  + (f", sampled: probes attached {pct(mode['attached_fraction'], 0)} of the time, "
                      "calls scaled" if mode["attached_fraction"] < 1 else ""))
     if mode.get("unseen"):
         console.print(Text("not seen: ", style="bold yellow") + Text(mode["unseen"]))

@@ -73,16 +73,16 @@ def test_flags_in_their_units(cli) -> None:
     r = cli("diff", str(SNAPS / "binspike.json"), str(SNAPS / "binspike_bf.json"), "--json")
     flags = {f["flag"]: f for f in json.loads(r.stdout)["flags"]}
     assert flags["+MBas"]["a_text"] == "aoffcbf" and flags["+MBas"]["b_text"] == "bf"
-    assert (flags["+MBacul"]["a_text"], flags["+MBacul"]["b_text"]) == ("60%", "0%")
+    assert (flags["+MBacul"]["a_text"], flags["+MBacul"]["b_text"]) == ("60 %", "0 %")
     assert flags["+MBacnl"]["unit"] == "count" and flags["+MBacnl"]["a_text"] == "1,000"
     text = cli("diff", str(SNAPS / "binspike.json"), str(SNAPS / "binspike_bf.json")).stdout
-    assert "+MBacul  60% → 0%" in text and "60 B" not in text and "0 B → " not in text
+    assert "+MBacul  60 % → 0 %" in text and "60 B" not in text and "0 B → " not in text
     # the same memory under both: no change, and it says 172 MiB stays unused
     assert "no change: 172.3 MiB unused before and after" in text
 
 
 def test_option_units() -> None:
-    assert option_unit("acful") == "percent" and format_option("acful", 40) == "40%"
+    assert option_unit("acful") == "percent" and format_option("acful", 40) == "40 %"
     assert format_option("sbct", 524288) == "512.0 KiB"
     assert format_option("lmbcs", 5 << 20) == "5.0 MiB"
     assert format_option("mmmbc", UINT_MAX) == "infinity"

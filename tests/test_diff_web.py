@@ -35,7 +35,7 @@ def test_uploads_compare_with_the_diff_verdict() -> None:
     text = _text(page)
     assert 'data-outcome="unchanged"' in page
     assert "no change: 172.3 MiB unused before and after" in text
-    assert "+MBacul binary_alloc 60% 0% percent" in text
+    assert "+MBacul binary_alloc 60 % 0 % percent" in text
     assert "uploaded files ·" in text  # the uploads are in the picker
 
 

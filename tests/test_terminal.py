@@ -259,7 +259,7 @@ def test_instances_without_sbcs_show_none() -> None:
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^│ (\w+\[\d+\]) .*$", r.stdout, re.M)}
     for name in no_sbcs:
         cells = [c.strip() for c in rows[name].split("│")]
-        assert "none" in cells and "100.0%" not in cells, rows[name]
+        assert "none" in cells and "100.0 %" not in cells, rows[name]
 
 
 # ---- watch ---------------------------------------------------------------------------------

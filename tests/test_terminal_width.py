@@ -60,7 +60,7 @@ def _holders_numbers(p: dict[str, Any] | None) -> list[str]:
 #: A number found whole: no digit (or digit group) just before or after it; a full stop or a
 #: comma after it ends a sentence or a list.
 _WHOLE = r"(?<!\d)(?<!\d[.,]){}(?!\d|[.,]\d|%)"
-_SIZE = re.compile(r"\d[\d,]*(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)\b|\d+(?:\.\d+)?%")
+_SIZE = re.compile(r"\d[\d,]*(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)\b|\d+(?:\.\d+)? %")
 
 
 def _recommend_numbers(r: dict[str, Any]) -> list[str]:

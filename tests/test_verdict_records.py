@@ -73,7 +73,7 @@ def test_every_predicted_figure_carries_its_calibration_error() -> None:
     first = _heap_prediction()
     err = first.calibration_error
     assert err is not None and err == pytest.approx(abs(1 - first.fidelity), abs=0.002)
-    assert f"calibration error {err * 100:.1f}%" in wording.figure(first)
+    assert f"calibration error {err * 100:.1f} %" in wording.figure(first)
     assert "calibration error" in wording.why(v)[0]
 
 
@@ -104,13 +104,13 @@ def test_model_that_does_not_reproduce_the_node_decides_nothing() -> None:
     ok = _prediction(base, calibration={"tolerance": 0.15, "error": 0.05, "reproduces": True,
                                         "measures": {"unused": 0.05}})
     assert judge(fnd, ok, None, None, None) is None
-    assert wording.calibration(ok) == "calibration error 5.0%"
+    assert wording.calibration(ok) == "calibration error 5.0 %"
     off = _prediction(base, calibration={"tolerance": 0.15, "error": 0.4, "reproduces": False,
                                          "measures": {"unused": 0.4}})
     why = judge(fnd, off, None, None, None)
     assert why is not None and why.code == "not_reproduced"
     assert "does not reproduce eheap_alloc" in wording.reason(why)
-    assert "calibration error 40.0%" in wording.reason(why)
+    assert "calibration error 40.0 %" in wording.reason(why)
 
 
 def test_futures_that_differ_are_both_given() -> None:

@@ -102,7 +102,7 @@ def test_upload_bad_and_good(client):
     r = client.post("/upload", data={"file": (io.BytesIO(SAMPLE.read_bytes()), "node1.txt")})
     assert r.status_code == 303 and r.headers["Location"].startswith("/snapshot/u")
     page = client.get(r.headers["Location"]).data.decode()
-    assert "<h1>node1.txt</h1>" in page
+    assert "<h1 class=\"node\">node1.txt</h1>" in page
 
 
 def test_loopback_only_without_token(store_path):
@@ -247,7 +247,7 @@ def test_verdict_on_the_page(client):
 
     heap = page("heapchurn")  # counters only: the model misses the node, and says so
     assert "UNDECIDED: 287.8 MiB of eheap_alloc unused; the model does not reproduce it" in heap
-    assert "calibration error 24.3%" in heap
+    assert "calibration error 24.3 %" in heap
     assert "{&#39;" not in heap and "&#39;before&#39;" not in heap
     kept = page("churn_kept")
     assert 'class="verdict bad"' in kept and "NO FLAG HELPS: 235.1 MiB of binary_alloc" in kept

@@ -147,7 +147,8 @@ def test_typed_set_equal_to_a_findings_flags_gives_its_numbers(app, ref, rec):
 
 def test_typed_set_matches_the_predictor(app, ref, stored):
     page = app.test_client().get(url(ref, "+MBas ageffcbf +MBlmbcs 1024", go="1")).text
-    rule = re.search(r"replayed on recommend's trace for (R[0-9]+)", text_of(page)).group(1)
+    rule = re.search(r"replayed on recommend's trace for its rule (R[0-9]+)",
+                     text_of(page)).group(1)
     fs = parse("+MBas ageffcbf +MBlmbcs 1024")
     with Predictor(stored, facts(stored)) as pr:
         p = pr.predict("binary_alloc", rule, fs)
@@ -165,7 +166,7 @@ def test_a_set_that_makes_memory_worse_is_marked_and_never_advice(app, ref, stor
               for b in page.split('<div class="wi-set')[1:]}
     bad = blocks[fs.render()]
     assert 'data-worse="1"' in bad and "Makes memory worse in the replay" in bad
-    assert f"{-p['unused_saving']:.0%}" in bad
+    assert f"{-100 * p['unused_saving']:.0f} %" in bad
     assert "advised by recommend" not in bad
     assert 'data-worse="0"' in blocks["+MBas ageffcbf"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.flags import UINT_MAX
-from beamalloc.units import human
+from beamalloc.units import human, pct
 
 Figure = dict[str, Any]
 
@@ -183,7 +183,7 @@ def allocator_usage(a: dict[str, Any]) -> Figure:
     names = [_t(r["allocator"]) for r in rows]
     used = [r["used"] for r in rows]
     unused = [r["unused"] for r in rows]
-    usage = [f"{100 * r['usage']:.1f}%" for r in rows]
+    usage = [pct(r['usage']) for r in rows]
     return {
         "data": [
             {"type": "bar", "orientation": "h", "name": "used", "y": names, "x": used,
@@ -221,7 +221,7 @@ def instance_heatmap(a: dict[str, Any]) -> Figure:
         y, x = ti[r["allocator"]], ii[r["instance"]]
         u = _instance_usage(r)
         z[y][x] = round(100 * usage_shade(u, r["unused"]), 1)
-        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {100 * u:.1f}%, unused "
+        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {pct(u)}, unused "
                       f"{human(r['unused'])} of "
                       f"{human(r['mbcs_carriers_size'] + r['sbcs_carriers_size'])}")
     return {
@@ -380,7 +380,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
                 "customdata": [[human(pts["size"][i]), pts["blocks"][i],
                                 "-" if pts["instance"][i] is None else pts["instance"][i]]
                                for i in idx],
-                "hovertemplate": "carrier %{customdata[0]}, %{y:.1f}% full, %{customdata[1]} "
+                "hovertemplate": "carrier %{customdata[0]}, %{y:.1f} % full, %{customdata[1]} "
                                  "blocks, instance %{customdata[2]}<extra>" + _t(name)
                                  + "</extra>",
             })
@@ -389,7 +389,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
             "name": f"{name} ({len(idx)})", "legendgroup": name, "showlegend": n > MAP_MARKS,
             "marker": {"color": color}, "ybins": {"start": 0, "end": 100.0001, "size": 5},
             "opacity": 0.8,
-            "hovertemplate": "%{x} carriers %{y}% full<extra>" + _t(name) + "</extra>",
+            "hovertemplate": "%{x} carriers %{y} % full<extra>" + _t(name) + "</extra>",
         })
     cl = m["classification"]
     title = f"{_t(m['allocator'])}: {n} carriers, {_t(cl['kind'])}"
@@ -410,7 +410,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
                                  "title": {"text": "carrier size"}},
                           xaxis2={"domain": [0.82, 1], "gridcolor": "#eee",
                                   "title": {"text": "carriers"}},
-                          yaxis={"range": [-3, 103], "ticksuffix": "%", "gridcolor": "#eee",
+                          yaxis={"range": [-3, 103], "ticksuffix": " %", "gridcolor": "#eee",
                                  "title": {"text": "fill (allocated / size)"}}),
     }
 
@@ -429,7 +429,7 @@ def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
     text = [[human(1 << k) for k in ks] for _ in range(20)]
     return {"type": "heatmap", "x": xs, "y": ys, "z": z, "name": "carriers", "text": text,
             "colorscale": [[0, "#f0e6f6"], [1, "#3b1f5c"]], "showscale": False, "xgap": 2,
-            "hovertemplate": "%{z} carriers of %{text} to twice that, %{y:.1f}% full"
+            "hovertemplate": "%{z} carriers of %{text} to twice that, %{y:.1f} % full"
                              "<extra></extra>"}
 
 
@@ -755,7 +755,7 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
                 trow.append("")
                 continue
             row.append(round(100 * usage_shade(v, unused_at[j].get(name)), 1))
-            trow.append(f"{clocks[j]}: usage {100 * v:.1f}%" + wasted[j].get(name, ""))
+            trow.append(f"{clocks[j]}: usage {pct(v)}" + wasted[j].get(name, ""))
         z.append(row)
         text.append(trow)
     return {
@@ -960,7 +960,7 @@ def compare_allocators(analyses: list[dict[str, Any]], labels: list[str]) -> Fig
     for i, (a, label) in enumerate(zip(analyses, labels, strict=True)):
         by = {r["allocator"]: r for r in a["allocator_types"]}
         unused = [by[n]["unused"] if n in by else 0 for n in names]
-        usage = [f"{100 * by[n]['usage']:.1f}%" if n in by else "-" for n in names]
+        usage = [pct(by[n]['usage']) if n in by else "-" for n in names]
         traces.append({"type": "bar", "name": _t(label), "x": [_t(n) for n in names],
                        "y": unused, "marker": {"color": PALETTE[i % len(PALETTE)]},
                        "customdata": [[human(u), p] for u, p in zip(unused, usage, strict=True)],

@@ -14,9 +14,10 @@ from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
-    death_lines,
+    cause_of_death,
     holder_sentence,
     picture_lines,
+    read_lines,
     verdict_lines,
 )
 from beamalloc.reporters.recommend import FORMATS
@@ -136,7 +137,7 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
             f"{human(m['largest_free'][0])}-{human(m['largest_free'][1])}",
             "sbct": format_option("sbct", m["sbct"]),
             "lmbcs": format_option("lmbcs", m["lmbcs"]),
-            "bands": [{"fill": f"{b['lo']:.0%}-{b['hi']:.0%}", "owned": b["owned"],
+            "bands": [{"fill": f"{pct(b['lo'], 0)}-{pct(b['hi'], 0)}", "owned": b["owned"],
                        "owned_bytes": human(b["owned_bytes"]), "pooled": b["pooled"],
                        "pooled_bytes": human(b["pooled_bytes"])}
                       for b in m["fill_bands"] if b["owned"] or b["pooled"]],
@@ -214,8 +215,10 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         "severity": severity(t["unused"], t["usage"],
                              rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
-        # the cause of death, a partial read and the largest holder, before the verdict
-        "death": death_lines(a),
+        # the cause of death and its why first, as the terminal's answer; then, under the
+        # verdict, a partial read and the largest holder where the verdict does not name holders
+        "death": cause_of_death(a),
+        "read": read_lines(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
@@ -223,7 +226,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         # the verdict's box, the analysis' own lines: the numbers it stands on
         **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
-             f"(rule R2 weighs usage only above {human(MIN_UNUSED)} unused)."]
+             f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else [])),
         "rec": rec,
         "formats": FORMATS,

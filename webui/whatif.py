@@ -227,7 +227,7 @@ def row_view(p: dict[str, Any]) -> dict[str, Any]:
     b, a = _side(p["before"], model["scale"]), _side(p["after"], model["scale"])
     worse = []
     if p["unused_saving"] < 0:
-        worse.append(f"unused bytes grow by {-p['unused_saving']:.0%} "
+        worse.append(f"unused bytes grow by {pct(-p['unused_saving'], 0)} "
                      f"({b['unused_h']} to {a['unused_h']})")
     if a["carriers"] > b["carriers"]:
         worse.append(f"carriers grow from {b['carriers_h']} to {a['carriers_h']}")
@@ -238,9 +238,9 @@ def row_view(p: dict[str, Any]) -> dict[str, Any]:
         "unused_change": _change(b["unused"], a["unused"]),
         "carriers_change": _change(b["carriers"], a["carriers"]),
         "worse": worse,
-        "saving": f"{p['unused_saving']:.0%}",
+        "saving": f"{pct(p['unused_saving'], 0)}",
         "model": model["generator"],
-        "scaled": (f"at {model['scale']:.0%} of the node's size" if model["scale"] < 1
+        "scaled": (f"at {pct(model['scale'], 0)} of the node's size" if model["scale"] < 1
                    else "at the node's size"),
         "seeded": ("the node's own carriers" if p.get("seeded_from") == "carriers"
                    else "the node's counters"),
@@ -287,7 +287,7 @@ def candidate_sets(rec: dict[str, Any]) -> list[dict[str, Any]]:
             judged = "not advised"
         out.append({
             "id": f"{fnd['rule']}-{fnd['allocator'] or 'node'}",
-            "title": f"{fnd['rule']}: {fnd['title']}",
+            "title": fnd["title"], "rule": fnd["rule"],  # the words, then the code
             "flags": p["flags"] if p else " ".join(fnd["candidate_flags"]),
             "judged": judged, "advised": key in advised,
             "rows": [row_view(p)] if p else [],

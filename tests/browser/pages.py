@@ -323,3 +323,27 @@ def unit_problems(figs: list[dict[str, Any]]) -> list[str]:
                 if abs(v - num * UNITS[m.group(2)]) > 1e-6 * max(1, v) and abs(v - num) > 1e-6:
                     out.append(f"{f['id']} {ax['name']}: tick {label!r} at {v}")
     return out
+
+#: A rule's code (R2, R13, OOM is a word) where a reader sees it without the rule's words
+#: (issue 26 item 2): every code must be a small.rule after words in the same element. Returns
+#: the offending text around each bare code, at most 8.
+BARE_RULES = r"""
+const out = [], code = /\bR[0-9]{1,2}\b/;
+const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let n = walk.nextNode(); n && out.length < 8; n = walk.nextNode()) {
+  const el = n.parentElement;
+  // a citation names a section of the docs (docs/erts/tuning.md §1 R8): not a rule shown
+  const text = n.data.replace(/§[0-9.]+ R[0-9]{1,2}\b/g, '');
+  if (!code.test(text) || !el || el.closest('script, style, svg, .js-plotly-plot')) continue;
+  if (!el.offsetParent && getComputedStyle(el).position !== 'fixed') continue;  // not shown
+  const tag = el.closest('small.rule');
+  const words = tag && tag.parentElement.textContent.replace(tag.textContent, '')
+                                         .match(/[A-Za-z_]{3,}/g);
+  if (!tag || n.data.trim() !== tag.textContent.trim() || !words || words.length < 2)
+    out.push((el.textContent || n.data).trim().slice(0, 100));
+}
+return out;"""
+
+#: The first line a reader sees on the page: its text up to the first line break.
+FIRST_LINE = r"""
+return document.body.innerText.split('\n').map(s => s.trim()).filter(s => s)[0] || '';"""

@@ -101,10 +101,10 @@ def test_three_percent_drop_is_not_green(browser, cmp_server) -> None:
     green = browser.execute_script(
         "return getComputedStyle(arguments[0]).borderLeftColor", v)
     assert green != "rgb(46, 139, 87)"  # .verdict.ok's border
-    # acful is a percentage: 0% -> 40%, never "0 B -> 40 B"
+    # acful is a percentage: 0 % -> 40 %, never "0 B -> 40 B"
     row = next(r.text for r in browser.find_elements(By.CSS_SELECTOR, "#compare-flags tr")
                if "+MBacful" in r.text)
-    assert "0%" in row and "40%" in row and " B" not in row.replace("binary_alloc", "")
+    assert "0 %" in row and "40 %" in row and " B" not in row.replace("binary_alloc", "")
     assert "0 B" not in text.split("+MBacful")[1].split("\n")[0]
     # B's unused bytes are coloured by what stays unused: binary_alloc's ~160 MiB is red,
     # temp_alloc's 384 KiB is not
