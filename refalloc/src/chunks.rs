@@ -288,7 +288,10 @@ mod tests {
             let c = s % if step < 30_000 { 40 } else { 300 };
             let key = (((s >> 12) % 1_000_000) as u128) << 32 | c as u128;
             let largest = (s >> 24) % 9_000_000 / 8 * 8;
-            let present = live.keys().find(|k| (**k & 0xffff_ffff) as u64 == c).copied();
+            let present = live
+                .keys()
+                .find(|k| (**k & 0xffff_ffff) as u64 == c)
+                .copied();
             match (present, (s >> 50) % 4) {
                 (None, _) => {
                     m.insert(key, largest);

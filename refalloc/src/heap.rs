@@ -2,11 +2,11 @@
 //! carrier pool between its instances (docs/erts/alloc_util.md §3, §4, §5).
 
 use crate::addr::AddrSpace;
+use crate::chunks::ChunkMap;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
 use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
 use crate::stats::InstStats;
-use crate::chunks::ChunkMap;
 
 /// SBC header (§3.2).
 pub const SBC_HEADER: u64 = 32;
