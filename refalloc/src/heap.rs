@@ -6,6 +6,7 @@ use crate::chunks::ChunkMap;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
 use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
+use crate::replay::Ahead;
 use crate::stats::InstStats;
 
 /// SBC header (§3.2).
@@ -117,6 +118,13 @@ impl FreeSet {
             FreeSet::Addr(t) => t.find(size),
             FreeSet::Gf(t) => t.find(bl, size),
             FreeSet::Af(t) => t.find(bl, size),
+        }
+    }
+    /// Ask for what unlinking a block of `size` reads first (a hint; bf and cbf only).
+    #[inline(always)]
+    fn prefetch(&self, size: u64) {
+        if let FreeSet::Bf(t) = self {
+            t.prefetch(size)
         }
     }
     fn largest(&self) -> u64 {
@@ -1028,17 +1036,33 @@ impl Heap {
     /// Ask for block `b`'s record, or (`neighbours`) those of the blocks beside it (a hint:
     /// replay.rs AHEAD).
     #[inline(always)]
-    pub(crate) fn prefetch_block(&self, b: u32, neighbours: bool) {
+    pub(crate) fn prefetch_block(&self, b: u32, what: Ahead) {
         let Some(x) = self.blocks.get(b as usize) else {
             return;
         };
-        if !neighbours {
+        if what == Ahead::Block {
             crate::replay::prefetch(x);
             return;
         }
         for n in [x.prev, x.next] {
-            if let Some(y) = self.blocks.get(n as usize) {
+            let Some(y) = self.blocks.get(n as usize) else {
+                continue;
+            };
+            if what == Ahead::Neighbours {
                 crate::replay::prefetch(y);
+            } else if y.free {
+                // The free set's entry for the neighbour's size, which coalescing unlinks.
+                let set = match self.carrier_free.get(y.carrier as usize) {
+                    Some(Some(fs)) => Some(fs),
+                    Some(None) => self
+                        .carriers
+                        .get(y.carrier as usize)
+                        .and_then(|c| self.instances.get(c.owner as usize)?.free.as_ref()),
+                    None => None,
+                };
+                if let Some(fs) = set {
+                    fs.prefetch(y.size);
+                }
             }
         }
     }
