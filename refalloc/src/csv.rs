@@ -435,4 +435,38 @@ mod tests {
             assert_eq!(read(text).0, Err(Declined(line)), "{text:?}");
         }
     }
+
+    #[test]
+    fn special_bytes_decline_in_every_field_and_number_no_type() {
+        // One row per field, a special byte in it, beside a type name never seen: each row is
+        // declined (as the whole-row scan did) and no type is numbered for it.
+        let row = [
+            "1",
+            "alloc",
+            "binary_alloc",
+            "0",
+            "newtype",
+            "8",
+            "2",
+            "",
+            "3",
+        ];
+        for field in 0..row.len() {
+            for bad in ["\"", "\u{1}", "\r", "\u{e4}", "\u{7f}"] {
+                let mut f = row.map(String::from);
+                f[field] = format!("{bad}{}", f[field]);
+                let text = format!("{}\n", f.join(","));
+                let (r, _, t) = read(&text);
+                assert_eq!(r, Err(Declined(2)), "{text:?}");
+                assert!(t.added.is_empty(), "{text:?}");
+            }
+        }
+        // A type name with special bytes is the reference's even when the header declared it.
+        let mut t = types();
+        t.known.insert("bin\"ary".as_bytes().to_vec(), 9);
+        let r = read_rows(&b"1,alloc,10,0,bin\"ary,8,2,\n"[..], 1, &mut t, |_| Ok(())).unwrap();
+        assert_eq!(r, Err(Declined(2)));
+        assert_eq!(read("# a \"quoted\" comment\n").0, Err(Declined(2)));
+        assert_eq!(read("# plain comment\n").0, Ok(0));
+    }
 }
