@@ -197,14 +197,6 @@ impl<V: Copy + Default> SizeTable<V> {
         }
     }
 
-    /// Ask for the slot of `size` (a hint: it changes nothing). Large sizes are left alone.
-    #[inline(always)]
-    fn prefetch(&self, size: u64) {
-        if let Some(v) = self.small.get((size / 8) as usize) {
-            crate::replay::prefetch(v);
-        }
-    }
-
     /// The value of the smallest size >= `size`.
     #[inline(always)]
     fn at_least(&self, size: u64) -> Option<V> {
@@ -291,12 +283,6 @@ impl BfTree {
     #[inline(always)]
     pub fn largest(&self) -> u64 {
         self.sizes.largest
-    }
-
-    /// Ask for the entry of `size` (a hint).
-    #[inline(always)]
-    pub fn prefetch(&self, size: u64) {
-        self.sizes.prefetch(size)
     }
 }
 

@@ -120,13 +120,6 @@ impl FreeSet {
             FreeSet::Af(t) => t.find(bl, size),
         }
     }
-    /// Ask for what unlinking a block of `size` reads first (a hint; bf and cbf only).
-    #[inline(always)]
-    fn prefetch(&self, size: u64) {
-        if let FreeSet::Bf(t) = self {
-            t.prefetch(size)
-        }
-    }
     fn largest(&self) -> u64 {
         match self {
             FreeSet::Bf(t) => t.largest(),
@@ -1045,24 +1038,8 @@ impl Heap {
             return;
         }
         for n in [x.prev, x.next] {
-            let Some(y) = self.blocks.get(n as usize) else {
-                continue;
-            };
-            if what == Ahead::Neighbours {
+            if let Some(y) = self.blocks.get(n as usize) {
                 crate::replay::prefetch(y);
-            } else if y.free {
-                // The free set's entry for the neighbour's size, which coalescing unlinks.
-                let set = match self.carrier_free.get(y.carrier as usize) {
-                    Some(Some(fs)) => Some(fs),
-                    Some(None) => self
-                        .carriers
-                        .get(y.carrier as usize)
-                        .and_then(|c| self.instances.get(c.owner as usize)?.free.as_ref()),
-                    None => None,
-                };
-                if let Some(fs) = set {
-                    fs.prefetch(y.size);
-                }
             }
         }
     }

@@ -130,14 +130,13 @@ pub(crate) fn prefetch<T>(x: &T) {
 /// them, not by arithmetic.
 const AHEAD: usize = 16;
 
-/// What `Lookahead` asks for of an event's block, in the order it asks: the block's record, its
-/// physical neighbours' records, then the free-set entries of its free neighbours' sizes (bf and
-/// cbf: the size table's slot that coalescing unlinks them from).
+/// What `Lookahead` asks for of an event's block, in the order it asks: the block's record,
+/// then its physical neighbours' records (read from the block's). Asking for the free
+/// neighbours' size-table slots as well, 2 events ahead, cost more than it hid (bf, aoffcbf).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ahead {
     Block,
     Neighbours,
-    Slots,
 }
 
 /// Allocator numbers 1..=12 (docs/erts/alloc_util.md §1).
@@ -459,9 +458,6 @@ impl Lookahead {
         }
         if n >= 3 * AHEAD / 4 {
             rp.prefetch_block(&self.ring[(n + AHEAD / 4) % AHEAD], Ahead::Neighbours);
-        }
-        if n >= 7 * AHEAD / 8 {
-            rp.prefetch_block(&self.ring[(n + AHEAD / 8) % AHEAD], Ahead::Slots);
         }
         let slot = &mut self.ring[n % AHEAD];
         if n >= AHEAD {
