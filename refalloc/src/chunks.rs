@@ -270,4 +270,48 @@ mod tests {
             assert_eq!(m.maxes[i], c.max());
         }
     }
+
+    /// The aoff family's carrier index was a `MaxTree` (treap) before it was a `ChunkMap`: on
+    /// random streams of carrier keys ((primary << 32) | carrier) both give the same first fit.
+    #[test]
+    fn carrier_first_fit_answers_as_the_treap_did() {
+        use crate::tree::MaxTree;
+        let mut m: ChunkMap<u128> = ChunkMap::default();
+        let mut t = MaxTree::new();
+        let mut live: BTreeMap<u128, u64> = BTreeMap::new();
+        let mut s = 77u64;
+        for step in 0..60_000u64 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // Up to ~300 carriers, as in a large node; more churn in the second half.
+            let c = s % if step < 30_000 { 40 } else { 300 };
+            let key = (((s >> 12) % 1_000_000) as u128) << 32 | c as u128;
+            let largest = (s >> 24) % 9_000_000 / 8 * 8;
+            let present = live
+                .keys()
+                .find(|k| (**k & 0xffff_ffff) as u64 == c)
+                .copied();
+            match (present, (s >> 50) % 4) {
+                (None, _) => {
+                    m.insert(key, largest);
+                    t.insert(key, largest);
+                    live.insert(key, largest);
+                }
+                (Some(k), 0) => {
+                    assert_eq!(m.remove(k).is_some(), t.remove(k));
+                    live.remove(&k);
+                }
+                (Some(k), _) => {
+                    m.update(k, largest);
+                    t.update(k, largest);
+                    live.insert(k, largest);
+                }
+            }
+            let q = (s >> 33) % 9_000_000;
+            assert_eq!(m.first_at_least(q), t.first_at_least(q), "step {step}");
+            assert_eq!(m.max(), t.max(), "step {step}");
+            assert_eq!(m.len(), t.len());
+        }
+    }
 }

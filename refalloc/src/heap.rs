@@ -2,11 +2,12 @@
 //! carrier pool between its instances (docs/erts/alloc_util.md §3, §4, §5).
 
 use crate::addr::AddrSpace;
+use crate::chunks::ChunkMap;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
 use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
+use crate::replay::Ahead;
 use crate::stats::InstStats;
-use crate::tree::MaxTree;
 
 /// SBC header (§3.2).
 pub const SBC_HEADER: u64 = 32;
@@ -153,8 +154,10 @@ pub struct Instance {
     pub cfg: InstanceConfig,
     pub stats: InstStats,
     free: Option<FreeSet>,
-    /// aoff family: carriers by address or (birth, address), valued by largest free block.
-    ctree: MaxTree,
+    /// aoff family: carriers by address or (birth, address), valued by largest free block: the
+    /// first fit over carriers (§4.3). A flat `ChunkMap` (an instance has a few to a few hundred
+    /// carriers: a scan of contiguous maxima) answers as the treap did, with no pointer chase.
+    ctree: ChunkMap<u128>,
     disable_abandon: u64,
     pooled_own: u64,
 }
@@ -194,7 +197,7 @@ impl Heap {
                 free: FreeSet::for_instance(&cfg),
                 cfg,
                 stats: InstStats::default(),
-                ctree: MaxTree::new(),
+                ctree: ChunkMap::default(),
                 disable_abandon: 0,
                 pooled_own: 0,
             });
@@ -1026,11 +1029,11 @@ impl Heap {
     /// Ask for block `b`'s record, or (`neighbours`) those of the blocks beside it (a hint:
     /// replay.rs AHEAD).
     #[inline(always)]
-    pub(crate) fn prefetch_block(&self, b: u32, neighbours: bool) {
+    pub(crate) fn prefetch_block(&self, b: u32, what: Ahead) {
         let Some(x) = self.blocks.get(b as usize) else {
             return;
         };
-        if !neighbours {
+        if what == Ahead::Block {
             crate::replay::prefetch(x);
             return;
         }

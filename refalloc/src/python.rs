@@ -182,8 +182,7 @@ pub fn replay(
             return Ok(out.into_py(py));
         }
     } else {
-        let mut reader =
-            TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
+        let mut reader = TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
         py.allow_threads(|| rp.run_reader(&mut reader))
             .map_err(|e| PyValueError::new_err(e.0))?;
     }

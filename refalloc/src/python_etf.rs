@@ -70,7 +70,9 @@ fn printable(b: u8) -> bool {
 
 impl<'py, 'a> Dec<'py, 'a> {
     fn take(&self, pos: usize, k: usize) -> R<&'a [u8]> {
-        self.data.get(pos..pos.checked_add(k).ok_or(Stop::Python)?).ok_or(Stop::Python)
+        self.data
+            .get(pos..pos.checked_add(k).ok_or(Stop::Python)?)
+            .ok_or(Stop::Python)
     }
 
     fn u8(&self, pos: usize) -> R<u8> {
@@ -103,7 +105,9 @@ impl<'py, 'a> Dec<'py, 'a> {
             return Ok((a.clone_ref(self.py), start + len));
         }
         let text: String = if tag == 118 || tag == 119 {
-            std::str::from_utf8(raw).map_err(|_| Stop::Python)?.to_owned()
+            std::str::from_utf8(raw)
+                .map_err(|_| Stop::Python)?
+                .to_owned()
         } else {
             raw.iter().map(|&b| b as char).collect()
         };
@@ -129,7 +133,13 @@ impl<'py, 'a> Dec<'py, 'a> {
     /// A tuple or a list of `count` terms from `pos`, filled in place (no intermediate Vec:
     /// allocator data is about 40,000 of them). A container dropped half-filled on a decline
     /// is freed safely: CPython's tuple and list deallocators skip the NULL slots.
-    fn seq(&mut self, mut pos: usize, count: usize, depth: usize, tuple: bool) -> R<(PyObject, usize)> {
+    fn seq(
+        &mut self,
+        mut pos: usize,
+        count: usize,
+        depth: usize,
+        tuple: bool,
+    ) -> R<(PyObject, usize)> {
         // every element takes at least one byte: a huge count in a short input is declined
         // before anything is allocated
         if count > self.data.len().saturating_sub(pos) {
@@ -176,7 +186,10 @@ impl<'py, 'a> Dec<'py, 'a> {
             98 => {
                 let b = self.take(pos, 4)?;
                 self.charge(cost::INT)?;
-                (i32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_py(py), pos + 4)
+                (
+                    i32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_py(py),
+                    pos + 4,
+                )
             }
             119 | 115 => {
                 let k = self.u8(pos)? as usize;
@@ -295,7 +308,10 @@ impl<'py, 'a> Dec<'py, 'a> {
                 let (id, serial) = (self.u32(p)?, self.u32(p + 4)?);
                 self.charge(cost::OPAQUE)?;
                 let text = format!("<0.{id}.{serial}>");
-                (self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(), p + size)
+                (
+                    self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(),
+                    p + size,
+                )
             }
             90 | 114 => {
                 // NEWER_REFERENCE_EXT / NEW_REFERENCE_EXT: u16 words, node, creation, words
@@ -315,7 +331,10 @@ impl<'py, 'a> Dec<'py, 'a> {
                     text.push_str(&format!(".{}", self.u32(p + cr + 4 * i)?));
                 }
                 text.push('>');
-                (self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(), p + cr + 4 * k)
+                (
+                    self.opaque.call1((text,)).map_err(Self::py_err)?.unbind(),
+                    p + cr + 4 * k,
+                )
             }
             _ => return Err(Stop::Python),
         })
@@ -340,8 +359,15 @@ pub fn etf_decode(
     budget: usize,
 ) -> PyResult<(PyObject, usize)> {
     let run = std::panic::AssertUnwindSafe(|| {
-        let mut d =
-            Dec { py, data, atom, opaque, shared: atoms, left: budget, atoms: HashMap::new() };
+        let mut d = Dec {
+            py,
+            data,
+            atom,
+            opaque,
+            shared: atoms,
+            left: budget,
+            atoms: HashMap::new(),
+        };
         d.term(pos, 0)
     });
     match std::panic::catch_unwind(run) {
@@ -362,7 +388,11 @@ pub fn etf_decode(
 /// Python format_term itself, once per distinct atom or string. The recursion is bounded by
 /// etf.py's MAX_DEPTH, as the terms come from the decoder; deeper input is refused.
 #[pyfunction]
-pub fn term_text(py: Python<'_>, term: &Bound<'_, PyAny>, fmt: &Bound<'_, PyAny>) -> PyResult<String> {
+pub fn term_text(
+    py: Python<'_>,
+    term: &Bound<'_, PyAny>,
+    fmt: &Bound<'_, PyAny>,
+) -> PyResult<String> {
     // as etf_decode: a panic (an allocation CPython refused) is an error, never an abort
     let run = std::panic::AssertUnwindSafe(|| {
         let mut out = String::with_capacity(1 << 16);

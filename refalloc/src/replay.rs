@@ -130,6 +130,15 @@ pub(crate) fn prefetch<T>(x: &T) {
 /// them, not by arithmetic.
 const AHEAD: usize = 16;
 
+/// What `Lookahead` asks for of an event's block, in the order it asks: the block's record,
+/// then its physical neighbours' records (read from the block's). Asking for the free
+/// neighbours' size-table slots as well, 2 events ahead, cost more than it hid (bf, aoffcbf).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    Block,
+    Neighbours,
+}
+
 /// Allocator numbers 1..=12 (docs/erts/alloc_util.md §1).
 pub const MAX_ALLOC_NO: usize = 12;
 /// Larger than any allocation a 64-bit machine can satisfy (x86_64 gives a process 128 TiB of
@@ -306,13 +315,13 @@ impl Replay {
     /// Ask for the model block a free or realloc will touch, or (`neighbours`) the blocks
     /// beside it (a hint, see AHEAD).
     #[inline(always)]
-    fn prefetch_block(&self, ev: &Event, neighbours: bool) {
+    fn prefetch_block(&self, ev: &Event, what: Ahead) {
         if ev.op == Op::Alloc {
             return;
         }
         if let Some((a, b)) = self.live.get(ev.id) {
             if let Some(Some(h)) = self.heaps.get(a as usize) {
-                h.prefetch_block(b, neighbours);
+                h.prefetch_block(b, what);
             }
         }
     }
@@ -443,11 +452,12 @@ impl Lookahead {
         let n = self.n;
         self.last = ev.t_ns;
         rp.live.prefetch(ev.id);
+        // ring[(n + k) % AHEAD] holds the event read AHEAD - k pushes ago, applied k pushes on.
         if n >= AHEAD / 2 {
-            rp.prefetch_block(&self.ring[(n + AHEAD / 2) % AHEAD], false);
+            rp.prefetch_block(&self.ring[(n + AHEAD / 2) % AHEAD], Ahead::Block);
         }
-        if n >= AHEAD / 4 {
-            rp.prefetch_block(&self.ring[(n + 3 * AHEAD / 4) % AHEAD], true);
+        if n >= 3 * AHEAD / 4 {
+            rp.prefetch_block(&self.ring[(n + AHEAD / 4) % AHEAD], Ahead::Neighbours);
         }
         let slot = &mut self.ring[n % AHEAD];
         if n >= AHEAD {

@@ -86,6 +86,8 @@ def main() -> int:
                 f"peak RSS {rss // 1024} MiB ({events} events) vs {rss_small // 1024} MiB "
                 f"({events // 10} events)"
             )
+        below = [s for s in strategies if cpu["glibc"] / cpu[s] < 1.5]
+        print(f"below 1.5x glibc (CPU): {', '.join(below) or 'none'}")
     return 0
 
 
