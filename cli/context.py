@@ -4,15 +4,16 @@ them from here, not from module globals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 if TYPE_CHECKING:
     from beamalloc.collector.access import Access
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
+    """A NamedTuple, not a dataclass: importing dataclasses would cost `beamalloc --version` a
+    third of its start (tests/bench/bench_startup.py)."""
+
     stdout: TextIO
     stderr: TextIO
     #: -q: no progress, notes or "wrote FILE" lines (beamalloc/console.py prints those)
