@@ -107,11 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         access = None
         if hasattr(args, "proto_dist"):  # a command that may connect: how (docs/access.md)
-            from beamalloc.collector import access as access_mod
+            from beamalloc.collector.access import from_args
 
-            access = access_mod.from_args(args)
-            # the watch loop and eBPF's node read it there; the rest get ctx.access
-            access_mod.configure(access)
+            access = from_args(args)
         ctx = Context(stdout=sys.stdout, stderr=sys.stderr, quiet=args.quiet, access=access)
         run = args.run
         return run(args, ctx)

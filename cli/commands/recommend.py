@@ -140,7 +140,8 @@ def _record_trace(args: argparse.Namespace, ctx: Context, path: Path) -> Path | 
     note(f"tracing {args.source}'s allocations for {args.trace_for:g} s with eBPF "
          "(docs/ebpf.md) to replay them from its carriers")
     opts = Options(node=args.source, duration=args.trace_for, output=str(path), quiet=True,
-                   libc=False, cookie_file=args.cookie_file, timeout=args.timeout)
+                   libc=False, cookie_file=args.cookie_file, timeout=args.timeout,
+                   access=ctx.access)
     try:
         run(opts)
     except (EbpfUnavailable, OSError) as e:

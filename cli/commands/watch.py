@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
                 retain_days=args.retain, cluster=args.cluster,
                 carriers_every=args.carriers_every, max_carriers=args.max_carriers,
-                quiet=args.quiet, status_every=args.status_every)
+                quiet=args.quiet, status_every=args.status_every, access=ctx.access)
     if args.prometheus:
         from beamalloc.timeseries.prometheus import serve
 
