@@ -1,5 +1,5 @@
 """`beamalloc trace`: attach, follow, detach, then write the trace or return the summary
-(cli/main.py prints it: JSON, or reporters/trace.py's tables).
+(cli/commands/trace.py prints it: JSON, or reporters/trace.py's tables).
 
 Modes (docs/ebpf.md): ``carrier`` (syscall tracepoints, mseg/sys_alloc and libc probes: cheap
 enough for production), ``block`` (every alloc_util call; summary aggregated in the kernel, or a
