@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from beamalloc.cli.context import Context
+from beamalloc.errors import InputError
 
 
 def add_parser(sub: Any) -> None:
@@ -19,12 +20,15 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    import contextlib
-    import io
+    """The line on stdout, alone (so that it can be piped or copied whole); where to paste it
+    on stderr, unless --quiet."""
+    from beamalloc.collector.snippet import elixir_expression, erlang_expression, how_to_paste
 
-    from beamalloc.collector.snippet import cli
-
+    path = args.output
+    if path and ("'" in path or "\n" in path):
+        raise InputError("snippet -o: the path must hold no single quote or newline (the "
+                         "line is pasted inside '...')")
+    print(elixir_expression(path) if args.elixir else erlang_expression(path), file=ctx.stdout)
     if not ctx.quiet:
-        return cli(args)
-    with contextlib.redirect_stderr(io.StringIO()):  # --quiet: the line alone, not where it goes
-        return cli(args)
+        print(f"beamalloc: {how_to_paste(args.elixir)}", file=ctx.stderr)
+    return 0
