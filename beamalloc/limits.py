@@ -1,6 +1,6 @@
 """Bounds, defaults and choices the command line states, homed in the core so that building
-the `beamalloc` parser imports no stage (startup: cli/main.py imports each command's modules
-inside its `cmd_*`). The stages that apply them import them from here."""
+the `beamalloc` parser imports no stage (startup: each cli/commands/NAME.py imports its stages
+inside its `run`). The stages that apply them import them from here."""
 
 from __future__ import annotations
 

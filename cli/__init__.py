@@ -1,5 +1,6 @@
-"""The app layer: the `beamalloc` command (cli/main.py builds the parser and runs a command) and
-the demo. Nothing below this package imports it (docs/architecture.md)."""
+"""The app layer: the `beamalloc` command (cli/main.py: the top parser, dispatch and the error
+boundary; cli/commands/: one module per subcommand) and the demo. Nothing below this package
+imports it (docs/architecture.md)."""
 
 from beamalloc.cli.main import build_parser, main
 

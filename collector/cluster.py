@@ -189,8 +189,9 @@ def snapshot_nodes(nodes: list[str], cookie: str, timeout: float = 10.0,
 
 
 def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
-                     max_carriers: int = live.MAX_CARRIERS) -> dict[str, Snapshot | NodeError]:
+                     max_carriers: int = live.MAX_CARRIERS,
+                     access: Access | None = None) -> dict[str, Snapshot | NodeError]:
     """Find the nodes `node` is connected to and snapshot them all (one hidden node)."""
-    with Session(cookie, _long_names([node])) as s:
+    with Session(cookie, _long_names([node]), access) as s:
         members = s.cluster_nodes(node, timeout)
         return snapshot_nodes(members, cookie, timeout, s, max_carriers)

@@ -133,7 +133,7 @@ def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
     if not live.direct(access):
         from beamalloc.collector import cluster
 
-        return cluster.snapshot_cluster(node, cookie, timeout, max_carriers)
+        return cluster.snapshot_cluster(node, cookie, timeout, max_carriers, access)
     live.split_node(node)
     with DirectSession(cookie, access_mod.is_long_host(live.split_node(node)[1]), access) as s:
         members = s.cluster_nodes(node, timeout)

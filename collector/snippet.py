@@ -108,21 +108,6 @@ def how_to_paste(elixir: bool) -> str:
             "here and give its path to any beamalloc command as SOURCE")
 
 
-def cli(args: Any) -> int:
-    """`beamalloc snippet [--elixir] [-o PATH]`: the line on stdout (alone, so that it can be
-    piped or copied whole), where to paste it on stderr."""
-    import sys
-
-    path = getattr(args, "output", None)
-    if path and ("'" in path or "\n" in path):
-        raise InputError("snippet -o: the path must hold no single quote or newline (the "
-                         "line is pasted inside '...')")
-    elixir = bool(getattr(args, "elixir", False))
-    print(elixir_expression(path) if elixir else erlang_expression(path))
-    print(f"beamalloc: {how_to_paste(elixir)}", file=sys.stderr)
-    return 0
-
-
 # ---- the reader ---------------------------------------------------------------------------
 
 def is_snippet(head: bytes) -> bool:

@@ -1,5 +1,5 @@
 """`beamalloc trace`: attach, follow, detach, then write the trace or return the summary
-(cli/main.py prints it: JSON, or reporters/trace.py's tables).
+(cli/commands/trace.py prints it: JSON, or reporters/trace.py's tables).
 
 Modes (docs/ebpf.md): ``carrier`` (syscall tracepoints, mseg/sys_alloc and libc probes: cheap
 enough for production), ``block`` (every alloc_util call; summary aggregated in the kernel, or a
@@ -20,11 +20,14 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.ebpf import beam, kernel
 from beamalloc.ebpf.errors import EbpfUnavailable
 from beamalloc.errors import InputError
+
+if TYPE_CHECKING:
+    from beamalloc.collector.access import Access
 from beamalloc.trace import TraceHeader
 
 #: --max-overhead: floor of the calibrated cost of a probe hit, and of the probes-in fraction.
@@ -51,6 +54,8 @@ class Options:
     cookie_file: str | None = None
     timeout: float = 10.0
     quiet: bool = False
+    #: How the hidden node reaches --node (docs/access.md; None: access.current()).
+    access: Access | None = None
 
 
 class _Stop:
@@ -80,7 +85,7 @@ def _target(opts: Options) -> tuple[int, Any]:
         from beamalloc.collector import cookie, live
 
         snap = live.snapshot_node(opts.node, cookie.resolve_cookie(opts.cookie_file),
-                                  timeout=opts.timeout)
+                                  timeout=opts.timeout, access=opts.access)
         if snap.os_pid is None or not _alive(snap.os_pid):
             raise InputError(f"{opts.node} is not running on this host (its pid "
                              f"{snap.os_pid} is not here): trace runs where the node runs")

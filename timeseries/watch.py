@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.live import NodeError
@@ -38,6 +38,9 @@ from beamalloc.limits import CARRIERS_EVERY, MAX_CARRIERS
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import BATCH_SECONDS, Store
 from beamalloc.units import human
+
+if TYPE_CHECKING:
+    from beamalloc.collector.access import Access
 
 #: Seconds between looks for new cluster members.
 DISCOVER_EVERY = 30.0
@@ -85,6 +88,8 @@ class Watcher:
     quiet: bool = False
     #: Seconds between status lines in a log (None: STATUS_EVERY or the interval, the longer).
     status_every: float | None = None
+    #: How the hidden node reaches the nodes (docs/access.md; None: access.current()).
+    access: Access | None = None
 
     def __post_init__(self) -> None:
         self.status: dict[str, NodeStatus] = {}
@@ -114,7 +119,7 @@ class Watcher:
                     self._session.close()
                 # Plain TCP distribution: our own client over kept connections, no hidden node
                 # (collector/session.py); TLS: the hidden node's session.
-                self._session = open_session(self.cookie, self._long)
+                self._session = open_session(self.cookie, self._long, self.access)
                 self._session.start()
             return self._session
 

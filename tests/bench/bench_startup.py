@@ -2,9 +2,9 @@
 2x), and each subcommand's import cost.
 
 In one run, alternating with the floor, RUNS times each: `beamalloc --version`, `beamalloc
---help`, and for each `cmd_*` of cli/main.py a Python that imports cli/main.py and then the
-modules that command imports in its body (read from the source with ast, so a new import shows
-up here). CPU time (user + system) of each child, from the kernel's accounting; the median
+--help`, and for each command of cli/commands/ a Python that imports cli/main.py and then the
+modules its `run` imports in its body (read from the source with ast, so a new import shows up
+here). CPU time (user + system) of each child, from the kernel's accounting; the median
 counts. Prints each median against the floor's.
 
 The venv's bytecode is what `make setup` compiles (the environment may forbid writing it at
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-MAIN = ROOT / "cli" / "main.py"
+COMMANDS = ROOT / "cli" / "commands"
 
 
 def cpu(cmd: list[str]) -> float:
@@ -38,14 +38,15 @@ def cpu(cmd: list[str]) -> float:
 
 
 def command_imports() -> dict[str, list[str]]:
-    """NAME -> the beamalloc modules the body of cmd_NAME imports (helpers it calls are left
-    out: their imports come on top, where the command takes that path)."""
+    """NAME -> the beamalloc modules the body of cli/commands/NAME.py's `run` imports (helpers
+    it calls are left out: their imports come on top, where the command takes that path)."""
     out: dict[str, list[str]] = {}
-    for fn in ast.parse(MAIN.read_text()).body:
-        if isinstance(fn, ast.FunctionDef) and fn.name.startswith("cmd_"):
-            mods = sorted({n.module for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
-                           and n.module and n.module.startswith("beamalloc")})  # fmt: skip
-            out[fn.name.removeprefix("cmd_")] = mods
+    for path in sorted(COMMANDS.glob("*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "run":
+                mods = sorted({n.module for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
+                               and n.module and n.module.startswith("beamalloc")})  # fmt: skip
+                out[path.stem] = mods
     return out
 
 
@@ -53,7 +54,7 @@ def stale_bytecode() -> list[str]:
     import importlib.util
 
     out = []
-    for folder in ("beamalloc", "cli", "collector", "analyzer", "reporters"):
+    for folder in ("beamalloc", "cli", "cli/commands", "collector", "analyzer", "reporters"):
         for src in (ROOT / folder).glob("*.py"):
             pyc = Path(importlib.util.cache_from_source(str(src)))
             if not pyc.exists() or pyc.stat().st_mtime < src.stat().st_mtime:

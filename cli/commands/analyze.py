@@ -1,0 +1,54 @@
+"""`beamalloc analyze`: usage, fragmentation and carriers, with the verdict's line first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from beamalloc.cli.context import Context
+from beamalloc.cli.inputs import ets_tables, holders, load
+from beamalloc.cli.options import DETAILS_HELP, SOURCE_HELP, node_options, process_options
+from beamalloc.console import Progress, short, wide_console
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("analyze", help="usage, fragmentation and carriers, recon-exact and more")
+    p.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
+    p.add_argument(
+        "--json", action="store_true", help="print the analysis as JSON (docs/analysis-schema.md)"
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="instances to list with --details (default 20)",
+    )
+    p.add_argument("--details", action="store_true", help=DETAILS_HELP)
+    node_options(p)
+    process_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from beamalloc.analyzer.analysis import analyze
+
+    with Progress(f"analyzing {short(args.source)}") as p:
+        p.step("reading the allocators")
+        snap = load(args.source, args, ctx)
+        p.step("reading the processes and ETS tables")
+        ets_tables(args.source, args, ctx, snap)
+        result = analyze(snap, processes=holders(args.source, args, ctx, snap))
+    if args.json:
+        ctx.write(None, json.dumps(result, indent=1))
+        return 0
+
+    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.reporters.analyze import render
+
+    with Progress(f"analyzing {short(args.source)}") as p:  # its verdict's line comes first
+        p.step("judging it")
+        v = recommend(snap, processes=result["processes"])["verdict"]
+    render(result, wide_console(), top=args.top, verdict=v, details=args.details)
+    return 0

@@ -1,0 +1,38 @@
+"""`beamalloc report`: a self-contained HTML report of one or more sources."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from beamalloc.cli.context import Context
+from beamalloc.cli.inputs import ets_tables, holders, load
+from beamalloc.cli.options import SOURCE_HELP, node_options, process_options
+from beamalloc.console import Progress, note, short
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("report", help="write a self-contained HTML report")
+    p.add_argument("sources", metavar="SOURCE", nargs="+", help=SOURCE_HELP)
+    p.add_argument("-o", "--output", metavar="FILE", default="report.html",
+                   help="the HTML file to write (default report.html)")
+    node_options(p)
+    process_options(p, probe=False)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from beamalloc.analyzer.analysis import analyze
+    from beamalloc.reporters.html import write_report
+
+    with Progress("writing the report") as p:
+        snaps, analyses = [], []
+        for n, source in enumerate(args.sources, 1):
+            p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
+            snaps.append(load(source, args, ctx))
+            ets_tables(source, args, ctx, snaps[-1])
+            analyses.append(analyze(snaps[-1], processes=holders(source, args, ctx, snaps[-1])))
+        p.step(f"rendering {args.output}")
+        write_report(analyses, args.output, snapshots=snaps)
+    note(f"wrote {args.output}")
+    return 0

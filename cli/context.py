@@ -1,0 +1,36 @@
+"""The settings of one `beamalloc` run, built once in main() and passed to the command (as
+httpie's Environment): where output goes and how the command reaches a node. Commands read
+them from here, not from module globals."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from beamalloc.collector.access import Access
+
+
+class Context:
+    """Immutable by convention; a plain class, since a dataclass or NamedTuple would cost
+    `beamalloc --version` several percent of its start (tests/bench/bench_startup.py)."""
+
+    __slots__ = ("access", "quiet", "stderr", "stdout")
+
+    def __init__(self, stdout: TextIO, stderr: TextIO, *, quiet: bool = False,
+                 access: Access | None = None) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        #: -q: no progress, notes or "wrote FILE" lines (beamalloc/console.py prints those)
+        self.quiet = quiet
+        #: how a hidden node reaches the node (docs/access.md): the command line's options over
+        #: the environment's; None for a command that never connects
+        self.access = access
+
+    def write(self, path: str | None, text: str) -> None:
+        """`text` to stdout (None or '-'), with its final newline, or atomically into `path`."""
+        if path in (None, "-"):
+            self.stdout.write(text if text.endswith("\n") else text + "\n")
+            return
+        from beamalloc.files import atomic_write_text
+
+        atomic_write_text(path, text)
