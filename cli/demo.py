@@ -185,12 +185,14 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
     snap_path = Path(report_path).with_name("demo-snapshot.json")
     atomic_write_text(snap_path, snap.to_json())
     result = analyze(snap)
-    render(result, out, top=12)
-    out.print()
     rec = verdict(snap, turnover=turn)
     v = rec.verdict
-    for line in wording.lines(v):
-        out.print(line, markup=False)
+    # the verdict's line first, as `analyze` and `recommend` print it (reporters/analyze.py)
+    render(result, out, top=12, verdict={
+        "state": v.state, "headline": wording.headline(v),
+        "headline_parts": wording.headline_parts(v), "why": wording.why(v),
+        "holders": list(v.holders)})
+    out.print()
     if rec.emulator_flags:
         out.print(f"Paste: {rec.emulator_flags}", markup=False, soft_wrap=True)
     out.print(f"Details, with the evidence and cost of each flag: beamalloc recommend "
