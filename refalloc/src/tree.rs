@@ -1,8 +1,9 @@
 //! An arena treap ordered by a u128 key, augmented with the subtree maximum of a u64 value.
 //!
 //! It answers "first key (in order) whose value is >= x" in O(log n): the address space's gaps
-//! by address with their length (addr.rs). The aoff family's carrier trees (§4.3 of
-//! docs/erts/alloc_util.md) gave the same answers from it; they are `chunks::ChunkMap`s now.
+//! by address with their length (addr.rs). The aoff family's carrier trees
+//! (docs/erts/alloc_util.md §4.3) gave the same answers from it; they are `chunks::ChunkMap`s
+//! now.
 
 const NIL: u32 = u32::MAX;
 
