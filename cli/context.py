@@ -22,8 +22,8 @@ class Context:
         self.stderr = stderr
         #: -q: no progress, notes or "wrote FILE" lines (beamalloc/console.py prints those)
         self.quiet = quiet
-        #: how a hidden node reaches the node (docs/access.md): the command line's options over
-        #: the environment's; None for a command that never connects
+        #: how we reach the node (docs/access.md: our own client, a hidden node over TLS): the
+        #: command line's options over the environment's; None for a command that never connects
         self.access = access
 
     def write(self, path: str | None, text: str) -> None:
