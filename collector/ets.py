@@ -43,8 +43,8 @@ def scan_ets(node: str, cookie: str, timeout: float = 10.0, max_tables: int = MA
     """`node`'s ETS tables as Snapshot.extra["ets"]; NodeError (exit 3) within `timeout`."""
     access = access or access_mod.current()
     if live.direct(access):
-        p = processes.with_connection(node, cookie, timeout, access, lambda conn, deadline:
-                                      scan_direct(conn, max_tables, top, deadline))
+        p = live.with_connection(node, cookie, timeout, access, lambda conn, deadline:
+                                scan_direct(conn, max_tables, top, deadline))
     else:
         p = processes._run(node, cookie, timeout, [str(max_tables), str(top)], access,
                            module="beamalloc_ets")

@@ -43,6 +43,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -745,6 +746,12 @@ def _atags_on(info: list[Any]) -> bool:
 last_timings: dict[str, float] = {}
 
 
+def _connect(node: str, cookie: str, access: Access, deadline: float) -> dist.Connection:
+    """A fresh connection to `node` under a pooled name of ours, long or short as its host is."""
+    return dist.Connection(node, cookie, access, deadline, NAME_POOL,
+                           access_mod.is_long_host(split_node(node)[1]))
+
+
 def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
                 access: Access) -> tuple[Any, float]:
     """The agent's reply, obtained by collector/dist.py instead of a hidden node."""
@@ -753,8 +760,7 @@ def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
     conn = None
     try:
         try:
-            conn = dist.Connection(node, cookie, access, deadline, NAME_POOL,
-                                   access_mod.is_long_host(split_node(node)[1]))
+            conn = _connect(node, cookie, access, deadline)
             connected = _us()
             reply = collect_direct(conn, node, max(0, max_carriers), deadline, main_us,
                                    connected)
@@ -765,6 +771,30 @@ def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
         if conn is not None:
             conn.close()
     return reply, time.time()
+
+
+def with_connection(node: str, cookie: str, timeout: float, access: Access,
+                    work: Callable[[dist.Connection, float], Any]) -> Any:
+    """`work(conn, deadline)` on a fresh connection to `node`, closed on every way out; a
+    failure is the one-line NodeError (exit 3) the hidden node's would be: the process scan,
+    the ETS scan and the GC probe over our own client (collector/processes.py, ets.py)."""
+    split_node(node)
+    check_cookie(cookie, "the cookie")
+    deadline = time.monotonic() + timeout
+    conn = None
+    try:
+        conn = _connect(node, cookie, access, deadline)
+        return work(conn, deadline)
+    except dist.DistError as e:
+        if e.kind == "timeout" and e.detail != "connecting":
+            raise NodeError(f"timed out after {timeout:g} s reading the processes of "
+                            f"{node}") from None
+        if e.kind == "nodedown":
+            raise NodeError(f"node {node} went down while its processes were read") from None
+        raise _error(node, e.kind, e.detail, timeout, cookie, access) from None
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 # ---- the snapshot ------------------------------------------------------------------------

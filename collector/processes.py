@@ -27,7 +27,6 @@ import random
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -298,8 +297,8 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
         raise ValueError("max_processes, budget_ms and top must be positive")
     access = access or access_mod.current()
     if live.direct(access):
-        p = with_connection(node, cookie, timeout, access, lambda conn, deadline: scan_direct(
-            conn, max_processes, budget_ms, top, deadline))
+        p = live.with_connection(node, cookie, timeout, access, lambda conn, deadline:
+                                 scan_direct(conn, max_processes, budget_ms, top, deadline))
     else:
         p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
                  access)
@@ -329,30 +328,6 @@ _GC_INFO = ("heap_size", "recent_size", "old_heap_size", "stack_size", "heap_blo
 #: past it, a binary first seen is counted without its address, and the note says the total may
 #: count a shared one twice. A node with 300,000 processes holding a few binaries each has ~1M.
 MAX_BINARY_ADDRESSES = 4_000_000
-
-
-def with_connection(node: str, cookie: str, timeout: float, access: Access,
-                    work: Callable[[dist.Connection, float], Any]) -> Any:
-    """`work(conn, deadline)` on a fresh connection to `node`, closed on every way out; a
-    failure is live's one-line NodeError (exit 3), as from the hidden node."""
-    live.split_node(node)
-    check_cookie(cookie, "the cookie")
-    deadline = time.monotonic() + timeout
-    conn = None
-    try:
-        conn = dist.Connection(node, cookie, access, deadline, live.NAME_POOL,
-                               access_mod.is_long_host(live.split_node(node)[1]))
-        return work(conn, deadline)
-    except dist.DistError as e:
-        if e.kind == "timeout" and e.detail != "connecting":
-            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of "
-                                 f"{node}") from None
-        if e.kind == "nodedown":
-            raise live.NodeError(f"node {node} went down while its processes were read") from None
-        raise live._error(node, e.kind, e.detail, timeout, cookie, access) from None
-    finally:
-        if conn is not None:
-            conn.close()
 
 
 def _bad(what: str) -> dist.DistError:
@@ -735,7 +710,7 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
         return []
     access = access or access_mod.current()
     if live.direct(access):
-        p = with_connection(node, cookie, timeout, access,
+        p = live.with_connection(node, cookie, timeout, access,
                             lambda conn, deadline: probe_direct(conn, pids, deadline))
     else:
         p = _run(node, cookie, timeout, ["probe", *pids], access)
