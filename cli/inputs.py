@@ -73,12 +73,11 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
     if live:
         from beamalloc.collector import cookie, processes
 
-        secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
-        table = table or processes.scan_node(source, secret, timeout=args.timeout,
-                                             max_processes=args.max_processes,
-                                             access=ctx.access)
+        table = table or process_table(source, args, ctx)
+        assert table is not None  # a live node, and --no-processes returned above
         probe = None
         if probe_n:
+            secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
             pids = probe_candidates(table, probe_n, earlier)
             say(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
                 f"processes of {source} one at a time, measured before and after: this "
