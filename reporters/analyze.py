@@ -51,13 +51,6 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def death_lines(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
-    """The cause of death and what was read, the first lines of every output (issue 24): the
-    first of them stands alone in `width` characters (analyzer/wording.py's `death_line`); the
-    pages call this too."""
-    return [*cause_of_death(a, width), *read_lines(a)]
-
-
 def cause_of_death(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
     """A dump's cause of death in a line of `width` characters at most, and its why."""
     if not a.get("death"):
