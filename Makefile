@@ -23,11 +23,14 @@ setup: debs $(STAMP) ebpf-prep otp-runtimes otp-sym bytecode
 # every release (tests/otp.py starts nodes in them). Kept outside the clone and independent of
 # XDG_CACHE_HOME, so a fresh clone reuses them; built in DIR.tmp and renamed, so a stamp means a
 # whole runtime; nothing is done the second time. Skipped without root (debootstrap, chroot).
+# Two setups at once (two clones on one machine) take turns on OTP_CACHE/.lock: the second would
+# otherwise remove the first one's half-made DIR.tmp or build directory and start again.
 OTP_CACHE ?= /var/cache/beamalloc
 OTP_SUITES := otp27=trixie otp29=forky
 OTP_DEBS := erlang-base,erlang-tools,erlang-runtime-tools
 otp-runtimes: debs
 	@[ "$$(id -u)" = 0 ] || { echo "not root: OTP 27/29 runtimes not provisioned (live tests run on OTP 25 only)"; exit 0; }; \
+	mkdir -p $(OTP_CACHE) && exec 9>$(OTP_CACHE)/.lock && flock 9; \
 	for rs in $(OTP_SUITES); do \
 	  rel=$${rs%%=*}; suite=$${rs#*=}; dir=$(OTP_CACHE)/$$rel; \
 	  [ -e $$dir/.beamalloc-ready ] && continue; \
@@ -62,6 +65,7 @@ OTP_SYM_CONFIGURE := --prefix=/usr --without-ssl --without-javac --without-wx --
   --without-termcap --disable-sctp --without-systemd
 otp-sym: otp-runtimes
 	@[ "$$(id -u)" = 0 ] || exit 0; \
+	mkdir -p $(OTP_CACHE) && exec 9>$(OTP_CACHE)/.lock && flock 9; \
 	for rs in $(OTP_SYM); do \
 	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}sym; b=$$dir.build; \
 	  [ -e $$dir/.beamalloc-ready ] && continue; \
