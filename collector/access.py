@@ -15,9 +15,10 @@ gives their own nodes:
 - `dist_port`: the target runs without epmd (`-start_epmd false -erl_epmd_port P`): connect to
   port P directly, through collector/erlang/beamalloc_epmd.erl.
 
-The CLI sets these once per run (configure()); library callers may pass an Access to
-live.snapshot_node() or cluster.Session(). Without either, the BEAMALLOC_* environment variables
-below are read (and ERL_EPMD_PORT, which the hidden node inherits as any erl would).
+The CLI builds one Access per run (from_args(), kept in its Context) and passes it to every
+collector call; library callers may pass one to live.snapshot_node() or cluster.Session().
+Without one, the BEAMALLOC_* environment variables below are read (current(); and
+ERL_EPMD_PORT, which the hidden node inherits as any erl would).
 
 The TLS option file and the files it names are read here, by the user running beamalloc, and
 copied into the hidden node's private directory (prepare_tls()): run as root, the hidden node runs
@@ -121,17 +122,10 @@ def from_env(env: dict[str, str] | None = None) -> Access:
     )
 
 
-_configured: Access | None = None
-
-
-def configure(access: Access | None) -> None:
-    """Set the access every hidden node of this process uses (the CLI, once per run)."""
-    global _configured
-    _configured = access
-
-
 def current() -> Access:
-    return _configured if _configured is not None else from_env()
+    """The access of a caller that passed none: the environment's (no state of this module;
+    the CLI passes its Context's Access explicitly)."""
+    return from_env()
 
 
 def merge(base: Access, **given: object) -> Access:
