@@ -312,11 +312,13 @@ def _live_members(pgid: int) -> bool:
 
 
 def run_hidden(module: str, node: str, cookie: str, timeout: float, args: list[str],
-               access: Access | None = None) -> tuple[Any, float]:
+               access: Access | None = None,
+               timings: dict[str, float] | None = None) -> tuple[Any, float]:
     """Run one of our one-shot modules (beamalloc_agent, beamalloc_procs: `Module:main/1`
     with the target, a deadline and `args`) on a hidden node that reaches `node` as `access`
     says (default access.current()); return its reply term and the time it finished. The one
-    place the one-shot hidden node is started, fed its cookie and killed."""
+    place the one-shot hidden node is started, fed its cookie and killed. `timings`, when
+    given, gets the reply's decoding time and size (snapshot_node's)."""
     start = time.time()
     deadline = start + timeout
     run = [module, "main", node, str(int((deadline - AGENT_MARGIN) * 1000)), *args]
@@ -344,7 +346,8 @@ def run_hidden(module: str, node: str, cookie: str, timeout: float, args: list[s
             try:
                 t0 = time.perf_counter()
                 reply = etf.decode(base64.b64decode(line[len(MARK):], validate=True))
-                last_timings.update(decode_s=time.perf_counter() - t0, bytes=len(line))
+                if timings is not None:
+                    timings.update(decode_s=time.perf_counter() - t0, bytes=len(line))
                 return reply, done
             except (ValueError, etf.ETFError) as e:
                 raise NodeError(f"unreadable answer from the beamalloc agent: {e}") from None
@@ -741,11 +744,6 @@ def _atags_on(info: list[Any]) -> bool:
     return False
 
 
-#: Where the last snapshot_node() of this process spent its time, in seconds (and the bytes
-#: it received): read by tests/bench/bench_snapshot_s64.py, nothing else.
-last_timings: dict[str, float] = {}
-
-
 def _connect(node: str, cookie: str, access: Access, deadline: float) -> dist.Connection:
     """A fresh connection to `node` under a pooled name of ours, long or short as its host is."""
     return dist.Connection(node, cookie, access, deadline, NAME_POOL,
@@ -753,7 +751,7 @@ def _connect(node: str, cookie: str, access: Access, deadline: float) -> dist.Co
 
 
 def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
-                access: Access) -> tuple[Any, float]:
+                access: Access, timings: dict[str, float]) -> tuple[Any, float]:
     """The agent's reply, obtained by collector/dist.py instead of a hidden node."""
     main_us = _us()
     deadline = time.monotonic() + timeout
@@ -764,7 +762,7 @@ def _run_direct(node: str, cookie: str, timeout: float, max_carriers: int,
             connected = _us()
             reply = collect_direct(conn, node, max(0, max_carriers), deadline, main_us,
                                    connected)
-            last_timings.update(connect=(connected - main_us) / 1e6, **conn.stats)
+            timings.update(connect=(connected - main_us) / 1e6, **conn.stats)
         except dist.DistError as e:
             reply = (Atom("error"), Atom(e.kind), e.detail)
     finally:
@@ -971,27 +969,30 @@ def cluster_members(node: str, names: Any) -> list[str]:
 
 
 def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
-                  max_carriers: int = MAX_CARRIERS, access: Access | None = None) -> Snapshot:
+                  max_carriers: int = MAX_CARRIERS, access: Access | None = None,
+                  timings: dict[str, float] | None = None) -> Snapshot:
     """Snapshot `node`'s allocators; NodeError (one line, naming the cause) within `timeout`.
 
     With `max_carriers` > 0 (the default) the snapshot also reads up to that many carriers
     with OTP's instrument:carriers/1 (collector/instrument.py); 0 skips them. `access`: how to
-    reach it (TLS, IPv6, epmd port, epmd-less); default access.current().
+    reach it (TLS, IPv6, epmd port, epmd-less); default access.current(). `timings`, when
+    given, is filled with where the time went, in seconds (connect, decode_s, build,
+    carriers_s, the bytes received): tests/bench/bench_snapshot_s64.py reads it.
     """
     split_node(node)
     check_cookie(cookie, "the cookie")
     access = access or access_mod.current()
-    last_timings.clear()
+    timings = {} if timings is None else timings
     if direct(access):
-        reply, done = _run_direct(node, cookie, timeout, max_carriers, access)
+        reply, done = _run_direct(node, cookie, timeout, max_carriers, access, timings)
     else:
         reply, done = run_hidden("beamalloc_agent", node, cookie, timeout,
-                                 [str(max(0, max_carriers))], access)
+                                 [str(max(0, max_carriers))], access, timings)
     if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
         t0 = time.perf_counter()
         snap = build_peer_snapshot(node, reply[1], taken_at=done)
-        last_timings["build"] = time.perf_counter() - t0
-        last_timings["carriers_s"] = next(
+        timings["build"] = time.perf_counter() - t0
+        timings["carriers_s"] = next(
             (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2
              and x[0] == "carriers_us" and isinstance(x[1], int)), 0.0)
         return snap

@@ -81,13 +81,12 @@ halt().
 PHASES = ("connect", "calls", "decode", "carriers", "build", "rest")
 
 
-def _phases(snap, wall: float) -> dict[str, float]:
+def _phases(snap, wall: float, lt: dict[str, float]) -> dict[str, float]:
     """One snapshot's wall time split with the reply's timestamps (Unix microseconds, the same
-    clock as time.time()) and live.last_timings."""
+    clock as time.time()) and the timings snapshot_node() filled in (`lt`)."""
     raw = snap.raw or ""
     t = {k: int(v) / 1e6 for k, v in
          re.findall(r"\{(main|connected|calls_sent|replies_in),(\d+)\}", raw)}
-    lt = live.last_timings
     carriers = lt.get("carriers_s", 0.0)
     calls = t["replies_in"] - t["calls_sent"]
     out = {"connect": t["connected"] - t["main"] if "connected" in t else float("nan"),
@@ -116,13 +115,14 @@ def _in_target_us(node: str, cookie: str, runs: int) -> list[int]:
 def _snap(node: str, cookie: str, hidden: bool, carriers: int) -> tuple[float, dict, object]:
     if hidden:
         os.environ[live.ENV_HIDDEN_NODE] = "1"
+    timings: dict[str, float] = {}
     try:
         t0 = time.perf_counter()
-        snap = live.snapshot_node(node, cookie, max_carriers=carriers)
+        snap = live.snapshot_node(node, cookie, max_carriers=carriers, timings=timings)
         wall = time.perf_counter() - t0
     finally:
         os.environ.pop(live.ENV_HIDDEN_NODE, None)
-    return wall, _phases(snap, wall), snap
+    return wall, _phases(snap, wall, timings), snap
 
 
 def _kept(node: str, cookie: str, runs: int) -> tuple[list[float], list[float], int, list[float]]:
