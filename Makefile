@@ -91,7 +91,7 @@ otp-sym: otp-runtimes
 	        -y -q --no-install-recommends $(OTP_SYM_DEBS) && \
 	      chroot $$b sh -c "cd /build && if apt-get source -q erlang=$$ver >&2; then \
 	          echo \"patches: \$$(cat */debian/patches/series | tr '\n' ' ')(debian/patches/series, applied by dpkg-source)\"; \
-	        else apt-get source -q --tar-only erlang=$$ver >&2 && tar xJf *.orig.tar.xz \
+	        else rm -rf /build/*/ && apt-get source -q --tar-only erlang=$$ver >&2 && tar xJf *.orig.tar.xz \
 	          && echo 'patches: none: the mirror served no .dsc, so the upstream tarball alone'; fi >/build/patches \
 	        && cd \$$(ls -d /build/*/ | head -1) && export ERL_TOP=\$$PWD && eval \"\$$(dpkg-buildflags --export=sh)\" \
 	        && export CFLAGS=\"\$$CFLAGS -g -O2 -fno-strict-aliasing\" && t=\$$(dpkg-architecture -qDEB_HOST_GNU_TYPE) \
