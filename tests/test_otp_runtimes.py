@@ -169,7 +169,7 @@ def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
     assert lazy_free > 16 << 10, seen  # MADV_FREE: tens of MB resident but reclaimable
     assert lazy_dontneed < lazy_free / 20, seen  # MADV_DONTNEED: gone from RSS
     assert rss_dontneed < rss_free - lazy_free / 2, seen
-    assert predicted is not None and predicted < rss_free - 16 << 10
+    assert predicted is not None and predicted < rss_free - (16 << 10)
     assert abs(rss_dontneed - predicted) <= MADTN_TOLERANCE * predicted, (predicted, seen)
 
 
