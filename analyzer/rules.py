@@ -549,7 +549,7 @@ def _lazyfree(f: Facts) -> list[Finding]:
     LazyFree none, carrier bytes as they are (so nothing for the replay, which counts those):
     madtn changes only which madvise erts_mem_discard() calls on the pages acful discards, and a
     page a carrier takes again is resident under either (docs/erts/releases.md §4, checked there:
-    binspike on OTP 29, three restarts -11.7 to +3.0 % off the prediction). Info: no carrier
+    binspike on OTP 29, seven restarts -11.7 to +4.9 % off the prediction). Info: no carrier
     changes."""
     lazy, rss = f.rss_lazyfree or 0, f.rss or 0
     acful = sorted(a.name for a in f.allocators.values()
