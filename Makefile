@@ -49,51 +49,71 @@ otp-runtimes: debs
 
 # Emulators with their symbols (docs/erts/releases.md §5): Debian strips beam.smp (OTP 29's keeps no
 # alloc_util symbol at all), and the tracer's .symtab path needs OTP 26+ builds that keep them. For
-# each runtime, a copy whose beam.smp is built from the same Debian source (`apt-get source
-# --tar-only`: the upstream tarball Debian ships) in a build chroot: only the emulator, -g -O2,
-# unstripped. The build chroot goes away once the runtime is made (one whose emulator was built is
-# reused by an interrupted run); the stamp holds the release, as for the runtimes. About 8 minutes
-# each on 2 quiet cores, up to 30 when the machine is busy; once. A failed build is said in one line
-# and does not fail setup: the tests that need the runtime skip, naming it (tests/otp.py).
+# each runtime, a copy whose beam.smp is built as Debian builds it, unstripped, in a build chroot (a
+# copy of the runtime: its own suite's compiler and glibc): Debian's source package of the version
+# the runtime runs (`apt-get source`: the upstream tarball, then debian.tar.xz's patches applied by
+# dpkg-source in debian/patches/series order), configured with debian/rules' options and
+# dpkg-buildflags' flags (the hardening flags; -g -O2 -fno-strict-aliasing as the rules add them),
+# only the emulator. Where the mirror serves no .dsc, the upstream tarball alone, and the stamp
+# says so. The build chroot goes away once the runtime is made (one whose emulator was built is
+# reused by an interrupted run); `.beamalloc-sym` names the version, the patches and the options,
+# and a runtime made before patches were applied (no `patches:` line) is rebuilt once, beside it:
+# DIR is replaced only when the new one starts. About 8 minutes each on 2 quiet cores, up to 30
+# when the machine is busy. A failed build is said in one line and does not fail setup: the tests
+# that need the runtime skip, naming it (tests/otp.py).
 # OTP 29 only by default: it is the build whose alloc_util symbols exist in .symtab alone (OTP 27's
 # Debian beam.smp exports them already, §3); `make otp-sym OTP_SYM="otp27=trixie otp29=forky"`
 # builds both (the tests of a missing one skip, naming it). One build keeps a fresh setup ~8 min
-# shorter.
+# shorter. OTP_SYM_SUFFIX names the runtime's directory (otp29sym by default): another suffix
+# builds beside a runtime the tests are using.
 OTP_SYM ?= otp29=forky
-OTP_SYM_DEBS := gcc g++ make perl libncurses-dev xz-utils
-OTP_SYM_CONFIGURE := --prefix=/usr --without-ssl --without-javac --without-wx --without-odbc \
-  --without-termcap --disable-sctp --without-systemd
+OTP_SYM_SUFFIX ?= sym
+OTP_SYM_DEBS := gcc g++ make perl xz-utils dpkg-dev libncurses-dev zlib1g-dev libsctp-dev \
+  libsystemd-dev
+# debian/rules' configure options; then, for what beam.smp does not contain (crypto, Java, wx, ODBC
+# are separate libraries and applications), `--without-*` instead of their build dependencies.
+OTP_SYM_CONFIGURE := --prefix=/usr --libexecdir=/usr/bin --infodir=/usr/share/info \
+  --mandir=/usr/share/man --enable-kernel-poll --enable-esock --enable-systemd --enable-sctp \
+  --enable-shared-zlib --disable-builtin-zlib --without-ssl-zlib --disable-silent-rules \
+  --without-ssl --without-javac --without-wx --without-odbc
 otp-sym: otp-runtimes
 	@[ "$$(id -u)" = 0 ] || exit 0; \
 	mkdir -p $(OTP_CACHE) && exec 9>$(OTP_CACHE)/.lock && flock 9; \
 	for rs in $(OTP_SYM); do \
-	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}sym; b=$$dir.build; \
-	  [ -e $$dir/.beamalloc-ready ] && continue; \
+	  rel=$${rs%%=*}; suite=$${rs#*=}; src=$(OTP_CACHE)/$$rel; dir=$(OTP_CACHE)/$${rel}$(OTP_SYM_SUFFIX); b=$$dir.build; \
+	  [ -e $$dir/.beamalloc-ready ] && grep -q '^patches: ' $$dir/.beamalloc-sym 2>/dev/null && continue; \
 	  [ -e $$src/.beamalloc-ready ] || { echo "no $$src runtime to build $${rel}sym from"; continue; }; \
 	  echo "building $$rel's beam.smp with symbols in $$b: 8-30 minutes, once"; \
-	  start=$$(date +%s); log=$(OTP_CACHE)/$${rel}sym.log; \
+	  start=$$(date +%s); log=$$dir.log; \
 	  ver=$$(chroot $$src dpkg-query -W -f='$${Version}' erlang-base) && \
 	  erts=$$(basename $$(ls -d $$src/usr/lib/erlang/erts-*)) || continue; \
 	  umount $$dir.tmp/proc 2>/dev/null; rm -rf --one-file-system $$dir.tmp; \
-	  if ! ls $$b/build/otp-OTP-*/bin/*/beam.smp >/dev/null 2>&1; then \
+	  if ! ls $$b/build/*/bin/*/beam.smp >/dev/null 2>&1; then \
 	    rm -rf --one-file-system $$b && cp -ax $$src $$b && mkdir $$b/build && \
 	    echo "deb-src http://deb.debian.org/debian $$suite main" >$$b/etc/apt/sources.list.d/src.list && \
 	    { chroot $$b apt-get -o Acquire::Check-Valid-Until=false update -q && DEBIAN_FRONTEND=noninteractive chroot $$b apt-get install \
 	        -y -q --no-install-recommends $(OTP_SYM_DEBS) && \
-	      chroot $$b sh -c "cd /build && apt-get source -q --tar-only erlang=$$ver \
-	        && tar xJf *.orig.tar.xz && cd otp-OTP-* && export ERL_TOP=\$$PWD \
-	        && ./configure $(OTP_SYM_CONFIGURE) && nice -n 10 make -C erts/emulator -j2 opt FLAVOR=jit"; \
+	      chroot $$b sh -c "cd /build && if apt-get source -q erlang=$$ver >&2; then \
+	          echo \"patches: \$$(cat */debian/patches/series | tr '\n' ' ')(debian/patches/series, applied by dpkg-source)\"; \
+	        else rm -rf /build/*/ && apt-get source -q --tar-only erlang=$$ver >&2 && tar xJf *.orig.tar.xz \
+	          && echo 'patches: none: the mirror served no .dsc, so the upstream tarball alone'; fi >/build/patches \
+	        && cd \$$(ls -d /build/*/ | head -1) && export ERL_TOP=\$$PWD && eval \"\$$(dpkg-buildflags --export=sh)\" \
+	        && export CFLAGS=\"\$$CFLAGS -g -O2 -fno-strict-aliasing\" && t=\$$(dpkg-architecture -qDEB_HOST_GNU_TYPE) \
+	        && ./configure --host=\$$t --build=\$$t $(OTP_SYM_CONFIGURE) \
+	        && echo \"configure: --host=\$$t --build=\$$t $(OTP_SYM_CONFIGURE) CFLAGS=\$$CFLAGS LDFLAGS=\$$LDFLAGS\" >>/build/patches \
+	        && nice -n 10 make -C erts/emulator -j2 opt FLAVOR=jit GEN_OPT_FLGS=-O2"; \
 	    } >$$log 2>&1 || { echo "$${rel}sym: the build failed: see $$log"; continue; }; \
 	    echo "emulator built in $$(( $$(date +%s) - start )) s" >>$$log; \
 	  fi; \
-	  built=$$(ls $$b/build/otp-OTP-*/bin/*/beam.smp) && \
-	  [ "$$(sed -n 's/^VSN *= *//p' $$b/build/otp-OTP-*/erts/vsn.mk)" = "$${erts#erts-}" ] \
+	  built=$$(ls $$b/build/*/bin/*/beam.smp) && \
+	  [ "$$(sed -n 's/^VSN *= *//p' $$b/build/*/erts/vsn.mk)" = "$${erts#erts-}" ] \
 	    || { echo "$${rel}sym: the source is not $$erts"; continue; }; \
 	  readelf -S $$built | grep -q '\.symtab' || { echo "$${rel}sym: $$built has no .symtab"; continue; }; \
 	  cp -ax $$src $$dir.tmp && install -m 755 $$built $$dir.tmp/usr/lib/erlang/$$erts/bin/beam.smp && \
 	  chroot $$dir.tmp erl -noshell -eval 'io:format("~s~n", [erlang:system_info(otp_release)]), halt().' \
 	    >$$dir.tmp/.beamalloc-ready || { echo "$${rel}sym: erl does not start"; continue; }; \
-	  echo "erlang $$ver ($$erts): beam.smp built from its source with symbols" >$$dir.tmp/.beamalloc-sym; \
+	  { echo "erlang $$ver ($$erts): beam.smp built from its source with symbols"; cat $$b/build/patches; } \
+	    >$$dir.tmp/.beamalloc-sym; \
 	  rm -rf --one-file-system $$b; umount $$dir/proc 2>/dev/null; rm -rf --one-file-system $$dir; \
 	  mv -T $$dir.tmp $$dir; \
 	done

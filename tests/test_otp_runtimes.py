@@ -5,23 +5,30 @@ and a node started in one is the release it claims."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import otp
 import pytest
 
+from beamalloc.analyzer import rules
+from beamalloc.analyzer.findings import facts
 from beamalloc.analyzer.lint import lint_flags
-from beamalloc.ebpf.procmem import symbol_table
+from beamalloc.collector import live
+from beamalloc.ebpf.procmem import dynamic_symbols, symbol_table
 
 CHROOTS = ("27", "29")
 ALL = (*CHROOTS, *otp.VARIANTS)  # and the same releases with their symbols (Makefile otp-sym)
 
 
 def test_a_second_make_does_nothing() -> None:
-    if any(otp.missing(r) for r in ALL):
-        pytest.skip(next(why for r in ALL if (why := otp.missing(r))))
-    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in ALL]
+    """Over the runtimes present (otp27sym is built on request only): a runtime with symbols whose
+    stamp names its patches is not built again."""
+    present = [r for r in ALL if not otp.missing(r)]
+    if not present:
+        pytest.skip(otp.missing(ALL[0]) or "")
+    stamps = [otp.CACHE / f"otp{r}" / ".beamalloc-ready" for r in present]
     before = [s.stat().st_mtime_ns for s in stamps]
     r = subprocess.run(["make", "-s", "otp-sym", f"OTP_CACHE={otp.CACHE}"], cwd=otp.ROOT,
                        capture_output=True, text=True, timeout=120)
@@ -49,11 +56,25 @@ def test_a_symbol_runtime_is_its_debian_runtime_with_symbols(variant: str) -> No
         assert (beam.parent / other).read_bytes() == (debian / rel.parent / other).read_bytes()
     dpkg = subprocess.run(["chroot", str(debian), "dpkg-query", "-W", "-f=${Version}",
                            "erlang-base"], capture_output=True, text=True, check=True).stdout
-    assert (root / ".beamalloc-sym").read_text().startswith(f"erlang {dpkg} ({rel.parts[3]})")
+    stamp = (root / ".beamalloc-sym").read_text().splitlines()
+    assert stamp[0].startswith(f"erlang {dpkg} ({rel.parts[3]})")
+    # Debian's patches, in its series order, or the one line that says why not
+    assert re.fullmatch(r"patches: ([\w.+-]+\.(patch|diff) )+\(debian/patches/series, applied by "
+                        r"dpkg-source\)|patches: none: the mirror served no \.dsc, .*", stamp[1])
+    # built as Debian builds it: the same libraries, link flags and exported symbols
+    assert _dynamic(beam) == _dynamic(debian / rel)
+    assert dynamic_symbols(beam).keys() == dynamic_symbols(debian / rel).keys()
     with otp.start_node(release=variant) as n:
         got = n.eval("{erlang:system_info(otp_release), erlang:system_info(version)}").strip()
         assert got == f'{{"{release}","{rel.parts[3].removeprefix("erts-")}"}}'
         assert os.readlink(f"/proc/{n.pid}/exe") == str(beam)
+
+
+def _dynamic(binary: Path) -> list[str]:
+    """The NEEDED libraries and FLAGS of `binary`'s dynamic section, as readelf prints them."""
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True,
+                         check=True).stdout
+    return [ln.split(None, 2)[2] for ln in out.splitlines() if "(NEEDED)" in ln or "(FLAGS" in ln]
 
 
 @pytest.mark.live
@@ -113,19 +134,32 @@ def test_the_lint_release_gate_is_what_the_node_does(release: str, flags: str) -
     assert gated is not in_force, (release, flags, gated)
 
 
+#: How far the RSS of a restart with +Mumadtn true may land from R10's prediction: the prediction
+#: comes from another run of the same workload, and runs differ (binspike under acful on OTP 29:
+#: RSS 144-150 MB and LazyFree 38-52 MB without madtn, 94-104 MB with it); seven pairs measured
+#: -11.7 to +4.9 % off, median -1.2 % (docs/erts/releases.md §4) [measured]
+MADTN_TOLERANCE = 0.15
+
+
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.parametrize("release", otp.release_params(("29",)))
 def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
     """+Mumadtn true (OTP 28.1): the free pages acful discards leave RSS at once instead of
     staying as LazyFree (docs/erts/releases.md §4). binspike's dropped burst under
-    `+MBacul 60 +MBacful 50`, measured in the node's smaps_rollup once it settled."""
-    seen = {}
+    `+MBacul 60 +MBacful 50`, measured in the node's smaps_rollup once it settled; R10's
+    prediction for the restart, made from a live snapshot of the node without it (RSS less its
+    LazyFree), is what the restart with it measures, within MADTN_TOLERANCE."""
+    seen, predicted = {}, None
     for madtn in ("false", "true"):
         n = otp.start_workload(release, "binspike", env={"BURST": "40000"},
                                flags=["+MBacul", "60", "+MBacful", "50", "+Mumadtn", madtn])
         try:
             n.wait_ready()
+            if madtn == "false":
+                f = facts(live.snapshot_node(n.node, n.cookie, timeout=60.0, max_carriers=0))
+                [x] = [x for x in rules.r10_pool_bloat(f) if "rss_with_madtn" in x.evidence]
+                predicted = x.evidence["rss_with_madtn"] >> 10
             rollup = Path(f"/proc/{n.pid}/smaps_rollup").read_text().splitlines()[1:]
             kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup}
             seen[madtn] = (kb["Rss"], kb["LazyFree"])
@@ -135,6 +169,8 @@ def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
     assert lazy_free > 16 << 10, seen  # MADV_FREE: tens of MB resident but reclaimable
     assert lazy_dontneed < lazy_free / 20, seen  # MADV_DONTNEED: gone from RSS
     assert rss_dontneed < rss_free - lazy_free / 2, seen
+    assert predicted is not None and predicted < rss_free - (16 << 10)
+    assert abs(rss_dontneed - predicted) <= MADTN_TOLERANCE * predicted, (predicted, seen)
 
 
 @pytest.mark.live
