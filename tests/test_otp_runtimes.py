@@ -137,8 +137,10 @@ def test_the_lint_release_gate_is_what_the_node_does(release: str, flags: str) -
 #: How far the RSS of a restart with +Mumadtn true may land from R10's prediction: the prediction
 #: comes from another run of the same workload, and runs differ (binspike under acful on OTP 29:
 #: RSS 144-150 MB and LazyFree 38-52 MB without madtn, 94-104 MB with it); seven pairs measured
-#: -11.7 to +4.9 % off, median -1.2 % (docs/erts/releases.md §4) [measured]
-MADTN_TOLERANCE = 0.15
+#: -11.7 to +4.9 % off, median -1.2 % (docs/erts/releases.md §4) [measured]. 25 %: twice the
+#: worst pair, still far from a model that got madtn wrong (RSS unchanged: +50 % here), so a
+#: loaded CI machine does not fail a right prediction.
+MADTN_TOLERANCE = 0.25
 
 
 @pytest.mark.live
