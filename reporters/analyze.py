@@ -150,9 +150,17 @@ def picture_lines(a: dict[str, Any]) -> list[str]:
 
 def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
     """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
-    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).'"""
+    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).', or
+    '10,000 processes waiting in feeley:link_of/3 hold 330.2 MiB, ...' for a process group."""
+    if h["kind"] == "process_group":
+        s = f"{holder_label(h)} hold {human(h['bytes'])}"
+        if share is not None:
+            s += f", {pct(share)} of erlang:memory(total), the largest holder"
+        rest = [x for x in h.get("detail", "").split(", ") if x]
+        return s + (f" ({', '.join(rest)})" if rest else "") + "."
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver"}[h["kind"]]
+            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
+            "port": "Port"}[h["kind"]]
     s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
          else f"{what} {h['name']} holds {human(h['bytes'])}")
     if share is not None:
@@ -161,6 +169,16 @@ def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
         s += (f" ({h['siblings']} tables of that name hold {human(h['siblings_bytes'])} "
               "together)")
     return s + "."
+
+
+def holder_label(h: dict[str, Any]) -> str:
+    """A holder's name as a table cell shows it: a process group with its member count, named
+    by its initial call or, for a spawn call that says nothing (analyzer/categories.py
+    GENERIC_CALLS), by where its members wait."""
+    if h["kind"] != "process_group":
+        return str(h["name"])
+    how = "waiting in" if h.get("detail", "").startswith("spawned as ") else "of"
+    return f"{h.get('members', 0):,} processes {how} {h['name']}"
 
 
 def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
@@ -197,12 +215,16 @@ def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
             )
         )
         if os_.get("rss_lazyfree") and not short:
+            cg = a.get("container") or {}
+            where = (f" ({human(cg['available'])} in the node's cgroup, before its limit; "
+                     f"{human(os_['mem_available'])} on this host)"
+                     if cg.get("available") is not None and os_["mem_available"] else
+                     f" ({human(os_['mem_available'])} on this host)"
+                     if os_["mem_available"] else "")
             lines.append(
                 f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
                 "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
-                "counts in MemAvailable"
-                + (f" ({human(os_['mem_available'])} on this host)" if os_["mem_available"] else "")
-                + " while VmRSS still shows it."
+                f"counts in MemAvailable{where} while VmRSS still shows it."
             )
     return lines
 
@@ -399,7 +421,7 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
             CATEGORY_LABELS[cat["name"]],
             human(cat["bytes"]) + ("" if cat["share"] is None else f" ({pct(cat['share'])})"),
             ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
-            "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
+            "-" if top is None else f"{_cut(holder_label(top), 40)} {human(top['bytes'])}",
         ])
     cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
             Col("largest holder", "left")]
