@@ -249,10 +249,12 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
             holders_complete=name == "ets" and ets_complete))
     # the binary holders are processes referencing binaries (shared, not additive): the
     # largest holder is chosen among things that own their bytes, whatever their kind: a
-    # process, a group of processes, an ETS table, the atoms, the code, a NIF, driver or port
-    # (what it allocated outside the binaries: binaries it allocated are others' to hold)
+    # process, a group of processes, an ETS table, the atoms, the code, a NIF or driver (what
+    # it allocated outside the binaries: binaries it allocated are processes' to hold), a port
+    # (its binaries too: a driver's receive buffer or queue is the port's own)
     candidates = [h for k in ("processes", "ets", "atom", "code") for h in holders.get(k, [])]
     candidates += [h for h in holders.get("other_system", []) if h.kind in ("origin", "port")]
+    candidates += [h for h in holders.get("binary", []) if h.kind == "port"]
     largest = max(candidates, key=lambda h: h.bytes, default=None)
     share = largest.bytes / total if largest is not None and total else None
     return MemoryPicture(total=total, allocated_all=allocated_all, categories=cats,

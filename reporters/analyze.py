@@ -161,8 +161,10 @@ def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
             "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
             "port": "Port"}[h["kind"]]
+    # instrument's histograms give a lower bound (analyzer/categories.py _origin_holders)
+    least = "at least " if h["kind"] in ("origin", "port") else ""
     s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
-         else f"{what} {h['name']} holds {human(h['bytes'])}")
+         else f"{what} {h['name']} holds {least}{human(h['bytes'])}")
     if share is not None:
         s += f", {pct(share)} of erlang:memory(total), the largest single holder"
     if h.get("siblings", 0) > 1:
