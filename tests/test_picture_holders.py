@@ -66,10 +66,13 @@ def test_a_group_of_idle_processes_is_the_largest_holder_over_its_members() -> N
     assert "spawned as erlang:apply/2" in h.detail and "9,999 waiting" in h.detail
     assert c.largest_notable
     j = c.to_json()
-    assert holder_label(j["largest"]) == "10,000 processes waiting in feeley:link_of/3"
+    assert holder_label(j["largest"]) == ("10,000 processes spawned as erlang:apply/2, most "
+                                          "waiting in feeley:link_of/3")
+    assert holder_label(j["largest"], short=True) == "feeley:link_of/3 ×10,000"
     s = holder_sentence(j["largest"], j["largest_share"])
-    assert s.startswith("10,000 processes waiting in feeley:link_of/3 hold 322.3 MiB, ")
-    assert "the largest holder (spawned as erlang:apply/2" in s
+    assert s.startswith("10,000 processes spawned as erlang:apply/2, most waiting in "
+                        "feeley:link_of/3 hold 322.3 MiB, ")
+    assert s.endswith("the largest holder (9,999 waiting with an empty mailbox).")
     cat = next(x for x in c.categories if x.name == "processes")
     assert cat.holders[0] == h
     # a group overlaps its members listed beside it: counted once in holders_bytes
