@@ -184,18 +184,28 @@ def _group_holders(processes: dict[str, Any] | None) -> list[CategoryHolder]:
     out = []
     for g in processes.get("groups") or ():
         key, n, mem = g.get("initial_call"), g.get("count"), g.get("memory")
-        if (g.get("system") or not isinstance(key, str) or not isinstance(n, int) or n < 2
-                or not isinstance(mem, int) or mem <= 0):
+        if (g.get("system") or not isinstance(key, str) or not isinstance(n, int)
+                or not isinstance(mem, int)):
             continue
-        mine = [r["memory"] for r in rows if r.get("initial_call") == key]
-        one = max(mine or [r["memory"] for r in rows] or [0])
+        # OTP's own members reported in it are not the application's (analyzer/holders.py)
+        otp_n, otp_mem = g.get("otp_count"), g.get("otp_memory")
+        if isinstance(otp_n, int) and isinstance(otp_mem, int) and 0 <= otp_n <= n:
+            n, mem = n - otp_n, mem - otp_mem
+        if n < 2 or mem <= 0:
+            continue
+        one = g.get("largest_member")
+        if not isinstance(one, int):  # members not told: any reported process could be one
+            mine = [r["memory"] for r in rows if r.get("initial_call") == key]
+            one = max(mine or [r["memory"] for r in rows] or [0])
         if mem < GROUP_OVER_ONE * one:
             continue
         wait = waits.get(key)
         idle = g.get("idle_count")
         detail = ", ".join(x for x in (
             f"spawned as {key}" if key in GENERIC_CALLS and wait else "",
-            f"{round(idle * scale):,} waiting with an empty mailbox" if idle else "",
+            # OTP's own members taken out: at most the members left can be waiting
+            f"{round(min(idle, n) * scale):,} waiting with an empty mailbox"
+            if isinstance(idle, int) and idle > 0 else "",
             "scaled from a sample of the processes" if scale != 1.0 else "") if x)
         out.append(CategoryHolder("process_group", wait if key in GENERIC_CALLS and wait
                                   else key, round(mem * scale), detail=detail,

@@ -131,3 +131,23 @@ def test_malformed_groups_are_left_out() -> None:
     c = picture(_snap(50 * MIB), type_rows(SNAP),
                 _processes([], [_proc("<0.1.0>", MIB, "a:b/0")]) | {"groups": groups})
     assert c.largest is not None and c.largest.kind != "process_group"
+
+
+def test_otp_members_of_a_mixed_group_are_taken_out() -> None:
+    """OTP 25 and crash dumps group every proc_lib process under proc_lib:init_p/5: OTP's own
+    members reported there (analyzer/holders.py `otp_count`, `otp_memory`) are not the
+    application's, and the group is weighed against its largest application member."""
+    g = _group("proc_lib:init_p/5", 40, 60 * MIB, idle=40)
+    g.update(otp_count=30, otp_memory=50 * MIB, largest_member=MIB)
+    c = picture(_snap(100 * MIB), type_rows(SNAP),
+                _processes([g], [_proc("<0.1.0>", 3 * MIB, "x:y/0")],
+                           {"proc_lib:init_p/5": "gen_server:loop/7"}))
+    h = c.largest
+    assert h is not None and h.kind == "process_group"
+    assert (h.members, h.bytes) == (10, 10 * MIB)
+    assert "10 waiting with an empty mailbox" in h.detail
+    # where OTP's own hold nearly all of it, no group is named
+    g.update(otp_memory=int(59.5 * MIB))
+    c = picture(_snap(100 * MIB), type_rows(SNAP),
+                _processes([g], [_proc("<0.1.0>", 3 * MIB, "x:y/0")]))
+    assert c.largest is not None and c.largest.kind == "process"
