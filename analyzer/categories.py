@@ -133,6 +133,8 @@ def _origin_holders(snap: Snapshot) -> dict[str, list[CategoryHolder]]:
         if n and len(out.setdefault(cat, [])) < 5:
             port = origin.startswith("#Port<")
             driver = names.get(origin) if port else None
+            if isinstance(driver, str):  # a snapshot file is outside input: printable only
+                driver = "".join(c if c.isprintable() else "?" for c in driver[:120])
             out[cat].append(CategoryHolder(
                 "port" if port else "origin",
                 f"{origin} ({driver})" if isinstance(driver, str) else origin, n,

@@ -72,9 +72,10 @@ def test_a_ports_buffer_is_named_with_its_driver(otp_release: str, tmp_path: Pat
                 assert h is not None, holders
                 # the port the node registered, its driver read by port_info/2
                 assert h["name"] == f"{port} (tcp_inet)", (h, port)
-                # instrument's histogram: at least its bucket's low edge (8 MiB from 128 B in
-                # 18 doubling buckets), never more than the buffer
-                assert 8 << 20 <= h["bytes"] <= PACKET, h
+                # instrument's histogram: at least its bucket's low edge (the last of 18
+                # doubling buckets from 128 B: 128 x (2^17 - 1) B, 16 MiB less 128 B), never
+                # more than the buffer
+                assert (16 << 20) - 128 <= h["bytes"] <= PACKET, h
                 assert "per port" in h["detail"]
                 # the largest holder of the node, whatever its kind (the buffer is the bulk
                 # of erlang:memory(binary))
