@@ -6,7 +6,8 @@ rest (tables, ports, drivers, messages in flight...). Each allocation type belon
 these classes (the `class` column of docs/erts/erts_types_otp25.tsv), so each category has the
 allocators whose carriers hold it. The holders are what the sources name: processes (the scan or
 the dump's =proc sections), ETS tables (a dump's =ets sections or a live node's table list), the
-atom and code categories as one holder each when they are large.
+atom and code categories as one holder each when they are large, and the groups of processes
+that share an initial call where a group holds more than any one process does.
 """
 
 from __future__ import annotations
@@ -36,7 +37,16 @@ LARGE = {"atom": 16 << 20, "code": 128 << 20}
 #: The largest holder leads the outputs from this share of erlang:memory(total) [heur]: below
 #: it no single holder explains the node's memory.
 NOTABLE_SHARE = 0.10
-HolderKind = Literal["process", "ets_table", "atom", "code", "binary", "origin"]
+#: A group of processes (one initial call) is named as a holder only when it holds at least
+#: this many times its largest member [heur]: below it, the member is the better name (a
+#: group of one large process and a few small ones is that process).
+GROUP_OVER_ONE = 2
+#: Spawn calls that say nothing of what a process does: a group of them is named by where its
+#: members wait, where the scan tells it (OTP 25 groups every proc_lib process under
+#: proc_lib:init_p/5; a process spawned from a fun is erlang:apply/2).
+GENERIC_CALLS = frozenset({"erlang:apply/2", "proc_lib:init_p/5", "proc_lib:init_p/3"})
+HolderKind = Literal["process", "process_group", "ets_table", "atom", "code", "binary",
+                     "origin", "port"]
 #: instrument:allocations/1 types counted in erlang:memory(binary); the others of a NIF or
 #: driver are in the rest of system (docs/erts/memory-categories.md §1).
 BINARY_TYPES = ("binary", "drv_binary")
@@ -52,6 +62,8 @@ class CategoryHolder:
     #: of the same name (ETS tables of one name owned by several processes)
     siblings: int = 0
     siblings_bytes: int = 0
+    #: a process group's members (its bytes are their process_info memory summed)
+    members: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,8 +115,10 @@ def _ets_holders(snap: Snapshot) -> tuple[list[CategoryHolder], bool]:
 
 
 def _origin_holders(snap: Snapshot) -> dict[str, list[CategoryHolder]]:
-    """Per category, the NIFs and drivers instrument tags (OTP 21+, allocators with atags):
-    bytes are a lower bound, each block counted at its histogram bucket's low edge."""
+    """Per category, the NIFs, drivers and ports instrument tags (OTP 21+, allocators with
+    atags; per port from OTP 27, collector/instrument.py): bytes are a lower bound, each block
+    counted at its histogram bucket's low edge. A port is named with its driver where the
+    collector read it (extra.port_names)."""
     by: dict[tuple[str, str], int] = {}
     for tb in snap.tagged_blocks or ():
         if tb.origin == "system":
@@ -112,11 +126,19 @@ def _origin_holders(snap: Snapshot) -> dict[str, list[CategoryHolder]]:
         cat = "binary" if tb.type in BINARY_TYPES else "other_system"
         low = sum(c * tb.histogram.bounds(i)[0] for i, c in enumerate(tb.histogram.counts))
         by[(cat, tb.origin)] = by.get((cat, tb.origin), 0) + low
+    names = snap.extra.get("port_names")
+    names = names if isinstance(names, dict) else {}
     out: dict[str, list[CategoryHolder]] = {}
     for (cat, origin), n in sorted(by.items(), key=lambda kv: -kv[1]):
         if n and len(out.setdefault(cat, [])) < 5:
-            out[cat].append(CategoryHolder("origin", origin, n,
-                                           detail="at least (instrument:allocations/1)"))
+            port = origin.startswith("#Port<")
+            driver = names.get(origin) if port else None
+            if isinstance(driver, str):  # a snapshot file is outside input: printable only
+                driver = "".join(c if c.isprintable() else "?" for c in driver[:120])
+            out[cat].append(CategoryHolder(
+                "port" if port else "origin",
+                f"{origin} ({driver})" if isinstance(driver, str) else origin, n,
+                detail="at least (instrument:allocations/1" + (", per port)" if port else ")")))
     return out
 
 
@@ -145,6 +167,54 @@ def _proc_holders(snap: Snapshot, processes: dict[str, Any] | None,
     return out
 
 
+def _group_holders(processes: dict[str, Any] | None) -> list[CategoryHolder]:
+    """The application's process groups (one initial call, OTP's own apart) that hold at least
+    GROUP_OVER_ONE times their largest reported member (every reported process where the
+    scan cannot tell members from others), largest first. A scan cut by its budget read a fair
+    sample: its groups are scaled to the node, as analyzer/holders.py scales the idle heaps."""
+    if not processes:
+        return []
+    rows = [r for k in ("top_heap", "top_binary") for r in processes.get(k) or ()
+            if isinstance(r, dict) and isinstance(r.get("memory"), int)]
+    # where each group's idle members wait (analyzer/holders.py idle_heaps)
+    waits = {g["initial_call"]: g.get("current_function")
+             for g in (processes.get("idle_heaps") or {}).get("groups") or ()}
+    count, scanned = processes.get("count"), processes.get("scanned")
+    scale = (count / scanned if not processes.get("complete") and processes.get("source") ==
+             "live" and isinstance(count, int) and isinstance(scanned, int) and scanned > 0
+             else 1.0)  # fmt: skip
+    out = []
+    for g in processes.get("groups") or ():
+        key, n, mem = g.get("initial_call"), g.get("count"), g.get("memory")
+        if (g.get("system") or not isinstance(key, str) or not isinstance(n, int)
+                or not isinstance(mem, int)):
+            continue
+        # OTP's own members reported in it are not the application's (analyzer/holders.py)
+        otp_n, otp_mem = g.get("otp_count"), g.get("otp_memory")
+        if isinstance(otp_n, int) and isinstance(otp_mem, int) and 0 <= otp_n <= n:
+            n, mem = n - otp_n, mem - otp_mem
+        if n < 2 or mem <= 0:
+            continue
+        one = g.get("largest_member")
+        if not isinstance(one, int):  # members not told: any reported process could be one
+            mine = [r["memory"] for r in rows if r.get("initial_call") == key]
+            one = max(mine or [r["memory"] for r in rows] or [0])
+        if mem < GROUP_OVER_ONE * one:
+            continue
+        wait = waits.get(key)
+        idle = g.get("idle_count")
+        detail = ", ".join(x for x in (
+            f"spawned as {key}" if key in GENERIC_CALLS and wait else "",
+            # OTP's own members taken out: at most the members left can be waiting
+            f"{round(min(idle, n) * scale):,} waiting with an empty mailbox"
+            if isinstance(idle, int) and idle > 0 else "",
+            "scaled from a sample of the processes" if scale != 1.0 else "") if x)
+        out.append(CategoryHolder("process_group", wait if key in GENERIC_CALLS and wait
+                                  else key, round(mem * scale), detail=detail,
+                                  members=round(n * scale)))
+    return sorted(out, key=lambda h: -h.bytes)
+
+
 def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
             processes: dict[str, Any] | None = None) -> MemoryPicture:
     """The categories of `snap.memory` with their allocators (`type_rows`: the analysis's
@@ -165,8 +235,10 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
         notes.append("erlang:memory(system) is below atom + binary + code + ets: the rest of "
                      "the system is not shown (the counters were read at different moments)")
     ets, ets_complete = _ets_holders(snap)
+    groups = _group_holders(processes)
     holders: dict[str, list[CategoryHolder]] = {
-        "processes": _proc_holders(snap, processes, "memory"),
+        "processes": sorted(groups[:2] + _proc_holders(snap, processes, "memory"),
+                            key=lambda h: -h.bytes),
         "binary": _proc_holders(snap, processes, "binary_bytes"),
         "ets": ets,
     }
@@ -184,11 +256,17 @@ def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
             name=name, bytes=v, share=v / total if v is not None and total else None,
             allocators=sorted(((a, allocated[a]) for a in homes if a in allocated),
                               key=lambda ab: (ab[0] != OWN.get(name), -ab[1])),
-            holders=hs, holders_bytes=sum(h.bytes for h in hs),
+            # a group overlaps the processes listed beside it: its members are not added twice
+            holders=hs, holders_bytes=sum(h.bytes for h in hs if h.kind != "process_group"),
             holders_complete=name == "ets" and ets_complete))
     # the binary holders are processes referencing binaries (shared, not additive): the
-    # largest holder is chosen among things that own their bytes
+    # largest holder is chosen among things that own their bytes, whatever their kind: a
+    # process, a group of processes, an ETS table, the atoms, the code, a NIF or driver (what
+    # it allocated outside the binaries: binaries it allocated are processes' to hold), a port
+    # (its binaries too: a driver's receive buffer or queue is the port's own)
     candidates = [h for k in ("processes", "ets", "atom", "code") for h in holders.get(k, [])]
+    candidates += [h for h in holders.get("other_system", []) if h.kind in ("origin", "port")]
+    candidates += [h for h in holders.get("binary", []) if h.kind == "port"]
     largest = max(candidates, key=lambda h: h.bytes, default=None)
     share = largest.bytes / total if largest is not None and total else None
     return MemoryPicture(total=total, allocated_all=allocated_all, categories=cats,

@@ -480,6 +480,7 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
     idle = idleness(t, earlier)
     found = findings(t, probe, idle)
     procs = t.procs
+    members = _members(t)
     return {
         "source": t.source, "count": t.count, "scanned": t.scanned, "complete": t.complete,
         "died": t.died, "budget": t.budget or None, "wordsize": t.wordsize,
@@ -496,7 +497,7 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
                     "message_queue_len": g.message_queue_len, "binary_bytes": g.binary_bytes,
                     "names": g.names, "idle_count": g.idle_count,
                     "idle_total_heap_bytes": g.idle_total_heap_bytes,
-                    "system": _system_group(g)}
+                    "system": _system_group(g), **_group_members(members.get(g.initial_call))}
                    for g in t.groups[:TOP_ROWS * 2]],
         "idle_heaps": idle_heaps(t, idle, probe),
         "gc_probe": None if probe is None else [
@@ -512,6 +513,18 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
         "h_flags": h_flags(t, found),
         "notes": list(t.notes),
     }
+
+
+def _group_members(mine: list[Proc] | None) -> dict[str, Any]:
+    """Of a group's reported members (the largest by each measure): OTP's own, which a group
+    by a spawn call that says nothing (proc_lib:init_p/5 on OTP 25 and in dumps) mixes with the
+    application's, and the largest of the others: what analyzer/categories.py weighs a group
+    against before it names the group a holder."""
+    mine = mine or []
+    otp = [p for p in mine if is_system(p.name, p.initial_call)]
+    app = [p.memory for p in mine if not is_system(p.name, p.initial_call)]
+    return {"otp_count": len(otp), "otp_memory": sum(p.memory for p in otp),
+            "largest_member": max(app, default=None)}
 
 
 def probe_candidates(t: ProcessTable, n: int, earlier: ProcessTable | None = None) -> list[str]:

@@ -67,6 +67,10 @@ class Container:
     allocated: int
     notes: list[str]
     message: str
+    #: what the node can still take: the headroom, or the host's MemAvailable where that is
+    #: less (None without a limit: then the host's MemAvailable is the node's too)
+    available: int | None = None
+    mem_available_host: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,6 +175,12 @@ def container(snap: Snapshot, allocated: int) -> Container | None:
                + (f" ({parts})" if parts else "")
                + f"; its working set (charge minus inactive file pages) is {human(ws)}, {left}"
                + (f"; the node's RSS is {human(snap.rss)} and its carriers "
-                  f"{human(allocated)}" if snap.rss is not None else "") + ".")
+                  f"{human(allocated)}" if snap.rss is not None else "")
+               # the host may run short first: then its MemAvailable is the node's bound
+               + (f"; the host has only {human(snap.mem_available)} available, less than that"
+                  if head is not None and snap.mem_available is not None
+                  and 0 <= snap.mem_available < head else "") + ".")
+    host = snap.mem_available
+    avail = None if head is None else max(0, head if host is None else min(head, host))
     return Container(ver or 0, limit, cur, ws, head, vals["anon"], vals["file"], inactive,
-                     snap.rss, allocated, notes, msg)
+                     snap.rss, allocated, notes, msg, avail, host)

@@ -14,6 +14,11 @@ and 29.1.1: tests/live/test_carriers_live.py):
   the allocations keyed by the allocator type that made them (foreign blocks from the pool);
 - OTP 21-22: `{Allocator, TotalSize, UnscannedSize, AllocatedSize, AllocatedCount, InPool,
   FreeHist}`.
+
+`instrument:allocations/1` (the tagged blocks: NIFs, drivers, binaries) is asked per port from
+OTP 27 (`flags => [per_port]`, OTP-18577; docs/erts/releases.md §2): a driver's blocks are then
+attributed to the port that made them (`#Port<0.7>`), and the agent names the heaviest ports by
+erlang:port_info(Port, name) (`port_names`).
 """
 
 from __future__ import annotations
@@ -139,6 +144,63 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
             f"{names}{more} not read (whole instances are read, largest first; "
             "--max-carriers raises the cap)")
     _add_tags(snap, p.get("allocation_tags"))
+    _add_port_names(snap, p.get("port_names"))
+
+
+#: Ports named per snapshot at most: the ports whose tagged blocks weigh most (the agent and
+#: live.py ask for these many names).
+MAX_PORT_NAMES = 10
+#: A driver name longer than this is cut (a spawned port is named by its whole command line).
+MAX_PORT_NAME = 120
+
+
+def _add_port_names(snap: Snapshot, answer: Any) -> None:
+    """The drivers of the ports that tagged blocks are attributed to (OTP 27+, `per_port`):
+    `[{Port, {name, Name} | undefined}]` as the agent or live.py asked erlang:port_info/2
+    for them, kept as extra.port_names {"#Port<0.7>": "tcp_inet"}; a port that closed in
+    between, or an answer of another shape, is left unnamed."""
+    if not isinstance(answer, list):
+        return
+    names: dict[str, str] = {}
+    for x in answer[:MAX_PORT_NAMES]:
+        if not (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)
+                and x[0].startswith("#Port<") and isinstance(x[1], tuple) and len(x[1]) == 2
+                and x[1][0] == "name"):
+            continue
+        name = x[1][1]
+        if isinstance(name, list) and all(isinstance(c, int) and 0 <= c < 0x110000
+                                          for c in name):
+            name = "".join(map(chr, name))
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        if isinstance(name, str):
+            # printable only: a spawned port's name is its command line, outside text
+            names[str(x[0])] = "".join(c if c.isprintable() else "?"
+                                       for c in name[:MAX_PORT_NAME])
+    if names:
+        snap.extra["port_names"] = names
+
+
+def port_origins(answer: Any) -> list[str]:
+    """The ports among an `instrument:allocations/1` answer's origins (OTP 27+, `per_port`),
+    the MAX_PORT_NAMES with the most tagged blocks first: the ones to name."""
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "ok"
+            and isinstance(answer[1], tuple) and len(answer[1]) == 3
+            and isinstance(answer[1][2], dict)):
+        return []
+    weight = {}
+    for origin, types in answer[1][2].items():
+        if isinstance(origin, str) and origin.startswith("#Port<") and isinstance(types, dict):
+            weight[str(origin)] = sum(sum(c << i for i, c in enumerate(h) if isinstance(c, int))
+                                      for h in types.values() if isinstance(h, tuple))
+    # as the agent's lists:sort of {-Weight, Port}: ports compare by their number
+    return sorted(weight, key=lambda o: (-weight[o], _port_number(o)))[:MAX_PORT_NAMES]
+
+
+def _port_number(text: str) -> int:
+    """N of "#Port<0.N>" (a port's text as the decoder writes it)."""
+    n = text.rpartition(".")[2].rstrip(">")
+    return int(n) if n.isdigit() else -1
 
 
 def _unavailable(snap: Snapshot, why: str) -> None:

@@ -40,6 +40,7 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -51,9 +52,9 @@ from beamalloc.collector import access as access_mod
 from beamalloc.collector import dist, etf
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie, source_of
-from beamalloc.collector.instrument import add_carriers
+from beamalloc.collector.instrument import add_carriers, port_origins
 from beamalloc.collector.system_info import add_system_info, memory_from_term
-from beamalloc.collector.terms import Atom, format_term, proplist
+from beamalloc.collector.terms import Atom, Opaque, format_term, proplist
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Snapshot, SnapshotError, describe, wrapped
@@ -633,7 +634,9 @@ def collect_direct(conn: dist.Connection, target: str, cap: int, deadline: float
     done = _us()
     scalars = [(k, v) for k, v in results if isinstance(k, Atom)]
     allocs = [(k[1], v) for k, v in results if isinstance(k, tuple)]
-    carriers = _carriers_direct(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline)
+    otp = next((v for k, v in scalars if k == "otp_release"), None)
+    carriers = _carriers_direct(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline,
+                                otp)
     return (Atom("ok"), [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils),
                          *scalars, (Atom("allocators"), allocs), *carriers,
                          (Atom("sampled_at_us"), (started + done) // 2),
@@ -668,8 +671,8 @@ def _section(key: str, props: list[Any]) -> tuple[int, int]:
 
 
 def _carriers_direct(conn: dist.Connection, allocs: list[tuple[Any, Any]], cap: int,
-                     deadline: float) -> list[Any]:
-    """beamalloc_agent:carriers/3 (its comment says why each step is as it is)."""
+                     deadline: float, otp: Any = None) -> list[Any]:
+    """beamalloc_agent:carriers/4 (its comment says why each step is as it is)."""
     if cap <= 0:
         return []
     insts = []
@@ -707,17 +710,72 @@ def _carriers_direct(conn: dist.Connection, allocs: list[tuple[Any, Any]], cap: 
     elif blocks > MAX_TAGGED_BLOCKS:
         areq = (Atom("skipped"), blocks)
     else:
-        areq = conn.send("instrument", "allocations",
-                         [{Atom("allocator_types"): tagged, Atom("histogram_start"): HIST_START,
-                           Atom("histogram_width"): HIST_WIDTH}])
+        opts = {Atom("allocator_types"): tagged, Atom("histogram_start"): HIST_START,
+                Atom("histogram_width"): HIST_WIDTH}
+        if isinstance(otp, str) and otp.isdigit() and int(otp) >= 27:  # OTP-18577
+            opts[Atom("flags")] = [Atom("per_port")]
+        areq = conn.send("instrument", "allocations", [opts])
     got = [(i, _instrument_result(conn.receive(r, deadline))) for i, r in reqs]
     tags = _instrument_result(conn.receive(areq, deadline)) if type(areq) is str else areq
+    ports = port_origins(tags)
+    names = _port_names(conn, ports, deadline) if ports else []
     return [(Atom("carriers"), got),
             (Atom("carriers_skipped"), [(a, i, n) for a, i, n, _ in skip]),
             (Atom("carriers_cap"), cap),
             (Atom("carrier_hist"), (HIST_START, HIST_WIDTH)),
             (Atom("allocation_tags"), tags),
+            (Atom("port_names"), names),
             (Atom("carriers_us"), _us() - started)]
+
+
+def _port_names(conn: dist.Connection, ports: list[str], deadline: float) -> list[Any]:
+    """beamalloc_agent:port_names/2: erlang:port_info(Port, name) of `ports` ("#Port<0.N>"),
+    each sent back as the target encoded it in erlang:ports()'s reply (the decoder keeps a port
+    as its text only); a port gone from that list is left out, and an odd answer gives []: the
+    names are a courtesy, the tags stand without them."""
+    raw = _raw_ports(_result(conn.receive(conn.send_raw("erlang", "ports", []), deadline)))
+    # a port closed since its blocks were counted is not listed: it stays unnamed
+    ports = [p for p in ports if raw and p in raw]
+    if not ports:
+        return []
+    arg = dist.RawTerm(b"\x6c" + struct.pack(">I", len(ports))
+                       + b"".join(raw[p] for p in ports) + b"\x6a")
+    names = _result(conn.receive(conn.send(
+        "lists", "zipwith", [dist.Export("erlang", "port_info", 2), arg,
+                             [Atom("name")] * len(ports)]), deadline))
+    if not (isinstance(names, list) and len(names) == len(ports)):
+        return []
+    return [(Opaque(p), n) for p, n in zip(ports, names, strict=True)]
+
+
+def _raw_ports(r: Any) -> dict[str, bytes] | None:
+    """erlang:ports()'s reply as it came (dist.RawReply): "#Port<0.N>" -> that port's
+    encoding (NEW_PORT_EXT or V4_PORT_EXT: the node's atom, the number, the creation); None
+    for a reply of another shape."""
+    if not isinstance(r, dist.RawReply):
+        return None
+    data, pos = r.data, r.pos
+    if data[pos:pos + 1] == b"\x6a":
+        return {}
+    if data[pos:pos + 1] != b"\x6c" or len(data) < pos + 5:
+        return None
+    n = struct.unpack_from(">I", data, pos + 1)[0]
+    at, out = pos + 5, {}
+    for _ in range(n):
+        tag, kind = data[at:at + 1], data[at + 1:at + 2]
+        if tag not in (b"Y", b"x") or kind not in (b"v", b"w"):
+            return None
+        alen = (struct.unpack_from(">H", data, at + 2)[0] + 3 if kind == b"v"
+                else data[at + 2] + 2) if len(data) > at + 3 else 0
+        body = 8 if tag == b"Y" else 12
+        end = at + 1 + alen + body
+        if not alen or end > len(data):
+            return None
+        num = (struct.unpack_from(">I", data, at + 1 + alen)[0] if tag == b"Y"
+               else struct.unpack_from(">Q", data, at + 1 + alen)[0])
+        out[f"#Port<0.{num}>"] = data[at:end]
+        at = end
+    return out if data[at:at + 1] == b"\x6a" else None
 
 
 def _block_count(props: Any) -> int:
@@ -942,7 +1000,8 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
     return snap
 
 
-_CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tags")
+_CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tags",
+                 "port_names")
 
 
 def build_peer_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:

@@ -150,17 +150,43 @@ def picture_lines(a: dict[str, Any]) -> list[str]:
 
 def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
     """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
-    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).'"""
+    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).', or
+    '10,000 processes spawned as erlang:apply/2, most waiting in feeley:link_of/3 hold
+    330.2 MiB, ...' for a process group."""
+    if h["kind"] == "process_group":
+        s = f"{holder_label(h)} hold {human(h['bytes'])}"
+        if share is not None:
+            s += f", {pct(share)} of erlang:memory(total), the largest holder"
+        rest = [x for x in h.get("detail", "").split(", ")
+                if x and not x.startswith("spawned as ")]  # said by the label
+        return s + (f" ({', '.join(rest)})" if rest else "") + "."
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver"}[h["kind"]]
+            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
+            "port": "Port"}[h["kind"]]
+    # instrument's histograms give a lower bound (analyzer/categories.py _origin_holders)
+    least = "at least " if h["kind"] in ("origin", "port") else ""
     s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
-         else f"{what} {h['name']} holds {human(h['bytes'])}")
+         else f"{what} {h['name']} holds {least}{human(h['bytes'])}")
     if share is not None:
         s += f", {pct(share)} of erlang:memory(total), the largest single holder"
     if h.get("siblings", 0) > 1:
         s += (f" ({h['siblings']} tables of that name hold {human(h['siblings_bytes'])} "
               "together)")
     return s + "."
+
+
+def holder_label(h: dict[str, Any], short: bool = False) -> str:
+    """A holder's name in words: a process group with its member count, named by its initial
+    call or, for a spawn call that says nothing (analyzer/categories.py GENERIC_CALLS), by
+    where its members wait; `short`, as a narrow table cell: 'feeley:link_of/3 ×10,000'."""
+    if h["kind"] != "process_group":
+        return str(h["name"])
+    if short:
+        return f"{_cut(str(h['name']), 16)} ×{h.get('members', 0):,}"
+    n, detail = h.get("members", 0), h.get("detail", "")
+    if detail.startswith("spawned as "):  # named by where the members read wait, mostly
+        return f"{n:,} processes {detail.split(', ')[0]}, most waiting in {h['name']}"
+    return f"{n:,} processes of {h['name']}"
 
 
 def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
@@ -197,12 +223,16 @@ def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
             )
         )
         if os_.get("rss_lazyfree") and not short:
+            cg = a.get("container") or {}
+            where = (f" ({human(cg['available'])} in the node's cgroup, before its limit; "
+                     f"{human(os_['mem_available'])} on this host)"
+                     if cg.get("available") is not None and os_["mem_available"] else
+                     f" ({human(os_['mem_available'])} on this host)"
+                     if os_["mem_available"] else "")
             lines.append(
                 f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
                 "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
-                "counts in MemAvailable"
-                + (f" ({human(os_['mem_available'])} on this host)" if os_["mem_available"] else "")
-                + " while VmRSS still shows it."
+                f"counts in MemAvailable{where} while VmRSS still shows it."
             )
     return lines
 
@@ -399,7 +429,7 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
             CATEGORY_LABELS[cat["name"]],
             human(cat["bytes"]) + ("" if cat["share"] is None else f" ({pct(cat['share'])})"),
             ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
-            "-" if top is None else f"{_cut(top['name'], 26)} {human(top['bytes'])}",
+            "-" if top is None else f"{_cut(holder_label(top, True), 26)} {human(top['bytes'])}",
         ])
     cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
             Col("largest holder", "left")]

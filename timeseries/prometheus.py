@@ -3,8 +3,10 @@
 A few derived gauges per node and allocator type, computed from each node's latest sample (the
 same numbers the store keeps, timeseries/series.py), rather than one series per raw statistic:
 prometheus.erl's allocator collector exports hundreds per node, and users end up dropping them.
-Beside them: counters of the node's calls (to rate()), and a gauge per rule or lint check that
-holds, so alerts say what the rule base says (deploy/prometheus/).
+Beside them: every erlang:memory() category labelled with the allocator that holds it (a join
+with the per-allocator gauges sets each category against its carriers), counters of the
+node's calls (to rate()), and a gauge per rule or lint check that holds, so alerts say what the
+rule base says (deploy/prometheus/).
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
 """
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from beamalloc.analyzer.categories import HOMES, OWN
 from beamalloc.errors import InputError
 from beamalloc.timeseries.series import (
     NODE_COUNTERS,
@@ -26,6 +29,21 @@ from beamalloc.timeseries.series import (
     TYPE_GAUGES,
     view,
 )
+
+#: erlang:memory() categories of a sample, as analyzer/categories.py names them.
+NAMED = ("atom", "binary", "code", "ets")
+
+
+def categories(point: dict[str, int]) -> dict[str, int]:
+    """erlang:memory() by category (docs/erts/memory-categories.md §1): those the sample holds,
+    and the rest of system (system minus atom, binary, code and ets) where it is not negative
+    (counters read at different moments can make it so: then it is left out, not shown as 0)."""
+    out = {c: point[f"mem_{c}"] for c in HOMES if f"mem_{c}" in point}
+    if "mem_system" in point and all(f"mem_{c}" in point for c in NAMED):
+        rest = point["mem_system"] - sum(point[f"mem_{c}"] for c in NAMED)
+        if rest >= 0:
+            out["other_system"] = rest
+    return out
 
 
 class WatchCollector(Collector):
@@ -52,6 +70,11 @@ class WatchCollector(Collector):
         per_type = {n: GaugeMetricFamily(n, h, labels=["node", "allocator"])
                      for n, h, _ in TYPE_GAUGES}
         per_node = {n: GaugeMetricFamily(n, h, labels=["node"]) for n, h, _ in NODE_GAUGES}
+        category = GaugeMetricFamily(
+            "beamalloc_memory_category_bytes", "erlang:memory() by category (other_system: "
+            "system minus atom, binary, code, ets); allocator: the one that holds (nearly) only "
+            "it, empty where several share it, to join beamalloc_allocated_bytes on.",
+            labels=["node", "category", "allocator"])  # fmt: skip
         type_counters = {n: CounterMetricFamily(n, h, labels=["node", "allocator", "op"])
                          for n, h, _ in TYPE_COUNTERS}  # fmt: skip
         node_counters = {n: CounterMetricFamily(n, h, labels=["node", "call"] if len(k) > 1
@@ -67,6 +90,8 @@ class WatchCollector(Collector):
             for name, _, key in NODE_GAUGES:
                 if v[key] is not None:
                     per_node[name].add_metric([node], float(v[key]))
+            for cat, n in categories(point).items():
+                category.add_metric([node, cat, OWN.get(cat, "")], float(n))
             for alloc, row in v["types"].items():
                 for name, _, key in TYPE_GAUGES:
                     per_type[name].add_metric([node, alloc], float(row[key]))
@@ -88,6 +113,7 @@ class WatchCollector(Collector):
         yield up
         yield ts
         yield from per_node.values()
+        yield category
         yield from per_type.values()
         yield from type_counters.values()
         yield from node_counters.values()

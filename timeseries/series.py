@@ -77,6 +77,15 @@ NODE_GAUGES = (
      "memory.limit_in_bytes); absent without a limit.", "cg_limit"),
     ("beamalloc_cgroup_headroom_bytes", "Limit minus the working set (charge minus inactive "
      "file pages): what the OOM killer leaves.", "cg_headroom"),
+    ("beamalloc_cgroup_working_set_bytes", "The cgroup's charge minus its inactive file pages "
+     "(memory.stat), as the kubelet counts it.", "cg_working_set"),
+    ("beamalloc_cgroup_anon_bytes", "Anonymous memory charged to the node's cgroup "
+     "(memory.stat anon / total_rss).", "cg_anon"),
+    ("beamalloc_cgroup_file_bytes", "Page cache charged to the node's cgroup (memory.stat "
+     "file / total_cache).", "cg_file"),
+    ("beamalloc_cgroup_inactive_file_bytes", "Inactive page cache of the node's cgroup, which "
+     "the kernel reclaims first (memory.stat inactive_file / total_inactive_file).",
+     "cg_inactive_file"),
 )
 
 #: Counters: (name without _total, help, Point key), per allocator type ("<type>.<key>") or per
@@ -199,7 +208,7 @@ def view(p: Point) -> dict[str, Any]:
         **{f"mem_{c}": p.get(f"mem_{c}") for c in MEMORY_CATEGORIES},
         "cg_current": p.get("cg_current"),
         "cg_limit": p.get("cg_limit"),
-        **{k: p.get(k) for k in ("cg_anon", "cg_file", "cg_inactive_file")},
+        **{k: p.get(k) for k in ("cg_anon", "cg_file", "cg_inactive_file", "cg_working_set")},
         "cg_headroom": p["cg_limit"] - p["cg_working_set"]
         if "cg_limit" in p and "cg_working_set" in p else None,
         "types": types,

@@ -15,6 +15,7 @@ from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
     cause_of_death,
+    holder_label,
     holder_sentence,
     picture_lines,
     read_lines,
@@ -161,7 +162,7 @@ def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
             "name": CATEGORY_LABELS[x["name"]], "bytes": human(x["bytes"]),
             "share": "-" if x["share"] is None else pct(x["share"]),
             "allocators": ", ".join(f"{n} {_nb(b)}" for n, b in x["allocators"]) or "-",
-            "holders": [f"{h['name']} {_nb(h['bytes'])}" for h in x["holders"][:3]],
+            "holders": [f"{holder_label(h)} {_nb(h['bytes'])}" for h in x["holders"][:3]],
         } for x in c["categories"]],
         "ets": [{"name": h["name"], "bytes": human(h["bytes"]), "detail": h["detail"]}
                 for x in c["categories"] if x["name"] == "ets" for h in x["holders"]],
@@ -184,6 +185,17 @@ def largest_holder(a: dict[str, Any]) -> str | None:
     """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
     c = a.get("categories") or {}
     return holder_sentence(c["largest"], c.get("largest_share")) if c.get("largest") else None
+
+
+def available_rows(host: int | None, c: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the node can still take: the host's MemAvailable, or, where a cgroup limits the
+    node, the container's (its headroom, or the host's where that is less), the host's beside
+    it: the host's alone would promise memory the cgroup's limit withholds."""
+    if not c or c.get("limit") is None or c.get("available") is None:
+        return [("MemAvailable (host)", human(host))]
+    return [("available in the container (cgroup headroom, or the host's MemAvailable "
+             "where less)", human(c["available"])),
+            ("MemAvailable (host, beyond the cgroup's limit)", human(host))]
 
 
 def container_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -241,7 +253,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
             ("RSS", human(os_["rss"])),
             ("RSS − allocated", human(os_["rss_minus_allocated"])),
             ("of RSS lazily freed (LazyFree)", human(os_.get("rss_lazyfree"))),
-            ("MemAvailable (host)", human(os_.get("mem_available"))),
+            *available_rows(os_.get("mem_available"), a.get("container")),
             ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
             *container_rows(a.get("container")),
         ],

@@ -34,6 +34,8 @@
 %% allocators hold more blocks than this (a 2 GiB binary_alloc of 1 KB binaries has 2 M; the walk
 %% costs the target about 70 ms per million blocks on this machine, tests/bench/bench_carriers.py).
 -define(MAX_TAGGED_BLOCKS, 500000).
+%% Ports named in a snapshot at most (collector/instrument.py MAX_PORT_NAMES).
+-define(MAX_PORT_NAMES, 10).
 
 main([TargetS, DeadlineS]) ->
     main([TargetS, DeadlineS, "0"]);
@@ -83,7 +85,9 @@ collect(Target, Cap) ->
     Done = os:system_time(microsecond),
     Scalars = [{K, V} || {K, V} <- Results, is_atom(K)],
     Allocs = [{A, V} || {{allocator, A}, V} <- Results],
-    Carriers = carriers(Target, [{A, V} || {A, V} <- Allocs, lists:member(A, Utils)], Cap),
+    Otp = proplists:get_value(otp_release, Scalars),
+    Carriers = carriers(Target, [{A, V} || {A, V} <- Allocs, lists:member(A, Utils)], Cap,
+                        Otp),
     {ok, [{node, Target}, {alloc_util_allocators, Utils} | Scalars]
          ++ [{allocators, Allocs} | Carriers]
          ++ [
@@ -102,9 +106,12 @@ collect(Target, Cap) ->
 %% decide which instances are read, whole instances, largest carrier bytes first, until Cap
 %% carriers are taken; the rest is reported as skipped with its count. Allocation tags
 %% (instrument:allocations/1) are read for the allocators that have them on (atags), the same way.
-carriers(_Target, _Allocs, Cap) when Cap =< 0 ->
+%% From OTP 27 the tags are asked per port (flags [per_port], OTP-18577): a driver's blocks
+%% are then its port's, and the heaviest ports are named by erlang:port_info(Port, name)
+%% (collector/instrument.py port_origins picks the same ones).
+carriers(_Target, _Allocs, Cap, _Otp) when Cap =< 0 ->
     [];
-carriers(Target, Allocs, Cap) ->
+carriers(Target, Allocs, Cap, Otp) ->
     Insts = lists:sort(fun({_, _, N1, S1}, {_, _, N2, S2}) -> {S1, N1} >= {S2, N2} end,
                        [{A, I, N, S} || {A, Info} <- Allocs, is_list(Info),
                                         {instance, I, Props} <- Info,
@@ -126,9 +133,10 @@ carriers(Target, Allocs, Cap) ->
                [] -> none;
                _ when TaggedBlocks > ?MAX_TAGGED_BLOCKS -> {skipped, TaggedBlocks};
                _ -> erpc:send_request(Target, instrument, allocations,
-                                      [#{allocator_types => Tagged,
-                                         histogram_start => ?HIST_START,
-                                         histogram_width => ?HIST_WIDTH}])
+                                      [maps:merge(#{allocator_types => Tagged,
+                                                    histogram_start => ?HIST_START,
+                                                    histogram_width => ?HIST_WIDTH},
+                                                  per_port(Otp))])
            end,
     Got = [{I, instrument_response(R)} || {I, R} <- Reqs],
     Tags = case AReq of
@@ -141,7 +149,35 @@ carriers(Target, Allocs, Cap) ->
      {carriers_cap, Cap},
      {carrier_hist, {?HIST_START, ?HIST_WIDTH}},
      {allocation_tags, Tags},
+     {port_names, port_names(Target, Tags)},
      {carriers_us, os:system_time(microsecond) - Started}].
+
+per_port(Otp) ->
+    case catch list_to_integer(Otp) of
+        N when is_integer(N), N >= 27 -> #{flags => [per_port]};
+        _ -> #{}
+    end.
+
+%% The MAX_PORT_NAMES ports with the most tagged blocks (weighted by their bucket), named.
+port_names(Target, {ok, {_, _, Hists}}) when is_map(Hists) ->
+    Weight = fun(Types) -> lists:sum([W || H <- maps:values(Types), is_tuple(H),
+                                           {I, C} <- lists:zip(lists:seq(0, tuple_size(H) - 1),
+                                                               tuple_to_list(H)),
+                                           W <- [C bsl I]]) end,
+    Ports = [P || {_, P} <- lists:sublist(lists:sort([{-Weight(T), P} || {P, T} <- maps:to_list(Hists),
+                                                                        is_port(P), is_map(T)]),
+                                          ?MAX_PORT_NAMES)],
+    case Ports of
+        [] -> [];
+        _ -> try erpc:call(Target, lists, zipwith,
+                           [fun erlang:port_info/2, Ports, [name || _ <- Ports]]) of
+                 Names when length(Names) =:= length(Ports) -> lists:zip(Ports, Names);
+                 _ -> []
+             catch _:_ -> []  % the names are a courtesy: the tags stand without them
+             end
+    end;
+port_names(_Target, _) ->
+    [].
 
 take([], _Left, Take, Skip) -> {Take, lists:reverse(Skip)};
 take([{_, _, N, _} = X | Rest], Left, Take, Skip) when N =< Left ->

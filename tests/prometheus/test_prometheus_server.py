@@ -44,8 +44,8 @@ sys.modules["live_conftest_prom"] = _lc
 _spec.loader.exec_module(_lc)  # type: ignore[union-attr]
 
 #: Labels a beamalloc series may carry (docs/metrics.md); `instance` and `job` are Prometheus'.
-LABELS = {"__name__", "node", "allocator", "rule", "level", "check", "op", "call", "instance",
-          "job"}
+LABELS = {"__name__", "node", "allocator", "rule", "level", "check", "op", "call", "category",
+          "instance", "job"}
 #: docs/metrics.md's bound on series per node.
 MAX_SERIES_PER_NODE = 200
 
@@ -149,7 +149,8 @@ def test_gauges_and_counters_are_scraped_with_bounded_labels(setup) -> None:
     for name in ("beamalloc_node_allocated_bytes", "beamalloc_unused_bytes",
                  "beamalloc_usage_ratio", "beamalloc_allocator_calls_total",
                  "beamalloc_carrier_calls_total", "beamalloc_mseg_cache_hits_total",
-                 "beamalloc_mseg_alloc_calls_total", "beamalloc_lint_in_force"):
+                 "beamalloc_mseg_alloc_calls_total", "beamalloc_lint_in_force",
+                 "beamalloc_memory_category_bytes"):
         assert name in names, name
     for s in series:
         assert set(s["metric"]) <= LABELS, s["metric"]
