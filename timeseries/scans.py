@@ -77,6 +77,15 @@ def _fields(cls: type, d: Any) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in known}
 
 
+def table_from_doc(doc: Any) -> ProcessTable:
+    """A ProcessTable from its JSON document (encode's, uncompressed); TypeError if it is not
+    one."""
+    d = _fields(ProcessTable, doc)
+    d["procs"] = [Proc(**_fields(Proc, p)) for p in d.get("procs") or []]
+    d["groups"] = [Group(**_fields(Group, g)) for g in d.get("groups") or []]
+    return ProcessTable(**d)
+
+
 def decode(blob: Any) -> ProcessTable:
     """encode()'s inverse; ScanError for a row this code did not write."""
     try:
@@ -86,10 +95,7 @@ def decode(blob: Any) -> ProcessTable:
         raw = d.decompress(blob, MAX_SCAN_JSON)
         if d.unconsumed_tail:
             raise ValueError("a scan row larger than any beamalloc writes")
-        doc = _fields(ProcessTable, json.loads(raw))
-        doc["procs"] = [Proc(**_fields(Proc, p)) for p in doc.get("procs") or []]
-        doc["groups"] = [Group(**_fields(Group, g)) for g in doc.get("groups") or []]
-        return ProcessTable(**doc)
+        return table_from_doc(json.loads(raw))
     except (zlib.error, ValueError, TypeError, RecursionError) as e:
         raise ScanError(f"a stored process scan cannot be read ({type(e).__name__}): "
                         "damaged, or not beamalloc's") from None
