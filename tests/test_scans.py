@@ -68,6 +68,34 @@ def test_one_scan_kept_per_hour_and_the_latest(tmp_path: Path, table: ProcessTab
         assert scans.at_or_before(st.db, NODE, T0 + 1800) is None
 
 
+def test_processes_every_is_checked_in_one_line() -> None:
+    from test_option_ranges import _run
+
+    for bad in ("-1", "86401", "nan", "x"):
+        code, err = _run(["watch", "nobody@nohost.invalid", f"--processes-every={bad}"])
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and "--processes-every" in lines[0], (bad, err)
+
+
+def test_a_failed_scan_is_said_and_tried_again_when_due() -> None:
+    """A scan that fails (here: the watch's session is not running) is one line through the
+    watch's events, writes nothing, and waits for its next due time; the samples go on."""
+    from beamalloc.collector.session import DirectSession
+
+    said: list[str] = []
+    jobs: list[object] = []
+    sc = scans.Scanner("c" * 20, every=300)
+    session = DirectSession("c" * 20)  # not started
+    assert sc.due(NODE)
+    sc.sampled(NODE, session, 1.0, jobs.append, said.append)
+    assert jobs == [] and len(said) == 1 and said[0].startswith(f"{NODE}: no process scan")
+    assert "\n" not in said[0]
+    assert not sc.due(NODE) and sc.due(NODE, now=sc.last[NODE] + 300)
+    sc.sampled(NODE, session, 1.0, jobs.append, said.append)  # not due: not tried
+    assert len(said) == 1
+    assert not scans.Scanner("c" * 20, every=0).due(NODE)  # 0: never
+
+
 def test_age_in_words() -> None:
     assert scans.age_text(0.2) == "taken with this sample"
     assert scans.age_text(-3) == "3 s after this sample"
