@@ -15,6 +15,7 @@ import dataclasses
 import html
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,12 @@ def test_a_failed_scan_is_said_and_tried_again_when_due() -> None:
     sc.sampled(NODE, session, 1.0, jobs.append, said.append)  # not due: not tried
     assert len(said) == 1
     assert not scans.Scanner("c" * 20, every=0).due(NODE)  # 0: never
+    # a fleet's next scans are spread over the period: each node's phase, up to half of it
+    before = time.monotonic()
+    for i in range(40):
+        sc.sampled(f"n{i}@host", session, 1.0, jobs.append, said.append)
+    phases = [before - sc.last[f"n{i}@host"] for i in range(40)]
+    assert all(-1 < p <= 150 for p in phases) and len({round(p / 15) for p in phases}) >= 8
 
 
 def test_age_in_words() -> None:

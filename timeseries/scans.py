@@ -4,7 +4,8 @@ watched node names who holds the memory, the same holders `analyze` and `recomme
 A sample is the allocators' counters; who holds the memory is a process scan
 (collector/processes.py: read-only, bounded by its budget of BUDGET_MS of process_info
 requests), the same records `recommend NODE` reads. A watch scans a node on its first sample and
-then every `--processes-every` seconds (PROCESSES_EVERY by default), over the watch's own
+then every `--processes-every` seconds (PROCESSES_EVERY by default; a fleet's later scans
+spread over the period), over the watch's own
 connection to that node where it has one (collector/session.py DirectSession), else through
 processes.scan_node's hidden node (TLS distribution).
 
@@ -216,7 +217,12 @@ class Scanner:
         and tried again at the next due time, the samples go on."""
         if not self.due(node):
             return
-        self.last[node] = time.monotonic()
+        # A fleet's first scans come together, on its first samples; the next ones are spread
+        # over the period, each node a phase of its own (up to half of it earlier), so that a
+        # fleet is not scanned all in one tick every period.
+        first = node not in self.last
+        phase = (zlib.crc32(node.encode()) % 1000) / 2000 * self.every if first else 0.0
+        self.last[node] = time.monotonic() - phase
         try:
             table = self.scan(session, node, timeout)
         except (NodeError, InputError) as e:
