@@ -4,10 +4,10 @@ watched node names who holds the memory, the same holders `analyze` and `recomme
 A sample is the allocators' counters; who holds the memory is a process scan
 (collector/processes.py: read-only, bounded by its budget of BUDGET_MS of process_info
 requests), the same records `recommend NODE` reads. A watch scans a node on its first sample and
-then every `--processes-every` seconds (PROCESSES_EVERY by default; a fleet's later scans
-spread over the period), over the watch's own
-connection to that node where it has one (collector/session.py DirectSession), else through
-processes.scan_node's hidden node (TLS distribution).
+then every `--processes-every` seconds (PROCESSES_EVERY by default; a fleet's later scans are
+spread over the period), over the watch's own connection to that node where it has one
+(collector/session.py DirectSession), else through processes.scan_node's hidden node (TLS
+distribution).
 
 Stored in a table of its own, `process_scans`, created by `setup()`, which the store's schema
 setup calls (timeseries/store.py): one row per scan, the ProcessTable as zlib-compressed JSON
@@ -52,7 +52,8 @@ SCHEMA = (
 
 
 class ScanError(InputError):
-    """A stored scan that cannot be read: the page says so in one line, the rest still shows."""
+    """A stored scan that cannot be read, in one line: the pages log it and show the sample
+    without a scan (webui/data.py `stored_processes`)."""
 
 
 def setup(db: sqlite3.Connection, readonly: bool = False) -> None:
