@@ -363,6 +363,7 @@ class Watcher:
             self.stop.set()
             for t in self._threads:
                 t.join(timeout=self.timeout + 2)
+            self.scanner.join(timeout=self.timeout + 2)  # its writes before the writer's end
             self._q.put(None)
             writer.join()
             store.close()

@@ -71,3 +71,22 @@ def test_watched_node_pages_name_the_holders_the_cli_names(tmp_path: Path) -> No
     part = node[node.index('id="node-holders"'):node.index("Stored snapshots")]
     on_page = [html.unescape(x) for x in re.findall(r"<tr><td>([^<]+)</td><td>", part)]
     assert on_page[:2] == named[:2] and len(on_page) == 5, (on_page, named)
+
+
+def test_through_the_hidden_node_the_scans_leave_the_samples_going(tmp_path: Path) -> None:
+    """With the hidden node (TLS's way, forced here), a scan boots a hidden node of its own in a
+    thread of its own: it is stored, and the node's samples go on meanwhile."""
+    with start_workload(SYSTEM, "holders", env={"WORKERS": "10"}) as w:
+        w.wait_ready()
+        db = tmp_path / "w.db"
+        r = run_cli("watch", w.node, "--store", str(db), "--cookie-file",
+                    _cookie_file(tmp_path, w.cookie), "--interval", "1", "--duration", "10",
+                    "--carriers-every", "0",
+                    env={**os.environ, "BEAMALLOC_HIDDEN_NODE": "1"}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with Store(db, readonly=True) as st:
+        samples = {n["node"]: n["samples"] for n in st.list_nodes()}[w.node]
+        t = st.db.execute("SELECT t FROM process_scans WHERE node = ?", (w.node,)).fetchall()
+        found = scans.at_or_before(st.db, w.node, st.snapshots(w.node)[-1]["t"])
+    assert len(t) == 1 and found is not None and found.table.complete
+    assert samples >= 4, samples  # not held up by the scan's hidden node
