@@ -21,5 +21,9 @@ CARRIERS_EVERY = 10
 #: Processes a scan reads at most (`--max-processes`). Beyond, registered processes and a fair
 #: (systematic) sample of the rest are read, and `complete` is false.
 MAX_PROCESSES = 1_000_000
+#: `watch` scans a node's processes every this many seconds (`--processes-every`; its first
+#: sample included, 0: never): who holds the memory on its snapshot pages
+#: (timeseries/scans.py). A scan is bounded by its budget (collector/processes.py BUDGET_MS).
+PROCESSES_EVERY = 300.0
 #: The paste formats of a recommendation (`--format`): their one home is beamalloc/pastes.py.
 from beamalloc.pastes import FORMATS as FORMATS  # noqa: E402

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from beamalloc.limits import MAX_SCHEDULERS
 
+#: `--bytes` (issue 26 item 2, "MiB with the bytes on request"): while set, `human` prints a
+#: size's exact bytes beside it. A context variable rather than an argument: the reporters call
+#: `human` in many places, and the command sets it for its rendering only (`exact_bytes`), so
+#: the sentences a stage builds (the verdict's first line: at most 100 characters) stay human.
+_EXACT: ContextVar[bool] = ContextVar("beamalloc_exact_bytes", default=False)
+
+#: The exact bytes `human` adds under `exact_bytes`: " (162,738,176 B)", its group the number.
+EXACT_SUFFIX = re.compile(r" \((-?[0-9][0-9,]*) B\)")
+
 
 def human(n: int | float | None) -> str:
-    """1536 -> '1.5 KiB'. Exact below 1 KiB, one decimal above."""
+    """1536 -> '1.5 KiB'. Exact below 1 KiB, one decimal above; under `exact_bytes`, the
+    exact bytes beside it: '1.5 KiB (1,536 B)'."""
     if n is None:
         return "-"
     sign, v = ("-" if n < 0 else ""), float(abs(n))
@@ -18,8 +32,20 @@ def human(n: int | float | None) -> str:
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         v /= 1024
         if v < 1024 or unit == "TiB":
-            return f"{sign}{v:.1f} {unit}"
+            text = f"{sign}{v:.1f} {unit}"
+            return f"{text} ({n:,.0f} B)" if _EXACT.get() else text
     raise AssertionError
+
+
+@contextmanager
+def exact_bytes(on: bool = True) -> Iterator[None]:
+    """`human` prints exact bytes beside each size inside this block (`on`), or never (`on`
+    False: a stage's own sentences inside a block that renders with them)."""
+    token = _EXACT.set(on)
+    try:
+        yield
+    finally:
+        _EXACT.reset(token)
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -80,6 +106,7 @@ OPTIONS: dict[str, _Range] = {
     "--top": _Range(int, 1, 1_000_000, "instances"),
     "--max-carriers": _Range(int, 0, 100_000_000, "carriers"),
     "--carriers-every": _Range(int, 0, 1_000_000, "samples"),
+    "--processes-every": _Range(float, 0, 86400, "seconds"),
     "--pid": _Range(int, 1, (1 << 31) - 1, ""),
     "--sample": _Range(float, 0, 1, "(a fraction of the time)", open_lo=True),
     "--slice-ms": _Range(float, 1, 3_600_000, "ms"),

@@ -10,6 +10,10 @@ from beamalloc.limits import MAX_CARRIERS, MAX_PROCESSES
 #: `analyze` and `recommend` are short by default (issue 26 item 2).
 DETAILS_HELP = "print every table and section, not only the answer and what it rests on"
 
+#: "Numbers are human (MiB with the bytes on request)" (issue 26 item 2).
+BYTES_HELP = ("print the exact bytes beside each size of the tables and notes, 155.2 MiB "
+              "(162,738,176 B); the answer's first lines stay as they are")
+
 SOURCE_HELP = (
     "a node name (app@host) or a file: beamalloc JSON, a recon_alloc snapshot "
     "file, an allocator dump, an erl_crash.dump or a `beamalloc snippet` file ('-' reads "

@@ -21,7 +21,7 @@ from beamalloc.analyzer.options import format_option
 from beamalloc.analyzer.rules import usage_level
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import human, pct
+from beamalloc.units import exact_bytes, human, pct
 
 
 def _usage_style(u: float, unused: int) -> str:
@@ -102,6 +102,11 @@ def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) 
     """The first lines of every command that judges (issue 26 item 1): a dump's cause of death
     first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
     most 100 characters and the terminal's width, each with its short lines of why."""
+    with exact_bytes(False):  # `--bytes` leaves the answer as said: a line of 100 at most
+        _answer(a, verdict, console)
+
+
+def _answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) -> None:
     width = min(console.width, wording.HEADLINE_MAX)
     death = cause_of_death(a, width)
     if death:  # its line first, with its why
@@ -118,14 +123,21 @@ def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) 
         prose(console, line, indent="  ", hang="  ")  # under the answer
 
 
+def holder_rows(p: dict[str, Any] | None, n: int) -> list[dict[str, Any]]:
+    """The `n` processes that hold the most (their memory and the refc binaries they
+    reference), largest first: the short output's holders, and the node page's."""
+    if not p:
+        return []
+    rows = {r["pid"]: r for r in [*(p.get("top_heap") or []), *(p.get("top_binary") or [])]}
+    return sorted(rows.values(),
+                  key=lambda r: -((r["memory"] or 0) + (r["binary_bytes"] or 0)))[:n]
+
+
 def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
     """The processes that hold the most (their memory and the refc binaries they reference),
     `n` of them: the short output's holders (reporters/holders.py has every table)."""
-    if not p:
-        return
-    rows = {r["pid"]: r for r in [*(p.get("top_heap") or []), *(p.get("top_binary") or [])]}
-    top = sorted(rows.values(), key=lambda r: -((r["memory"] or 0) + (r["binary_bytes"] or 0)))
-    if not top:
+    top = holder_rows(p, n)
+    if not top or not p:
         return
     print_table(console, f"Top holders ({p['source']}): process memory and the refc binaries "
                 "it references", [
@@ -134,7 +146,7 @@ def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
                 [[r["name"] or r["pid"], human(r["memory"]),
                   "-" if r["total_heap_bytes"] is None else human(r["total_heap_bytes"]),
                   "-" if r["binary_bytes"] is None else human(r["binary_bytes"]),
-                  r["status"] or "-"] for r in top[:n]], box=None)
+                  r["status"] or "-"] for r in top], box=None)
 
 
 def picture_lines(a: dict[str, Any]) -> list[str]:

@@ -21,6 +21,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from beamalloc.units import EXACT_SUFFIX
+
 #: A number and its unit, to be kept on one line when text wraps.
 UNIT_GLUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|%)(?=[\s,.;:)]|$)")
 
@@ -166,11 +168,20 @@ def _split_term(word: str, room: int) -> str:
     return " ".join([*pieces, word])
 
 
+def _stack(cell: Cell) -> Cell:
+    """A number cell with one size's exact bytes (`--bytes`: units.exact_bytes) on two lines,
+    "155.2 MiB" over "162,738,176 B": a column as narrow as its longer line, not their sum."""
+    if not isinstance(cell, str) or len(found := EXACT_SUFFIX.findall(cell)) != 1:
+        return cell
+    return f"{EXACT_SUFFIX.sub('', cell)}\n{found[0]} B"
+
+
 def print_table(console: Console, title: str | None, cols: Sequence[Col],
                 rows: Sequence[Sequence[Cell]], ends: Sequence[int] = (), **kw: Any) -> None:
     """Print the table in as many parts as the console's width needs (module docstring).
     `ends`: rows after which a line is drawn; `kw` goes to rich's Table (box, padding, ...)."""
     kw.setdefault("box", boxes.HEAVY_HEAD)
+    rows = [[c if cols[i].wrap else _stack(c) for i, c in enumerate(r)] for r in rows]
     parts, dropped = layout(console, cols, rows, **kw)
     for n, idx in enumerate(parts):
         if title is not None:  # above the table, wrapped at the console's width, not the table's

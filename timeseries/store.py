@@ -40,6 +40,7 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries import scans
 from beamalloc.timeseries.series import Point, instance_usage
 
 SCHEMA_VERSION = 2
@@ -304,6 +305,7 @@ class Store:
                 self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA busy_timeout = 10000")
             self._migrate(readonly)
+            scans.setup(self.db, readonly)  # its own table (timeseries/scans.py)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"cannot open the store {self.path}: {e}") from None
 

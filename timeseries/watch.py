@@ -34,7 +34,8 @@ from beamalloc.collector.live import NodeError
 from beamalloc.collector.session import DirectSession, open_session
 from beamalloc.console import width_for
 from beamalloc.errors import InputError
-from beamalloc.limits import CARRIERS_EVERY, MAX_CARRIERS
+from beamalloc.limits import CARRIERS_EVERY, MAX_CARRIERS, MAX_PROCESSES, PROCESSES_EVERY
+from beamalloc.timeseries import scans
 from beamalloc.timeseries.series import FINDINGS_EVERY, Point, active_findings, derive
 from beamalloc.timeseries.store import BATCH_SECONDS, Store
 from beamalloc.units import human
@@ -90,8 +91,13 @@ class Watcher:
     status_every: float | None = None
     #: How the hidden node reaches the nodes (docs/access.md; None: access.current()).
     access: Access | None = None
+    #: A process scan of each node every this many seconds (0: never; timeseries/scans.py).
+    processes_every: float = PROCESSES_EVERY
+    max_processes: int = MAX_PROCESSES
 
     def __post_init__(self) -> None:
+        self.scanner = scans.Scanner(self.cookie, self.processes_every, self.max_processes,
+                                     self.access)
         self.status: dict[str, NodeStatus] = {}
         self.stop = threading.Event()
         self._q: queue.Queue[Callable[[Store], None] | None] = queue.Queue()
@@ -168,6 +174,8 @@ class Watcher:
                 # else our hidden node died, not the target: the next tick starts another
             else:
                 self._sampled(st, snap, point, grid)
+                # who holds the memory, now and then (a scan may take the whole --timeout)
+                self.scanner.sampled(node, session, self.timeout, self._q.put, self._event)
             # The next tick of the grid; ticks missed while stalled are skipped, not caught up.
             grid = int((time.monotonic() - self._t0) / self.interval) + 1
             self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
@@ -258,6 +266,7 @@ class Watcher:
                 self.batches += 1
                 if self.retain_days is not None and time.monotonic() - last_prune > PRUNE_EVERY:
                     store.prune(time.time() - self.retain_days * 86400)
+                    scans.prune(store.db, time.time() - self.retain_days * 86400)
                     last_prune = time.monotonic()
                 self.store_bytes = store.size()
             except Exception as e:
@@ -354,6 +363,7 @@ class Watcher:
             self.stop.set()
             for t in self._threads:
                 t.join(timeout=self.timeout + 2)
+            self.scanner.join(timeout=self.timeout + 2)  # its writes before the writer's end
             self._q.put(None)
             writer.join()
             store.close()

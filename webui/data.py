@@ -8,12 +8,15 @@ anywhere a later request could name, and no request path is ever a file path.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import secrets
+import sqlite3
 import tempfile
 import threading
 from collections import OrderedDict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,11 @@ from beamalloc.collector.procdump import read_proc_lines
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries import scans
 from beamalloc.timeseries.series import instance_usage
 from beamalloc.timeseries.store import Store, StoreError
+
+log = logging.getLogger(__name__)
 
 MAX_UPLOADS = 32
 #: Per-instance usage over time comes from stored snapshots; this many at most per page view.
@@ -134,7 +140,29 @@ class Data:
     def _analyze(self, ref: str, snap: Snapshot) -> dict[str, Any]:
         with self.uploads.lock:  # an uploaded crash dump's holders (docs/processes.md)
             procs = self.upload_processes.get(ref)
+        if procs is None and ref[:1] == "s":  # a watched node's: its stored process scan
+            procs = self.stored_processes(snap)
         return analyze(snap, processes=procs)
+
+    def stored_processes(self, snap: Snapshot) -> dict[str, Any] | None:
+        """The holders of a watched node's sample: the `processes` section of the latest scan
+        the watch stored at or before it (timeseries/scans.py), with `scan` saying when it was
+        taken and how long before the sample; None where there is none (or it is damaged:
+        logged, and the page says it has no scan)."""
+        st = self.store()
+        if st is None or snap.taken_at is None:
+            return None
+        try:
+            found = scans.at_or_before(st.db, snap.node, snap.taken_at)
+        except (scans.ScanError, sqlite3.DatabaseError) as e:
+            log.warning("%s: %s", st.path, e)
+            return None
+        if found is None:
+            return None
+        return {**processes_json(found.table),
+                "scan": {"t": found.t, "age": scans.age_text(snap.taken_at - found.t),
+                         "when": datetime.fromtimestamp(found.t, UTC).strftime(
+                             "%Y-%m-%d %H:%M:%S UTC")}}
 
     def add_upload(self, name: str, data: bytes) -> str:
         """Parse an uploaded file with the same readers as the CLI; return its ref."""

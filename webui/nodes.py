@@ -13,6 +13,7 @@ from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
 from beamalloc.webui.data import MAX_POINTS, Data, NotFound
+from beamalloc.webui.holders_view import node_holders
 from beamalloc.webui.pagedata import figures_json, severity
 from beamalloc.webui.recommend_view import recommendations_of
 
@@ -205,6 +206,7 @@ def node_page() -> str:
     return render_template(
         "node.html", node=node, info=info, first=when(info["first"]), last=when(info["last"]),
         summary=summary, verdict=verdict, latest_ref=f"s{latest[-1]['id']}" if latest else None,
+        holders=node_holders(d, f"s{latest[-1]['id']}" if latest else None),
         ranges=ranges, start=start, end=end,
         points=len(series["t"]), downsampled=series["downsampled"], gaps=series["gaps"],
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}

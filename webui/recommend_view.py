@@ -15,7 +15,7 @@ from beamalloc.analyzer import wording
 from beamalloc.analyzer.records import Prediction
 from beamalloc.reporters.recommend import FORMATS, predicted_line
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human
+from beamalloc.units import exact_bytes, human
 from beamalloc.webui.data import Data
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,8 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
     from beamalloc.reporters.recommend import paste, verdict
 
     turn = measure_turnover(earlier, snap) if earlier is not None else None
-    r = recommend(snap, processes=processes, turnover=turn)
+    with exact_bytes(False):  # the verdict's own words, human as the terminal's (`--bytes`)
+        r = recommend(snap, processes=processes, turnover=turn)
     # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
     # table (pagedata.prediction_view), before/after per measure.
     recs = [{**x, "predicted": predicted_line(x["predicted"]) if x["predicted"]

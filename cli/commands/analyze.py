@@ -8,7 +8,13 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.inputs import ets_tables, holders, load
-from beamalloc.cli.options import DETAILS_HELP, SOURCE_HELP, node_options, process_options
+from beamalloc.cli.options import (
+    BYTES_HELP,
+    DETAILS_HELP,
+    SOURCE_HELP,
+    node_options,
+    process_options,
+)
 from beamalloc.console import Progress, short, wide_console
 
 
@@ -26,6 +32,7 @@ def add_parser(sub: Any) -> None:
         help="instances to list with --details (default 20)",
     )
     p.add_argument("--details", action="store_true", help=DETAILS_HELP)
+    p.add_argument("--bytes", action="store_true", help=BYTES_HELP)
     node_options(p)
     process_options(p)
     p.set_defaults(run=run)
@@ -46,9 +53,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     from beamalloc.analyzer.recommend import recommend
     from beamalloc.reporters.analyze import render
+    from beamalloc.units import exact_bytes
 
     with Progress(f"analyzing {short(args.source)}") as p:  # its verdict's line comes first
         p.step("judging it")
         v = recommend(snap, processes=result["processes"])["verdict"]
-    render(result, wide_console(), top=args.top, verdict=v, details=args.details)
+    with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
+        render(result, wide_console(), top=args.top, verdict=v, details=args.details)
     return 0

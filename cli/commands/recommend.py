@@ -12,7 +12,13 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.inputs import ets_tables, holders, load, process_table
-from beamalloc.cli.options import DETAILS_HELP, SOURCE_HELP, node_options, process_options
+from beamalloc.cli.options import (
+    BYTES_HELP,
+    DETAILS_HELP,
+    SOURCE_HELP,
+    node_options,
+    process_options,
+)
 from beamalloc.console import Progress, note, short, wide_console
 from beamalloc.errors import InputError
 from beamalloc.limits import FORMATS
@@ -31,6 +37,7 @@ def add_parser(sub: Any) -> None:
                    help="the node's +M flags as written (e.g. from vm.args), to lint them")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--details", action="store_true", help=DETAILS_HELP)
+    p.add_argument("--bytes", action="store_true", help=BYTES_HELP)
     p.add_argument("--no-predict", action="store_true", help="skip the replay of each flag set "
                    "on a trace synthesized from the snapshot (faster; then no flag is advised, "
                    "each is listed with why)")  # fmt: skip
@@ -125,8 +132,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.write(None, json.dumps({**result, "paste": paste(result, args.format)}, indent=1))
         return 0
     from beamalloc.reporters.recommend import render
+    from beamalloc.units import exact_bytes
 
-    render(result, wide_console(), fmt=args.format, details=args.details)
+    with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
+        render(result, wide_console(), fmt=args.format, details=args.details)
     return 0
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.inputs import ets_tables, holders, load
-from beamalloc.cli.options import SOURCE_HELP, node_options, process_options
+from beamalloc.cli.options import BYTES_HELP, SOURCE_HELP, node_options, process_options
 from beamalloc.console import Progress, note, short
 
 
@@ -16,6 +16,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("sources", metavar="SOURCE", nargs="+", help=SOURCE_HELP)
     p.add_argument("-o", "--output", metavar="FILE", default="report.html",
                    help="the HTML file to write (default report.html)")
+    p.add_argument("--bytes", action="store_true", help=BYTES_HELP)
     node_options(p)
     process_options(p, probe=False)
     p.set_defaults(run=run)
@@ -24,6 +25,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.reporters.html import write_report
+    from beamalloc.units import exact_bytes
 
     with Progress("writing the report") as p:
         snaps, analyses = [], []
@@ -33,6 +35,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             ets_tables(source, args, ctx, snaps[-1])
             analyses.append(analyze(snaps[-1], processes=holders(source, args, ctx, snaps[-1])))
         p.step(f"rendering {args.output}")
-        write_report(analyses, args.output, snapshots=snaps)
+        with exact_bytes(args.bytes):  # the pages' sizes (the recommender speaks human)
+            write_report(analyses, args.output, snapshots=snaps)
     note(f"wrote {args.output}")
     return 0

@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.options import node_options
+from beamalloc.cli.options import node_options, process_options
 from beamalloc.console import note
 from beamalloc.errors import InputError
-from beamalloc.limits import CARRIERS_EVERY
+from beamalloc.limits import CARRIERS_EVERY, PROCESSES_EVERY
 
 
 def add_parser(sub: Any) -> None:
@@ -23,6 +23,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--carriers-every", type=int, default=CARRIERS_EVERY, metavar="N",
                    help="read per-carrier data (instrument:carriers/1) on every Nth sample of "
                    f"a node, the first included (default {CARRIERS_EVERY}; 0: never)")
+    p.add_argument("--processes-every", type=float, default=PROCESSES_EVERY, metavar="S",
+                   help="scan a node's processes (who holds the memory, read-only, as "
+                   "`recommend` does) on its first sample and then every S seconds, for its "
+                   f"snapshot pages (default {PROCESSES_EVERY:g}; 0: never)")
     p.add_argument("--retain", type=float, metavar="DAYS", help="delete samples older than this")
     p.add_argument("--cluster", action="store_true",
                    help="also watch every node the given nodes are connected to")
@@ -32,6 +36,7 @@ def add_parser(sub: Any) -> None:
                    "spread, rows written) every S seconds (default 60 or the interval, the "
                    "longer; --quiet: none)")
     node_options(p)
+    process_options(p, probe=False)
     p.set_defaults(run=run)
 
 
@@ -65,7 +70,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 store_path=args.store, interval=args.interval, timeout=args.timeout,
                 retain_days=args.retain, cluster=args.cluster,
                 carriers_every=args.carriers_every, max_carriers=args.max_carriers,
-                quiet=args.quiet, status_every=args.status_every, access=ctx.access)
+                quiet=args.quiet, status_every=args.status_every, access=ctx.access,
+                processes_every=0 if args.no_processes else args.processes_every,
+                max_processes=args.max_processes)
     if args.prometheus:
         from beamalloc.timeseries.prometheus import serve
 

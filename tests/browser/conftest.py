@@ -3,6 +3,7 @@ browser: Debian's chromium, headless, driven by selenium through the system chro
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 from support import serve_in_thread
 
+from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries import scans
 from beamalloc.timeseries.series import derive
 from beamalloc.timeseries.store import Store
 
@@ -42,6 +45,16 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         build_restart(st, "restart@host", T_RESTART)
         build_few(st, "one@host", T0, 1)
         build_few(st, "two@host", T0, 2)
+        # a watched node and its process scan, read together from samples/workloads/holders.erl
+        # (tests/data/holders_*.json): who holds the memory on its pages, the scan 4 minutes
+        # before its latest sample
+        data = Path(__file__).parents[1] / "data"
+        held = Snapshot.from_json((data / "holders_snapshot.json").read_text())
+        for t in (T0 - 300, T0):
+            held.taken_at = t
+            st.add_sample(held, derive(held), force_keep=True)
+        scans.add(st.db, "holders@host", T0 - 240, scans.table_from_doc(
+            json.loads((data / "holders_scan.json").read_text())))
         # a node with flags to advise and their predictions: churn under +MBas bf, watched, so
         # two samples a minute apart give its turnover (recommend_fixtures.earlier_snapshot)
         from recommend_fixtures import earlier_snapshot, load

@@ -95,11 +95,13 @@ def _report(*sources: str) -> Callable[[Ctx], str]:
 PAGES: list[Page] = [
     Page("nodes", "/"),
     Page("node", _node("app@web1")),
+    Page("node-holders", _node("holders@host")),  # with a watch's process scan
     Page("node-restart", _node("restart@host")),
     Page("node-one-sample", _node("one@host")),
     Page("node-two-samples", _node("two@host")),
     Page("snapshot", "/snapshot/s1"),
     Page("snapshot-advice", _snapshot("churn@host")),
+    Page("snapshot-holders", _snapshot("holders@host")),  # with a watch's process scan
     Page("compare", _compare("app@web1")),
     Page("whatif", _whatif("churn@host")),
     Page("docs", "/docs/erts/tuning.md", charts=False),
