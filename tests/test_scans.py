@@ -99,8 +99,9 @@ def test_a_failed_scan_is_said_and_tried_again_when_due() -> None:
     before = time.monotonic()
     for i in range(40):
         sc.sampled(f"n{i}@host", session, 1.0, jobs.append, said.append)
+    took = time.monotonic() - before  # a phase 0 node sampled late in the loop: -took
     phases = [before - sc.last[f"n{i}@host"] for i in range(40)]
-    assert all(-1 < p <= 150 for p in phases) and len({round(p / 15) for p in phases}) >= 8
+    assert all(-took <= p <= 150 for p in phases) and len({round(p / 15) for p in phases}) >= 8
 
 
 def test_age_in_words() -> None:
