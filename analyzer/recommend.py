@@ -526,6 +526,24 @@ def _state(recs: list[Recommendation], entries: list[NoFlagEntry], held: list[He
     return NO_FLAG if entries else HEALTHY
 
 
+def nothing_at_stake(f: Facts, entries: list[NoFlagEntry]) -> Reason | None:
+    """A node mostly empty as a whole whose every allocator holds less than rules.MIN_UNUSED
+    unused, with no flag held back for any of them: nothing at stake, or None. `+M` flags act
+    per allocator, so the most one could release is that allocator's few MiB, below the floor
+    every rule weighs flags from; saying "no +M flag releases it" would claim what no
+    prediction measured (OTP 27 churn under the defaults: 8.7 MiB of binary_alloc unused, R3's
+    flags measured -87 % of it, tests/e2e/matrix.py)."""
+    if not entries or any(e.held_back or e.unused >= MIN_UNUSED for e in entries):
+        return None
+    if any(a.unused >= MIN_UNUSED for a in f.allocators.values()):
+        return None
+    top = max(f.allocators.values(), key=lambda a: a.unused)
+    return Reason("nothing_at_stake", {
+        "unused": f.unused, "allocated": f.allocated, "usage": f.usage,
+        "allocator": top.name, "allocator_unused": top.unused,
+        "allocator_allocated": top.allocated, "floor": MIN_UNUSED})  # fmt: skip
+
+
 def _trades(snap: Snapshot, recs: list[Recommendation], rate: Rate | None
             ) -> list[dict[str, Any]]:  # fmt: skip
     """What each advised speed trade buys and costs, as numbers: R6 the resident bytes of the
@@ -761,14 +779,18 @@ def verdict(
     if processes is not None:  # who holds the memory: the holders join the verdict
         said, entries = verdict_holders(processes, entries)
     state = _state(recs, entries, held, runaway)
+    calm = nothing_at_stake(f, entries) if state == NO_FLAG and runaway is None else None
+    if calm is not None:  # a few MiB: said as what it is, no NO FLAG HELPS entry claimed
+        state, entries = HEALTHY, []
     # dead data in idle heaps that is most of the node is no HEALTHY node (issue 24 item 7)
     idle = idle_verdict(processes, snap.memory.get("total") or f.allocated) \
         if state == HEALTHY else None  # fmt: skip
     state = NO_FLAG if idle is not None else state
     v = Verdict(
         state=state, total=Total(f.unused, f.allocated, f.usage),
-        reasons=(idle,) if idle is not None else tuple(_reasons(
-            state, f, entries, recs, held, [rv for rv, _ in reverts], runaway, snap, rate)),
+        reasons=(idle,) if idle is not None else (calm,) if calm is not None else tuple(
+            _reasons(state, f, entries, recs, held, [rv for rv, _ in reverts], runaway, snap,
+                     rate)),
         advised=tuple(recs), held_back=tuple(held),
         in_force={k: tuple(x) for k, x in in_force_flags.items()},
         flags_in_force=flags_in_force(snap, running.base), no_flag_helps=tuple(entries),

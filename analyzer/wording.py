@@ -143,6 +143,12 @@ def reason(r: Reason) -> str:
         return (f"OTP {n['otp'] or '?'} (erts {n['erts'] or '?'}) is older than OTP 20, whose "
                 "strategies and defaults the prediction replays (carrier migration came in OTP "
                 "17, the age-ordered strategies in 20.2.1): it cannot show what a flag does there")
+    if c == "nothing_at_stake":
+        return (f"nothing at stake: the node uses {pct(n['usage'])} of {human(n['allocated'])} "
+                f"of carriers, but no allocator holds {human(n['floor'])} unused "
+                f"({n['allocator']} the most, {human(n['allocator_unused'])} of "
+                f"{human(n['allocator_allocated'])}); +M flags act per allocator, so no "
+                "restart for flags is worth it")
     if c == "carrier_map":
         return f"the carrier map: {n['kind']}: {n['detail']}"
     if c == "no_carrier_data":
@@ -373,6 +379,12 @@ def headline_parts(v: Verdict) -> list[Part]:
                                        f"{change(-n['saving'])}"]])
         return _parts(UNDECIDED, [f"{human(n['unused'])} of {n['allocator']} unused",
                                   "the model does not reproduce it", "no flag judged"])
+    if r.code == "nothing_at_stake":
+        return _parts(HEALTHY, [f"nothing at stake: at most {human(n['allocator_unused'])} "
+                                f"unused in {n['allocator']}",
+                                "nothing to do",
+                                f"no allocator reaches the {human(n['floor'])} flags are "
+                                "weighed from"])
     return _parts(HEALTHY, [f"the allocators use {pct(v.total.usage)} of "
                             f"{human(v.total.allocated)} of carriers", "nothing to do",
                             "no rule's threshold is crossed"])
@@ -471,6 +483,13 @@ def why(v: Verdict) -> list[str]:
             if e.remedies:
                 out.append(f"What does: {remedy_short(e.remedies[0])} "
                            f"({releases(e.remedies[0])}).")
+    elif v.state == HEALTHY and r.code == "nothing_at_stake":
+        n = r.numbers
+        out.append(f"Why: {human(n['unused'])} of {human(n['allocated'])} unused, spread out: "
+                   f"no allocator holds the {human(n['floor'])} a +M flag is weighed from, "
+                   "and flags act per allocator.")
+        for rv in v.reverts:  # the lint's setting, with its revert weighed
+            out.append(f"Lint: {revert_short(rv)}.")
     if v.holders:  # always said: room is made for it
         lead = ("Processes, not allocator placement, hold the memory: " if v.state == HEALTHY
                 else "Who holds the memory: ")
