@@ -879,10 +879,9 @@ class Predictor:
         def point(h: History) -> tuple[Path, int]:
             return paths[dataclasses.replace(h, after=0)], h.events(fit.modelled)
 
-        ends_of = {future: point(dataclasses.replace(h, after=fit.live)) for future, h in tried
-                   if future == "turnover"}  # fmt: skip
-        self._history_replays([point(h) for _, h in tried] + list(ends_of.values()), self.base,
-                              fit.modelled)  # fmt: skip
+        # the turnover's end (every survivor replaced) in the same pass as the histories tried
+        end = point(dataclasses.replace(base, after=fit.live))
+        self._history_replays([point(h) for _, h in tried] + [end], self.base, fit.modelled)
         candidates = []
         for future, h in tried:
             path, events = point(h)
@@ -907,10 +906,12 @@ class Predictor:
     @staticmethod
     def _band_fits(h: _Histories, future: str) -> list[_Candidate]:
         """The band of a future: the same future's next-best history that reproduces the node
-        too (one, for the cost: each costs a replay under the proposal)."""
-        end = h.ends[future]
+        too (one, for the cost: each costs a replay under the proposal); the best itself is
+        left out where it is the prediction point."""
+        best = h.best[future]
+        own = (best.path, best.events) == h.ends[future]
         fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
-                       and (c.path, c.events) != end
+                       and not (own and c is best)
                        and not (future == "turnover" and c.history.after < h.fit.live)),
                       key=lambda c: c.calibration["error"])  # fmt: skip
         return fits[:1]
