@@ -36,12 +36,14 @@ the recommender never fails because of the replay.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
@@ -67,6 +69,9 @@ from beamalloc.versions import modelled_otp
 
 if TYPE_CHECKING:
     from beamalloc.refalloc.tracegen import History
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
 #: seconds (Python writes the trace at ~200 k events/s; refalloc replays at ~3 M events/s).
@@ -716,6 +721,16 @@ class _Histories:
     ends: dict[str, tuple[Path, int]]  # per future, the trace of its prediction point
 
 
+def _parallel(fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
+    """`[fn(x) for x in items]`, in threads where there are several: refalloc releases the GIL
+    while it writes or replays a trace, so a pass per trace runs on a core of its own."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
 # --- replay and compare ---------------------------------------------------------------------------
 
 
@@ -809,14 +824,31 @@ class Predictor:
 
     # --- restart-true histories ---
 
-    def _history_replay(self, path: Path, flags: FlagSet, instances: int) -> Any:
-        """The ReplayResult of a history trace under `flags` (cached)."""
-        from beamalloc.refalloc.replay import replay_snapshot
+    def _history_replay(self, path: Path, events: int, flags: FlagSet, instances: int) -> Any:
+        """The ReplayResult of the first `events` events of a history trace under `flags`."""
+        self._history_replays([(path, events)], flags, instances)
+        return self._history_runs[(str(path), events, flags.render())]
 
-        key = (str(path), flags.render())
-        if key not in self._history_runs:
-            self._history_runs[key] = replay_snapshot(path, flags, schedulers=instances)
-        return self._history_runs[key]
+    def _history_replays(self, points: list[tuple[Path, int]], flags: FlagSet,
+                         instances: int) -> None:  # fmt: skip
+        """Replay under `flags` the prefixes (trace, events) not replayed yet (cached): one
+        pass per trace with its prefixes as checkpoints, the traces in parallel."""
+        from beamalloc.refalloc.replay import replay_checkpoints
+
+        rendered = flags.render()
+        todo: dict[Path, set[int]] = {}
+        for path, events in points:
+            if (str(path), events, rendered) not in self._history_runs:
+                todo.setdefault(path, set()).add(events)
+
+        def one(item: tuple[Path, set[int]]) -> tuple[Path, list[int], list[Any]]:
+            path, counts = item
+            cps = sorted(counts)
+            return path, cps, replay_checkpoints(path, flags, cps, schedulers=instances)
+
+        for path, cps, runs in _parallel(one, list(todo.items())):
+            for events, r in zip(cps, runs, strict=True):
+                self._history_runs[(str(path), events, rendered)] = r
 
     def _history(self, target: str) -> _Histories | None:
         """The calibrated histories of `target`, or None where it shows no spike to replay."""
@@ -834,20 +866,44 @@ class Predictor:
             return None
         assert self._tmp is not None, "use Predictor as a context manager"
 
-        def run(path: Path, h: History) -> int:
-            return history(path, h, allocator=target, schedulers=fit.modelled, seed=self.seed)
-
         base = fit.base()
         tried = ([("kept", base)]
                  + [("turnover", dataclasses.replace(base, after=a)) for a in fit.afters()]
                  + [("kept", dataclasses.replace(base, stragglers=n,
                                                  after=min(fit.churn, 2 * fit.live)))
                     for n in fit.stragglers(_sparse(self.snap, target))])  # fmt: skip
+        # Histories that differ only in their churn after the drop share every event before
+        # its end (refalloc/src/history.rs draws that churn last): each family is written once,
+        # as long as its longest member or a turnover's end (every survivor replaced), and its
+        # members are that trace's prefixes, replayed in one pass (the cost line of issue 22).
+        longest: dict[History, int] = {}
+        for future, h in tried:
+            family = dataclasses.replace(h, after=0)
+            longest[family] = max(longest.get(family, 0), h.after,
+                                  fit.live if future == "turnover" else 0)  # fmt: skip
+        paths = {family: Path(self._tmp.name) / f"{target}-h{i}.batr"
+                 for i, family in enumerate(longest)}  # fmt: skip
+
+        def write(family: History) -> None:
+            h = dataclasses.replace(family, after=longest[family])
+            events = history(paths[family], h, allocator=target, schedulers=fit.modelled,
+                             seed=self.seed)  # fmt: skip
+            if events != h.events(fit.modelled):  # the prefixes' counts come from the formula
+                raise PredictionError(f"history of {events} events, {h.events(fit.modelled)} "
+                                      "expected")  # fmt: skip
+
+        list(_parallel(write, list(longest)))
+
+        def point(h: History) -> tuple[Path, int]:
+            return paths[dataclasses.replace(h, after=0)], h.events(fit.modelled)
+
+        # the turnover's end (every survivor replaced) in the same pass as the histories tried
+        end = point(dataclasses.replace(base, after=fit.live))
+        self._history_replays([point(h) for _, h in tried] + [end], self.base, fit.modelled)
         candidates = []
         for future, h in tried:
-            path = Path(self._tmp.name) / f"{target}-h{len(candidates)}.batr"
-            events = run(path, h)
-            r = self._history_replay(path, self.base, fit.modelled)
+            path, events = point(h)
+            r = self._history_replay(path, events, self.base, fit.modelled)
             model = replay_measures(r.snapshot, r.native["carriers"], target).scaled(fit.to_node)
             candidates.append(_Candidate(future, h, path, events,
                                          calibration(node, model)))  # fmt: skip
@@ -858,34 +914,40 @@ class Predictor:
         ends: dict[str, tuple[Path, int]] = {}
         for future, c in best.items():
             if future == "turnover" and c.history.after < fit.live:  # its end: all replaced
-                path = Path(self._tmp.name) / f"{target}-end.batr"
-                ends[future] = (path, run(path, dataclasses.replace(c.history, after=fit.live)))
+                ends[future] = point(dataclasses.replace(c.history, after=fit.live))
             else:
                 ends[future] = (c.path, c.events)
         h = _Histories(fit, node, candidates, best, ends)
         self._histories[target] = h
         return h
 
+    @staticmethod
+    def _band_fits(h: _Histories, future: str) -> list[_Candidate]:
+        """The band of a future: the same future's next-best history that reproduces the node
+        too (one, for the cost: each costs a replay under the proposal); the best itself is
+        left out where it is the prediction point."""
+        best = h.best[future]
+        own = (best.path, best.events) == h.ends[future]
+        fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
+                       and not (own and c is best)
+                       and not (future == "turnover" and c.history.after < h.fit.live)),
+                      key=lambda c: c.calibration["error"])  # fmt: skip
+        return fits[:1]
+
     def _future(self, h: _Histories, future: str, flags: FlagSet, target: str) -> dict[str, Any]:
         """One future's comparison: its history's prediction point under the node's flags and
         under them followed by `flags`, both from an empty VM."""
         base = self.base
+        n = h.fit.modelled
         path, events = h.ends[future]
-        before = _figures(self._history_replay(path, base, h.fit.modelled).snapshot, target)
+        before = _figures(self._history_replay(path, events, base, n).snapshot, target)
         after_flags = FlagSet(base.flags + flags.flags, otp=base.otp)
-        after = _figures(self._history_replay(path, after_flags, h.fit.modelled).snapshot,
-                         target)  # fmt: skip
+        after = _figures(self._history_replay(path, events, after_flags, n).snapshot, target)
         saving = _saving(before["unused"], after["unused"])
-        # The band: the same future's next-best history that reproduces the node too (one, for
-        # the cost: each costs a replay under the proposal).
-        fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
-                       and c.path != path
-                       and not (future == "turnover" and c.history.after < h.fit.live)),
-                      key=lambda c: c.calibration["error"])  # fmt: skip
         savings = [round(saving, 4)]
-        for c in fits[:1]:
-            b = self._history_replay(c.path, base, h.fit.modelled).snapshot
-            a = self._history_replay(c.path, after_flags, h.fit.modelled).snapshot
+        for c in self._band_fits(h, future):
+            b = self._history_replay(c.path, c.events, base, n).snapshot
+            a = self._history_replay(c.path, c.events, after_flags, n).snapshot
             savings.append(round(_saving(_figures(b, target)["unused"],
                                          _figures(a, target)["unused"]), 4))  # fmt: skip
         best = h.best[future]
@@ -902,8 +964,16 @@ class Predictor:
         h = self._history(target)
         if h is None or not any(c.calibration["reproduces"] for c in h.best.values()):
             return None
-        futures = [self._future(h, name, flags, target) for name in ("turnover", "kept")
-                   if h.best[name].calibration["error"] <= RULES_OUT]  # fmt: skip
+        names = [name for name in ("turnover", "kept")
+                 if h.best[name].calibration["error"] <= RULES_OUT]  # fmt: skip
+        # every history these futures replay under the proposal, in as few passes as there are
+        # traces (the futures' ends and bands are prefixes of one or two)
+        self._history_replays([p for name in names
+                               for p in [h.ends[name]] + [(c.path, c.events)
+                                                          for c in self._band_fits(h, name)]],
+                              FlagSet(self.base.flags + flags.flags, otp=self.base.otp),
+                              h.fit.modelled)  # fmt: skip
+        futures = [self._future(h, name, flags, target) for name in names]
         known, known_by = _known(futures, self.turnover, h)
         chosen = next((x for x in futures if x["name"] == known), None)
         if chosen is None:  # both futures, none known: what holds in either is the lower

@@ -11,6 +11,7 @@ force that the lint calls wrong is weighed as a revert to OTP's default (issue 2
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -582,12 +583,14 @@ def recommend(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
     processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
+    predictor: Predictor | None = None,
 ) -> dict[str, Any]:
     """The recommendation (docs/recommend.md) as `recommend --json` prints it: the records of
     :func:`verdict` serialised. Arguments as :func:`verdict`."""
     return verdict(snap, given_flags, predict=predict, rate=rate,
                    rate_unavailable=rate_unavailable, trace=trace,
-                   processes=processes, turnover=turnover).to_json()  # fmt: skip
+                   processes=processes, turnover=turnover,
+                   predictor=predictor).to_json()  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -682,6 +685,7 @@ def verdict(
     snap: Snapshot, given_flags: str | None = None, *, predict: bool = True,
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
     processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
+    predictor: Predictor | None = None,
 ) -> Recommended:
     """The recommendation's records. With `predict`, each finding's flags are replayed through
     refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only when the
@@ -691,7 +695,9 @@ def verdict(
     carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
     section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
     verdict (docs/processes.md). `turnover` (analyzer/predict.turnover: two reads of the node)
-    decides between the futures a prediction cannot tell apart from one snapshot."""
+    decides between the futures a prediction cannot tell apart from one snapshot. `predictor`:
+    a Predictor of `snap` the caller holds open (its replays cached, its turnover set), used
+    instead of a new one (cli/commands/recommend.py warms it while it reads the node again)."""
     f = facts(snap)
     found = evaluate(f)
     runaway = next((x for x in found if x.rule == "OOM" and x.evidence.get("runaway")), None)
@@ -723,7 +729,8 @@ def verdict(
     whole: tuple[dict[str, Any] | None, str | None] = (None, "no flags to predict")
     old = unmodelled_reason(snap)  # issue 16: OTP 25's replay says nothing of R16B's flags
     if predict and old is None:
-        with Predictor(snap, f, trace=trace, turnover=turnover) as pr:
+        with (nullcontext(predictor) if predictor is not None
+              else Predictor(snap, f, trace=trace, turnover=turnover)) as pr:  # fmt: skip
             for i, fnd in enumerate(staged):
                 if fnd.level != "action" or not fnd.advice:
                     continue

@@ -15,6 +15,7 @@ Replay statistics have no "since last call" period: a Triple is (current, max, m
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,8 @@ from beamalloc.trace import (
 )
 from beamalloc.versions import modelled_otp
 
-__all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_snapshot", "run", "snapshot_from"]
+__all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_checkpoints", "replay_snapshot", "run",
+           "snapshot_from"]
 
 SERIES_COLUMNS = ("t_ns", "carriers_size", "blocks_size", "mseg_cached")
 #: The model's version string is recorded in each snapshot (which model produced it).
@@ -277,6 +279,48 @@ def replay_snapshot(
     series = _series(native)
     given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
     return ReplayResult(given, snap, _peak(snap, series), series, native)
+
+
+def replay_checkpoints(
+    trace: str | Path,
+    flags: FlagSet | str | None,
+    checkpoints: Sequence[int],
+    *,
+    schedulers: int | None = None,
+    sample_every_ns: int = 100_000_000,
+) -> list[ReplayResult]:
+    """The model after each of `checkpoints` events (ascending) of a binary trace, in one pass:
+    what :func:`replay_snapshot` gives for each prefix of `trace`, for the cost of the longest
+    (the state after N events does not depend on the events after them). The histories a
+    prediction tries extend one another by churn (analyzer/predict.py)."""
+    path = Path(trace)
+    try:
+        header = read_header(path)
+    except TraceError as e:
+        raise InputError(str(e)) from None
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise InputError(f"{path}: checkpoints take a binary trace, not CSV")
+    s = schedulers or header.schedulers
+    fs = _flagset(flags, modelled_otp(header.otp))
+    try:
+        config = replay_config(fs, s, otp=fs.otp)
+    except FlagError as e:
+        raise InputError(str(e)) from None
+    from beamalloc import _refalloc
+
+    try:
+        native = _refalloc.replay(str(path), config, s, sample_every_ns,
+                                  checkpoints=list(checkpoints))  # fmt: skip
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
+    out = []
+    for cp in native.get("checkpoints", ()):
+        snap = snapshot_from(cp, fs, s, header)
+        series = _series(cp)
+        out.append(ReplayResult(given, snap, _peak(snap, series), series, cp))
+    return out
 
 
 def run(

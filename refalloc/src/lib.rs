@@ -33,6 +33,8 @@ mod python_csv;
 mod python_etf;
 #[cfg(feature = "python")]
 mod python_history;
+#[cfg(feature = "python")]
+mod python_writer;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -47,5 +49,6 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
     m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
+    m.add_class::<python_writer::PyTraceWriter>()?;
     Ok(())
 }

@@ -132,8 +132,14 @@ fn heap_info(py: Python<'_>, h: &Heap, name: &str) -> PyResult<PyObject> {
 /// `csv`: (offset, line, types, next_type) of a CSV trace's rows (as `csv_rows`): replayed
 /// straight from the CSV by the fast path; a row it declines returns `{"declined": line}`
 /// and the caller replays through the reference reader instead.
+///
+/// `checkpoints` (a binary trace's event counts, ascending): the result is `{"checkpoints":
+/// [...]}`, one result of the usual shape per count, the model as it stood after that many
+/// events (`Replay::run_reader_at`, which stops at the last); a count past the trace's end is
+/// a ValueError.
 #[pyfunction]
-#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000, csv = None))]
+#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000, csv = None,
+                    checkpoints = None))]
 pub fn replay(
     py: Python<'_>,
     trace_path: &str,
@@ -141,6 +147,7 @@ pub fn replay(
     schedulers: usize,
     sample_every_ns: u64,
     csv: Option<CsvRows>,
+    checkpoints: Option<Vec<u64>>,
 ) -> PyResult<PyObject> {
     let g: Bound<'_, PyDict> = get(config, "globals")?;
     let globals = Globals {
@@ -169,6 +176,11 @@ pub fn replay(
         cfgs.push(v);
     }
     let mut rp = Replay::new(globals, schedulers + 1, cfgs, sample_every_ns);
+    if csv.is_some() && checkpoints.is_some() {
+        return Err(PyValueError::new_err(
+            "checkpoints take a binary trace, not CSV rows",
+        ));
+    }
     if let Some((offset, line, types, next_type)) = csv {
         let mut t = Types::new(types, next_type);
         let mut f = File::open(trace_path)?;
@@ -183,10 +195,43 @@ pub fn replay(
         }
     } else {
         let mut reader = TraceReader::open(trace_path).map_err(|e| PyValueError::new_err(e.0))?;
-        py.allow_threads(|| rp.run_reader(&mut reader))
-            .map_err(|e| PyValueError::new_err(e.0))?;
+        let cps = checkpoints.unwrap_or_default();
+        if cps.windows(2).any(|w| w[0] > w[1]) {
+            return Err(PyValueError::new_err(
+                "checkpoints must be in ascending order",
+            ));
+        }
+        // Each checkpoint's result is built under the GIL, taken back for it alone.
+        let mut at: Vec<PyResult<PyObject>> = Vec::with_capacity(cps.len());
+        py.allow_threads(|| {
+            rp.run_reader_at(&mut reader, &cps, |rp| {
+                at.push(Python::with_gil(|py| result(py, rp, &names)))
+            })
+        })
+        .map_err(|e| PyValueError::new_err(e.0))?;
+        if at.len() < cps.len() {
+            return Err(PyValueError::new_err(format!(
+                "{trace_path}: checkpoint {} past the trace's {} events",
+                cps[at.len()],
+                rp.events
+            )));
+        }
+        if !cps.is_empty() {
+            // the replay stopped at the last checkpoint: no end state to return
+            let out = PyDict::new_bound(py);
+            let list = PyList::empty_bound(py);
+            for r in at {
+                list.append(r?)?;
+            }
+            out.set_item("checkpoints", list)?;
+            return Ok(out.into_py(py));
+        }
     }
+    result(py, &rp, &names)
+}
 
+/// The model's state as `replay` returns it.
+fn result(py: Python<'_>, rp: &Replay, names: &[String]) -> PyResult<PyObject> {
     let out = PyDict::new_bound(py);
     let allocators = PyDict::new_bound(py);
     for (n, h) in rp.heaps.iter().enumerate() {
@@ -197,7 +242,7 @@ pub fn replay(
     out.set_item("allocators", allocators)?;
     out.set_item(
         "carriers",
-        crate::python_carriers::carrier_map(py, &rp.heaps, &names)?,
+        crate::python_carriers::carrier_map(py, &rp.heaps, names)?,
     )?;
     let mseg = PyList::empty_bound(py);
     for (i, m) in rp.env.msegs.iter().enumerate() {

@@ -360,9 +360,48 @@ impl Replay {
         &mut self,
         reader: &mut TraceReader<R>,
     ) -> Result<(), TraceError> {
+        self.run_reader_at(reader, &[], |_| {})
+    }
+
+    /// `run_reader`, calling `at` with the model as it stands after each of `checkpoints`
+    /// (event counts, ascending) is applied: one pass gives the end state of every prefix of
+    /// the trace. The state after N events does not depend on what follows them, so a history
+    /// that extends another by more churn (analyzer/predict.py) costs one replay, not one per
+    /// length. With checkpoints the replay stops at the last one (the rest is not read); one
+    /// past the last event is never called.
+    pub fn run_reader_at<R: std::io::Read>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+        checkpoints: &[u64],
+        mut at: impl FnMut(&Replay),
+    ) -> Result<(), TraceError> {
+        let mut next = checkpoints.iter().copied().peekable();
+        // `events` counts applied events; a checkpoint 0 is the empty model.
+        while next.peek() == Some(&0) {
+            next.next();
+            at(self);
+        }
+        if !checkpoints.is_empty() && next.peek().is_none() {
+            return Ok(());
+        }
         let mut ahead = Lookahead::new();
-        let read = reader.for_each_event(|ev| ahead.push(self, ev));
-        let last = ahead.drain(self);
+        let read = reader.for_each_event_while(|ev| {
+            let before = self.events;
+            ahead.push(self, ev);
+            if self.events != before && next.peek() == Some(&self.events) {
+                while next.next_if_eq(&self.events).is_some() {}
+                at(self);
+                return next.peek().is_some();
+            }
+            true
+        });
+        // The events still held by the lookahead, one by one for the checkpoints among them.
+        let last = ahead.drain_each(self, |rp| {
+            if next.peek() == Some(&rp.events) {
+                while next.next_if_eq(&rp.events).is_some() {}
+                at(rp);
+            }
+        });
         // The model's failure came first: events after it were not applied.
         self.finish(last, reader.where_())?;
         read
@@ -469,8 +508,14 @@ impl Lookahead {
 
     /// Apply the events still held; returns the time of the last event pushed.
     pub(crate) fn drain(&mut self, rp: &mut Replay) -> u64 {
+        self.drain_each(rp, |_| {})
+    }
+
+    /// `drain`, calling `each` after every event it applies.
+    pub(crate) fn drain_each(&mut self, rp: &mut Replay, mut each: impl FnMut(&Replay)) -> u64 {
         for i in self.n.saturating_sub(AHEAD)..self.n {
             rp.apply(&self.ring[i % AHEAD]);
+            each(rp);
         }
         self.n = 0;
         self.last
@@ -552,6 +597,97 @@ mod tests {
             let want = format!("trace: event {fails_at}: the live carriers outgrow");
             assert!(err.starts_with(&want), "{err}");
             assert_eq!(rp.events, fails_at);
+        }
+    }
+
+    /// What a checkpoint and an end state are compared on: per instance its stats and live
+    /// carriers, the mseg caches, the live blocks.
+    fn state(rp: &Replay) -> String {
+        let mut out = format!("events {} live {}\n", rp.events, rp.live_blocks());
+        for h in rp.heaps.iter().flatten() {
+            for i in &h.instances {
+                out += &format!(
+                    "{:?} {:?} {:?}\n",
+                    i.stats.mbcs, i.stats.sbcs, i.stats.calls
+                );
+            }
+            for (c, cr) in h.live_carriers() {
+                out += &format!("{c} {} {} {} {}\n", cr.addr, cr.size, cr.used, cr.in_pool);
+            }
+        }
+        for m in &rp.env.msegs {
+            out += &format!("{:?} {}\n", m.stats, m.cached_segments());
+        }
+        out
+    }
+
+    /// A history that extends another by more churn after the drop (history.rs) holds the
+    /// other as its prefix, and the model after that prefix is the other's end state, under
+    /// every strategy: so one replay with checkpoints stands for all of them
+    /// (analyzer/predict.py, the histories tried).
+    #[test]
+    fn a_checkpoint_is_the_end_state_of_the_prefix() {
+        use crate::config::Strategy;
+        use crate::history::{write, Params};
+        use crate::trace::TraceReader;
+        let dir = std::env::temp_dir();
+        let tag = std::process::id();
+        let path = |after: u64| {
+            let p = dir.join(format!("refalloc-cp-{tag}-{after}.batr"));
+            p.to_str().unwrap().to_owned()
+        };
+        let p = |after| Params {
+            live: 300,
+            peak: 4_000,
+            before: 300,
+            after,
+            passes: true,
+            stragglers: 0,
+            lo: 560,
+            hi: 1_040,
+            allocator: 10,
+            type_: 214,
+            instances: 2,
+            seed: 3,
+        };
+        let counts: Vec<u64> = [0, 150, 300, 1_200]
+            .iter()
+            .map(|&a| write(&path(a), "{\"schedulers\":2}", p(a)).unwrap())
+            .collect();
+        for strategy in [Strategy::Bf, Strategy::Aoffcbf, Strategy::Ageffcbf] {
+            let rp = || {
+                let cfgs = (0..3)
+                    .map(|i| {
+                        let mut c = InstanceConfig::default_for(10, i);
+                        c.strategy = strategy;
+                        c.lmbcs = 256 << 10;
+                        c
+                    })
+                    .collect();
+                Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+            };
+            let mut at = Vec::new();
+            let mut long = rp();
+            let mut reader = TraceReader::open(&path(1_200)).unwrap();
+            long.run_reader_at(&mut reader, &counts[..3], |r| at.push(state(r)))
+                .unwrap();
+            assert_eq!(at.len(), 3);
+            for (i, &a) in [0, 150, 300].iter().enumerate() {
+                let mut short = rp();
+                short
+                    .run_reader(&mut TraceReader::open(&path(a)).unwrap())
+                    .unwrap();
+                assert_eq!(at[i], state(&short), "{strategy:?} after {a}");
+            }
+            // it stopped at the last checkpoint (the lookahead's events applied, no more)
+            assert!(
+                long.events <= counts[2] + super::AHEAD as u64,
+                "{}",
+                long.events
+            );
+        }
+        for a in [0, 150, 300, 1_200] {
+            std::fs::remove_file(path(a)).unwrap();
         }
     }
 

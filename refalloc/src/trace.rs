@@ -245,6 +245,18 @@ impl<R: Read> TraceReader<R> {
     /// wrapping per event on the fast path).
     #[inline]
     pub fn for_each_event(&mut self, mut f: impl FnMut(&Event)) -> Result<(), TraceError> {
+        self.for_each_event_while(|e| {
+            f(e);
+            true
+        })
+    }
+
+    /// `for_each_event` until `f` returns false (the events after it are left unread).
+    #[inline]
+    pub fn for_each_event_while(
+        &mut self,
+        mut f: impl FnMut(&Event) -> bool,
+    ) -> Result<(), TraceError> {
         if self.done {
             return Ok(());
         }
@@ -253,11 +265,17 @@ impl<R: Read> TraceReader<R> {
                 self.fill(MAX_RECORD)?;
             }
             if let Some(e) = self.next_buffered() {
-                f(&e);
+                if !f(&e) {
+                    return Ok(());
+                }
                 continue;
             }
             match self.next_checked() {
-                Ok(Some(e)) => f(&e),
+                Ok(Some(e)) => {
+                    if !f(&e) {
+                        return Ok(());
+                    }
+                }
                 Ok(None) => return Ok(()),
                 Err(e) => {
                     self.done = true;

@@ -1,6 +1,7 @@
 """Bench: `beamalloc recommend NODE` on a node with 2 GiB of binary_alloc (issue 22, cost line).
 
-    .venv/bin/python tests/bench/bench_recommend.py [--runs N] [--base B]
+    .venv/bin/python tests/bench/bench_recommend.py [--runs N] [--base B] [--baseline PY]
+        [--node NODE --cookie-file F]
 
 One real node runs samples/workloads/churn.erl scaled up under `+MBas bf` (a base set of B
 binaries of 600-1000 B, a spike to 15 x B, a random drop, every survivor replaced, then steady
@@ -16,49 +17,87 @@ churn): about 2.2 GiB of binary_alloc at B = 160,000. Then, alternated N times:
 * `snapshot NODE`: the allocators only (issue 28 item 3: recommend within 1.5x of it, the
   process scan and ETS scan over our own client: no BEAM booted).
 
-Prints medians, the ratios to the floor and to `snapshot`, the time the prediction adds, and the
-prediction (its scale, calibration error, futures). Goal: the full command within 3 s on this
-machine. A plain script, not a test: tests never assert wall-clock times.
+* with `--baseline PY` (another checkout's venv python, e.g. /work/main/.venv/bin/python):
+  `recommend NODE --json` of that checkout too, in the same alternation: the ratio of ours to
+  it, and whether both give the same verdict state and flags.
+
+`--node` takes a node already running (e.g. the same workload kept up between runs) instead of
+starting one. Prints medians of wall and CPU time (user + system of the command, its threads
+included: on a shared machine the CPU is the steadier figure), the ratios to the floor and to
+`snapshot`, the time the prediction adds, and the prediction (its scale, calibration error,
+futures). Goal: the full command within 3 s on this machine. A plain script, not a test: tests
+never assert wall-clock times.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 
 
-def _cli(node: str, cookie: Path, *extra: str, command: str = "recommend"
-         ) -> tuple[float, dict]:
+def _cli(node: str, cookie: Path, *extra: str, command: str = "recommend",
+         python: str = sys.executable) -> tuple[float, float, dict]:  # fmt: skip
+    """Wall and CPU seconds of one command, and its JSON."""
     env = {k: v for k, v in os.environ.items() if k != "BEAMALLOC_COOKIE"}
     t = time.perf_counter()
-    cmd = [sys.executable, "-m", "beamalloc.cli", command, node, "--cookie-file",
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cmd = [python, "-m", "beamalloc.cli", command, node, "--cookie-file",
            str(cookie), "--timeout", "120", "--json",
            *extra]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=True)
-    return time.perf_counter() - t, json.loads(r.stdout)
+    # run outside the checkout: `-m` imports the python's installed package, not ./beamalloc
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=True,
+                       cwd="/")  # fmt: skip
+    wall = time.perf_counter() - t
+    rv = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = rv.ru_utime - ru.ru_utime + rv.ru_stime - ru.ru_stime
+    return wall, cpu, json.loads(r.stdout)
+
+
+def _said(result: dict) -> tuple[str, str]:
+    """What a verdict decides: its state and the flags it pastes."""
+    return result["verdict"]["state"], result.get("emulator_flags", "")
+
+
+@contextlib.contextmanager
+def _node(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
+    """The node to read and a file holding its cookie: `--node`'s, or a churn node started."""
+    if args.node:
+        yield args.node, Path(args.cookie_file)
+        return
+    env = {"CHURN_BASE": str(args.base), "CHURN_LOAD": "5000"}
+    with WorkloadNode("churn", ["+MBas", "bf"], env) as wl, tempfile.TemporaryDirectory() as tmp:
+        wl.wait_ready(timeout=900)
+        cookie = Path(tmp) / "cookie"
+        cookie.write_text(wl.cookie + "\n")
+        yield wl.node, cookie
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--base", type=int, default=160_000)
+    ap.add_argument("--baseline", metavar="PY", help="another checkout's venv python: its "
+                    "`recommend NODE` alternated with ours")  # fmt: skip
+    ap.add_argument("--node", help="a node already running the workload (with --cookie-file)")
+    ap.add_argument("--cookie-file", help="the file holding --node's cookie")
     args = ap.parse_args()
-    env = {"CHURN_BASE": str(args.base), "CHURN_LOAD": "5000"}
-    with WorkloadNode("churn", ["+MBas", "bf"], env) as wl, tempfile.TemporaryDirectory() as tmp:
-        wl.wait_ready(timeout=900)
-        cookie = Path(tmp) / "cookie"
-        cookie.write_text(wl.cookie + "\n")
-        snap = snapshot_node(wl.node, wl.cookie, timeout=120.0)
+    if bool(args.node) != bool(args.cookie_file):
+        ap.error("--node and --cookie-file go together")
+    with _node(args) as (node, cookie):
+        snap = snapshot_node(node, cookie.read_text().strip(), timeout=120.0)
         insts = snap.instances("binary_alloc")
         size = sum(i.mbcs.carriers_size.current + i.sbcs.carriers_size.current
                    + (i.mbcs_pool.carriers_size if i.mbcs_pool else 0) for i in insts)  # fmt: skip
@@ -66,22 +105,31 @@ def main() -> int:
             f"node: churn x {args.base} under +MBas bf, binary_alloc {size / 2**30:.2f} GiB in "
             f"{len(snap.carriers_of('binary_alloc'))} carriers"
         )
-        times: dict[str, list[float]] = {"recommend": [], "no_turnover": [], "floor": [],
-                                         "snapshot": []}
+        names = ["recommend", *(["baseline"] if args.baseline else []), "no_turnover",
+                 "floor", "snapshot"]  # fmt: skip
+        times: dict[str, list[float]] = {k: [] for k in names}
+        cpus: dict[str, list[float]] = {k: [] for k in names}
         result: dict = {}
+        said: dict[str, set[tuple[str, str]]] = {"ours": set(), "baseline": set()}
         for _ in range(args.runs):
-            dt, result = _cli(wl.node, cookie)
-            times["recommend"].append(dt)
-            dt, _ = _cli(wl.node, cookie, "--rate-seconds", "0")
-            times["no_turnover"].append(dt)
-            dt, _ = _cli(wl.node, cookie, "--no-predict", "--rate-seconds", "0")
-            times["floor"].append(dt)
-            dt, _ = _cli(wl.node, cookie, command="snapshot")
-            times["snapshot"].append(dt)
+            for name in names:
+                extra = {"no_turnover": ("--rate-seconds", "0"),
+                         "floor": ("--no-predict", "--rate-seconds", "0")}.get(name, ())
+                dt, cpu, out = _cli(node, cookie, *extra,
+                                    command="snapshot" if name == "snapshot" else "recommend",
+                                    python=args.baseline if name == "baseline" else sys.executable)
+                times[name].append(dt)
+                cpus[name].append(cpu)
+                if name == "recommend":
+                    result = out
+                    said["ours"].add(_said(out))
+                elif name == "baseline":
+                    said["baseline"].add(_said(out))
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():
         print(
-            f"{k:9}: median {med[k]:.2f} s over {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})"
+            f"{k:11}: median {med[k]:.2f} s over {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)}"
+            f"); CPU {statistics.median(cpus[k]):.2f} s"
         )
     print(
         f"ratio recommend / floor: {med['recommend'] / med['floor']:.2f}; the prediction and "
@@ -93,6 +141,15 @@ def main() -> int:
         f"{med['no_turnover'] / med['snapshot']:.2f}; the floor: "
         f"{med['floor'] / med['snapshot']:.2f} (goal: within 1.5)"
     )
+    if args.baseline:
+        cpu = {k: statistics.median(v) for k, v in cpus.items()}
+        print(
+            f"ratio recommend / baseline ({args.baseline}): wall "
+            f"{med['recommend'] / med['baseline']:.2f}, CPU "
+            f"{cpu['recommend'] / cpu['baseline']:.2f}; verdicts: ours {sorted(said['ours'])}, "
+            f"baseline {sorted(said['baseline'])}"
+            f"{' (the same)' if said['ours'] == said['baseline'] else ' (DIFFER)'}"
+        )
     shown = set()
     for r in result.get("recommendations", []) + result.get("held_back", []):
         p = r.get("predicted") or {}
