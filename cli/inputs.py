@@ -13,8 +13,14 @@ from beamalloc.limits import MAX_CARRIERS
 
 if TYPE_CHECKING:
     from beamalloc.cli.context import Context
+    from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
+
+#: A crash dump's =proc sections, read by load() in the pass that reads its allocators, until
+#: holders() takes them (issue 28 item 1: the dump is read once): by id() of the Snapshot, the
+#: Snapshot kept beside them so that the id stays its own.
+_DUMP_PROCS: dict[int, tuple[Snapshot, ProcSections]] = {}
 
 
 def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
@@ -34,7 +40,15 @@ def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
             note(f"beamalloc: note: {snap.carriers_skipped} carriers not read "
                  f"(--max-carriers {args.max_carriers})")
         return snap
-    return sources.read_file(source)
+    if source == "-" or getattr(args, "no_processes", True):  # no holders() for these
+        return sources.read_file(source)
+    from beamalloc.collector.procdump import ProcSections
+
+    procs = ProcSections()
+    snap = sources.read_file(source, procs=procs)
+    if procs.fed:  # a crash dump
+        _DUMP_PROCS[id(snap)] = (snap, procs)
+    return snap
 
 
 def process_table(source: str, args: argparse.Namespace, ctx: Context) -> ProcessTable | None:
@@ -87,12 +101,16 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
         return processes_json(table, probe, earlier)
     if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
         from beamalloc.collector.crashdump import MAGIC
+        from beamalloc.collector.dumpscan import line_of
         from beamalloc.collector.procdump import read_procdump
 
+        read = _DUMP_PROCS.pop(id(snap), None)
         try:
             with open(source, "rb") as f:
                 if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
                     return None
+            if read is not None and read[0] is snap:  # read with the allocators, in one pass
+                return processes_json(read[1].table(None, lambda at: line_of(source, at)))
             return processes_json(read_procdump(source))
         except OSError as e:
             raise InputError(f"cannot read {source}: {e.strerror}") from None
