@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
+from beamalloc.collector.dumpscan import Headers, Section, Stats, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import ProcSections, printable
 from beamalloc.console import clean
@@ -200,10 +200,9 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.allocators.append(_instance(sec))
 
 
-#: The sections this reader uses (a pattern over "\\n=HEADER\\n"): the allocators, =memory,
-#: =node, the =ets and =proc tables (collector/dumptables.py), =end. The others are passed over.
-WANT = re.compile(rb"\n=(?:allocator:|node:|(?:ets|proc)(?::|\r*(?:\n|\Z))"
-                  rb"|(?:memory|end)\r*(?:\n|\Z))")
+#: The sections this reader uses: the allocators, =memory, =node, the =ets and =proc tables
+#: (collector/dumptables.py), =end. The others are passed over.
+WANT = Headers(("allocator:", "node:", "ets:", "proc:"), ("ets", "proc", "memory", "end"))
 
 
 def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snapshot:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from beamalloc.collector.dumpscan import Section, Stats, line_of, line_sections, scan
+from beamalloc.collector.dumpscan import Headers, Section, Stats, line_of, line_sections, scan
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -45,6 +45,11 @@ MAX_WORDS = (1 << 61) - 1
 REQUIRED = ("Stack+heap", "OldHeap")
 PROC_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
+#: The `Key: Value` lines proc_of reads (the first of each counts; a line's key is what precedes
+#: its first ": ").
+_KEYS = re.compile("^(" + "|".join(re.escape(k) for k in (
+    *PROC_INTS, "State", "Name", "Spawned as", "Program counter")
+) + "): (.*)$", re.M)
 
 
 def printable(s: str | None, limit: int = 100) -> str | None:
@@ -52,7 +57,8 @@ def printable(s: str | None, limit: int = 100) -> str | None:
     name is data, never a command to the terminal), at most `limit` of them."""
     if s is None:
         return None
-    return "".join(c if c.isprintable() else "?" for c in s[:limit])
+    s = s[:limit]
+    return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
 
 
 class SkipSection(ValueError):
@@ -94,9 +100,9 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
     )
 
 
-#: The sections read (a pattern over "\\n=HEADER\\n"); the first lines are read too (the word
-#: size), the others are passed over (collector/dumpscan.py).
-WANT = re.compile(rb"\n=(?:proc|node):")
+#: The sections read; the first lines are read too (the word size), the others are passed over
+#: (collector/dumpscan.py).
+WANT = Headers(("proc:", "node:"))
 
 
 def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
@@ -149,10 +155,8 @@ class ProcSections:
                 self.skipped.append((start, ": not a pid after =proc:"))
                 return
             kv: dict[str, str] = {}
-            for line in body.split("\n") if body is not None else ():
-                key, sep, value = line.partition(": ")
-                if sep:
-                    kv.setdefault(key, value.strip())
+            for m in _KEYS.finditer(body or ""):  # one regex over the section, no step per line
+                kv.setdefault(m.group(1), m.group(2).strip())
             try:
                 self.procs.append(proc_of(pid, kv, self.ws))
             except SkipSection as e:
