@@ -74,9 +74,9 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
         v = kv.get(k)
         if v is None:
             continue
-        if not _UINT.match(v) or int(v) > MAX_WORDS:
+        if not _UINT.match(v) or (x := int(v)) > MAX_WORDS:
             raise SkipSection(f"{k!r} is not a number a node can hold")
-        n[k] = int(v)
+        n[k] = x
     young, old, frag = n["Stack+heap"], n["OldHeap"], n.get("Heap fragment data", 0)
     unused = n.get("Heap unused", 0) + n.get("OldHeap unused", 0)
     if unused > young + old:
@@ -155,8 +155,9 @@ class ProcSections:
                 self.skipped.append((start, ": not a pid after =proc:"))
                 return
             kv: dict[str, str] = {}
-            for m in _KEYS.finditer(body or ""):  # one regex over the section, no step per line
-                kv.setdefault(m.group(1), m.group(2).strip())
+            for k, v in _KEYS.findall(body or ""):  # one regex over the section, no step a line
+                if k not in kv:
+                    kv[k] = v.strip()
             try:
                 self.procs.append(proc_of(pid, kv, self.ws))
             except SkipSection as e:
