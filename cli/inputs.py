@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
 
-#: A crash dump's =proc sections, read by load() in the pass that reads its allocators, until
-#: holders() takes them (issue 28 item 1: the dump is read once): by id() of the Snapshot, the
-#: Snapshot kept beside them so that the id stays its own.
+#: The =proc sections of the last crash dump load() read, fed in the pass that reads its
+#: allocators, until holders() takes them (issue 28 item 1: the dump is read once): by id() of
+#: its Snapshot, kept beside them so that the id stays its own. One at a time: a dump loaded and
+#: never asked for its holders (recommend --rate-from) holds no process table for the run.
 _DUMP_PROCS: dict[int, tuple[Snapshot, ProcSections]] = {}
 
 
@@ -45,6 +46,7 @@ def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
     from beamalloc.collector.procdump import ProcSections
 
     procs = ProcSections()
+    _DUMP_PROCS.clear()  # holders() then reads an earlier dump again, as it always did
     snap = sources.read_file(source, procs=procs)
     if procs.fed:  # a crash dump
         _DUMP_PROCS[id(snap)] = (snap, procs)
