@@ -150,14 +150,14 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
                 if eof:
                     break
                 drop = max(a, len(data) - _EDGE)
-                passed(a, drop)
+                if m < 0:  # with a kept header ahead, the last one passed is its (loop top)
+                    passed(a, drop)
                 a = 0 if (s := more(drop)) >= 0 else drop
                 pos = min(pos, a)
             if m < 0:
                 passed(a, len(data))
                 return
-            passed(a, m)
-            pos = m + 1
+            pos = m + 1  # the header noted in `stats` is this one's, at the loop's top
             continue
         stats.sections += not first
         first = False
