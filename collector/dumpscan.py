@@ -119,11 +119,17 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
         base += drop
         return drop
 
-    def passed(a: int, b: int) -> None:
-        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept)."""
+    def passed(a: int, b: int) -> int:
+        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept).
+        Where the data may be dropped up to: `b`, or that header's "\\n" when the block ends
+        inside its first MAX_HEADER bytes (the next block completes it: noted cut, it named
+        a cut dump's last section short of what the line reader names)."""
         if (r := data.rfind(b"\n=", a, min(b + 1, len(data))) + 1) > 0:
             e = data.find(b"\n", r, r + MAX_HEADER)
+            if e < 0 and len(data) < r + MAX_HEADER and not eof:
+                return r - 1
             stats.last = data[r:e if e >= 0 else r + MAX_HEADER].decode("latin-1").rstrip("\r")
+        return b
 
     if not data and more(0) < 0:
         return
@@ -150,14 +156,14 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
                 if eof:
                     break
                 drop = max(a, len(data) - _EDGE)
-                if m < 0:  # with a kept header ahead, the last one passed is its (loop top)
-                    passed(a, drop)
+                # (a match at the block's end may be no header a reader keeps)
+                drop = passed(a, drop)
                 a = 0 if (s := more(drop)) >= 0 else drop
                 pos = min(pos, a)
             if m < 0:
                 passed(a, len(data))
                 return
-            pos = m + 1  # the header noted in `stats` is this one's, at the loop's top
+            pos = m + 1  # its header is noted in `stats` at the loop's top, kept or not
             continue
         stats.sections += not first
         first = False
