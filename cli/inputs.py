@@ -13,8 +13,15 @@ from beamalloc.limits import MAX_CARRIERS
 
 if TYPE_CHECKING:
     from beamalloc.cli.context import Context
+    from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
+
+#: The =proc sections of the last crash dump load() read, fed in the pass that reads its
+#: allocators, until holders() takes them (issue 28 item 1: the dump is read once): by id() of
+#: its Snapshot, kept beside them so that the id stays its own. One at a time: a dump loaded and
+#: never asked for its holders (recommend --rate-from) holds no process table for the run.
+_DUMP_PROCS: dict[int, tuple[Snapshot, ProcSections]] = {}
 
 
 def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
@@ -34,7 +41,16 @@ def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
             note(f"beamalloc: note: {snap.carriers_skipped} carriers not read "
                  f"(--max-carriers {args.max_carriers})")
         return snap
-    return sources.read_file(source)
+    if source == "-" or getattr(args, "no_processes", True):  # no holders() for these
+        return sources.read_file(source)
+    from beamalloc.collector.procdump import ProcSections
+
+    procs = ProcSections()
+    _DUMP_PROCS.clear()  # holders() then reads an earlier dump again, as it always did
+    snap = sources.read_file(source, procs=procs)
+    if procs.fed:  # a crash dump
+        _DUMP_PROCS[id(snap)] = (snap, procs)
+    return snap
 
 
 def process_table(source: str, args: argparse.Namespace, ctx: Context) -> ProcessTable | None:
@@ -87,12 +103,16 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
         return processes_json(table, probe, earlier)
     if snap.source == "crashdump" and source != "-":  # the dump itself, not its snapshot JSON
         from beamalloc.collector.crashdump import MAGIC
+        from beamalloc.collector.dumpscan import line_of
         from beamalloc.collector.procdump import read_procdump
 
+        read = _DUMP_PROCS.pop(id(snap), None)
         try:
             with open(source, "rb") as f:
                 if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
                     return None
+            if read is not None and read[0] is snap:  # read with the allocators, in one pass
+                return processes_json(read[1].table(None, lambda at: line_of(source, at)))
             return processes_json(read_procdump(source))
         except OSError as e:
             raise InputError(f"cannot read {source}: {e.strerror}") from None

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from beamalloc.collector.dumpscan import Section, Stats, line_sections, scan
+from beamalloc.collector.dumpscan import Headers, Section, Stats, line_sections, scan
 from beamalloc.collector.dumptables import DumpTables
-from beamalloc.collector.procdump import printable
+from beamalloc.collector.procdump import ProcSections, printable
 from beamalloc.console import clean
 from beamalloc.errors import InputError
 from beamalloc.snapshot import (
@@ -200,10 +200,9 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
         snap.allocators.append(_instance(sec))
 
 
-#: The sections this reader uses (a pattern over "\\n=HEADER\\n"): the allocators, =memory,
-#: =node, the =ets and =proc tables (collector/dumptables.py), =end. The others are passed over.
-WANT = re.compile(rb"\n=(?:allocator:|node:|(?:ets|proc)(?::|\r*(?:\n|\Z))"
-                  rb"|(?:memory|end)\r*(?:\n|\Z))")
+#: The sections this reader uses: the allocators, =memory, =node, the =ets and =proc tables
+#: (collector/dumptables.py), =end. The others are passed over.
+WANT = Headers(("allocator:", "node:", "ets:", "proc:"), ("ets", "proc", "memory", "end"))
 
 
 def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snapshot:
@@ -212,18 +211,26 @@ def read_crashdump_lines(lines: Iterable[str], name: str = "crash dump") -> Snap
     return read_sections(line_sections(lines, WANT, stats), stats, name)
 
 
-def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"") -> Snapshot:
+def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"",
+                        procs: ProcSections | None = None) -> Snapshot:
     """A dump read from `f` (after `head`, bytes already read from it) in blocks, its sections
-    found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept."""
+    found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept.
+    `procs` is fed its =proc sections in the same pass (the holders: cli/inputs.py)."""
     stats = Stats()
-    return read_sections(scan(f, WANT, stats, head), stats, name)
+    return read_sections(scan(f, WANT, stats, head), stats, name, procs)
 
 
-def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
+def read_sections(secs: Iterable[Section], stats: Stats, name: str,
+                  procs: ProcSections | None = None) -> Snapshot:
     """The Snapshot of a dump's sections (the first line and header block, then the sections
-    WANT matches; `stats` counts all of them once they are read)."""
+    WANT matches; `stats` counts all of them once they are read). `procs`, where given, is fed
+    the first section, =node and every =proc section, those after =end included (as
+    procdump.read_procdump reads them)."""
     it = iter(secs)
-    first, head_text, _, _ = next(it, ("", None, 0, False))
+    sec0 = next(it, ("", None, 0, False))
+    first, head_text, _, _ = sec0
+    if procs is not None:
+        procs.feed(sec0)
     if not first.startswith(MAGIC):
         raise CrashDumpError(f"{name}: not an Erlang crash dump (no '{MAGIC}' header)")
     version = first[len(MAGIC) :].strip()
@@ -238,7 +245,10 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
     ended = False
     raw: list[str] = []
     tables = DumpTables()
-    for line, body, _, complete in it:
+    for sec in it:
+        line, body, _, complete = sec
+        if procs is not None and line.startswith(("=proc:", "=node:")):
+            procs.feed(sec)
         section = line[1:]
         if section == "end":
             ended = True
@@ -278,6 +288,11 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
                     except _BadValue as e:
                         raise CrashDumpError(f"{name}: =memory: {e}") from None
     section = stats.last[1:] if stats.last else None
+    sections = stats.sections
+    if procs is not None:
+        for sec in it:  # what follows =end (nothing, in a dump the VM wrote)
+            if sec[0].startswith(("=proc:", "=node:")):
+                procs.feed(sec)
     tables.close(cut=not ended)
     if not ended:
         snap.truncated = True
@@ -296,7 +311,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str) -> Snapshot:
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
-    snap.extra["dump_read"] = {"sections_read": stats.sections,
+    snap.extra["dump_read"] = {"sections_read": sections,
                                "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
     snap.raw = "\n".join(raw)

@@ -3,9 +3,11 @@
 A dump is `=header` lines each followed by the lines of its section, and a reader needs only a
 few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
 heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
-finds each header with `bytes.find(b"\\n=")` (C speed, no Python step per line) and decodes only
-the header line and the sections the caller keeps. Memory is bounded by what is kept: a block,
-plus one kept section of at most MAX_SECTION bytes (the rest of a longer one is passed over).
+finds the next header the caller keeps natively (refalloc/src/dumpscan.rs: one SIMD search for
+"\\n=" and a few byte compares per header, no Python step per line or per header passed over)
+and decodes only the header line and the sections the caller keeps. Memory is bounded by what is
+kept: a block, plus one kept section of at most MAX_SECTION bytes (the rest of a longer one is
+passed over).
 
 Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
 with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
@@ -19,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-#: Bytes read at a time: large enough that a block costs one read, small against the memory cap.
-CHUNK = 4 << 20
+#: Bytes read at a time: a block costs one read, and 1 MiB read and joined costs 0.6 of 4 MiB's
+#: CPU (tests/bench/bench_crashdump.py's dump; a smaller block stays in the caches).
+CHUNK = 1 << 20
 #: Longer lines are not dump data a reader uses; they are skipped unread.
 MAX_LINE = 1 << 20
 #: A kept section's bytes; past them the section is passed over (real sections are kilobytes).
@@ -48,9 +51,39 @@ class Stats:
     last: str = ""
 
 
-def keeps(want: re.Pattern[bytes], header: str) -> bool:
-    """Whether `want` (a pattern over "\\n=HEADER\\n") matches a header line."""
-    return want.match(b"\n" + header.encode("latin-1", "replace") + b"\n") is not None
+class Headers:
+    """The section headers a reader keeps: `prefixes` (a name and anything after it, as
+    "allocator:"), `lines` (a name alone on its header line, '\\r's allowed after it).
+    `search` finds the next one natively (refalloc/src/dumpscan.rs) where the extension is
+    built, else with `pattern`, the reference it is fuzzed against (tests/fuzz/reader_props.py:
+    the block reader against the line reader, which matches with `pattern`)."""
+
+    def __init__(self, prefixes: tuple[str, ...], lines: tuple[str, ...] = ()) -> None:
+        self.prefixes, self.lines = prefixes, lines
+        names = [re.escape(n.encode()) for n in prefixes]
+        names += [re.escape(n.encode()) + rb"\r*(?:\n|\Z)" for n in lines]
+        #: over the bytes "\\n=HEADER\\n" (`\\Z`: the end of the data ends a header line)
+        self.pattern = re.compile(rb"\n=(?:" + b"|".join(names) + rb")")
+        self._native = None
+        try:  # the native search of the Rust extension; absent in a source tree never built
+            from beamalloc._refalloc import DumpWant
+
+            self._native = DumpWant([(n.encode(), False) for n in prefixes]
+                                    + [(n.encode(), True) for n in lines])
+        except ImportError:  # pragma: no cover - `make setup` builds it
+            pass
+
+    def search(self, data: bytes, start: int) -> int:
+        """Where the first kept "\\n=HEADER" at or after `start` begins (its "\\n"), or -1."""
+        if self._native is not None:
+            return int(self._native.search(data, start))
+        m = self.pattern.search(data, start)
+        return m.start() if m is not None else -1
+
+
+def keeps(want: Headers, header: str) -> bool:
+    """Whether `want` keeps a header line (matched with its pattern: the reference)."""
+    return want.pattern.match(b"\n" + header.encode("latin-1", "replace") + b"\n") is not None
 
 
 def _text(body: bytes) -> str | None:
@@ -62,13 +95,13 @@ def _text(body: bytes) -> str | None:
     return "\n".join(lines) if lines else None
 
 
-def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
+def scan(f: BinaryIO, want: Headers, stats: Stats,
          head: bytes = b"") -> Iterator[Section]:
     """The sections of the dump read from `f` (after the bytes `head` already read from it)
-    whose header `want` matches (a pattern over the bytes "\\n=HEADER\\n"), and its first one.
-    The others are passed over by `want.search`, counted in `stats`, never decoded. Line
-    Where a section starts is given as its header's byte offset in the file (`head` included):
-    a line number would cost a count of every line (line_of gives it when it is needed)."""
+    whose header `want` keeps, and its first one. The others are passed over by `want.search`,
+    the last of them noted in `stats`, never decoded. Where a section starts is given as its
+    header's byte offset in the file (`head` included): a line number would cost a count of
+    every line (line_of gives it when it is needed)."""
     data = head
     eof = False
     base = 0  # the file offset of data[0]
@@ -86,11 +119,17 @@ def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
         base += drop
         return drop
 
-    def passed(a: int, b: int) -> None:
-        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept)."""
+    def passed(a: int, b: int) -> int:
+        """Note the last header whose line starts in data[a + 1:b + 1] (none of them kept).
+        Where the data may be dropped up to: `b`, or that header's "\\n" when the block ends
+        inside its first MAX_HEADER bytes (the next block completes it: noted cut, it named
+        a cut dump's last section short of what the line reader names)."""
         if (r := data.rfind(b"\n=", a, min(b + 1, len(data))) + 1) > 0:
             e = data.find(b"\n", r, r + MAX_HEADER)
+            if e < 0 and len(data) < r + MAX_HEADER and not eof:
+                return r - 1
             stats.last = data[r:e if e >= 0 else r + MAX_HEADER].decode("latin-1").rstrip("\r")
+        return b
 
     if not data and more(0) < 0:
         return
@@ -112,19 +151,19 @@ def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
             a = pos
             while True:
                 m = want.search(data, a)
-                if m is not None and (eof or m.start() <= len(data) - _EDGE):
+                if m >= 0 and (eof or m <= len(data) - _EDGE):
                     break
                 if eof:
                     break
                 drop = max(a, len(data) - _EDGE)
-                passed(a, drop)
+                # (a match at the block's end may be no header a reader keeps)
+                drop = passed(a, drop)
                 a = 0 if (s := more(drop)) >= 0 else drop
                 pos = min(pos, a)
-            if m is None:
+            if m < 0:
                 passed(a, len(data))
                 return
-            passed(a, m.start())
-            pos = m.start() + 1
+            pos = m + 1  # its header is noted in `stats` at the loop's top, kept or not
             continue
         stats.sections += not first
         first = False
@@ -155,7 +194,7 @@ def scan(f: BinaryIO, want: re.Pattern[bytes], stats: Stats,
         pos = n + 1
 
 
-def line_sections(lines: Iterable[str], want: re.Pattern[bytes],
+def line_sections(lines: Iterable[str], want: Headers,
                   stats: Stats) -> Iterator[Section]:
     """The same from lines already split (a dump held as text: tests, the fuzzers)."""
     header: str | None = None

@@ -76,8 +76,9 @@ class DumpTables:
         """The section's `Key: Value` lines of the keys kept, the first of each: one regex over
         the joined section, not a Python step per line."""
         kv: dict[str, str] = {}
-        for m in self._keys.finditer(text):
-            kv.setdefault(m.group(1), m.group(2).strip())
+        for k, v in self._keys.findall(text):
+            if k not in kv:
+                kv[k] = v.strip()
         return kv
 
     def _passed_over(self, text: str) -> bool:

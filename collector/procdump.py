@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from beamalloc.collector.dumpscan import Section, Stats, line_of, line_sections, scan
+from beamalloc.collector.dumpscan import Headers, Section, Stats, line_of, line_sections, scan
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -45,6 +45,11 @@ MAX_WORDS = (1 << 61) - 1
 REQUIRED = ("Stack+heap", "OldHeap")
 PROC_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
+#: The `Key: Value` lines proc_of reads (the first of each counts; a line's key is what precedes
+#: its first ": ").
+_KEYS = re.compile("^(" + "|".join(re.escape(k) for k in (
+    *PROC_INTS, "State", "Name", "Spawned as", "Program counter")
+) + "): (.*)$", re.M)
 
 
 def printable(s: str | None, limit: int = 100) -> str | None:
@@ -52,7 +57,8 @@ def printable(s: str | None, limit: int = 100) -> str | None:
     name is data, never a command to the terminal), at most `limit` of them."""
     if s is None:
         return None
-    return "".join(c if c.isprintable() else "?" for c in s[:limit])
+    s = s[:limit]
+    return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
 
 
 class SkipSection(ValueError):
@@ -68,9 +74,9 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
         v = kv.get(k)
         if v is None:
             continue
-        if not _UINT.match(v) or int(v) > MAX_WORDS:
+        if not _UINT.match(v) or (x := int(v)) > MAX_WORDS:
             raise SkipSection(f"{k!r} is not a number a node can hold")
-        n[k] = int(v)
+        n[k] = x
     young, old, frag = n["Stack+heap"], n["OldHeap"], n.get("Heap fragment data", 0)
     unused = n.get("Heap unused", 0) + n.get("OldHeap unused", 0)
     if unused > young + old:
@@ -94,15 +100,16 @@ def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
     )
 
 
-#: The sections read (a pattern over "\\n=HEADER\\n"); the first lines are read too (the word
-#: size), the others are passed over (collector/dumpscan.py).
-WANT = re.compile(rb"\n=(?:proc|node):")
+#: The sections read; the first lines are read too (the word size), the others are passed over
+#: (collector/dumpscan.py).
+WANT = Headers(("proc:", "node:"))
 
 
 def read_procdump(path: str | Path, err: TextIO | None = None) -> ProcessTable:
     """The =proc sections of the crash dump at `path`. One line on `err` (stderr) per section
     skipped; OSError for a file that cannot be read (the caller's one-line message). The file is
-    read in blocks and its other sections passed over unread (collector/dumpscan.py)."""
+    read in blocks and its other sections passed over unread (collector/dumpscan.py). A dump
+    whose allocators are read too is read once: crashdump.read_crashdump_file(procs=)."""
     with open(path, "rb") as f:
         return read_proc_sections(scan(f, WANT, Stats()), err, lambda at: line_of(path, at))
 
@@ -116,36 +123,59 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None,
                        line_at: Callable[[int], int] = int) -> ProcessTable:
     """The table of a dump's sections; `line_at` turns where a section starts into the line
     number a message names."""
-    err = err or sys.stderr
-    node, ws = "?", 8
-    procs: list[Proc] = []
-    sections = 0
-    for i, (header, body, start, _) in enumerate(secs):
+    procs = ProcSections()
+    for sec in secs:
+        procs.feed(sec)
+    return procs.table(err, line_at)
+
+
+class ProcSections:
+    """A dump's =node, =proc and first sections fed as they are read (by read_proc_sections, or
+    by the pass that reads the allocators: collector/crashdump.py), then its table. The skipped
+    sections are said when the table is taken, so a caller that never takes it says nothing."""
+
+    def __init__(self) -> None:
+        self.node, self.ws = "?", 8
+        self.procs: list[Proc] = []
+        self.sections = 0
+        self.fed = 0
+        #: (where the section starts, what follows "the process section at line N")
+        self.skipped: list[tuple[int, str]] = []
+
+    def feed(self, sec: Section) -> None:
+        header, body, start, _ = sec
+        first = not self.fed
+        self.fed += 1
         if header.startswith("=node:"):
-            node = header[6:].strip().strip("'") or node
+            self.node = header[6:].strip().strip("'") or self.node
         if header.startswith("=proc:"):
-            sections += 1
+            self.sections += 1
             pid = header[6:].strip()
             if not _PID.match(pid):
-                print(f"beamalloc: skipped the process section at line {line_at(start)}: "
-                      "not a pid after =proc:", file=err)
-                continue
+                self.skipped.append((start, ": not a pid after =proc:"))
+                return
             kv: dict[str, str] = {}
-            for line in body.split("\n") if body is not None else ():
-                key, sep, value = line.partition(": ")
-                if sep:
-                    kv.setdefault(key, value.strip())
+            for k, v in _KEYS.findall(body or ""):  # one regex over the section, no step a line
+                if k not in kv:
+                    kv[k] = v.strip()
             try:
-                procs.append(proc_of(pid, kv, ws))
+                self.procs.append(proc_of(pid, kv, self.ws))
             except SkipSection as e:
-                print(f"beamalloc: skipped the process section at line {line_at(start)} "
-                      f"({pid}): {e}", file=err)
-        elif i == 0 and body is not None:  # the header block: "System version: ... [64-bit]"
+                self.skipped.append((start, f" ({pid}): {e}"))
+        elif first and body is not None:  # the header block: "System version: ... [64-bit]"
             for line in body.split("\n")[:48]:  # lines 2 to 49
                 if line.startswith("System version:"):
                     m = _WORDSIZE.search(line)
-                    ws = int(m.group(1)) // 8 if m else ws
-    return _table(node, ws, procs, sections)
+                    self.ws = int(m.group(1)) // 8 if m else self.ws
+
+    def table(self, err: TextIO | None = None,
+              line_at: Callable[[int], int] = int) -> ProcessTable:
+        """The table, each skipped section said in one line on `err` (stderr)."""
+        err = err or sys.stderr
+        for start, why in self.skipped:
+            print(f"beamalloc: skipped the process section at line {line_at(start)}{why}",
+                  file=err)
+        return _table(self.node, self.ws, self.procs, self.sections)
 
 
 def _table(node: str, ws: int, procs: list[Proc], sections: int) -> ProcessTable:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from beamalloc.errors import InputError
 from beamalloc.files import open_input
 from beamalloc.snapshot import MAX_TIME, Snapshot, check_text_cost
 from beamalloc.units import human as _human
+
+if TYPE_CHECKING:
+    from beamalloc.collector.procdump import ProcSections
 
 #: recon snapshot files and beamalloc JSON are read whole (and held twice: bytes, then text); a
 #: +S 1024 node's JSON is 22 MB and its term text 10 MB, so anything this large is not one of
@@ -36,7 +39,9 @@ def _decode(data: bytes, name: str) -> str:
         return data.decode("latin-1")  # ~p writes latin-1 for non-ASCII atoms and strings
 
 
-def read_file(path: str) -> Snapshot:
+def read_file(path: str, procs: ProcSections | None = None) -> Snapshot:
+    """The Snapshot of the file at `path` ('-': standard input); a crash dump's =proc sections
+    are fed to `procs` in the same pass (cli/inputs.py: its holders)."""
     # The readers are imported here, not with this module: a command given a node name asks
     # is_node_name and reads no file (cli/main.py, "Startup").
     from beamalloc.collector.crashdump import MAGIC, read_crashdump_file
@@ -50,7 +55,7 @@ def read_file(path: str) -> Snapshot:
         if not head.strip():
             raise InputError(f"{name}: empty file")
         if head.lstrip().startswith(MAGIC.encode()):
-            snap = read_crashdump_file(f, name, head.lstrip())
+            snap = read_crashdump_file(f, name, head.lstrip(), procs)
             _check(snap, name)
             return snap
         if is_snippet(head):  # an external term: a `beamalloc snippet` file (docs/access.md)

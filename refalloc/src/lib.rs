@@ -3,12 +3,13 @@
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
 //! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
-//! `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing` (the fuzz
-//! targets' bodies).
+//! `trace` (binary reader), `csv` (the CSV rows' fast path), `dumpscan` (crash dump headers),
+//! `replay`, `fuzzing` (the fuzz targets' bodies).
 pub mod addr;
 pub mod chunks;
 pub mod config;
 pub mod csv;
+pub mod dumpscan;
 pub mod freelist;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
@@ -30,6 +31,8 @@ mod python_carriers;
 #[cfg(feature = "python")]
 mod python_csv;
 #[cfg(feature = "python")]
+mod python_dumpscan;
+#[cfg(feature = "python")]
 mod python_etf;
 #[cfg(feature = "python")]
 mod python_history;
@@ -46,6 +49,7 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
+    m.add_class::<python_dumpscan::DumpWant>()?;
     m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
     m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;

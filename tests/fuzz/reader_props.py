@@ -13,12 +13,14 @@ for the ETF decoder), nothing else; and whatever reads is usable by every comman
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Callable
 
 from beamalloc.analyzer import metrics
 from beamalloc.collector import dumpscan, etf
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_file, read_crashdump_lines
+from beamalloc.collector.procdump import ProcSections, read_proc_lines
 from beamalloc.collector.recon import read_recon
 from beamalloc.collector.sources import _decode
 from beamalloc.collector.terms import Atom, Opaque, format_term, parse_terms
@@ -112,14 +114,22 @@ def _blocks_as_lines(data: bytes) -> None:
         except InputError as e:
             return str(e)
 
+    procs = ProcSections()
     chunk, dumpscan.CHUNK = dumpscan.CHUNK, 61
     try:
-        blocks = read(lambda: read_crashdump_file(io.BytesIO(data), "fz"))
+        blocks = read(lambda: read_crashdump_file(io.BytesIO(data), "fz", procs=procs))
     finally:
         dumpscan.CHUNK = chunk
-    lines = read(lambda: read_crashdump_lines([x.decode("latin-1") for x in io.BytesIO(data)],
-                                              "fz"))
+    text = [x.decode("latin-1") for x in io.BytesIO(data)]
+    lines = read(lambda: read_crashdump_lines(text, "fz"))
     assert blocks == lines, "the block reader and the line reader differ"
+    if blocks.startswith("{"):  # read: its =proc sections, fed in the same pass, are procdump's
+        said, said_by_lines = io.StringIO(), io.StringIO()
+        one = procs.table(said, lambda at: data.count(b"\n", 0, at) + 1)
+        alone = read_proc_lines(text, said_by_lines)
+        assert json.dumps(one, default=vars) == json.dumps(alone, default=vars), \
+            "the one-pass process table differs from procdump's"
+        assert said.getvalue() == said_by_lines.getvalue()
 
 
 CHECKS = {
