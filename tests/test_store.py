@@ -294,6 +294,20 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
     Store(path).close()  # already there: the migration does not run again (it would fail)
 
 
+def _as_schema_2(st: Store) -> None:
+    """What schema 2 wrote, made of a store written now: every snapshot a zstd JSON document,
+    no shapes (the frames of schema 3 re-encoded as schema 2 encoded them)."""
+    import zstandard
+
+    docs = {sid: st.snapshot(sid).to_json().encode()
+            for (sid,) in st.db.execute("SELECT id FROM snapshots").fetchall()}
+    for sid, doc in docs.items():
+        st.db.execute("UPDATE snapshots SET data = ?, base = NULL WHERE id = ?",
+                      (zstandard.ZstdCompressor(level=9).compress(doc), sid))
+    st.db.execute("ALTER TABLE snapshots DROP COLUMN shape")
+    st.db.execute("DROP TABLE shapes")
+
+
 def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
     """A store written by schema 1 (no `last` table) is migrated on a read-write open; the
     nodes page's last points come from its unchunked rows, or from its chunks."""
@@ -303,9 +317,10 @@ def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
         st.add_points("other@host", [(T0 + i, {"allocated": i}) for i in range(CHUNK)])
         st.db.execute("DROP TABLE last")
         st.db.execute("ALTER TABLE snapshots DROP COLUMN usage")
+        _as_schema_2(st)
     _set_version(path, 1)
     with Store(path) as st:
-        assert st.version() == 2
+        assert st.version() == store_mod.SCHEMA_VERSION
         nodes = {n["node"]: n for n in st.list_nodes()}
     last = added[-1][1]
     assert nodes[NODE]["last"] == last.taken_at

@@ -6,13 +6,16 @@ Per sample two things are kept, sized so that a year of 1-minute samples of 10 n
 - the derived numbers (timeseries/series.py, one int per key): first as a row of `recent`, then,
   once a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise
   `chunks` row; a series read touches only the chunks overlapping its range.
-- the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
-  dictionary: consecutive snapshots share almost every byte). A snapshot is kept for good every
+- the full Snapshot as a frame (timeseries/frames.py, schema 3): its shape (names, options) once
+  in `shapes`, its numbers as one vector XORed with the node's current key snapshot's, its text
+  (the rest, and `raw`) zstd-compressed against the key's text (a raw-content dictionary:
+  consecutive snapshots share almost every byte); stores of schema 2 hold the whole JSON
+  document instead, and read as before. A snapshot is kept for good every
   `keep_every` seconds (30 min), on a restart or after a gap, and when `allocated` moved by
   `keep_change` (25 %) since the last kept one, at most once per `keep_min_interval` (15 min):
   so a volatile node costs at most 96 kept snapshots a day. Between them, the node's latest
   snapshot is refreshed as a transient one (replacing the previous) every `latest_every` (60 s):
-  encoding a snapshot costs ~100 times a sample's numbers.
+  splitting a snapshot into its frame still costs ~10 times a sample's numbers.
 - one row of `last` per node (its last sample's numbers and the watcher's findings): what the
   nodes page reads.
 
@@ -40,9 +43,10 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
+from beamalloc.timeseries import frames
 from beamalloc.timeseries.series import Point, instance_usage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
 #: query or a prune wastes little decoding.
@@ -88,6 +92,12 @@ MIGRATIONS: dict[int, list[str]] = {
         # series.instance_usage of a kept snapshot (zlib JSON): a node page's per-instance
         # charts read it instead of decoding snapshots (NULL: transient, or schema 1).
         "ALTER TABLE snapshots ADD COLUMN usage TEXT",
+    ],
+    # Snapshots as frames (timeseries/frames.py): a row whose data starts with frames.MAGIC
+    # names its shape here; rows written before (a zstd JSON document each) read as they did.
+    3: [
+        "CREATE TABLE shapes (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
+        "ALTER TABLE snapshots ADD COLUMN shape INTEGER",
     ],
 }
 #: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
@@ -266,8 +276,14 @@ class _NodeState:
     recent: int = 0
     key_id: int | None = None
     key_t: int = 0
-    key_json: bytes = b""
+    #: The key's text, the dictionary its deltas are compressed against: a frame's text, or
+    #: (a key written by schema 2) the whole JSON document.
+    key_text: bytes = b""
     key_size: int = 0
+    #: A frame key's numbers and shape (None: the key is a JSON document, no frame deltas it).
+    key_values: bytes | None = None
+    key_shape: frames.Shape | None = None
+    key_shape_id: int | None = None
     transient: int | None = None  # the previous sample's snapshot, replaced by the next one
     snap_t: int = 0  # time of its latest stored snapshot (kept or transient)
     kept_t: int | None = None
@@ -288,6 +304,7 @@ class Store:
         self.keep_change = keep_change
         self.keep_min_ms = _ms(keep_min_interval)
         self._state: dict[str, _NodeState] = {}
+        self._shapes: dict[int, frames.Shape] = {}
         try:
             if readonly:
                 if not self.path.exists():
@@ -367,11 +384,15 @@ class Store:
         st = _NodeState(nid)
         st.recent = self.db.execute("SELECT count(*) FROM recent WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
-        key = self.db.execute("SELECT id, t, data FROM snapshots WHERE node_id = ? AND base IS "
-                              "NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
+        key = self.db.execute("SELECT id, t, data, shape FROM snapshots WHERE node_id = ? AND "
+                              "base IS NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if key:
             st.key_id, st.key_t, st.key_size = key[0], key[1], len(key[2])
-            st.key_json = _unzstd(key[2])
+            if _is_frame(key[2]):
+                st.key_text, st.key_values = self._key_parts(key[2])
+                st.key_shape, st.key_shape_id = self._shape(key[3]), key[3]
+            else:
+                st.key_text = _unzstd(key[2])
         kept = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 1 "
                                "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if kept:
@@ -402,7 +423,8 @@ class Store:
 
         The derived numbers are kept for every sample. The snapshot is stored when kept (the
         keep policy), or as the node's transient latest when the previous one is `latest_every`
-        old: encoding a snapshot costs ~100 times a point (docs/store.md, "Writing").
+        old: splitting a snapshot into its frame costs ~10 times a point (docs/store.md,
+        "Writing"); a snapshot that starts a new key (its shape changed) is kept.
         `findings` ({"findings": [...], "lint": [...]}, series.active_findings) is the rule
         evaluation of this sample, shown by the nodes page; None keeps the previous one.
         """
@@ -415,8 +437,7 @@ class Store:
             self._put_point(st, t, point, findings)
             sid = None
             if keep or st.key_id is None or t - st.snap_t >= self.latest_every_ms:
-                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep,
-                                         _usage_blob(snap) if keep else None)
+                sid, keep = self._put_snapshot(st, t, snap, keep)
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
@@ -442,31 +463,71 @@ class Store:
         if st.recent >= CHUNK:
             self._compact(st)
 
-    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool,
-                      usage: bytes | None = None) -> int:
+    def _put_snapshot(self, st: _NodeState, t: int, snap: Snapshot, keep: bool
+                      ) -> tuple[int, bool]:
+        """Store a snapshot as a frame: a delta against the node's key when it has the key's
+        shape, else a new key (kept: deltas will need it). Returns its id and whether kept."""
+        frame = frames.split(snap)
+        if frame is None:  # numbers past a machine word: the JSON document, as schema 2
+            return self._put_document(st, t, snap)
+        n = len(frame.values) // 8
         base: int | None = None
         blob = b""
-        if st.key_id is not None:
+        same = st.key_values is not None and st.key_shape == frame.shape
+        if same and len(frame.values) == len(st.key_values or b""):
             level = ZSTD_LEVEL if keep else TRANSIENT_LEVEL
-            blob = zstandard.ZstdCompressor(level=level,
-                                            dict_data=_dict(st.key_json, level)).compress(raw)
+            blob = frames.pack(
+                zstandard.ZstdCompressor(level=level, dict_data=_dict(st.key_text, level))
+                .compress(frame.text),
+                zstandard.ZstdCompressor(level=level).compress(
+                    frames.planes(frames.xor(frame.values, st.key_values or b""))),
+                n, frame.raw_none)
             base = st.key_id
             if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
                 base = None
+        shape_id = st.key_shape_id
         if base is None:
-            if not keep and st.key_id is None:
-                keep = True  # the first snapshot of a node becomes its first key
-            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
-        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage) "
-                              "VALUES (?, ?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob,
-                                                            usage))
+            keep = True  # a key: the deltas after it are decoded against it
+            if not same:
+                try:
+                    shape_id = self._put_shape(frame.shape)
+                except (TypeError, ValueError):  # an option JSON cannot write
+                    return self._put_document(st, t, snap)
+            blob = frames.pack(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(frame.text),
+                               zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
+                                   frames.planes(frame.values)), n, frame.raw_none)
+        sid = self._insert_snapshot(st, t, base, keep, blob, shape_id,
+                                    _usage_blob(snap) if keep else None)
+        if base is None:
+            st.key_id, st.key_t, st.key_text, st.key_size = sid, t, frame.text, len(blob)
+            st.key_values, st.key_shape, st.key_shape_id = frame.values, frame.shape, shape_id
+        return sid, keep
+
+    def _put_document(self, st: _NodeState, t: int, snap: Snapshot) -> tuple[int, bool]:
+        """A snapshot no frame holds, as schema 2 stored every one: its JSON document, zstd,
+        a key of its own (kept)."""
+        raw = snap.to_json().encode()
+        blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+        sid = self._insert_snapshot(st, t, None, True, blob, None, _usage_blob(snap))
+        st.key_id, st.key_t, st.key_text, st.key_size = sid, t, raw, len(blob)
+        st.key_values = st.key_shape = st.key_shape_id = None
+        return sid, True
+
+    def _put_shape(self, shape: frames.Shape) -> int:
+        data = zlib.compress(frames.shape_json(shape), 9)
+        cur = self.db.execute("INSERT INTO shapes (data) VALUES (?)", (data,))
+        return int(cur.lastrowid or 0)
+
+    def _insert_snapshot(self, st: _NodeState, t: int, base: int | None, keep: bool,
+                         blob: bytes, shape: int | None, usage: bytes | None) -> int:
+        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage, shape)"
+                              " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (st.id, t, base, int(keep), blob, usage, shape))
         sid = int(cur.lastrowid or 0)
         if st.transient is not None:
             self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
         st.transient = None if keep else sid
         st.snap_t = t
-        if base is None:
-            st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
         return sid
 
     def _compact(self, st: _NodeState) -> None:
@@ -516,6 +577,8 @@ class Store:
             n["snapshots"] += self.db.execute(
                 "DELETE FROM snapshots WHERE t < ? AND base IS NULL AND NOT EXISTS "
                 "(SELECT 1 FROM snapshots d WHERE d.base = snapshots.id)", (cut,)).rowcount
+            self.db.execute("DELETE FROM shapes WHERE id NOT IN (SELECT shape FROM snapshots "
+                            "WHERE shape IS NOT NULL)")
         self._state.clear()
         self.db.execute("PRAGMA incremental_vacuum")
         return n
@@ -691,19 +754,52 @@ class Store:
     @_reading
     def snapshot(self, sid: int) -> Snapshot:
         """The snapshot with this id, exactly as it was collected."""
-        row = self.db.execute("SELECT base, data FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        row = self.db.execute("SELECT base, data, shape FROM snapshots WHERE id = ?",
+                              (sid,)).fetchone()
         if row is None:
             raise StoreError(f"no snapshot {sid} in {self.path}")
-        base, blob = row
-        if base is None:
-            raw = _unzstd(blob)
-        else:
+        base, blob, shape = row
+        key = None
+        if base is not None:
             key = self.db.execute("SELECT data FROM snapshots WHERE id = ?", (base,)).fetchone()
             if key is None:
                 raise StoreError(f"the store {self.path} is damaged: snapshot {sid}'s base "
                                  "snapshot is missing")
-            raw = _unzstd(blob, _dict(_unzstd(key[0])))
+        if _is_frame(blob):
+            text_z, values_z, n, raw_none = frames.unpack(blob)
+            if key is None:
+                text, values = _unzstd(text_z), frames.unplanes(_unzstd(values_z))
+            else:
+                key_text, key_values = self._key_parts(key[0])
+                text = _unzstd(text_z, _dict(key_text))
+                values = frames.xor(frames.unplanes(_unzstd(values_z)), key_values)
+            if len(values) != 8 * n:
+                raise ValueError("a frame whose numbers are not as many as it says")
+            return frames.join(self._shape(shape), values, text, raw_none)
+        raw = _unzstd(blob) if key is None else _unzstd(blob, _dict(_unzstd(key[0])))
         return Snapshot.from_json(raw.decode())
+
+    def _key_parts(self, blob: Any) -> tuple[bytes, bytes]:
+        """A key frame's text and numbers: what its deltas are decoded against."""
+        text_z, values_z, n, _ = frames.unpack(blob)
+        values = frames.unplanes(_unzstd(values_z))
+        if len(values) != 8 * n:
+            raise ValueError("a frame whose numbers are not as many as it says")
+        return _unzstd(text_z), values
+
+    def _shape(self, shape_id: Any) -> frames.Shape:
+        """A stored shape (immutable: cached per Store)."""
+        shape = self._shapes.get(shape_id)
+        if shape is None:
+            row = self.db.execute("SELECT data FROM shapes WHERE id = ?", (shape_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"the store {self.path} is damaged: a snapshot's shape is "
+                                 "missing")
+            shape = frames.shape_from_json(_inflate(row[0]))
+            if len(self._shapes) >= 64:
+                self._shapes.clear()
+            self._shapes[shape_id] = shape
+        return shape
 
     @_reading
     def latest(self, node: str) -> Snapshot | None:
@@ -762,6 +858,10 @@ class _Batch:
         if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
         self.store._state.clear()
+
+
+def _is_frame(blob: Any) -> bool:
+    return isinstance(blob, bytes) and blob.startswith(frames.MAGIC)
 
 
 def _usage_blob(snap: Snapshot) -> bytes:
