@@ -305,6 +305,7 @@ class Store:
         self.keep_min_ms = _ms(keep_min_interval)
         self._state: dict[str, _NodeState] = {}
         self._shapes: dict[int, frames.Shape] = {}
+        self._shape_ids: dict[frames.Shape, int] = {}  # the writer's: shape -> its row
         try:
             if readonly:
                 if not self.path.exists():
@@ -514,9 +515,19 @@ class Store:
         return sid, True
 
     def _put_shape(self, shape: frames.Shape) -> int:
+        """The id of this shape, stored once: a fleet's nodes of one release and flags share
+        theirs (looked up by its bytes: a store holds a few shapes, not one per node)."""
+        sid = self._shape_ids.get(shape)
+        if sid is not None:
+            return sid
         data = zlib.compress(frames.shape_json(shape), 9)
-        cur = self.db.execute("INSERT INTO shapes (data) VALUES (?)", (data,))
-        return int(cur.lastrowid or 0)
+        row = self.db.execute("SELECT id FROM shapes WHERE data = ?", (data,)).fetchone()
+        sid = int(row[0]) if row else int(
+            self.db.execute("INSERT INTO shapes (data) VALUES (?)", (data,)).lastrowid or 0)
+        if len(self._shape_ids) >= 64:
+            self._shape_ids.clear()
+        self._shape_ids[shape] = sid
+        return sid
 
     def _insert_snapshot(self, st: _NodeState, t: int, base: int | None, keep: bool,
                          blob: bytes, shape: int | None, usage: bytes | None) -> int:
@@ -580,6 +591,7 @@ class Store:
             self.db.execute("DELETE FROM shapes WHERE id NOT IN (SELECT shape FROM snapshots "
                             "WHERE shape IS NOT NULL)")
         self._state.clear()
+        self._shape_ids.clear()
         self.db.execute("PRAGMA incremental_vacuum")
         return n
 
@@ -833,6 +845,7 @@ class _Tx:
             if self.store._batch:
                 db.execute("RELEASE w")
             self.store._state.clear()  # the cached per-node state may be ahead of the tables
+            self.store._shape_ids.clear()
 
 
 class _Batch:
@@ -858,6 +871,7 @@ class _Batch:
         if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
         self.store._state.clear()
+        self.store._shape_ids.clear()
 
 
 def _is_frame(blob: Any) -> bool:
