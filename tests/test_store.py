@@ -137,6 +137,31 @@ def test_downsampling_keeps_peaks(tmp_path, base) -> None:
         assert s["t"] == sorted(s["t"])
 
 
+def test_a_long_range_reads_the_rollups(tmp_path, base) -> None:
+    """A range of ROLLUP samples or more per point is read from its chunks' rollups (groups of
+    ROLLUP, mean and max per key): the peak stays, the means agree with the samples', and a
+    chunk without a rollup (schema 2 wrote none) reads the same."""
+    n = CHUNK * 3 + 50
+    p0 = derive(base)
+    pts = [(T0 + i, dict(p0, **{"binary_alloc.allocated": 10_000_000 + 1000 * (i % 7)
+                                 + (5_000_000 if i == 517 else 0)})) for i in range(n)]
+    with Store(tmp_path / "w.db") as st:
+        st.add_points(NODE, pts)
+        assert st.db.execute("SELECT count(*) FROM rollups").fetchone()[0] == 3
+        fine = st.series(NODE, max_points=n)  # a point a sample: every sample
+        s = st.series(NODE, max_points=20)
+        assert not fine["downsampled"] and s["downsampled"] and 15 <= len(s["t"]) <= 20
+        col = s["columns"]["binary_alloc.allocated"]
+        assert max(s["max"]["binary_alloc.allocated"]) == 15_000_000 + 1000 * (517 % 7)
+        assert all(10_000_000 <= v < 10_200_000 for v in col)  # the mean hides the peak
+        assert abs(sum(col) / len(col) - 10_003_000) < 10_000
+        assert s["t"] == sorted(s["t"]) and s["t"][0] >= T0 and s["t"][-1] <= T0 + n
+        part = st.series(NODE, T0 + 100, T0 + 800, max_points=10)
+        assert part["downsampled"] and part["t"][0] >= T0 + 100 and part["t"][-1] <= T0 + 800
+        st.db.execute("DELETE FROM rollups")
+        assert st.series(NODE, max_points=20) == s
+
+
 def test_summary(tmp_path, base) -> None:
     with Store(tmp_path / "w.db") as st:
         p0 = derive(base)
@@ -296,7 +321,7 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
 
 def _as_schema_2(st: Store) -> None:
     """What schema 2 wrote, made of a store written now: every snapshot a zstd JSON document,
-    no shapes (the frames of schema 3 re-encoded as schema 2 encoded them)."""
+    no shapes, no rollups (the frames of schema 3 re-encoded as schema 2 encoded them)."""
     import zstandard
 
     docs = {sid: st.snapshot(sid).to_json().encode()
@@ -306,6 +331,7 @@ def _as_schema_2(st: Store) -> None:
                       (zstandard.ZstdCompressor(level=9).compress(doc), sid))
     st.db.execute("ALTER TABLE snapshots DROP COLUMN shape")
     st.db.execute("DROP TABLE shapes")
+    st.db.execute("DROP TABLE rollups")
 
 
 def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:

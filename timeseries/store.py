@@ -30,9 +30,11 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import operator
 import os
 import sqlite3
 import zlib
+from array import array
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,6 +53,10 @@ SCHEMA_VERSION = 3
 #: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
 #: query or a prune wastes little decoding.
 CHUNK = 360
+#: Samples per rollup group: a series of at least ROLLUP samples per point reads the groups of
+#: its chunks (12 a chunk, mean and max per key) instead of every sample: a node page over 28
+#: days of 1-minute samples decodes 1,344 groups, not 40,320 samples.
+ROLLUP = 30
 ZSTD_LEVEL = 9
 #: A transient snapshot lives until the node's next one: a fast level (a third of level 9's
 #: time, ~35 % bigger).
@@ -98,6 +104,11 @@ MIGRATIONS: dict[int, list[str]] = {
     3: [
         "CREATE TABLE shapes (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
         "ALTER TABLE snapshots ADD COLUMN shape INTEGER",
+        # A chunk's samples reduced to groups of ROLLUP (encode_rollup): what a range of many
+        # more samples than points reads instead of its chunks (a chunk of schema 2 has none:
+        # it is reduced when read).
+        "CREATE TABLE rollups (node_id INTEGER NOT NULL, t0 INTEGER NOT NULL,"
+        " t1 INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (node_id, t0))",
     ],
 }
 #: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
@@ -249,10 +260,58 @@ def decode_chunk(blob: bytes, fields: Collection[str] | None = None
     ts = [_t(t) for t in _undelta(doc["t"])]
     cols = {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
             if fields is None or _wanted(k, fields)}
-    if any(len(c) != len(ts) or not all(x is None or type(x) is int for x in c)
+    if any(len(c) != len(ts) or not _ints(c, none=True)
            for c in cols.values()) or not all(isinstance(k, str) for k in cols):
         raise ValueError("a chunk whose columns are not numbers of its length")
     return ts, cols
+
+
+def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
+    """A chunk's samples in groups of ROLLUP: per group its mean time and size, per key its
+    mean (over the samples that have the key) and its maximum."""
+    bounds = [*range(0, len(ts), ROLLUP), len(ts)]
+    ranges = list(itertools.pairwise(bounds))
+    mean: list[list[int | None]] = []
+    peak: list[list[int | None]] = []
+    for v in cols.values():
+        mk, pk = [], []
+        for a, z in ranges:
+            vals = [x for x in v[a:z] if x is not None]
+            mk.append(round(sum(vals) / len(vals)) if vals else None)
+            pk.append(max(vals) if vals else None)
+        mean.append(mk)
+        peak.append(pk)
+    doc = {"k": list(cols), "t": [round(sum(ts[a:z]) / (z - a)) for a, z in ranges],
+           "n": [z - a for a, z in ranges], "mean": mean, "max": peak}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def decode_rollup(blob: bytes, fields: Collection[str] | None = None
+                  ) -> tuple[list[int], list[int], dict[str, list[int | None]],
+                             dict[str, list[int | None]]]:
+    """(group times, group sizes, means, maxima) of a rollup row; ValueError or TypeError for
+    one that is not what encode_rollup writes."""
+    doc = json.loads(_inflate(blob))
+    ts, ns = [_t(t) for t in doc["t"]], doc["n"]
+    mean, peak = {}, {}
+    for k, m, p in zip(doc["k"], doc["mean"], doc["max"], strict=True):
+        if fields is None or _wanted(k, fields):
+            mean[k], peak[k] = m, p
+    if not (len(ns) == len(ts) and _ints(ns) and all(isinstance(k, str) for k in mean)
+            and all(len(c) == len(ts) and _ints(c, none=True)
+                    for c in (*mean.values(), *peak.values()))):
+        raise ValueError("a rollup whose columns are not numbers of its length")
+    return ts, ns, mean, peak
+
+
+def _ints(col: list[Any], none: bool = False) -> bool:
+    """Every element an int (or None, with `none`): packed at C speed for the usual column
+    (a JSON true in a damaged row passes as 1, harmless to every sum)."""
+    try:
+        array("q", col)
+        return True
+    except (TypeError, OverflowError):
+        return all((none and x is None) or type(x) is int for x in col)
 
 
 def _wanted(key: str, fields: Collection[str]) -> bool:
@@ -545,9 +604,14 @@ class Store:
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? ORDER BY t",
                                (st.id,)).fetchall()
         ts = [r[0] for r in rows]
-        blob = encode_chunk(ts, [json.loads(r[1]) for r in rows])
+        points = [json.loads(r[1]) for r in rows]
+        blob = encode_chunk(ts, points)
         self.db.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
                         (st.id, ts[0], ts[-1], len(ts), blob))
+        keys = sorted(set().union(*points))
+        self.db.execute("INSERT OR REPLACE INTO rollups VALUES (?, ?, ?, ?)",
+                        (st.id, ts[0], ts[-1],
+                         encode_rollup(ts, {k: [p.get(k) for p in points] for k in keys})))
         self.db.execute("DELETE FROM recent WHERE node_id = ?", (st.id,))
         st.recent = 0
 
@@ -579,6 +643,7 @@ class Store:
         with self._tx():
             n = {
                 "chunks": self.db.execute("DELETE FROM chunks WHERE t1 < ?", (cut,)).rowcount,
+                "rollups": self.db.execute("DELETE FROM rollups WHERE t1 < ?", (cut,)).rowcount,
                 "recent": self.db.execute("DELETE FROM recent WHERE t < ?", (cut,)).rowcount,
                 "gaps": self.db.execute("DELETE FROM gaps WHERE end < ?", (cut,)).rowcount,
                 "snapshots": self.db.execute("DELETE FROM snapshots WHERE t < ? AND base IS NOT "
@@ -678,6 +743,15 @@ class Store:
             raise StoreError(f"no node {node!r} in {self.path}")
         lo = _ms(start) if start is not None else -(2**62)
         hi = _ms(end) if end is not None else 2**62
+        if max_points is not None and max_points > 0:
+            (n,) = self.db.execute(
+                "SELECT coalesce(sum(n), 0) + (SELECT count(*) FROM recent WHERE node_id = ?1 "
+                "AND t BETWEEN ?2 AND ?3) FROM chunks WHERE node_id = ?1 AND t1 >= ?2 AND "
+                "t0 <= ?3", (nid, lo, hi)).fetchone()
+            if n >= ROLLUP * max_points:
+                out = {"node": node, "downsampled": True, "gaps": self.gaps(node, start, end)}
+                out.update(self._coarse(nid, lo, hi, max_points, fields))
+                return out
         ts: list[int] = []
         cols: dict[str, list[int | None]] = {}
 
@@ -714,6 +788,51 @@ class Store:
         else:
             out.update(t=[t / 1000 for t in ts], columns=cols)
         return out
+
+    def _coarse(self, nid: int, lo: int, hi: int, max_points: int,
+                fields: Collection[str] | None) -> dict[str, Any]:
+        """series() of a range with ROLLUP samples or more per point: from the rollups of its
+        chunks (a chunk without one, written by schema 2, is reduced here), the unchunked rows
+        as groups of one; then the groups in max_points time buckets, weighted by their sizes.
+        The groups at the range's ends count whole when their mean time is inside it."""
+        ts: list[int] = []
+        ns: list[int] = []
+        mean: dict[str, list[int | None]] = {}
+        peak: dict[str, list[int | None]] = {}
+
+        def add(g_t: list[int], g_n: list[int], g_mean: dict[str, list[int | None]],
+                g_max: dict[str, list[int | None]]) -> None:
+            keep = [i for i, t in enumerate(g_t) if lo <= t <= hi]
+            if not keep:
+                return
+            for k in set(mean) - set(g_mean):
+                mean[k].extend([None] * len(keep))
+                peak[k].extend([None] * len(keep))
+            for k, v in g_mean.items():
+                if k not in mean:
+                    mean[k], peak[k] = [None] * len(ts), [None] * len(ts)
+                mean[k].extend(v[i] for i in keep)
+                peak[k].extend(g_max[k][i] for i in keep)
+            ts.extend(g_t[i] for i in keep)
+            ns.extend(g_n[i] for i in keep)
+
+        for rollup, chunk in self.db.execute(
+                "SELECT r.data, CASE WHEN r.data IS NULL THEN c.data END FROM chunks c "
+                "LEFT JOIN rollups r ON r.node_id = c.node_id AND r.t0 = c.t0 "
+                "WHERE c.node_id = ? AND c.t1 >= ? AND c.t0 <= ? ORDER BY c.t0", (nid, lo, hi)):
+            if rollup is None:  # a chunk of schema 2
+                rollup = encode_rollup(*decode_chunk(chunk))
+            add(*decode_rollup(rollup, fields))
+        rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
+                               "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
+        if rows:
+            pts = [_point(r[1]) for r in rows]
+            keys = [k for k in set().union(*pts) if fields is None or _wanted(k, fields)]
+            cols = {k: [p.get(k) for p in pts] for k in keys}
+            add([_t(r[0]) for r in rows], [1] * len(rows), cols, cols)
+        if not ts:
+            return {"t": [], "columns": {}, "max": {}}
+        return _downsample_groups(ts, ns, mean, peak, max_points)
 
     @_reading
     def gaps(self, node: str, start: float | None = None,
@@ -891,6 +1010,43 @@ def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
 
     p = derive(snap)
     return p.get("allocated", 0), p.get("pid")
+
+
+def _downsample_groups(ts: list[int], ns: list[int], mean: dict[str, list[int | None]],
+                       peak: dict[str, list[int | None]], n: int) -> dict[str, Any]:
+    """_downsample of groups of samples (rollups): a bucket's mean weighs each group by its
+    size, its maximum is its groups' largest, its time their size-weighted mean time."""
+    t0, t1 = ts[0], ts[-1]
+    width = (t1 - t0) / n or 1
+    bounds = [0]
+    b = 1
+    for i, t in enumerate(ts):
+        while b < n and t >= t0 + b * width:
+            bounds.append(i)
+            b += 1
+    bounds.append(len(ts))
+    ranges = [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+    out_mean: dict[str, list[int | None]] = {}
+    out_peak: dict[str, list[int | None]] = {}
+    cum_n = [0, *itertools.accumulate(ns)]
+    for k, v in mean.items():
+        p = peak[k]
+        if None not in v and None not in p:  # the usual column: prefix sums, slice maxima
+            cum = [0, *itertools.accumulate(map(operator.mul, v, ns))]  # type: ignore[arg-type]
+            out_mean[k] = [round((cum[z] - cum[a]) / (cum_n[z] - cum_n[a])) for a, z in ranges]
+            out_peak[k] = [max(p[a:z]) for a, z in ranges]  # type: ignore[type-var]
+            continue
+        mk, pk = [], []
+        for a, z in ranges:
+            w = [(x, ns[i]) for i, x in enumerate(v[a:z], a) if x is not None]
+            total = sum(c for _, c in w)
+            mk.append(round(sum(x * c for x, c in w) / total) if total else None)
+            vals = [x for x in p[a:z] if x is not None]
+            pk.append(max(vals) if vals else None)
+        out_mean[k], out_peak[k] = mk, pk
+    return {"t": [sum(t * c for t, c in zip(ts[a:z], ns[a:z], strict=True))
+                  / sum(ns[a:z]) / 1000 for a, z in ranges],
+            "columns": out_mean, "max": out_peak}
 
 
 def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dict[str, Any]:
