@@ -321,7 +321,7 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
 
 def _as_schema_2(st: Store) -> None:
     """What schema 2 wrote, made of a store written now: every snapshot a zstd JSON document,
-    no shapes, no rollups (the frames of schema 3 re-encoded as schema 2 encoded them)."""
+    no shapes, rollups or chunk index (schema 3's frames re-encoded as schema 2 encoded them)."""
     import zstandard
 
     docs = {sid: st.snapshot(sid).to_json().encode()
@@ -332,6 +332,7 @@ def _as_schema_2(st: Store) -> None:
     st.db.execute("ALTER TABLE snapshots DROP COLUMN shape")
     st.db.execute("DROP TABLE shapes")
     st.db.execute("DROP TABLE rollups")
+    st.db.execute("DROP INDEX chunks_span")
 
 
 def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:

@@ -109,6 +109,9 @@ MIGRATIONS: dict[int, list[str]] = {
         # it is reduced when read).
         "CREATE TABLE rollups (node_id INTEGER NOT NULL, t0 INTEGER NOT NULL,"
         " t1 INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (node_id, t0))",
+        # What list_nodes counts and a series' range selects, without reading a chunk's row
+        # (each a page or more: 4,000 nodes x 28 days are 448,000 of them).
+        "CREATE INDEX chunks_span ON chunks (node_id, t0, t1, n)",
     ],
 }
 #: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
@@ -183,7 +186,14 @@ def _unzstd(blob: Any, dict_data: zstandard.ZstdCompressionDict | None = None) -
 
 def _point(v: Any) -> dict[str, Any]:
     """A stored sample's numbers: a JSON object of numbers (or null), else ValueError."""
-    doc = json.loads(v) if isinstance(v, str | bytes) else v
+    text = isinstance(v, str | bytes)
+    doc = json.loads(v) if text else v
+    if text and isinstance(doc, dict):  # a JSON object's keys are text: its values packed
+        try:  # at C speed (the nodes page reads 4,000 of these)
+            array("d", doc.values())
+            return doc
+        except (TypeError, OverflowError):
+            pass
     if not isinstance(doc, dict) or not all(
             isinstance(k, str) and (x is None or type(x) in (int, float)) for k, x in doc.items()):
         raise ValueError("a sample that is not an object of numbers")
@@ -675,11 +685,13 @@ class Store:
         return row[0] if row else None
 
     @_reading
-    def list_nodes(self, only: str | None = None) -> list[dict[str, Any]]:
+    def list_nodes(self, only: str | None = None, findings: bool = True
+                   ) -> list[dict[str, Any]]:
         """Every node: number of samples, first and last sample time, open gap, its last
         sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
         or None) and its latest stored snapshot's id. A few grouped queries, whatever the
-        number of nodes (the nodes page reads it on every view). `only`: that node alone."""
+        number of nodes (the nodes page reads it on every view). `only`: that node alone;
+        `findings=False`: every node's `findings` None, not decoded (the nodes page shows none)."""
         db = self.db
         nid_only = self._node_id(only) if only is not None else None
         if only is not None and nid_only is None:
@@ -720,7 +732,7 @@ class Store:
                 "down_since": _t(gap[0]) / 1000 if gap else None,
                 "down_reason": gap[1] if gap else None,
                 "point": point,
-                "findings": _findings(row[2]) if row and row[2] else None,
+                "findings": _findings(row[2]) if findings and row and row[2] else None,
                 "latest_snapshot": snaps.get(nid),
             })
         return out
