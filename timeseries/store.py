@@ -279,21 +279,33 @@ def decode_chunk(blob: bytes, fields: Collection[str] | None = None
 def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
     """A chunk's samples in groups of ROLLUP: per group its mean time and size, per key its
     mean (over the samples that have the key) and its maximum."""
-    bounds = [*range(0, len(ts), ROLLUP), len(ts)]
-    ranges = list(itertools.pairwise(bounds))
-    mean: list[list[int | None]] = []
-    peak: list[list[int | None]] = []
-    for v in cols.values():
-        mk, pk = [], []
+    gt, gn, mean, peak = _groups(ts, cols)
+    doc = {"k": list(mean), "t": gt, "n": gn, "mean": list(mean.values()),
+           "max": list(peak.values())}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def _groups(ts: list[int], cols: dict[str, list[int | None]]
+            ) -> tuple[list[int], list[int], dict[str, list[int | None]],
+                       dict[str, list[int | None]]]:
+    """What encode_rollup stores, as decode_rollup returns it."""
+    ranges = list(itertools.pairwise([*range(0, len(ts), ROLLUP), len(ts)]))
+    mean: dict[str, list[int | None]] = {}
+    peak: dict[str, list[int | None]] = {}
+    for k, v in cols.items():
+        if None not in v:  # the usual column
+            mean[k] = [round(sum(v[a:z]) / (z - a)) for a, z in ranges]  # type: ignore
+            peak[k] = [max(v[a:z]) for a, z in ranges]  # type: ignore[type-var]
+            continue
+        mk: list[int | None] = []
+        pk: list[int | None] = []
         for a, z in ranges:
             vals = [x for x in v[a:z] if x is not None]
             mk.append(round(sum(vals) / len(vals)) if vals else None)
             pk.append(max(vals) if vals else None)
-        mean.append(mk)
-        peak.append(pk)
-    doc = {"k": list(cols), "t": [round(sum(ts[a:z]) / (z - a)) for a, z in ranges],
-           "n": [z - a for a, z in ranges], "mean": mean, "max": peak}
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+        mean[k], peak[k] = mk, pk
+    return ([round(sum(ts[a:z]) / (z - a)) for a, z in ranges], [z - a for a, z in ranges],
+            mean, peak)
 
 
 def decode_rollup(blob: bytes, fields: Collection[str] | None = None
@@ -833,8 +845,9 @@ class Store:
                 "LEFT JOIN rollups r ON r.node_id = c.node_id AND r.t0 = c.t0 "
                 "WHERE c.node_id = ? AND c.t1 >= ? AND c.t0 <= ? ORDER BY c.t0", (nid, lo, hi)):
             if rollup is None:  # a chunk of schema 2
-                rollup = encode_rollup(*decode_chunk(chunk))
-            add(*decode_rollup(rollup, fields))
+                add(*_groups(*decode_chunk(chunk, fields)))
+            else:
+                add(*decode_rollup(rollup, fields))
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
                                "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
         if rows:
