@@ -53,8 +53,8 @@ def test_bytes_codecs() -> None:
     data = bytes(range(256)) * 8
     assert frames.unplanes(frames.planes(data)) == data
     assert frames.xor(frames.xor(data, data[::-1]), data[::-1]) == data
-    blob = frames.pack(b"text", b"values", 3, True)
-    assert frames.unpack(blob) == (b"text", b"values", 3, True)
+    blob = frames.pack(b"text", b"values", 3, True, xored=True)
+    assert frames.unpack(blob) == (b"text", b"values", 3, True, True)
     lying = frames.MAGIC + bytes([0]) + (100).to_bytes(4, "little") + bytes(4)  # text past it
     flagged = frames.MAGIC + bytes([8]) + bytes(8)  # a flag no writer sets
     for bad in (b"BAF1", lying, flagged, blob[:5], b"\x28\xb5\x2f\xfd" + bytes(20)):

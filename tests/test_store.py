@@ -70,6 +70,26 @@ def test_lossless_snapshots_and_latest(tmp_path, base) -> None:
             st.snapshot(added[-3][0])
 
 
+def test_a_delta_of_another_shape(tmp_path, base) -> None:
+    """A sample whose shape is not its key's (a block type came, as foreign blocks do) is a
+    delta on the key all the same (its own shape row, its numbers compressed against the
+    key's), not a new key; it reads back exactly."""
+    from beamalloc.snapshot import BlockStats, Triple
+
+    with Store(tmp_path / "w.db") as st:
+        key = st.add_sample(_sample(base, T0), derive(base))
+        s = _sample(base, T0 + 60)
+        s.allocators[0].mbcs.blocks["foreign_alloc"] = BlockStats(Triple(1, 2, 3), Triple(4, 5, 6))
+        sid = st.add_sample(s, derive(s))
+        base_of, shape, kept = st.db.execute("SELECT base, shape, kept FROM snapshots WHERE "
+                                             "id = ?", (sid,)).fetchone()
+        assert base_of == key and not kept
+        assert shape != st.db.execute("SELECT shape FROM snapshots WHERE id = ?",
+                                      (key,)).fetchone()[0]
+        assert st.snapshot(sid).to_dict() == s.to_dict()
+        assert st.db.execute("SELECT count(*) FROM shapes").fetchone()[0] == 2
+
+
 def test_the_snapshot_before_a_time(tmp_path, base) -> None:
     """What the web UI's turnover reads (webui/data.py previous()): the last stored snapshot
     strictly before a time, whatever the keep policy kept around it."""

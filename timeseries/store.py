@@ -556,18 +556,27 @@ class Store:
         base: int | None = None
         blob = b""
         same = st.key_values is not None and st.key_shape == frame.shape
-        if same and len(frame.values) == len(st.key_values or b""):
+        shape_id = st.key_shape_id
+        if st.key_values is not None:
             level = ZSTD_LEVEL if keep else TRANSIENT_LEVEL
-            blob = frames.pack(
-                zstandard.ZstdCompressor(level=level, dict_data=_dict(st.key_text, level))
-                .compress(frame.text),
-                zstandard.ZstdCompressor(level=level).compress(
-                    frames.planes(frames.xor(frame.values, st.key_values or b""))),
-                n, frame.raw_none)
+            text_z = zstandard.ZstdCompressor(level=level, dict_data=_dict(st.key_text, level)
+                                              ).compress(frame.text)
+            if same and len(frame.values) == len(st.key_values):
+                values_z = zstandard.ZstdCompressor(level=level).compress(
+                    frames.planes(frames.xor(frame.values, st.key_values)))
+            else:  # another shape (an instance's block types came or went): its own shape,
+                # its numbers compressed against the key's (most of them are still there)
+                try:
+                    shape_id = self._put_shape(frame.shape)
+                except (TypeError, ValueError):  # an option JSON cannot write
+                    return self._put_document(st, t, snap)
+                values_z = zstandard.ZstdCompressor(
+                    level=level, dict_data=_dict(frames.planes(st.key_values), level)
+                ).compress(frames.planes(frame.values))
+            blob = frames.pack(text_z, values_z, n, frame.raw_none, xored=same)
             base = st.key_id
             if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
                 base = None
-        shape_id = st.key_shape_id
         if base is None:
             keep = True  # a key: the deltas after it are decoded against it
             if not same:
@@ -922,13 +931,20 @@ class Store:
                 raise StoreError(f"the store {self.path} is damaged: snapshot {sid}'s base "
                                  "snapshot is missing")
         if _is_frame(blob):
-            text_z, values_z, n, raw_none = frames.unpack(blob)
+            text_z, values_z, n, raw_none, xored = frames.unpack(blob)
             if key is None:
                 text, values = _unzstd(text_z), frames.unplanes(_unzstd(values_z))
             else:
                 key_text, key_values = self._key_parts(key[0])
                 text = _unzstd(text_z, _dict(key_text))
-                values = frames.xor(frames.unplanes(_unzstd(values_z)), key_values)
+                if xored:
+                    values = frames.unplanes(_unzstd(values_z))
+                    if len(values) != len(key_values):
+                        raise ValueError("a delta whose numbers are not its key's")
+                    values = frames.xor(values, key_values)
+                else:
+                    values = frames.unplanes(_unzstd(values_z,
+                                                     _dict(frames.planes(key_values))))
             if len(values) != 8 * n:
                 raise ValueError("a frame whose numbers are not as many as it says")
             return frames.join(self._shape(shape), values, text, raw_none)
@@ -937,7 +953,7 @@ class Store:
 
     def _key_parts(self, blob: Any) -> tuple[bytes, bytes]:
         """A key frame's text and numbers: what its deltas are decoded against."""
-        text_z, values_z, n, _ = frames.unpack(blob)
+        text_z, values_z, n, _, _ = frames.unpack(blob)
         values = frames.unplanes(_unzstd(values_z))
         if len(values) != 8 * n:
             raise ValueError("a frame whose numbers are not as many as it says")
