@@ -280,9 +280,11 @@ def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
     """A chunk's samples in groups of ROLLUP: per group its mean time and size, per key its
     mean (over the samples that have the key) and its maximum."""
     gt, gn, mean, peak = _groups(ts, cols)
-    doc = {"k": list(mean), "t": gt, "n": gn, "mean": list(mean.values()),
-           "max": list(peak.values())}
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+    # delta-encoded as a chunk's columns: consecutive groups' means are close
+    doc = {"k": list(mean), "t": _deltas(gt), "n": gn,  # type: ignore[arg-type]
+           "mean": [_deltas(v) for v in mean.values()],
+           "max": [_deltas(v) for v in peak.values()]}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
 
 
 def _groups(ts: list[int], cols: dict[str, list[int | None]]
@@ -314,11 +316,11 @@ def decode_rollup(blob: bytes, fields: Collection[str] | None = None
     """(group times, group sizes, means, maxima) of a rollup row; ValueError or TypeError for
     one that is not what encode_rollup writes."""
     doc = json.loads(_inflate(blob))
-    ts, ns = [_t(t) for t in doc["t"]], doc["n"]
+    ts, ns = [_t(t) for t in _undelta(doc["t"])], doc["n"]
     mean, peak = {}, {}
     for k, m, p in zip(doc["k"], doc["mean"], doc["max"], strict=True):
         if fields is None or _wanted(k, fields):
-            mean[k], peak[k] = m, p
+            mean[k], peak[k] = _undelta(m), _undelta(p)
     if not (len(ns) == len(ts) and _ints(ns) and all(isinstance(k, str) for k in mean)
             and all(len(c) == len(ts) and _ints(c, none=True)
                     for c in (*mean.values(), *peak.values()))):
