@@ -70,6 +70,26 @@ def test_lossless_snapshots_and_latest(tmp_path, base) -> None:
             st.snapshot(added[-3][0])
 
 
+def test_a_delta_of_another_shape(tmp_path, base) -> None:
+    """A sample whose shape is not its key's (a block type came, as foreign blocks do) is a
+    delta on the key all the same (its own shape row, its numbers compressed against the
+    key's), not a new key; it reads back exactly."""
+    from beamalloc.snapshot import BlockStats, Triple
+
+    with Store(tmp_path / "w.db") as st:
+        key = st.add_sample(_sample(base, T0), derive(base))
+        s = _sample(base, T0 + 60)
+        s.allocators[0].mbcs.blocks["foreign_alloc"] = BlockStats(Triple(1, 2, 3), Triple(4, 5, 6))
+        sid = st.add_sample(s, derive(s))
+        base_of, shape, kept = st.db.execute("SELECT base, shape, kept FROM snapshots WHERE "
+                                             "id = ?", (sid,)).fetchone()
+        assert base_of == key and not kept
+        assert shape != st.db.execute("SELECT shape FROM snapshots WHERE id = ?",
+                                      (key,)).fetchone()[0]
+        assert st.snapshot(sid).to_dict() == s.to_dict()
+        assert st.db.execute("SELECT count(*) FROM shapes").fetchone()[0] == 2
+
+
 def test_the_snapshot_before_a_time(tmp_path, base) -> None:
     """What the web UI's turnover reads (webui/data.py previous()): the last stored snapshot
     strictly before a time, whatever the keep policy kept around it."""
@@ -135,6 +155,31 @@ def test_downsampling_keeps_peaks(tmp_path, base) -> None:
         assert max(s["max"]["binary_alloc.allocated"]) == 15_000_000
         assert max(s["columns"]["binary_alloc.allocated"]) < 15_000_000  # the mean hides it
         assert s["t"] == sorted(s["t"])
+
+
+def test_a_long_range_reads_the_rollups(tmp_path, base) -> None:
+    """A range of ROLLUP samples or more per point is read from its chunks' rollups (groups of
+    ROLLUP, mean and max per key): the peak stays, the means agree with the samples', and a
+    chunk without a rollup (schema 2 wrote none) reads the same."""
+    n = CHUNK * 3 + 50
+    p0 = derive(base)
+    pts = [(T0 + i, dict(p0, **{"binary_alloc.allocated": 10_000_000 + 1000 * (i % 7)
+                                 + (5_000_000 if i == 517 else 0)})) for i in range(n)]
+    with Store(tmp_path / "w.db") as st:
+        st.add_points(NODE, pts)
+        assert st.db.execute("SELECT count(*) FROM rollups").fetchone()[0] == 3
+        fine = st.series(NODE, max_points=n)  # a point a sample: every sample
+        s = st.series(NODE, max_points=20)
+        assert not fine["downsampled"] and s["downsampled"] and 15 <= len(s["t"]) <= 20
+        col = s["columns"]["binary_alloc.allocated"]
+        assert max(s["max"]["binary_alloc.allocated"]) == 15_000_000 + 1000 * (517 % 7)
+        assert all(10_000_000 <= v < 10_200_000 for v in col)  # the mean hides the peak
+        assert abs(sum(col) / len(col) - 10_003_000) < 10_000
+        assert s["t"] == sorted(s["t"]) and s["t"][0] >= T0 and s["t"][-1] <= T0 + n
+        part = st.series(NODE, T0 + 100, T0 + 800, max_points=10)
+        assert part["downsampled"] and part["t"][0] >= T0 + 100 and part["t"][-1] <= T0 + 800
+        st.db.execute("DELETE FROM rollups")
+        assert st.series(NODE, max_points=20) == s
 
 
 def test_summary(tmp_path, base) -> None:
@@ -294,6 +339,22 @@ def test_migration_from_an_empty_file(tmp_path, monkeypatch) -> None:
     Store(path).close()  # already there: the migration does not run again (it would fail)
 
 
+def _as_schema_2(st: Store) -> None:
+    """What schema 2 wrote, made of a store written now: every snapshot a zstd JSON document,
+    no shapes, rollups or chunk index (schema 3's frames re-encoded as schema 2 encoded them)."""
+    import zstandard
+
+    docs = {sid: st.snapshot(sid).to_json().encode()
+            for (sid,) in st.db.execute("SELECT id FROM snapshots").fetchall()}
+    for sid, doc in docs.items():
+        st.db.execute("UPDATE snapshots SET data = ?, base = NULL WHERE id = ?",
+                      (zstandard.ZstdCompressor(level=9).compress(doc), sid))
+    st.db.execute("ALTER TABLE snapshots DROP COLUMN shape")
+    st.db.execute("DROP TABLE shapes")
+    st.db.execute("DROP TABLE rollups")
+    st.db.execute("DROP INDEX chunks_span")
+
+
 def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
     """A store written by schema 1 (no `last` table) is migrated on a read-write open; the
     nodes page's last points come from its unchunked rows, or from its chunks."""
@@ -303,9 +364,10 @@ def test_migration_1_to_2_fills_the_last_samples(tmp_path, base) -> None:
         st.add_points("other@host", [(T0 + i, {"allocated": i}) for i in range(CHUNK)])
         st.db.execute("DROP TABLE last")
         st.db.execute("ALTER TABLE snapshots DROP COLUMN usage")
+        _as_schema_2(st)
     _set_version(path, 1)
     with Store(path) as st:
-        assert st.version() == 2
+        assert st.version() == store_mod.SCHEMA_VERSION
         nodes = {n["node"]: n for n in st.list_nodes()}
     last = added[-1][1]
     assert nodes[NODE]["last"] == last.taken_at

@@ -15,6 +15,8 @@ import zstandard
 from browser.synth import build_store
 from support import run_capped
 
+from beamalloc.timeseries import frames
+
 NODE = "synth@host"
 
 #: name -> SQL run on a copy of a good store
@@ -39,6 +41,17 @@ DAMAGE: dict[str, list[tuple[str, tuple]]] = {
     "usage_junk": [("UPDATE snapshots SET usage = ?", (b"junk",))],
     "gap_junk": [("INSERT INTO gaps (node_id, start, end, reason) SELECT id, 'x', NULL, 5 "
                   "FROM nodes", ())],
+    # schema 3's frames (timeseries/frames.py): the shape, the header, the parts
+    "shape_missing": [("DELETE FROM shapes", ())],
+    "shape_junk": [("UPDATE shapes SET data = ?", (zlib.compress(b'[["x"]]'),))],
+    "shape_wrong": [("UPDATE shapes SET data = ?",
+                     (zlib.compress(b'[[["a",1,[],[],[],null,[],null,null]],[]]'),))],
+    "frame_cut": [("UPDATE snapshots SET data = substr(data, 1, 12)", ())],
+    "frame_header_lies": [("UPDATE snapshots SET data = ? WHERE base IS NULL",
+                           (frames.pack(b"", b"", frames.MAX_VALUES + 1, False),))],
+    "frame_values_bomb": [("UPDATE snapshots SET data = ?, base = NULL", (frames.pack(
+        zstandard.ZstdCompressor().compress(b"{}\n"),
+        zstandard.ZstdCompressor(level=19).compress(bytes(256 << 20)), 1000, False),))],
 }
 
 

@@ -165,11 +165,17 @@ def instance_usage(snap: Snapshot) -> dict[str, dict[str, Any]]:
     use: dict[str, float] = {}
     calls: dict[str, int] = {}
     for inst in snap.allocators:
-        f = m.instance_fragmentation(inst, "current")
-        alloc = f["mbcs_carriers_size"] + f["sbcs_carriers_size"]
+        # metrics.instance_fragmentation's current sizes, written out (the store computes
+        # this for every snapshot it keeps): mbcs with the pool's carriers, as recon counts.
+        mb, sb = inst.mbcs, inst.sbcs
+        alloc = mb.carriers_size.current + sb.carriers_size.current
+        used = (sum(b.size.current for b in mb.blocks.values())
+                + sum(b.size.current for b in sb.blocks.values()))
+        if inst.mbcs_pool is not None:
+            alloc += inst.mbcs_pool.carriers_size
+            used += inst.mbcs_pool.block_size
         if alloc:
-            use[f"{inst.allocator}[{inst.instance}]"] = (
-                f["mbcs_block_size"] + f["sbcs_block_size"]) / alloc
+            use[f"{inst.allocator}[{inst.instance}]"] = used / alloc
         # calls are keyed binary_alloc / binary_free / binary_realloc for binary_alloc.
         prefix = inst.allocator.removesuffix("_alloc")
         n = sum(inst.calls.get(f"{prefix}_{op}", 0) for op in ("alloc", "free", "realloc"))

@@ -6,13 +6,16 @@ Per sample two things are kept, sized so that a year of 1-minute samples of 10 n
 - the derived numbers (timeseries/series.py, one int per key): first as a row of `recent`, then,
   once a node has CHUNK of them, moved into one zlib-compressed, delta-encoded, column-wise
   `chunks` row; a series read touches only the chunks overlapping its range.
-- the full Snapshot JSON, zstd-compressed against the node's current key snapshot (a raw-content
-  dictionary: consecutive snapshots share almost every byte). A snapshot is kept for good every
+- the full Snapshot as a frame (timeseries/frames.py, schema 3): its shape (names, options) once
+  in `shapes`, its numbers as one vector XORed with the node's current key snapshot's, its text
+  (the rest, and `raw`) zstd-compressed against the key's text (a raw-content dictionary:
+  consecutive snapshots share almost every byte); stores of schema 2 hold the whole JSON
+  document instead, and read as before. A snapshot is kept for good every
   `keep_every` seconds (30 min), on a restart or after a gap, and when `allocated` moved by
   `keep_change` (25 %) since the last kept one, at most once per `keep_min_interval` (15 min):
   so a volatile node costs at most 96 kept snapshots a day. Between them, the node's latest
   snapshot is refreshed as a transient one (replacing the previous) every `latest_every` (60 s):
-  encoding a snapshot costs ~100 times a sample's numbers.
+  splitting a snapshot into its frame still costs ~10 times a sample's numbers.
 - one row of `last` per node (its last sample's numbers and the watcher's findings): what the
   nodes page reads.
 
@@ -27,9 +30,11 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import operator
 import os
 import sqlite3
 import zlib
+from array import array
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,14 +45,18 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
-from beamalloc.timeseries import scans
+from beamalloc.timeseries import frames, scans
 from beamalloc.timeseries.series import Point, instance_usage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Samples per chunk: large enough for zlib to find the repetition, small enough that a range
 #: query or a prune wastes little decoding.
 CHUNK = 360
+#: Samples per rollup group: a series of at least ROLLUP samples per point reads the groups of
+#: its chunks (12 a chunk, mean and max per key) instead of every sample: a node page over 28
+#: days of 1-minute samples decodes 1,344 groups, not 40,320 samples.
+ROLLUP = 30
 ZSTD_LEVEL = 9
 #: A transient snapshot lives until the node's next one: a fast level (a third of level 9's
 #: time, ~35 % bigger).
@@ -89,6 +98,20 @@ MIGRATIONS: dict[int, list[str]] = {
         # series.instance_usage of a kept snapshot (zlib JSON): a node page's per-instance
         # charts read it instead of decoding snapshots (NULL: transient, or schema 1).
         "ALTER TABLE snapshots ADD COLUMN usage TEXT",
+    ],
+    # Snapshots as frames (timeseries/frames.py): a row whose data starts with frames.MAGIC
+    # names its shape here; rows written before (a zstd JSON document each) read as they did.
+    3: [
+        "CREATE TABLE shapes (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
+        "ALTER TABLE snapshots ADD COLUMN shape INTEGER",
+        # A chunk's samples reduced to groups of ROLLUP (encode_rollup): what a range of many
+        # more samples than points reads instead of its chunks (a chunk of schema 2 has none:
+        # it is reduced when read).
+        "CREATE TABLE rollups (node_id INTEGER NOT NULL, t0 INTEGER NOT NULL,"
+        " t1 INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (node_id, t0))",
+        # What list_nodes counts and a series' range selects, without reading a chunk's row
+        # (each a page or more: 4,000 nodes x 28 days are 448,000 of them).
+        "CREATE INDEX chunks_span ON chunks (node_id, t0, t1, n)",
     ],
 }
 #: Seconds a writer holds a batch open before committing it (watch.py): a SIGKILL loses at most
@@ -163,7 +186,14 @@ def _unzstd(blob: Any, dict_data: zstandard.ZstdCompressionDict | None = None) -
 
 def _point(v: Any) -> dict[str, Any]:
     """A stored sample's numbers: a JSON object of numbers (or null), else ValueError."""
-    doc = json.loads(v) if isinstance(v, str | bytes) else v
+    text = isinstance(v, str | bytes)
+    doc = json.loads(v) if text else v
+    if text and isinstance(doc, dict):  # a JSON object's keys are text: its values packed
+        try:  # at C speed (the nodes page reads 4,000 of these)
+            array("d", doc.values())
+            return doc
+        except (TypeError, OverflowError):
+            pass
     if not isinstance(doc, dict) or not all(
             isinstance(k, str) and (x is None or type(x) in (int, float)) for k, x in doc.items()):
         raise ValueError("a sample that is not an object of numbers")
@@ -240,10 +270,72 @@ def decode_chunk(blob: bytes, fields: Collection[str] | None = None
     ts = [_t(t) for t in _undelta(doc["t"])]
     cols = {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
             if fields is None or _wanted(k, fields)}
-    if any(len(c) != len(ts) or not all(x is None or type(x) is int for x in c)
+    if any(len(c) != len(ts) or not _ints(c, none=True)
            for c in cols.values()) or not all(isinstance(k, str) for k in cols):
         raise ValueError("a chunk whose columns are not numbers of its length")
     return ts, cols
+
+
+def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
+    """A chunk's samples in groups of ROLLUP: per group its mean time and size, per key its
+    mean (over the samples that have the key) and its maximum."""
+    gt, gn, mean, peak = _groups(ts, cols)
+    # delta-encoded as a chunk's columns: consecutive groups' means are close
+    doc = {"k": list(mean), "t": _deltas(gt), "n": gn,  # type: ignore[arg-type]
+           "mean": [_deltas(v) for v in mean.values()],
+           "max": [_deltas(v) for v in peak.values()]}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+
+
+def _groups(ts: list[int], cols: dict[str, list[int | None]]
+            ) -> tuple[list[int], list[int], dict[str, list[int | None]],
+                       dict[str, list[int | None]]]:
+    """What encode_rollup stores, as decode_rollup returns it."""
+    ranges = list(itertools.pairwise([*range(0, len(ts), ROLLUP), len(ts)]))
+    mean: dict[str, list[int | None]] = {}
+    peak: dict[str, list[int | None]] = {}
+    for k, v in cols.items():
+        if None not in v:  # the usual column
+            mean[k] = [round(sum(v[a:z]) / (z - a)) for a, z in ranges]  # type: ignore
+            peak[k] = [max(v[a:z]) for a, z in ranges]  # type: ignore[type-var]
+            continue
+        mk: list[int | None] = []
+        pk: list[int | None] = []
+        for a, z in ranges:
+            vals = [x for x in v[a:z] if x is not None]
+            mk.append(round(sum(vals) / len(vals)) if vals else None)
+            pk.append(max(vals) if vals else None)
+        mean[k], peak[k] = mk, pk
+    return ([round(sum(ts[a:z]) / (z - a)) for a, z in ranges], [z - a for a, z in ranges],
+            mean, peak)
+
+
+def decode_rollup(blob: bytes, fields: Collection[str] | None = None
+                  ) -> tuple[list[int], list[int], dict[str, list[int | None]],
+                             dict[str, list[int | None]]]:
+    """(group times, group sizes, means, maxima) of a rollup row; ValueError or TypeError for
+    one that is not what encode_rollup writes."""
+    doc = json.loads(_inflate(blob))
+    ts, ns = [_t(t) for t in _undelta(doc["t"])], doc["n"]
+    mean, peak = {}, {}
+    for k, m, p in zip(doc["k"], doc["mean"], doc["max"], strict=True):
+        if fields is None or _wanted(k, fields):
+            mean[k], peak[k] = _undelta(m), _undelta(p)
+    if not (len(ns) == len(ts) and _ints(ns) and all(isinstance(k, str) for k in mean)
+            and all(len(c) == len(ts) and _ints(c, none=True)
+                    for c in (*mean.values(), *peak.values()))):
+        raise ValueError("a rollup whose columns are not numbers of its length")
+    return ts, ns, mean, peak
+
+
+def _ints(col: list[Any], none: bool = False) -> bool:
+    """Every element an int (or None, with `none`): packed at C speed for the usual column
+    (a JSON true in a damaged row passes as 1, harmless to every sum)."""
+    try:
+        array("q", col)
+        return True
+    except (TypeError, OverflowError):
+        return all((none and x is None) or type(x) is int for x in col)
 
 
 def _wanted(key: str, fields: Collection[str]) -> bool:
@@ -267,8 +359,14 @@ class _NodeState:
     recent: int = 0
     key_id: int | None = None
     key_t: int = 0
-    key_json: bytes = b""
+    #: The key's text, the dictionary its deltas are compressed against: a frame's text, or
+    #: (a key written by schema 2) the whole JSON document.
+    key_text: bytes = b""
     key_size: int = 0
+    #: A frame key's numbers and shape (None: the key is a JSON document, no frame deltas it).
+    key_values: bytes | None = None
+    key_shape: frames.Shape | None = None
+    key_shape_id: int | None = None
     transient: int | None = None  # the previous sample's snapshot, replaced by the next one
     snap_t: int = 0  # time of its latest stored snapshot (kept or transient)
     kept_t: int | None = None
@@ -289,6 +387,8 @@ class Store:
         self.keep_change = keep_change
         self.keep_min_ms = _ms(keep_min_interval)
         self._state: dict[str, _NodeState] = {}
+        self._shapes: dict[int, frames.Shape] = {}
+        self._shape_ids: dict[frames.Shape, int] = {}  # the writer's: shape -> its row
         try:
             if readonly:
                 if not self.path.exists():
@@ -369,11 +469,15 @@ class Store:
         st = _NodeState(nid)
         st.recent = self.db.execute("SELECT count(*) FROM recent WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
-        key = self.db.execute("SELECT id, t, data FROM snapshots WHERE node_id = ? AND base IS "
-                              "NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
+        key = self.db.execute("SELECT id, t, data, shape FROM snapshots WHERE node_id = ? AND "
+                              "base IS NULL ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if key:
             st.key_id, st.key_t, st.key_size = key[0], key[1], len(key[2])
-            st.key_json = _unzstd(key[2])
+            if _is_frame(key[2]):
+                st.key_text, st.key_values = self._key_parts(key[2])
+                st.key_shape, st.key_shape_id = self._shape(key[3]), key[3]
+            else:
+                st.key_text = _unzstd(key[2])
         kept = self.db.execute("SELECT id, t FROM snapshots WHERE node_id = ? AND kept = 1 "
                                "ORDER BY t DESC LIMIT 1", (nid,)).fetchone()
         if kept:
@@ -404,7 +508,8 @@ class Store:
 
         The derived numbers are kept for every sample. The snapshot is stored when kept (the
         keep policy), or as the node's transient latest when the previous one is `latest_every`
-        old: encoding a snapshot costs ~100 times a point (docs/store.md, "Writing").
+        old: splitting a snapshot into its frame costs ~10 times a point (docs/store.md,
+        "Writing"); a snapshot that starts a new key (its shape changed) is kept.
         `findings` ({"findings": [...], "lint": [...]}, series.active_findings) is the rule
         evaluation of this sample, shown by the nodes page; None keeps the previous one.
         """
@@ -417,8 +522,7 @@ class Store:
             self._put_point(st, t, point, findings)
             sid = None
             if keep or st.key_id is None or t - st.snap_t >= self.latest_every_ms:
-                sid = self._put_snapshot(st, t, snap.to_json().encode(), keep,
-                                         _usage_blob(snap) if keep else None)
+                sid, keep = self._put_snapshot(st, t, snap, keep)
             if keep:
                 st.kept_t, st.kept_alloc = t, point.get("allocated", 0)
                 st.kept_pid = point.get("pid")
@@ -444,40 +548,104 @@ class Store:
         if st.recent >= CHUNK:
             self._compact(st)
 
-    def _put_snapshot(self, st: _NodeState, t: int, raw: bytes, keep: bool,
-                      usage: bytes | None = None) -> int:
+    def _put_snapshot(self, st: _NodeState, t: int, snap: Snapshot, keep: bool
+                      ) -> tuple[int, bool]:
+        """Store a snapshot as a frame: a delta against the node's key when it has the key's
+        shape, else a new key (kept: deltas will need it). Returns its id and whether kept."""
+        frame = frames.split(snap)
+        if frame is None:  # numbers past a machine word: the JSON document, as schema 2
+            return self._put_document(st, t, snap)
+        n = len(frame.values) // 8
         base: int | None = None
         blob = b""
-        if st.key_id is not None:
+        same = st.key_values is not None and st.key_shape == frame.shape
+        shape_id = st.key_shape_id
+        if st.key_values is not None:
             level = ZSTD_LEVEL if keep else TRANSIENT_LEVEL
-            blob = zstandard.ZstdCompressor(level=level,
-                                            dict_data=_dict(st.key_json, level)).compress(raw)
+            text_z = zstandard.ZstdCompressor(level=level, dict_data=_dict(st.key_text, level)
+                                              ).compress(frame.text)
+            if same and len(frame.values) == len(st.key_values):
+                values_z = zstandard.ZstdCompressor(level=level).compress(
+                    frames.planes(frames.xor(frame.values, st.key_values)))
+            else:  # another shape (an instance's block types came or went): its own shape,
+                # its numbers compressed against the key's (most of them are still there)
+                try:
+                    shape_id = self._put_shape(frame.shape)
+                except (TypeError, ValueError):  # an option JSON cannot write
+                    return self._put_document(st, t, snap)
+                values_z = zstandard.ZstdCompressor(
+                    level=level, dict_data=_dict(frames.planes(st.key_values), level)
+                ).compress(frames.planes(frame.values))
+            blob = frames.pack(text_z, values_z, n, frame.raw_none, xored=same)
             base = st.key_id
             if keep and (t - st.key_t >= KEY_MAX_AGE_MS or len(blob) > st.key_size // 2):
                 base = None
         if base is None:
-            if not keep and st.key_id is None:
-                keep = True  # the first snapshot of a node becomes its first key
-            blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
-        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage) "
-                              "VALUES (?, ?, ?, ?, ?, ?)", (st.id, t, base, int(keep), blob,
-                                                            usage))
+            keep = True  # a key: the deltas after it are decoded against it
+            if not same:
+                try:
+                    shape_id = self._put_shape(frame.shape)
+                except (TypeError, ValueError):  # an option JSON cannot write
+                    return self._put_document(st, t, snap)
+            blob = frames.pack(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(frame.text),
+                               zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(
+                                   frames.planes(frame.values)), n, frame.raw_none)
+        sid = self._insert_snapshot(st, t, base, keep, blob, shape_id,
+                                    _usage_blob(snap) if keep else None)
+        if base is None:
+            st.key_id, st.key_t, st.key_text, st.key_size = sid, t, frame.text, len(blob)
+            st.key_values, st.key_shape, st.key_shape_id = frame.values, frame.shape, shape_id
+        return sid, keep
+
+    def _put_document(self, st: _NodeState, t: int, snap: Snapshot) -> tuple[int, bool]:
+        """A snapshot no frame holds, as schema 2 stored every one: its JSON document, zstd,
+        a key of its own (kept)."""
+        raw = snap.to_json().encode()
+        blob = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+        sid = self._insert_snapshot(st, t, None, True, blob, None, _usage_blob(snap))
+        st.key_id, st.key_t, st.key_text, st.key_size = sid, t, raw, len(blob)
+        st.key_values = st.key_shape = st.key_shape_id = None
+        return sid, True
+
+    def _put_shape(self, shape: frames.Shape) -> int:
+        """The id of this shape, stored once: a fleet's nodes of one release and flags share
+        theirs (looked up by its bytes: a store holds a few shapes, not one per node)."""
+        sid = self._shape_ids.get(shape)
+        if sid is not None:
+            return sid
+        data = zlib.compress(frames.shape_json(shape), 9)
+        row = self.db.execute("SELECT id FROM shapes WHERE data = ?", (data,)).fetchone()
+        sid = int(row[0]) if row else int(
+            self.db.execute("INSERT INTO shapes (data) VALUES (?)", (data,)).lastrowid or 0)
+        if len(self._shape_ids) >= 64:
+            self._shape_ids.clear()
+        self._shape_ids[shape] = sid
+        return sid
+
+    def _insert_snapshot(self, st: _NodeState, t: int, base: int | None, keep: bool,
+                         blob: bytes, shape: int | None, usage: bytes | None) -> int:
+        cur = self.db.execute("INSERT INTO snapshots (node_id, t, base, kept, data, usage, shape)"
+                              " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (st.id, t, base, int(keep), blob, usage, shape))
         sid = int(cur.lastrowid or 0)
         if st.transient is not None:
             self.db.execute("DELETE FROM snapshots WHERE id = ? AND kept = 0", (st.transient,))
         st.transient = None if keep else sid
         st.snap_t = t
-        if base is None:
-            st.key_id, st.key_t, st.key_json, st.key_size = sid, t, raw, len(blob)
         return sid
 
     def _compact(self, st: _NodeState) -> None:
         rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? ORDER BY t",
                                (st.id,)).fetchall()
         ts = [r[0] for r in rows]
-        blob = encode_chunk(ts, [json.loads(r[1]) for r in rows])
+        points = [json.loads(r[1]) for r in rows]
+        blob = encode_chunk(ts, points)
         self.db.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
                         (st.id, ts[0], ts[-1], len(ts), blob))
+        keys = sorted(set().union(*points))
+        self.db.execute("INSERT OR REPLACE INTO rollups VALUES (?, ?, ?, ?)",
+                        (st.id, ts[0], ts[-1],
+                         encode_rollup(ts, {k: [p.get(k) for p in points] for k in keys})))
         self.db.execute("DELETE FROM recent WHERE node_id = ?", (st.id,))
         st.recent = 0
 
@@ -509,6 +677,7 @@ class Store:
         with self._tx():
             n = {
                 "chunks": self.db.execute("DELETE FROM chunks WHERE t1 < ?", (cut,)).rowcount,
+                "rollups": self.db.execute("DELETE FROM rollups WHERE t1 < ?", (cut,)).rowcount,
                 "recent": self.db.execute("DELETE FROM recent WHERE t < ?", (cut,)).rowcount,
                 "gaps": self.db.execute("DELETE FROM gaps WHERE end < ?", (cut,)).rowcount,
                 "snapshots": self.db.execute("DELETE FROM snapshots WHERE t < ? AND base IS NOT "
@@ -518,7 +687,10 @@ class Store:
             n["snapshots"] += self.db.execute(
                 "DELETE FROM snapshots WHERE t < ? AND base IS NULL AND NOT EXISTS "
                 "(SELECT 1 FROM snapshots d WHERE d.base = snapshots.id)", (cut,)).rowcount
+            self.db.execute("DELETE FROM shapes WHERE id NOT IN (SELECT shape FROM snapshots "
+                            "WHERE shape IS NOT NULL)")
         self._state.clear()
+        self._shape_ids.clear()
         self.db.execute("PRAGMA incremental_vacuum")
         return n
 
@@ -537,11 +709,13 @@ class Store:
         return row[0] if row else None
 
     @_reading
-    def list_nodes(self, only: str | None = None) -> list[dict[str, Any]]:
+    def list_nodes(self, only: str | None = None, findings: bool = True
+                   ) -> list[dict[str, Any]]:
         """Every node: number of samples, first and last sample time, open gap, its last
         sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
         or None) and its latest stored snapshot's id. A few grouped queries, whatever the
-        number of nodes (the nodes page reads it on every view). `only`: that node alone."""
+        number of nodes (the nodes page reads it on every view). `only`: that node alone;
+        `findings=False`: every node's `findings` None, not decoded (the nodes page shows none)."""
         db = self.db
         nid_only = self._node_id(only) if only is not None else None
         if only is not None and nid_only is None:
@@ -582,7 +756,7 @@ class Store:
                 "down_since": _t(gap[0]) / 1000 if gap else None,
                 "down_reason": gap[1] if gap else None,
                 "point": point,
-                "findings": _findings(row[2]) if row and row[2] else None,
+                "findings": _findings(row[2]) if findings and row and row[2] else None,
                 "latest_snapshot": snaps.get(nid),
             })
         return out
@@ -605,6 +779,15 @@ class Store:
             raise StoreError(f"no node {node!r} in {self.path}")
         lo = _ms(start) if start is not None else -(2**62)
         hi = _ms(end) if end is not None else 2**62
+        if max_points is not None and max_points > 0:
+            (n,) = self.db.execute(
+                "SELECT coalesce(sum(n), 0) + (SELECT count(*) FROM recent WHERE node_id = ?1 "
+                "AND t BETWEEN ?2 AND ?3) FROM chunks WHERE node_id = ?1 AND t1 >= ?2 AND "
+                "t0 <= ?3", (nid, lo, hi)).fetchone()
+            if n >= ROLLUP * max_points:
+                out = {"node": node, "downsampled": True, "gaps": self.gaps(node, start, end)}
+                out.update(self._coarse(nid, lo, hi, max_points, fields))
+                return out
         ts: list[int] = []
         cols: dict[str, list[int | None]] = {}
 
@@ -641,6 +824,52 @@ class Store:
         else:
             out.update(t=[t / 1000 for t in ts], columns=cols)
         return out
+
+    def _coarse(self, nid: int, lo: int, hi: int, max_points: int,
+                fields: Collection[str] | None) -> dict[str, Any]:
+        """series() of a range with ROLLUP samples or more per point: from the rollups of its
+        chunks (a chunk without one, written by schema 2, is reduced here), the unchunked rows
+        as groups of one; then the groups in max_points time buckets, weighted by their sizes.
+        The groups at the range's ends count whole when their mean time is inside it."""
+        ts: list[int] = []
+        ns: list[int] = []
+        mean: dict[str, list[int | None]] = {}
+        peak: dict[str, list[int | None]] = {}
+
+        def add(g_t: list[int], g_n: list[int], g_mean: dict[str, list[int | None]],
+                g_max: dict[str, list[int | None]]) -> None:
+            keep = [i for i, t in enumerate(g_t) if lo <= t <= hi]
+            if not keep:
+                return
+            for k in set(mean) - set(g_mean):
+                mean[k].extend([None] * len(keep))
+                peak[k].extend([None] * len(keep))
+            for k, v in g_mean.items():
+                if k not in mean:
+                    mean[k], peak[k] = [None] * len(ts), [None] * len(ts)
+                mean[k].extend(v[i] for i in keep)
+                peak[k].extend(g_max[k][i] for i in keep)
+            ts.extend(g_t[i] for i in keep)
+            ns.extend(g_n[i] for i in keep)
+
+        for rollup, chunk in self.db.execute(
+                "SELECT r.data, CASE WHEN r.data IS NULL THEN c.data END FROM chunks c "
+                "LEFT JOIN rollups r ON r.node_id = c.node_id AND r.t0 = c.t0 "
+                "WHERE c.node_id = ? AND c.t1 >= ? AND c.t0 <= ? ORDER BY c.t0", (nid, lo, hi)):
+            if rollup is None:  # a chunk of schema 2
+                add(*_groups(*decode_chunk(chunk, fields)))
+            else:
+                add(*decode_rollup(rollup, fields))
+        rows = self.db.execute("SELECT t, data FROM recent WHERE node_id = ? AND t BETWEEN ? "
+                               "AND ? ORDER BY t", (nid, lo, hi)).fetchall()
+        if rows:
+            pts = [_point(r[1]) for r in rows]
+            keys = [k for k in set().union(*pts) if fields is None or _wanted(k, fields)]
+            cols = {k: [p.get(k) for p in pts] for k in keys}
+            add([_t(r[0]) for r in rows], [1] * len(rows), cols, cols)
+        if not ts:
+            return {"t": [], "columns": {}, "max": {}}
+        return _downsample_groups(ts, ns, mean, peak, max_points)
 
     @_reading
     def gaps(self, node: str, start: float | None = None,
@@ -693,19 +922,59 @@ class Store:
     @_reading
     def snapshot(self, sid: int) -> Snapshot:
         """The snapshot with this id, exactly as it was collected."""
-        row = self.db.execute("SELECT base, data FROM snapshots WHERE id = ?", (sid,)).fetchone()
+        row = self.db.execute("SELECT base, data, shape FROM snapshots WHERE id = ?",
+                              (sid,)).fetchone()
         if row is None:
             raise StoreError(f"no snapshot {sid} in {self.path}")
-        base, blob = row
-        if base is None:
-            raw = _unzstd(blob)
-        else:
+        base, blob, shape = row
+        key = None
+        if base is not None:
             key = self.db.execute("SELECT data FROM snapshots WHERE id = ?", (base,)).fetchone()
             if key is None:
                 raise StoreError(f"the store {self.path} is damaged: snapshot {sid}'s base "
                                  "snapshot is missing")
-            raw = _unzstd(blob, _dict(_unzstd(key[0])))
+        if _is_frame(blob):
+            text_z, values_z, n, raw_none, xored = frames.unpack(blob)
+            if key is None:
+                text, values = _unzstd(text_z), frames.unplanes(_unzstd(values_z))
+            else:
+                key_text, key_values = self._key_parts(key[0])
+                text = _unzstd(text_z, _dict(key_text))
+                if xored:
+                    values = frames.unplanes(_unzstd(values_z))
+                    if len(values) != len(key_values):
+                        raise ValueError("a delta whose numbers are not its key's")
+                    values = frames.xor(values, key_values)
+                else:
+                    values = frames.unplanes(_unzstd(values_z,
+                                                     _dict(frames.planes(key_values))))
+            if len(values) != 8 * n:
+                raise ValueError("a frame whose numbers are not as many as it says")
+            return frames.join(self._shape(shape), values, text, raw_none)
+        raw = _unzstd(blob) if key is None else _unzstd(blob, _dict(_unzstd(key[0])))
         return Snapshot.from_json(raw.decode())
+
+    def _key_parts(self, blob: Any) -> tuple[bytes, bytes]:
+        """A key frame's text and numbers: what its deltas are decoded against."""
+        text_z, values_z, n, _, _ = frames.unpack(blob)
+        values = frames.unplanes(_unzstd(values_z))
+        if len(values) != 8 * n:
+            raise ValueError("a frame whose numbers are not as many as it says")
+        return _unzstd(text_z), values
+
+    def _shape(self, shape_id: Any) -> frames.Shape:
+        """A stored shape (immutable: cached per Store)."""
+        shape = self._shapes.get(shape_id)
+        if shape is None:
+            row = self.db.execute("SELECT data FROM shapes WHERE id = ?", (shape_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"the store {self.path} is damaged: a snapshot's shape is "
+                                 "missing")
+            shape = frames.shape_from_json(_inflate(row[0]))
+            if len(self._shapes) >= 64:
+                self._shapes.clear()
+            self._shapes[shape_id] = shape
+        return shape
 
     @_reading
     def latest(self, node: str) -> Snapshot | None:
@@ -739,6 +1008,7 @@ class _Tx:
             if self.store._batch:
                 db.execute("RELEASE w")
             self.store._state.clear()  # the cached per-node state may be ahead of the tables
+            self.store._shape_ids.clear()
 
 
 class _Batch:
@@ -764,6 +1034,11 @@ class _Batch:
         if self.store.db.in_transaction:
             self.store.db.execute("ROLLBACK")
         self.store._state.clear()
+        self.store._shape_ids.clear()
+
+
+def _is_frame(blob: Any) -> bool:
+    return isinstance(blob, bytes) and blob.startswith(frames.MAGIC)
 
 
 def _usage_blob(snap: Snapshot) -> bytes:
@@ -779,6 +1054,43 @@ def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
 
     p = derive(snap)
     return p.get("allocated", 0), p.get("pid")
+
+
+def _downsample_groups(ts: list[int], ns: list[int], mean: dict[str, list[int | None]],
+                       peak: dict[str, list[int | None]], n: int) -> dict[str, Any]:
+    """_downsample of groups of samples (rollups): a bucket's mean weighs each group by its
+    size, its maximum is its groups' largest, its time their size-weighted mean time."""
+    t0, t1 = ts[0], ts[-1]
+    width = (t1 - t0) / n or 1
+    bounds = [0]
+    b = 1
+    for i, t in enumerate(ts):
+        while b < n and t >= t0 + b * width:
+            bounds.append(i)
+            b += 1
+    bounds.append(len(ts))
+    ranges = [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+    out_mean: dict[str, list[int | None]] = {}
+    out_peak: dict[str, list[int | None]] = {}
+    cum_n = [0, *itertools.accumulate(ns)]
+    for k, v in mean.items():
+        p = peak[k]
+        if None not in v and None not in p:  # the usual column: prefix sums, slice maxima
+            cum = [0, *itertools.accumulate(map(operator.mul, v, ns))]  # type: ignore[arg-type]
+            out_mean[k] = [round((cum[z] - cum[a]) / (cum_n[z] - cum_n[a])) for a, z in ranges]
+            out_peak[k] = [max(p[a:z]) for a, z in ranges]  # type: ignore[type-var]
+            continue
+        mk, pk = [], []
+        for a, z in ranges:
+            w = [(x, ns[i]) for i, x in enumerate(v[a:z], a) if x is not None]
+            total = sum(c for _, c in w)
+            mk.append(round(sum(x * c for x, c in w) / total) if total else None)
+            vals = [x for x in p[a:z] if x is not None]
+            pk.append(max(vals) if vals else None)
+        out_mean[k], out_peak[k] = mk, pk
+    return {"t": [sum(t * c for t, c in zip(ts[a:z], ns[a:z], strict=True))
+                  / sum(ns[a:z]) / 1000 for a, z in ranges],
+            "columns": out_mean, "max": out_peak}
 
 
 def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dict[str, Any]:

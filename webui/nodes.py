@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
+from beamalloc.analyzer.metrics import usage
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
@@ -51,6 +52,13 @@ PAGE_FIELDS = frozenset({"allocated", "used", "erlang_total", "rss", "sbcs", "po
 CHART_NODES = 50
 
 
+#: Rows of the nodes table per page: a fleet of 4,000 nodes renders in one page of them
+#: (issue 28 item 5); the headline and the chart summarise every node.
+PAGE_ROWS = 100
+#: Node names a headline lists before "and N more".
+HEADLINE_NAMES = 10
+
+
 @bp.get("/")
 def nodes_page() -> str:
     d = data()
@@ -62,18 +70,39 @@ def nodes_page() -> str:
         if problem is None:
             st = d.store()
             assert st is not None
-            nodes = st.list_nodes()
+            nodes = st.list_nodes(findings=False)
             rows = _rows(d, nodes)
     except StoreError as e:  # a damaged store: its one line, as a store that does not open
         problem, rows = str(e), []
+    pages = max(1, -(-len(rows) // PAGE_ROWS))
+    page = min(max(_page_arg(), 1), pages)
+    shown = rows[(page - 1) * PAGE_ROWS:page * PAGE_ROWS]
     charted = sorted((r for r in rows if r["allocated"] is not None),
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
-    shown = {id(r) for r in charted}
-    figs = {"nodes": figures.nodes_unused([r for r in rows if id(r) in shown])} if rows else {}
+    for r in (*shown, *charted):
+        _details(r)
+    figs = {"nodes": figures.nodes_unused(charted)} if rows else {}
     refresh, last = _fleet_refresh(nodes, now)
-    return render_template("nodes.html", rows=rows, problem=problem,
+    return render_template("nodes.html", rows=shown, summary=_summary(rows), problem=problem,
                            store=str(d.store_path or ""), figures=figures_json(figs),
-                           refresh=refresh, last=last)
+                           refresh=refresh, last=last, page=page, pages=pages,
+                           first=(page - 1) * PAGE_ROWS + 1, total=len(rows))
+
+
+def _page_arg() -> int:
+    v = request.args.get("page", "1")
+    return int(v) if v.isdigit() and len(v) < 9 else 1
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline's counts over every node (the table shows a page of them)."""
+    judged = [r for r in rows if r.get("state")]
+    acting = [r for r in judged if r["state"] != "HEALTHY"]
+    bad = [r["node"] for r in rows if r.get("severity") == "bad"]
+    more = len(bad) - HEADLINE_NAMES
+    return {"total": len(rows), "judged": len(judged), "acting": acting, "bad": len(bad),
+            "bad_names": ", ".join(bad[:HEADLINE_NAMES]) + (f" and {more} more" if more > 0
+                                                             else "")}
 
 
 def _fleet_refresh(nodes: list[dict[str, Any]], now: float | None = None
@@ -87,25 +116,21 @@ def _fleet_refresh(nodes: list[dict[str, Any]], now: float | None = None
 
 def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per node from Store.list_nodes, and the verdict of the latest snapshot of the
-    VERDICT_NODES with most unused bytes (cached per snapshot)."""
+    VERDICT_NODES with most unused bytes (cached per snapshot). A row holds what the headline,
+    the order and the chart need; `_details` adds what its table row shows, for the rows shown
+    (4,000 nodes' allocator views were most of the page)."""
     rows: list[dict[str, Any]] = []
     now = time.time()
-    # One pass over the store's per-node rows (Store.list_nodes): the last sample's numbers;
-    # then the verdicts of the latest snapshots of the nodes with most unused bytes.
     for n in nodes:
         row: dict[str, Any] = {"node": n["node"], "samples": n["samples"], "verdict": None,
-                               "last": when(n["last"]), "ago": ago(n["last"], now),
-                               "down": n["down_since"] is not None,
-                               "down_reason": n["down_reason"], "allocated": None}
-        if n["point"]:
-            p = point_view(n["point"])
-            worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"],
-                        default=(None, None))
-            row.update(allocated=p["allocated"], used=p["used"],
-                       usage=pct(p["usage"]), unused=human(p["unused"]),
-                       rss=human(p["rss"]), worst=worst[0],
-                       worst_unused=human(worst[1]["unused"]) if worst[1] else "-",
-                       severity=severity(p["unused"], p["usage"]))
+                               "last": n["last"], "down": n["down_since"] is not None,
+                               "down_reason": n["down_reason"], "allocated": None,
+                               "point": n["point"], "now": now}
+        p = n["point"]
+        if p:
+            alloc, used = p.get("allocated", 0), p.get("used", 0)
+            row.update(allocated=alloc, used=used,
+                       severity=severity(alloc - used, usage(used, alloc)))
         sid = n["latest_snapshot"]
         row["latest_ref"] = f"s{sid}" if sid is not None else None
         rows.append(row)
@@ -114,6 +139,20 @@ def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in judged[:VERDICT_NODES]:
         r.update(_verdict(d, r["latest_ref"]))
     return rows
+
+
+def _details(row: dict[str, Any]) -> None:
+    """What a node's table row shows beyond `_rows`: its words and its worst allocator."""
+    if "ago" in row:
+        return
+    t = row["last"]
+    row.update(last=when(t), ago=ago(t, row["now"]))
+    if row["point"]:
+        p = point_view(row["point"])
+        worst = max(p["types"].items(), key=lambda kv: kv[1]["unused"], default=(None, None))
+        row.update(usage=pct(p["usage"]), unused=human(p["unused"]), rss=human(p["rss"]),
+                   worst=worst[0],
+                   worst_unused=human(worst[1]["unused"]) if worst[1] else "-")
 
 
 #: Nodes whose verdict the nodes page gives (most unused first): a verdict replays flags

@@ -4,13 +4,15 @@ sample (a year of 1-minute samples of 10 nodes < 1 GB?) and the time to load and
 
     .venv/bin/python tests/bench/bench_store.py [--days 1] [--schedulers 8] [--fleet-minutes 10]
 
-Fleet: real snapshots of a `+S 1` node (the fleet's small nodes) played as 1,000 nodes sampled
-every 5 s for 31 minutes (so every node's rows are chunked once and a snapshot kept at 30 min),
-written as watch's writer writes them: one batch (transaction) per interval, the rules
-evaluated every 30 s per node (their findings stored with the sample). The rate is printed per
-wall second and per CPU second of this process (the machine is shared), beside a baseline of the
-unbatched write path in the same run. derive() runs in watch's pollers, not its writer: its cost
-per sample is printed beside.
+Fleet: real snapshots of a `+S 1` node, then of a `+S 8` node (4x the snapshot), each played
+as 1,000 nodes sampled every 5 s for 31 minutes (so every node's rows are chunked once and a
+snapshot kept at 30 min), written as watch's writer writes them: one batch (transaction) per
+interval, the rules evaluated every 30 s per node (their findings stored with the sample). The
+rate is printed per wall second and per CPU second of this process (the machine is shared),
+beside a baseline of the unbatched write path in the same run; then the CPU per sample at
+`+S 8` over the one at `+S 1` (issue 28 item 5: the per-sample cost independent of the
+snapshot's size; 1.0 would be fully independent). derive() runs in watch's pollers, not its
+writer: its cost per sample is printed beside.
 
 The snapshots are real: a node with `+S N` runs a workload that allocates and frees binaries and
 ETS entries on every scheduler while one Session samples it; that recorded sequence then plays 10
@@ -134,7 +136,8 @@ def _play(snaps: list, points: list, found: list, path: Path, nodes: int, ticks:
 
 
 def bench_fleet(snaps: list, minutes: float, path: Path, nodes: int = 1000,
-                interval: float = 5.0) -> None:
+                interval: float = 5.0) -> float:
+    """Prints the fleet's figures; returns the CPU seconds per sample."""
     t = time.process_time()
     points = [derive(s) for s in snaps]
     derive_ms = (time.process_time() - t) / len(snaps) * 1000
@@ -153,7 +156,8 @@ def bench_fleet(snaps: list, minutes: float, path: Path, nodes: int = 1000,
     rate, crate = n / wall, n / cpu
     verdict = ("at least" if rate >= 2000 else "CPU at least" if crate >= 2000 else "UNDER")
     print(f"fleet bench: {n} samples ({nodes} nodes x {ticks} intervals of {interval:g} s), "
-          f"{len(snaps[0].to_json())} B snapshots of a +S 1 node, written in {wall:.1f} s "
+          f"{len(snaps[0].to_json())} B snapshots of a +S {snaps[0].schedulers} node, "
+          f"written in {wall:.1f} s "
           f"({cpu:.1f} s of CPU): {rate:.0f} samples/s, {crate:.0f} per CPU second -> "
           f"{verdict} 2,000 samples/s")
     print(f"  baseline, a transaction and a snapshot per sample ({bn} samples): "
@@ -163,6 +167,7 @@ def bench_fleet(snaps: list, minutes: float, path: Path, nodes: int = 1000,
           f"refreshed every 60 s); {ticks} batches of {nodes} samples")
     print(f"  on the pollers, per sample: derive() {derive_ms:.2f} ms of CPU; rules and lint "
           f"{rules_ms:.2f} ms every {FINDINGS_EVERY:g} s")
+    return cpu / n
 
 
 def bench_day(snaps: list, path: Path) -> None:
@@ -204,8 +209,13 @@ def main() -> int:
     args = ap.parse_args()
     small = record(20, 1)
     with tempfile.TemporaryDirectory() as d:
-        bench_fleet(small, args.fleet_minutes, Path(d) / "fleet.db")
+        one = bench_fleet(small, args.fleet_minutes, Path(d) / "fleet.db")
     snaps = record(args.recorded, args.schedulers)
+    with tempfile.TemporaryDirectory() as d:
+        many = bench_fleet(snaps[:20], args.fleet_minutes, Path(d) / "fleet.db")
+    print(f"per-sample CPU, +S {args.schedulers} over +S 1 (snapshots "
+          f"{len(snaps[0].to_json()) / len(small[0].to_json()):.1f}x the size): "
+          f"{many / one:.2f}x ({many * 1e6:.0f} us against {one * 1e6:.0f} us)")
     with tempfile.TemporaryDirectory() as d:
         bench_year(snaps, args.days, Path(d) / "year.db")
         bench_day(snaps, Path(d) / "day.db")
