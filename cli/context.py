@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from beamalloc.collector.access import Access
+    from beamalloc.collector.procdump import ProcSections
+    from beamalloc.snapshot import Snapshot
 
 
 class Context:
-    """Immutable by convention; a plain class, since a dataclass or NamedTuple would cost
-    `beamalloc --version` several percent of its start (tests/bench/bench_startup.py)."""
+    """Immutable by convention but for what one stage hands the next (dump_procs). A plain
+    class: a dataclass or NamedTuple would cost `beamalloc --version` several percent of its
+    start (tests/bench/bench_startup.py)."""
 
-    __slots__ = ("access", "quiet", "stderr", "stdout")
+    __slots__ = ("access", "dump_procs", "quiet", "stderr", "stdout")
 
     def __init__(self, stdout: TextIO, stderr: TextIO, *, quiet: bool = False,
                  access: Access | None = None) -> None:
@@ -25,6 +28,10 @@ class Context:
         #: how we reach the node (docs/access.md: our own client, a hidden node over TLS): the
         #: command line's options over the environment's; None for a command that never connects
         self.access = access
+        #: the =proc sections of the crash dump cli/inputs.load() read last, gathered in the
+        #: pass that read its allocators, until holders() takes them (issue 28 item 1: a dump is
+        #: read once); one at a time, its Snapshot kept beside them
+        self.dump_procs: tuple[Snapshot, ProcSections] | None = None
 
     def write(self, path: str | None, text: str) -> None:
         """`text` to stdout (None or '-'), with its final newline, or atomically into `path`."""

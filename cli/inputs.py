@@ -13,15 +13,8 @@ from beamalloc.limits import MAX_CARRIERS
 
 if TYPE_CHECKING:
     from beamalloc.cli.context import Context
-    from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.snapshot import Snapshot
-
-#: The =proc sections of the last crash dump load() read, fed in the pass that reads its
-#: allocators, until holders() takes them (issue 28 item 1: the dump is read once): by id() of
-#: its Snapshot, kept beside them so that the id stays its own. One at a time: a dump loaded and
-#: never asked for its holders (recommend --rate-from) holds no process table for the run.
-_DUMP_PROCS: dict[int, tuple[Snapshot, ProcSections]] = {}
 
 
 def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
@@ -46,10 +39,12 @@ def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
     from beamalloc.collector.procdump import ProcSections
 
     procs = ProcSections()
-    _DUMP_PROCS.clear()  # holders() then reads an earlier dump again, as it always did
+    # One at a time (Context.dump_procs): holders() then reads an earlier dump again, as it
+    # always did, and a dump never asked for its holders (--rate-from) keeps no table.
+    ctx.dump_procs = None
     snap = sources.read_file(source, procs=procs)
     if procs.fed:  # a crash dump
-        _DUMP_PROCS[id(snap)] = (snap, procs)
+        ctx.dump_procs = (snap, procs)
     return snap
 
 
@@ -106,7 +101,7 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
         from beamalloc.collector.dumpscan import line_of
         from beamalloc.collector.procdump import read_procdump
 
-        read = _DUMP_PROCS.pop(id(snap), None)
+        read, ctx.dump_procs = ctx.dump_procs, None
         try:
             with open(source, "rb") as f:
                 if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
