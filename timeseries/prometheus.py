@@ -6,7 +6,9 @@ prometheus.erl's allocator collector exports hundreds per node, and users end up
 Beside them: every erlang:memory() category labelled with the allocator that holds it (a join
 with the per-allocator gauges sets each category against its carriers), counters of the
 node's calls (to rate()), and a gauge per rule or lint check that holds, so alerts say what the
-rule base says (deploy/prometheus/).
+rule base says (deploy/prometheus/). Who holds the memory: the largest process groups (by
+initial call) of each node's latest process scan, a few per node so that the series stay
+bounded (HOLDER_GROUPS).
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
 """
@@ -14,7 +16,7 @@ beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,8 +32,14 @@ from beamalloc.timeseries.series import (
     view,
 )
 
+if TYPE_CHECKING:
+    from beamalloc.collector.processes import ProcessTable
+
 #: erlang:memory() categories of a sample, as analyzer/categories.py names them.
 NAMED = ("atom", "binary", "code", "ets")
+#: Process groups exported per node, the largest by memory: a label per initial call is
+#: bounded this way, whatever the node spawns.
+HOLDER_GROUPS = 5
 
 
 def categories(point: dict[str, int]) -> dict[str, int]:
@@ -49,10 +57,13 @@ def categories(point: dict[str, int]) -> dict[str, int]:
 class WatchCollector(Collector):
     """Builds the metrics at scrape time from `latest()`: node -> its NodeStatus (watch.py):
     `up`, `last_t` (time of the last good sample), `point` (its derived numbers, or None),
-    `findings` and `lint` (the labels of the rules and lint checks that hold)."""
+    `findings` and `lint` (the labels of the rules and lint checks that hold); and from
+    `scans()`, node -> its latest process scan (timeseries/scans.py), the holder gauges."""
 
-    def __init__(self, latest: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, latest: Callable[[], dict[str, Any]],
+                 scans: Callable[[], dict[str, ProcessTable]] | None = None) -> None:
         self.latest = latest
+        self.scans = scans or dict
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         nodes = self.latest()
@@ -80,6 +91,9 @@ class WatchCollector(Collector):
         node_counters = {n: CounterMetricFamily(n, h, labels=["node", "call"] if len(k) > 1
                                                 else ["node"])
                          for n, h, k in NODE_COUNTERS}  # fmt: skip
+        holders = _Holders()
+        for node, table in sorted(self.scans().items()):
+            holders.add(node, table)
         for node, st in sorted(nodes.items()):
             up.add_metric([node], 1.0 if st.up else 0.0)
             point = st.point
@@ -119,6 +133,41 @@ class WatchCollector(Collector):
         yield from node_counters.values()
         yield finding
         yield lint
+        yield from holders.families()
+
+
+class _Holders:
+    """The holder gauges: per node, its scan's time and the largest process groups' memory,
+    processes and referenced binaries (docs/metrics.md)."""
+
+    def __init__(self) -> None:
+        self.ts = GaugeMetricFamily(
+            "beamalloc_process_scan_timestamp_seconds", "Unix time of the node's latest "
+            "process scan (watch --processes-every).", labels=["node"])  # fmt: skip
+        labels = ["node", "initial_call"]
+        self.memory = GaugeMetricFamily(
+            "beamalloc_process_group_memory_bytes", "process_info memory summed over the "
+            f"processes spawned by one initial call, the node's {HOLDER_GROUPS} largest groups "
+            "in its latest process scan.", labels=labels)  # fmt: skip
+        self.count = GaugeMetricFamily(
+            "beamalloc_process_group_processes", "Processes in the group (as "
+            "beamalloc_process_group_memory_bytes).", labels=labels)  # fmt: skip
+        self.binary = GaugeMetricFamily(
+            "beamalloc_process_group_binary_bytes", "Refc binaries the group's processes "
+            "reference, counted once per process (as beamalloc_process_group_memory_bytes).",
+            labels=labels)  # fmt: skip
+
+    def add(self, node: str, table: ProcessTable) -> None:
+        if table.taken_at is not None:
+            self.ts.add_metric([node], table.taken_at)
+        for g in sorted(table.groups, key=lambda g: -g.memory)[:HOLDER_GROUPS]:
+            self.memory.add_metric([node, g.initial_call], float(g.memory))
+            self.count.add_metric([node, g.initial_call], float(g.count))
+            if g.binary_bytes is not None:
+                self.binary.add_metric([node, g.initial_call], float(g.binary_bytes))
+
+    def families(self) -> Iterator[GaugeMetricFamily]:
+        yield from (self.ts, self.memory, self.count, self.binary)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -128,11 +177,12 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def serve(address: str, latest: Callable[[], dict[str, Any]]) -> tuple[Any, int]:
+def serve(address: str, latest: Callable[[], dict[str, Any]],
+          scans: Callable[[], dict[str, ProcessTable]] | None = None) -> tuple[Any, int]:
     """Start /metrics in a daemon thread; returns (server, port actually bound)."""
     host, port = parse_address(address)
     registry = CollectorRegistry()  # ours only: no process_/python_ series of the watcher
-    registry.register(WatchCollector(latest))
+    registry.register(WatchCollector(latest, scans))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:

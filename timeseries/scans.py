@@ -197,6 +197,9 @@ class Scanner:
     last: dict[str, float] = field(default_factory=dict)
     #: the scans running in threads of their own (hidden node), one per node at most
     threads: dict[str, threading.Thread] = field(default_factory=dict)
+    #: node -> its latest good scan, for the Prometheus endpoint's holder gauges (a dict's item
+    #: is replaced whole, so a scrape reads one scan or the one before it)
+    latest: dict[str, ProcessTable] = field(default_factory=dict)
 
     def due(self, node: str, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -248,6 +251,7 @@ class Scanner:
             say(f"{node}: no process scan this time: {e}")
             return
         t = table.taken_at or time.time()
+        self.latest[node] = table
         put(lambda store, n=node, t=t, table=table: add(store.db, n, t, table))
 
     def join(self, timeout: float) -> None:

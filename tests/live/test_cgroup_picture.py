@@ -40,13 +40,15 @@ def _free_port() -> int:
 
 
 def _scrape(port: int, node: str, within: float = 60) -> str:
-    """/metrics once it carries the node's cgroup gauges."""
+    """/metrics once it carries the node's cgroup gauges and its first process scan's."""
     deadline = time.monotonic() + within
     while True:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 text = r.read().decode()
-            if f'beamalloc_cgroup_working_set_bytes{{node="{node}"}}' in text:
+            if all(f'{name}{{node="{node}"}}' in text for name in (
+                    "beamalloc_cgroup_working_set_bytes",
+                    "beamalloc_process_scan_timestamp_seconds")):
                 return text
         except OSError:
             pass
@@ -106,6 +108,15 @@ def test_prometheus_and_available_memory_of_a_node_in_a_cgroup(
             assert abs(cats[k][1] - mem[k]) <= max(DRIFT // 8, mem[k] // 10), (k, cats, mem)
         rest = mem["system"] - sum(mem[k] for k in ("atom", "binary", "code", "ets"))
         assert abs(cats["other_system"][1] - rest) <= DRIFT // 8, (cats, rest)
+        # who holds it: the largest process groups of the watch's first scan, within the
+        # node's processes category (healthy.erl's holders, 200 per worker, are one group)
+        groups = {s.labels["initial_call"]: s.value
+                  for s in fams["beamalloc_process_group_memory_bytes"].samples}
+        counts = {s.labels["initial_call"]: s.value
+                  for s in fams["beamalloc_process_group_processes"].samples}
+        assert 0 < len(groups) <= 5 and set(groups) == set(counts), groups
+        assert 0 < sum(groups.values()) <= mem["processes"] + DRIFT // 8, (groups, mem)
+        assert max(counts.values()) >= 200, counts
 
         # what the node can still take: the container's, beside the host's
         a = json.loads(run_cli("analyze", node.node, "--json", "--no-processes", env=env,

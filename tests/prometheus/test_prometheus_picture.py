@@ -130,3 +130,40 @@ def test_promql_joins_a_category_with_its_allocator(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert 0 < ets / carriers <= 1.5 and snap.memory["ets"] == ets
+
+
+def test_the_largest_process_groups_of_the_latest_scan() -> None:
+    """Who holds the memory, per node (issue 24 item 2): the HOLDER_GROUPS largest process
+    groups of the node's latest stored scan (a real scan of samples/workloads/holders.erl,
+    tests/data/holders_scan.json), their memory, processes and binaries as the scan summed
+    them; no holder series for a node without a scan; and promtool takes the exposition."""
+    import json
+
+    from beamalloc.timeseries import scans
+    from beamalloc.timeseries.prometheus import HOLDER_GROUPS
+
+    table = scans.table_from_doc(json.loads((ROOT / "tests" / "data" / "holders_scan.json")
+                                            .read_text()))
+    assert len(table.groups) > HOLDER_GROUPS
+    snap = read_file(str(ROOT / "samples" / "workloads" / "snapshots" / "etschurn.json"))
+    point = derive(snap)
+    reg = CollectorRegistry()
+    reg.register(WatchCollector(
+        lambda: {n: NodeStatus(n, up=True, last_t=1.7e9, point=point) for n in (NODE, "b@h")},
+        lambda: {NODE: table}))
+    text = generate_latest(reg).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    mem = {s.labels["initial_call"]: s.value
+           for s in fams["beamalloc_process_group_memory_bytes"].samples}
+    top = sorted(table.groups, key=lambda g: -g.memory)[:HOLDER_GROUPS]
+    assert mem == {g.initial_call: float(g.memory) for g in top}
+    assert {s.labels["node"] for s in fams["beamalloc_process_group_processes"].samples} == {NODE}
+    count = {s.labels["initial_call"]: s.value
+             for s in fams["beamalloc_process_group_processes"].samples}
+    assert count == {g.initial_call: float(g.count) for g in top}
+    assert [s.value for s in fams["beamalloc_process_scan_timestamp_seconds"].samples] == [
+        table.taken_at]
+    if PROMTOOL is not None:
+        out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
