@@ -48,6 +48,11 @@ def scan_ets(node: str, cookie: str, timeout: float = 10.0, max_tables: int = MA
     else:
         p = processes._run(node, cookie, timeout, [str(max_tables), str(top)], access,
                            module="beamalloc_ets")
+    return tables_from_props(p)
+
+
+def tables_from_props(p: dict[str, Any]) -> dict[str, Any]:
+    """The scan's answer (beamalloc_ets' props, or scan_direct's) as Snapshot.extra["ets"]."""
     ws = _n(p.get("wordsize")) or 8
     tables = []
     for t in p.get("tables") or []:

@@ -7,7 +7,7 @@ Beside them: every erlang:memory() category labelled with the allocator that hol
 with the per-allocator gauges sets each category against its carriers), counters of the
 node's calls (to rate()), and a gauge per rule or lint check that holds, so alerts say what the
 rule base says (deploy/prometheus/). Who holds the memory: the largest process groups (by
-initial call) of each node's latest process scan, a few per node so that the series stay
+initial call) and ETS tables of each node's latest scan, a few per node so that the series stay
 bounded (HOLDER_GROUPS).
 Values are the latest sample's; a node that stopped answering keeps its last values with
 beamalloc_up 0, and beamalloc_sample_timestamp_seconds tells how old they are.
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 #: erlang:memory() categories of a sample, as analyzer/categories.py names them.
 NAMED = ("atom", "binary", "code", "ets")
-#: Process groups exported per node, the largest by memory: a label per initial call is
-#: bounded this way, whatever the node spawns.
+#: Process groups and ETS tables exported per node, the largest by memory: a label per
+#: initial call or table is bounded this way, whatever the node spawns or creates.
 HOLDER_GROUPS = 5
 
 
@@ -57,13 +57,16 @@ def categories(point: dict[str, int]) -> dict[str, int]:
 class WatchCollector(Collector):
     """Builds the metrics at scrape time from `latest()`: node -> its NodeStatus (watch.py):
     `up`, `last_t` (time of the last good sample), `point` (its derived numbers, or None),
-    `findings` and `lint` (the labels of the rules and lint checks that hold); and from
-    `scans()`, node -> its latest process scan (timeseries/scans.py), the holder gauges."""
+    `findings` and `lint` (the labels of the rules and lint checks that hold); and the holder
+    gauges from `scans()`, node -> its latest process scan, and `ets()`, node -> the ETS
+    tables read with it (timeseries/scans.py)."""
 
     def __init__(self, latest: Callable[[], dict[str, Any]],
-                 scans: Callable[[], dict[str, ProcessTable]] | None = None) -> None:
+                 scans: Callable[[], dict[str, ProcessTable]] | None = None,
+                 ets: Callable[[], dict[str, dict[str, Any]]] | None = None) -> None:
         self.latest = latest
         self.scans = scans or dict
+        self.ets = ets or dict
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         nodes = self.latest()
@@ -94,6 +97,8 @@ class WatchCollector(Collector):
         holders = _Holders()
         for node, table in sorted(self.scans().items()):
             holders.add(node, table)
+        for node, tables in sorted(self.ets().items()):
+            holders.add_ets(node, tables)
         for node, st in sorted(nodes.items()):
             up.add_metric([node], 1.0 if st.up else 0.0)
             point = st.point
@@ -137,8 +142,8 @@ class WatchCollector(Collector):
 
 
 class _Holders:
-    """The holder gauges: per node, its scan's time and the largest process groups' memory,
-    processes and referenced binaries (docs/metrics.md)."""
+    """The holder gauges: per node, its scan's time, the largest process groups' memory,
+    processes and referenced binaries, and the largest ETS tables (docs/metrics.md)."""
 
     def __init__(self) -> None:
         self.ts = GaugeMetricFamily(
@@ -156,6 +161,20 @@ class _Holders:
             "beamalloc_process_group_binary_bytes", "Refc binaries the group's processes "
             "reference, counted once per process (as beamalloc_process_group_memory_bytes).",
             labels=labels)  # fmt: skip
+        self.ets = GaugeMetricFamily(
+            "beamalloc_ets_table_bytes", f"Memory of the node's {HOLDER_GROUPS} largest ETS "
+            "tables in its latest scan (ets:info memory; table: its name, id: its id, as "
+            "unnamed tables share a name).", labels=["node", "table", "id", "type"])
+        self.ets_all = GaugeMetricFamily(
+            "beamalloc_ets_tables_bytes", "Memory of every ETS table the latest scan read "
+            "(ets:info memory summed; erlang:memory(ets) adds ETS' own structures).",
+            labels=["node"])
+
+    def add_ets(self, node: str, ets: dict[str, Any]) -> None:
+        self.ets_all.add_metric([node], float(ets.get("bytes") or 0))
+        tables = [t for t in ets.get("tables") or [] if isinstance(t.get("bytes"), int)]
+        for t in sorted(tables, key=lambda t: -t["bytes"])[:HOLDER_GROUPS]:
+            self.ets.add_metric([node, t["name"], t["table"], t["type"]], float(t["bytes"]))
 
     def add(self, node: str, table: ProcessTable) -> None:
         if table.taken_at is not None:
@@ -167,7 +186,7 @@ class _Holders:
                 self.binary.add_metric([node, g.initial_call], float(g.binary_bytes))
 
     def families(self) -> Iterator[GaugeMetricFamily]:
-        yield from (self.ts, self.memory, self.count, self.binary)
+        yield from (self.ts, self.memory, self.count, self.binary, self.ets, self.ets_all)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -178,11 +197,12 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def serve(address: str, latest: Callable[[], dict[str, Any]],
-          scans: Callable[[], dict[str, ProcessTable]] | None = None) -> tuple[Any, int]:
+          scans: Callable[[], dict[str, ProcessTable]] | None = None,
+          ets: Callable[[], dict[str, dict[str, Any]]] | None = None) -> tuple[Any, int]:
     """Start /metrics in a daemon thread; returns (server, port actually bound)."""
     host, port = parse_address(address)
     registry = CollectorRegistry()  # ours only: no process_/python_ series of the watcher
-    registry.register(WatchCollector(latest, scans))
+    registry.register(WatchCollector(latest, scans, ets))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:

@@ -200,6 +200,9 @@ class Scanner:
     #: node -> its latest good scan, for the Prometheus endpoint's holder gauges (a dict's item
     #: is replaced whole, so a scrape reads one scan or the one before it)
     latest: dict[str, ProcessTable] = field(default_factory=dict)
+    #: node -> its ETS tables read with that scan (collector/ets.py's Snapshot.extra["ets"]
+    #: shape); kept for the gauges only, not stored: a stored sample's page reads no tables
+    latest_ets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def due(self, node: str, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -218,6 +221,17 @@ class Scanner:
             return processes.table_from_term(node, p, taken_at=time.time())
         return processes.scan_node(node, self.cookie, timeout, self.max_processes,
                                    access=self.access)
+
+    def scan_ets(self, session: Any, node: str, timeout: float) -> dict[str, Any]:
+        """The node's ETS tables, read-only, as scan() reads its processes."""
+        from beamalloc.collector import ets
+        from beamalloc.collector.session import DirectSession
+
+        if isinstance(session, DirectSession):
+            return ets.tables_from_props(session.run(node, timeout, lambda conn, deadline:
+                                                     ets.scan_direct(conn, ets.MAX_TABLES,
+                                                                     ets.TOP, deadline)))
+        return ets.scan_ets(node, self.cookie, timeout, access=self.access)
 
     def sampled(self, node: str, session: Any, timeout: float,
                 put: Callable[[Callable[[Any], None]], None],
@@ -252,6 +266,10 @@ class Scanner:
             return
         t = table.taken_at or time.time()
         self.latest[node] = table
+        try:
+            self.latest_ets[node] = self.scan_ets(session, node, timeout)
+        except (NodeError, InputError) as e:  # the process scan stands without it
+            say(f"{node}: no ETS scan this time: {e}")
         put(lambda store, n=node, t=t, table=table: add(store.db, n, t, table))
 
     def join(self, timeout: float) -> None:

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         from beamalloc.timeseries.prometheus import serve
 
         _server, port = serve(args.prometheus, lambda: dict(w.status),
-                              lambda: dict(w.scanner.latest))
+                              lambda: dict(w.scanner.latest), lambda: dict(w.scanner.latest_ets))
         host = args.prometheus.rpartition(":")[0] or "0.0.0.0"
         print(f"serving http://{host}:{port}/metrics", file=ctx.stderr, flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):

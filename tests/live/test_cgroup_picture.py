@@ -40,7 +40,7 @@ def _free_port() -> int:
 
 
 def _scrape(port: int, node: str, within: float = 60) -> str:
-    """/metrics once it carries the node's cgroup gauges and its first process scan's."""
+    """/metrics once it carries the node's cgroup gauges and its first scan's holders."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -48,7 +48,7 @@ def _scrape(port: int, node: str, within: float = 60) -> str:
                 text = r.read().decode()
             if all(f'{name}{{node="{node}"}}' in text for name in (
                     "beamalloc_cgroup_working_set_bytes",
-                    "beamalloc_process_scan_timestamp_seconds")):
+                    "beamalloc_process_scan_timestamp_seconds", "beamalloc_ets_tables_bytes")):
                 return text
         except OSError:
             pass
@@ -117,6 +117,11 @@ def test_prometheus_and_available_memory_of_a_node_in_a_cgroup(
         assert 0 < len(groups) <= 5 and set(groups) == set(counts), groups
         assert 0 < sum(groups.values()) <= mem["processes"] + DRIFT // 8, (groups, mem)
         assert max(counts.values()) >= 200, counts
+        # and its ETS tables: each worker's table `t` of LIVE rows among the largest, all of
+        # them within erlang:memory(ets)
+        tables = {s.labels["table"] for s in fams["beamalloc_ets_table_bytes"].samples}
+        assert "t" in tables and len(tables) <= 5, tables
+        assert 0 < one("beamalloc_ets_tables_bytes") <= mem["ets"] + DRIFT // 8, mem
 
         # what the node can still take: the container's, beside the host's
         a = json.loads(run_cli("analyze", node.node, "--json", "--no-processes", env=env,

@@ -167,3 +167,32 @@ def test_the_largest_process_groups_of_the_latest_scan() -> None:
         out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
                              text=True)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_largest_ets_tables_of_the_latest_scan() -> None:
+    """The ETS tables read with a node's latest scan (the shape collector/ets.py gives a live
+    node and collector/dumptables.py a dump: here the repo's real OTP 25 dump's 20 tables): the
+    HOLDER_GROUPS largest by their own name, id and type, and all of them summed."""
+    from beamalloc.timeseries.prometheus import HOLDER_GROUPS
+
+    ets = read_file(str(ROOT / "samples" / "otp25" / "erl_crash.dump")).extra["ets"]
+    assert len(ets["tables"]) > HOLDER_GROUPS
+    snap = read_file(str(ROOT / "samples" / "workloads" / "snapshots" / "etschurn.json"))
+    point = derive(snap)
+    reg = CollectorRegistry()
+    reg.register(WatchCollector(lambda: {NODE: NodeStatus(NODE, up=True, last_t=1.7e9,
+                                                           point=point)},
+                                ets=lambda: {NODE: ets}))
+    text = generate_latest(reg).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    got = {(s.labels["table"], s.labels["id"], s.labels["type"]): s.value
+           for s in fams["beamalloc_ets_table_bytes"].samples}
+    top = sorted(ets["tables"], key=lambda t: -t["bytes"])[:HOLDER_GROUPS]
+    assert got == {(t["name"], t["table"], t["type"]): float(t["bytes"]) for t in top}
+    assert ("code", top[0]["table"], "set") in got  # the code server's table is the largest
+    (total,) = fams["beamalloc_ets_tables_bytes"].samples
+    assert total.value == ets["bytes"] == sum(t["bytes"] for t in ets["tables"])
+    if PROMTOOL is not None:
+        out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout + out.stderr

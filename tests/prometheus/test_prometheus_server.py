@@ -45,7 +45,7 @@ _spec.loader.exec_module(_lc)  # type: ignore[union-attr]
 
 #: Labels a beamalloc series may carry (docs/metrics.md); `instance` and `job` are Prometheus'.
 LABELS = {"__name__", "node", "allocator", "rule", "level", "check", "op", "call", "category",
-          "initial_call", "instance", "job"}
+          "initial_call", "table", "id", "type", "instance", "job"}
 #: docs/metrics.md's bound on series per node.
 MAX_SERIES_PER_NODE = 200
 
