@@ -81,8 +81,9 @@ def test_scan_of_an_epmd_less_node(epmd_less, monkeypatch) -> None:
         processes.scan_node(t.node, t.cookie, timeout=15, access=Access())
     _scan_ok(processes.scan_node(t.node, t.cookie, timeout=30, access=Access(dist_port=port)),
              t.node)
-    # The CLI configures the access once per run: the scan follows it without being told.
-    monkeypatch.setattr(access_mod, "_configured", Access(dist_port=port))
+    # A caller that passes no access gets the environment's (access.current()), the scan as
+    # the snapshot.
+    monkeypatch.setenv(access_mod.ENV_DIST_PORT, str(port))
     _scan_ok(processes.scan_node(t.node, t.cookie, timeout=30), t.node)
     snap = live.snapshot_node(t.node, t.cookie, timeout=30, max_carriers=0)
     assert snap.node == t.node
