@@ -264,6 +264,18 @@ def replay_snapshot(
 ) -> ReplayResult:
     """Replay `trace` under `flags` (a `+M` string, a FlagSet, or None for the defaults)."""
     path = Path(trace)
+    header, fs, s, config = _setup(path, flags, schedulers)
+    native = _native_replay(path, config, s, sample_every_ns)
+    snap = snapshot_from(native, fs, s, header)
+    series = _series(native)
+    given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
+    return ReplayResult(given, snap, _peak(snap, series), series, native)
+
+
+def _setup(path: Path, flags: FlagSet | str | None,
+           schedulers: int | None) -> tuple[Any, FlagSet, int, Any]:
+    """The trace's header, the flags as the release it was recorded on reads them, the
+    schedulers replayed and the native config; InputError (one line) where one is wrong."""
     try:
         header = read_header(path)
     except TraceError as e:
@@ -274,11 +286,7 @@ def replay_snapshot(
         config = replay_config(fs, s, otp=fs.otp)
     except FlagError as e:
         raise InputError(str(e)) from None
-    native = _native_replay(path, config, s, sample_every_ns)
-    snap = snapshot_from(native, fs, s, header)
-    series = _series(native)
-    given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
-    return ReplayResult(given, snap, _peak(snap, series), series, native)
+    return header, fs, s, config
 
 
 def replay_checkpoints(
@@ -294,19 +302,10 @@ def replay_checkpoints(
     (the state after N events does not depend on the events after them). The histories a
     prediction tries extend one another by churn (analyzer/predict.py)."""
     path = Path(trace)
-    try:
-        header = read_header(path)
-    except TraceError as e:
-        raise InputError(str(e)) from None
+    header, fs, s, config = _setup(path, flags, schedulers)
     with open(path, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:
             raise InputError(f"{path}: checkpoints take a binary trace, not CSV")
-    s = schedulers or header.schedulers
-    fs = _flagset(flags, modelled_otp(header.otp))
-    try:
-        config = replay_config(fs, s, otp=fs.otp)
-    except FlagError as e:
-        raise InputError(str(e)) from None
     from beamalloc import _refalloc
 
     try:

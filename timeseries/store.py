@@ -1060,16 +1060,7 @@ def _downsample_groups(ts: list[int], ns: list[int], mean: dict[str, list[int | 
                        peak: dict[str, list[int | None]], n: int) -> dict[str, Any]:
     """_downsample of groups of samples (rollups): a bucket's mean weighs each group by its
     size, its maximum is its groups' largest, its time their size-weighted mean time."""
-    t0, t1 = ts[0], ts[-1]
-    width = (t1 - t0) / n or 1
-    bounds = [0]
-    b = 1
-    for i, t in enumerate(ts):
-        while b < n and t >= t0 + b * width:
-            bounds.append(i)
-            b += 1
-    bounds.append(len(ts))
-    ranges = [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+    ranges = _buckets(ts, n)
     out_mean: dict[str, list[int | None]] = {}
     out_peak: dict[str, list[int | None]] = {}
     cum_n = [0, *itertools.accumulate(ns)]
@@ -1093,10 +1084,11 @@ def _downsample_groups(ts: list[int], ns: list[int], mean: dict[str, list[int | 
             "columns": out_mean, "max": out_peak}
 
 
-def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dict[str, Any]:
+def _buckets(ts: list[int], n: int) -> list[tuple[int, int]]:
+    """`n` equal spans of time over the sorted times `ts`, as index ranges (empty ones left
+    out): the buckets both downsamplings fill."""
     t0, t1 = ts[0], ts[-1]
     width = (t1 - t0) / n or 1
-    # Bucket boundaries as index ranges over the sorted times.
     bounds = [0]
     b = 1
     for i, t in enumerate(ts):
@@ -1104,7 +1096,11 @@ def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dic
             bounds.append(i)
             b += 1
     bounds.append(len(ts))
-    ranges = [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+    return [(a, z) for a, z in itertools.pairwise(bounds) if z > a]
+
+
+def _downsample(ts: list[int], cols: dict[str, list[int | None]], n: int) -> dict[str, Any]:
+    ranges = _buckets(ts, n)
     mean: dict[str, list[int | None]] = {}
     peak: dict[str, list[int | None]] = {}
     for k, v in cols.items():
