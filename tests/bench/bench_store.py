@@ -3,6 +3,10 @@ sample (a year of 1-minute samples of 10 nodes < 1 GB?) and the time to load and
 24-hour series at 1 s (< 5 s?).
 
     .venv/bin/python tests/bench/bench_store.py [--days 1] [--schedulers 8] [--fleet-minutes 10]
+        [--only fleet,year,day] [--snapshots FILE]
+
+`--snapshots FILE` keeps the recorded snapshots (JSON lines) and plays them again in a later run:
+two runs of one store version, or two versions, then compare the same data.
 
 Fleet: real snapshots of a `+S 1` node, then of a `+S 8` node (4x the snapshot), each played
 as 1,000 nodes sampled every 5 s for 31 minutes (so every node's rows are chunked once and a
@@ -29,6 +33,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,6 +41,7 @@ import time
 from pathlib import Path
 
 from beamalloc.collector.cluster import Session
+from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.series import FINDINGS_EVERY, active_findings, derive, summarize
 from beamalloc.timeseries.store import Store
 
@@ -73,6 +79,29 @@ def record(n: int, schedulers: int) -> list:
         proc.wait()
 
 
+def recorded(path: Path | None, n: int, schedulers: int) -> list:
+    """`record(n, schedulers)`, or the snapshots an earlier run kept in `path`."""
+    if path is not None and path.exists():
+        with path.open() as f:
+            snaps = [Snapshot.from_json(line) for line in f if line.strip()]
+        if len(snaps) >= n and snaps[0].schedulers == schedulers:
+            return snaps[:n]
+    snaps = record(n, schedulers)
+    if path is not None:
+        path.write_text("".join(s.to_json() + "\n" for s in snaps))
+    return snaps
+
+
+def page_fill(db: sqlite3.Connection) -> str:
+    """Per table and index, its pages, payload and unused bytes (SQLite's dbstat): where the
+    file's pages go, and how full they are."""
+    rows = db.execute("SELECT name, count(*), sum(pgsize), sum(payload), sum(unused) FROM dbstat"
+                      " GROUP BY name ORDER BY sum(pgsize) DESC").fetchall()
+    return "\n".join(f"    {name:28} {pages:6} pages {size / 1e6:8.3f} MB, payload "
+                      f"{payload / 1e6:8.3f} MB, unused {unused / 1e6:7.3f} MB "
+                      f"({unused / size:.0%})" for name, pages, size, payload, unused in rows)
+
+
 def bench_year(snaps: list, days: float, path: Path) -> None:
     points = [derive(s) for s in snaps]
     per_node = int(days * 24 * 60)
@@ -97,6 +126,7 @@ def bench_year(snaps: list, days: float, path: Path) -> None:
         recent = st.db.execute("SELECT coalesce(sum(length(data)), 0) FROM recent").fetchone()[0]
         snap_bytes, kept, keys = st.db.execute(
             "SELECT sum(length(data)), sum(kept), sum(base IS NULL) FROM snapshots").fetchone()
+        fill = page_fill(st.db)
     n = per_node * 10
     per = (live - size_half) / ((per_node - half) * 10)
     print(f"year bench: {n} samples (10 nodes x {days:g} days at 1 min), {len(snaps)} recorded "
@@ -106,6 +136,7 @@ def bench_year(snaps: list, days: float, path: Path) -> None:
           f"unchunked rows {recent} B, snapshots {snap_bytes / n:.1f} B/sample "
           f"({kept} kept, {keys} keys), the rest SQLite pages, indexes and free pages")
     print(f"  growth over the second half: {per:.1f} B/sample")
+    print(f"  pages in use by table and index:\n{fill}")
     year = size + per * (YEAR_SAMPLES - n)
     print(f"  a year of 1-minute samples of 10 nodes ({YEAR_SAMPLES} samples): "
           f"{year / 1e9:.3f} GB -> {'under' if year < 1e9 else 'OVER'} 1 GB")
@@ -206,19 +237,28 @@ def main() -> int:
     ap.add_argument("--recorded", type=int, default=60, help="real snapshots to record")
     ap.add_argument("--fleet-minutes", type=float, default=31.0,
                     help="minutes of 1,000 nodes at 5 s to simulate")
+    ap.add_argument("--only", default="fleet,year,day",
+                    help="which benches, comma-separated (fleet, year, day)")
+    ap.add_argument("--snapshots", type=Path,
+                    help="keep the recorded snapshots here, and play them again if there")
     args = ap.parse_args()
-    small = record(20, 1)
+    only = set(args.only.split(","))
+    keep = args.snapshots
+    snaps = recorded(keep, args.recorded, args.schedulers)
+    if "fleet" in only:
+        small = recorded(keep and keep.with_suffix(".s1" + keep.suffix), 20, 1)
+        with tempfile.TemporaryDirectory() as d:
+            one = bench_fleet(small, args.fleet_minutes, Path(d) / "fleet.db")
+        with tempfile.TemporaryDirectory() as d:
+            many = bench_fleet(snaps[:20], args.fleet_minutes, Path(d) / "fleet.db")
+        print(f"per-sample CPU, +S {args.schedulers} over +S 1 (snapshots "
+              f"{len(snaps[0].to_json()) / len(small[0].to_json()):.1f}x the size): "
+              f"{many / one:.2f}x ({many * 1e6:.0f} us against {one * 1e6:.0f} us)")
     with tempfile.TemporaryDirectory() as d:
-        one = bench_fleet(small, args.fleet_minutes, Path(d) / "fleet.db")
-    snaps = record(args.recorded, args.schedulers)
-    with tempfile.TemporaryDirectory() as d:
-        many = bench_fleet(snaps[:20], args.fleet_minutes, Path(d) / "fleet.db")
-    print(f"per-sample CPU, +S {args.schedulers} over +S 1 (snapshots "
-          f"{len(snaps[0].to_json()) / len(small[0].to_json()):.1f}x the size): "
-          f"{many / one:.2f}x ({many * 1e6:.0f} us against {one * 1e6:.0f} us)")
-    with tempfile.TemporaryDirectory() as d:
-        bench_year(snaps, args.days, Path(d) / "year.db")
-        bench_day(snaps, Path(d) / "day.db")
+        if "year" in only:
+            bench_year(snaps, args.days, Path(d) / "year.db")
+        if "day" in only:
+            bench_day(snaps, Path(d) / "day.db")
     return 0
 
 
