@@ -4,6 +4,7 @@ and the Prometheus exposition of the same numbers."""
 from __future__ import annotations
 
 import copy
+import random
 import socket
 import sqlite3
 import subprocess
@@ -551,3 +552,31 @@ def test_watch_with_a_store_it_cannot_use_says_one_line(tmp_path, kind) -> None:
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("beamalloc: cannot open the store")
     assert "Traceback" not in r.stderr and "watching" not in r.stderr
     assert (tmp_path / "x.db").read_bytes().startswith(b"not sqlite")  # left as it was
+
+
+def test_kept_snapshots_fill_their_pages(tmp_path, base, monkeypatch) -> None:
+    """A node's transient latest is replaced every minute, its kept snapshots stay: numbered
+    apart (kept ones below TRANSIENT_IDS, one after another), the transients' deletions leave
+    no holes among the kept rows, whose pages stay full (bench_store's year projection: issue
+    13). A new store has PAGE_SIZE pages and incremental auto_vacuum (prune returns pages)."""
+    with Store(tmp_path / "new.db") as st:
+        assert st.db.execute("PRAGMA page_size").fetchone()[0] == store_mod.PAGE_SIZE
+        assert st.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+    monkeypatch.setattr(store_mod, "PAGE_SIZE", 4096)  # more pages of these small rows
+    rnd = random.Random(7)
+    with Store(tmp_path / "w.db", keep_every=300) as st:
+        for i in range(400):  # transient rows larger than the kept ones (a busy node's are)
+            s = _sample(base, T0 + i * 60, grow=i)
+            if i % 5:
+                s.raw = f"{base.raw} %{rnd.randbytes(640).hex()}"
+            st.add_sample(s, derive(s))
+        rows = st.snapshots(NODE)
+        kept = [r["id"] for r in rows if r["kept"]]
+        assert kept == list(range(1, len(kept) + 1)) and len(kept) == 80
+        assert rows[-1]["id"] > store_mod.TRANSIENT_IDS and not rows[-1]["kept"]
+        # the leaves of the kept rows in the tree's order (the last, the transient's, aside)
+        pages = st.db.execute("SELECT payload, unused FROM dbstat WHERE name = 'snapshots' AND "
+                              "pagetype = 'leaf' ORDER BY path").fetchall()[:-1]
+        payload, unused = map(sum, zip(*pages, strict=True))
+        assert len(pages) >= 4 and unused < 0.15 * (payload + unused), (len(pages), unused, payload)
+        assert st.snapshot(kept[-1]).taken_at == T0 + 395 * 60
