@@ -57,9 +57,13 @@ def test_bytes_codecs() -> None:
     assert frames.unpack(blob) == (b"text", b"values", 3, True, True)
     lying = frames.MAGIC + bytes([0]) + (100).to_bytes(4, "little") + bytes(4)  # text past it
     flagged = frames.MAGIC + bytes([8]) + bytes(8)  # a flag no writer sets
-    for bad in (b"BAF1", lying, flagged, blob[:5], b"\x28\xb5\x2f\xfd" + bytes(20)):
+    for bad in (b"BAF1", lying, flagged, blob[:5], b"\x28\xb5\x2f\xfd" + bytes(20),
+                b"BAF0" + blob[4:]):
         with pytest.raises(ValueError):
             frames.unpack(bad)
+    assert blob.startswith(b"BAF1") and frames.MAGIC == frames.PREFIX + b"%d" % frames.VERSION
+    with pytest.raises(frames.NewerFormat, match="frame of format 2"):
+        frames.unpack(b"BAF2" + blob[4:])
 
 
 def test_a_changed_flag_is_a_new_shape() -> None:

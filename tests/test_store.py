@@ -183,6 +183,35 @@ def test_a_long_range_reads_the_rollups(tmp_path, base) -> None:
         assert st.series(NODE, max_points=20) == s
 
 
+def test_rollups_and_frames_carry_their_format(tmp_path, base) -> None:
+    """A rollup starts with its format version (ROLLUP_MAGIC), a frame with its own
+    (frames.MAGIC); a rollup written before versions (schema 3 at first: its zlib stream
+    alone) reads as format 1; a newer format of either is one line asking for a newer
+    beamalloc, never a wrong reading."""
+    pts = [(T0 + i, dict(derive(base), used=1000 + i % 13)) for i in range(CHUNK * 2)]
+    path = tmp_path / "w.db"
+    with Store(path) as st:
+        st.add_points(NODE, pts)
+        sid = st.add_sample(_sample(base, T0 + CHUNK * 2), derive(base))
+        blobs = [r[0] for r in st.db.execute("SELECT data FROM rollups")]
+        assert len(blobs) == 2 and all(b.startswith(b"BAR\x01") for b in blobs)
+        assert st.db.execute("SELECT data FROM snapshots WHERE id = ?",
+                             (sid,)).fetchone()[0].startswith(b"BAF1")
+        s = st.series(NODE, max_points=12)
+        assert s["downsampled"] and len(s["t"]) == 12
+        st.db.execute("UPDATE rollups SET data = substr(data, 5)")  # as written before versions
+        assert st.db.execute("SELECT data FROM rollups").fetchone()[0][:1] == b"\x78"  # zlib
+        assert st.series(NODE, max_points=12) == s
+        # "BAR", format 2
+        st.db.execute("UPDATE rollups SET data = CAST(X'42415202' || data AS BLOB)")
+        with pytest.raises(StoreError, match=r"holds a rollup of format 2 .*upgrade beamalloc"):
+            st.series(NODE, max_points=12)
+        # "BAF2"
+        st.db.execute("UPDATE snapshots SET data = CAST(X'42414632' || substr(data, 5) AS BLOB)")
+        with pytest.raises(StoreError, match=r"holds a snapshot frame of format 2 .*upgrade"):
+            st.snapshot(sid)
+
+
 def test_summary(tmp_path, base) -> None:
     with Store(tmp_path / "w.db") as st:
         p0 = derive(base)

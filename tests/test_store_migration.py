@@ -18,7 +18,7 @@ from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import frames
 from beamalloc.timeseries import store as store_mod
 from beamalloc.timeseries.series import derive
-from beamalloc.timeseries.store import Store
+from beamalloc.timeseries.store import CHUNK, Store
 from beamalloc.webui.app import create_app
 
 sys.path.insert(0, str(DATA / "stores"))
@@ -108,6 +108,16 @@ def test_writing_goes_on_after_the_migration(old: Path, expected) -> None:
         for r in st.snapshots(NODES[1]):
             assert st.snapshot(r["id"]).to_dict() == expected[(NODES[1], r["t"])].to_dict()
         assert st.list_nodes(NODES[0])[0]["samples"] == SAMPLES + 3
+        # the derived numbers go on too: a chunk of schema 2 (no rollup) and a new one (its
+        # rollup of the current format) read as one series
+        st.add_points("points@host", [(T0 + i, {"allocated": 1000 + i, "used": 500 + i})
+                                      for i in range(POINTS, 2 * CHUNK)])
+        assert [r[0][:4] for r in st.db.execute("SELECT data FROM rollups")] == \
+            [store_mod.ROLLUP_MAGIC]
+        s = st.series("points@host", max_points=None)
+        assert s["columns"]["used"] == [500 + i for i in range(2 * CHUNK)]
+        coarse = st.series("points@host", max_points=4)
+        assert coarse["downsampled"] and max(coarse["max"]["used"]) == 499 + 2 * CHUNK
 
 
 def test_an_old_store_opened_read_only_asks_for_the_migration(old: Path) -> None:

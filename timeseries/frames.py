@@ -34,8 +34,11 @@ from typing import Any
 
 from beamalloc.snapshot import Snapshot
 
-#: A frame's first bytes (a zstd frame, the store's earlier format, starts 28 b5 2f fd).
-MAGIC = b"BAF1"
+#: A frame's first bytes: "BAF" and its format version as one ASCII digit (a zstd frame, the
+#: store's earlier format, starts 28 b5 2f fd). Format 1 is the only one so far.
+PREFIX = b"BAF"
+VERSION = 1
+MAGIC = PREFIX + str(VERSION).encode()
 #: flags, text length (compressed), numbers
 _HEADER = struct.Struct("<BII")
 _RAW_NONE = 1
@@ -150,6 +153,11 @@ def unplanes(data: bytes) -> bytes:
     return bytes(out)
 
 
+class NewerFormat(ValueError):
+    """A stored blob (a frame, a rollup) of a format version this beamalloc does not read:
+    a newer beamalloc wrote it."""
+
+
 def pack(text_z: bytes, values_z: bytes, n: int, raw_none: bool, xored: bool = False) -> bytes:
     flags = (_RAW_NONE if raw_none else 0) | (_XOR if xored else 0)
     return MAGIC + _HEADER.pack(flags, len(text_z), n) + text_z + values_z
@@ -161,6 +169,9 @@ def unpack(blob: Any) -> tuple[bytes, bytes, int, bool, bool]:
     if not isinstance(blob, bytes):
         raise TypeError("a blob that is not bytes")
     start = len(MAGIC) + _HEADER.size
+    if blob.startswith(PREFIX) and blob[3:4].isdigit() and int(blob[3:4]) > VERSION:
+        raise NewerFormat(f"a snapshot frame of format {blob[3:4].decode()} (this beamalloc "
+                          f"reads format {VERSION})")
     if len(blob) < start or not blob.startswith(MAGIC):
         raise ValueError("a frame cut short")
     flags, tlen, n = _HEADER.unpack_from(blob, len(MAGIC))

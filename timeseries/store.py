@@ -71,6 +71,13 @@ TRANSIENT_IDS = 1 << 52
 #: A new key snapshot when the current one is this old, or a delta exceeds half its size.
 KEY_MAX_AGE_MS = 24 * 3600 * 1000
 
+#: A rollup's first bytes: "BAR" and its format version as one byte, then its zlib stream
+#: (whose first byte, 0x78, no version starts with: a rollup written before versions is
+#: read as format 1, its layout).
+ROLLUP_PREFIX = b"BAR"
+ROLLUP_VERSION = 1
+ROLLUP_MAGIC = ROLLUP_PREFIX + bytes([ROLLUP_VERSION])
+
 # Migration N brings a store from version N-1 to N. auto_vacuum only takes effect before the
 # first table exists, hence its place here.
 MIGRATIONS: dict[int, list[str]] = {
@@ -106,7 +113,7 @@ MIGRATIONS: dict[int, list[str]] = {
         # charts read it instead of decoding snapshots (NULL: transient, or schema 1).
         "ALTER TABLE snapshots ADD COLUMN usage TEXT",
     ],
-    # Snapshots as frames (timeseries/frames.py): a row whose data starts with frames.MAGIC
+    # Snapshots as frames (timeseries/frames.py): a row whose data starts with frames.PREFIX
     # names its shape here; rows written before (a zstd JSON document each) read as they did.
     3: [
         "CREATE TABLE shapes (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
@@ -154,6 +161,8 @@ def _reading(method: Any) -> Any:
             return method(self, *args, **kwargs)
         except StoreError:
             raise
+        except frames.NewerFormat as e:
+            raise StoreError(f"the store {self.path} holds {e}: upgrade beamalloc") from None
         except InputError as e:  # a stored snapshot out of range
             raise StoreError(f"the store {self.path} holds a bad snapshot: {e}") from None
         except sqlite3.DatabaseError as e:
@@ -291,7 +300,7 @@ def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
     doc = {"k": list(mean), "t": _deltas(gt), "n": gn,  # type: ignore[arg-type]
            "mean": [_deltas(v) for v in mean.values()],
            "max": [_deltas(v) for v in peak.values()]}
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+    return ROLLUP_MAGIC + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
 
 
 def _groups(ts: list[int], cols: dict[str, list[int | None]]
@@ -321,7 +330,16 @@ def decode_rollup(blob: bytes, fields: Collection[str] | None = None
                   ) -> tuple[list[int], list[int], dict[str, list[int | None]],
                              dict[str, list[int | None]]]:
     """(group times, group sizes, means, maxima) of a rollup row; ValueError or TypeError for
-    one that is not what encode_rollup writes."""
+    one that is not what encode_rollup writes; frames.NewerFormat for a newer format. A
+    rollup without the version (schema 3 wrote none at first) is of format 1."""
+    if isinstance(blob, bytes) and blob.startswith(ROLLUP_PREFIX):
+        version = blob[len(ROLLUP_PREFIX):len(ROLLUP_MAGIC)]
+        if version and version[0] > ROLLUP_VERSION:
+            raise frames.NewerFormat(f"a rollup of format {version[0]} (this beamalloc "
+                                     f"reads format {ROLLUP_VERSION})")
+        if version != ROLLUP_MAGIC[-1:]:
+            raise ValueError("a rollup of no format")
+        blob = blob[len(ROLLUP_MAGIC):]
     doc = json.loads(_inflate(blob))
     ts, ns = [_t(t) for t in _undelta(doc["t"])], doc["n"]
     mean, peak = {}, {}
@@ -1056,7 +1074,8 @@ class _Batch:
 
 
 def _is_frame(blob: Any) -> bool:
-    return isinstance(blob, bytes) and blob.startswith(frames.MAGIC)
+    """A frame of any format version (frames.unpack refuses one it does not read)."""
+    return isinstance(blob, bytes) and blob.startswith(frames.PREFIX)
 
 
 def _usage_blob(snap: Snapshot) -> bytes:
