@@ -22,7 +22,7 @@ from typing import Any
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.holders import processes_json
-from beamalloc.collector.procdump import read_proc_lines
+from beamalloc.collector.procdump import ProcSections
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
@@ -166,11 +166,14 @@ class Data:
 
     def add_upload(self, name: str, data: bytes) -> str:
         """Parse an uploaded file with the same readers as the CLI; return its ref."""
-        snap = parse_upload(name, data)
+        procs = ProcSections()
+        snap = parse_upload(name, data, procs)
         ref = "u" + secrets.token_hex(16)
         self.uploads.get_or(ref, lambda: snap)
         if snap.source == "crashdump":
-            table = read_proc_lines(io.StringIO(data.decode("latin-1")), err=io.StringIO())
+            # its =proc sections, gathered in the pass that read its allocators (one read of
+            # the dump, as the CLI's: cli/inputs.py); what the reader skipped is not said
+            table = procs.table(io.StringIO())
             with self.uploads.lock:
                 self.upload_processes[ref] = processes_json(table)
                 for old in [r for r in self.upload_processes if r not in self.uploads]:
@@ -205,8 +208,9 @@ class Data:
         return usage, calls
 
 
-def parse_upload(name: str, data: bytes) -> Snapshot:
-    """Any format `beamalloc analyze FILE` reads; InputError with one line otherwise.
+def parse_upload(name: str, data: bytes, procs: ProcSections | None = None) -> Snapshot:
+    """Any format `beamalloc analyze FILE` reads; InputError with one line otherwise. A crash
+    dump's =proc sections are fed to `procs` in the same pass (collector/sources.read_file).
 
     The readers take a path, so the bytes go to a private temporary file whose name the client
     never sees or chooses; the client's file name is only a label.
@@ -219,7 +223,7 @@ def parse_upload(name: str, data: bytes) -> Snapshot:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         try:
-            snap = read_file(tmp)
+            snap = read_file(tmp, procs=procs)
         except InputError as e:
             raise InputError(str(e).replace(tmp, label)) from None
         except (RecursionError, ValueError) as e:  # a reader's bug must not become a 500
