@@ -609,3 +609,9 @@ def test_kept_snapshots_fill_their_pages(tmp_path, base, monkeypatch) -> None:
         payload, unused = map(sum, zip(*pages, strict=True))
         assert len(pages) >= 4 and unused < 0.15 * (payload + unused), (len(pages), unused, payload)
         assert st.snapshot(kept[-1]).taken_at == T0 + 395 * 60
+        # a store of before: its transient latest numbered after the kept ones
+        st.db.execute("UPDATE snapshots SET id = ? WHERE kept = 0", (kept[-1] + 1,))
+    with Store(tmp_path / "w.db", keep_every=600) as st:
+        ids = [st.add_sample(_sample(base, T0 + i * 60), derive(base)) for i in range(400, 406)]
+        assert all(i > store_mod.TRANSIENT_IDS for i in ids[:5])  # its transient replaced
+        assert ids[5] == kept[-1] + 2  # kept: not the id the transient of before had

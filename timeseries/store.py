@@ -414,6 +414,9 @@ class Store:
         self._state: dict[str, _NodeState] = {}
         self._shapes: dict[int, frames.Shape] = {}
         self._shape_ids: dict[frames.Shape, int] = {}  # the writer's: shape -> its row
+        #: The highest id below TRANSIENT_IDS before the writer's first snapshot: a transient
+        #: of a store of before (numbered among the kept) may have been it (_insert_snapshot)
+        self._kept_top: int | None = None
         try:
             if readonly:
                 if not self.path.exists():
@@ -659,8 +662,12 @@ class Store:
         # it is: a transient deleted after that stayed a hole among the kept rows (43 % of
         # the snapshots' pages unused in bench_store's year, 19 % apart, 14 % at 16 KB pages).
         lo, hi = (0, TRANSIENT_IDS) if keep else (TRANSIENT_IDS, 1 << 62)
-        (sid,) = self.db.execute("SELECT coalesce(max(id), ?) + 1 FROM snapshots WHERE id >= ? "
-                                 "AND id < ?", (lo, lo, hi)).fetchone()
+        q = "SELECT coalesce(max(id), ?) FROM snapshots WHERE id >= ? AND id < ?"
+        if self._kept_top is None:
+            (self._kept_top,) = self.db.execute(q, (0, 0, TRANSIENT_IDS)).fetchone()
+        (top,) = self.db.execute(q, (lo, lo, hi)).fetchone()
+        # a store of before numbered its transients among the kept: never one of their ids
+        sid = (max(top, self._kept_top) if keep else top) + 1
         self.db.execute("INSERT INTO snapshots (id, node_id, t, base, kept, data, usage, shape)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (sid, st.id, t, base, int(keep), blob, usage, shape))
