@@ -16,7 +16,7 @@ gives their own nodes:
   port P directly, through collector/erlang/beamalloc_epmd.erl.
 
 The CLI builds one Access per run (from_args(), kept in its Context) and passes it to every
-collector call; library callers may pass one to live.snapshot_node() or cluster.Session().
+collector call; library callers may pass one to live.snapshot_node() or session.Session().
 Without one, the BEAMALLOC_* environment variables below are read (current(); and
 ERL_EPMD_PORT, which the hidden node inherits as any erl would).
 

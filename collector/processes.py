@@ -2,16 +2,12 @@
 
 What is read and what is never done to the target: docs/processes.md. On the target only BIFs
 run, inside the processes rex (or erpc) spawns there for each call, one process_info/2 request
-per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. Two ways, one
-answer (scan_node, gc_probe and ets.scan_ets choose, as live.snapshot_node does):
+per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. One scan
+(scan_direct), over either transport (collector/transport.py: our own client over plain TCP, the
+hidden node's relay over TLS and any other -proto_dist): the calls are made and each process is
+reduced to one record here as its chunk arrives.
 
-- plain TCP: our own client (collector/dist.py) makes the calls and reduces each process to one
-  record here as its chunk arrives (scan_direct: beamalloc_procs:scan/4, call for call);
-- TLS and any other -proto_dist, or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of ours runs
-  collector/erlang/beamalloc_procs.erl (cookie on stdin, as the snapshot agent), reduces there
-  and sends back the same answer.
-
-Either way the answer holds the processes worth reporting (the largest by each measure
+The answer holds the processes worth reporting (the largest by each measure
 analyzer/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
 activity (tests/bench/bench_processes.py measures both at 300,000 processes).
 
@@ -31,11 +27,11 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from beamalloc.collector import access as access_mod
-from beamalloc.collector import dist, live
+from beamalloc.collector import dist
 from beamalloc.collector.access import Access
-from beamalloc.collector.cookie import check_cookie
+from beamalloc.collector.session import with_transport
 from beamalloc.collector.terms import Atom, Opaque, proplist
+from beamalloc.collector.transport import Transport, result
 from beamalloc.limits import MAX_PROCESSES
 
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
@@ -156,29 +152,6 @@ class ProbeResult:
         return self.memory_binary_before - self.memory_binary_after
 
 
-# ---- running the hidden node -------------------------------------------------------------
-
-def _run(node: str, cookie: str, timeout: float, args: list[str],
-         access: Access | None = None, module: str = "beamalloc_procs") -> Any:
-    """Run `module` (beamalloc_procs, or beamalloc_ets for collector/ets.py) on a hidden node
-    (live.run_hidden: started, fed its cookie and killed as the snapshot agent, reaching the
-    node as `access` says, default access.current()) and return its {ok, Props} props;
-    NodeError (exit 3, one line) for every failure, nothing half-returned."""
-    live.split_node(node)
-    check_cookie(cookie, "the cookie")
-    access = access or access_mod.current()
-    reply, _ = live.run_hidden(module, node, cookie, timeout, args, access)
-    if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-        return proplist(reply[1])
-    if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
-        if reply[1] == "timeout" and reply[2] != "connecting":
-            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of {node}")
-        if reply[1] == "nodedown":
-            raise live.NodeError(f"node {node} went down while its processes were read")
-        raise live._error(node, str(reply[1]), reply[2], timeout, cookie, access)
-    raise live.NodeError("unexpected answer from the beamalloc agent")
-
-
 # ---- the scan ----------------------------------------------------------------------------
 
 def mfa(v: Any) -> str | None:
@@ -291,17 +264,12 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
               max_processes: int = MAX_PROCESSES, budget_ms: int = BUDGET_MS,
               top: int = TOP, access: Access | None = None) -> ProcessTable:
     """Read `node`'s processes, read-only (docs/processes.md); NodeError within `timeout`.
-    `access`: how to reach it, as for live.snapshot_node (default access.current()): over
-    plain TCP our own client makes the calls (live.direct), else a hidden node does."""
+    `access`: how to reach it, as for live.snapshot_node (default access.current()): our own
+    client over plain TCP, else the hidden node's relay (collector/transport.py direct())."""
     if max_processes < 1 or budget_ms < 1 or top < 1:
         raise ValueError("max_processes, budget_ms and top must be positive")
-    access = access or access_mod.current()
-    if live.direct(access):
-        p = live.with_connection(node, cookie, timeout, access, lambda conn, deadline:
-                                 scan_direct(conn, max_processes, budget_ms, top, deadline))
-    else:
-        p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
-                 access)
+    p = with_transport(node, cookie, timeout, access, lambda conn, deadline:
+                       scan_direct(conn, max_processes, budget_ms, top, deadline), "processes")
     return table_from_term(node, p, taken_at=time.time())
 
 
@@ -334,8 +302,8 @@ def _bad(what: str) -> dist.DistError:
     return dist.DistError("bad_reply", what.encode())
 
 
-def _call(conn: dist.Connection, m: str, f: str, args: list[Any], deadline: float) -> Any:
-    return live._result(conn.call(m, f, args, deadline))
+def _call(conn: Transport, m: str, f: str, args: list[Any], deadline: float) -> Any:
+    return result(conn.call(m, f, args, deadline))
 
 
 def _is_pid(v: Any) -> bool:
@@ -512,7 +480,7 @@ def _prop(key: str, items: Any) -> int:
     return 0
 
 
-def _details(conn: dist.Connection, otp: int, pids: list[int], raw: dict[int, bytes],
+def _details(conn: Transport, otp: int, pids: list[int], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
     """beamalloc_procs:details/3: the second pass, the fixed item list of the reported ones."""
     if not pids:
@@ -548,7 +516,7 @@ def _details(conn: dist.Connection, otp: int, pids: list[int], raw: dict[int, by
     return out
 
 
-def _resolve(conn: dist.Connection, otp: int, recs: list[Any], raw: dict[int, bytes],
+def _resolve(conn: Transport, otp: int, recs: list[Any], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
     """beamalloc_procs:resolve/3: on OTP 25, proc_lib's '$initial_call' of the reported
     proc_lib processes, by proc_lib:translate_initial_call/1 on the target (their dictionaries
@@ -598,7 +566,7 @@ def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[An
             for k, (c, m, h, q, b, ns, ic, ih, _) in largest], totals
 
 
-def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+def scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                 deadline: float) -> dict[str, Any]:
     """beamalloc_procs:scan/4 over `conn`: its answer's props, as table_from_term reads them."""
     was = gc.isenabled()
@@ -612,17 +580,17 @@ def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: 
             gc.enable()
 
 
-def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+def _scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                  deadline: float) -> dict[str, Any]:
     start = _us()
     otp_k = conn.send("erlang", "system_info", [Atom("otp_release")])
     ws_k = conn.send("erlang", "system_info", [Atom("wordsize")])
     names_k = conn.send("erlang", "registered", [])
-    pids, raw = _raw_pids(live._result(conn.receive(conn.send_raw("erlang", "processes", []),
+    pids, raw = _raw_pids(result(conn.receive(conn.send_raw("erlang", "processes", []),
                                                     deadline)))
-    otp_text = live._result(conn.receive(otp_k, deadline))
-    ws = live._result(conn.receive(ws_k, deadline))
-    names = live._result(conn.receive(names_k, deadline))
+    otp_text = result(conn.receive(otp_k, deadline))
+    ws = result(conn.receive(ws_k, deadline))
+    names = result(conn.receive(names_k, deadline))
     if not (isinstance(otp_text, str) and otp_text.isdigit() and len(otp_text) < 4):
         raise _bad("otp_release is not a release number")
     if ws not in (4, 8):
@@ -662,7 +630,7 @@ def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top:
             asked += len(chunk)
         if in_flight:
             key, chunk = in_flight.popleft()
-            reader.add(chunk, live._result(conn.receive(key, deadline)))
+            reader.add(chunk, result(conn.receive(key, deadline)))
             dist.check_deadline(deadline, "collecting")
     read = _us()
     recs = reader.recs
@@ -708,12 +676,8 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             raise ValueError(f"not a local pid of the target: {pid!r}")
     if not pids:
         return []
-    access = access or access_mod.current()
-    if live.direct(access):
-        p = live.with_connection(node, cookie, timeout, access,
-                            lambda conn, deadline: probe_direct(conn, pids, deadline))
-    else:
-        p = _run(node, cookie, timeout, ["probe", *pids], access)
+    p = with_transport(node, cookie, timeout, access,
+                       lambda conn, deadline: probe_direct(conn, pids, deadline), "processes")
     ws = _n(p.get("wordsize")) or 8
     out = []
     for r in p.get("probe") or []:
@@ -739,20 +703,20 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
 SETTLE_S, SETTLE_TRIES = 0.02, 50
 
 
-def probe_direct(conn: dist.Connection, pids: list[str], deadline: float) -> dict[str, Any]:
+def probe_direct(conn: Transport, pids: list[str], deadline: float) -> dict[str, Any]:
     """beamalloc_procs:probe/2 over `conn`, call for call: its answer's props."""
     ws = _call(conn, "erlang", "system_info", [Atom("wordsize")], deadline)
     return {"wordsize": ws, "probe": [_probe_one(conn, t, deadline) for t in pids]}
 
 
-def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[str, Any]]:
+def _probe_one(conn: Transport, text: str, deadline: float) -> list[tuple[str, Any]]:
     dead = [("pid", text.encode()), ("dead", Atom("true"))]
     # list_to_pid/1 refuses a pid the target's table could never hold: no such process either
     got = conn.call("erlang", "list_to_pid", [[ord(c) for c in text]], deadline)
     if not _is_pid(got):
         return dead
     pid = conn.pid(got)
-    before = live._result(conn.call("erlang", "process_info",
+    before = result(conn.call("erlang", "process_info",
                                     [pid, [Atom("binary"), Atom("total_heap_size"),
                                            Atom("registered_name")]], deadline))
     # memory(binary) right around the collection: the lists travel outside that window
@@ -768,7 +732,7 @@ def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[
         if not (isinstance(now, int) and isinstance(b1, int) and now < b1):
             break
         b1 = now
-    after = live._result(conn.call("erlang", "process_info",
+    after = result(conn.call("erlang", "process_info",
                                    [pid, [Atom("binary"), Atom("total_heap_size")]], deadline))
     try:
         (_, l0), (_, h0), (_, name) = before

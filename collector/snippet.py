@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from beamalloc.collector import etf, live
+from beamalloc.collector import build, etf
 from beamalloc.collector.terms import Atom, proplist
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot, describe
@@ -140,7 +140,7 @@ def read_snippet(data: bytes, name: str, taken_at: float | None = None) -> Snaps
         raise InputError(f"{name}: a beamalloc snippet file without its node or allocators")
     body = [x for x in items if x[0] not in _OS_KEYS]
     try:
-        snap = live.build_snapshot(str(node), body, taken_at=taken_at)
+        snap = build.build_snapshot(str(node), body, taken_at=taken_at)
     except InputError as e:
         raise InputError(f"{name}: {e}") from None
     # build_snapshot looks for the pid on this host; the file's own /proc texts are the truth

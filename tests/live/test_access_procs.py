@@ -1,5 +1,5 @@
 """The process scan reaches nodes run as production runs them, with the same access settings as
-the snapshot (docs/access.md): both go through live.run_hidden() with the access passed once.
+the snapshot (docs/access.md): both go through session.with_transport() with the access passed once.
 Before, the scan started its hidden node without them and failed where the snapshot worked."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import live, processes
+from beamalloc.collector import live, processes, relay, transport
 from beamalloc.collector.access import Access
 
 from .conftest import Node
@@ -154,7 +154,7 @@ def _both(node, monkeypatch, fn):
     """fn() over our own client (no BEAM may boot: it fails), then with a hidden node."""
     monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
     with monkeypatch.context() as m:
-        m.setattr(live, "start_hidden_node", _refuse)
+        m.setattr(relay, "start_hidden_node", _refuse)
         direct = fn()
     monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
     return direct, fn()
@@ -326,7 +326,7 @@ def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
             assert proc.poll() is None and time.monotonic() < end, "target did not come up"
             time.sleep(0.05)
         acc = Access(proto_dist="inet_tls", ssl_dist_optfile=str(tls["optfile"]))
-        assert not live.direct(acc)
+        assert not transport.direct(acc)
         scan = processes.scan_node(t.node, cookie, timeout=60, access=acc)
         assert scan.node == t.node and scan.count > 200_000 and scan.scanned > 0
         end = time.monotonic() + 30
