@@ -74,7 +74,7 @@ class Proc:
     @property
     def idle(self) -> bool:
         """Waiting with nothing to handle: it allocates nothing, so nothing makes it collect
-        (beamalloc_procs.erl counts idle processes the same way)."""
+        (the scan's totals count idle processes the same way)."""
         return self.status == "waiting" and self.message_queue_len == 0
 
     def label(self) -> str:
@@ -202,20 +202,21 @@ def _proc(p: dict[str, Any], ws: int) -> Proc:
     )
 
 
-#: One process of beamalloc_procs' packed activity: pid number, serial, reductions, queue.
+#: One process of a scan's packed activity (the form a stored scan keeps): pid number, serial,
+#: reductions, queue.
 _ACTIVITY = struct.Struct(">IIQI")
 
 
 def activity_from_bytes(data: Any) -> dict[str, tuple[int, int]] | None:
-    """beamalloc_procs:activity/1's packed records as pid -> (reductions, queue); None for
-    anything else (a node that sent no such field)."""
+    """Packed activity records (20 bytes a process, <<Number:32, Serial:32, Reductions:64,
+    Queue:32>>) as pid -> (reductions, queue); None for anything else."""
     if not isinstance(data, bytes) or len(data) % _ACTIVITY.size:
         return None
     return {f"<0.{n}.{s}>": (r, q) for n, s, r, q in _ACTIVITY.iter_unpack(data)}
 
 
 def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None) -> ProcessTable:
-    """A ProcessTable from beamalloc_procs' scan answer (its proplist)."""
+    """A ProcessTable from a scan's answer (scan_direct's props)."""
     ws = _n(p.get("wordsize")) or 8
     bins = proplist(p.get("binaries"))
     totals = proplist(p.get("totals"))
@@ -273,17 +274,28 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
     return table_from_term(node, p, taken_at=time.time())
 
 
-# ---- the scan over our own client (collector/dist.py) ----------------------------------------
+# ---- the scan, over either transport ----------------------------------------------------
 #
-# beamalloc_procs:scan/4, call for call: the same requests to the target (through rex rather
-# than erpc: both spawn one process per call there), the same two passes, chunks, budget and
-# reduction, and the same answer, so table_from_term() cannot tell the two apart
-# (tests/live/test_access_procs.py compares them on one node). Every reply is checked for its
-# shape before use: a target can send anything (tests/test_hostile_peer.py).
+# On the target only BIFs run, inside the processes rex (or erpc, through the relay) spawns there:
+# erlang:processes/0, erlang:system_info/1, erlang:memory/1, erlang:whereis/1 (through lists:map)
+# and erlang:process_info/2 with a fixed item list (through lists:zipwith, an external fun: no
+# code of ours is loaded there, `lists` is loaded at boot). No message is sent to any process of
+# the target, none is suspended or collected (docs/processes.md "What is never done to the
+# target"). Every reply is checked for its shape before use: a target can send anything
+# (tests/test_hostile_peer.py).
+#
+# Two passes. The first reads every process (or the sample, _order()) with the few items the
+# totals, the groups and the ranking need (PASS1); the second reads the fixed item list (ITEMS)
+# of the processes worth reporting only: the `top` largest by each measure. At 300,000
+# processes the full list for all would cost the target several seconds of process_info and us
+# the decoding of 200 MB (tests/bench/bench_processes.py).
 
-#: Pids per request and requests in flight: beamalloc_procs' ?CHUNK and ?IN_FLIGHT.
+#: Pids per request, and requests in flight at once: a chunk is one process_info call per pid on
+#: one target scheduler. Of 2,000-20,000 pids with 1-4 in flight, 10,000 with 2 read 300,000
+#: processes fastest on this 2-core machine (tests/bench/bench_processes.py).
 CHUNK, IN_FLIGHT = 10_000, 2
-#: The first pass's items, in order (beamalloc_procs' ?PASS1); the second's (?ITEMS).
+#: The first pass's items, in order (reductions: with message_queue_len, each process's
+#: activity, which two reads compare to tell idle processes, analyzer/holders.py); the second's.
 PASS1 = ("memory", "total_heap_size", "message_queue_len", "initial_call", "status", "binary",
          "reductions")
 ITEMS = ("memory", "heap_size", "total_heap_size", "binary", "message_queue_len",
@@ -376,8 +388,10 @@ def _encode_pids(raw: dict[int, bytes], keys: list[int]) -> dist.RawTerm:
 
 
 def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[int]]:
-    """beamalloc_procs:order/3: the named first, then all the others or `max_processes` of them
-    at an even stride from a random offset, as chunks that each spread over the whole list."""
+    """The chunks to read: the named first (the usual suspects, few), then all the others or
+    `max_processes` of them at an even stride from a random offset (systematic sampling), as
+    chunks that each spread over the whole list: pids are in creation order, so a scan the
+    budget stops after K chunks has read processes old and young alike, a fair sample."""
     named_set = set(named)
     rest = [p for p in pids if p not in named_set]
     head = named[:max_processes]
@@ -395,7 +409,7 @@ def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[i
 
 
 class _Reader:
-    """beamalloc_procs' first-pass reduction: one record per live process, refc binaries
+    """The first pass's reduction: one record per live process, refc binaries
     deduplicated by address within each process and across all of them."""
 
     __slots__ = ("bins", "bins_full", "dead", "recs")
@@ -446,7 +460,7 @@ class _Reader:
 
 
 def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
-    """beamalloc_procs:bins/2 for one process: {Bytes, Count, ExclusiveBytes} of its distinct
+    """For one process: {Bytes, Count, ExclusiveBytes} of its distinct
     refc binaries (exclusive: referenced by nothing else, its refcount is its references)."""
     own: dict[int, list[int]] = {}
     for a, size, refc in bl:
@@ -464,9 +478,10 @@ def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
 
 
 def _top(recs: list[tuple[Any, ...]], top: int) -> list[int]:
-    """beamalloc_procs:top/2: the union of the `top` largest non-zero by each ranked measure
+    """The union of the `top` largest non-zero by each ranked measure
     (binary bytes, exclusive binary bytes, total heap, memory, mailbox); of equal values the
-    larger pid, as the target orders pids: the same pairs beamalloc_procs:keep/4 keeps."""
+    larger pid, as the target orders pids, so the result does not depend on the order of the
+    records."""
     out: set[int] = set()
     for i in (6, 9, 2, 1, 3):
         out.update(p for v, p in heapq.nlargest(top, [(r[i], r[0]) for r in recs if r[i]]))
@@ -482,7 +497,8 @@ def _prop(key: str, items: Any) -> int:
 
 def _details(conn: Transport, otp: int, pids: list[int], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
-    """beamalloc_procs:details/3: the second pass, the fixed item list of the reported ones."""
+    """The second pass: the fixed item list of the reported ones, read again (the first pass
+    is a moment older); one that died in between is left out."""
     if not pids:
         return []
     items = [Atom(k) for k in ITEMS] + ([_DICT_IC] if otp >= 26 else [])
@@ -518,9 +534,11 @@ def _details(conn: Transport, otp: int, pids: list[int], raw: dict[int, bytes],
 
 def _resolve(conn: Transport, otp: int, recs: list[Any], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
-    """beamalloc_procs:resolve/3: on OTP 25, proc_lib's '$initial_call' of the reported
-    proc_lib processes, by proc_lib:translate_initial_call/1 on the target (their dictionaries
-    never leave it)."""
+    """On OTP 25 (process_info has no {dictionary, Key} item), proc_lib's '$initial_call' of
+    the reported proc_lib processes, by proc_lib:translate_initial_call/1 on the target: it
+    copies that process's dictionary into the process rex spawns there (freed when the call
+    returns) and sends back just {M, F, Arity}; the dictionary (it can hold secrets) never
+    leaves the target."""
     if otp >= 26:
         return recs
     lib = [dict(r)["pid"] for r in recs if dict(r)["initial_call"] == ("proc_lib", "init_p", 5)]
@@ -538,10 +556,10 @@ def _resolve(conn: Transport, otp: int, recs: list[Any], raw: dict[int, bytes],
 
 
 def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[Any], list[Any]]:
-    """beamalloc_procs:groups/2 and totals/1 in one pass: per initial call, the 200 largest by
+    """In one pass: per initial call, the 200 largest by
     memory; and the sums over all."""
     g: dict[Any, list[Any]] = {}
-    for r in reversed(recs):  # beamalloc_procs folds over its records newest first
+    for r in reversed(recs):  # newest first, the order of the Erlang scan this replaced
         x = g.get(r[4])
         if x is None:
             x = g[r[4]] = [0, 0, 0, 0, 0, [], 0, 0, 0]
@@ -568,7 +586,7 @@ def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[An
 
 def scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                 deadline: float) -> dict[str, Any]:
-    """beamalloc_procs:scan/4 over `conn`: its answer's props, as table_from_term reads them."""
+    """The scan over `conn`: its props, as table_from_term reads them."""
     was = gc.isenabled()
     # The pids and records are hundreds of thousands of fresh objects, none of them garbage:
     # the cyclic collector would walk them all, again and again, as they pile up.
@@ -698,13 +716,17 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
     return out
 
 
-#: beamalloc_procs:settle/3: erlang:memory(binary) read every SETTLE_S until it stops falling,
-#: at most SETTLE_TRIES times.
+#: erlang:memory(binary) read every SETTLE_S until it stops falling, at most SETTLE_TRIES times:
+#: a binary freed by a collection on one scheduler but allocated in another's instance is queued
+#: to its owner and counted until the owner frees it, in its next allocation or aux work
+#: (docs/erts/alloc_util.md §4.9).
 SETTLE_S, SETTLE_TRIES = 0.02, 50
 
 
 def probe_direct(conn: Transport, pids: list[str], deadline: float) -> dict[str, Any]:
-    """beamalloc_procs:probe/2 over `conn`, call for call: its answer's props."""
+    """For each pid ("<0.X.Y>", the target's own spelling), in the order given, one at a
+    time: its binary list and heap, erlang:memory(binary); erlang:garbage_collect/1; the same
+    again. A pid that is dead (or dies in between) is reported as such, nothing done to it."""
     ws = _call(conn, "erlang", "system_info", [Atom("wordsize")], deadline)
     return {"wordsize": ws, "probe": [_probe_one(conn, t, deadline) for t in pids]}
 
@@ -726,7 +748,7 @@ def _probe_one(conn: Transport, text: str, deadline: float) -> list[tuple[str, A
                                                 deadline)
     gc_us = int((time.perf_counter() - t0) * 1e6)
     b1 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
-    for _ in range(SETTLE_TRIES):  # beamalloc_procs:settle/3 (why: there)
+    for _ in range(SETTLE_TRIES):  # why: SETTLE_S
         time.sleep(SETTLE_S)
         now = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
         if not (isinstance(now, int) and isinstance(b1, int) and now < b1):
@@ -754,7 +776,7 @@ def _bin_list(bl: list[Any]) -> tuple[int, int]:
 
 
 def _freed(l0: list[Any], l1: list[Any]) -> int:
-    """beamalloc_procs:freed/2: the bytes of binaries the process referenced alone before and
+    """The bytes of binaries the process referenced alone before and
     no longer does."""
     after = {a for a, _, _ in l1}
     refs: dict[int, int] = {}

@@ -306,7 +306,9 @@ class Relay:
             th.start()
             self._threads.append(th)
         try:
-            ready = self.answer("0", deadline)
+            ready = etf.decode(self.answer("0", deadline))
+        except etf.ETFError as e:
+            raise NodeError(f"unreadable answer from the beamalloc hidden node: {e}") from None
         except dist.DistError as e:
             if e.kind == "timeout":
                 raise NodeError("timed out starting the beamalloc hidden node") from None

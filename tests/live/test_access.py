@@ -152,7 +152,7 @@ def test_tls_session_keeps_a_private_copy(tls, tls_target, marker):
     acc = Access(proto_dist="inet_tls", ssl_dist_optfile=str(tls["optfile"]))
     with session.Session(tls_target.cookie, access=acc) as s:
         _check(s.snapshot(tls_target.node, timeout=30), tls_target.node)
-        copy = Path(s._home) / "tls"
+        copy = Path(s._relay._home) / "tls"
         st = copy.stat()
         assert stat.S_IMODE(st.st_mode) == 0o700
         files = sorted(copy.iterdir())
@@ -162,7 +162,7 @@ def test_tls_session_keeps_a_private_copy(tls, tls_target, marker):
         conf = (copy / "ssl_dist.conf").read_text()
         assert str(tls["dir"]) not in conf and str(copy) in conf
         assert s.snapshot(tls_target.node, timeout=30).node == tls_target.node
-        home = Path(s._home)
+        home = Path(s._relay._home)
     assert not home.exists()
 
 

@@ -249,10 +249,10 @@ def _beams_under(root: int) -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["recommend", "analyze"])
+@pytest.mark.parametrize("command", ["recommend", "analyze", "snapshot"])
 def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> None:
-    """`beamalloc recommend NODE` and `analyze NODE` (the snapshot, the process scan, the ETS
-    scan) start no BEAM of ours on plain TCP: every descendant of the command is watched while
+    """`beamalloc recommend NODE`, `analyze NODE` (the snapshot, the process scan, the ETS
+    scan) and `snapshot NODE` start no BEAM of ours on plain TCP: every descendant of the command is watched while
     it runs (a hidden node lives for at least its boot, ~0.4 s; the watch looks every few ms).
     The same watch sees the hidden node with $BEAMALLOC_HIDDEN_NODE=1, so it can fail."""
     import sys
@@ -262,8 +262,9 @@ def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> No
     env.update(BEAMALLOC_COOKIE=w.cookie, HOME=str(tmp_path))
 
     def watch(extra_env: dict[str, str]) -> tuple[int, set[int]]:
+        out = ["-o", str(tmp_path / "s.json")] if command == "snapshot" else ["--json"]
         proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", command, w.node,
-                                 "--json", "--timeout", "60"], env={**env, **extra_env},
+                                 *out, "--timeout", "60"], env={**env, **extra_env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen: set[int] = set()
         try:
