@@ -103,3 +103,43 @@ def test_a_node_that_was_stopped_answers_at_once_when_it_resumes(no_hidden_node)
                 assert s.snapshot(n.node, 3).os_pid == n.pid
     finally:
         n.stop()
+
+
+def test_a_relayed_session_is_one_hidden_node_for_every_call(marker, hidden,
+                                                             monkeypatch) -> None:
+    """The hidden node's kind (TLS's way, forced here): one node relays the snapshots of two
+    targets, their process scans and a call that raises on the target, each read by the same
+    Python code as our own client's; when the session ends no hidden node is left (`marker`)."""
+    from beamalloc.collector import processes
+
+    a = start_node(["+S", "2"])
+    b = start_node(["+S", "3"], cookie=a.cookie)
+    try:
+        with Session(a.cookie) as s:
+            assert s.relayed and len(hidden()) == 1
+            for _ in range(2):
+                sa, sb = s.snapshot(a.node, 20), s.snapshot(b.node, 20, max_carriers=100)
+                assert (sa.schedulers, sb.schedulers) == (2, 3) and sb.carriers
+            p = s.run(a.node, 20, lambda conn, deadline: processes.scan_direct(
+                conn, 1000, 1000, 10, deadline), "processes")
+            assert processes.table_from_term(a.node, p).count > 10
+            # an exception on the target: rex's {badrpc, {'EXIT', _}}, one line
+            with pytest.raises(live.NodeError, match=r"a call on .* failed") as relayed:
+                s.run(a.node, 20, raises)
+            assert s.snapshot(a.node, 20).os_pid == a.pid  # the session goes on
+            assert len(hidden()) == 1
+        monkeypatch.delenv(live.ENV_HIDDEN_NODE)
+        with Session(a.cookie) as s, pytest.raises(live.NodeError) as direct:
+            assert not s.relayed
+            s.run(a.node, 20, raises)
+        assert str(direct.value) == str(relayed.value)  # the same reading of the same reply
+    finally:
+        a.stop()
+        b.stop()
+    assert hidden() == []
+
+
+def raises(conn: object, deadline: float) -> object:
+    from beamalloc.collector import transport
+
+    return transport.result(conn.call("erlang", "list_to_integer", [[ord("x")]], deadline))
