@@ -284,7 +284,8 @@ class Relay:
         self._long = long_names
         self._access = access
         self._ids = itertools.count(1)
-        self._lock = threading.Condition()
+        self._lock = threading.Condition()  # the answers
+        self._wlock = threading.Lock()  # one request line at a time on the node's stdin
         self._answers: dict[str, bytes | BaseException | None] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._home = ""
@@ -329,11 +330,15 @@ class Relay:
                 raise dist.DistError("hidden_node", self.ended or "the beamalloc hidden node "
                                      "is not running")
             self._answers[rid] = None
+            stdin = self._proc.stdin
+        # Written outside the answers' lock: a large request may wait on a node that is itself
+        # waiting for the reader (which takes that lock) to drain its answers.
+        with self._wlock:
             try:
-                self._proc.stdin.write(line)
-                self._proc.stdin.flush()
+                stdin.write(line)
+                stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
-                self._answers.pop(rid, None)
+                self.forget(rid)
                 raise dist.DistError("hidden_node", "the beamalloc hidden node exited") from None
         return rid
 
@@ -360,8 +365,9 @@ class Relay:
             self._answers.pop(rid, None)
 
     def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        out = self._proc.stdout
+        proc = self._proc  # close() clears self._proc while we may still read
+        assert proc is not None and proc.stdout is not None
+        out = proc.stdout
         while line := out.readline(MAX_LINE):
             if not line.endswith(b"\n"):  # longer than any reply we read: drop it whole
                 while (more := out.readline(MAX_LINE)) and not more.endswith(b"\n"):
@@ -383,10 +389,10 @@ class Relay:
                 if key in self._answers:
                     self._answers[key] = answer
                     self._lock.notify_all()
-        self._proc.wait()
+        proc.wait()
         tail = self._err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         gone = dist.DistError("hidden_node", f"the beamalloc hidden node exited with status "
-                              f"{self._proc.returncode}: {scrub(tail[0], self._cookie)[:200]}")
+                              f"{proc.returncode}: {scrub(tail[0], self._cookie)[:200]}")
         with self._lock:
             self.ended = self.ended or str(gone.detail)
             for k, v in self._answers.items():
@@ -395,19 +401,23 @@ class Relay:
             self._lock.notify_all()
 
     def _read_err(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        while chunk := self._proc.stderr.read1(1 << 16):
+        proc = self._proc
+        assert proc is not None and proc.stderr is not None
+        while chunk := proc.stderr.read1(1 << 16):
             self._err += chunk
             del self._err[:-STDERR_KEEP]
 
     def close(self) -> None:
-        if self._proc is not None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
             with self._lock:
                 self.ended = self.ended or "the beamalloc hidden node was closed"
+            # killed first: a request blocked writing to its stdin then fails at once, where
+            # closing the pipe would wait for it
+            _kill_group(proc)
             with contextlib.suppress(OSError, ValueError):
-                if self._proc.stdin:
-                    self._proc.stdin.close()  # the node halts at end of input
-            _kill_group(self._proc)
+                if proc.stdin:
+                    proc.stdin.close()
             for th in self._threads:
                 th.join(timeout=5)
         if self._home:
