@@ -105,15 +105,16 @@ def test_a_node_that_was_stopped_answers_at_once_when_it_resumes(no_hidden_node)
         n.stop()
 
 
-def test_a_relayed_session_is_one_hidden_node_for_every_call(marker, hidden,
-                                                             monkeypatch) -> None:
+def test_a_relayed_session_is_one_hidden_node_for_every_call(marker, hidden, monkeypatch,
+                                                             otp_release) -> None:
     """The hidden node's kind (TLS's way, forced here): one node relays the snapshots of two
-    targets, their process scans and a call that raises on the target, each read by the same
-    Python code as our own client's; when the session ends no hidden node is left (`marker`)."""
-    from beamalloc.collector import processes
+    targets (OTP 25, 27, 29), a process scan, the GC probe, the ETS scan and a call that raises
+    on the target, each read by the same Python code as our own client's; when the session ends
+    no hidden node is left (`marker`)."""
+    from beamalloc.collector import ets, processes
 
-    a = start_node(["+S", "2"])
-    b = start_node(["+S", "3"], cookie=a.cookie)
+    a = start_node(["+S", "2"], release=otp_release)
+    b = start_node(["+S", "3"], cookie=a.cookie, release=otp_release)
     try:
         with Session(a.cookie) as s:
             assert s.relayed and len(hidden()) == 1
@@ -122,7 +123,17 @@ def test_a_relayed_session_is_one_hidden_node_for_every_call(marker, hidden,
                 assert (sa.schedulers, sb.schedulers) == (2, 3) and sb.carriers
             p = s.run(a.node, 20, lambda conn, deadline: processes.scan_direct(
                 conn, 1000, 1000, 10, deadline), "processes")
-            assert processes.table_from_term(a.node, p).count > 10
+            table = processes.table_from_term(a.node, p)
+            assert table.count > 10
+            pid = table.procs[0].pid  # a pid the target sent, sent back (the relay's encoding)
+            probe = s.run(a.node, 20, lambda conn, deadline: processes.probe_direct(
+                conn, [pid, "<0.999999.0>"], deadline), "processes")
+            alive, gone = (dict(r) for r in probe["probe"])
+            assert alive["pid"] == pid.encode() and "gc_us" in alive and "dead" not in alive
+            assert gone == {"pid": b"<0.999999.0>", "dead": "true"}
+            tables = ets.tables_from_props(s.run(a.node, 20, lambda conn, deadline:
+                                                 ets.scan_direct(conn, 1000, 5, deadline)))
+            assert tables["count"] > 5 and len(tables["tables"]) == 5
             # an exception on the target: rex's {badrpc, {'EXIT', _}}, one line
             with pytest.raises(live.NodeError, match=r"a call on .* failed") as relayed:
                 s.run(a.node, 20, raises)
