@@ -156,7 +156,12 @@ class Watcher:
                 grid += 1
                 self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
         while not self.stop.is_set():
-            session = self.session()
+            try:
+                session = self.session()
+            except NodeError as e:  # our side could not start (every pooled name taken, TLS
+                self._failed(st, str(e))  # refused): said, and tried again next tick
+                self.stop.wait(self.interval)
+                continue
             every = self.carriers_every
             cap = self.max_carriers if every > 0 and tick % every == 0 else 0
             tick += 1

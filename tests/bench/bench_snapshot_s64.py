@@ -7,7 +7,7 @@ both alike (read the ratios, not the absolute times):
 
 - direct: collector/dist.py, our own distribution client (what snapshot_node() does for plain
   TCP distribution), no BEAM booted on our side;
-- hidden node: the baseline, a hidden BEAM of ours running beamalloc_agent (still the path of
+- hidden node: a hidden BEAM of ours relaying the same calls (collector/relay.py: the path of
   TLS distribution; $BEAMALLOC_HIDDEN_NODE=1).
 
 Each is split into connect (epmd, our name, the handshake; the hidden node: from its main, once

@@ -252,8 +252,9 @@ def _beams_under(root: int) -> set[int]:
 @pytest.mark.parametrize("command", ["recommend", "analyze", "snapshot"])
 def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> None:
     """`beamalloc recommend NODE`, `analyze NODE` (the snapshot, the process scan, the ETS
-    scan) and `snapshot NODE` start no BEAM of ours on plain TCP: every descendant of the command is watched while
-    it runs (a hidden node lives for at least its boot, ~0.4 s; the watch looks every few ms).
+    scan) and `snapshot NODE` start no BEAM of ours on plain TCP: every descendant of the
+    command is watched while it runs (a hidden node lives for at least its boot, ~0.4 s; the
+    watch looks every few ms).
     The same watch sees the hidden node with $BEAMALLOC_HIDDEN_NODE=1, so it can fail."""
     import sys
 
