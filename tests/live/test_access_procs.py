@@ -165,9 +165,9 @@ def _refuse(*a, **k):
 
 
 def test_direct_scan_is_the_hidden_nodes(holders_node, monkeypatch) -> None:
-    """The process scan over collector/dist.py gives what beamalloc_procs on a hidden node
-    gives: the same count, binaries deduplicated by address across processes to the same
-    bytes, the same groups, the same reported processes with the same figures (ties at the
+    """The process scan over collector/dist.py gives what the same scan through the hidden
+    node's relay gives: the same count, binaries deduplicated by address across processes to
+    the same bytes, the same groups, the same reported processes with the same figures (ties at the
     boundary broken alike), and activity for every scanned process. What may differ is what
     the node did between the two reads: the reductions each process spent answering the first
     scan's process_info, and the mailbox that grows."""
