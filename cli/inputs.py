@@ -17,14 +17,24 @@ if TYPE_CHECKING:
     from beamalloc.snapshot import Snapshot
 
 
+def _cookie(args: argparse.Namespace, ctx: Context) -> str:
+    """The run's cookie, resolved once into its access (collector/access.py Access.cookie):
+    the snapshot, the scans and the probe of one command present the one cookie read once."""
+    if ctx.access is None:  # a Context built without one (main() builds it for node commands)
+        from beamalloc.collector.access import from_args
+
+        ctx.access = from_args(args)
+    return ctx.access.cookie()
+
+
 def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
     """A node name (has '@') is snapshotted live; anything else is read as a file."""
     from beamalloc.collector import sources
 
     if sources.is_node_name(source):
-        from beamalloc.collector import cookie, live
+        from beamalloc.collector import live
 
-        secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+        secret = _cookie(args, ctx)
         snap = live.snapshot_node(source, secret, timeout=args.timeout,
                                   max_carriers=getattr(args, "max_carriers", MAX_CARRIERS),
                                   access=ctx.access)
@@ -55,9 +65,9 @@ def process_table(source: str, args: argparse.Namespace, ctx: Context) -> Proces
 
     if args.no_processes or not sources.is_node_name(source):
         return None
-    from beamalloc.collector import cookie, processes
+    from beamalloc.collector import processes
 
-    return processes.scan_node(source, cookie.resolve_cookie(getattr(args, "cookie_file", None)),
+    return processes.scan_node(source, _cookie(args, ctx),
                                timeout=args.timeout, max_processes=args.max_processes,
                                access=ctx.access)
 
@@ -82,13 +92,13 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
     if args.no_processes:
         return None
     if live:
-        from beamalloc.collector import cookie, processes
+        from beamalloc.collector import processes
 
         table = table or process_table(source, args, ctx)
         assert table is not None  # a live node, and --no-processes returned above
         probe = None
         if probe_n:
-            secret = cookie.resolve_cookie(getattr(args, "cookie_file", None))
+            secret = _cookie(args, ctx)
             pids = probe_candidates(table, probe_n, earlier)
             say(f"beamalloc: --gc-probe {probe_n}: garbage-collecting {len(pids)} idle "
                 f"processes of {source} one at a time, measured before and after: this "
@@ -121,8 +131,7 @@ def ets_tables(source: str, args: argparse.Namespace, ctx: Context, snap: Snapsh
 
     if args.no_processes or not sources.is_node_name(source):
         return
-    from beamalloc.collector import cookie
     from beamalloc.collector.ets import scan_ets
 
-    snap.extra["ets"] = scan_ets(source, cookie.resolve_cookie(getattr(args, "cookie_file", None)),
+    snap.extra["ets"] = scan_ets(source, _cookie(args, ctx),
                                  timeout=args.timeout, access=ctx.access)

@@ -16,7 +16,7 @@ gives their own nodes:
   port P directly, through collector/erlang/beamalloc_epmd.erl.
 
 The CLI builds one Access per run (from_args(), kept in its Context) and passes it to every
-collector call; library callers may pass one to live.snapshot_node() or cluster.Session().
+collector call; library callers may pass one to live.snapshot_node() or session.Session().
 Without one, the BEAMALLOC_* environment variables below are read (current(); and
 ERL_EPMD_PORT, which the hidden node inherits as any erl would).
 
@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from beamalloc.collector.cookie import Cookie, resolve_cookie
 from beamalloc.errors import InputError
 
 ENV_PROTO_DIST = "BEAMALLOC_PROTO_DIST"
@@ -60,6 +61,19 @@ class Access:
     ssl_dist_optfile: str | None = None
     epmd_port: int | None = None
     dist_port: int | None = None
+    #: --cookie-file (None: the environment's sources, collector/cookie.py); read by cookie()
+    cookie_file: str | None = None
+    #: the cookie, once cookie() has read it: never shown (repr) nor compared
+    _cookie: Cookie | None = field(default=None, init=False, repr=False, compare=False)
+
+    def cookie(self) -> Cookie:
+        """The cookie to present to the targets, resolved once for this Access: the CLI's
+        Context carries one Access, so every collector call of one command presents the one
+        cookie read once (a cookie file rewritten meanwhile does not change it mid-command)."""
+        if self._cookie is None:
+            object.__setattr__(self, "_cookie", resolve_cookie(self.cookie_file))
+        assert self._cookie is not None
+        return self._cookie
 
     def __post_init__(self) -> None:
         if self.proto_dist is not None and not _PROTO.match(self.proto_dist):
@@ -130,16 +144,17 @@ def current() -> Access:
 
 def merge(base: Access, **given: object) -> Access:
     """`base` with the options given on a command line (None: not given) in its place."""
-    fields = {k: v for k, v in given.items() if v is not None}
-    return Access(**{**base.__dict__, **fields})
+    mine = {f.name: getattr(base, f.name) for f in fields(base) if f.init}
+    return Access(**{**mine, **{k: v for k, v in given.items() if v is not None}})
 
 
 def from_args(args: object) -> Access:
     """The access of a CLI run: `--proto-dist`, `--ssl-dist-optfile`, `--epmd-port`,
-    `--dist-port` (argparse dests of the same names; absent or None: not given) over the
-    environment's."""
+    `--dist-port`, `--cookie-file` (argparse dests of the same names; absent or None: not
+    given) over the environment's."""
     return merge(from_env(), **{k: getattr(args, k, None) for k in
-                                ("proto_dist", "ssl_dist_optfile", "epmd_port", "dist_port")})
+                                ("proto_dist", "ssl_dist_optfile", "epmd_port", "dist_port",
+                                 "cookie_file")})
 
 
 # ---- the hidden node's side --------------------------------------------------------------

@@ -5,7 +5,7 @@ epmd-less) is a handful of BIF calls; booting a BEAM of our own for them costs m
 calls (docs/robustness.md, "The design choice"). This module speaks the protocol itself
 (OTP's erl_dist_protocol, distribution version 6, OTP 23 and later):
 
-1. our name: the first free `beamalloc_N` (N in 1..live.NAME_POOL) registered with the epmd of
+1. our name: the first free `beamalloc_N` (N in 1..transport.NAME_POOL) registered with the epmd of
    this host (ALIVE2), held for as long as the connection lives, exactly as the hidden node
    holds its name (beamalloc_link.erl): runs of either kind never share a name;
 2. the target's port: PORT_PLEASE2 to the epmd of its host (or the epmd-less port given);
@@ -20,7 +20,7 @@ calls (docs/robustness.md, "The design choice"). This module speaks the protocol
 
 What it does not do: it serves nothing. A target can send us messages, spawn requests or links;
 we read and drop them (nothing runs on our side, unlike on a BEAM of our own). TLS distribution
-is not spoken here: collector/live.py keeps the hidden node for it.
+is not spoken here: collector/relay.py's hidden node relays the same calls for it.
 
 Flags: the OTP 25 mandatory set (and its digest bit), plus what OTP 26 made mandatory
 (DFLAG_V4_NC, DFLAG_UNLINK_ID); not DFLAG_PUBLISHED (a hidden node), not DFLAG_FRAGMENTS (the
@@ -78,7 +78,7 @@ MAX_ATOM_CACHE = 65536
 
 
 class DistError(Exception):
-    """A failure, as the agent's `{error, Kind, Detail}` (collector/live.py's _error)."""
+    """A failure of either transport (collector/transport.py node_error() says it in one line)."""
 
     def __init__(self, kind: str, detail: Any = b"") -> None:
         super().__init__(kind)
@@ -367,9 +367,23 @@ class Export:
         self.module, self.function, self.arity = module, function, arity
 
 
-# ---- the connection ----------------------------------------------------------------------
-
 _PID_WORDS = struct.Struct(">II")
+
+
+def encode_pids(head: bytes, creation: bytes, texts: list[str]) -> RawTerm:
+    """The target's local pids "<0.X.Y>" (as our decoder writes them) as one encoded list, each
+    NEW_PID_EXT as the target encodes it: `head` (tag and its node's atom), X, Y, `creation`."""
+    if not texts:
+        return RawTerm(b"\x6a")
+    pack = _PID_WORDS.pack
+    try:
+        body = b"".join([head + pack(*map(int, t[3:-1].split("."))) + creation for t in texts])
+    except (ValueError, TypeError, struct.error):
+        raise DistError("bad_reply", b"a pid that is not the target's own") from None
+    return RawTerm(b"\x6c" + struct.pack(">I", len(texts)) + body + b"\x6a")
+
+
+# ---- the connection ----------------------------------------------------------------------
 
 
 class _Busy(Exception):
@@ -534,14 +548,7 @@ class Connection:
     def pids(self, texts: list[str]) -> RawTerm:
         """The target's local pids "<0.X.Y>" (as our decoder writes them) as one encoded list,
         each as the target itself encodes it (NEW_PID_EXT: its name, X, Y, its creation)."""
-        if not texts:
-            return RawTerm(b"\x6a")
-        head, tail, pack = self._peer_pid_head, self._peer_creation, _PID_WORDS.pack
-        try:
-            body = b"".join([head + pack(*map(int, t[3:-1].split("."))) + tail for t in texts])
-        except (ValueError, TypeError, struct.error):
-            raise DistError("bad_reply", b"a pid that is not the target's own") from None
-        return RawTerm(b"\x6c" + struct.pack(">I", len(texts)) + body + b"\x6a")
+        return encode_pids(self._peer_pid_head, self._peer_creation, texts)
 
     def _digest(self, challenge: int) -> bytes:
         return hashlib.md5(self._cookie + str(challenge).encode()).digest()

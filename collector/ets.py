@@ -1,7 +1,7 @@
 """The ETS tables of a live node, read-only (docs/erts/memory-categories.md §2): what a crash
-dump's `=ets` sections give. Over plain TCP our own client (collector/dist.py) makes the calls
-(scan_direct); else collector/erlang/beamalloc_ets.erl runs on a hidden node of ours, like the
-process scan. Either way only ets:all/0, ets:info/1 (through lists:map with an external fun)
+dump's `=ets` sections give. One scan (scan_direct) over either transport (collector/transport.py:
+our own client over plain TCP, the hidden node's relay over TLS and other -proto_dist), like the
+process scan. Only ets:all/0, ets:info/1 (through lists:map with an external fun)
 and a few system_info calls run on the target; no table is written, fixed or traversed.
 
 The result has the shape collector/dumptables.py stores for a dump (`Snapshot.extra["ets"]`),
@@ -15,17 +15,18 @@ import struct
 from operator import itemgetter
 from typing import Any
 
-from beamalloc.collector import access as access_mod
-from beamalloc.collector import dist, live, processes
+from beamalloc.collector import dist
 from beamalloc.collector.access import Access
 from beamalloc.collector.procdump import printable
+from beamalloc.collector.session import with_transport
 from beamalloc.collector.terms import Atom, format_term, proplist
+from beamalloc.collector.transport import Transport, result
 from beamalloc.snapshot import UINT64_MAX
 
 #: Tables read at most, and reported by size (the count and the bytes cover those read).
 MAX_TABLES = 100_000
 TOP = 50
-#: Tables per ets:info request (beamalloc_ets' ?CHUNK), and a name's or id's text at most (?TEXT).
+#: Tables per ets:info request and a name's or id's text at most.
 CHUNK, TEXT = 2000, 100
 
 
@@ -41,18 +42,13 @@ def _s(v: Any) -> str:
 def scan_ets(node: str, cookie: str, timeout: float = 10.0, max_tables: int = MAX_TABLES,
              top: int = TOP, access: Access | None = None) -> dict[str, Any]:
     """`node`'s ETS tables as Snapshot.extra["ets"]; NodeError (exit 3) within `timeout`."""
-    access = access or access_mod.current()
-    if live.direct(access):
-        p = live.with_connection(node, cookie, timeout, access, lambda conn, deadline:
-                                scan_direct(conn, max_tables, top, deadline))
-    else:
-        p = processes._run(node, cookie, timeout, [str(max_tables), str(top)], access,
-                           module="beamalloc_ets")
+    p = with_transport(node, cookie, timeout, access, lambda conn, deadline:
+                       scan_direct(conn, max_tables, top, deadline), "processes")
     return tables_from_props(p)
 
 
 def tables_from_props(p: dict[str, Any]) -> dict[str, Any]:
-    """The scan's answer (beamalloc_ets' props, or scan_direct's) as Snapshot.extra["ets"]."""
+    """The scan's answer (scan_direct's props) as Snapshot.extra["ets"]."""
     ws = _n(p.get("wordsize")) or 8
     tables = []
     for t in p.get("tables") or []:
@@ -111,7 +107,7 @@ def _skip_atom(data: bytes, at: int) -> int:
 
 
 def _text(v: Any) -> str:
-    """beamalloc_ets:text/1: a name or id as ~0p writes it, bounded (an id reads as the target
+    """A name or id as ~0p writes it, bounded (an id reads as the target
     writes it, #Ref<0...>)."""
     try:
         return format_term(v)[:TEXT]
@@ -119,13 +115,13 @@ def _text(v: Any) -> str:
         return "?"
 
 
-def scan_direct(conn: dist.Connection, max_tables: int, top: int,
+def scan_direct(conn: Transport, max_tables: int, top: int,
                 deadline: float) -> dict[str, Any]:
-    """beamalloc_ets:scan/3 over `conn`: the same calls, the same answer's props (the reported
-    tables' owners as the target writes them, without its pid_to_list/1)."""
+    """The tables' props over `conn` (the reported tables' owners as the target writes them,
+    without its pid_to_list/1): ets:all/0 once, then ets:info/1 of CHUNK tables per request."""
     ws_k = conn.send("erlang", "system_info", [Atom("wordsize")])
     mem_k = conn.send("erlang", "memory", [Atom("ets")])
-    every = _raw_tables(live._result(conn.receive(conn.send_raw("ets", "all", []), deadline)))
+    every = _raw_tables(result(conn.receive(conn.send_raw("ets", "all", []), deadline)))
     read = every[:max_tables]
     fun = dist.Export("ets", "info", 1)
     keys = [conn.send("lists", "map", [fun, dist.RawTerm(
@@ -133,7 +129,7 @@ def scan_direct(conn: dist.Connection, max_tables: int, top: int,
         for c in (read[i:i + CHUNK] for i in range(0, len(read), CHUNK))]
     rows = []
     for key in keys:
-        infos = live._result(conn.receive(key, deadline))
+        infos = result(conn.receive(key, deadline))
         if not isinstance(infos, list):
             raise dist.DistError("bad_reply", b"ets:info answers are not a list")
         for i in infos:
@@ -145,8 +141,9 @@ def scan_direct(conn: dist.Connection, max_tables: int, top: int,
     words = [r[4] for r in rows]
     if not all(type(w) is int and 0 <= w <= UINT64_MAX for w in words):
         raise dist.DistError("bad_reply", b"an ets:info memory is not a word count")
-    # beamalloc_ets: keysort on the words, reversed (of equal ones, the last read first)
+    # a keysort on the words, reversed (of equal ones, the last read first), as the Erlang
+    # scan this replaced did
     largest = sorted(rows, key=itemgetter(4))[::-1][:top]
     return {"count": len(every), "read": len(rows), "words": sum(words),
-            "wordsize": live._result(conn.receive(ws_k, deadline)),
-            "memory_ets": live._result(conn.receive(mem_k, deadline)), "tables": largest}
+            "wordsize": result(conn.receive(ws_k, deadline)),
+            "memory_ets": result(conn.receive(mem_k, deadline)), "tables": largest}

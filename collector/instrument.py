@@ -1,6 +1,6 @@
-"""Per-carrier data of a live node: the agent's `instrument:carriers/1` answers as Carriers.
+"""Per-carrier data of a live node: the snapshot's `instrument:carriers/1` answers as Carriers.
 
-The agent (collector/erlang/beamalloc_agent.erl, carriers/3) asks OTP's own `instrument` module
+The snapshot (collector/collect.py, carriers()) asks OTP's own `instrument` module
 on the target, one request per allocator instance, and hands back the raw answers; here they
 become `Snapshot.carriers` (docs/snapshot-schema.md, "carriers"). Nothing here raises on an
 answer of another shape: an OTP release whose tuples we do not know, a target without the
@@ -17,7 +17,7 @@ and 29.1.1: tests/live/test_carriers_live.py):
 
 `instrument:allocations/1` (the tagged blocks: NIFs, drivers, binaries) is asked per port from
 OTP 27 (`flags => [per_port]`, OTP-18577; docs/erts/releases.md §2): a driver's blocks are then
-attributed to the port that made them (`#Port<0.7>`), and the agent names the heaviest ports by
+attributed to the port that made them (`#Port<0.7>`), and the snapshot names the heaviest ports by
 erlang:port_info(Port, name) (`port_names`).
 """
 
@@ -211,8 +211,8 @@ def _unavailable(snap: Snapshot, why: str) -> None:
 
 def _add_tags(snap: Snapshot, answer: Any) -> None:
     """`instrument:allocations/1`: `{ok, {HistStart, Unscanned, #{Origin => #{Type => Hist}}}}`,
-    or `{skipped, Blocks}` when the agent spared the target a second walk of that many blocks
-    (beamalloc_agent.erl, MAX_TAGGED_BLOCKS)."""
+    or `{skipped, Blocks}` when the snapshot spared the target a second walk of that many blocks
+    (collector/collect.py, MAX_TAGGED_BLOCKS)."""
     if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "skipped":
         snap.notes.append(f"tagged block histograms not read: the tagged allocators hold "
                           f"{answer[1]} blocks, and instrument:allocations/1 would walk them all "

@@ -2,16 +2,12 @@
 
 What is read and what is never done to the target: docs/processes.md. On the target only BIFs
 run, inside the processes rex (or erpc) spawns there for each call, one process_info/2 request
-per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. Two ways, one
-answer (scan_node, gc_probe and ets.scan_ets choose, as live.snapshot_node does):
+per chunk of 10,000 pids, two chunks in flight; nothing of ours is loaded there. One scan
+(scan_direct), over either transport (collector/transport.py: our own client over plain TCP, the
+hidden node's relay over TLS and any other -proto_dist): the calls are made and each process is
+reduced to one record here as its chunk arrives.
 
-- plain TCP: our own client (collector/dist.py) makes the calls and reduces each process to one
-  record here as its chunk arrives (scan_direct: beamalloc_procs:scan/4, call for call);
-- TLS and any other -proto_dist, or $BEAMALLOC_HIDDEN_NODE=1: a hidden node of ours runs
-  collector/erlang/beamalloc_procs.erl (cookie on stdin, as the snapshot agent), reduces there
-  and sends back the same answer.
-
-Either way the answer holds the processes worth reporting (the largest by each measure
+The answer holds the processes worth reporting (the largest by each measure
 analyzer/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
 activity (tests/bench/bench_processes.py measures both at 300,000 processes).
 
@@ -31,11 +27,11 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from beamalloc.collector import access as access_mod
-from beamalloc.collector import dist, live
+from beamalloc.collector import dist
 from beamalloc.collector.access import Access
-from beamalloc.collector.cookie import check_cookie
+from beamalloc.collector.session import with_transport
 from beamalloc.collector.terms import Atom, Opaque, proplist
+from beamalloc.collector.transport import Transport, result
 from beamalloc.limits import MAX_PROCESSES
 
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
@@ -78,7 +74,7 @@ class Proc:
     @property
     def idle(self) -> bool:
         """Waiting with nothing to handle: it allocates nothing, so nothing makes it collect
-        (beamalloc_procs.erl counts idle processes the same way)."""
+        (the scan's totals count idle processes the same way)."""
         return self.status == "waiting" and self.message_queue_len == 0
 
     def label(self) -> str:
@@ -156,29 +152,6 @@ class ProbeResult:
         return self.memory_binary_before - self.memory_binary_after
 
 
-# ---- running the hidden node -------------------------------------------------------------
-
-def _run(node: str, cookie: str, timeout: float, args: list[str],
-         access: Access | None = None, module: str = "beamalloc_procs") -> Any:
-    """Run `module` (beamalloc_procs, or beamalloc_ets for collector/ets.py) on a hidden node
-    (live.run_hidden: started, fed its cookie and killed as the snapshot agent, reaching the
-    node as `access` says, default access.current()) and return its {ok, Props} props;
-    NodeError (exit 3, one line) for every failure, nothing half-returned."""
-    live.split_node(node)
-    check_cookie(cookie, "the cookie")
-    access = access or access_mod.current()
-    reply, _ = live.run_hidden(module, node, cookie, timeout, args, access)
-    if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-        return proplist(reply[1])
-    if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "error":
-        if reply[1] == "timeout" and reply[2] != "connecting":
-            raise live.NodeError(f"timed out after {timeout:g} s reading the processes of {node}")
-        if reply[1] == "nodedown":
-            raise live.NodeError(f"node {node} went down while its processes were read")
-        raise live._error(node, str(reply[1]), reply[2], timeout, cookie, access)
-    raise live.NodeError("unexpected answer from the beamalloc agent")
-
-
 # ---- the scan ----------------------------------------------------------------------------
 
 def mfa(v: Any) -> str | None:
@@ -229,20 +202,21 @@ def _proc(p: dict[str, Any], ws: int) -> Proc:
     )
 
 
-#: One process of beamalloc_procs' packed activity: pid number, serial, reductions, queue.
+#: One process of a scan's packed activity (the form a stored scan keeps): pid number, serial,
+#: reductions, queue.
 _ACTIVITY = struct.Struct(">IIQI")
 
 
 def activity_from_bytes(data: Any) -> dict[str, tuple[int, int]] | None:
-    """beamalloc_procs:activity/1's packed records as pid -> (reductions, queue); None for
-    anything else (a node that sent no such field)."""
+    """Packed activity records (20 bytes a process, <<Number:32, Serial:32, Reductions:64,
+    Queue:32>>) as pid -> (reductions, queue); None for anything else."""
     if not isinstance(data, bytes) or len(data) % _ACTIVITY.size:
         return None
     return {f"<0.{n}.{s}>": (r, q) for n, s, r, q in _ACTIVITY.iter_unpack(data)}
 
 
 def table_from_term(node: str, p: dict[str, Any], taken_at: float | None = None) -> ProcessTable:
-    """A ProcessTable from beamalloc_procs' scan answer (its proplist)."""
+    """A ProcessTable from a scan's answer (scan_direct's props)."""
     ws = _n(p.get("wordsize")) or 8
     bins = proplist(p.get("binaries"))
     totals = proplist(p.get("totals"))
@@ -291,31 +265,37 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
               max_processes: int = MAX_PROCESSES, budget_ms: int = BUDGET_MS,
               top: int = TOP, access: Access | None = None) -> ProcessTable:
     """Read `node`'s processes, read-only (docs/processes.md); NodeError within `timeout`.
-    `access`: how to reach it, as for live.snapshot_node (default access.current()): over
-    plain TCP our own client makes the calls (live.direct), else a hidden node does."""
+    `access`: how to reach it, as for live.snapshot_node (default access.current()): our own
+    client over plain TCP, else the hidden node's relay (collector/transport.py direct())."""
     if max_processes < 1 or budget_ms < 1 or top < 1:
         raise ValueError("max_processes, budget_ms and top must be positive")
-    access = access or access_mod.current()
-    if live.direct(access):
-        p = live.with_connection(node, cookie, timeout, access, lambda conn, deadline:
-                                 scan_direct(conn, max_processes, budget_ms, top, deadline))
-    else:
-        p = _run(node, cookie, timeout, ["scan", str(max_processes), str(budget_ms), str(top)],
-                 access)
+    p = with_transport(node, cookie, timeout, access, lambda conn, deadline:
+                       scan_direct(conn, max_processes, budget_ms, top, deadline), "processes")
     return table_from_term(node, p, taken_at=time.time())
 
 
-# ---- the scan over our own client (collector/dist.py) ----------------------------------------
+# ---- the scan, over either transport ----------------------------------------------------
 #
-# beamalloc_procs:scan/4, call for call: the same requests to the target (through rex rather
-# than erpc: both spawn one process per call there), the same two passes, chunks, budget and
-# reduction, and the same answer, so table_from_term() cannot tell the two apart
-# (tests/live/test_access_procs.py compares them on one node). Every reply is checked for its
-# shape before use: a target can send anything (tests/test_hostile_peer.py).
+# On the target only BIFs run, inside the processes rex (or erpc, through the relay) spawns there:
+# erlang:processes/0, erlang:system_info/1, erlang:memory/1, erlang:whereis/1 (through lists:map)
+# and erlang:process_info/2 with a fixed item list (through lists:zipwith, an external fun: no
+# code of ours is loaded there, `lists` is loaded at boot). No message is sent to any process of
+# the target, none is suspended or collected (docs/processes.md "What is never done to the
+# target"). Every reply is checked for its shape before use: a target can send anything
+# (tests/test_hostile_peer.py).
+#
+# Two passes. The first reads every process (or the sample, _order()) with the few items the
+# totals, the groups and the ranking need (PASS1); the second reads the fixed item list (ITEMS)
+# of the processes worth reporting only: the `top` largest by each measure. At 300,000
+# processes the full list for all would cost the target several seconds of process_info and us
+# the decoding of 200 MB (tests/bench/bench_processes.py).
 
-#: Pids per request and requests in flight: beamalloc_procs' ?CHUNK and ?IN_FLIGHT.
+#: Pids per request, and requests in flight at once: a chunk is one process_info call per pid on
+#: one target scheduler. Of 2,000-20,000 pids with 1-4 in flight, 10,000 with 2 read 300,000
+#: processes fastest on this 2-core machine (tests/bench/bench_processes.py).
 CHUNK, IN_FLIGHT = 10_000, 2
-#: The first pass's items, in order (beamalloc_procs' ?PASS1); the second's (?ITEMS).
+#: The first pass's items, in order (reductions: with message_queue_len, each process's
+#: activity, which two reads compare to tell idle processes, analyzer/holders.py); the second's.
 PASS1 = ("memory", "total_heap_size", "message_queue_len", "initial_call", "status", "binary",
          "reductions")
 ITEMS = ("memory", "heap_size", "total_heap_size", "binary", "message_queue_len",
@@ -334,8 +314,8 @@ def _bad(what: str) -> dist.DistError:
     return dist.DistError("bad_reply", what.encode())
 
 
-def _call(conn: dist.Connection, m: str, f: str, args: list[Any], deadline: float) -> Any:
-    return live._result(conn.call(m, f, args, deadline))
+def _call(conn: Transport, m: str, f: str, args: list[Any], deadline: float) -> Any:
+    return result(conn.call(m, f, args, deadline))
 
 
 def _is_pid(v: Any) -> bool:
@@ -408,8 +388,10 @@ def _encode_pids(raw: dict[int, bytes], keys: list[int]) -> dist.RawTerm:
 
 
 def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[int]]:
-    """beamalloc_procs:order/3: the named first, then all the others or `max_processes` of them
-    at an even stride from a random offset, as chunks that each spread over the whole list."""
+    """The chunks to read: the named first (the usual suspects, few), then all the others or
+    `max_processes` of them at an even stride from a random offset (systematic sampling), as
+    chunks that each spread over the whole list: pids are in creation order, so a scan the
+    budget stops after K chunks has read processes old and young alike, a fair sample."""
     named_set = set(named)
     rest = [p for p in pids if p not in named_set]
     head = named[:max_processes]
@@ -427,7 +409,7 @@ def _order(pids: list[int], named: list[int], max_processes: int) -> list[list[i
 
 
 class _Reader:
-    """beamalloc_procs' first-pass reduction: one record per live process, refc binaries
+    """The first pass's reduction: one record per live process, refc binaries
     deduplicated by address within each process and across all of them."""
 
     __slots__ = ("bins", "bins_full", "dead", "recs")
@@ -478,7 +460,7 @@ class _Reader:
 
 
 def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
-    """beamalloc_procs:bins/2 for one process: {Bytes, Count, ExclusiveBytes} of its distinct
+    """For one process: {Bytes, Count, ExclusiveBytes} of its distinct
     refc binaries (exclusive: referenced by nothing else, its refcount is its references)."""
     own: dict[int, list[int]] = {}
     for a, size, refc in bl:
@@ -496,9 +478,10 @@ def _own_bins(bl: list[Any]) -> tuple[int, int, int]:
 
 
 def _top(recs: list[tuple[Any, ...]], top: int) -> list[int]:
-    """beamalloc_procs:top/2: the union of the `top` largest non-zero by each ranked measure
+    """The union of the `top` largest non-zero by each ranked measure
     (binary bytes, exclusive binary bytes, total heap, memory, mailbox); of equal values the
-    larger pid, as the target orders pids: the same pairs beamalloc_procs:keep/4 keeps."""
+    larger pid, as the target orders pids, so the result does not depend on the order of the
+    records."""
     out: set[int] = set()
     for i in (6, 9, 2, 1, 3):
         out.update(p for v, p in heapq.nlargest(top, [(r[i], r[0]) for r in recs if r[i]]))
@@ -512,9 +495,10 @@ def _prop(key: str, items: Any) -> int:
     return 0
 
 
-def _details(conn: dist.Connection, otp: int, pids: list[int], raw: dict[int, bytes],
+def _details(conn: Transport, otp: int, pids: list[int], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
-    """beamalloc_procs:details/3: the second pass, the fixed item list of the reported ones."""
+    """The second pass: the fixed item list of the reported ones, read again (the first pass
+    is a moment older); one that died in between is left out."""
     if not pids:
         return []
     items = [Atom(k) for k in ITEMS] + ([_DICT_IC] if otp >= 26 else [])
@@ -548,11 +532,13 @@ def _details(conn: dist.Connection, otp: int, pids: list[int], raw: dict[int, by
     return out
 
 
-def _resolve(conn: dist.Connection, otp: int, recs: list[Any], raw: dict[int, bytes],
+def _resolve(conn: Transport, otp: int, recs: list[Any], raw: dict[int, bytes],
              deadline: float) -> list[Any]:
-    """beamalloc_procs:resolve/3: on OTP 25, proc_lib's '$initial_call' of the reported
-    proc_lib processes, by proc_lib:translate_initial_call/1 on the target (their dictionaries
-    never leave it)."""
+    """On OTP 25 (process_info has no {dictionary, Key} item), proc_lib's '$initial_call' of
+    the reported proc_lib processes, by proc_lib:translate_initial_call/1 on the target: it
+    copies that process's dictionary into the process rex spawns there (freed when the call
+    returns) and sends back just {M, F, Arity}; the dictionary (it can hold secrets) never
+    leaves the target."""
     if otp >= 26:
         return recs
     lib = [dict(r)["pid"] for r in recs if dict(r)["initial_call"] == ("proc_lib", "init_p", 5)]
@@ -570,10 +556,10 @@ def _resolve(conn: dist.Connection, otp: int, recs: list[Any], raw: dict[int, by
 
 
 def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[Any], list[Any]]:
-    """beamalloc_procs:groups/2 and totals/1 in one pass: per initial call, the 200 largest by
+    """In one pass: per initial call, the 200 largest by
     memory; and the sums over all."""
     g: dict[Any, list[Any]] = {}
-    for r in reversed(recs):  # beamalloc_procs folds over its records newest first
+    for r in reversed(recs):  # newest first, the order of the Erlang scan this replaced
         x = g.get(r[4])
         if x is None:
             x = g[r[4]] = [0, 0, 0, 0, 0, [], 0, 0, 0]
@@ -598,9 +584,9 @@ def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[An
             for k, (c, m, h, q, b, ns, ic, ih, _) in largest], totals
 
 
-def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+def scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                 deadline: float) -> dict[str, Any]:
-    """beamalloc_procs:scan/4 over `conn`: its answer's props, as table_from_term reads them."""
+    """The scan over `conn`: its props, as table_from_term reads them."""
     was = gc.isenabled()
     # The pids and records are hundreds of thousands of fresh objects, none of them garbage:
     # the cyclic collector would walk them all, again and again, as they pile up.
@@ -612,17 +598,17 @@ def scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: 
             gc.enable()
 
 
-def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top: int,
+def _scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                  deadline: float) -> dict[str, Any]:
     start = _us()
     otp_k = conn.send("erlang", "system_info", [Atom("otp_release")])
     ws_k = conn.send("erlang", "system_info", [Atom("wordsize")])
     names_k = conn.send("erlang", "registered", [])
-    pids, raw = _raw_pids(live._result(conn.receive(conn.send_raw("erlang", "processes", []),
+    pids, raw = _raw_pids(result(conn.receive(conn.send_raw("erlang", "processes", []),
                                                     deadline)))
-    otp_text = live._result(conn.receive(otp_k, deadline))
-    ws = live._result(conn.receive(ws_k, deadline))
-    names = live._result(conn.receive(names_k, deadline))
+    otp_text = result(conn.receive(otp_k, deadline))
+    ws = result(conn.receive(ws_k, deadline))
+    names = result(conn.receive(names_k, deadline))
     if not (isinstance(otp_text, str) and otp_text.isdigit() and len(otp_text) < 4):
         raise _bad("otp_release is not a release number")
     if ws not in (4, 8):
@@ -662,7 +648,7 @@ def _scan_direct(conn: dist.Connection, max_processes: int, budget_ms: int, top:
             asked += len(chunk)
         if in_flight:
             key, chunk = in_flight.popleft()
-            reader.add(chunk, live._result(conn.receive(key, deadline)))
+            reader.add(chunk, result(conn.receive(key, deadline)))
             dist.check_deadline(deadline, "collecting")
     read = _us()
     recs = reader.recs
@@ -708,12 +694,8 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
             raise ValueError(f"not a local pid of the target: {pid!r}")
     if not pids:
         return []
-    access = access or access_mod.current()
-    if live.direct(access):
-        p = live.with_connection(node, cookie, timeout, access,
-                            lambda conn, deadline: probe_direct(conn, pids, deadline))
-    else:
-        p = _run(node, cookie, timeout, ["probe", *pids], access)
+    p = with_transport(node, cookie, timeout, access,
+                       lambda conn, deadline: probe_direct(conn, pids, deadline), "processes")
     ws = _n(p.get("wordsize")) or 8
     out = []
     for r in p.get("probe") or []:
@@ -734,25 +716,29 @@ def gc_probe(node: str, cookie: str, pids: list[str], timeout: float = 30.0,
     return out
 
 
-#: beamalloc_procs:settle/3: erlang:memory(binary) read every SETTLE_S until it stops falling,
-#: at most SETTLE_TRIES times.
+#: erlang:memory(binary) read every SETTLE_S until it stops falling, at most SETTLE_TRIES times:
+#: a binary freed by a collection on one scheduler but allocated in another's instance is queued
+#: to its owner and counted until the owner frees it, in its next allocation or aux work
+#: (docs/erts/alloc_util.md §4.9).
 SETTLE_S, SETTLE_TRIES = 0.02, 50
 
 
-def probe_direct(conn: dist.Connection, pids: list[str], deadline: float) -> dict[str, Any]:
-    """beamalloc_procs:probe/2 over `conn`, call for call: its answer's props."""
+def probe_direct(conn: Transport, pids: list[str], deadline: float) -> dict[str, Any]:
+    """For each pid ("<0.X.Y>", the target's own spelling), in the order given, one at a
+    time: its binary list and heap, erlang:memory(binary); erlang:garbage_collect/1; the same
+    again. A pid that is dead (or dies in between) is reported as such, nothing done to it."""
     ws = _call(conn, "erlang", "system_info", [Atom("wordsize")], deadline)
     return {"wordsize": ws, "probe": [_probe_one(conn, t, deadline) for t in pids]}
 
 
-def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[str, Any]]:
+def _probe_one(conn: Transport, text: str, deadline: float) -> list[tuple[str, Any]]:
     dead = [("pid", text.encode()), ("dead", Atom("true"))]
     # list_to_pid/1 refuses a pid the target's table could never hold: no such process either
     got = conn.call("erlang", "list_to_pid", [[ord(c) for c in text]], deadline)
     if not _is_pid(got):
         return dead
     pid = conn.pid(got)
-    before = live._result(conn.call("erlang", "process_info",
+    before = result(conn.call("erlang", "process_info",
                                     [pid, [Atom("binary"), Atom("total_heap_size"),
                                            Atom("registered_name")]], deadline))
     # memory(binary) right around the collection: the lists travel outside that window
@@ -762,13 +748,13 @@ def _probe_one(conn: dist.Connection, text: str, deadline: float) -> list[tuple[
                                                 deadline)
     gc_us = int((time.perf_counter() - t0) * 1e6)
     b1 = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
-    for _ in range(SETTLE_TRIES):  # beamalloc_procs:settle/3 (why: there)
+    for _ in range(SETTLE_TRIES):  # why: SETTLE_S
         time.sleep(SETTLE_S)
         now = _call(conn, "erlang", "memory", [Atom("binary")], deadline)
         if not (isinstance(now, int) and isinstance(b1, int) and now < b1):
             break
         b1 = now
-    after = live._result(conn.call("erlang", "process_info",
+    after = result(conn.call("erlang", "process_info",
                                    [pid, [Atom("binary"), Atom("total_heap_size")]], deadline))
     try:
         (_, l0), (_, h0), (_, name) = before
@@ -790,7 +776,7 @@ def _bin_list(bl: list[Any]) -> tuple[int, int]:
 
 
 def _freed(l0: list[Any], l1: list[Any]) -> int:
-    """beamalloc_procs:freed/2: the bytes of binaries the process referenced alone before and
+    """The bytes of binaries the process referenced alone before and
     no longer does."""
     after = {a for a, _, _ in l1}
     refs: dict[int, int] = {}

@@ -3,7 +3,7 @@ and the reader of the file it writes (docs/access.md, "No new connection allowed
 
 Many sites allow no new distribution connection to a production node but do allow
 `bin/app remote_console`, `bin/app eval`, `bin/app rpc` (Elixir releases) or `iex --remsh`. The
-expression asks the node for what beamalloc_agent.erl asks over distribution (the same BIFs:
+expression asks the node for what collector/collect.py asks over distribution (the same BIFs:
 erlang:system_info/1 of every allocator, erlang:memory/0, the release, word size, schedulers, the
 OS pid) plus the node's own /proc status, smaps_rollup and the host's meminfo where there are such
 files (RSS and what the kernel could take back), and writes them as one Erlang external term
@@ -12,7 +12,7 @@ boot (erlang, os, file), defines no module and loads none; the shell that evalua
 operator's. Per-carrier data is not collected: it needs OTP's instrument module, which would
 load on the node.
 
-File: `{beamalloc_snippet, 1, [{Key, Value}]}` with the keys of beamalloc_agent:collect/2 (no
+File: `{beamalloc_snippet, 1, [{Key, Value}]}` with the keys of collect.collect() (no
 carriers) and `proc_status`, `smaps_rollup`, `meminfo` (binaries, or `undefined`).
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from beamalloc.collector import etf, live
+from beamalloc.collector import build, etf
 from beamalloc.collector.terms import Atom, proplist
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot, describe
@@ -33,7 +33,7 @@ VERSION = 1
 #: The /proc texts the snippet carries, by key.
 _OS_KEYS = ("proc_status", "smaps_rollup", "meminfo")
 
-# The allocators asked for beside alloc_util_allocators' list, as beamalloc_agent:collect/2 does.
+# The allocators asked for beside alloc_util_allocators' list, as collect.collect() does.
 _FIXED = ("sys_alloc", "mseg_alloc", "erts_mmap", "alloc_util")
 _SCALARS = ("otp_release", "version", "wordsize", "schedulers")
 
@@ -140,7 +140,7 @@ def read_snippet(data: bytes, name: str, taken_at: float | None = None) -> Snaps
         raise InputError(f"{name}: a beamalloc snippet file without its node or allocators")
     body = [x for x in items if x[0] not in _OS_KEYS]
     try:
-        snap = live.build_snapshot(str(node), body, taken_at=taken_at)
+        snap = build.build_snapshot(str(node), body, taken_at=taken_at)
     except InputError as e:
         raise InputError(f"{name}: {e}") from None
     # build_snapshot looks for the pid on this host; the file's own /proc texts are the truth

@@ -372,11 +372,11 @@ def test_cluster_members_are_checked(names: bytes) -> None:
     (collector/session.py)."""
     from beamalloc.collector.access import Access
     from beamalloc.collector.live import NodeError
-    from beamalloc.collector.session import DirectSession
+    from beamalloc.collector.session import Session
 
     peer = FakePeer(answers={"nodes": names})
     try:
-        with DirectSession(COOKIE, access=Access(epmd_port=peer.epmd_port)) as s, \
+        with Session(COOKIE, access=Access(epmd_port=peer.epmd_port)) as s, \
                 pytest.raises(NodeError, match=r"nodes\(\) is not a list of at most 1024"):
             s.cluster_nodes("hostile@localhost", timeout=TIMEOUT)
     finally:

@@ -14,8 +14,8 @@ from support import ROOT
 from beamalloc.analyzer.analysis import type_rows
 from beamalloc.analyzer.categories import picture
 from beamalloc.collector import dist
+from beamalloc.collector.collect import _raw_ports
 from beamalloc.collector.instrument import MAX_PORT_NAMES, _add_port_names, port_origins
-from beamalloc.collector.live import _raw_ports
 from beamalloc.collector.sources import read_file
 from beamalloc.collector.terms import Atom, Opaque
 from beamalloc.reporters.analyze import holder_sentence

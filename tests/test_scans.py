@@ -81,12 +81,12 @@ def test_processes_every_is_checked_in_one_line() -> None:
 def test_a_failed_scan_is_said_and_tried_again_when_due() -> None:
     """A scan that fails (here: the watch's session is not running) is one line through the
     watch's events, writes nothing, and waits for its next due time; the samples go on."""
-    from beamalloc.collector.session import DirectSession
+    from beamalloc.collector.session import Session
 
     said: list[str] = []
     jobs: list[object] = []
     sc = scans.Scanner("c" * 20, every=300)
-    session = DirectSession("c" * 20)  # not started
+    session = Session("c" * 20)  # not started
     assert sc.due(NODE)
     sc.sampled(NODE, session, 1.0, jobs.append, said.append)
     assert jobs == [] and len(said) == 1 and said[0].startswith(f"{NODE}: no process scan")

@@ -275,9 +275,9 @@ def test_snapshot_watch_report_and_serve_a_real_node(installed: tuple[Install, d
     snap = json.loads((inst.work / "snap.json").read_text())
     assert snap["node"] == node.node and snap["allocators"]
     # Plain TCP: our own distribution client, which needs no Erlang code of ours.
-    agents = (Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_agent.beam")
+    agents = (Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_relay.beam")
     assert not list(agents)
-    # Through the hidden node (TLS, or forced): the agent is compiled from the installed
+    # Through the hidden node (TLS, or forced): the relay is compiled from the installed
     # sources by the host's erlc, into the user's cache.
     inst.env["BEAMALLOC_HIDDEN_NODE"] = "1"
     try:
@@ -287,7 +287,7 @@ def test_snapshot_watch_report_and_serve_a_real_node(installed: tuple[Install, d
         del inst.env["BEAMALLOC_HIDDEN_NODE"]
     assert r.returncode == 0, r.stderr
     assert json.loads((inst.work / "snap-hidden.json").read_text())["node"] == node.node
-    assert list((Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_agent.beam"))
+    assert list((Path(inst.env["XDG_CACHE_HOME"]) / "beamalloc").rglob("beamalloc_relay.beam"))
 
     r = inst.run("report", "snap.json", str(RECON), "-o", "report.html")
     assert r.returncode == 0, r.stderr

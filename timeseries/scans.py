@@ -5,9 +5,8 @@ A sample is the allocators' counters; who holds the memory is a process scan
 (collector/processes.py: read-only, bounded by its budget of BUDGET_MS of process_info
 requests), the same records `recommend NODE` reads. A watch scans a node on its first sample and
 then every `--processes-every` seconds (PROCESSES_EVERY by default; a fleet's later scans are
-spread over the period), over the watch's own connection to that node where it has one
-(collector/session.py DirectSession), else through processes.scan_node's hidden node (TLS
-distribution).
+spread over the period), over the watch's own transport to that node (collector/session.py
+Session: our own client, or the hidden node's relay over TLS).
 
 Stored in a table of its own, `process_scans`, created by `setup()`, which the store's schema
 setup calls (timeseries/store.py): one row per scan, the ProcessTable as zlib-compressed JSON
@@ -213,9 +212,9 @@ class Scanner:
         """Over the session's connection to `node` where it keeps one (our own client), else
         a scan of its own (processes.scan_node: the hidden node for TLS); NodeError if not."""
         from beamalloc.collector import processes
-        from beamalloc.collector.session import DirectSession
+        from beamalloc.collector.session import Session
 
-        if isinstance(session, DirectSession):
+        if isinstance(session, Session):
             p = session.run(node, timeout, lambda conn, deadline: processes.scan_direct(
                 conn, self.max_processes, BUDGET_MS, TOP, deadline))
             return processes.table_from_term(node, p, taken_at=time.time())
@@ -225,9 +224,9 @@ class Scanner:
     def scan_ets(self, session: Any, node: str, timeout: float) -> dict[str, Any]:
         """The node's ETS tables, read-only, as scan() reads its processes."""
         from beamalloc.collector import ets
-        from beamalloc.collector.session import DirectSession
+        from beamalloc.collector.session import Session
 
-        if isinstance(session, DirectSession):
+        if isinstance(session, Session):
             return ets.tables_from_props(session.run(node, timeout, lambda conn, deadline:
                                                      ets.scan_direct(conn, ets.MAX_TABLES,
                                                                      ets.TOP, deadline)))
@@ -247,9 +246,9 @@ class Scanner:
         first = node not in self.last
         phase = (zlib.crc32(node.encode()) % 1000) / 2000 * self.every if first else 0.0
         self.last[node] = time.monotonic() - phase
-        from beamalloc.collector.session import DirectSession
+        from beamalloc.collector.session import Session
 
-        if isinstance(session, DirectSession):
+        if isinstance(session, Session):
             self._scan(session, node, timeout, put, say)
             return
         th = threading.Thread(target=self._scan, args=(session, node, timeout, put, say),

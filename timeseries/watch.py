@@ -1,7 +1,7 @@
 """`beamalloc watch`: sample nodes every interval into the store (timeseries/store.py).
 
 Threads, and why:
-- one poller per node: it asks the shared session (collector/session.py open_session: our own
+- one poller per node: it asks the shared session (collector/session.py Session: our own
   client's connections, or one hidden node over TLS) for a snapshot and waits for it alone, so
   a stalled node only delays its own samples. All pollers tick on one grid (multiples of the
   interval from the start), so an interval's samples are taken together and
@@ -29,9 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from beamalloc.collector.cluster import Session, _long_names
 from beamalloc.collector.live import NodeError
-from beamalloc.collector.session import DirectSession, open_session
+from beamalloc.collector.session import Session, long_names
 from beamalloc.console import width_for
 from beamalloc.errors import InputError
 from beamalloc.limits import CARRIERS_EVERY, MAX_CARRIERS, MAX_PROCESSES, PROCESSES_EVERY
@@ -102,9 +101,9 @@ class Watcher:
         self.stop = threading.Event()
         self._q: queue.Queue[Callable[[Store], None] | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._session: Session | DirectSession | None = None
+        self._session: Session | None = None
         self._threads: list[threading.Thread] = []
-        self._long = _long_names(self.nodes)
+        self._long = long_names(self.nodes)
         self.written = 0
         self.store_bytes = 0
         self.writer_error: BaseException | None = None
@@ -125,7 +124,7 @@ class Watcher:
                     self._session.close()
                 # Plain TCP distribution: our own client over kept connections, no hidden node
                 # (collector/session.py); TLS: the hidden node's session.
-                self._session = open_session(self.cookie, self._long, self.access)
+                self._session = Session(self.cookie, self._long, self.access)
                 self._session.start()
             return self._session
 
@@ -157,7 +156,12 @@ class Watcher:
                 grid += 1
                 self.stop.wait(self._t0 + grid * self.interval - time.monotonic())
         while not self.stop.is_set():
-            session = self.session()
+            try:
+                session = self.session()
+            except NodeError as e:  # our side could not start (every pooled name taken, TLS
+                self._failed(st, str(e))  # refused): said, and tried again next tick
+                self.stop.wait(self.interval)
+                continue
             every = self.carriers_every
             cap = self.max_carriers if every > 0 and tick % every == 0 else 0
             tick += 1

@@ -1,6 +1,6 @@
-%% beamalloc_link: what beamalloc_agent and beamalloc_session share on our hidden node: reading
-%% the cookie, starting distribution under a pooled name, dying with the Python process that
-%% started us, connecting to a target, and telling why a connection failed.
+%% beamalloc_link: the life of our hidden node (beamalloc_relay runs on it): reading the cookie,
+%% starting distribution under a pooled name, leaving nothing behind, connecting to a target, and
+%% telling why a connection failed.
 %%
 %% The node boots without distribution; start/1 starts it under the first of ?POOL fixed names
 %% (beamalloc_1 ... beamalloc_16) that epmd on this host does not list, so a target learns at most
@@ -16,9 +16,7 @@
 %% why_not/3 asks epmd on the target's host whether the node exists; a node that exists and
 %% failed our handshake at the challenge ack rejected the cookie (the digest check).
 -module(beamalloc_link).
--export([setup/0, log/2, start/1, quit/1, run/4, wait/4, one_shot/3, reply_and_quit/1]).
-
--define(MARK, "BEAMALLOC-RESULT ").
+-export([setup/0, log/2, start/0, quit/1, run/4, wait/4]).
 
 -define(POOL, 16).
 
@@ -41,14 +39,12 @@ log(#{msg := {report, {net_kernel, {'EXIT', _, Reason}}}}, #{config := Tab}) ->
 log(_, _) ->
     ok.
 
-%% Read the cookie, start distribution, drop HOME; with WatchStdin, also halt as soon as stdin
-%% ends (the agent: its stdin stays open while the Python process that started it lives, and the
-%% kernel closes it when that process dies, however it dies). The session reads its requests from
-%% stdin and halts at its end itself.
-start(WatchStdin) ->
+%% Read the cookie, start distribution, drop HOME. The relay reads its requests from stdin and
+%% halts at its end (the kernel closes it when the Python process that started us dies, however
+%% it dies).
+start() ->
     case read_cookie() of
         {ok, Cookie} ->
-            WatchStdin andalso spawn(fun watch_stdin/0),
             case start_dist() of
                 ok ->
                     _ = net_kernel:verbose(1),  % failed handshakes reach the log (why_not/3)
@@ -58,13 +54,6 @@ start(WatchStdin) ->
             end;
         Error ->
             Error
-    end.
-
-watch_stdin() ->
-    case io:get_line(standard_io, "") of
-        eof -> quit(0);
-        {error, _} -> quit(0);
-        _ -> watch_stdin()
     end.
 
 %% Delete the throw-away HOME (only one of ours: its name says so), then halt at once.
@@ -171,34 +160,6 @@ read_cookie() ->
             end;
         _ -> {error, no_cookie, <<>>}
     end.
-
-%% The one-shot runs (beamalloc_agent, beamalloc_procs): set up, read the cookie, start
-%% distribution, then in a monitored worker connect to Target and run Work(), by Deadline (Unix
-%% time in ms, the caller's clock); returns Work()'s reply or {error, Kind, Detail}.
-one_shot(Target, Deadline, Work) ->
-    Failures = setup(),
-    case start(true) of
-        {ok, Cookie} ->
-            true = erlang:set_cookie(Target, Cookie),  % for this target only
-            Main = self(),
-            {Pid, Ref} = spawn_monitor(fun() -> Main ! {self(), run(Main, Target, Failures,
-                                                                    Work)} end),
-            Left = Deadline - os:system_time(millisecond),
-            wait(Pid, Ref, erlang:monotonic_time(millisecond) + Left, connecting);
-        Error ->
-            Error
-    end.
-
-%% Print the one result line, "BEAMALLOC-RESULT " ++ base64(term_to_binary(Reply)), and halt.
-%% Allocator statistics are mostly repeated atoms and small numbers: zlib level 1 shrinks a
-%% +S 64 node's 700 kB to 14 kB in 2 ms, sparing base64 (plain Erlang in OTP 25) 40 ms.
-%% HOME goes first: when the Python process died before reading us, the write meets a closed
-%% pipe, and what the io server then does must not decide whether HOME stays behind.
-reply_and_quit(Reply) ->
-    drop_home(),
-    Bin = term_to_binary(Reply, [{compressed, 1}]),
-    io:put_chars(standard_io, [?MARK, base64:encode(Bin), $\n]),
-    quit(0).
 
 %% In the calling process: connect to Target and return Fun(), or the reason it failed as
 %% {error, Kind, Detail}. Parent gets {stage, collecting} once connected (for wait/4's timeout

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from beamalloc.collector import live, processes
+from beamalloc.collector import live, processes, relay
 
 HOST = socket.gethostname().split(".")[0]
 
@@ -84,7 +84,7 @@ def main() -> int:
                 print("target node did not start", file=sys.stderr)
                 return 1
             time.sleep(0.5)
-        live.erlang_ebin()  # compile once; the cache is not what we measure
+        relay.erlang_ebin()  # compile once; the cache is not what we measure
         walls: dict[str, list[float]] = {"direct": [], "hidden": [], "snapshot": []}
         tables: dict[str, list[processes.ProcessTable]] = {"direct": [], "hidden": []}
         for _ in range(args.runs):

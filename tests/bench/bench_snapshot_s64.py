@@ -7,7 +7,7 @@ both alike (read the ratios, not the absolute times):
 
 - direct: collector/dist.py, our own distribution client (what snapshot_node() does for plain
   TCP distribution), no BEAM booted on our side;
-- hidden node: the baseline, a hidden BEAM of ours running beamalloc_agent (still the path of
+- hidden node: a hidden BEAM of ours relaying the same calls (collector/relay.py: the path of
   TLS distribution; $BEAMALLOC_HIDDEN_NODE=1).
 
 Each is split into connect (epmd, our name, the handshake; the hidden node: from its main, once
@@ -16,7 +16,7 @@ decoding), carriers (instrument reads), build (the Snapshot from the reply) and 
 hidden node's boot and cleanup; for the direct way, closing). Then the same system_info calls
 timed inside the target (timer:tc, sequential), and a watch's sample over a kept connection:
 the calls in the target plus the decoding of their replies, without the Snapshot build, over a
-collector/session.py DirectSession and over cluster.Session (the watch's hidden node).
+collector/session.py Session, our own client's and the relay's (the watch's hidden node).
 
 Then whole processes, interleaved: `beamalloc snapshot NODE --json --max-carriers 0` against a
 stock `erl -hidden` making the same calls with erpc (STOCK_EVAL), CPU time (user + system, the
@@ -44,8 +44,9 @@ import sys
 import time
 from pathlib import Path
 
-from beamalloc.collector import cluster, dist, live, session
+from beamalloc.collector import collect, live, relay, session
 from beamalloc.collector.access import Access
+from beamalloc.collector.transport import Transport
 
 HOST = socket.gethostname().split(".")[0]
 
@@ -131,12 +132,12 @@ def _kept(node: str, cookie: str, runs: int) -> tuple[list[float], list[float], 
     Snapshot built."""
     walls, decodes, whole = [], [], []
     nbytes = 0
-    with session.DirectSession(cookie, access=Access()) as s:
+    with session.Session(cookie, access=Access()) as s:
         for _ in range(runs + 1):
-            def work(conn: dist.Connection, deadline: float) -> None:
+            def work(conn: Transport, deadline: float) -> None:
                 d0, b0 = conn.stats["decode_s"], conn.stats["bytes"]
                 t0 = time.perf_counter()
-                live.collect_direct(conn, node, 0, deadline, 0, 0)
+                collect.collect(conn, node, 0, deadline, 0, 0)
                 walls.append(time.perf_counter() - t0)
                 decodes.append(conn.stats["decode_s"] - d0)
                 nonlocal nbytes
@@ -149,14 +150,19 @@ def _kept(node: str, cookie: str, runs: int) -> tuple[list[float], list[float], 
 
 
 def _session(node: str, cookie: str, runs: int) -> list[float]:
-    """Samples through the watch's hidden node (cluster.Session): request to decoded reply."""
-    with cluster.Session(cookie) as s:
-        walls = []
-        for _ in range(runs + 1):
-            t0 = time.perf_counter()
-            s.request("snap", node, 30.0, 0).result(timeout=60)
-            walls.append(time.perf_counter() - t0)
-        return walls[1:]
+    """Samples through the watch's hidden node (a relayed Session): request to decoded reply."""
+    os.environ[live.ENV_HIDDEN_NODE] = "1"
+    try:
+        with session.Session(cookie) as s:
+            walls = []
+            for _ in range(runs + 1):
+                t0 = time.perf_counter()
+                s.run(node, 30.0, lambda conn, deadline: collect.collect(conn, node, 0, deadline,
+                                                                         0, 0))
+                walls.append(time.perf_counter() - t0)
+            return walls[1:]
+    finally:
+        os.environ.pop(live.ENV_HIDDEN_NODE, None)
 
 
 def _child_cpu(cmd: list[str], env: dict[str, str]) -> float:
@@ -211,7 +217,7 @@ def main() -> int:
                 print("target node did not start", file=sys.stderr)
                 return 1
             time.sleep(0.05)
-        live.erlang_ebin()  # compile the agent once; its cache is not what we measure
+        relay.erlang_ebin()  # compile the relay once; its cache is not what we measure
         for hidden in (False, True):  # warm both (the target's first-call atoms, instrument)
             _snap(node, cookie, hidden, args.max_carriers)
 
@@ -245,10 +251,10 @@ def main() -> int:
         print(f"same system_info calls inside the target (timer:tc, sequential): {_ms(inside)}")
         print(f"  ratio direct wall / in-target: {statistics.median(direct) / here:.1f}x")
         print("watch sample over a kept connection (calls in the target + decode, no build):")
-        print(f"  DirectSession:            {_ms(kept)}   goal <= 50 ms; decode "
+        print(f"  Session (our client):     {_ms(kept)}   goal <= 50 ms; decode "
               f"{statistics.median(kept_decode) * 1000:.1f} ms of {kept_bytes} bytes")
-        print(f"  cluster.Session (hidden): {_ms(session)}")
-        print(f"  the whole sample with its Snapshot built, DirectSession: {_ms(kept_whole)}")
+        print(f"  Session (relay):          {_ms(session)}")
+        print(f"  the whole sample with its Snapshot built, our client: {_ms(kept_whole)}")
         print(f"  ratio kept / in-target: {statistics.median(kept) / here:.1f}x")
         connect = statistics.median(p["connect"] for _, p in res[False])
         print(f"direct wall / (in-target + one connection, {connect * 1000:.1f} ms): "

@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from beamalloc.collector.cluster import Session
+from beamalloc.collector.session import Session
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.series import FINDINGS_EVERY, active_findings, derive, summarize
 from beamalloc.timeseries.store import Store

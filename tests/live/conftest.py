@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from otp import HOST, Node, epmd_names, erl_eval, start_node
 
-from beamalloc.collector import live
+from beamalloc.collector import live, relay
 
 __all__ = ["HOST", "Node", "epmd_names", "erl_eval", "start_node"]
 
@@ -39,7 +39,7 @@ def marker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     for `way` (after `marker`), which runs it both ways."""
     tag = f"t{secrets.token_hex(4)}"
     monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
-    monkeypatch.setattr(live, "_node_suffix", lambda: f"{tag}{secrets.token_hex(2)}")
+    monkeypatch.setattr(relay, "_node_suffix", lambda: f"{tag}{secrets.token_hex(2)}")
     assert ours(tag) == []
     yield tag
     assert ours(tag) == [], "a beamalloc hidden node outlived snapshot_node()"
@@ -104,4 +104,4 @@ def no_hidden_node(monkeypatch):
     """Fail the test if anything starts a hidden node."""
     def refuse(*a, **k):
         raise AssertionError("a hidden node was started")
-    monkeypatch.setattr(live, "start_hidden_node", refuse)
+    monkeypatch.setattr(relay, "start_hidden_node", refuse)

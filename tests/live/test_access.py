@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import cluster, dist, live
+from beamalloc.collector import dist, live, session
 from beamalloc.collector.access import Access, AccessError
 
 from .conftest import HOST, Node
@@ -150,9 +150,9 @@ def test_tls_session_keeps_a_private_copy(tls, tls_target, marker):
     reads), its copy of the option file and certificates private to the hidden node (0700 dir,
     0400 files, owned by the node's user), gone when it ends."""
     acc = Access(proto_dist="inet_tls", ssl_dist_optfile=str(tls["optfile"]))
-    with cluster.Session(tls_target.cookie, access=acc) as s:
+    with session.Session(tls_target.cookie, access=acc) as s:
         _check(s.snapshot(tls_target.node, timeout=30), tls_target.node)
-        copy = Path(s._home) / "tls"
+        copy = Path(s._relay._home) / "tls"
         st = copy.stat()
         assert stat.S_IMODE(st.st_mode) == 0o700
         files = sorted(copy.iterdir())
@@ -162,7 +162,7 @@ def test_tls_session_keeps_a_private_copy(tls, tls_target, marker):
         conf = (copy / "ssl_dist.conf").read_text()
         assert str(tls["dir"]) not in conf and str(copy) in conf
         assert s.snapshot(tls_target.node, timeout=30).node == tls_target.node
-        home = Path(s._home)
+        home = Path(s._relay._home)
     assert not home.exists()
 
 
@@ -328,7 +328,7 @@ def test_epmd_less(nodes, marker, way):
         live.snapshot_node(t.node, t.cookie, timeout=15, max_carriers=0, access=Access())
     _check(live.snapshot_node(t.node, t.cookie, timeout=30, max_carriers=0,
                               access=Access(dist_port=port)), t.node)
-    with cluster.Session(t.cookie, access=Access(dist_port=port)) as s:  # watch's path
+    with session.Session(t.cookie, access=Access(dist_port=port)) as s:  # watch's path
         _check(s.snapshot(t.node, timeout=30), t.node)
 
 

@@ -1,5 +1,5 @@
 """The process scan reaches nodes run as production runs them, with the same access settings as
-the snapshot (docs/access.md): both go through live.run_hidden() with the access passed once.
+the snapshot (docs/access.md): both go through session.with_transport() with the access passed once.
 Before, the scan started its hidden node without them and failed where the snapshot worked."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import live, processes
+from beamalloc.collector import live, processes, relay, transport
 from beamalloc.collector.access import Access
 
 from .conftest import Node
@@ -154,7 +154,7 @@ def _both(node, monkeypatch, fn):
     """fn() over our own client (no BEAM may boot: it fails), then with a hidden node."""
     monkeypatch.delenv(live.ENV_HIDDEN_NODE, raising=False)
     with monkeypatch.context() as m:
-        m.setattr(live, "start_hidden_node", _refuse)
+        m.setattr(relay, "start_hidden_node", _refuse)
         direct = fn()
     monkeypatch.setenv(live.ENV_HIDDEN_NODE, "1")
     return direct, fn()
@@ -165,9 +165,9 @@ def _refuse(*a, **k):
 
 
 def test_direct_scan_is_the_hidden_nodes(holders_node, monkeypatch) -> None:
-    """The process scan over collector/dist.py gives what beamalloc_procs on a hidden node
-    gives: the same count, binaries deduplicated by address across processes to the same
-    bytes, the same groups, the same reported processes with the same figures (ties at the
+    """The process scan over collector/dist.py gives what the same scan through the hidden
+    node's relay gives: the same count, binaries deduplicated by address across processes to
+    the same bytes, the same groups, the same reported processes with the same figures (ties at the
     boundary broken alike), and activity for every scanned process. What may differ is what
     the node did between the two reads: the reductions each process spent answering the first
     scan's process_info, and the mailbox that grows."""
@@ -249,11 +249,12 @@ def _beams_under(root: int) -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["recommend", "analyze"])
+@pytest.mark.parametrize("command", ["recommend", "analyze", "snapshot"])
 def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> None:
-    """`beamalloc recommend NODE` and `analyze NODE` (the snapshot, the process scan, the ETS
-    scan) start no BEAM of ours on plain TCP: every descendant of the command is watched while
-    it runs (a hidden node lives for at least its boot, ~0.4 s; the watch looks every few ms).
+    """`beamalloc recommend NODE`, `analyze NODE` (the snapshot, the process scan, the ETS
+    scan) and `snapshot NODE` start no BEAM of ours on plain TCP: every descendant of the
+    command is watched while it runs (a hidden node lives for at least its boot, ~0.4 s; the
+    watch looks every few ms).
     The same watch sees the hidden node with $BEAMALLOC_HIDDEN_NODE=1, so it can fail."""
     import sys
 
@@ -262,8 +263,9 @@ def test_no_beam_boots_for_a_live_command(holders_node, command, tmp_path) -> No
     env.update(BEAMALLOC_COOKIE=w.cookie, HOME=str(tmp_path))
 
     def watch(extra_env: dict[str, str]) -> tuple[int, set[int]]:
+        out = ["-o", str(tmp_path / "s.json")] if command == "snapshot" else ["--json"]
         proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", command, w.node,
-                                 "--json", "--timeout", "60"], env={**env, **extra_env},
+                                 *out, "--timeout", "60"], env={**env, **extra_env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen: set[int] = set()
         try:
@@ -326,7 +328,7 @@ def test_tls_target_calls_back_into_the_scans_hidden_node(tmp_path) -> None:
             assert proc.poll() is None and time.monotonic() < end, "target did not come up"
             time.sleep(0.05)
         acc = Access(proto_dist="inet_tls", ssl_dist_optfile=str(tls["optfile"]))
-        assert not live.direct(acc)
+        assert not transport.direct(acc)
         scan = processes.scan_node(t.node, cookie, timeout=60, access=acc)
         assert scan.node == t.node and scan.count > 200_000 and scan.scanned > 0
         end = time.monotonic() + 30

@@ -182,6 +182,6 @@ def test_snapshot_leaves_the_target_as_it_was(node_factory, probe, tmp_path) -> 
     assert probe_atoms == 1, (s1[0], s2[0])
     assert s3[0] - s2[0] == probe_atoms, "the snapshot created atoms on the target"
     assert s3[1:] == s2[1:] == s1[1:]
-    assert "beamalloc_agent" not in s3[5] and "beamalloc_session" not in s3[5]
+    assert not any(str(m).startswith("beamalloc_") for m in s3[5])  # nothing of ours loaded
     assert "instrument" in s3[5]  # the snapshot did read carriers
 

@@ -19,7 +19,7 @@ import sys
 import pytest
 from support import SecretWatch, run_cli
 
-from beamalloc.collector import cluster, live
+from beamalloc.collector import live, session, transport
 from beamalloc.collector.cookie import CookieError
 from beamalloc.timeseries.store import Store
 from live.conftest import HOST, start_node
@@ -87,7 +87,7 @@ def test_unusable_cookie_starts_no_node(kind, marker, hidden) -> None:
         live.snapshot_node(f"nobody_here@{HOST}", UNUSABLE[kind])
     assert leaks(UNUSABLE[kind], str(ei.value).encode()) == []
     with pytest.raises(CookieError):
-        cluster.Session(UNUSABLE[kind])
+        session.Session(UNUSABLE[kind])
     assert hidden() == []
 
 
@@ -135,12 +135,12 @@ def test_latin1_cookie_works_and_is_written_nowhere(tmp_path) -> None:
 
 
 def test_scrub_takes_every_form_of_the_cookie() -> None:
-    """What the agent sends back is scrubbed in Python (live._scrub) before it is shown: the
+    """What the agent sends back is scrubbed in Python (transport.scrub) before it is shown: the
     cookie, its hex, its character codes, and any piece of 4 characters or more of those."""
     cookie = "Ñandú-" + secrets.token_hex(6)
     codes = ",".join(str(ord(c)) for c in cookie)
     for text in (f"crash: {cookie}", f"crash: {cookie[:9]}...", f"[{codes[:30]}|...]",
                  f"hex {cookie.encode().hex()[:20]}"):
-        out = live._scrub(text, cookie)
+        out = transport.scrub(text, cookie)
         assert leaks(cookie, out.encode()) == [] and "***" in out, out
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from beamalloc.collector import dist, etf, live
+from beamalloc.collector import build, dist, etf, live
 from beamalloc.collector.access import Access
 from beamalloc.collector.terms import Atom
 
@@ -199,7 +199,7 @@ def test_one_frozen_reply_is_the_same_snapshot_both_ways(otp_release) -> None:
         t.stop()
     as_agent = etf.decode(blob)
     assert repr(over_dist) == repr(as_agent)  # equal, and the same types (Atom vs str)
-    a = live.build_snapshot(t.node, over_dist, taken_at=1.0)
-    b = live.build_snapshot(t.node, as_agent, taken_at=1.0)
+    a = build.build_snapshot(t.node, over_dist, taken_at=1.0)
+    b = build.build_snapshot(t.node, as_agent, taken_at=1.0)
     assert a.to_json() == b.to_json()
     assert len(a.allocators) >= 8 * 8 and a.raw and a.raw == b.raw

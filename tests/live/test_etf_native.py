@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from beamalloc.collector import etf, live
+from beamalloc.collector import build, etf
 from beamalloc.collector.terms import Atom, Opaque, format_term
 
 pytestmark = pytest.mark.skipif(etf._native is None, reason="the Rust extension is not built")
@@ -109,10 +109,10 @@ def test_corrupted_inputs_never_differ(real: list[bytes]) -> None:
 
 
 def test_raw_text_is_format_term(real: list[bytes]) -> None:
-    """live.raw_text (native) writes exactly what terms.format_term writes."""
+    """build.raw_text (native) writes exactly what terms.format_term writes."""
     for data in (real[0], real[1], real[4]):
         t = etf.decode(data)
-        assert live.raw_text(t) == format_term(t)
+        assert build.raw_text(t) == format_term(t)
     odd = [True, False, None, 1 << 70, -3, 2.5, b"\x01", Atom("A b"), "é\n", "",
            Opaque("<0.1.2>"), (Atom("a"), [Atom("a"), "a"])]
-    assert live.raw_text(odd) == format_term(odd)
+    assert build.raw_text(odd) == format_term(odd)

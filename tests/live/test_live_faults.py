@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from beamalloc.collector import live
+from beamalloc.collector import live, relay
 
 pytestmark = pytest.mark.live
 
@@ -86,7 +86,7 @@ def test_interrupt_kills_hidden_node(node_factory, marker, hidden, monkeypatch, 
         assert hidden(), "the hidden node never started"
         raise exc("interrupted")
 
-    monkeypatch.setattr(live, "_read_output", interrupted)
+    monkeypatch.setattr(relay.Relay, "answer", interrupted)
     with pytest.raises(exc):
         live.snapshot_node(n.node, n.cookie, timeout=TIMEOUT)
     assert hidden() == []
@@ -100,4 +100,4 @@ def test_an_agent_cache_we_cannot_write_is_one_line(monkeypatch, tmp_path) -> No
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "cache"))
     with pytest.raises(live.NodeError, match="set XDG_CACHE_HOME to a writable directory"):
-        live.erlang_ebin()
+        relay.erlang_ebin()

@@ -1,7 +1,7 @@
 """Ports and drivers as holders, on real nodes (issue 24 item 2): from OTP 27 instrument tags a
 driver's blocks per port (`flags => [per_port]`, OTP-18577), and beamalloc names the port and
 its driver; before, the driver by name. Read as users run it, over our own client and over the
-hidden node (BEAMALLOC_HIDDEN_NODE=1, beamalloc_agent.erl), which must agree.
+hidden node's relay (BEAMALLOC_HIDDEN_NODE=1, collector/relay.py), which must agree.
 
 The node holds a TCP socket in `{packet, 4}` mode that received a header announcing 64 MiB and
 20 MiB of it: inet_drv allocates the whole packet's buffer (a drv_binary of the port) and

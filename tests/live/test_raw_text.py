@@ -1,11 +1,11 @@
-"""live.raw_text is format_term, only faster: same text for every term."""
+"""build.raw_text is format_term, only faster: same text for every term."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beamalloc.collector.live import raw_text
+from beamalloc.collector.build import raw_text
 from beamalloc.collector.terms import Atom, Opaque, format_term
 
 _leaf = st.one_of(

@@ -15,7 +15,7 @@ import time
 import pytest
 from support import assert_unprivileged
 
-from beamalloc.collector import cluster
+from beamalloc.collector import session
 from beamalloc.collector.terms import parse_term
 
 pytestmark = [pytest.mark.live,
@@ -46,7 +46,7 @@ def test_target_runs_code_on_the_hidden_node_as_nobody(node_factory, tmp_path, m
     secret.chmod(0o600)
     out = tmp_path / "attack.txt"
     n = node_factory(eval_=ATTACK.format(secret=secret, out=out).replace("\n", " "))
-    with cluster.Session(n.cookie) as s:
+    with session.Session(n.cookie) as s:
         s.snapshot(n.node, timeout=20, max_carriers=0)
         deadline = time.monotonic() + 30
         while not out.exists() and time.monotonic() < deadline:

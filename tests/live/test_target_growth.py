@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beamalloc.collector import cluster, live
+from beamalloc.collector import live, session
 from beamalloc.collector.access import Access
 from live.conftest import HOST, epmd_names
 from live.epmd_names import register
@@ -123,7 +123,7 @@ def test_twenty_snapshots_leave_the_target_as_the_first_did(private_target, mark
     assert target.settled(s1) == s1, "20 snapshots changed the target"
 
     # watch's way: one long-lived hidden node, carriers on some samples
-    with cluster.Session(target.cookie, access=access) as s:
+    with session.Session(target.cookie, access=access) as s:
         for i in range(10):
             s.snapshot(target.node, timeout=20, max_carriers=live.MAX_CARRIERS if i % 3 else 0)
     assert target.settled(s1) == s1, "a session's samples changed the target"
@@ -133,7 +133,7 @@ def test_two_runs_at_once_take_two_names(target, marker) -> None:
     """Concurrent runs never share a name (a second connection under the same name would take
     the first one's place on the target); each takes the lowest free one."""
     before = set(epmd_names())
-    with cluster.Session(target.cookie) as a, cluster.Session(target.cookie) as b:
+    with session.Session(target.cookie) as a, session.Session(target.cookie) as b:
         sa = a.snapshot(target.node, timeout=20, max_carriers=0)
         sb = b.snapshot(target.node, timeout=20, max_carriers=0)
         ours = {n for n in set(epmd_names()) - before if n.startswith("beamalloc_")}
