@@ -2,7 +2,9 @@
 
 Read separately from collector/crashdump.py (the allocator sections): the file is read in blocks
 and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
-pass at about the speed of reading it, and the memory of its processes' records.
+pass, a section's keys found natively (dumpscan.Keys); its memory is its processes' records,
+or, with a `keep` (analyzer/holders.DumpMembers: the analyze and recommend commands), what that
+keeps of them and the groups summed as read.
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
 
