@@ -150,3 +150,22 @@ def read_file_bytes(data: bytes, procs: ProcSections) -> None:
     from beamalloc.collector.crashdump import read_crashdump_file
 
     read_crashdump_file(io.BytesIO(data), "t", procs=procs)
+
+
+@needs_sample
+def test_a_dump_of_many_processes_keeps_few() -> None:
+    """The OTP 25 sample's processes twenty times over: the holders keep the few the section
+    names and give what all of them give."""
+    from beamalloc.analyzer.holders import DumpMembers, processes_json
+
+    data = SAMPLE.read_bytes()
+    procs = data[data.index(b"\n=proc:") + 1:data.rindex(b"\n=proc_") + 1]
+    data = data.replace(procs, procs * 20)
+    sums = DumpMembers()
+    kept, every = ProcSections(keep=sums), ProcSections()
+    read_file_bytes(data, kept)
+    read_file_bytes(data, every)
+    small, big = kept.table(io.StringIO()), every.table(io.StringIO())
+    assert small.scanned == big.scanned == len(big.procs) > 400
+    assert len(small.procs) <= 60
+    assert _json(processes_json(small, sums=sums)) == _json(processes_json(big))
