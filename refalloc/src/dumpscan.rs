@@ -126,7 +126,8 @@ mod tests {
     fn line_values_first_of_each_at_a_line_start() {
         let s = |n: &str| (n.as_bytes().to_vec(), false);
         let w = Want::new(vec![s("OldHeap: "), s("OldHeap unused: "), s("State: "), s("Name: ")]);
-        let t = b"State: Waiting\nInternal State: X\nOldHeap unused: 3\nOldHeap: 5\nState: Y\nOldHeap: ";
+        let t: &[u8] = b"State: Waiting\nInternal State: X\nOldHeap unused: 3\n\
+                         OldHeap: 5\nState: Y\nOldHeap: ";
         let v: Vec<Option<&[u8]>> =
             w.line_values(t).into_iter().map(|r| r.map(|(a, b)| &t[a..b])).collect();
         assert_eq!(v, vec![Some(&b"5"[..]), Some(&b"3"[..]), Some(&b"Waiting"[..]), None]);
