@@ -19,8 +19,10 @@ collection; hibernation (erlang:hibernate/3) collects and shrinks the heap to it
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+import bisect
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from beamalloc.analyzer.records import NoFlagEntry, Reason, Remedy
@@ -175,8 +177,8 @@ def _members(t: ProcessTable) -> dict[str, list[Proc]]:
     return out
 
 
-def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None = None
-               ) -> dict[str, Any]:
+def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None = None,
+               sums: DumpMembers | None = None) -> dict[str, Any]:
     """What collecting or hibernating the idle processes would release, per group (initial
     call), and how each figure was had (docs/processes.md "Idle heaps"):
 
@@ -194,7 +196,7 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
     ws = t.wordsize or 8
     minimum = MIN_HEAP_WORDS * ws
     measured = _probed(probe)
-    members = _members(t)
+    members = _members(t) if sums is None else {}
     rows: list[dict[str, Any]] = []
     system = {"count": 0, "total_heap_bytes": 0}
     listed_count = listed_heap = 0
@@ -211,6 +213,16 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
         if _system_group(g):
             system["count"] += g.idle_count or 0
             system["total_heap_bytes"] += g.idle_total_heap_bytes or 0
+            continue
+        if sums is not None:  # a dump's processes summed as they were read
+            gs = sums.groups.get(g.initial_call) or _GroupSums()
+            system["count"] += gs.otp_idle
+            system["total_heap_bytes"] += gs.otp_idle_heap
+            count = (g.idle_count or 0) - gs.otp_idle
+            if count > 0:
+                heap = (g.idle_total_heap_bytes or 0) - gs.otp_idle_heap
+                rows.append(_idle_group(g.initial_call, count, max(heap, 0), [], idle,
+                                        rest_share, measured, minimum, gs))
             continue
         # OTP's own processes spawned the application's way (erlang:apply/2 on OTP 25): those
         # reported are taken out of their group
@@ -252,8 +264,9 @@ def idle_heaps(t: ProcessTable, idle: Idleness, probe: list[ProbeResult] | None 
 
 
 def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idleness,
-                rest_share: float | None, measured: dict[str, ProbeResult], minimum: int
-                ) -> dict[str, Any]:  # fmt: skip
+                rest_share: float | None, measured: dict[str, ProbeResult], minimum: int,
+                sums: _GroupSums | None = None) -> dict[str, Any]:
+    """`sums`: a dump's group summed as read (DumpMembers), in place of its `members`."""
     if idle.quiet is not None:
         seen = [p for p in members if p.idle]  # idle at the instant the scan read it
         if seen:
@@ -273,8 +286,11 @@ def _idle_group(key: str, count: int, heap: int, members: list[Proc], idle: Idle
         releases, how = bound, "bound"
     names = sorted({p.name for p in members if p.name})[:3]
     # where its members wait: a group spawned from a fun is only erlang:apply/2 otherwise
-    waits = [p.current_function for p in members if p.current_function and idle.idle(p)]
-    current = max(sorted(set(waits)), key=waits.count) if waits else None
+    waits = Counter(p.current_function for p in members
+                    if p.current_function and idle.idle(p))
+    if sums is not None:
+        names, waits = list(sums.names), sums.waits
+    current = max(sorted(waits), key=waits.__getitem__) if waits else None
     return {"initial_call": key, "count": count, "total_heap_bytes": heap, "releases": releases,
             "how": how, "probed": len(probed), "bound": bound, "names": names,
             "current_function": current}
@@ -314,9 +330,10 @@ def binary_holder(p: Proc, ws: int, probe: ProbeResult | None) -> dict[str, Any]
 
 
 def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
-             idle: Idleness | None = None) -> list[dict[str, Any]]:
+             idle: Idleness | None = None, sums: DumpMembers | None = None
+             ) -> list[dict[str, Any]]:  # fmt: skip
     """H1 pinned binaries, H2 idle heaps, H3 long mailboxes. `idle`: how idleness was read
-    (default: at the one instant of `t`)."""
+    (default: at the one instant of `t`); `sums`: a dump's groups summed as read."""
     ws = t.wordsize or 8
     idle = idle or idleness(t)
     measured = _probed(probe)
@@ -355,7 +372,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
                 "expiry) or keep the data elsewhere (ETS, disk)",
                 {"holder": h, "bytes": p.binary_exclusive_bytes, "releases": h["released"] or 0},
                 (SRC_EIA,)))
-    h2 = _idle_finding(t, idle, idle_heaps(t, idle, probe))
+    h2 = _idle_finding(t, idle, idle_heaps(t, idle, probe, sums))
     if h2 is not None:
         out.append(h2)
     for p in _top(t.procs, lambda p: p.message_queue_len, 20):
@@ -474,13 +491,15 @@ def h_flags(t: ProcessTable, found: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
-                   earlier: ProcessTable | None = None) -> dict[str, Any]:
+                   earlier: ProcessTable | None = None, sums: DumpMembers | None = None
+                   ) -> dict[str, Any]:  # fmt: skip
     """The `processes` section (docs/analysis-schema.md; issue 12 item 4). `earlier`: a read of
-    the same node before `t`, by whose difference idleness is judged (issue 24 item 6)."""
+    the same node before `t`, by whose difference idleness is judged (issue 24 item 6). `sums`:
+    the DumpMembers that kept `t.procs` of a dump (the groups' members summed as read)."""
     idle = idleness(t, earlier)
-    found = findings(t, probe, idle)
+    found = findings(t, probe, idle, sums)
     procs = t.procs
-    members = _members(t)
+    members = _members(t) if sums is None else {}
     return {
         "source": t.source, "count": t.count, "scanned": t.scanned, "complete": t.complete,
         "died": t.died, "budget": t.budget or None, "wordsize": t.wordsize,
@@ -497,9 +516,11 @@ def processes_json(t: ProcessTable, probe: list[ProbeResult] | None = None,
                     "message_queue_len": g.message_queue_len, "binary_bytes": g.binary_bytes,
                     "names": g.names, "idle_count": g.idle_count,
                     "idle_total_heap_bytes": g.idle_total_heap_bytes,
-                    "system": _system_group(g), **_group_members(members.get(g.initial_call))}
+                    "system": _system_group(g),
+                    **(_group_members(members.get(g.initial_call)) if sums is None
+                       else sums.group_members(g.initial_call))}
                    for g in t.groups[:TOP_ROWS * 2]],
-        "idle_heaps": idle_heaps(t, idle, probe),
+        "idle_heaps": idle_heaps(t, idle, probe, sums),
         "gc_probe": None if probe is None else [
             {"pid": r.pid, "name": r.name, "dead": r.dead,
              "released_binary_bytes": r.released_binary_bytes,
@@ -525,6 +546,90 @@ def _group_members(mine: list[Proc] | None) -> dict[str, Any]:
     app = [p.memory for p in mine if not is_system(p.name, p.initial_call)]
     return {"otp_count": len(otp), "otp_memory": sum(p.memory for p in otp),
             "largest_member": max(app, default=None)}
+
+
+@dataclass
+class _GroupSums:
+    """Of one group of a dump (by initial call), what its members add up to: what
+    _group_members and _idle_group take of them."""
+
+    otp_count: int = 0
+    otp_memory: int = 0
+    largest: int | None = None  # of the application's members
+    otp_idle: int = 0
+    otp_idle_heap: int = 0
+    names: list[str] = field(default_factory=list)  # the application's, first 3 sorted
+    waits: Counter[str] = field(default_factory=Counter)  # current functions of idle ones
+
+
+def _keep(best: list[tuple[int, str, int, Proc]], n: int, p: Proc, v: int | None,
+          seq: int) -> None:
+    """Keep `p` among the `n` largest by `v` (then smallest pid: _top's order) of `best`."""
+    if v:
+        best.append((-v, p.pid, seq, p))
+        if len(best) >= 4 * n:
+            best[:] = sorted(best)[:n]
+
+
+class DumpMembers:
+    """A crash dump's processes as they are read (collector/procdump.ProcSections(keep=)):
+    kept only where some part of the `processes` section can name them (the largest by each
+    measure _top lists, the idle ones H1 and H2 name), and of each group what processes_json
+    takes of its members, summed. A dump of any number of processes costs what is kept, not a
+    record each (issue 28 item 1); processes_json(sums=) gives what it gives on them all."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, _GroupSums] = {}
+        self._seq = 0
+        self._tops: list[tuple[Callable[[Proc], int | None], int, bool,
+                               list[tuple[int, str, int, Proc]]]] = [
+            (lambda p: p.binary_bytes, TOP_ROWS, False, []),
+            (lambda p: p.total_heap_bytes, TOP_ROWS, False, []),
+            (lambda p: p.message_queue_len, max(TOP_ROWS, 20), False, []),  # H3: 20
+            (_pinned, 50, True, []),  # H1: of the idle ones
+        ]
+        self._big: list[tuple[int, Proc]] = []  # H2: every idle one of MIN_IDLE_HEAP
+
+    def add(self, p: Proc) -> None:
+        self._seq += 1
+        system = is_system(p.name, p.initial_call)
+        idle = p.idle and not system  # Idleness("one instant").idle
+        for key, n, idle_only, best in self._tops:
+            if idle or not idle_only:
+                _keep(best, n, p, key(p), self._seq)
+        if idle and p.total_heap_bytes >= MIN_IDLE_HEAP:
+            self._big.append((self._seq, p))
+        if p.initial_call is None:  # in no group's members (_members)
+            return
+        g = self.groups.get(p.initial_call)
+        if g is None:
+            g = self.groups[p.initial_call] = _GroupSums()
+        if system:
+            g.otp_count += 1
+            g.otp_memory += p.memory
+            if p.idle:
+                g.otp_idle += 1
+                g.otp_idle_heap += p.total_heap_bytes
+            return
+        g.largest = p.memory if g.largest is None else max(g.largest, p.memory)
+        if p.name and p.name not in g.names and (len(g.names) < 3 or p.name < g.names[-1]):
+            bisect.insort(g.names, p.name)
+            del g.names[3:]
+        if p.idle and p.current_function:
+            g.waits[p.current_function] += 1
+
+    def kept(self) -> list[Proc]:
+        """The processes kept, in the dump's order."""
+        seen: dict[int, Proc] = dict(self._big)
+        for _, n, _, best in self._tops:
+            seen.update((seq, p) for _, _, seq, p in sorted(best)[:n])
+        return [seen[k] for k in sorted(seen)]
+
+    def group_members(self, key: str) -> dict[str, Any]:
+        """_group_members of a group's members."""
+        g = self.groups.get(key) or _GroupSums()
+        return {"otp_count": g.otp_count, "otp_memory": g.otp_memory,
+                "largest_member": g.largest}
 
 
 def probe_candidates(t: ProcessTable, n: int, earlier: ProcessTable | None = None) -> list[str]:

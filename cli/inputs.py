@@ -46,9 +46,10 @@ def load(source: str, args: argparse.Namespace, ctx: Context) -> Snapshot:
         return snap
     if source == "-" or getattr(args, "no_processes", True):  # no holders() for these
         return sources.read_file(source)
+    from beamalloc.analyzer.holders import DumpMembers
     from beamalloc.collector.procdump import ProcSections
 
-    procs = ProcSections()
+    procs = ProcSections(keep=DumpMembers())  # a dump's processes: only what holders() uses
     # One at a time (Context.dump_procs): holders() then reads an earlier dump again, as it
     # always did, and a dump never asked for its holders (--rate-from) keeps no table.
     ctx.dump_procs = None
@@ -80,7 +81,7 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
     `--gc-probe N` the one action of beamalloc that changes the node (announced on stderr
     before it starts); a crash dump's =proc sections; None for other sources, with
     --no-processes, or a dump read from stdin."""
-    from beamalloc.analyzer.holders import probe_candidates, processes_json
+    from beamalloc.analyzer.holders import DumpMembers, probe_candidates, processes_json
     from beamalloc.collector import sources
 
     probe_n = getattr(args, "gc_probe", 0)
@@ -117,7 +118,9 @@ def holders(source: str, args: argparse.Namespace, ctx: Context, snap: Snapshot,
                 if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
                     return None
             if read is not None and read[0] is snap:  # read with the allocators, in one pass
-                return processes_json(read[1].table(None, lambda at: line_of(source, at)))
+                sums = read[1].keep
+                return processes_json(read[1].table(None, lambda at: line_of(source, at)),
+                                      sums=sums if isinstance(sums, DumpMembers) else None)
             return processes_json(read_procdump(source))
         except OSError as e:
             raise InputError(f"cannot read {source}: {e.strerror}") from None

@@ -253,6 +253,13 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
         if section == "end":
             ended = True
             break
+        if line.startswith(("=proc:", "=ets:")):  # most of the sections kept: not split
+            if tables.start(section):  # (always: both are its kinds)
+                if body is not None:
+                    tables.lines.append(body)
+                if complete:
+                    tables.close()
+            continue
         lines = body.split("\n") if body is not None else []
         if m := _SECTION.match(line):
             alloc = _Section(m.group(1), int(m.group(2)) if m.group(2) else None, lines)

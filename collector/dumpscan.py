@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 #: Bytes read at a time: a block costs one read, and 1 MiB read and joined costs 0.6 of 4 MiB's
 #: CPU (tests/bench/bench_crashdump.py's dump; a smaller block stays in the caches).
@@ -79,6 +79,70 @@ class Headers:
             return int(self._native.search(data, start))
         m = self.pattern.search(data, start)
         return m.start() if m is not None else -1
+
+
+class Keys:
+    """The `KEY: value` lines of a section a reader reads: `values(text)` gives, for each key,
+    the rest of the first line of `text` that starts with "KEY: " (None where none does), as
+    `pattern` (`^(KEY|...): (.*)$`, re.M) finds first; natively (refalloc/src/dumpscan.rs
+    `line_values`: no regex step a byte, no dict a section) where the extension is built."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.pattern = re.compile("^(" + "|".join(re.escape(k) for k in keys) + "): (.*)$", re.M)
+        self._index = {k: i for i, k in enumerate(keys)}
+        self._native = None
+        try:
+            from beamalloc._refalloc import DumpWant
+
+            self._native = DumpWant([((k + ": ").encode(), False) for k in keys])
+        except ImportError:  # pragma: no cover - `make setup` builds it
+            pass
+
+    def values(self, text: str) -> list[str | None]:
+        if self._native is not None:
+            try:
+                return self._native.values(text)  # type: ignore[no-any-return]
+            except UnicodeEncodeError:  # a lone surrogate (text not decoded from bytes)
+                pass
+        return self.reference(text)
+
+    def parsed(self, text: str, ints: int, most: int) -> tuple[list[Any], int]:
+        """`values` stripped, the first `ints` of them as ints where they are counts
+        (`[0-9]{1,20}`, at most `most`); and the index of the first of those present that is
+        not, or -1."""
+        if self._native is not None:
+            try:
+                return self._native.parsed(text, ints, most)  # type: ignore[no-any-return]
+            except UnicodeEncodeError:
+                pass
+        return parse(self.reference(text), ints, most)
+
+    def reference(self, text: str) -> list[str | None]:
+        """The same with `pattern` (the native search is tested against it)."""
+        out: list[str | None] = [None] * len(self.keys)
+        for k, v in self.pattern.findall(text):
+            i = self._index[k]
+            if out[i] is None:
+                out[i] = v
+        return out
+
+
+def parse(values: list[str | None], ints: int, most: int) -> tuple[list[Any], int]:
+    """Keys.parsed of raw values (the reference of the native one)."""
+    out: list[Any] = []
+    bad = -1
+    for i, v in enumerate(values):
+        if v is not None:
+            v = v.strip()
+            if i < ints:
+                # [0-9]{1,20}: isdigit alone takes other scripts' digits
+                if v.isascii() and v.isdigit() and len(v) <= 20 and int(v) <= most:
+                    v = int(v)
+                elif bad < 0:
+                    bad = i
+        out.append(v)
+    return out, bad
 
 
 def keeps(want: Headers, header: str) -> bool:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from beamalloc.collector.procdump import PROC_INTS, SkipSection, printable, proc_of
+from beamalloc.collector.procdump import KEYS, VALUES, SkipSection, printable, proc_of
 from beamalloc.snapshot import UINT64_MAX
 
 #: ETS tables kept by size (the count and total cover them all).
@@ -34,7 +34,8 @@ def _keys(*keys: str) -> re.Pattern[str]:
 
 
 _ETS_KEYS = _keys("Table", "Name", "Objects", "Words", "Type", "Protection")
-_PROC_KEYS = _keys("State", "Name", "Spawned as", "Program counter", *PROC_INTS)
+#: A =proc section's values as kept: the first 200 characters of each (as _keys reads them)
+_PROC_MEMORY = KEYS.index("Memory")
 #: States a process is in while it allocates (erl_process_dump.c prints these), lower case.
 ACTIVE_STATES = ("running", "garbing")
 
@@ -58,7 +59,6 @@ class DumpTables:
     _arg: str = ""
     #: the current section's text (joined with "\n" at close)
     lines: list[str] = field(default_factory=list)
-    _keys: re.Pattern[str] = re.compile("(?!)")
     _seq: int = 0
 
     def start(self, section: str) -> bool:
@@ -68,7 +68,6 @@ class DumpTables:
         if kind not in self.KINDS:
             return False
         self._kind, self._arg = kind, arg.strip()
-        self._keys = _ETS_KEYS if kind == "ets" else _PROC_KEYS
         self.lines.clear()
         return True
 
@@ -76,7 +75,7 @@ class DumpTables:
         """The section's `Key: Value` lines of the keys kept, the first of each: one regex over
         the joined section, not a Python step per line."""
         kv: dict[str, str] = {}
-        for k, v in self._keys.findall(text):
+        for k, v in _ETS_KEYS.findall(text):
             if k not in kv:
                 kv[k] = v.strip()
         return kv
@@ -123,15 +122,15 @@ class DumpTables:
             return
         if self._passed_over(text):
             return
-        kv = self._parse(text)
+        vals = [None if v is None else v[:200] for v in VALUES.values(text)]
         try:
-            p = proc_of(self._arg, kv, 1)  # words; bytes once the word size is known
+            p = proc_of(self._arg, vals, 1)  # words; bytes once the word size is known
         except SkipSection:
             self.proc_bad += 1
             return
         row = {"pid": p.pid, "name": p.name, "initial_call": printable(p.initial_call),
                "current_function": printable(p.current_function), "state": printable(p.status),
-               "memory_words": kv.get("Memory") is None,  # before OTP 17: heap words stand in
+               "memory_words": vals[_PROC_MEMORY] is None,  # before OTP 17: heap words stand in
                "memory": p.memory, "total_heap": p.total_heap_bytes, "heap": p.heap_bytes,
                "binary": p.binary_bytes, "message_queue_len": p.message_queue_len}
         if p.status in ACTIVE_STATES and len(self.active) < MAX_ACTIVE:

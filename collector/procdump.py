@@ -2,7 +2,9 @@
 
 Read separately from collector/crashdump.py (the allocator sections): the file is read in blocks
 and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
-pass at about the speed of reading it, and the memory of its processes' records.
+pass, a section's keys found natively (dumpscan.Keys); its memory is its processes' records,
+or, with a `keep` (analyzer/holders.DumpMembers: the analyze and recommend commands), what that
+keeps of them and the groups summed as read.
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
 
@@ -25,12 +27,20 @@ from __future__ import annotations
 
 import re
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Protocol, TextIO
 
-from beamalloc.collector.dumpscan import Headers, Section, Stats, line_of, line_sections, scan
+from beamalloc.collector.dumpscan import (
+    Headers,
+    Keys,
+    Section,
+    Stats,
+    line_of,
+    line_sections,
+    parse,
+    scan,
+)
 from beamalloc.collector.processes import Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
@@ -38,18 +48,19 @@ _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
 _PC = re.compile(r"\(([^()\s\x00-\x1f\x7f-\x9f]+:[^()\s\x00-\x1f\x7f-\x9f]+/\d+) \+ \d+\)")
 _MFA = re.compile(r"[^\s:\x00-\x1f\x7f-\x9f]+:[^\s/\x00-\x1f\x7f-\x9f]+/\d+\Z")
 _WORDSIZE = re.compile(r"\[(32|64)-bit\]")
-_UINT = re.compile(r"[0-9]{1,20}\Z")
 #: Sizes above 2^61 words (2^64 bytes) are no node's: a section claiming them is skipped.
 MAX_WORDS = (1 << 61) - 1
 #: Keys without which a section says nothing about who holds memory.
 REQUIRED = ("Stack+heap", "OldHeap")
 PROC_INTS = ("Stack+heap", "OldHeap", "Heap unused", "OldHeap unused", "Heap fragment data",
          "BinVHeap", "OldBinVHeap", "Memory", "Message queue length", "Reductions")
-#: The `Key: Value` lines proc_of reads (the first of each counts; a line's key is what precedes
-#: its first ": ").
-_KEYS = re.compile("^(" + "|".join(re.escape(k) for k in (
-    *PROC_INTS, "State", "Name", "Spawned as", "Program counter")
-) + "): (.*)$", re.M)
+#: The `Key: Value` lines proc_of reads, in the order of its values (the first line of each
+#: counts; a line's key is what precedes its first ": ").
+KEYS = (*PROC_INTS, "State", "Name", "Spawned as", "Program counter")
+VALUES = Keys(KEYS)
+_STATE, _NAME, _SPAWNED, _PCX = range(len(PROC_INTS), len(KEYS))
+#: Entries of a table's cache of values seen (ProcSections): past them it starts again.
+MAX_CACHE = 1 << 16
 
 
 def printable(s: str | None, limit: int = 100) -> str | None:
@@ -65,38 +76,61 @@ class SkipSection(ValueError):
     """A =proc section that says nothing reliable (collector/dumptables.py skips it too)."""
 
 
-def proc_of(pid: str, kv: dict[str, str], ws: int) -> Proc:
-    for k in REQUIRED:
-        if k not in kv:
+def _derived(v: str | None) -> tuple[str | None, str | None, str | None]:
+    """Of a `Spawned as`, `Program counter` or `State` value (stripped): what proc_of keeps of
+    it as each."""
+    if v is None:
+        return None, None, None
+    pc = _PC.search(v)
+    return (v if v and _MFA.match(v) else None, pc.group(1) if pc else None,
+            printable(v.lower()) or None)
+
+
+def proc_of(pid: str, vals: list[Any], ws: int, cache: dict[Any, Any] | None = None,
+            bad: int | None = None) -> Proc:
+    """A process from its section's values: VALUES.parsed's (KEYS' order, stripped, the sizes
+    as ints where they are counts, `bad` the first that is not) or, with `bad` None, VALUES'
+    raw values. `cache` keeps what was derived from a value seen before (a table's processes
+    share their spawn calls, functions, states and sizes): work and memory once per distinct
+    value."""
+    if bad is None:
+        vals, bad = parse(vals, len(PROC_INTS), MAX_WORDS)
+    if cache is None:
+        cache = {}
+    elif len(cache) > MAX_CACHE:
+        cache.clear()
+    for i, k in enumerate(REQUIRED):
+        if vals[i] is None:
             raise SkipSection(f"no {k!r} line")
-    n: dict[str, int] = {}
-    for k in PROC_INTS:
-        v = kv.get(k)
-        if v is None:
-            continue
-        if not _UINT.match(v) or (x := int(v)) > MAX_WORDS:
-            raise SkipSection(f"{k!r} is not a number a node can hold")
-        n[k] = x
-    young, old, frag = n["Stack+heap"], n["OldHeap"], n.get("Heap fragment data", 0)
-    unused = n.get("Heap unused", 0) + n.get("OldHeap unused", 0)
+    if bad >= 0:
+        raise SkipSection(f"{PROC_INTS[bad]!r} is not a number a node can hold")
+    young, old, unused0, unused1, frag, bin0, bin1, memory, queue, reds = vals[:len(PROC_INTS)]
+    frag = frag or 0
+    unused = (unused0 or 0) + (unused1 or 0)
     if unused > young + old:
         raise SkipSection("more heap unused than the heap's size")
-    spawned = kv.get("Spawned as")
-    spawned = spawned if spawned and _MFA.match(spawned) else None
-    pc = _PC.search(kv.get("Program counter", ""))
-    name = kv.get("Name")
+
+    def derived(v: str | None) -> tuple[str | None, str | None, str | None]:
+        if (d := cache.get(v)) is None:
+            d = cache[v] = _derived(v)
+        return d  # type: ignore[no-any-return]
+
+    name = vals[_NAME]
+    total = (young + old + frag) * ws
+    ints = (memory if memory is not None else total, young * ws, total,
+            ((bin0 or 0) + (bin1 or 0)) * ws, (young + old - unused) * ws, unused * ws)
+    # the same size is one int object however many processes have it
+    m, h, th, b, hu, hn = [cache.setdefault(x, x) for x in ints]
     return Proc(
         pid=pid, name=name if name and name.replace("_", "").isalnum() else None,
-        initial_call=spawned, spawned_as=spawned,
-        current_function=pc.group(1) if pc else None,
-        status=printable((kv.get("State") or "").lower()) or None,
+        initial_call=(spawned := derived(vals[_SPAWNED])[0]), spawned_as=spawned,
+        current_function=derived(vals[_PCX])[1] if vals[_PCX] is not None else None,
+        status=derived(vals[_STATE])[2] if vals[_STATE] is not None else None,
         # dumps before OTP 17 have no Memory line: the heap is most of it
-        reductions=n.get("Reductions"), memory=n.get("Memory", (young + old + frag) * ws),
-        heap_bytes=young * ws, total_heap_bytes=(young + old + frag) * ws,
-        message_queue_len=n.get("Message queue length", 0),
-        binary_bytes=(n.get("BinVHeap", 0) + n.get("OldBinVHeap", 0)) * ws,
-        binary_count=None, binary_exclusive_bytes=None,
-        heap_used_bytes=(young + old - unused) * ws, heap_unused_bytes=unused * ws,
+        reductions=cache.setdefault(reds, reds) if reds is not None else None, memory=m,
+        heap_bytes=h, total_heap_bytes=th, message_queue_len=queue or 0, binary_bytes=b,
+        binary_count=None, binary_exclusive_bytes=None, heap_used_bytes=hu,
+        heap_unused_bytes=hn,
     )
 
 
@@ -129,18 +163,36 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None,
     return procs.table(err, line_at)
 
 
+class Keep(Protocol):
+    """What keeps a dump's processes as they are read (analyzer/holders.DumpMembers): the
+    table's `procs` are then what it kept."""
+
+    def add(self, p: Proc) -> None: ...
+
+    def kept(self) -> list[Proc]: ...
+
+
 class ProcSections:
     """A dump's =node, =proc and first sections fed as they are read (by read_proc_sections, or
     by the pass that reads the allocators: collector/crashdump.py), then its table. The skipped
-    sections are said when the table is taken, so a caller that never takes it says nothing."""
+    sections are said when the table is taken, so a caller that never takes it says nothing.
+    Groups and totals are summed as the sections come; every process is kept in `procs`, or
+    given to `keep`, which keeps what it needs (the memory of a dump's processes is then what
+    it keeps)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Keep | None = None) -> None:
         self.node, self.ws = "?", 8
         self.procs: list[Proc] = []
+        self.keep = keep
         self.sections = 0
         self.fed = 0
+        self.read = 0
         #: (where the section starts, what follows "the process section at line N")
         self.skipped: list[tuple[int, str]] = []
+        self._cache: dict[Any, Any] = {}
+        self._groups: dict[str, Group] = {}
+        #: memory, total heap, message queues, idle processes and their total heap
+        self._sums = [0, 0, 0, 0, 0]
 
     def feed(self, sec: Section) -> None:
         header, body, start, _ = sec
@@ -154,19 +206,48 @@ class ProcSections:
             if not _PID.match(pid):
                 self.skipped.append((start, ": not a pid after =proc:"))
                 return
-            kv: dict[str, str] = {}
-            for k, v in _KEYS.findall(body or ""):  # one regex over the section, no step a line
-                if k not in kv:
-                    kv[k] = v.strip()
-            try:
-                self.procs.append(proc_of(pid, kv, self.ws))
+            try:  # the keys found natively (dumpscan.Keys), no step a line
+                vals, bad = VALUES.parsed(body or "", len(PROC_INTS), MAX_WORDS)
+                p = proc_of(pid, vals, self.ws, self._cache, bad)
             except SkipSection as e:
                 self.skipped.append((start, f" ({pid}): {e}"))
+                return
+            self._add(p)
         elif first and body is not None:  # the header block: "System version: ... [64-bit]"
             for line in body.split("\n")[:48]:  # lines 2 to 49
                 if line.startswith("System version:"):
                     m = _WORDSIZE.search(line)
                     self.ws = int(m.group(1)) // 8 if m else self.ws
+
+    def _add(self, p: Proc) -> None:
+        self.read += 1
+        key = p.initial_call or "?"
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = Group(initial_call=key, count=0, memory=0,
+                                          total_heap_bytes=0, message_queue_len=0,
+                                          binary_bytes=0, names=[], idle_count=0,
+                                          idle_total_heap_bytes=0)
+        g.count += 1
+        g.memory += p.memory
+        g.total_heap_bytes += p.total_heap_bytes
+        g.message_queue_len += p.message_queue_len
+        g.binary_bytes = (g.binary_bytes or 0) + (p.binary_bytes or 0)
+        if p.name and len(g.names) < 3:
+            g.names.append(p.name)
+        sums = self._sums
+        sums[0] += p.memory
+        sums[1] += p.total_heap_bytes
+        sums[2] += p.message_queue_len
+        if p.idle:
+            g.idle_count = (g.idle_count or 0) + 1
+            g.idle_total_heap_bytes = (g.idle_total_heap_bytes or 0) + p.total_heap_bytes
+            sums[3] += 1
+            sums[4] += p.total_heap_bytes
+        if self.keep is not None:
+            self.keep.add(p)
+        else:
+            self.procs.append(p)
 
     def table(self, err: TextIO | None = None,
               line_at: Callable[[int], int] = int) -> ProcessTable:
@@ -175,35 +256,21 @@ class ProcSections:
         for start, why in self.skipped:
             print(f"beamalloc: skipped the process section at line {line_at(start)}{why}",
                   file=err)
-        return _table(self.node, self.ws, self.procs, self.sections)
-
-
-def _table(node: str, ws: int, procs: list[Proc], sections: int) -> ProcessTable:
-    groups: dict[str, list[Proc]] = defaultdict(list)
-    for p in procs:
-        groups[p.initial_call or "?"].append(p)
-    gs = [Group(initial_call=k, count=len(v), memory=sum(p.memory for p in v),
-                total_heap_bytes=sum(p.total_heap_bytes for p in v),
-                message_queue_len=sum(p.message_queue_len for p in v),
-                binary_bytes=sum(p.binary_bytes or 0 for p in v),
-                names=[p.name for p in v if p.name][:3],
-                idle_count=sum(1 for p in v if p.idle),
-                idle_total_heap_bytes=sum(p.total_heap_bytes for p in v if p.idle))
-          for k, v in groups.items()]
-    gs.sort(key=lambda g: (-g.memory, g.initial_call))
-    t = ProcessTable(
-        node=node, source="crashdump", count=sections, scanned=len(procs),
-        complete=len(procs) == sections, procs=procs, groups=gs[:200], wordsize=ws,
-        memory=sum(p.memory for p in procs),
-        total_heap_bytes=sum(p.total_heap_bytes for p in procs),
-        message_queue_len=sum(p.message_queue_len for p in procs),
-        idle_count=sum(1 for p in procs if p.idle),
-        idle_total_heap_bytes=sum(p.total_heap_bytes for p in procs if p.idle),
-    )
-    t.notes.append("from a crash dump: binaries are the words each process's binary virtual "
-                   "heaps count (no addresses: not deduplicated, exclusivity unknown); no GC "
-                   "counters, so whether a holder's references are dead is not known")
-    if not t.complete:
-        t.notes.append(f"{sections - len(procs)} of {sections} process sections skipped "
-                       "(malformed or cut off)")
-    return t
+        gs = sorted(self._groups.values(), key=lambda g: (-g.memory, g.initial_call))
+        procs = self.keep.kept() if self.keep is not None else self.procs
+        sections, read = self.sections, self.read
+        memory, heap, queues, idle, idle_heap = self._sums
+        t = ProcessTable(
+            node=self.node, source="crashdump", count=sections, scanned=read,
+            complete=read == sections, procs=procs, groups=gs[:200], wordsize=self.ws,
+            memory=memory, total_heap_bytes=heap, message_queue_len=queues, idle_count=idle,
+            idle_total_heap_bytes=idle_heap,
+        )
+        t.notes.append("from a crash dump: binaries are the words each process's binary "
+                       "virtual heaps count (no addresses: not deduplicated, exclusivity "
+                       "unknown); no GC counters, so whether a holder's references are dead is "
+                       "not known")
+        if not t.complete:
+            t.notes.append(f"{sections - read} of {sections} process sections skipped "
+                           "(malformed or cut off)")
+        return t

@@ -99,3 +99,73 @@ def test_the_native_search_finds_what_the_pattern_finds() -> None:
             assert want.search(data, start) == (m.start() if m else -1), (data, start)
     long = b"abc\n=fun:1\n" * 100_000 + b"\n=end\r\r"
     assert WANT.search(long, 0) == len(long) - 7
+
+
+def test_the_native_values_are_what_the_pattern_finds() -> None:
+    """A section's `Key: value` lines (dumpscan.Keys): the native reader and the regex agree on
+    random text over the keys' pieces, stripped and read as counts as the Python reference
+    reads them (Python's whitespace, other scripts' digits, 20 digits, the bound)."""
+    from beamalloc.collector.dumpscan import parse
+    from beamalloc.collector.procdump import MAX_WORDS, PROC_INTS, VALUES
+
+    assert VALUES._native is not None, "the extension is built by `make setup`"
+    rnd = random.Random(282)
+    pieces = ["\n", ": ", "Memory", "OldHeap", "OldHeap unused", "State", "Name", " ", "\t",
+              "\x1c", "\xa0", "\u2003", "\u0663", "7", "0", "18446744073709551616", "x", "\r",
+              "Stack+heap", "Spawned as", "é", ":"]
+    for _ in range(5000):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(0, 60)))
+        assert VALUES.values(text) == VALUES.reference(text), repr(text)
+        got = VALUES.parsed(text, len(PROC_INTS), MAX_WORDS)
+        assert got == parse(VALUES.reference(text), len(PROC_INTS), MAX_WORDS), repr(text)
+    vals, bad = VALUES.parsed("Memory: 12 \nOldHeap: x\nMemory: 3\nName:  a\xa0", 10, 99)
+    assert (vals[7], vals[1], vals[VALUES.keys.index("Name")], bad) == (12, "x", "a", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DUMPS.is_dir(), reason=f"{DUMPS} is absent (../shared)")
+def test_holders_of_the_processes_kept_are_those_of_them_all() -> None:
+    """A dump's processes kept by holders.DumpMembers (the ones the section can name, the
+    groups' members summed) give the `processes` section every process gives, on every real
+    dump and on one whose processes repeat (ties, groups of thousands)."""
+    from beamalloc.analyzer.holders import DumpMembers, processes_json
+
+    sample = max(DUMPS.glob("*.dump"), key=lambda p: p.stat().st_size).read_bytes()
+    procs = sample[sample.index(b"\n=proc:") + 1:sample.rindex(b"\n=proc_") + 1]
+    many = sample.replace(procs, procs * 40)
+    for name, data in [(p.name, p.read_bytes()) for p in sorted(DUMPS.glob("*.dump"))] + [
+            ("repeated", many)]:
+        sums = DumpMembers()
+        kept, every = ProcSections(keep=sums), ProcSections()
+        read_file_bytes(data, kept)
+        read_file_bytes(data, every)
+        small = kept.table(io.StringIO())
+        assert len(small.procs) <= len(every.procs)
+        assert _json(processes_json(small, sums=sums)) == _json(
+            processes_json(every.table(io.StringIO()))), name
+    assert len(small.procs) < len(every.procs) // 10  # the repeated dump keeps few
+
+
+def read_file_bytes(data: bytes, procs: ProcSections) -> None:
+    from beamalloc.collector.crashdump import read_crashdump_file
+
+    read_crashdump_file(io.BytesIO(data), "t", procs=procs)
+
+
+@needs_sample
+def test_a_dump_of_many_processes_keeps_few() -> None:
+    """The OTP 25 sample's processes twenty times over: the holders keep the few the section
+    names and give what all of them give."""
+    from beamalloc.analyzer.holders import DumpMembers, processes_json
+
+    data = SAMPLE.read_bytes()
+    procs = data[data.index(b"\n=proc:") + 1:data.rindex(b"\n=proc_") + 1]
+    data = data.replace(procs, procs * 20)
+    sums = DumpMembers()
+    kept, every = ProcSections(keep=sums), ProcSections()
+    read_file_bytes(data, kept)
+    read_file_bytes(data, every)
+    small, big = kept.table(io.StringIO()), every.table(io.StringIO())
+    assert small.scanned == big.scanned == len(big.procs) > 400
+    assert len(small.procs) <= 60
+    assert _json(processes_json(small, sums=sums)) == _json(processes_json(big))

@@ -52,6 +52,45 @@ impl Want {
         }
         None
     }
+
+    /// For each name, the rest of the first line of `text` that starts with it (the names of
+    /// a section's `Key: ` lines, collector/dumpscan.Keys): what a regex `^(NAME|...)(.*)$`
+    /// with re.M finds first, without a regex step a byte. Lines end at '\n' only.
+    pub fn line_values(&self, text: &[u8]) -> Vec<Option<(usize, usize)>> {
+        let mut out = vec![None; self.specs.len()];
+        let mut left = self.specs.len();
+        let mut start = 0;
+        while left > 0 && start <= text.len() {
+            let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
+            let line = &text[start..end];
+            for (slot, (name, _)) in out.iter_mut().zip(&self.specs) {
+                if line.starts_with(name) {
+                    if slot.is_none() {
+                        *slot = Some((start + name.len(), end));
+                        left -= 1;
+                    }
+                    break; // no name is a prefix of another's "Key: "
+                }
+            }
+            start = end + 1;
+        }
+        out
+    }
+}
+
+/// Python's `str.isspace()`: Rust's White_Space and the separators \x1c-\x1f (what
+/// `str.strip()` removes).
+pub fn py_space(c: char) -> bool {
+    c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
+}
+
+/// A value as a count (`[0-9]{1,20}` once stripped, at most `max`), or None.
+pub fn count(v: &str, max: u128) -> Option<u128> {
+    let v = v.trim_matches(py_space);
+    if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse::<u128>().ok().filter(|&x| x <= max)
 }
 
 #[cfg(test)]
@@ -81,6 +120,31 @@ mod tests {
         assert_eq!(w.search(b"a\n=", 0), None);
         assert_eq!(w.search(b"a\n=allocator", 0), None);
         assert_eq!(w.search(b"\n=allocator:", 5), None);
+    }
+
+    #[test]
+    fn line_values_first_of_each_at_a_line_start() {
+        let s = |n: &str| (n.as_bytes().to_vec(), false);
+        let w = Want::new(vec![s("OldHeap: "), s("OldHeap unused: "), s("State: "), s("Name: ")]);
+        let t: &[u8] = b"State: Waiting\nInternal State: X\nOldHeap unused: 3\n\
+                         OldHeap: 5\nState: Y\nOldHeap: ";
+        let v: Vec<Option<&[u8]>> =
+            w.line_values(t).into_iter().map(|r| r.map(|(a, b)| &t[a..b])).collect();
+        assert_eq!(v, vec![Some(&b"5"[..]), Some(&b"3"[..]), Some(&b"Waiting"[..]), None]);
+        assert_eq!(w.line_values(b""), vec![None; 4]);
+    }
+
+    #[test]
+    fn counts_as_python_strips_and_matches_them() {
+        use super::count;
+        assert_eq!(count(" 12\x1f\u{a0}", 100), Some(12));
+        assert_eq!(count("0012", 100), Some(12));
+        assert_eq!(count("101", 100), None);
+        assert_eq!(count("", 100), None);
+        assert_eq!(count("1 2", 100), None);
+        assert_eq!(count("\u{663}", 100), None); // another script's digit
+        assert_eq!(count(&"9".repeat(20), u128::MAX), Some(99_999_999_999_999_999_999));
+        assert_eq!(count(&"1".repeat(21), u128::MAX), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@ item 1: within 5x, under 100 MiB of peak memory).
 
     .venv/bin/python tests/bench/bench_crashdump.py [--mib 500] [--runs 3] [--keep PATH]
     .venv/bin/python tests/bench/bench_crashdump.py --dump PATH   # a dump --keep wrote
+    .venv/bin/python tests/bench/bench_crashdump.py --procs 262144 --keep PATH  # many processes
 
 The dump is made from the largest real dump of ../shared/samples/real-dumps: its header, memory
 and allocator sections once, its other sections (processes, their stacks, heaps and messages,
@@ -48,6 +49,24 @@ def make_dump(path: Path, mib: int) -> int:
     return many.count(b"\n=proc:") * copies
 
 
+def make_proc_dump(path: Path, n: int) -> int:
+    """Write a dump of `n` =proc sections (the real dump's own, cycled, each with a pid of its
+    own) after its header, memory and allocator sections: a node at the default process limit
+    (262,144) costs the holders their most records. The number of =proc sections."""
+    src = max(DUMPS.glob("*.dump"), key=lambda p: p.stat().st_size).read_bytes()
+    starts = [0] + [m.start() + 1 for m in re.finditer(rb"\n=", src)]
+    parts = [src[a:b] for a, b in zip(starts, [*starts[1:], len(src)], strict=True)]
+    once = [p for p in parts if ONCE.match(p) and not p.startswith(b"=end")]
+    procs = [p if p.endswith(b"\n") else p + b"\n" for p in parts if p.startswith(b"=proc:")]
+    with open(path, "wb") as f:
+        f.write(b"".join(once))
+        for i in range(n):
+            p = procs[i % len(procs)]
+            f.write(b"=proc:<0.%d.0>" % i + p[p.index(b"\n"):])
+        f.write(b"=end\n")
+    return n
+
+
 def count_procs(path: Path) -> int:
     """The =proc sections of a dump, read in blocks."""
     n, tail = 0, b""
@@ -75,6 +94,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="write the dump here and keep it")
     ap.add_argument("--dump", type=Path, help="time this dump (one --keep wrote) instead")
+    ap.add_argument("--procs", type=int, help="make a dump of this many =proc sections instead")
     args = ap.parse_args()
     if not DUMPS.is_dir():
         print(f"skipped: {DUMPS} is absent")
@@ -82,7 +102,8 @@ def main() -> int:
     exe = str(Path(sys.executable).parent / "beamalloc")
     with tempfile.TemporaryDirectory() as tmp:
         path = args.dump or args.keep or Path(tmp) / "erl_crash.dump"
-        procs = count_procs(path) if args.dump else make_dump(path, args.mib)
+        procs = (count_procs(path) if args.dump else make_proc_dump(path, args.procs)
+                 if args.procs else make_dump(path, args.mib))
         size = path.stat().st_size
         cmds = {"wc -l": ["wc", "-l", str(path)],
                 "analyze": [exe, "analyze", "--json", str(path)],

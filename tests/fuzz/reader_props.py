@@ -18,9 +18,17 @@ import math
 from collections.abc import Callable
 
 from beamalloc.analyzer import metrics
+from beamalloc.analyzer.holders import DumpMembers, processes_json
 from beamalloc.collector import dumpscan, etf
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_file, read_crashdump_lines
-from beamalloc.collector.procdump import ProcSections, read_proc_lines
+from beamalloc.collector.procdump import (
+    MAX_WORDS,
+    PROC_INTS,
+    VALUES,
+    ProcSections,
+    read_proc_lines,
+)
+from beamalloc.collector.processes import ProcessTable
 from beamalloc.collector.recon import read_recon
 from beamalloc.collector.sources import _decode
 from beamalloc.collector.terms import Atom, Opaque, format_term, parse_terms
@@ -130,6 +138,23 @@ def _blocks_as_lines(data: bytes) -> None:
         assert json.dumps(one, default=vars) == json.dumps(alone, default=vars), \
             "the one-pass process table differs from procdump's"
         assert said.getvalue() == said_by_lines.getvalue()
+        _kept_as_all(data, one)
+
+
+def _kept_as_all(data: bytes, every: ProcessTable) -> None:
+    """The processes holders.DumpMembers keeps give the `processes` section all of them give,
+    and each =proc section's values read natively are the regex's (dumpscan.Keys)."""
+    for body in data.split(b"\n=proc:")[1:]:
+        text = body.decode("latin-1")
+        assert VALUES.parsed(text, len(PROC_INTS), MAX_WORDS) == dumpscan.parse(
+            VALUES.reference(text), len(PROC_INTS), MAX_WORDS), "native values differ"
+    pids = [p.pid for p in every.procs]
+    if len(set(pids)) < len(pids):  # a dump names a process once; the sums count each section
+        return
+    kept = ProcSections(keep=(sums := DumpMembers()))
+    read_crashdump_file(io.BytesIO(data), "fz", procs=kept)
+    assert json.dumps(processes_json(kept.table(io.StringIO()), sums=sums), default=str) == \
+        json.dumps(processes_json(every), default=str), "the kept processes' section differs"
 
 
 CHECKS = {
