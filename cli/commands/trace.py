@@ -9,7 +9,6 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.options import node_options
-from beamalloc.console import wide_console
 
 
 def add_parser(sub: Any) -> None:
@@ -62,5 +61,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     elif not args.output:
         from beamalloc.reporters.trace import render
 
-        render(doc, wide_console())
+        render(doc, ctx.term.console())
     return 0
