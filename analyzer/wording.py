@@ -44,8 +44,8 @@ def change(x: float | None, digits: int = 0) -> str:
 
 
 def share(x: float) -> str:
-    """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %"."""
-    return f"{100 * x:.0f} %"
+    """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %" (units.pct, whole)."""
+    return pct(x, 0)
 
 
 def flag_count(n: int) -> str:
