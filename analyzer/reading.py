@@ -151,8 +151,9 @@ class Reader:
                     if not f.read(len(MAGIC)).startswith(MAGIC.encode()):
                         return None
                 if read is not None and read[0] is snap:  # read with the allocators, one pass
-                    return processes_json(read[1].table(None, lambda at: line_of(source, at)))
-                return processes_json(read_procdump(source))
+                    return processes_json(read[1].table(self.term.stderr,
+                                                        lambda at: line_of(source, at)))
+                return processes_json(read_procdump(source, self.term.stderr))
             except OSError as e:
                 raise InputError(f"cannot read {source}: {e.strerror}") from None
         return None
@@ -295,7 +296,8 @@ def _record_trace(reader: Reader, node: str, seconds: float, path: Path) -> Path
                      "(docs/ebpf.md) to replay them from its carriers")
     o = reader.opts
     opts = Options(node=node, duration=seconds, output=str(path), quiet=True, libc=False,
-                   cookie_file=o.cookie_file, timeout=o.timeout, access=o.access)
+                   cookie_file=o.cookie_file, timeout=o.timeout, access=o.access,
+                   term=reader.term)
     try:
         run(opts)
     except (EbpfUnavailable, OSError) as e:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                    level=args.level, sample=args.sample,
                    slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
                    libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout,
-                   quiet=args.quiet, access=ctx.access)
+                   quiet=args.quiet, access=ctx.access, term=ctx.term)
     try:
         doc = run(opts)
     except EbpfUnavailable:
