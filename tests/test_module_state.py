@@ -46,9 +46,11 @@ _CACHES = frozenset({"cache", "lru_cache", "functools.cache", "functools.lru_cac
 
 
 def _module_names(tree: ast.Module) -> set[str]:
-    """The names a module binds at its top level by assignment."""
+    """The names a module binds at its top level: assignments, classes, functions."""
     names: set[str] = set()
     for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):  # a class's attribute is state too
+            names.add(node.name)
         targets = (node.targets if isinstance(node, ast.Assign)
                    else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign)
                    else [])  # fmt: skip
@@ -161,6 +163,12 @@ def bump():
     global COUNT
     COUNT += 1
 
+class Registry:
+    items = []
+
+def register(x):
+    Registry.items.append(x)
+
 @functools.lru_cache
 def cached(x):
     return x
@@ -173,6 +181,7 @@ def fine(LIMITS):
 '''
     got = "\n".join(state_of("m", src))
     for name, what in [("SETTINGS", "assigned"), ("_ACTIVE", ".append"), ("_SEEN", "assigned"),
-                       ("COUNT", "global"), ("VAR", "ContextVar"), ("cached", "cache")]:
+                       ("COUNT", "global"), ("VAR", "ContextVar"), ("cached", "cache"),
+                       ("Registry", ".append")]:
         assert f"m {name}: " in got and what in got.split(f"m {name}: ", 1)[1], (name, got)
     assert "LIMITS" not in got and " out" not in got, got
