@@ -16,16 +16,14 @@ class Context:
     """Immutable by convention. A plain class: a dataclass or NamedTuple would cost `beamalloc
     --version` several percent of its start (tests/bench/bench_startup.py)."""
 
-    __slots__ = ("access", "quiet", "stderr", "stdout", "term")
+    __slots__ = ("access", "stderr", "stdout", "term")
 
     def __init__(self, stdout: TextIO, stderr: TextIO, *, quiet: bool = False,
                  no_color: bool = False, access: Access | None = None) -> None:
         self.stdout = stdout
         self.stderr = stderr
-        #: -q: no progress, notes or "wrote FILE" lines (the Terminal's note and progress)
-        self.quiet = quiet
         #: the terminal on these streams (beamalloc/console.py): its width, colours, notes and
-        #: progress lines, handed to the stages that say something and to the reporters
+        #: progress lines (-q: none), handed to the stages that say something and the reporters
         self.term = Terminal(stdout, stderr, quiet=quiet, no_color=no_color)
         #: how we reach the node (docs/access.md: our own client, a hidden node over TLS): the
         #: command line's options over the environment's; None for a command that never connects
