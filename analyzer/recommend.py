@@ -158,7 +158,8 @@ def _predict(pr: Predictor, allocator: str | None, rule: str, fs: FlagSet) -> Pr
 
 def _recommendation(a: Advice, pred: Pred) -> Recommendation:
     return Recommendation(a.allocator, a.flag.name, a.flag.value_text(), a.rule, tuple(a.sources),
-                          a.reason, a.evidence, a.cost, a.trade_off, *pred)  # fmt: skip
+                          a.reason, a.evidence, a.cost, a.trade_off, *pred,
+                          setting=a.flag)  # fmt: skip
 
 
 def unmodelled_reason(snap: Snapshot) -> Reason | None:
@@ -552,12 +553,12 @@ def _trades(snap: Snapshot, recs: list[Recommendation], rate: Rate | None
     bytes beside that of carrier calls (and the calls/s measured)."""
     out: list[dict[str, Any]] = []
     for r in recs:
-        p = r.prediction
+        p, param = r.prediction, r.setting.param if r.setting is not None else None
         if r.rule == "R6" and rate is not None:
-            mcs = int(r.value) if r.flag.endswith("mcs") else R6_MCS
+            mcs = int(r.setting.value) if r.setting is not None and param == "mcs" else R6_MCS
             out.append({"rule": "R6", "resident": _mseg_cost(snap, mcs),
                         "misses_per_second": rate.mseg_misses})
-        elif p is not None and r.rule in SPEED_RULES and r.flag.endswith("sbct"):
+        elif p is not None and r.rule in SPEED_RULES and param == "sbct":
             b, a, ch = p.raw["before"], p.raw["after"], p.raw["change_pct"]
             out.append({"rule": r.rule, "allocator": p.allocator,
                         "carriers_change": (ch["carriers_size"] or 0) / 100,

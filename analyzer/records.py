@@ -11,7 +11,10 @@ decides by into typed attributes; fields a predictor does not give yet read None
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beamalloc.flags import Flag
 
 #: A memory flag must be predicted to remove at least this share of its allocator's unused
 #: bytes: less is not worth restarting a production node for [heur]. The one gain floor.
@@ -184,6 +187,9 @@ class Recommendation:
     trade_off: bool
     prediction: Prediction | None
     not_predicted: str | None
+    #: the typed flag `flag` and `value` render, for code that asks which parameter it sets
+    #: or its number (never the rendered text read back)
+    setting: Flag | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"allocator": self.allocator, "flag": self.flag, "value": self.value,

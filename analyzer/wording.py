@@ -44,8 +44,8 @@ def change(x: float | None, digits: int = 0) -> str:
 
 
 def share(x: float) -> str:
-    """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %"."""
-    return f"{100 * x:.0f} %"
+    """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %" (units.pct, whole)."""
+    return pct(x, 0)
 
 
 def flag_count(n: int) -> str:
@@ -563,6 +563,11 @@ def clip(text: str, room: int) -> str:
     return text[:stop] + "..."
 
 
+def _slogan_room(head: str, width: int) -> int:
+    """The characters a slogan has after `head` in a line of `width` (death_line clips it)."""
+    return max(width - len(head), 12)
+
+
 def death_line(d: Death, width: int = HEADLINE_MAX) -> str:
     """The cause of death in one line of at most `width` characters (HEADLINE_MAX), before the
     verdict's: what killed the node and, out of memory, the bytes it asked for."""
@@ -576,7 +581,7 @@ def death_line(d: Death, width: int = HEADLINE_MAX) -> str:
         return fit(parts, width)
     if d.kind in ("boot_failure", "crash"):
         head = f"{label}, not of memory: "
-        return head + clip(_printable(d.slogan), max(width - len(head), 12))
+        return head + clip(_printable(d.slogan), _slogan_room(head, width))
     if d.kind == "requested":
         return fit([f"{label}: the node did not crash", "its state is a sample like any other"],
                    width)
@@ -589,7 +594,9 @@ def death_why(d: Death, width: int = HEADLINE_MAX) -> list[str]:
     state below is worth, and the slogan where the first line had to cut it."""
     out: list[str] = []
     slogan = _printable(d.slogan)
-    if d.kind in ("boot_failure", "crash") and death_line(d, width).endswith("..."):
+    cut = d.kind in ("boot_failure", "crash") and len(slogan) > _slogan_room(
+        f"{_DEATH_LABEL[d.kind]}, not of memory: ", width)  # death_line clipped it
+    if cut:
         out.append(f"Slogan: {clip(slogan, SLOGAN_MAX)}.")
     if d.kind == "out_of_memory" and d.holder is not None:
         h = d.holder

@@ -5,6 +5,10 @@ is 80 wide), else the terminal's own width, else DEFAULT_WIDTH for a pipe or a f
 with --no-color, with $NO_COLOR set (https://no-color.org), and whenever the stream is not a
 terminal. --quiet silences what is not the answer: notes, progress and "wrote FILE" lines on
 stderr (errors are still said, in one line).
+
+These settings are one run's: a `Terminal`, built once by the CLI (cli/main.py) and carried by
+its Context to the commands, the stages that say something and the reporters; the module holds
+constants and functions only (tests/test_module_state.py).
 """
 
 from __future__ import annotations
@@ -31,22 +35,6 @@ def _progress_after() -> float:
     return v if 0 <= v <= 3600 else PROGRESS_AFTER
 
 
-class Settings:
-    """Set once by the CLI from --quiet and --no-color (cli/main.py). A plain class: every
-    command imports this module, and dataclasses' import alone costs a third of Python's
-    startup (cli/main.py, "Startup")."""
-
-    def __init__(self, quiet: bool = False, no_color: bool = False) -> None:
-        self.quiet, self.no_color = quiet, no_color
-
-
-SETTINGS = Settings()
-
-
-def configure(quiet: bool = False, no_color: bool = False) -> None:
-    SETTINGS.quiet, SETTINGS.no_color = quiet, no_color
-
-
 #: The longest line we print that holds text from outside (a peer's reply, a file's name,
 #: epmd's list): epmd's name list once made one line of 436,956 bytes (issue 25).
 MAX_LINE = 1000
@@ -70,10 +58,6 @@ def clean(text: str, limit: int = MAX_LINE) -> str:
     return out + f"... ({len(text) - limit:,} more characters)" if cut else out
 
 
-def color_wanted() -> bool:
-    return not SETTINGS.no_color and not os.environ.get("NO_COLOR")
-
-
 def width_for(stream: TextIO) -> int:
     """The columns output to `stream` may use (see the module's docstring)."""
     cols = os.environ.get("COLUMNS", "")
@@ -87,44 +71,63 @@ def width_for(stream: TextIO) -> int:
     return DEFAULT_WIDTH
 
 
-def wide_console(stderr: bool = False) -> Any:
-    """A rich Console on stdout (or stderr) of the width and colours above."""
-    from rich.console import Console
+class Terminal:
+    """The terminal of one run, built once by the CLI from --quiet and --no-color (cli/main.py)
+    and carried by its Context to the commands, their stages and their reporters: where output
+    goes, its colours, whether notes and progress are said, and the progress lines being drawn
+    (innermost last), which a line said meanwhile erases first. A plain class: every command
+    imports this module, and dataclasses' import alone costs a third of Python's startup
+    (cli/main.py, "Startup")."""
 
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=width_for(stream), no_color=not color_wanted(),
-                   color_system="auto" if color_wanted() else None, highlight=False)
+    __slots__ = ("_active", "no_color", "quiet", "stderr", "stdout")
 
+    def __init__(self, stdout: TextIO | None = None, stderr: TextIO | None = None, *,
+                 quiet: bool = False, no_color: bool = False) -> None:
+        self.stdout = sys.stdout if stdout is None else stdout
+        self.stderr = sys.stderr if stderr is None else stderr
+        self.quiet, self.no_color = quiet, no_color
+        self._active: list[Progress] = []
 
-def note(text: str) -> None:
-    """A line on stderr that is not the answer ("wrote FILE", a note): silent with --quiet."""
-    if not SETTINGS.quiet:
-        say(text)
+    def color_wanted(self) -> bool:
+        return not self.no_color and not os.environ.get("NO_COLOR")
 
+    def console(self, stderr: bool = False) -> Any:
+        """A rich Console on stdout (or stderr) of the width and colours above."""
+        from rich.console import Console
 
-def say(text: str) -> None:
-    """A line on stderr that must be said even with --quiet (an action that changes a node).
-    A progress line being drawn is erased first, and drawn again under it at its next tick.
-    Control characters are escaped (`clean`): a note may quote a file or a peer."""
-    text = clean(text, limit=0)
-    active = _ACTIVE[-1] if _ACTIVE else None
-    if active is None:
-        print(text, file=sys.stderr, flush=True)
-        return
-    with active._lock:
-        sys.stderr.write(("\r\x1b[K" if active._shown else "") + text + "\n")
-        sys.stderr.flush()
+        stream = self.stderr if stderr else self.stdout
+        color = self.color_wanted()
+        return Console(file=stream, width=width_for(stream), no_color=not color,
+                       color_system="auto" if color else None, highlight=False)
 
+    def note(self, text: str) -> None:
+        """A line on stderr that is not the answer ("wrote FILE", a note): silent with --quiet."""
+        if not self.quiet:
+            self.say(text)
 
-#: The progress lines being drawn, innermost last.
-_ACTIVE: list[Progress] = []
+    def say(self, text: str) -> None:
+        """A line on stderr that must be said even with --quiet (an action that changes a
+        node). A progress line being drawn is erased first, and drawn again under it at its
+        next tick. Control characters are escaped (`clean`): a note may quote a file or a
+        peer."""
+        text = clean(text, limit=0)
+        active = self._active[-1] if self._active else None
+        if active is None:
+            print(text, file=self.stderr, flush=True)
+            return
+        with active._lock:
+            self.stderr.write(("\r\x1b[K" if active._shown else "") + text + "\n")
+            self.stderr.flush()
 
+    def progress(self, what: str, interval: float = 0.2) -> Progress:
+        """`with term.progress("replaying 3 flag sets") as p: ... p.step("flag set 2 of 3")`."""
+        return Progress(self, what, interval)
 
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (ValueError, AttributeError):
-        return False
+    def stderr_is_terminal(self) -> bool:
+        try:
+            return self.stderr.isatty()
+        except (ValueError, AttributeError):
+            return False
 
 
 def short(source: str) -> str:
@@ -133,16 +136,16 @@ def short(source: str) -> str:
 
 
 class Progress:
-    """`with Progress("replaying 3 flag sets") as p: ... p.step("flag set 2 of 3")`: one line
-    on stderr, refreshed in place, once the work has run PROGRESS_AFTER seconds; erased when it
-    ends. Silent when stderr is not a terminal (a log file must not fill with carriage returns)
-    or with --quiet."""
+    """One line on stderr, refreshed in place, once the work has run PROGRESS_AFTER seconds;
+    erased when it ends (Terminal.progress). Silent when stderr is not a terminal (a log file
+    must not fill with carriage returns) or with --quiet."""
 
-    def __init__(self, what: str, interval: float = 0.2) -> None:
+    def __init__(self, term: Terminal, what: str, interval: float = 0.2) -> None:
         self.what = what
         self.detail = ""
+        self._term = term
         self._interval = interval
-        self._on = _stderr_is_terminal() and not SETTINGS.quiet
+        self._on = term.stderr_is_terminal() and not term.quiet
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shown = False
@@ -156,7 +159,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._t0 = time.monotonic()
-        _ACTIVE.append(self)
+        self._term._active.append(self)
         if self._on:
             if _progress_after() <= 0:
                 self._draw()
@@ -167,24 +170,24 @@ class Progress:
     def _draw(self) -> None:
         with self._lock:
             if not self._stop.is_set():
-                sys.stderr.write("\r\x1b[K" + self._line())
-                sys.stderr.flush()
+                self._term.stderr.write("\r\x1b[K" + self._line())
+                self._term.stderr.flush()
                 self._shown = True
 
     def __exit__(self, *exc: object) -> None:
-        _ACTIVE.remove(self)
+        self._term._active.remove(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         with self._lock:
             if self._shown:
-                sys.stderr.write("\r\x1b[K")
-                sys.stderr.flush()
+                self._term.stderr.write("\r\x1b[K")
+                self._term.stderr.flush()
 
     def _line(self) -> str:
         spent = f" ({time.monotonic() - self._t0:.0f} s)"
         line = f"beamalloc: {self.what}" + (f": {self.detail}" if self.detail else "")
-        room = width_for(sys.stderr) - 1 - len(spent)  # the time spent always shows whole
+        room = width_for(self._term.stderr) - 1 - len(spent)  # the time spent always shows whole
         return (line if len(line) <= room else line[:max(0, room - 3)] + "...") + spent
 
     def _run(self) -> None:

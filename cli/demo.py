@@ -27,10 +27,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.errors import InputError
 from beamalloc.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from beamalloc.console import Terminal
 
 #: Where the workloads live: beside the package in a checkout.
 WORKLOADS = Path(__file__).resolve().parent.parent / "samples" / "workloads"
@@ -166,16 +169,16 @@ def _measured(out: Any, before: Any, after: Any, allocator: str,
     out.print(f"diff: {d['verdict']['headline']}", markup=False)
 
 
-def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> int:
+def run_demo(term: Terminal, report_path: str = "demo-report.html",
+             keep_node: bool = False) -> int:
     from beamalloc.analyzer import wording
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.analyzer.recommend import CHANGE, verdict
-    from beamalloc.console import wide_console
     from beamalloc.reporters.analyze import render
     from beamalloc.reporters.html import write_report
 
-    console = wide_console(stderr=True)
-    out = wide_console()
+    console = term.console(stderr=True)
+    out = term.console()
     console.print(f"1/3  A node carrying a stale setting, `{' '.join(STALE)}` (no carrier "
                   f"migration), under {DEMO_WORKLOAD}: a base set of 600-1000 B binaries, a "
                   "spike, a drop back, then churn that replaces the survivors; read twice, "
@@ -246,4 +249,6 @@ def run_demo(report_path: str = "demo-report.html", keep_node: bool = False) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(run_demo())
+    from beamalloc.console import Terminal
+
+    sys.exit(run_demo(Terminal()))

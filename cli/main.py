@@ -31,7 +31,7 @@ from beamalloc.cli.commands import (
     watch,
 )
 from beamalloc.cli.context import Context
-from beamalloc.console import clean, configure
+from beamalloc.console import clean
 from beamalloc.errors import InputError, NodeUnavailable
 from beamalloc.units import apply_ranges
 
@@ -87,7 +87,7 @@ def version() -> str:
 
 
 def _terminal_options(p: argparse.ArgumentParser, top: bool) -> None:
-    """--quiet and --no-color, before or after the subcommand (beamalloc/console.py). On a
+    """--quiet and --no-color, before or after the subcommand (the run's Terminal). On a
     subcommand their default is "not given", so one given before it is not undone."""
     default: Any = False if top else argparse.SUPPRESS
     p.add_argument("-q", "--quiet", action="store_true", default=default,
@@ -101,7 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = apply_ranges(build_parser())  # docs/robustness.md, "Ranges"
         args = parser.parse_args(argv)
-        configure(quiet=args.quiet, no_color=args.no_color)
         if args.command is None:  # `beamalloc` alone: the commands, not an error
             parser.print_help()
             return 0
@@ -110,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from beamalloc.collector.access import from_args
 
             access = from_args(args)
-        ctx = Context(stdout=sys.stdout, stderr=sys.stderr, quiet=args.quiet, access=access)
+        ctx = Context(stdout=sys.stdout, stderr=sys.stderr, quiet=args.quiet,
+                      no_color=args.no_color, access=access)
         run = args.run
         return run(args, ctx)
     except (InputError, NodeUnavailable) as e:

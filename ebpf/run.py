@@ -28,6 +28,7 @@ from beamalloc.errors import InputError
 
 if TYPE_CHECKING:
     from beamalloc.collector.access import Access
+    from beamalloc.console import Terminal
 from beamalloc.trace import TraceHeader
 
 #: --max-overhead: floor of the calibrated cost of a probe hit, and of the probes-in fraction.
@@ -56,6 +57,8 @@ class Options:
     quiet: bool = False
     #: How the hidden node reaches --node (docs/access.md; None: access.current()).
     access: Access | None = None
+    #: The run's terminal its lines go to (beamalloc/console.py; None: stderr).
+    term: Terminal | None = None
 
 
 class _Stop:
@@ -75,7 +78,11 @@ def _alive(pid: int) -> bool:
 
 
 def _say(opts: Options, msg: str, always: bool = False) -> None:
-    if always or not opts.quiet:
+    if opts.quiet and not always:
+        return
+    if opts.term is not None:
+        opts.term.say(f"beamalloc: {msg}")  # erases a progress line first, escapes controls
+    else:
         print(f"beamalloc: {msg}", file=sys.stderr, flush=True)
 
 

@@ -120,6 +120,17 @@ def test_picker_lists_the_stored_snapshots_and_the_nav_links_it(app, stored):
     assert '<a href="/whatif">What if</a>' in app.test_client().get("/").text
 
 
+def test_the_floor_reads_as_the_verdict_says_it(app, ref):
+    """One formatter per kind of number (issue 27 item 1): the page states the gain floor as
+    the verdict's sentences do ("20 %"), not as a usage ("20.0 %")."""
+    from beamalloc.analyzer import wording
+    from beamalloc.analyzer.records import MIN_GAIN
+
+    page = app.test_client().get(url(ref)).text
+    assert f"at least {wording.share(MIN_GAIN)} of its allocator" in page
+    assert wording.share(MIN_GAIN) == "20 %" and wording.share(0.854) == "85 %"
+
+
 def test_candidates_are_recommends_own_predictions(app, ref, rec):
     page = app.test_client().get(url(ref)).text
     shown = sets_of(page)

@@ -375,7 +375,7 @@ def _render(**kw: Any) -> str:
     kw.setdefault("typed", [])
     kw.setdefault("figures", "{}")
     return render_template("whatif.html", pick=picker(), bounds=BOUNDS, max_typed=MAX_TYPED,
-                           min_gain=pct(MIN_GAIN), **kw)
+                           min_gain=wording.share(MIN_GAIN), **kw)
 
 
 @bp.get("/whatif")

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.inputs import ets_tables, holders, load
+from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import (
     BYTES_HELP,
     DETAILS_HELP,
@@ -15,7 +15,7 @@ from beamalloc.cli.options import (
     node_options,
     process_options,
 )
-from beamalloc.console import Progress, short, wide_console
+from beamalloc.console import short
 
 
 def add_parser(sub: Any) -> None:
@@ -41,12 +41,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.analyzer.analysis import analyze
 
-    with Progress(f"analyzing {short(args.source)}") as p:
+    rd = reader(args, ctx)
+    with ctx.term.progress(f"analyzing {short(args.source)}") as p:
         p.step("reading the allocators")
-        snap = load(args.source, args, ctx)
+        snap = rd.load(args.source)
         p.step("reading the processes and ETS tables")
-        ets_tables(args.source, args, ctx, snap)
-        result = analyze(snap, processes=holders(args.source, args, ctx, snap))
+        rd.ets_tables(args.source, snap)
+        result = analyze(snap, processes=rd.holders(args.source, snap))
     if args.json:
         ctx.write(None, json.dumps(result, indent=1))
         return 0
@@ -55,9 +56,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.reporters.analyze import render
     from beamalloc.units import exact_bytes
 
-    with Progress(f"analyzing {short(args.source)}") as p:  # its verdict's line comes first
+    # its verdict's line comes first
+    with ctx.term.progress(f"analyzing {short(args.source)}") as p:
         p.step("judging it")
         v = recommend(snap, processes=result["processes"])["verdict"]
     with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
-        render(result, wide_console(), top=args.top, verdict=v, details=args.details)
+        render(result, ctx.term.console(), top=args.top, verdict=v, details=args.details)
     return 0

@@ -22,4 +22,4 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.cli.demo import run_demo
 
-    return run_demo(report_path=args.report, keep_node=args.keep_node)
+    return run_demo(ctx.term, report_path=args.report, keep_node=args.keep_node)

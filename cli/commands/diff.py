@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.inputs import load
+from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import SOURCE_HELP, node_options
-from beamalloc.console import wide_console
 from beamalloc.errors import InputError
 
 if TYPE_CHECKING:
@@ -51,7 +50,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                              "[--store DB] [--from T] [--to T]")
         if args.sources == ["-", "-"]:
             raise InputError("only one of A and B can be standard input ('-')")
-        a, b = (load(s, args, ctx) for s in args.sources)
+        rd = reader(args, ctx)
+        a, b = (rd.load(s) for s in args.sources)
         la, lb = args.sources
     result = diff(a, b, (la, lb))
     if args.json:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     from beamalloc.reporters.diff import render
 
-    render(result, wide_console())
+    render(result, ctx.term.console())
     return 0
 
 

@@ -1,21 +1,18 @@
 """`beamalloc recommend`: the +M flags to set, each with its rule, numbers and cost.
 
-The second read of a live node (carrier-call rates, turnover, idle processes) is a workflow of
-this command and stays here: it waits, reads again and hands both reads to the stages. The
-verdict judges the first read (the one the ETS tables and the first process table were read
-with); the replays of its prediction need nothing of the second, so they run while the command
-waits for it (docs/recommend.md, "What it costs")."""
+The command checks its options, builds the stage's typed options and renders what it returns;
+the reads of the source (two of a live node, the replays run while it waits for the second) are
+the stage's (analyzer/reading.py `recommend_source`)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.inputs import ets_tables, holders, load, process_table
+from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import (
     BYTES_HELP,
     DETAILS_HELP,
@@ -23,12 +20,8 @@ from beamalloc.cli.options import (
     node_options,
     process_options,
 )
-from beamalloc.console import Progress, note, short, wide_console
 from beamalloc.errors import InputError
 from beamalloc.limits import FORMATS
-
-if TYPE_CHECKING:
-    from beamalloc.analyzer.predict import Predictor
 
 #: `recommend --trace-for` records at most this long: block tracing costs the node CPU.
 MAX_TRACE_FOR = 600.0
@@ -65,12 +58,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    import tempfile
-    import time
-
-    from beamalloc.analyzer.findings import facts
-    from beamalloc.analyzer.predict import TURNOVER_SECONDS, Predictor, measure_turnover
-    from beamalloc.analyzer.recommend import carrier_rate, recommend, speed_trades
+    from beamalloc.analyzer.reading import RecommendOptions, recommend_source
     from beamalloc.collector.sources import is_node_name
 
     if args.rate_seconds < 0:
@@ -87,62 +75,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             read_header(trace)
         except TraceError as e:
             raise InputError(str(e)) from None
-    with Progress(f"recommending for {short(args.source)}") as p:
-        p.step("reading the allocators")
-        snap = load(args.source, args, ctx)
-        p.step("reading the processes and ETS tables")
-        if getattr(args, "gc_probe", 0) and (not live or args.no_processes):
-            holders(args.source, args, ctx, snap)  # its one-line refusal
-        first = process_table(args.source, args, ctx)  # the same moment as the snapshot
-        procs = None
-        ets_tables(args.source, args, ctx, snap)
-    with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp, \
-            contextlib.ExitStack() as stack:  # fmt: skip
-        if args.trace_for is not None:
-            trace = _record_trace(args, ctx, Path(tmp) / "node.batr")
-        rate, why, turn = None, None, None
-        pr = None
-        trades = speed_trades(snap)
-        if args.rate_from:  # an earlier sample of the same node: a watch series, another snapshot
-            earlier = load(args.rate_from, args, ctx)
-            rate, why = carrier_rate(earlier, snap)
-            turn = measure_turnover(earlier, snap)  # and how fast it replaces its binaries
-        elif live and args.rate_seconds > 0 and (trades or not args.no_predict):
-            # A speed trade needs calls per second now, not over the node's life (issue 17);
-            # the prediction, how fast the node replaces its blocks (issue 22).
-            wait = args.rate_seconds if trades else min(args.rate_seconds, TURNOVER_SECONDS)
-            what = (f"{', '.join(trades)} trade memory for speed" if trades
-                    else "the prediction needs the node's turnover")  # fmt: skip
-            note(f"{what}: sampling {args.source} again in {wait:g} s (--rate-seconds 0 "
-                 "skips it)")  # fmt: skip
-            if not args.no_predict:  # the first read's replays, while we wait for the second
-                pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
-                ahead = _Ahead(pr, args.flags_in_use)
-                stack.callback(ahead.join)
-            with Progress(f"recommending for {short(args.source)}") as p:
-                p.step(f"waiting {wait:g} s for the rates")
-                time.sleep(wait)
-                later = load(args.source, args, ctx)
-                # idle is what did nothing between the reads (issue 24 item 6)
-                procs = (holders(args.source, args, ctx, later, earlier=first) if first
-                         else None)  # fmt: skip
-            rate, why = carrier_rate(snap, later)
-            turn = measure_turnover(snap, later)
-            if pr is not None:
-                ahead.join()
-                pr.turnover = turn
-        elif live and trades:
-            why = "--rate-seconds 0: no rate measured, so no speed-trade flag"
-        elif live:
-            why = "no speed-trade rule fires on this node, so no rate was measured"
-        if procs is None:  # one read: a live node's scan above, a crash dump's =proc sections
-            procs = holders(args.source, args, ctx, snap, table=first)
-        with Progress(f"recommending for {short(args.source)}") as p:
-            p.step("replaying each candidate flag set" if not args.no_predict
-                   else "applying the rules")
-            result = recommend(snap, given_flags=args.flags_in_use,
-                               predict=not args.no_predict, rate=rate, rate_unavailable=why,
-                               trace=trace, processes=procs, turnover=turn, predictor=pr)
+    opts = RecommendOptions(flags_in_use=args.flags_in_use, predict=not args.no_predict,
+                            rate_seconds=args.rate_seconds, rate_from=args.rate_from,
+                            trace=trace, trace_for=args.trace_for)
+    result = recommend_source(reader(args, ctx), args.source, opts)
     if args.json:
         from beamalloc.reporters.recommend import paste
 
@@ -152,50 +88,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.units import exact_bytes
 
     with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
-        render(result, wide_console(), fmt=args.format, details=args.details)
+        render(result, ctx.term.console(), fmt=args.format, details=args.details)
     return 0
-
-
-class _Ahead:
-    """The verdict on the first read alone, in a thread while the command waits for the second:
-    it replays every flag set the rules propose into `pr`'s caches (refalloc releases the GIL),
-    so the verdict on both reads replays only what the rates or the turnover change. Its
-    result is dropped, its errors too: the verdict after the second read meets them again."""
-
-    def __init__(self, pr: Predictor, given_flags: str | None) -> None:
-        import threading
-
-        self._thread = threading.Thread(target=self._run, args=(pr, given_flags), daemon=True,
-                                        name="beamalloc-replays-ahead")  # fmt: skip
-        self._thread.start()
-
-    @staticmethod
-    def _run(pr: Predictor, given_flags: str | None) -> None:
-        from beamalloc.analyzer.recommend import verdict
-
-        with contextlib.suppress(Exception):
-            verdict(pr.snap, given_flags, trace=pr.trace, predictor=pr)
-
-    def join(self) -> None:
-        self._thread.join()
-
-
-def _record_trace(args: argparse.Namespace, ctx: Context, path: Path) -> Path | None:
-    """`beamalloc trace --node NODE --duration S -o PATH`, for `recommend --trace-for S`; None
-    (and one line on stderr: the prediction then replays a fitted workload) where eBPF is not
-    available here."""
-    from beamalloc.ebpf.errors import EbpfUnavailable
-    from beamalloc.ebpf.run import Options, run
-
-    note(f"tracing {args.source}'s allocations for {args.trace_for:g} s with eBPF "
-         "(docs/ebpf.md) to replay them from its carriers")
-    opts = Options(node=args.source, duration=args.trace_for, output=str(path), quiet=True,
-                   libc=False, cookie_file=args.cookie_file, timeout=args.timeout,
-                   access=ctx.access)
-    try:
-        run(opts)
-    except (EbpfUnavailable, OSError) as e:
-        print(f"no trace: {e}; the prediction replays a workload fitted to the snapshot",
-              file=ctx.stderr)
-        return None
-    return path

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.console import Progress, short, wide_console
+from beamalloc.console import short
 from beamalloc.errors import InputError
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise InputError(f"--schedulers must be at least 1, got {args.schedulers}")
     flag_sets = [args.flags or "", *(args.compare or [])]
     results = []
-    with Progress(f"replaying {short(args.trace)}") as p:
+    with ctx.term.progress(f"replaying {short(args.trace)}") as p:
         for n, f in enumerate(flag_sets, 1):
             p.step(f"flag set {n} of {len(flag_sets)}: {f or '(defaults)'}")
             results.append(replay_snapshot(args.trace, f, schedulers=args.schedulers,
@@ -61,5 +61,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.write(None, json.dumps({"runs": [r.to_run() for r in results]}, indent=1))
         return 0
-    render(results, wide_console())
+    render(results, ctx.term.console())
     return 0

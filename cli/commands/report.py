@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.inputs import ets_tables, holders, load
+from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import BYTES_HELP, SOURCE_HELP, node_options, process_options
-from beamalloc.console import Progress, note, short
+from beamalloc.console import short
 
 
 def add_parser(sub: Any) -> None:
@@ -27,15 +27,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.reporters.html import write_report
     from beamalloc.units import exact_bytes
 
-    with Progress("writing the report") as p:
+    rd = reader(args, ctx)
+    with ctx.term.progress("writing the report") as p:
         snaps, analyses = [], []
         for n, source in enumerate(args.sources, 1):
             p.step(f"reading {short(source)} ({n} of {len(args.sources)})")
-            snaps.append(load(source, args, ctx))
-            ets_tables(source, args, ctx, snaps[-1])
-            analyses.append(analyze(snaps[-1], processes=holders(source, args, ctx, snaps[-1])))
+            snaps.append(rd.load(source))
+            rd.ets_tables(source, snaps[-1])
+            analyses.append(analyze(snaps[-1], processes=rd.holders(source, snaps[-1])))
         p.step(f"rendering {args.output}")
         with exact_bytes(args.bytes):  # the pages' sizes (the recommender speaks human)
             write_report(analyses, args.output, snapshots=snaps)
-    note(f"wrote {args.output}")
+    ctx.term.note(f"wrote {args.output}")
     return 0

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.cli.context import Context
-from beamalloc.cli.inputs import load
+from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import SOURCE_HELP, node_options
-from beamalloc.console import Progress, clean, note, short
+from beamalloc.console import clean, short
 from beamalloc.errors import InputError
 
 
@@ -33,13 +33,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.cluster:
         return _cluster(args, ctx)
-    with Progress(f"reading {short(args.source)}"):
-        snap = load(args.source, args, ctx)
+    with ctx.term.progress(f"reading {short(args.source)}"):
+        snap = reader(args, ctx).load(args.source)
     text = snap.to_json(indent=None if args.json or args.output else 1)
     if args.output:
         ctx.write(args.output, text)
         if not args.json:
-            note(f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
+            ctx.term.note(f"wrote {args.output}: {snap.node}, {len(snap.allocators)} allocator "
                  f"instances ({snap.source})")
     if args.json or not args.output:
         ctx.write(None, text)
@@ -56,7 +56,7 @@ def _cluster(args: argparse.Namespace, ctx: Context) -> int:
     if "@" not in args.source:
         raise NodeNameError("--cluster needs a node name (app@host) as SOURCE")
     secret = cookie.resolve_cookie(args.cookie_file)
-    with Progress(f"snapshotting the cluster of {args.source}"):
+    with ctx.term.progress(f"snapshotting the cluster of {args.source}"):
         results = snapshot_cluster(args.source, secret, args.timeout, args.max_carriers,
                                    access=ctx.access)
     snaps = {n: r for n, r in results.items() if isinstance(r, Snapshot)}
@@ -68,7 +68,7 @@ def _cluster(args: argparse.Namespace, ctx: Context) -> int:
                 (out / f"{n}.json").write_text(s.to_json(indent=1), encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write to {out}: {e.strerror}") from None
-        note(f"wrote {len(snaps)} snapshots to {out}")
+        ctx.term.note(f"wrote {len(snaps)} snapshots to {out}")
     if args.json or not args.output:
         doc = {"schema": "beamalloc.cluster/1", "snapshots": [s.to_dict() for s in snaps.values()],
                "errors": {n: str(e) for n, e in results.items() if isinstance(e, NodeError)}}

@@ -29,6 +29,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         raise InputError("snippet -o: the path must hold no single quote or newline (the "
                          "line is pasted inside '...')")
     print(elixir_expression(path) if args.elixir else erlang_expression(path), file=ctx.stdout)
-    if not ctx.quiet:
-        print(f"beamalloc: {how_to_paste(args.elixir)}", file=ctx.stderr)
+    ctx.term.note(f"beamalloc: {how_to_paste(args.elixir)}")
     return 0

@@ -9,7 +9,6 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.options import node_options
-from beamalloc.console import wide_console
 
 
 def add_parser(sub: Any) -> None:
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                    level=args.level, sample=args.sample,
                    slice_s=args.slice_ms / 1000, max_overhead=args.max_overhead,
                    libc=not args.no_libc, cookie_file=args.cookie_file, timeout=args.timeout,
-                   quiet=args.quiet, access=ctx.access)
+                   quiet=args.quiet, access=ctx.access, term=ctx.term)
     try:
         doc = run(opts)
     except EbpfUnavailable:
@@ -62,5 +61,5 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     elif not args.output:
         from beamalloc.reporters.trace import render
 
-        render(doc, wide_console())
+        render(doc, ctx.term.console())
     return 0

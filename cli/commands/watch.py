@@ -7,7 +7,6 @@ from typing import Any
 
 from beamalloc.cli.context import Context
 from beamalloc.cli.options import node_options, process_options
-from beamalloc.console import note
 from beamalloc.errors import InputError
 from beamalloc.limits import CARRIERS_EVERY, PROCESSES_EVERY
 
@@ -82,12 +81,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"serving http://{host}:{port}/metrics", file=ctx.stderr, flush=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: w.stop.set())
-    note(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}")
+    ctx.term.note(f"watching {len(w.nodes)} node(s) every {args.interval:g} s into {path}")
     try:
         written = w.run(args.duration)
     except Exception as e:
         if isinstance(e, InputError):
             raise
         raise StoreError(f"cannot write to the store {path}: {e}") from None
-    note(f"stopped: {written} samples written; {w.status_line()}")
+    ctx.term.note(f"stopped: {written} samples written; {w.status_line()}")
     return 0
