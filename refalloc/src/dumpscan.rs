@@ -21,10 +21,7 @@ pub struct Want {
 
 impl Want {
     pub fn new(specs: Vec<(Vec<u8>, bool)>) -> Want {
-        Want {
-            specs,
-            finder: Box::new(memmem::Finder::new(b"\n=")),
-        }
+        Want { specs, finder: Box::new(memmem::Finder::new(b"\n=")) }
     }
 
     /// Whether the header whose name starts at `data[at..]` (just after "\n=") is kept.
@@ -63,12 +60,7 @@ mod tests {
 
     fn want() -> Want {
         let s = |n: &str, l: bool| (n.as_bytes().to_vec(), l);
-        Want::new(vec![
-            s("allocator:", false),
-            s("ets:", false),
-            s("ets", true),
-            s("end", true),
-        ])
+        Want::new(vec![s("allocator:", false), s("ets:", false), s("ets", true), s("end", true)])
     }
 
     #[test]

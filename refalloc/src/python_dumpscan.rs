@@ -15,9 +15,7 @@ pub struct DumpWant {
 impl DumpWant {
     #[new]
     fn new(specs: Vec<(Vec<u8>, bool)>) -> DumpWant {
-        DumpWant {
-            want: Want::new(specs),
-        }
+        DumpWant { want: Want::new(specs) }
     }
 
     /// The index of the '\n' of the first kept "\n=HEADER" at or after `start`, or -1.
