@@ -43,8 +43,8 @@ pub struct ChunkMap<K> {
     /// Largest value of each chunk.
     maxes: Vec<u64>,
     len: usize,
-    /// (chunk, index) of the last `first_at_least` answer: the allocation that asked for it
-    /// cuts or takes that very entry next (`replace`, `remove`), which then skips both
+    /// (chunk, index) of the last `first_at_least` or `first` answer: the allocation that asked
+    /// for it cuts or takes that very entry next (`replace`, `remove`), which then skips both
     /// binary searches. Checked against the key before use, so a stale hint costs nothing.
     hint: Cell<(u32, u32)>,
 }
@@ -257,7 +257,9 @@ impl<K: Ord + Copy> ChunkMap<K> {
     #[inline]
     pub fn first(&self) -> Option<(K, u64)> {
         let c = self.chunks.first()?;
-        Some((*c.keys.first()?, c.vals[0]))
+        let k = *c.keys.first()?;
+        self.hint.set((0, 0)); // aobf takes the block it found next
+        Some((k, c.vals[0]))
     }
 
     /// The entry with the largest key.
