@@ -314,7 +314,7 @@ fn fast_row(line: &[u8]) -> Option<Event> {
         a
     };
     comma(line, &mut p)?;
-    let mut field = |p: &mut usize, empty_ok: bool| -> Option<(u64, usize)> {
+    let field = |p: &mut usize, empty_ok: bool| -> Option<(u64, usize)> {
         let (v, n) = digits(line, p)?;
         (empty_ok || n > 0).then_some((v, n))
     };
