@@ -14,6 +14,8 @@
 /// Target chunk length: a chunk splits at twice this and merges with a neighbour under a quarter.
 const CHUNK: usize = 64;
 
+use std::cell::Cell;
+
 #[derive(Clone, Debug)]
 struct Chunk<K> {
     keys: Vec<K>,
@@ -41,6 +43,10 @@ pub struct ChunkMap<K> {
     /// Largest value of each chunk.
     maxes: Vec<u64>,
     len: usize,
+    /// (chunk, index) of the last `first_at_least` or `first` answer: the allocation that asked
+    /// for it cuts or takes that very entry next (`replace`, `remove`), which then skips both
+    /// binary searches. Checked against the key before use, so a stale hint costs nothing.
+    hint: Cell<(u32, u32)>,
 }
 
 impl<K> Default for ChunkMap<K> {
@@ -50,6 +56,7 @@ impl<K> Default for ChunkMap<K> {
             firsts: Vec::new(),
             maxes: Vec::new(),
             len: 0,
+            hint: Cell::new((u32::MAX, 0)),
         }
     }
 }
@@ -67,6 +74,20 @@ impl<K: Ord + Copy> ChunkMap<K> {
     #[inline(always)]
     fn chunk_for(&self, key: K) -> usize {
         self.firsts.partition_point(|f| *f <= key).saturating_sub(1)
+    }
+
+    /// (chunk, index) of a present key: the hint's if it holds the key, else searched.
+    #[inline(always)]
+    fn locate(&self, key: K) -> Option<(usize, usize)> {
+        let (hi, hp) = self.hint.get();
+        if let Some(c) = self.chunks.get(hi as usize) {
+            if c.keys.get(hp as usize) == Some(&key) {
+                return Some((hi as usize, hp as usize));
+            }
+        }
+        let i = self.chunk_for(key);
+        let p = self.chunks.get(i)?.keys.binary_search(&key).ok()?;
+        Some((i, p))
     }
 
     /// Insert a key that is not present.
@@ -112,9 +133,8 @@ impl<K: Ord + Copy> ChunkMap<K> {
         if self.chunks.is_empty() {
             return None;
         }
-        let i = self.chunk_for(key);
+        let (i, p) = self.locate(key)?;
         let c = &mut self.chunks[i];
-        let p = c.keys.binary_search(&key).ok()?;
         c.keys.remove(p);
         let val = c.vals.remove(p);
         self.len -= 1;
@@ -158,13 +178,40 @@ impl<K: Ord + Copy> ChunkMap<K> {
 
     /// Set the value of a present key.
     pub fn update(&mut self, key: K, val: u64) {
-        let i = self.chunk_for(key);
+        let (i, p) = self.locate(key).expect("update of an absent key");
         let c = &mut self.chunks[i];
-        let p = c.keys.binary_search(&key).expect("update of an absent key");
         let old = std::mem::replace(&mut c.vals[p], val);
         if val >= self.maxes[i] {
             self.maxes[i] = val;
         } else if old == self.maxes[i] {
+            self.maxes[i] = c.max();
+        }
+    }
+
+    /// Put `new` (with `val`) in the place of the present key `old`. `new` must sort where
+    /// `old` did (no other key between them), so nothing moves: a free block that is cut or
+    /// merged keeps its place in address order (freelist.rs `AddrTree::replace`).
+    #[inline]
+    pub fn replace(&mut self, old: K, new: K, val: u64) {
+        let (i, p) = self.locate(old).expect("replace of an absent key");
+        let c = &mut self.chunks[i];
+        debug_assert!(p == 0 || c.keys[p - 1] < new, "replace out of order");
+        debug_assert!(
+            c.keys.get(p + 1).is_none_or(|k| new < *k),
+            "replace out of order"
+        );
+        debug_assert!(
+            p + 1 < c.keys.len() || self.firsts.get(i + 1).is_none_or(|k| new < *k),
+            "replace out of order"
+        );
+        c.keys[p] = new;
+        let was = std::mem::replace(&mut c.vals[p], val);
+        if p == 0 {
+            self.firsts[i] = new;
+        }
+        if val >= self.maxes[i] {
+            self.maxes[i] = val;
+        } else if was == self.maxes[i] {
             self.maxes[i] = c.max();
         }
     }
@@ -188,6 +235,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
         let i = self.maxes.iter().position(|&m| m >= x)?;
         let c = &self.chunks[i];
         let p = c.vals.iter().position(|&v| v >= x)?;
+        self.hint.set((i as u32, p as u32));
         Some((c.keys[p], c.vals[p]))
     }
 
@@ -209,7 +257,9 @@ impl<K: Ord + Copy> ChunkMap<K> {
     #[inline]
     pub fn first(&self) -> Option<(K, u64)> {
         let c = self.chunks.first()?;
-        Some((*c.keys.first()?, c.vals[0]))
+        let k = *c.keys.first()?;
+        self.hint.set((0, 0)); // aobf takes the block it found next
+        Some((k, c.vals[0]))
     }
 
     /// The entry with the largest key.
@@ -246,6 +296,23 @@ mod tests {
                 2 if want.contains_key(&k) => {
                     m.update(k, v);
                     want.insert(k, v);
+                }
+                3 if want.contains_key(&k) && step % 2 == 0 => {
+                    // Replace by the nearest free key at or below the next present key.
+                    let hi = want
+                        .range(k + 1..)
+                        .next()
+                        .map(|(&n, _)| n)
+                        .unwrap_or(span + 8);
+                    let lo = want
+                        .range(..k)
+                        .next_back()
+                        .map(|(&n, _)| n + 1)
+                        .unwrap_or(0);
+                    let nk = lo + (s >> 8) % (hi - lo);
+                    m.replace(k, nk, v);
+                    want.remove(&k);
+                    want.insert(nk, v);
                 }
                 _ => assert_eq!(m.remove(k), want.remove(&k), "step {step}"),
             }

@@ -347,7 +347,7 @@ pub struct AddrTree {
 
 impl AddrTree {
     fn key(x: &Block, b: u32) -> u128 {
-        ((x.addr as u128) << 32) | b as u128
+        Self::key_at(x.addr, b)
     }
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
@@ -357,6 +357,25 @@ impl AddrTree {
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         self.tree.remove(Self::key(&bl[b as usize], b));
+    }
+    /// `unlink` of the block that had key `key` (`key_at`), after its record changed.
+    #[inline(always)]
+    pub fn unlink_key(&mut self, key: u128) {
+        self.tree.remove(key);
+    }
+    /// Free block `new` takes the place in address order of the linked block that had key
+    /// `old` (`AddrTree::key_at`): a block cut at its end or merged with a free neighbour keeps
+    /// its rank among the carrier's free blocks, so this is `unlink` and `link` with no entries
+    /// moved.
+    #[inline(always)]
+    pub fn replace(&mut self, bl: &[Block], old: u128, new: u32) {
+        let x = &bl[new as usize];
+        self.tree.replace(old, Self::key(x, new), x.size);
+    }
+    /// The key block `b` has while it sits at `addr` (taken before the block changes).
+    #[inline(always)]
+    pub fn key_at(addr: u64, b: u32) -> u128 {
+        ((addr as u128) << 32) | b as u128
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {

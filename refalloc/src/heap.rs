@@ -596,6 +596,84 @@ impl Heap {
         self.account(c, got as i64, 1);
     }
 
+    /// Whether carrier `c` keeps its free blocks by address (aoff, ageffcaoff).
+    #[inline(always)]
+    fn addr_ordered(&self, c: u32) -> bool {
+        matches!(self.carrier_free[c as usize], Some(FreeSet::Addr(_)))
+    }
+
+    #[inline(always)]
+    fn addr_set(&mut self, c: u32) -> (&mut AddrTree, &mut Vec<Block>) {
+        match self.carrier_free[c as usize].as_mut() {
+            Some(FreeSet::Addr(t)) => (t, &mut self.blocks),
+            _ => unreachable!("not an address-ordered carrier"),
+        }
+    }
+
+    /// `unlink` then `carve` of a linked free block. In an address-ordered carrier the
+    /// remainder takes the block's place in the set (`AddrTree::replace`): same set, no
+    /// entries moved.
+    #[inline(always)]
+    fn take(&mut self, b: u32, blk: u64) {
+        let (addr, size, c) = {
+            let x = &self.blocks[b as usize];
+            (x.addr, x.size, x.carrier)
+        };
+        if !self.addr_ordered(c) {
+            self.unlink(b);
+            self.carve(b, blk);
+            return;
+        }
+        let owner = self.carriers[c as usize].owner;
+        let min = self.cfg(owner).strategy.min_block_size();
+        let old = AddrTree::key_at(addr, b);
+        if size - blk >= min {
+            let r = self.split_tail(b, blk);
+            let (t, blocks) = self.addr_set(c);
+            t.replace(blocks, old, r);
+        } else {
+            self.unlink(b);
+        }
+        self.blocks[b as usize].free = false;
+        let got = self.blocks[b as usize].size;
+        self.account(c, got as i64, 1);
+    }
+
+    /// `coalesce` then `link` in an address-ordered carrier: the merged block takes the place
+    /// of the free neighbour it grows from (`AddrTree::replace`), so only a free block with
+    /// free blocks on both sides costs a removal. Same merges, same block records reused.
+    #[inline(always)]
+    fn coalesce_linked(&mut self, b: u32) -> u32 {
+        let (prev, next) = (self.blocks[b as usize].prev, self.blocks[b as usize].next);
+        let next_free = next != NIL && self.blocks[next as usize].free;
+        let prev_free = prev != NIL && self.blocks[prev as usize].free;
+        let c = self.blocks[b as usize].carrier;
+        let next_key = next_free.then(|| AddrTree::key_at(self.blocks[next as usize].addr, next));
+        if next_free {
+            self.absorb_next(b);
+        }
+        let m = if prev_free {
+            if let Some(k) = next_key {
+                self.addr_set(c).0.unlink_key(k);
+            }
+            self.absorb_next(prev);
+            let key = AddrTree::key_at(self.blocks[prev as usize].addr, prev);
+            let (t, blocks) = self.addr_set(c);
+            t.replace(blocks, key, prev);
+            prev
+        } else {
+            self.blocks[b as usize].free = true;
+            let (t, blocks) = self.addr_set(c);
+            match next_key {
+                Some(k) => t.replace(blocks, k, b),
+                None => t.link(blocks, b),
+            }
+            b
+        };
+        self.blocks[m as usize].free = true;
+        m
+    }
+
     /// Block bytes/count changes of carrier `c`, in the stats where the carrier is counted.
     #[inline(always)]
     fn account(&mut self, c: u32, bytes: i64, count: i64) {
@@ -630,8 +708,7 @@ impl Heap {
                 }
             }
         };
-        self.unlink(b);
-        self.carve(b, blk);
+        self.take(b, blk);
         let c = self.blocks[b as usize].carrier;
         self.refresh(c);
         let inst = &mut self.instances[ix as usize];
@@ -680,14 +757,23 @@ impl Heap {
         }
         let size = self.blocks[b as usize].size;
         self.account(c, -(size as i64), -1);
-        let b = self.coalesce(b);
+        // Address-ordered carriers merge and link in one step (`coalesce_linked`); a carrier
+        // left whole is destroyed with its free set either way.
+        let linked = self.addr_ordered(c);
+        let b = if linked {
+            self.coalesce_linked(b)
+        } else {
+            self.coalesce(b)
+        };
         let cr = &self.carriers[c as usize];
         let whole = self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL;
         if whole && !cr.main {
             self.destroy_carrier(env, c);
             return;
         }
-        self.link(b);
+        if !linked {
+            self.link(b);
+        }
         self.refresh(c);
         let owner = self.carriers[c as usize].owner as usize;
         let inst = &mut self.instances[owner];
