@@ -574,8 +574,12 @@ def test_watch_with_a_store_it_cannot_use_says_one_line(tmp_path, kind) -> None:
            "under a file": tmp_path / "file" / "w.db"}[kind]
     (tmp_path / "x.db").write_bytes(b"not sqlite at all\n" * 10)
     (tmp_path / "file").write_text("x")
+    cookie = tmp_path / "cookie"  # a usable cookie (checked first), whatever HOME holds
+    cookie.write_text("STORETESTCOOKIE")
+    cookie.chmod(0o400)
     r = subprocess.run([sys.executable, "-m", "beamalloc.cli", "watch", "nobody@nohost.invalid",
-                        "--store", str(bad), "--interval", "1", "--duration", "1"],
+                        "--store", str(bad), "--interval", "1", "--duration", "1",
+                        "--cookie-file", str(cookie)],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("beamalloc: cannot open the store")
