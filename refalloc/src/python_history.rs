@@ -10,7 +10,7 @@ fn get(d: &Bound<'_, PyDict>, key: &str) -> PyResult<u64> {
         .extract()
 }
 
-/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi, allocator,
+/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, [rebuild], lo, hi, allocator,
 /// type, instances, seed); returns its event count.
 #[pyfunction]
 pub fn history_trace(
@@ -26,6 +26,10 @@ pub fn history_trace(
         after: get(params, "after")?,
         passes: get(params, "passes")? != 0,
         stragglers: get(params, "stragglers")?,
+        rebuild: params
+            .get_item("rebuild")?
+            .map_or(Ok(0), |v| v.extract::<u64>())?
+            != 0,
         lo: get(params, "lo")?,
         hi: get(params, "hi")?,
         allocator: get(params, "allocator")?,

@@ -643,6 +643,7 @@ mod tests {
             after,
             passes: true,
             stragglers: 0,
+            rebuild: false,
             lo: 560,
             hi: 1_040,
             allocator: 10,
