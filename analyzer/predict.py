@@ -437,13 +437,14 @@ HISTORY_ALLOCATORS = ("binary_alloc",)
 #: UNDECIDED over five fresh nodes (tests/e2e/stability.py); under the defaults a wrong future
 #: is 0.8-0.94 off [heur].
 RULES_OUT = 2 * TOLERANCE
-#: Draws (seeds) of a stragglers history tried, the best-calibrated kept: where the rebuilt
-#: base set lands among the spike's holes (bf, gf: the smallest that fits) turns on the sizes
-#: drawn, and moves a carrier of 2, 4 or 8 MiB between fill bands. Over six draws of one
-#: history the figure stayed within 0.1 point (-75.5 %) while the calibration error against
-#: one node moved 0.11-0.33, as much as fresh nodes of one workload differ (their 1-5 % band
-#: 0.11-0.22) [heur: binspike under `+MBacul 0` on OTP 25 and af on OTP 29, saved reads].
-STRAGGLER_DRAWS = 3
+#: Where each straggler sits in its stride of the spike (thousandths), tried, the
+#: best-calibrated kept: the map shows how many pin the spike's carriers, not where, and under
+#: bf and gf the rebuilt base set fills the smallest holes between them, so the phase moves a
+#: carrier of 2, 4 or 8 MiB between fill bands. On five saved reads of binspike under `+MBacul 0`
+#: (OTP 25) and af (OTP 29) one phase left them 0.11-0.28 off, the best of these four 0.03-0.11,
+#: and the figure moved 1.5 points over the phases (-75.8 to -77.6 %) [heur]. binspike's own
+#: stragglers sit at 0.
+STRAGGLER_PHASES = (0, 250, 500, 750)
 #: Futures closer than this (share of the unused bytes) are one answer, whatever happens next.
 FUTURES_AGREE = 0.10
 
@@ -886,10 +887,10 @@ class Predictor:
         base = fit.base()
         tried = ([("kept", base)]
                  + [("turnover", dataclasses.replace(base, after=a)) for a in fit.afters()]
-                 + [("kept", dataclasses.replace(base, stragglers=n, rebuild=True, draw=d,
+                 + [("kept", dataclasses.replace(base, stragglers=n, rebuild=True, phase=ph,
                                                  after=min(fit.churn, 2 * fit.live)))
                     for n in fit.stragglers(_sparse(self.snap, target))
-                    for d in range(STRAGGLER_DRAWS)])  # fmt: skip
+                    for ph in STRAGGLER_PHASES])  # fmt: skip
         # Histories that differ only in their churn after the drop share every event before
         # its end (refalloc/src/history.rs draws that churn last): each family is written once,
         # as long as its longest member or a turnover's end (every survivor replaced), and its

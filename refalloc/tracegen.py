@@ -414,8 +414,8 @@ class History:
     spread: float = 0.3
     stragglers: int = 0
     rebuild: bool = False
-    #: Another draw of the same history: the seed's offset (sizes, victims, orders).
-    draw: int = 0
+    #: Where each straggler sits in its stride of the spike, in thousandths (500: its middle).
+    phase: int = 500
 
     def events(self, schedulers: int) -> int:
         """Events of the trace on `schedulers` instances."""
@@ -440,9 +440,9 @@ def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
     lo = max(int(h.mean_size * (1 - h.spread)), 1)
     params = {"live": h.live, "peak": max(h.peak, h.live), "before": h.before, "after": h.after,
               "passes": int(h.order == "passes"), "stragglers": h.stragglers,
-              "rebuild": int(h.rebuild), "lo": lo,
+              "rebuild": int(h.rebuild), "phase": h.phase, "lo": lo,
               "hi": max(int(h.mean_size * (1 + h.spread)), lo), "allocator": number,
-              "type": typ, "instances": schedulers, "seed": seed + h.draw}  # fmt: skip
+              "type": typ, "instances": schedulers, "seed": seed}  # fmt: skip
     blob = json.dumps(header.to_json(), separators=(",", ":"))
     return int(_refalloc.history_trace(str(path), blob, params))
 

@@ -28,6 +28,9 @@ pub struct Params {
     /// `after` oldest blocks of the base set and the earlier passes are freed, in the order
     /// they were made. Else one block is freed and one made at a time.
     pub rebuild: bool,
+    /// Where each straggler sits in its stride of the spike, in thousandths (500: its middle):
+    /// the map shows how many pin the spike's carriers, not where.
+    pub phase: u64,
     pub lo: u64,
     pub hi: u64,
     pub allocator: u64,
@@ -157,7 +160,8 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
             let mut keep = vec![false; all.len()];
             keep[..base].iter_mut().for_each(|x| *x = true);
             for i in 0..stragglers {
-                keep[base + (2 * i + 1) * spike / (2 * stragglers)] = true;
+                let at = (i as u64 * 1000 + p.phase.min(999)) * spike as u64;
+                keep[base + (at / (1000 * stragglers as u64)) as usize] = true;
             }
             let (kept, mut gone): (Vec<_>, Vec<_>) =
                 all.into_iter().zip(keep).partition(|&(_, k)| k);
@@ -247,6 +251,7 @@ mod tests {
             passes,
             stragglers: 0,
             rebuild: false,
+            phase: 500,
             lo: 560,
             hi: 1_040,
             allocator: 10,

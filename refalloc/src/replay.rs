@@ -644,6 +644,7 @@ mod tests {
             passes: true,
             stragglers: 0,
             rebuild: false,
+            phase: 500,
             lo: 560,
             hi: 1_040,
             allocator: 10,
