@@ -388,4 +388,37 @@ mod tests {
             2 * base
         );
     }
+
+    /// Phase 0 keeps the first block of each stride: the spike's first block is a straggler
+    /// (binspike keeps the 0th, 2000th, ... of its burst).
+    #[test]
+    fn phase_zero_keeps_the_first_block_of_each_stride() {
+        let name = format!("refalloc-history-phase-{}.batr", std::process::id());
+        let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+        let p = Params {
+            stragglers: 10,
+            phase: 0,
+            before: 0,
+            after: 0,
+            ..params(true)
+        };
+        write(&path, "{\"schedulers\":2}", p).unwrap();
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut r = TraceReader::open(&path).unwrap();
+        r.for_each_event(|e| match e.op {
+            Op::Alloc => {
+                live.insert(e.id, e.instance);
+            }
+            _ => {
+                live.remove(&e.id);
+            }
+        })
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // the base set is the first live - stragglers blocks of each instance, in lock step
+        let first = 2 * (p.live - p.stragglers) + 1;
+        assert!(live.contains_key(&first) && live.contains_key(&(first + 1)));
+        let stride = 2 * (p.peak - p.live + p.stragglers) / p.stragglers;
+        assert!(live.contains_key(&(first + stride)));
+    }
 }
