@@ -440,10 +440,10 @@ RULES_OUT = 2 * TOLERANCE
 #: Where each straggler sits in its stride of the spike (thousandths), tried, the
 #: best-calibrated kept: the map shows how many pin the spike's carriers, not where, and under
 #: bf and gf the rebuilt base set fills the smallest holes between them, so the phase moves a
-#: carrier of 2, 4 or 8 MiB between fill bands. On five saved reads of binspike under `+MBacul 0`
-#: (OTP 25) and af (OTP 29) one phase left them 0.11-0.28 off, the best of these four 0.03-0.11,
-#: and the figure moved 1.5 points over the phases (-75.8 to -77.6 %) [heur]. binspike's own
-#: stragglers sit at 0.
+#: carrier of 2, 4 or 8 MiB between fill bands. On saved reads of binspike under `+MBacul 0`
+#: (OTP 25) and af (OTP 29) the middle phase alone left five of eight 0.11-0.28 off, the best
+#: of these four all eight 0.03-0.11, and the figure moved 1.5 points over the phases (-75.8
+#: to -77.6 %) [heur]. binspike's own stragglers sit at 0.
 STRAGGLER_PHASES = (0, 250, 500, 750)
 #: Futures closer than this (share of the unused bytes) are one answer, whatever happens next.
 FUTURES_AGREE = 0.10
@@ -583,8 +583,9 @@ def _sparse(snap: Snapshot, allocator: str) -> float:
     (FILL_EDGES[-1]): stragglers spread evenly over a spike pin its carriers at one density, and
     a base set rebuilt into some of them (bf, gf: its new blocks fill the spike's holes) hides
     theirs. binspike keeps 20 per instance; counted below 1 % alone, under bf and gf its nodes
-    showed 9.5-14 (the base set in 2-4 of 8 spike carriers), 19-22 scaled, and the figure moves
-    with the count (10: -89 %, 20: -75 %, measured -73 to -76 %; tests/e2e/matrix.py)."""
+    showed 9.5-16 (the base set in 2-5 of 8 spike carriers), 16-24 scaled (under the defaults
+    20-23), and the figure moves with the count (16: -81 %, 24: -70 %; restarts measured -66 to
+    -76 %, tests/e2e/matrix.py)."""
     insts = _sched(snap, allocator)
     numbers = {i.instance for i in insts}
     mbcs = [c for c in snap.carriers_of(allocator) if c.instance in numbers and c.size
@@ -979,7 +980,8 @@ class Predictor:
 
     def _history_prediction(self, target: str, rule: str, flags: FlagSet) -> dict[str, Any] | None:
         """The restart-true prediction (issue 22), or None where no history of `target`
-        reproduces the node (the caller falls back on its carriers, and says so)."""
+        reproduces the node and one future is ruled out (the caller falls back on its carriers,
+        and says so)."""
         h = self._history(target)
         if h is None:
             return None
