@@ -68,8 +68,8 @@ ACUL0 = Path(__file__).resolve().parent / "data" / "binspike_acul0_otp25.json"
 
 
 def test_stragglers_scale_from_the_sparse_carriers_to_the_spike() -> None:
-    """binspike keeps 20 stragglers per worker; the carriers below 1 % hold 12 and 4 per
-    instance, the rest share carriers with the rebuilt base set: scaled by bytes, 16."""
+    """binspike keeps 20 stragglers per worker; the carriers below 1 % hold 8 per instance, the
+    rest share carriers with the rebuilt base set: their median density over the spike, 18."""
     snap = read_file(str(ACUL0))
     assert 14 <= pr._sparse(snap, "binary_alloc") <= 22
 
