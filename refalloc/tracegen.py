@@ -401,7 +401,9 @@ class History:
     every survivor of the spike, wherever it sits).
     Sizes are drawn uniformly within `spread` of `mean_size` (user bytes). With `stragglers`
     N > 0 the drop keeps the base set (the first `live` - N blocks made) and N blocks evenly
-    spread over the spike (binspike's stragglers), and `after` replaces the base set only."""
+    spread over the spike (binspike's stragglers), and `after` replaces the base set only; with
+    `rebuild` too, whole: its `after` new blocks are all made before the oldest `after` go (a
+    list rebuilt in a process, the old one freed at its next full collection)."""
 
     live: int
     peak: int
@@ -411,6 +413,9 @@ class History:
     mean_size: int = 800
     spread: float = 0.3
     stragglers: int = 0
+    rebuild: bool = False
+    #: Where each straggler sits in its stride of the spike, in thousandths (500: its middle).
+    phase: int = 500
 
     def events(self, schedulers: int) -> int:
         """Events of the trace on `schedulers` instances."""
@@ -434,7 +439,8 @@ def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
                      **dataclasses.asdict(h))  # fmt: skip
     lo = max(int(h.mean_size * (1 - h.spread)), 1)
     params = {"live": h.live, "peak": max(h.peak, h.live), "before": h.before, "after": h.after,
-              "passes": int(h.order == "passes"), "stragglers": h.stragglers, "lo": lo,
+              "passes": int(h.order == "passes"), "stragglers": h.stragglers,
+              "rebuild": int(h.rebuild), "phase": h.phase, "lo": lo,
               "hi": max(int(h.mean_size * (1 + h.spread)), lo), "allocator": number,
               "type": typ, "instances": schedulers, "seed": seed}  # fmt: skip
     blob = json.dumps(header.to_json(), separators=(",", ":"))

@@ -22,6 +22,15 @@ pub struct Params {
     /// (a queue drained but for a few messages still referred to), and the churn after the drop
     /// replaces the base set only: the stragglers stay.
     pub stragglers: u64,
+    /// With stragglers: the churn after the drop rebuilds the base set whole, as a process
+    /// rebuilds a list whose old version goes only at its next full garbage collection: the
+    /// `after` new blocks are all made (pass after pass over the base slots) before the
+    /// `after` oldest blocks of the base set and the earlier passes are freed, in the order
+    /// they were made. Else one block is freed and one made at a time.
+    pub rebuild: bool,
+    /// Where each straggler sits in its stride of the spike, in thousandths (500: its middle):
+    /// the map shows how many pin the spike's carriers, not where.
+    pub phase: u64,
     pub lo: u64,
     pub hi: u64,
     pub allocator: u64,
@@ -151,7 +160,8 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
             let mut keep = vec![false; all.len()];
             keep[..base].iter_mut().for_each(|x| *x = true);
             for i in 0..stragglers {
-                keep[base + (2 * i + 1) * spike / (2 * stragglers)] = true;
+                let at = (i as u64 * 1000 + p.phase.min(999)) * spike as u64;
+                keep[base + (at / (1000 * stragglers as u64)) as usize] = true;
             }
             let (kept, mut gone): (Vec<_>, Vec<_>) =
                 all.into_iter().zip(keep).partition(|&(_, k)| k);
@@ -166,6 +176,39 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
                 }
             }
         }
+    }
+    if stragglers > 0 && p.rebuild {
+        // The base set sits before the stragglers in each live list (the partition kept the
+        // allocation order): the new blocks go after it, then the oldest `after` go.
+        let base = p.live as usize - stragglers;
+        let mut olds: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
+        for k in 0..n {
+            olds.push(g.live[k][..base].to_vec());
+        }
+        for _ in 0..p.after {
+            for (k, old) in olds.iter_mut().enumerate() {
+                if base > 0 {
+                    let b = g.alloc(k)?;
+                    old.push(b);
+                }
+            }
+        }
+        let gone = (p.after as usize).min(olds.iter().map(Vec::len).max().unwrap_or(0));
+        for i in 0..gone {
+            for (k, old) in olds.iter().enumerate() {
+                if let Some(&(id, size)) = old.get(i) {
+                    g.event(Op::Free, k, size, id)?;
+                }
+            }
+        }
+        for (k, old) in olds.into_iter().enumerate() {
+            let mut live = old[gone.min(old.len())..].to_vec();
+            live.extend_from_slice(&g.live[k][base..]);
+            g.live[k] = live;
+        }
+        let count = g.w.count;
+        g.w.finish()?;
+        return Ok(count);
     }
     // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -207,6 +250,8 @@ mod tests {
             after: 400,
             passes,
             stragglers: 0,
+            rebuild: false,
+            phase: 500,
             lo: 560,
             hi: 1_040,
             allocator: 10,
@@ -291,5 +336,89 @@ mod tests {
             gaps.iter().all(|&d| d == 1 || d.abs_diff(stride) <= 2),
             "{gaps:?}"
         );
+    }
+
+    /// A rebuilt base set: every new block is made before the first old one goes, the oldest
+    /// `after` blocks go (the base set, then the earlier passes), the stragglers stay, and the
+    /// live set ends at `live` per instance, the last pass's blocks and the stragglers.
+    #[test]
+    fn a_rebuild_makes_the_new_set_before_the_old_goes() {
+        let name = format!("refalloc-history-rebuild-{}.batr", std::process::id());
+        let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+        let p = Params {
+            stragglers: 10,
+            rebuild: true,
+            before: 0,
+            ..params(true)
+        };
+        let base = p.live - p.stragglers;
+        let p = Params {
+            after: 2 * base,
+            ..p
+        };
+        let n = write(&path, "{\"schedulers\":2}", p).unwrap();
+        assert_eq!(n, 2 * (2 * p.peak - p.live + 2 * p.after));
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut events = Vec::new();
+        let mut r = TraceReader::open(&path).unwrap();
+        r.for_each_event(|e| {
+            match e.op {
+                Op::Alloc => assert!(live.insert(e.id, e.instance).is_none()),
+                _ => assert_eq!(live.remove(&e.id), Some(e.instance)),
+            }
+            events.push((e.op, e.id));
+        })
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // after the drop: 2 x after allocations, then 2 x after frees
+        let tail = &events[events.len() - 4 * p.after as usize..];
+        let (made, gone) = tail.split_at(2 * p.after as usize);
+        assert!(made.iter().all(|&(op, _)| op == Op::Alloc));
+        assert!(gone.iter().all(|&(op, _)| op != Op::Alloc));
+        // the base set (ids up to 2 x base) and the first pass go; the second pass stays
+        let first_new = made[0].1;
+        assert!(gone
+            .iter()
+            .all(|&(_, id)| id <= 2 * base || id < first_new + 2 * base));
+        assert_eq!(live.len() as u64, 2 * p.live);
+        assert_eq!(
+            live.keys()
+                .filter(|&&id| id >= first_new + 2 * base)
+                .count() as u64,
+            2 * base
+        );
+    }
+
+    /// Phase 0 keeps the first block of each stride: the spike's first block is a straggler
+    /// (binspike keeps the 0th, 2000th, ... of its burst).
+    #[test]
+    fn phase_zero_keeps_the_first_block_of_each_stride() {
+        let name = format!("refalloc-history-phase-{}.batr", std::process::id());
+        let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+        let p = Params {
+            stragglers: 10,
+            phase: 0,
+            before: 0,
+            after: 0,
+            ..params(true)
+        };
+        write(&path, "{\"schedulers\":2}", p).unwrap();
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut r = TraceReader::open(&path).unwrap();
+        r.for_each_event(|e| match e.op {
+            Op::Alloc => {
+                live.insert(e.id, e.instance);
+            }
+            _ => {
+                live.remove(&e.id);
+            }
+        })
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // the base set is the first live - stragglers blocks of each instance, in lock step
+        let first = 2 * (p.live - p.stragglers) + 1;
+        assert!(live.contains_key(&first) && live.contains_key(&(first + 1)));
+        let stride = 2 * (p.peak - p.live + p.stragglers) / p.stragglers;
+        assert!(live.contains_key(&(first + stride)));
     }
 }

@@ -10,8 +10,13 @@ fn get(d: &Bound<'_, PyDict>, key: &str) -> PyResult<u64> {
         .extract()
 }
 
-/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi, allocator,
-/// type, instances, seed); returns its event count.
+/// An optional key of `d`, `default` where it is absent.
+fn opt(d: &Bound<'_, PyDict>, key: &str, default: u64) -> PyResult<u64> {
+    d.get_item(key)?.map_or(Ok(default), |v| v.extract())
+}
+
+/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi,
+/// allocator, type, instances, seed; optional: rebuild, phase); returns its event count.
 #[pyfunction]
 pub fn history_trace(
     py: Python<'_>,
@@ -26,6 +31,8 @@ pub fn history_trace(
         after: get(params, "after")?,
         passes: get(params, "passes")? != 0,
         stragglers: get(params, "stragglers")?,
+        rebuild: opt(params, "rebuild", 0)? != 0,
+        phase: opt(params, "phase", 500)?,
         lo: get(params, "lo")?,
         hi: get(params, "hi")?,
         allocator: get(params, "allocator")?,

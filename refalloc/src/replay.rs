@@ -643,6 +643,8 @@ mod tests {
             after,
             passes: true,
             stragglers: 0,
+            rebuild: false,
+            phase: 500,
             lo: 560,
             hi: 1_040,
             allocator: 10,
