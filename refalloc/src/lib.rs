@@ -33,8 +33,6 @@ mod python_csv;
 #[cfg(feature = "python")]
 mod python_dumpscan;
 #[cfg(feature = "python")]
-mod python_etf;
-#[cfg(feature = "python")]
 mod python_history;
 #[cfg(feature = "python")]
 mod python_writer;
@@ -50,8 +48,8 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
     m.add_class::<python_dumpscan::DumpWant>()?;
-    m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
-    m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
+    // the collector's formats (ETF, term text): their own crate, collector/native
+    formats::python::register(m)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
     m.add_class::<python_writer::PyTraceWriter>()?;
     Ok(())
