@@ -4,7 +4,9 @@
 //! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (binary reader), `csv` (the CSV rows' fast path), `dumpscan` (crash dump headers),
-//! `replay`, `fuzzing` (the fuzz targets' bodies).
+//! `replay`, `fuzzing` (the fuzz targets' bodies). The collector's formats (the ETF decoder, the
+//! term text writer) are their own crate, collector/native (beamalloc-formats), a member of this
+//! workspace: the one extension module below registers its functions too.
 pub mod addr;
 pub mod chunks;
 pub mod config;
