@@ -150,7 +150,8 @@ debs:
 
 # The package, its dependencies and the Rust extension (beamalloc._refalloc), rebuilt when any
 # of their sources change.
-$(STAMP): setup.cfg pyproject.toml refalloc/Cargo.toml $(wildcard refalloc/src/*.rs refalloc/src/**/*.rs)
+$(STAMP): setup.cfg pyproject.toml refalloc/Cargo.toml $(wildcard refalloc/src/*.rs refalloc/src/**/*.rs) \
+		collector/native/Cargo.toml $(wildcard collector/native/src/*.rs)
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 2; }
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -162,7 +163,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
-	cd refalloc && cargo test -q --no-default-features
+	cd refalloc && cargo test -q --workspace --no-default-features
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The inner loop: no BEAM, no browser, nothing over a few seconds (tests/conftest.py fails a test

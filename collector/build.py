@@ -15,11 +15,6 @@ from beamalloc.collector.transport import NodeError
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot, SnapshotError
 
-try:
-    from beamalloc._refalloc import term_text as _term_text
-except ImportError:  # pragma: no cover - `make setup` builds the extension
-    _term_text = None
-
 
 def _str(v: Any) -> str | None:
     if isinstance(v, bytes):
@@ -28,39 +23,8 @@ def _str(v: Any) -> str | None:
 
 
 def raw_text(term: Any) -> str:
-    """Exactly `format_term(term)`, about 3x faster on allocator data.
-
-    Containers and integers are written here; each distinct atom, string and anything else goes
-    through format_term itself (atoms and strings once each: allocator data repeats them).
-    Terms from etf.decode nest at most etf.MAX_DEPTH deep, so the recursion is bounded.
-    """
-    if _term_text is not None:  # the same walk in the Rust extension (python_etf.rs)
-        return _term_text(term, format_term)
-    cache: dict[tuple[type, Any], str] = {}
-    out: list[str] = []
-    put = out.append
-
-    def walk(x: Any) -> None:
-        tp = type(x)
-        if tp is int:
-            put(str(x))
-        elif tp is tuple or tp is list:
-            put("{" if tp is tuple else "[")
-            for i, y in enumerate(x):
-                if i:
-                    put(",")
-                walk(y)
-            put("}" if tp is tuple else "]")
-        elif tp is Atom or tp is str:
-            s = cache.get((tp, x))  # keyed by type too: Atom("a") == "a"
-            if s is None:
-                s = cache[(tp, x)] = format_term(x)
-            put(s)
-        else:
-            put(format_term(x))
-
-    walk(term)
-    return "".join(out)
+    """Exactly `format_term(term)`: the one term-text writer (collector/native/src/term_text.rs)."""
+    return format_term(term)
 
 
 def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:

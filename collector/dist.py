@@ -646,7 +646,7 @@ class Connection:
             if self._raw and data.startswith(b"\x83\x68\x02", end):
                 # {Ref, Result}: the Ref alone decoded; a reply asked for raw is kept as its
                 # bytes, for the caller to read without building a Python object per element
-                ref, at = etf._Decoder(data).term(end + 3, 1)
+                ref, at = etf.term_at(data, end + 3, 1)
                 if ref in self._raw and self._pending.get(ref, 1) is None:
                     self._pending[ref] = (RawReply(data, at),)
                     self._raw.discard(ref)

@@ -118,9 +118,9 @@ def test_a_decompression_bomb_is_one_line_under_200_mib(path):
     assert rss < 200 << 20, f"peak {rss >> 20} MiB"
 
 
-def test_the_native_and_python_decoders_share_the_budget():
-    """Both decoders refuse the same over-budget term with the same line, and neither builds
-    it: the native one stops at the list's head (no Python fallback run over it)."""
+def test_the_decoder_refuses_an_over_budget_term_before_building_it():
+    """A list that cannot fit the budget is refused at its head with the budget's line, from
+    decode and decode_at alike; a list within it decodes."""
     from beamalloc.collector import etf
 
     n = etf.MAX_WORDS  # a list this long cannot fit: 8 + n words for the list alone
@@ -128,13 +128,9 @@ def test_the_native_and_python_decoders_share_the_budget():
     with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
         etf.decode(data)
     with pytest.raises(etf.ETFError, match="more than 128 MiB of objects"):
-        etf._Decoder(data).term(1, 0)
-    if etf._native is not None:
-        with pytest.raises(ValueError, match="over budget"):
-            etf._native(data, 1, etf.Atom, etf.Opaque, None, etf.MAX_WORDS)
-    # and a term just within it decodes, natively and in Python alike
+        etf.decode_at(data, 0, {})
     small = b"\x83\x6c" + (1000).to_bytes(4, "big") + b"\x61\x01" * 1000 + b"\x6a"
-    assert etf.decode(small) == [1] * 1000 == etf._Decoder(small).term(1, 0)[0]
+    assert etf.decode(small) == [1] * 1000 == etf.decode_at(small, 0)[0]
 
 
 @pytest.mark.parametrize("name, must_not", [

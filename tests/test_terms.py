@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from beamalloc.collector.terms import (
     MAX_DEPTH,
     Atom,
+    Opaque,
     TermError,
     format_term,
     parse_term,
@@ -83,3 +84,32 @@ def test_nesting_100000_deep_is_an_error_not_a_crash():
     for _ in range(10_000):
         t = [t]
     assert format_term(t).count("[") == 10_001
+
+
+@pytest.mark.parametrize("term, text", [
+    ([Atom("a"), Atom(""), Atom("Abc"), Atom("end"), Atom("ok@host_1"), Atom("a b")],
+     "[a,'','Abc','end',ok@host_1,'a b']"),
+    (Atom("it's \\ \n\x7f\xa0\xad\xa1é\u2028😀"), "'it\\'s \\\\ \\012\\177\\240\\255¡é\\20050😀'"),
+    (["", "x\"y", "\ud800"], '[[],"x\\"y","\\154000"]'),
+    ([True, False, None, Opaque("<0.1.2>")], "[true,false,undefined,<0.1.2>]"),
+    ([0, -1, 2**64 - 1, -(2**100)], f"[0,-1,{2**64 - 1},{-(2**100)}]"),
+    ([1.0, -0.0, 5e-324, 1e300, 1.5e-07, 1e16, float("inf")],
+     "[1.0,-0.0,5.0e-324,1.0e+300,1.5e-07,1.0e+16,inf.0]"),
+    ((b"", b"\x00\xff", (), [[]]), "{<<>>,<<0,255>>,{},[[]]}"),
+])
+def test_format_term_writes(term: object, text: str) -> None:
+    """The writer's text for the cases its quoting and number forms must get right."""
+    assert format_term(term) == text
+
+
+@pytest.mark.parametrize("term, kind", [({"a": 1}, "dict"), ([1, {2}], "set"), (1j, "complex")])
+def test_format_term_refuses_what_is_no_term(term: object, kind: str) -> None:
+    with pytest.raises(TypeError, match=f"cannot format {kind} as an Erlang term"):
+        format_term(term)
+
+
+def test_format_term_writes_any_depth() -> None:
+    t: list = []
+    for _ in range(100_000):
+        t = [t]
+    assert format_term(t) == "[" * 100_001 + "]" * 100_001

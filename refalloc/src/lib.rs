@@ -4,7 +4,9 @@
 //! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (binary reader), `csv` (the CSV rows' fast path), `dumpscan` (crash dump headers),
-//! `replay`, `fuzzing` (the fuzz targets' bodies).
+//! `replay`, `fuzzing` (the fuzz targets' bodies). The collector's formats (the ETF decoder, the
+//! term text writer) are their own crate, collector/native (beamalloc-formats), a member of this
+//! workspace: the one extension module below registers its functions too.
 pub mod addr;
 pub mod chunks;
 pub mod config;
@@ -33,8 +35,6 @@ mod python_csv;
 #[cfg(feature = "python")]
 mod python_dumpscan;
 #[cfg(feature = "python")]
-mod python_etf;
-#[cfg(feature = "python")]
 mod python_history;
 #[cfg(feature = "python")]
 mod python_writer;
@@ -50,8 +50,8 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
     m.add_class::<python_dumpscan::DumpWant>()?;
-    m.add_function(wrap_pyfunction!(python_etf::etf_decode, m)?)?;
-    m.add_function(wrap_pyfunction!(python_etf::term_text, m)?)?;
+    // the collector's formats (ETF, term text): their own crate, collector/native
+    formats::python::register(m)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
     m.add_class::<python_writer::PyTraceWriter>()?;
     Ok(())
