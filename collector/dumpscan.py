@@ -3,11 +3,11 @@
 A dump is `=header` lines each followed by the lines of its section, and a reader needs only a
 few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
 heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
-finds the next header the caller keeps natively (refalloc/src/dumpscan.rs: one SIMD search for
-"\\n=" and a few byte compares per header, no Python step per line or per header passed over)
-and decodes only the header line and the sections the caller keeps. Memory is bounded by what is
-kept: a block, plus one kept section of at most MAX_SECTION bytes (the rest of a longer one is
-passed over).
+finds the next header the caller keeps natively (collector/native/src/dumpscan.rs: one SIMD
+search for "\\n=" and a few byte compares per header, no Python step per line or per header
+passed over) and decodes only the header line and the sections the caller keeps. Memory is
+bounded by what is kept: a block, plus one kept section of at most MAX_SECTION bytes (the rest
+of a longer one is passed over).
 
 Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
 with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
@@ -54,7 +54,7 @@ class Stats:
 class Headers:
     """The section headers a reader keeps: `prefixes` (a name and anything after it, as
     "allocator:"), `lines` (a name alone on its header line, '\\r's allowed after it).
-    `search` finds the next one natively (refalloc/src/dumpscan.rs) where the extension is
+    `search` finds the next one natively (collector/native/src/dumpscan.rs) where the extension is
     built, else with `pattern`, the reference it is fuzzed against (tests/fuzz/reader_props.py:
     the block reader against the line reader, which matches with `pattern`)."""
 
@@ -84,7 +84,7 @@ class Headers:
 class Keys:
     """The `KEY: value` lines of a section a reader reads: `values(text)` gives, for each key,
     the rest of the first line of `text` that starts with "KEY: " (None where none does), as
-    `pattern` (`^(KEY|...): (.*)$`, re.M) finds first; natively (refalloc/src/dumpscan.rs
+    `pattern` (`^(KEY|...): (.*)$`, re.M) finds first; natively (collector/native/src/dumpscan.rs
     `line_values`: no regex step a byte, no dict a section) where the extension is built."""
 
     def __init__(self, keys: tuple[str, ...]) -> None:

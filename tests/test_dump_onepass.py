@@ -1,6 +1,6 @@
 """A crash dump read once (issue 28 item 1): the =proc sections the holders need are fed to
 procdump.ProcSections in the pass that reads the allocators, and give what procdump's own read
-gives; the native header search (refalloc/src/dumpscan.rs) finds what its pattern finds."""
+gives; the native header search (collector/native/src/dumpscan.rs) finds what its pattern finds."""
 
 from __future__ import annotations
 

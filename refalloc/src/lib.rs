@@ -3,15 +3,14 @@
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
 //! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
-//! `trace` (binary reader), `csv` (the CSV rows' fast path), `dumpscan` (crash dump headers),
-//! `replay`, `fuzzing` (the fuzz targets' bodies). The collector's formats (the ETF decoder, the
-//! term text writer) are their own crate, collector/native (beamalloc-formats), a member of this
+//! `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing` (the fuzz
+//! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
+//! dump scanner) are their own crate, collector/native (beamalloc-formats), a member of this
 //! workspace: the one extension module below registers its functions too.
 pub mod addr;
 pub mod chunks;
 pub mod config;
 pub mod csv;
-pub mod dumpscan;
 pub mod freelist;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
@@ -33,8 +32,6 @@ mod python_carriers;
 #[cfg(feature = "python")]
 mod python_csv;
 #[cfg(feature = "python")]
-mod python_dumpscan;
-#[cfg(feature = "python")]
 mod python_history;
 #[cfg(feature = "python")]
 mod python_writer;
@@ -49,7 +46,6 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
     m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
-    m.add_class::<python_dumpscan::DumpWant>()?;
     // the collector's formats (ETF, term text): their own crate, collector/native
     formats::python::register(m)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
