@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Replay: the Rust model's adapter and the trace generators; a replay is a Snapshot.
     ("replay", ("beamalloc.refalloc",)),
     # Findings, rules, lint, predictions, the recommendation (they replay).
-    ("advice", ("beamalloc.analyzer",)),
+    # (advice/ and htmlreport/: the folders tests/tools/relayer.py moves them to.)
+    ("advice", ("beamalloc.analyzer", "beamalloc.advice")),
     # The time series of watched nodes: gauges, watch loop, store, Prometheus.
     ("series", ("beamalloc.timeseries",)),
     # Terminal renderings and paste formats of what the stages return.
@@ -42,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("web", ("beamalloc.webui",)),
     # The static HTML report: a reporter that renders the web UI's templates and page data, so it
     # sits above webui/ (which takes verdict lines and paste formats from the reporters below).
-    ("html", ("beamalloc.reporters.html",)),
+    ("html", ("beamalloc.reporters.html", "beamalloc.htmlreport")),
     # The `beamalloc` command and the demo.
     ("app", ("beamalloc.cli",)),
 ]
