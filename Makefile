@@ -122,8 +122,8 @@ otp-sym: otp-runtimes
 # a command that compiles every module it imports starts several times slower (cli/main.py,
 # "Startup"). Cheap when nothing changed; pip compiles an installed wheel itself.
 bytecode: $(STAMP)
-	@$(BIN)/python -m compileall -q -j0 beamalloc collector analyzer ebpf webui refalloc/*.py \
-	  timeseries reporters cli
+	@$(BIN)/python -m compileall -q -j0 beamalloc collector analyzer advice ebpf webui \
+	  refalloc/*.py timeseries reporters htmlreport cli
 
 # eBPF (docs/ebpf.md): bcc compiles against /lib/modules/$(uname -r)/build; a kernel that ships no
 # headers gets Debian's amd64 ones linked there (build = arch tree, source = common tree); tracefs

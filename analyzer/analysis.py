@@ -247,7 +247,7 @@ def coverage(snap: Snapshot) -> Coverage:
 
 
 def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The analysis of `snap`; `processes` is the holders' section (analyzer/holders.py) when
+    """The analysis of `snap`; `processes` is the holders' section (advice/holders.py) when
     the caller read them (a live scan, a dump's =proc sections)."""
     recon_insts = m.util_instances(snap)
     every = m.util_instances(snap, recon_only=False)
@@ -297,7 +297,7 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str
         "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
         "carriers": analysis_section(snap),
         # who holds the memory: a Snapshot has no processes; the caller reads them from a
-        # live scan or a crash dump's =proc sections (analyzer/holders.py, docs/processes.md)
+        # live scan or a crash dump's =proc sections (advice/holders.py, docs/processes.md)
         "processes": processes,
         # the cause of death first (crash dumps), what was read, every category and its holders
         "death": None if (d := death_of(snap)) is None else d.to_json(),

@@ -171,12 +171,12 @@ def _group_holders(processes: dict[str, Any] | None) -> list[CategoryHolder]:
     """The application's process groups (one initial call, OTP's own apart) that hold at least
     GROUP_OVER_ONE times their largest reported member (every reported process where the
     scan cannot tell members from others), largest first. A scan cut by its budget read a fair
-    sample: its groups are scaled to the node, as analyzer/holders.py scales the idle heaps."""
+    sample: its groups are scaled to the node, as advice/holders.py scales the idle heaps."""
     if not processes:
         return []
     rows = [r for k in ("top_heap", "top_binary") for r in processes.get(k) or ()
             if isinstance(r, dict) and isinstance(r.get("memory"), int)]
-    # where each group's idle members wait (analyzer/holders.py idle_heaps)
+    # where each group's idle members wait (advice/holders.py idle_heaps)
     waits = {g["initial_call"]: g.get("current_function")
              for g in (processes.get("idle_heaps") or {}).get("groups") or ()}
     count, scanned = processes.get("count"), processes.get("scanned")
@@ -189,7 +189,7 @@ def _group_holders(processes: dict[str, Any] | None) -> list[CategoryHolder]:
         if (g.get("system") or not isinstance(key, str) or not isinstance(n, int)
                 or not isinstance(mem, int)):
             continue
-        # OTP's own members reported in it are not the application's (analyzer/holders.py)
+        # OTP's own members reported in it are not the application's (advice/holders.py)
         otp_n, otp_mem = g.get("otp_count"), g.get("otp_memory")
         if isinstance(otp_n, int) and isinstance(otp_mem, int) and 0 <= otp_n <= n:
             n, mem = n - otp_n, mem - otp_mem

@@ -66,7 +66,7 @@ class Death:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Death:
-        """The record back from `to_json()` (the analysis' `death`), for analyzer/wording.py."""
+        """The record back from `to_json()` (the analysis' `death`), for advice/wording.py."""
         h = d.get("holder")
         return cls(**{**d, "holder": Holder(**h) if isinstance(h, dict) else None})
 

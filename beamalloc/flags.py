@@ -132,7 +132,7 @@ _PARAMS: dict[str, dict[str, ParamSpec]] = {
     **{letter: _AU for letter in ALLOCATORS if letter != "I"},
     "I": {**_AU, "scs": ParamSpec("mb")},
     # madtn (erts 16.1, OTP 28.1, OTP-19739) is newer than the modelled releases, so parsed for
-    # any; its release gate is the lint's, by erts version (analyzer/lint.py).
+    # any; its release gate is the lint's, by erts version (advice/lint.py).
     "u": {**_AU, "ycs": ParamSpec("kb"), "mmc": ParamSpec("int"), "sac": ParamSpec("bool"),
           "madtn": ParamSpec("bool")},
     "M": {  # §2.2

@@ -3,7 +3,7 @@
 1. A node carrying a stale setting under churn (`+MBas bf`: no carrier migration, best fit into
    the holes) runs samples/workloads/churn.erl: a base set of binaries churned, a spike, a drop
    back, then churn that replaces the survivors, still going on; it is read twice a second apart
-   (carriers included: the turnover decides between the futures, analyzer/predict.py), analyzed,
+   (carriers included: the turnover decides between the futures, advice/predict.py), analyzed,
    and judged: the verdict, its prediction and the flags.
 2. Where the verdict is CHANGE FLAGS, a second node started with the advised flags runs the same
    workload, and the measured effect is printed beside the predicted one.
@@ -121,7 +121,7 @@ DEMO_WORKLOAD = "churn"
 #: Survivors replaced by churn that goes on while the node is read (binaries a second per worker).
 DEMO_ENV = {"CHURN_MODE": "turnover", "CHURN_LOAD": "20000"}
 STALE = ("+MBas", "bf")
-#: Seconds between the two reads of step 1: the node's turnover (analyzer/predict.py).
+#: Seconds between the two reads of step 1: the node's turnover (advice/predict.py).
 SECOND_READ = 1.0
 #: The case where no flag helps: survivors scattered over every carrier, kept for good.
 SCATTERED_WORKLOAD = "scatter"
@@ -132,7 +132,7 @@ def _node_step(console: Any, module: str, args: list[str], what: str,
     """Start `module` under `args`, wait until it is ready and snapshot it live (`twice`: again
     SECOND_READ later, for the turnover between); the node is stopped on the way out (also on
     failure). Returns the (last) snapshot and the turnover or None."""
-    from beamalloc.analyzer.predict import measure_turnover
+    from beamalloc.advice.predict import measure_turnover
     from beamalloc.collector.live import snapshot_node
 
     with WorkloadNode(module, extra_args=args, env=env) as wl:
@@ -150,9 +150,9 @@ def _node_step(console: Any, module: str, args: list[str], what: str,
 def _measured(out: Any, before: Any, after: Any, allocator: str,
               run: dict[str, Any] | None) -> None:
     """The measured change of `allocator`'s unused bytes beside the predicted one."""
-    from beamalloc.analyzer import wording
-    from beamalloc.analyzer.diff import diff
-    from beamalloc.analyzer.records import Prediction
+    from beamalloc.advice import wording
+    from beamalloc.advice.diff import diff
+    from beamalloc.advice.records import Prediction
     from beamalloc.units import human
 
     d = diff(before, after, ("stale setting", "advised flags"))
@@ -171,11 +171,11 @@ def _measured(out: Any, before: Any, after: Any, allocator: str,
 
 def run_demo(term: Terminal, report_path: str = "demo-report.html",
              keep_node: bool = False) -> int:
-    from beamalloc.analyzer import wording
+    from beamalloc.advice import wording
+    from beamalloc.advice.recommend import CHANGE, verdict
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.analyzer.recommend import CHANGE, verdict
+    from beamalloc.htmlreport.html import write_report
     from beamalloc.reporters.analyze import render
-    from beamalloc.reporters.html import write_report
 
     console = term.console(stderr=True)
     out = term.console()

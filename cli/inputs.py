@@ -1,4 +1,4 @@
-"""The reader of the SOURCEs a command names (analyzer/reading.py): its typed options read off
+"""The reader of the SOURCEs a command names (advice/reading.py): its typed options read off
 the command's arguments (a command without process options reads no holders), the run's access
 and terminal from its Context."""
 
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from beamalloc.limits import MAX_CARRIERS, MAX_PROCESSES
 
 if TYPE_CHECKING:
-    from beamalloc.analyzer.reading import Reader
+    from beamalloc.advice.reading import Reader
     from beamalloc.cli.context import Context
 
 
 def reader(args: argparse.Namespace, ctx: Context) -> Reader:
-    from beamalloc.analyzer.reading import Reader, ReadOptions
+    from beamalloc.advice.reading import Reader, ReadOptions
 
     opts = ReadOptions(timeout=args.timeout, cookie_file=getattr(args, "cookie_file", None),
                        max_carriers=getattr(args, "max_carriers", MAX_CARRIERS),

@@ -3,7 +3,7 @@
 Read separately from collector/crashdump.py (the allocator sections): the file is read in blocks
 and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
 pass, a section's keys found natively (dumpscan.Keys); its memory is its processes' records,
-or, with a `keep` (analyzer/holders.DumpMembers: the analyze and recommend commands), what that
+or, with a `keep` (advice/holders.DumpMembers: the analyze and recommend commands), what that
 keeps of them and the groups summed as read.
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
@@ -164,7 +164,7 @@ def read_proc_sections(secs: Iterable[Section], err: TextIO | None = None,
 
 
 class Keep(Protocol):
-    """What keeps a dump's processes as they are read (analyzer/holders.DumpMembers): the
+    """What keeps a dump's processes as they are read (advice/holders.DumpMembers): the
     table's `procs` are then what it kept."""
 
     def add(self, p: Proc) -> None: ...

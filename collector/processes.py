@@ -8,7 +8,7 @@ hidden node's relay over TLS and any other -proto_dist): the calls are made and 
 reduced to one record here as its chunk arrives.
 
 The answer holds the processes worth reporting (the largest by each measure
-analyzer/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
+advice/holders.py ranks), the per-initial-call groups, the totals and each scanned process's
 activity (tests/bench/bench_processes.py measures both at 300,000 processes).
 
 A ProcessTable is what both this scan and a crash dump's =proc sections (collector/procdump.py)
@@ -122,7 +122,7 @@ class ProcessTable:
     timings_ms: dict[str, float] = field(default_factory=dict)  # where the scan's time went
     notes: list[str] = field(default_factory=list)
     #: pid ("<0.X.Y>") -> (reductions, message_queue_len) of every scanned process, read in the
-    #: first pass; two reads tell what a process did in between (analyzer/holders.py). None
+    #: first pass; two reads tell what a process did in between (advice/holders.py). None
     #: where the source cannot know (a crash dump).
     activity: dict[str, tuple[int, int]] | None = None
 
@@ -295,7 +295,7 @@ def scan_node(node: str, cookie: str, timeout: float = 10.0,
 #: processes fastest on this 2-core machine (tests/bench/bench_processes.py).
 CHUNK, IN_FLIGHT = 10_000, 2
 #: The first pass's items, in order (reductions: with message_queue_len, each process's
-#: activity, which two reads compare to tell idle processes, analyzer/holders.py); the second's.
+#: activity, which two reads compare to tell idle processes, advice/holders.py); the second's.
 PASS1 = ("memory", "total_heap_size", "message_queue_len", "initial_call", "status", "binary",
          "reductions")
 ITEMS = ("memory", "heap_size", "total_heap_size", "binary", "message_queue_len",

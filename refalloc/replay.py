@@ -300,7 +300,7 @@ def replay_checkpoints(
     """The model after each of `checkpoints` events (ascending) of a binary trace, in one pass:
     what :func:`replay_snapshot` gives for each prefix of `trace`, for the cost of the longest
     (the state after N events does not depend on the events after them). The histories a
-    prediction tries extend one another by churn (analyzer/predict.py)."""
+    prediction tries extend one another by churn (advice/predict.py)."""
     path = Path(trace)
     header, fs, s, config = _setup(path, flags, schedulers)
     with open(path, "rb") as f:

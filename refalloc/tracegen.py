@@ -17,7 +17,7 @@ Six generators write ordinary trace files (docs/trace-format.md), deterministic 
   the recommender's seeded predictions (docs/recommend.md, "Prediction");
 * :func:`history` — a node's history from an empty VM (base set, churn, spike, random drop,
   churn after the drop that replaces blocks at random or each survivor in turn): the
-  recommender's restart-true prediction, whose free parameters it searches (analyzer/predict.py).
+  recommender's restart-true prediction, whose free parameters it searches (advice/predict.py).
 
 :func:`predict` replays a snapshot's fitted mix under candidate flag sets; the recommender uses
 it for its ``predicted`` field.
@@ -335,7 +335,7 @@ def stragglers(
 ) -> int:
     """Per scheduler instance: the live set, churn in it, a peak, the peak freed but for
     `stragglers` blocks evenly spread in allocation order, churn again. Returns the count (the
-    recommender's best case for survivors of a spike, analyzer/predict.py)."""
+    recommender's best case for survivors of a spike, advice/predict.py)."""
     number = ALLOCATOR_NUMBERS[allocator]
     typ = TYPE_OF.get(allocator, (1, "synthetic"))
     header = TraceHeader(

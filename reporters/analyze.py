@@ -15,10 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc.analyzer import wording
+from beamalloc.advice import wording
+from beamalloc.advice.rules import usage_level
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
-from beamalloc.analyzer.rules import usage_level
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import exact_bytes, human, pct
@@ -251,7 +251,7 @@ def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
 
 def render(a: dict[str, Any], console: Console, top: int = 20,
            verdict: dict[str, Any] | None = None, details: bool = False) -> None:
-    """`verdict`: the recommender's (analyzer/recommend.py) on the same snapshot, whose line
+    """`verdict`: the recommender's (advice/recommend.py) on the same snapshot, whose line
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
     facts, missing = header_facts(a)

@@ -1,5 +1,5 @@
 """`beamalloc diff A B` in a terminal: the verdict first, then the flags that changed, then per
-allocator type A, B and the change (analyzer/diff.py computes all of it; this only lays it out).
+allocator type A, B and the change (advice/diff.py computes all of it; this only lays it out).
 
 Laid out for 80 columns by design: prose is wrapped at WIDTH, and the table puts A, B and the
 change on three lines of one allocator instead of side by side, its columns as wide as their
@@ -84,7 +84,7 @@ def shown_types(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def table_rows(d: dict[str, Any]) -> list[tuple[list[str], str | None]]:
-    """(cells, style) of the table: per row of analyzer/diff.py's `total` and shown `types`,
+    """(cells, style) of the table: per row of advice/diff.py's `total` and shown `types`,
     the A, B and change lines; B's line is coloured by what it still holds unused."""
     out: list[tuple[list[str], str | None]] = []
     for r in [d["total"], *shown_types(d)]:

@@ -1,4 +1,4 @@
-"""The terminal section "who holds the memory" (analyzer/holders.py's `processes` dict).
+"""The terminal section "who holds the memory" (advice/holders.py's `processes` dict).
 
 As the other reporters: each table says in one line what its numbers mean. Sizes are what the
 node itself reports (process_info), binaries counted once per address (docs/processes.md).
@@ -116,7 +116,7 @@ def _table(console: Console, title: str, rows: list[dict[str, Any]], top: int,
 
 def _idle_table(console: Console, ih: dict[str, Any] | None, top: int) -> None:
     """What collecting the idle processes would release, per initial call, and how it is known
-    (analyzer/holders.py idle_heaps): `probe` measured on members, `bound` at most."""
+    (advice/holders.py idle_heaps): `probe` measured on members, `bound` at most."""
     rows = [g for g in (ih or {}).get("groups") or [] if g["releases"]]
     if not ih or not rows:
         return

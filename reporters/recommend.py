@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc import pastes
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.records import Prediction
+from beamalloc.advice import wording
+from beamalloc.advice.records import Prediction
 from beamalloc.citations import link
 from beamalloc.flags import UINT_MAX
 from beamalloc.pastes import FORMATS as FORMATS  # the `--format` choices, for webui/
@@ -39,7 +39,7 @@ def paste_note(r: dict[str, Any]) -> str | None:
 
 
 def paste(r: dict[str, Any], fmt: str) -> str:
-    """The paste block of a recommendation (analyzer/recommend.py's result) for `fmt`."""
+    """The paste block of a recommendation (advice/recommend.py's result) for `fmt`."""
     return paste_block([f"{x['flag']} {x['value']}" for x in r["recommendations"]], fmt,
                        paste_note(r))
 
@@ -68,7 +68,7 @@ def evidence_line(ev: dict[str, Any]) -> str:
 
 def verdict(r: dict[str, Any]) -> str:
     """The verdict line: its state first (HEALTHY, CHANGE FLAGS, FLAGS IN FORCE, NO FLAG HELPS),
-    the bytes at stake and the one thing to do (analyzer/wording.py)."""
+    the bytes at stake and the one thing to do (advice/wording.py)."""
     return str(r["verdict"]["headline"])
 
 
@@ -78,7 +78,7 @@ def verdict_lines(r: dict[str, Any]) -> list[str]:
 
 
 def in_force_line(v: dict[str, Any]) -> str:
-    """The flags in force, as the snapshot shows them (analyzer/wording.py said it)."""
+    """The flags in force, as the snapshot shows them (advice/wording.py said it)."""
     return str(v["flags_in_force"]["text"])
 
 

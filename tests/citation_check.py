@@ -39,7 +39,7 @@ def printed_strings(package: Path) -> dict[str, list[str]]:
 
 def rule_sources() -> dict[str, list[str]]:
     """The first source of every rule, remedy and process finding: its home in our docs."""
-    from beamalloc.analyzer import holders, recommend, rules
+    from beamalloc.advice import holders, recommend, rules
 
     out: dict[str, list[str]] = {}
     for name, spec in vars(rules).items():
@@ -56,9 +56,9 @@ def problems() -> tuple[list[str], int]:
     from beamalloc import citations
 
     package = Path(beamalloc.__file__).resolve().parent
-    roots = {package, *(package.parent / d for d in ("analyzer", "cli", "collector", "ebpf",
-                                                     "reporters", "refalloc", "timeseries",
-                                                     "webui"))}  # fmt: skip
+    roots = {package, *(package.parent / d for d in ("analyzer", "advice", "cli", "collector",
+                                                     "ebpf", "reporters", "htmlreport", "refalloc",
+                                                     "timeseries", "webui"))}  # fmt: skip
     found: dict[str, list[str]] = {}
     for root in roots:
         if root.is_dir():

@@ -14,7 +14,7 @@ import pytest
 from citation_check import problems, rule_sources
 
 from beamalloc import citations
-from beamalloc.analyzer.lint import lint_flags
+from beamalloc.advice.lint import lint_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 

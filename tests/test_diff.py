@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from support import ROOT, SAMPLES
 
+from beamalloc.advice.diff import diff
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.analyzer.diff import diff
 from beamalloc.analyzer.options import format_option, option_unit
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import UINT_MAX
@@ -144,7 +144,7 @@ def test_a_lighter_load_is_not_credited_to_the_flags() -> None:
     """Issue 22 item 9: a restart with new flags that also ran a lighter load. Raw unused fell
     44 % (156.5 -> 87.8 MiB), which read "helped partly"; per used byte it fell 16 %, while
     usage went 5.7 % -> 6.7 %: the load is said first, and the flags barely helped."""
-    from beamalloc.analyzer.diff import _numbers, verdict
+    from beamalloc.advice.diff import _numbers, verdict
 
     a = _numbers(int(166.0 * MiB), int(9.46 * MiB), 40, 0)
     b = _numbers(int(94.1 * MiB), int(6.3 * MiB), 22, 0)

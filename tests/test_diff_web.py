@@ -1,4 +1,4 @@
-"""The compare page and the report's comparison read analyzer/diff.py (Flask's test client over a
+"""The compare page and the report's comparison read advice/diff.py (Flask's test client over a
 real store and real uploads; the browser test is tests/browser/test_compare.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from support import ROOT, SAMPLES
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
-from beamalloc.reporters.html import render_report
+from beamalloc.htmlreport.html import render_report
 from beamalloc.timeseries.series import derive
 from beamalloc.timeseries.store import Store
 from beamalloc.webui.app import create_app

@@ -128,7 +128,7 @@ def test_holders_of_the_processes_kept_are_those_of_them_all() -> None:
     """A dump's processes kept by holders.DumpMembers (the ones the section can name, the
     groups' members summed) give the `processes` section every process gives, on every real
     dump and on one whose processes repeat (ties, groups of thousands)."""
-    from beamalloc.analyzer.holders import DumpMembers, processes_json
+    from beamalloc.advice.holders import DumpMembers, processes_json
 
     sample = max(DUMPS.glob("*.dump"), key=lambda p: p.stat().st_size).read_bytes()
     procs = sample[sample.index(b"\n=proc:") + 1:sample.rindex(b"\n=proc_") + 1]
@@ -156,7 +156,7 @@ def read_file_bytes(data: bytes, procs: ProcSections) -> None:
 def test_a_dump_of_many_processes_keeps_few() -> None:
     """The OTP 25 sample's processes twenty times over: the holders keep the few the section
     names and give what all of them give."""
-    from beamalloc.analyzer.holders import DumpMembers, processes_json
+    from beamalloc.advice.holders import DumpMembers, processes_json
 
     data = SAMPLE.read_bytes()
     procs = data[data.index(b"\n=proc:") + 1:data.rindex(b"\n=proc_") + 1]

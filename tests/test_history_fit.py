@@ -1,5 +1,5 @@
 """Issue 22 item 6, the two causes of the verdict's instability found on fresh nodes: the fill
-bands the calibration compares (analyzer/predict.py FILL_EDGES) and the history's block size
+bands the calibration compares (advice/predict.py FILL_EDGES) and the history's block size
 (ALIGN_PAD)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from recommend_fixtures import load
 
-from beamalloc.analyzer import predict as pr
-from beamalloc.analyzer.findings import facts
+from beamalloc.advice import predict as pr
+from beamalloc.advice.findings import facts
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import FlagSet
 

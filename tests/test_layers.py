@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("web", ("beamalloc.webui",)),
     # The static HTML report: a reporter that renders the web UI's templates and page data, so it
     # sits above webui/ (which takes verdict lines and paste formats from the reporters below).
-    ("html", ("beamalloc.reporters.html", "beamalloc.htmlreport")),
+    ("html", ("beamalloc.htmlreport.html", "beamalloc.htmlreport")),
     # The `beamalloc` command and the demo.
     ("app", ("beamalloc.cli",)),
 ]
@@ -117,7 +117,7 @@ def test_the_graph_is_read() -> None:
     g = _graph()
     # A sample of edges that exist, so a reader that finds nothing does not pass vacuously.
     assert "beamalloc.snapshot" in g["beamalloc.analyzer.metrics"]
-    assert "beamalloc.refalloc.replay" in g["beamalloc.analyzer.predict"]  # inside a function
+    assert "beamalloc.refalloc.replay" in g["beamalloc.advice.predict"]  # inside a function
     assert len(g) > 60
 
 

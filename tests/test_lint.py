@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from recommend_fixtures import WORKLOADS, load
 
-from beamalloc.analyzer.findings import Advice, facts
-from beamalloc.analyzer.lint import lint_flags, lint_in_force
-from beamalloc.analyzer.recommend import _lint_proposal, in_force, recommend
-from beamalloc.analyzer.rules import evaluate
+from beamalloc.advice.findings import Advice, facts
+from beamalloc.advice.lint import lint_flags, lint_in_force
+from beamalloc.advice.recommend import _lint_proposal, in_force, recommend
+from beamalloc.advice.rules import evaluate
 from beamalloc.flags import Flag, FlagSet, effective_globals
 from beamalloc.snapshot import Snapshot
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from recommend_fixtures import load
 
-from beamalloc.analyzer.findings import Finding, facts
-from beamalloc.analyzer.rules import evaluate
+from beamalloc.advice.findings import Finding, facts
+from beamalloc.advice.rules import evaluate
 
 MIB = 1 << 20
 

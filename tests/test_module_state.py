@@ -32,7 +32,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "rendering's exact bytes never leak into a stage's sentences or another thread",
     ("beamalloc.citations", "_headings"): "a shipped doc's headings, read once",
     ("beamalloc.collector.dist", "_atom"): "an atom's external term format, a pure function",
-    ("beamalloc.reporters.html", "_env"):
+    ("beamalloc.htmlreport.html", "_env"):
         "the Jinja environment over the package's own templates, built once",
     ("beamalloc.timeseries.store", "_dict"):
         "a zstd dictionary built from its key, a pure function of its arguments",

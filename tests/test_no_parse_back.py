@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from recommend_fixtures import load
 
-from beamalloc.analyzer import wording
+from beamalloc.advice import wording
+from beamalloc.advice.recommend import Rate, verdict
 from beamalloc.analyzer.death import Death
-from beamalloc.analyzer.recommend import Rate, verdict
 from beamalloc.flags import Flag
 
 

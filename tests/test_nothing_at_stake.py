@@ -10,11 +10,11 @@ import json
 
 from recommend_fixtures import load
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.recommend import verdict
-from beamalloc.analyzer.records import HEALTHY, NO_FLAG
-from beamalloc.analyzer.rules import MIN_UNUSED
+from beamalloc.advice import wording
+from beamalloc.advice.findings import facts
+from beamalloc.advice.recommend import verdict
+from beamalloc.advice.records import HEALTHY, NO_FLAG
+from beamalloc.advice.rules import MIN_UNUSED
 from beamalloc.snapshot import Snapshot, Triple
 
 MIB = 1 << 20

@@ -12,9 +12,9 @@ from pathlib import Path
 import otp
 import pytest
 
-from beamalloc.analyzer import rules
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.lint import lint_flags
+from beamalloc.advice import rules
+from beamalloc.advice.findings import facts
+from beamalloc.advice.lint import lint_flags
 from beamalloc.collector import live
 from beamalloc.ebpf.procmem import dynamic_symbols, symbol_table
 

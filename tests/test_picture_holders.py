@@ -1,7 +1,7 @@
 """The largest holder whatever its kind (issue 24 item 2): a group of processes that share an
 initial call is named where it holds more than any single process, table or category, and
 never where one member holds most of it; OTP's own groups are apart. The processes sections
-here are shaped as analyzer/holders.py processes_json writes them; the snapshot is a real
+here are shaped as advice/holders.py processes_json writes them; the snapshot is a real
 one (samples/workloads/snapshots/healthy.json) with its erlang:memory() set for each case.
 
 Real nodes: tests/live/test_picture_groups_live.py (feeley.erl on OTP 25, 27 and 29)."""
@@ -135,7 +135,7 @@ def test_malformed_groups_are_left_out() -> None:
 
 def test_otp_members_of_a_mixed_group_are_taken_out() -> None:
     """OTP 25 and crash dumps group every proc_lib process under proc_lib:init_p/5: OTP's own
-    members reported there (analyzer/holders.py `otp_count`, `otp_memory`) are not the
+    members reported there (advice/holders.py `otp_count`, `otp_memory`) are not the
     application's, and the group is weighed against its largest application member."""
     g = _group("proc_lib:init_p/5", 40, 60 * MIB, idle=40)
     g.update(otp_count=30, otp_memory=50 * MIB, largest_member=MIB)

@@ -11,8 +11,8 @@ import pytest
 from recommend_fixtures import load
 from support import ROOT
 
-from beamalloc.analyzer import rules
-from beamalloc.analyzer.findings import facts, super_carriers
+from beamalloc.advice import rules
+from beamalloc.advice.findings import facts, super_carriers
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import Flag
 
@@ -157,7 +157,7 @@ def test_recommend_advises_the_headroom_flag() -> None:
     """R17's flag is advised on the use it measured, though the replay shows no carrier byte
     saved: no replay can show headroom (recommend.HEADROOM_RULES). Without a prediction it is a
     candidate, like every flag (issue 17)."""
-    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.advice.recommend import recommend
 
     s = load("healthy")
     s.extra["erts_mmap"] = s.extra["erts_mmap"].replace("{used,2162688}", "{used,943718400}", 1)

@@ -9,10 +9,10 @@ import json
 import pytest
 from recommend_fixtures import SNAPS, load
 
-from beamalloc.analyzer import predict as pr
-from beamalloc.analyzer.findings import facts
+from beamalloc.advice import predict as pr
+from beamalloc.advice.findings import facts
+from beamalloc.advice.recommend import recommend
 from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.analyzer.recommend import recommend
 from beamalloc.flags import FlagSet, effective_config, parse
 
 _CACHE: dict[str, dict] = {}

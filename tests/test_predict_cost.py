@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from recommend_fixtures import load
 
-from beamalloc.analyzer import predict as pr
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice import predict as pr
+from beamalloc.advice.findings import facts
+from beamalloc.advice.recommend import recommend
 from beamalloc.errors import InputError
 from beamalloc.refalloc.replay import replay_checkpoints, replay_snapshot
 from beamalloc.refalloc.tracegen import History, events, history

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
-from beamalloc.analyzer.records import STATES
+from beamalloc.advice.records import STATES
 from beamalloc.collector.sources import read_file
 
 DUMPS = ROOT.parent / "shared" / "samples" / "real-dumps"

@@ -9,8 +9,8 @@ import pytest
 from recommend_fixtures import SNAPS, earlier, load
 from support import SAMPLES
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.recommend import Rate, carrier_rate, judge, recommend
+from beamalloc.advice import wording
+from beamalloc.advice.recommend import Rate, carrier_rate, judge, recommend
 from beamalloc.reporters.recommend import FORMATS, paste_block
 
 FLAGS = "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512"
@@ -128,7 +128,7 @@ def test_speed_trade_needs_a_measured_rate(cli) -> None:
     snap = load("bigbin")
     ok = Rate(10.0, {"binary_alloc": 2.0}, 0.0)
     # the rate check on its own (the R6 test below passes it): a rate that costs nothing
-    from beamalloc.analyzer.findings import Finding
+    from beamalloc.advice.findings import Finding
     r6 = Finding("R6", "action", "t", "m", {}, (), "mseg_alloc")
     assert "2.0 carrier calls/s" not in str(recommend(snap, rate=ok)["held_back"])
     low = judge(r6, None, None, ok, None)
@@ -193,7 +193,7 @@ def test_no_flag_helps_says_so_first(cli) -> None:
     assert lines[0].startswith("NO FLAG HELPS: 235.1 MiB of binary_alloc unused, no +M flag")
     # The verdict's why lines wrap at the width (issue 15 item 3): read them joined.
     verdict = " ".join(out.split("\nFlags in force")[0].split())
-    # measured -3 %; the history with ALIGN_PAD (analyzer/predict.py) says 4 %
+    # measured -3 %; the history with ALIGN_PAD (advice/predict.py) says 4 %
     assert "binary:copy/1" in verdict and re.search(r"predicted to free [34] %", verdict)
     assert "what does: restart or hibernate" in out and lines[-1] == ""
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 from recommend_fixtures import WORKLOADS, load, set_usage
 
-from beamalloc.analyzer import rules
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice import rules
+from beamalloc.advice.findings import facts
+from beamalloc.advice.recommend import recommend
 from beamalloc.snapshot import Snapshot
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from browser.synth import T0, build_store
 
-from beamalloc.analyzer.holders import processes_json
+from beamalloc.advice.holders import processes_json
 from beamalloc.collector.procdump import read_procdump
 from beamalloc.collector.processes import ProcessTable
 from beamalloc.reporters.analyze import holder_rows

@@ -28,7 +28,7 @@ import pytest
 from otp import SYSTEM, Node, start_workload
 from support import run_cli
 
-from beamalloc.analyzer import wording
+from beamalloc.advice import wording
 from beamalloc.analyzer.death import Death
 from beamalloc.reporters.analyze import DEFAULT_LINES
 

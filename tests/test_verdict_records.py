@@ -1,5 +1,5 @@
-"""The verdict as typed records (analyzer/records.py) said by one wording module
-(analyzer/wording.py): issue 22 items 2, 4 and 7, issue 27 item 1."""
+"""The verdict as typed records (advice/records.py) said by one wording module
+(advice/wording.py): issue 22 items 2, 4 and 7, issue 27 item 1."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from recommend_fixtures import WORKLOADS, load
 from support import SAMPLES
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.findings import Finding
-from beamalloc.analyzer.recommend import recommend, verdict
-from beamalloc.analyzer.records import (
+from beamalloc.advice import wording
+from beamalloc.advice.findings import Finding
+from beamalloc.advice.recommend import recommend, verdict
+from beamalloc.advice.records import (
     MIN_GAIN,
     NO_FLAG,
     STATES,
@@ -79,8 +79,8 @@ def test_every_predicted_figure_carries_its_calibration_error() -> None:
 
 def test_findings_are_not_mutated_in_place() -> None:
     """The rules' findings stay as the rules made them: a held-back finding is a new record."""
-    from beamalloc.analyzer.findings import facts
-    from beamalloc.analyzer.rules import evaluate
+    from beamalloc.advice.findings import facts
+    from beamalloc.advice.rules import evaluate
 
     snap = load("frag")
     before = [f.to_json() for f in evaluate(facts(snap))]
@@ -97,7 +97,7 @@ def _prediction(base: dict, **extra) -> Prediction:
 def test_model_that_does_not_reproduce_the_node_decides_nothing() -> None:
     """Issue 22 item 2: where the calibration says the model does not reproduce the node, the
     verdict says so and does not decide from it, whatever its figure."""
-    from beamalloc.analyzer.recommend import judge
+    from beamalloc.advice.recommend import judge
 
     base = _heap_prediction().raw
     fnd = Finding("R4", "action", "t", "m", {}, (), "eheap_alloc")
@@ -116,7 +116,7 @@ def test_model_that_does_not_reproduce_the_node_decides_nothing() -> None:
 def test_futures_that_differ_are_both_given() -> None:
     """Issue 22 item 2/3: `known` null and the futures on either side of the floor: no flag
     decided by a coin toss; both figures, what tells them apart and the command that does."""
-    from beamalloc.analyzer.recommend import judge
+    from beamalloc.advice.recommend import judge
 
     base = _heap_prediction().raw
     futures = [{"name": "turnover", "assumes": "churn replaces the survivors",
@@ -150,7 +150,7 @@ def test_futures_that_differ_are_both_given() -> None:
 
 
 def test_one_gain_floor() -> None:
-    from beamalloc.analyzer import recommend as rc
+    from beamalloc.advice import recommend as rc
 
     assert rc.MIN_GAIN is MIN_GAIN == 0.20
     assert recommend(load("heapchurn"))["verdict"]["min_gain"] == MIN_GAIN

@@ -18,7 +18,7 @@ from support import run_cli, serve_in_thread
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
-from beamalloc.reporters.html import render_report
+from beamalloc.htmlreport.html import render_report
 from beamalloc.timeseries.store import Store
 from beamalloc.webui import figures
 from beamalloc.webui.app import create_app

@@ -55,7 +55,7 @@ def test_the_served_docs_are_the_shipped_ones_and_nothing_else(client) -> None:
 def test_the_report_links_the_installed_files(tmp_path) -> None:
     from beamalloc.analyzer.analysis import analyze
     from beamalloc.collector.sources import read_file
-    from beamalloc.reporters.html import write_report
+    from beamalloc.htmlreport.html import write_report
 
     snap = read_file(str(SNAPS / "frag.json"))
     out = tmp_path / "r.html"

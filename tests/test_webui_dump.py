@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support import SAMPLES
 
-from beamalloc.analyzer.holders import processes_json
+from beamalloc.advice.holders import processes_json
 from beamalloc.collector import crashdump, dumpscan, procdump
 from beamalloc.webui.app import create_app
 

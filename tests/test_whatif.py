@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.predict import Predictor
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.findings import facts
+from beamalloc.advice.predict import Predictor
+from beamalloc.advice.recommend import recommend
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import parse
 from beamalloc.snapshot import Snapshot
@@ -123,8 +123,8 @@ def test_picker_lists_the_stored_snapshots_and_the_nav_links_it(app, stored):
 def test_the_floor_reads_as_the_verdict_says_it(app, ref):
     """One formatter per kind of number (issue 27 item 1): the page states the gain floor as
     the verdict's sentences do ("20 %"), not as a usage ("20.0 %")."""
-    from beamalloc.analyzer import wording
-    from beamalloc.analyzer.records import MIN_GAIN
+    from beamalloc.advice import wording
+    from beamalloc.advice.records import MIN_GAIN
 
     page = app.test_client().get(url(ref)).text
     assert f"at least {wording.share(MIN_GAIN)} of its allocator" in page

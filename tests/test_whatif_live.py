@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import pytest
 from test_whatif import expected, sets_of, text_of
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import live
 from beamalloc.timeseries.series import derive

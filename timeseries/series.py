@@ -13,12 +13,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from beamalloc.advice.findings import facts
+from beamalloc.advice.lint import lint_in_force
+from beamalloc.advice.rules import evaluate
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import type_sums
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.lint import lint_in_force
 from beamalloc.analyzer.metrics import usage
-from beamalloc.analyzer.rules import evaluate
 from beamalloc.snapshot import Snapshot
 
 Point = dict[str, int]

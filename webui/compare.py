@@ -1,9 +1,9 @@
-"""The compare page: `beamalloc diff` in the browser (analyzer/diff.py's result, laid out), with a
+"""The compare page: `beamalloc diff` in the browser (advice/diff.py's result, laid out), with a
 picker across the store's nodes and their stored snapshots and this server's uploads.
 
 `/compare?a=REF&b=REF` compares two snapshots (A before, B after); `/compare?r=REF&r=REF...`
 (the node page's ticks, a multi-file upload) compares the earliest and the latest of two to
-MAX_COMPARE and shows the totals of every one. The static report (reporters/html.py) renders the
+MAX_COMPARE and shows the totals of every one. The static report (htmlreport/html.py) renders the
 same partial from `compare_view`.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
 
-from beamalloc.analyzer.diff import diff
-from beamalloc.analyzer.rules import MIN_UNUSED
+from beamalloc.advice.diff import diff
+from beamalloc.advice.rules import MIN_UNUSED
 from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -71,7 +71,7 @@ def _delta_cells(d: dict[str, Any] | None) -> dict[str, str]:
 
 def _type_row(r: dict[str, Any]) -> dict[str, Any]:
     """One allocator's A, B and change, B's cells coloured by what B still holds unused
-    (analyzer/diff.py's level), so 384 KiB unused is never as red as 155 MiB."""
+    (advice/diff.py's level), so 384 KiB unused is never as red as 155 MiB."""
     return {"allocator": "all allocators" if r["allocator"] == "total" else r["allocator"],
             "a": _side_cells(r["a"]), "b": _side_cells(r["b"]), "d": _delta_cells(r["delta"]),
             "level": r["level"]}

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from beamalloc.advice.holders import processes_json
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.analyzer.holders import processes_json
 from beamalloc.collector.procdump import ProcSections
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
@@ -122,7 +122,7 @@ class Data:
 
     def previous(self, ref: str, snap: Snapshot) -> Snapshot | None:
         """The stored snapshot of the same node just before `snap` (a watch's earlier sample),
-        for the turnover between them (analyzer/predict.py); None for an upload or the first."""
+        for the turnover between them (advice/predict.py); None for an upload or the first."""
         st = self.store() if ref[:1] == "s" else None
         if st is None or snap.taken_at is None:
             return None

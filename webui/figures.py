@@ -20,7 +20,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from beamalloc.analyzer.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
+from beamalloc.advice.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.flags import UINT_MAX
 from beamalloc.units import human, pct
 
@@ -33,7 +33,7 @@ SBCS = "#f0b860"
 PALETTE = ("#3b6fb6", "#e07b39", "#4c9a5b", "#b8455b", "#7a5cb0", "#8c6d46", "#d16aa8",
            "#6f7f8f", "#a8a83a", "#3aa8a8")
 #: Usage 0-100 %: red below R2's problem threshold, amber to its suspect one, green above (the
-#: tables' colours, analyzer/rules.py usage_level).
+#: tables' colours, advice/rules.py usage_level).
 USAGE_SCALE = [[0, "#b2182b"], [R2_MBCS_USAGE_PROBLEM, "#f4a582"], [R2_USAGE_SUSPECT, "#fee08b"],
                [0.9, "#a6d96a"], [1, "#1a9850"]]
 #: The usage colour bar: colour is the usage, milder where little is unused (usage_shade).

@@ -9,7 +9,7 @@ from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from beamalloc import citations
-from beamalloc.analyzer.rules import (
+from beamalloc.advice.rules import (
     MIN_UNUSED,
     R2_MBCS_USAGE_PROBLEM,
     R2_USAGE_SUSPECT,

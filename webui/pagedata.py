@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beamalloc.analyzer import wording
+from beamalloc.advice import wording
+from beamalloc.advice.rules import MIN_UNUSED, usage_level
 from beamalloc.analyzer.options import format_option
-from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
     cause_of_death,
@@ -234,7 +234,7 @@ def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | 
         "death_kind": (a.get("death") or {}).get("kind"),
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
-        # under the one line its why (analyzer/wording.py: at most WHY_MAX lines), then, out of
+        # under the one line its why (advice/wording.py: at most WHY_MAX lines), then, out of
         # the verdict's box, the analysis' own lines: the numbers it stands on
         **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "

@@ -1,4 +1,4 @@
-"""The one place the web UI and the report call the recommender (analyzer/recommend.py).
+"""The one place the web UI and the report call the recommender (advice/recommend.py).
 
 An error inside it makes `recommendations()` return None and the pages say "recommender not
 available" instead of failing, because a page that explains the numbers is still worth showing
@@ -11,8 +11,8 @@ import json
 import logging
 from typing import Any
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.records import Prediction
+from beamalloc.advice import wording
+from beamalloc.advice.records import Prediction
 from beamalloc.reporters.recommend import FORMATS, predicted_line
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import exact_bytes, human
@@ -50,8 +50,8 @@ def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
 
 def _call(snap: Snapshot, processes: dict[str, Any] | None,
           earlier: Snapshot | None) -> dict[str, Any]:
-    from beamalloc.analyzer.predict import measure_turnover
-    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.advice.predict import measure_turnover
+    from beamalloc.advice.recommend import recommend
     from beamalloc.reporters.recommend import paste, verdict
 
     turn = measure_turnover(earlier, snap) if earlier is not None else None
@@ -78,7 +78,7 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
 
 
 def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A flag's prediction (analyzer/predict.py) as a small table: what the replay did, then
+    """A flag's prediction (advice/predict.py) as a small table: what the replay did, then
     per measure before, after and the change, for the fitted workload and its best case."""
     if not p:
         return None

@@ -1,8 +1,8 @@
 """The what-if page: replay candidate flag sets on a stored snapshot (issue 15, item 4).
 
 Nothing here predicts: the candidate sets and their predictions are `beamalloc recommend`'s own
-(analyzer/recommend.py `recommend`, the `predicted` of each finding and the whole proposal), and
-a flag set the user types is replayed by the same predictor (analyzer/predict.py `Predictor`,
+(advice/recommend.py `recommend`, the `predicted` of each finding and the whole proposal), and
+a flag set the user types is replayed by the same predictor (advice/predict.py `Predictor`,
 which synthesizes the trace from the node's own state and replays it through refalloc's
 `replay_snapshot`), on the trace recommend uses for the finding whose flags it resembles. So a
 typed set equal to a finding's flags shows that finding's numbers, to the byte.
@@ -23,10 +23,10 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.lint import lint_flags
-from beamalloc.analyzer.predict import (
+from beamalloc.advice import wording
+from beamalloc.advice.findings import facts
+from beamalloc.advice.lint import lint_flags
+from beamalloc.advice.predict import (
     CARRIER_BLOCKS,
     MAX_EVENTS,
     PredictionError,
@@ -35,8 +35,8 @@ from beamalloc.analyzer.predict import (
     node_flags,
     otp_of,
 )
-from beamalloc.analyzer.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
-from beamalloc.analyzer.records import Prediction
+from beamalloc.advice.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
+from beamalloc.advice.records import Prediction
 from beamalloc.errors import InputError
 from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
 from beamalloc.snapshot import Snapshot

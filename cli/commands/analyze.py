@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.write(None, json.dumps(result, indent=1))
         return 0
 
-    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.advice.recommend import recommend
     from beamalloc.reporters.analyze import render
     from beamalloc.units import exact_bytes
 

@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from beamalloc.analyzer.diff import diff
+    from beamalloc.advice.diff import diff
 
     if args.node is not None:
         if args.sources:

@@ -2,7 +2,7 @@
 
 The command checks its options, builds the stage's typed options and renders what it returns;
 the reads of the source (two of a live node, the replays run while it waits for the second) are
-the stage's (analyzer/reading.py `recommend_source`)."""
+the stage's (advice/reading.py `recommend_source`)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from beamalloc.analyzer.reading import RecommendOptions, recommend_source
+    from beamalloc.advice.reading import RecommendOptions, recommend_source
     from beamalloc.collector.sources import is_node_name
 
     if args.rate_seconds < 0:

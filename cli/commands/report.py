@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.reporters.html import write_report
+    from beamalloc.htmlreport.html import write_report
     from beamalloc.units import exact_bytes
 
     rd = reader(args, ctx)

@@ -3,7 +3,7 @@
 //! random churn, a spike, a drop back to the base set (keeping survivors at random, or the base
 //! set and a few stragglers evenly spread over the spike), then churn after the drop that
 //! replaces blocks at random or each live block once per pass. The recommender writes several
-//! such histories per prediction (analyzer/predict.py), so they are generated here, not in Python.
+//! such histories per prediction (advice/predict.py), so they are generated here, not in Python.
 use crate::trace::{Event, Op, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;

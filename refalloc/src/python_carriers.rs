@@ -1,6 +1,6 @@
 //! The carrier map of a replay's end state, shaped like `instrument:carriers/1` as the snapshot
 //! stores it (docs/snapshot-schema.md, "carriers"): the prediction compares the fill of the
-//! replayed carriers with the node's (analyzer/predict.py, calibration).
+//! replayed carriers with the node's (advice/predict.py, calibration).
 use crate::heap::Heap;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};

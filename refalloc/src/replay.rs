@@ -366,7 +366,7 @@ impl Replay {
     /// `run_reader`, calling `at` with the model as it stands after each of `checkpoints`
     /// (event counts, ascending) is applied: one pass gives the end state of every prefix of
     /// the trace. The state after N events does not depend on what follows them, so a history
-    /// that extends another by more churn (analyzer/predict.py) costs one replay, not one per
+    /// that extends another by more churn (advice/predict.py) costs one replay, not one per
     /// length. With checkpoints the replay stops at the last one (the rest is not read); one
     /// past the last event is never called.
     pub fn run_reader_at<R: std::io::Read>(
@@ -624,7 +624,7 @@ mod tests {
     /// A history that extends another by more churn after the drop (history.rs) holds the
     /// other as its prefix, and the model after that prefix is the other's end state, under
     /// every strategy: so one replay with checkpoints stands for all of them
-    /// (analyzer/predict.py, the histories tried).
+    /// (advice/predict.py, the histories tried).
     #[test]
     fn a_checkpoint_is_the_end_state_of_the_prefix() {
         use crate::config::Strategy;

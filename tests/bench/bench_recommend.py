@@ -9,9 +9,9 @@ churn): about 2.2 GiB of binary_alloc at B = 160,000. Then, alternated N times:
 
 * `recommend NODE --json` as an operator runs it: two reads of the node (the turnover), the
   restart-true prediction (the node's history replayed from an empty VM, scaled down to
-  analyzer/predict.HISTORY_BLOCKS peak blocks), the verdict;
+  advice/predict.HISTORY_BLOCKS peak blocks), the verdict;
 * `recommend NODE --json --rate-seconds 0`: the same without the turnover's second read (and
-  the second's wait, analyzer/predict.TURNOVER_SECONDS);
+  the second's wait, advice/predict.TURNOVER_SECONDS);
 * the floor, in the same run: `recommend NODE --json --no-predict --rate-seconds 0` (reading the
   node, its processes and the rules, no replay, no second read);
 * `snapshot NODE`: the allocators only (issue 28 item 3: recommend within 1.5x of it, the

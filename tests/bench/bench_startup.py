@@ -54,7 +54,8 @@ def stale_bytecode() -> list[str]:
     import importlib.util
 
     out = []
-    for folder in ("beamalloc", "cli", "cli/commands", "collector", "analyzer", "reporters"):
+    for folder in ("beamalloc", "cli", "cli/commands", "collector", "analyzer", "advice",
+                   "reporters", "htmlreport"):
         for src in (ROOT / folder).glob("*.py"):
             pyc = Path(importlib.util.cache_from_source(str(src)))
             if not pyc.exists() or pyc.stat().st_mtime < src.stat().st_mtime:

@@ -32,7 +32,7 @@ from waitress.server import create_server  # noqa: E402
 
 from beamalloc.analyzer.analysis import analyze  # noqa: E402
 from beamalloc.collector.sources import read_file  # noqa: E402
-from beamalloc.reporters.html import render_report  # noqa: E402
+from beamalloc.htmlreport.html import render_report  # noqa: E402
 from beamalloc.timeseries.series import active_findings, derive  # noqa: E402
 from beamalloc.timeseries.store import CHUNK, Store, encode_chunk  # noqa: E402
 from beamalloc.webui.app import create_app  # noqa: E402

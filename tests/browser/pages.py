@@ -80,7 +80,7 @@ def _report(*sources: str) -> Callable[[Ctx], str]:
     def make(ctx: Ctx) -> str:
         from beamalloc.analyzer.analysis import analyze
         from beamalloc.collector.sources import read_file
-        from beamalloc.reporters.html import write_report
+        from beamalloc.htmlreport.html import write_report
 
         root = Path(__file__).resolve().parents[2]
         snaps = [read_file(str(root / s)) for s in sources]

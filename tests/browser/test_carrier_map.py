@@ -8,7 +8,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from beamalloc.analyzer.analysis import analyze
-from beamalloc.reporters.html import write_report
+from beamalloc.htmlreport.html import write_report
 
 from .conftest import SHOTS
 from .pages import screenshot, visit, wait_for

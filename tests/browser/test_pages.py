@@ -195,7 +195,7 @@ def test_hostile_node_name_is_text_everywhere(browser, server, store_path, tmp_p
 
 def test_report_offline(browser, tmp_path):
     from beamalloc.analyzer.analysis import analyze
-    from beamalloc.reporters.html import write_report
+    from beamalloc.htmlreport.html import write_report
 
     snaps = [read_file(str(SAMPLE)), read_file(str(ROOT / "samples/otp25/erl_crash.dump"))]
     out = tmp_path / "report.html"

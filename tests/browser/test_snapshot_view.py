@@ -8,7 +8,7 @@ import json
 import pytest
 from selenium.webdriver.common.by import By
 
-from beamalloc.analyzer.rules import usage_level
+from beamalloc.advice.rules import usage_level
 
 from .pages import Ctx, visit
 

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from support import serve_in_thread
 from test_whatif import WORSE, build_store
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 from beamalloc.timeseries.store import Store
 from beamalloc.units import human
 

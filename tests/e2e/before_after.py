@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from beamalloc.advice.recommend import recommend
 from beamalloc.analyzer import metrics as m
-from beamalloc.analyzer.recommend import recommend
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 from beamalloc.snapshot import Snapshot

@@ -37,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/otp.py
 from before_after import future_pct
 from otp import RELEASES, Node, compile_workload, missing, start_workload
 
+from beamalloc.advice.records import MIN_GAIN
 from beamalloc.analyzer import metrics as m
-from beamalloc.analyzer.records import MIN_GAIN
 from beamalloc.collector.live import snapshot_node
 from beamalloc.snapshot import Snapshot
 
 #: How far a prediction may lie from the restart it stands for (issue 22 item 8), in points.
 TOLERANCE = 15.0
-#: The gain floor in points of the unused bytes (analyzer/records.py MIN_GAIN).
+#: The gain floor in points of the unused bytes (advice/records.py MIN_GAIN).
 FLOOR = -100.0 * MIN_GAIN
 MIB = 1 << 20
 
@@ -85,7 +85,7 @@ SETTINGS: dict[str, str] = {
 }
 
 
-#: The flags R3 and R4 give (analyzer/rules.py), measured where a NO FLAG HELPS names an
+#: The flags R3 and R4 give (advice/rules.py), measured where a NO FLAG HELPS names an
 #: allocator that no rule fired on.
 PROBES = {"binary_alloc": "+MBas ageffcbf +MBsbct 256 +MBlmbcs 512",
           "eheap_alloc": "+MHas ageffcbf +MHlmbcs 1024"}  # fmt: skip

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/otp.py
 
 from matrix import SETTINGS, WORKLOADS, start, tested
 
-from beamalloc.analyzer.predict import TURNOVER_SECONDS, measure_turnover
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.predict import TURNOVER_SECONDS, measure_turnover
+from beamalloc.advice.recommend import recommend
 from beamalloc.collector.live import snapshot_node
 from beamalloc.collector.sources import read_file
 

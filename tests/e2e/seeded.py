@@ -15,8 +15,8 @@ from typing import Any
 
 from before_after import carriers, run
 
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.predict import Predictor
+from beamalloc.advice.findings import facts
+from beamalloc.advice.predict import Predictor
 from beamalloc.flags import parse
 from beamalloc.snapshot import Snapshot
 

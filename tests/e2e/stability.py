@@ -25,7 +25,7 @@ from typing import Any
 from matrix import SETTINGS, WORKLOADS, _recommend, start, tested
 from otp import RELEASES, missing
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 from beamalloc.collector.live import snapshot_node
 from beamalloc.snapshot import Snapshot
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from churn import CASES, Churn, measure, run
 
-from beamalloc.analyzer.findings import facts
-from beamalloc.analyzer.predict import RULES_OUT, Predictor
+from beamalloc.advice.findings import facts
+from beamalloc.advice.predict import RULES_OUT, Predictor
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 from beamalloc.flags import parse

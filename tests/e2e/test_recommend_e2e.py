@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from before_after import carriers, measure, run
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.crashdump import MAGIC
 from beamalloc.collector.live import snapshot_node
@@ -70,7 +70,7 @@ def test_heap_peak_speed_trade_is_held_back() -> None:
     without a measured rate (issue 17: +MHsbct 8192 +MHlmbcs 32768 beside +269 %)."""
     from live.conftest import erl_eval, start_node
 
-    from beamalloc.analyzer.recommend import carrier_rate
+    from beamalloc.advice.recommend import carrier_rate
 
     node = start_node(eval_=HEAP_PEAK)
     try:

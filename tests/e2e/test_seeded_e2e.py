@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from seeded import CASES, Seeded, predict, seeded
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 

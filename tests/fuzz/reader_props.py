@@ -17,8 +17,8 @@ import json
 import math
 from collections.abc import Callable
 
+from beamalloc.advice.holders import DumpMembers, processes_json
 from beamalloc.analyzer import metrics
-from beamalloc.analyzer.holders import DumpMembers, processes_json
 from beamalloc.collector import dumpscan, etf
 from beamalloc.collector.crashdump import MAGIC, read_crashdump_file, read_crashdump_lines
 from beamalloc.collector.procdump import (

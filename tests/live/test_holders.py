@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from otp import Node, erl_eval, start_node, start_workload
 
-from beamalloc.analyzer import holders as h
+from beamalloc.advice import holders as h
 from beamalloc.collector import live as live_mod
 from beamalloc.collector import processes as procs
 from beamalloc.collector.processes import ProcessTable
@@ -253,7 +253,7 @@ def test_no_flag_helps_names_who_keeps_the_surviving_binaries(otp_release: str) 
     """The issue's second case: binary_alloc mostly empty behind a few surviving binaries, no
     flag shown to help (--no-predict here): the verdict says which processes keep them. On
     each test release."""
-    from beamalloc.analyzer.recommend import recommend
+    from beamalloc.advice.recommend import recommend
 
     with start_workload(otp_release, "binspike", env={"BURST": "40000"}) as w:
         w.wait_ready()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from beamalloc.analyzer import holders as h
+from beamalloc.advice import holders as h
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector import processes as procs
 from beamalloc.collector.procdump import read_procdump

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from beamalloc.analyzer import holders as h
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.records import NoFlagEntry, Reason, Remedy
+from beamalloc.advice import holders as h
+from beamalloc.advice import wording
+from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
 from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
 
 MB = 1 << 20

@@ -23,8 +23,8 @@ import pytest
 from otp import SYSTEM, Node, start_node, start_workload
 from support import run_cli
 
-from beamalloc.analyzer import holders as h
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice import holders as h
+from beamalloc.advice.recommend import recommend
 from beamalloc.collector import live as live_mod
 from beamalloc.collector import processes as procs
 

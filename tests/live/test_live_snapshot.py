@@ -96,7 +96,7 @@ def test_os_memory_beside_rss(target) -> None:
 def test_carrier_rate_between_two_samples(target) -> None:
     """The rate a speed trade needs: calls per second between two live samples, never lifetime
     counters; an idle node makes (almost) no carrier calls."""
-    from beamalloc.analyzer.recommend import carrier_rate
+    from beamalloc.advice.recommend import carrier_rate
 
     a = live.snapshot_node(target.node, target.cookie)
     time.sleep(1.0)

@@ -49,7 +49,7 @@ def test_a_group_of_idle_processes_is_named_the_largest_holder(otp_release: str,
             "{length(Ps), lists:sum([M || P <- Ps, {memory, M} <- "
             "[rpc:call(T, erlang, process_info, [P, memory])]])} end"), timeout=180)))
         assert PROCS <= count <= PROCS + 30, count
-        # less OTP's own spawned so that the scan reported (analyzer/holders.py is_system)
+        # less OTP's own spawned so that the scan reported (advice/holders.py is_system)
         assert count - 10 <= h["members"] <= count, (h, count)
         assert abs(h["bytes"] - own) <= DRIFT * own, (h["bytes"], own)
         assert c["largest_notable"] and c["largest_share"] > 0.5, c["largest_share"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from otp import start_node
 
-from beamalloc.analyzer import rules
-from beamalloc.analyzer.findings import facts
+from beamalloc.advice import rules
+from beamalloc.advice.findings import facts
 from beamalloc.collector import live
 from beamalloc.collector.sources import read_file
 from beamalloc.flags import Flag

@@ -12,8 +12,8 @@ import re
 import pytest
 from otp import Node, release_params, start_node, start_workload
 
-from beamalloc.analyzer import rules
-from beamalloc.analyzer.findings import FETCH_FAILURES, Finding, facts
+from beamalloc.advice import rules
+from beamalloc.advice.findings import FETCH_FAILURES, Finding, facts
 from beamalloc.collector import live
 
 pytestmark = pytest.mark.live

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from otp import start_workload
 
-from beamalloc.analyzer.recommend import recommend
+from beamalloc.advice.recommend import recommend
 from beamalloc.collector.live import snapshot_node
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.recommend import verdict
+from beamalloc.advice import wording
+from beamalloc.advice.recommend import verdict
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 from beamalloc.reporters.recommend import paste

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from beamalloc.analyzer import rules
+from beamalloc.advice import rules
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = DEPLOY / "beamalloc-rules.yml"
@@ -44,7 +44,7 @@ def test_alerts_name_rules_that_exist() -> None:
 
 
 def test_cache_miss_alert_uses_the_rule_threshold() -> None:
-    """R6's hit-rate threshold has its home in analyzer/rules.py; the alert must agree."""
+    """R6's hit-rate threshold has its home in advice/rules.py; the alert must agree."""
     m = re.search(r"mseg_cache_hit_ratio:rate5m < ([0-9.]+)", RULES.read_text())
     assert m is not None
     assert float(m.group(1)) == rules.R6_HIT_RATE

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from beamalloc.analyzer.records import NoFlagEntry, Reason, Remedy
+from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
 from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
 from beamalloc.units import human
 
@@ -713,7 +713,7 @@ def _label(row: dict[str, Any]) -> str:
 
 def verdict_holders(processes: dict[str, Any], entries: list[NoFlagEntry]
                     ) -> tuple[list[str], list[NoFlagEntry]]:
-    """The holders' part of a verdict (analyzer/recommend.py): the sentences naming the
+    """The holders' part of a verdict (advice/recommend.py): the sentences naming the
     processes that hold the memory, and the NO FLAG HELPS entries with their remedies made to
     agree with the holder scan (issue 22 item 5). The state stays the allocators' (no +M flag
     is involved). A binary_alloc or eheap_alloc entry gets the holders' own remedies first, each

@@ -20,7 +20,7 @@ from beamalloc.errors import InputError
 from beamalloc.limits import MAX_CARRIERS, MAX_PROCESSES
 
 if TYPE_CHECKING:
-    from beamalloc.analyzer.predict import Predictor
+    from beamalloc.advice.predict import Predictor
     from beamalloc.collector.access import Access
     from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
@@ -87,7 +87,7 @@ class Reader:
             return snap
         if source == "-" or not o.processes:  # no holders() for these
             return sources.read_file(source)
-        from beamalloc.analyzer.holders import DumpMembers
+        from beamalloc.advice.holders import DumpMembers
         from beamalloc.collector.procdump import ProcSections
 
         procs = ProcSections(keep=DumpMembers())  # a dump's processes: only what holders() uses
@@ -119,7 +119,7 @@ class Reader:
         with `gc_probe` the one action of beamalloc that changes the node (said on stderr,
         even with --quiet, before it starts); a crash dump's =proc sections; None for other
         sources, without processes, or a dump read from stdin."""
-        from beamalloc.analyzer.holders import DumpMembers, probe_candidates, processes_json
+        from beamalloc.advice.holders import DumpMembers, probe_candidates, processes_json
         from beamalloc.collector import sources
 
         o = self.opts
@@ -197,7 +197,7 @@ class RecommendOptions:
 
 
 def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dict[str, Any]:
-    """The recommendation for SOURCE (analyzer/recommend.py `recommend`'s dict). A live node is
+    """The recommendation for SOURCE (advice/recommend.py `recommend`'s dict). A live node is
     read twice, `rate_seconds` apart, for the carrier-call rate speed-trade flags need (issue
     17), how fast it replaces its blocks (issue 22) and which processes stayed idle (issue 24
     item 6). The verdict judges the first read (the one the ETS tables and the first process
@@ -206,9 +206,9 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
     import tempfile
     import time
 
-    from beamalloc.analyzer.findings import facts
-    from beamalloc.analyzer.predict import TURNOVER_SECONDS, Predictor, measure_turnover
-    from beamalloc.analyzer.recommend import carrier_rate, recommend, speed_trades
+    from beamalloc.advice.findings import facts
+    from beamalloc.advice.predict import TURNOVER_SECONDS, Predictor, measure_turnover
+    from beamalloc.advice.recommend import carrier_rate, recommend, speed_trades
     from beamalloc.collector.sources import is_node_name
     from beamalloc.console import short
 
@@ -283,7 +283,7 @@ class _Ahead:
 
     @staticmethod
     def _run(pr: Predictor, given_flags: str | None) -> None:
-        from beamalloc.analyzer.recommend import verdict
+        from beamalloc.advice.recommend import verdict
 
         with contextlib.suppress(Exception):
             verdict(pr.snap, given_flags, trace=pr.trace, predictor=pr)

@@ -15,10 +15,10 @@ import json
 from typing import Any
 
 from beamalloc import flags as fl
-from beamalloc.analyzer import wording
+from beamalloc.advice import wording
+from beamalloc.advice.rules import MIN_UNUSED, usage_level
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.options import first_scheduler_options, format_option, option_unit
-from beamalloc.analyzer.rules import MIN_UNUSED, usage_level
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 

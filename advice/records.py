@@ -1,10 +1,10 @@
-"""The recommendation's typed records: built once by analyzer/recommend.py, rendered by
-analyzer/wording.py for the terminal, the web pages and the HTML report, serialised by their own
+"""The recommendation's typed records: built once by advice/recommend.py, rendered by
+advice/wording.py for the terminal, the web pages and the HTML report, serialised by their own
 `to_json()` for `recommend --json` (schema `beamalloc.recommend/2`, docs/recommend.md).
 
 Records hold states, codes and numbers, never sentences made for a reader: a reason is a code
 with its numbers (`Reason`), and only the wording module turns it into words. A prediction keeps
-the predictor's dict (analyzer/predict.py) as its serialisation and reads the fields the verdict
+the predictor's dict (advice/predict.py) as its serialisation and reads the fields the verdict
 decides by into typed attributes; fields a predictor does not give yet read None.
 """
 
@@ -41,7 +41,7 @@ STATES = (HEALTHY, CHANGE, IN_FORCE, NO_FLAG, UNDECIDED)
 @dataclass(frozen=True)
 class Reason:
     """Why the verdict or a flag is what it is: a code (docs/recommend.md, "Reason codes") and
-    the numbers it is about. analyzer/wording.py says it."""
+    the numbers it is about. advice/wording.py says it."""
 
     code: str
     numbers: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +92,7 @@ class Future:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What a replay predicts for some flags on one allocator (analyzer/predict.py's dict)."""
+    """What a replay predicts for some flags on one allocator (advice/predict.py's dict)."""
 
     allocator: str
     flags: str

@@ -1,9 +1,9 @@
 """Compose the rule base's advice into one flag set, lint it, judge it, and build the verdict.
 
-`verdict(snap)` returns the typed records (analyzer/records.py: the Verdict, each
+`verdict(snap)` returns the typed records (advice/records.py: the Verdict, each
 Recommendation and Prediction), built once here; `recommend(snap)` their serialisation, the dict
 `beamalloc recommend --json` prints (schema `beamalloc.recommend/2`, docs/recommend.md). Every
-sentence comes from analyzer/wording.py. The flags are rendered by flags.FlagSet in its fixed
+sentence comes from advice/wording.py. The flags are rendered by flags.FlagSet in its fixed
 order (`as` before `acul`, docs/erts/tuning.md §0.2 item 2). Any proposed flag that would trip
 our own lint is withheld, so our recommendations never do (issue 3, must-hold 3); a setting in
 force that the lint calls wrong is weighed as a revert to OTP's default (issue 22 item 4).
@@ -16,24 +16,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from beamalloc.analyzer import wording
-from beamalloc.analyzer.analysis import coverage, type_rows
-from beamalloc.analyzer.carriers import carrier_map
-from beamalloc.analyzer.categories import picture
-from beamalloc.analyzer.death import death_of
-from beamalloc.analyzer.findings import (
-    NON_MIGRATING,
-    Advice,
-    AllocFacts,
-    Facts,
-    Finding,
-    facts,
-)
-from beamalloc.analyzer.holders import idle_verdict, verdict_holders
-from beamalloc.analyzer.lint import LintIssue, lint_flags, lint_in_force
-from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.analyzer.predict import PredictionError, Predictor, Turnover, node_flags
-from beamalloc.analyzer.records import (
+from beamalloc.advice import wording
+from beamalloc.advice.findings import NON_MIGRATING, Advice, AllocFacts, Facts, Finding, facts
+from beamalloc.advice.holders import idle_verdict, verdict_holders
+from beamalloc.advice.lint import LintIssue, lint_flags, lint_in_force
+from beamalloc.advice.predict import PredictionError, Predictor, Turnover, node_flags
+from beamalloc.advice.records import (
     CHANGE,
     HEALTHY,
     IN_FORCE,
@@ -52,7 +40,12 @@ from beamalloc.analyzer.records import (
     Verdict,
     unknown,
 )
-from beamalloc.analyzer.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
+from beamalloc.advice.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
+from beamalloc.analyzer.analysis import coverage, type_rows
+from beamalloc.analyzer.carriers import carrier_map
+from beamalloc.analyzer.categories import picture
+from beamalloc.analyzer.death import death_of
+from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -689,13 +682,13 @@ def verdict(
     predictor: Predictor | None = None,
 ) -> Recommended:
     """The recommendation's records. With `predict`, each finding's flags are replayed through
-    refalloc on a trace synthesized from `snap` (analyzer/predict.py) and advised only when the
+    refalloc on a trace synthesized from `snap` (advice/predict.py) and advised only when the
     replay shows their gain (:func:`judge`); without, no flag is advised. `rate` is the
     carrier-call rate measured between two samples of the node, which speed trades need.
     `trace` (a block trace of the same node, `beamalloc trace -o`) is replayed from the node's
     carriers instead of a fitted workload (`workload: "traced"`). `processes` (the holders'
-    section, analyzer/holders.py) becomes the result's `processes` key and its holders join the
-    verdict (docs/processes.md). `turnover` (analyzer/predict.turnover: two reads of the node)
+    section, advice/holders.py) becomes the result's `processes` key and its holders join the
+    verdict (docs/processes.md). `turnover` (advice/predict.turnover: two reads of the node)
     decides between the futures a prediction cannot tell apart from one snapshot. `predictor`:
     a Predictor of `snap` the caller holds open (its replays cached, its turnover set), used
     instead of a new one (cli/commands/recommend.py warms it while it reads the node again)."""

@@ -3,7 +3,7 @@ statistics. Each takes Facts and returns Findings; a finding below its threshold
 never carries a flag (issue 3, must-hold 1: false advice costs restarts of production nodes).
 
 Implemented: R0, R1, R2, R3, R4, R5, R6, R7, R9, R10, R11, R13, R16, R17. R8 and the
-configuration half of R9 are lint (analyzer/lint.py). Not rules, because nothing in a snapshot
+configuration half of R9 are lint (advice/lint.py). Not rules, because nothing in a snapshot
 shows their symptom: R12 (an operator's choice), R14 (lock contention), R15 (an A/B diagnostic,
 never shipped).
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from beamalloc.analyzer.findings import (
+from beamalloc.advice.findings import (
     FETCH_FAILURES,
     MCS_MAX,
     NON_MIGRATING,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from beamalloc.analyzer.findings import MCS_MAX, NON_MIGRATING, SINCE
+from beamalloc.advice.findings import MCS_MAX, NON_MIGRATING, SINCE
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,

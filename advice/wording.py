@@ -1,4 +1,4 @@
-"""The one home of the recommendation's words: analyzer/records.py's records into sentences, for
+"""The one home of the recommendation's words: advice/records.py's records into sentences, for
 the terminal (reporters/recommend.py), the web pages (webui/) and the HTML report alike.
 
 The verdict reads as a first line that stands alone (at most HEADLINE_MAX characters: the state,
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from beamalloc.analyzer.death import Death
-from beamalloc.analyzer.options import format_option
-from beamalloc.analyzer.records import (
+from beamalloc.advice.records import (
     CHANGE,
     HEALTHY,
     IN_FORCE,
@@ -30,6 +28,8 @@ from beamalloc.analyzer.records import (
     Total,
     Verdict,
 )
+from beamalloc.analyzer.death import Death
+from beamalloc.analyzer.options import format_option
 from beamalloc.units import human, pct
 
 HEADLINE_MAX = 100
@@ -400,7 +400,7 @@ def _idle_release(n: dict[str, Any], key: str) -> str:
 
 
 def idle_headline(n: dict[str, Any]) -> list[Part]:
-    """NO FLAG HELPS for dead data in idle heaps (reason `idle_heaps`, analyzer/holders.py
+    """NO FLAG HELPS for dead data in idle heaps (reason `idle_heaps`, advice/holders.py
     idle_verdict): the bytes a collection releases, of the node, and the group to act on."""
     first = f"{_idle_release(n, 'releases')} of {human(n['node_bytes'])} is dead in idle heaps"
     g, w = n["group"], n.get("waiting_in")

@@ -46,11 +46,11 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from beamalloc.advice.findings import Facts
+from beamalloc.advice.records import MIN_GAIN
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
-from beamalloc.analyzer.findings import Facts
 from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.analyzer.records import MIN_GAIN
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     NO_MIGRATION,
@@ -91,7 +91,7 @@ MAX_TRACED = 1_000_000
 #: measured -65 %), and a traced prediction is a slower, deliberate run anyway.
 CARRIER_BLOCKS = {"fitted": 30_000, "traced": 250_000}
 #: A placement flag set that removes less than this share of the allocator's unused bytes in
-#: the replay is not worth a restart: the one gain floor (analyzer/records.py MIN_GAIN).
+#: the replay is not worth a restart: the one gain floor (advice/records.py MIN_GAIN).
 MIN_UNUSED_SAVING = MIN_GAIN
 #: The replay under the node's own flags must leave at least this share of the snapshot's unused
 #: bytes (scaled) for the prediction to judge the advice: else the trace missed the symptom.
