@@ -1,92 +1,89 @@
-"""Imports go one way (docs/architecture.md, issue 11): every module of the package, read from its
-source (imports inside functions included), imports only modules of its own layer or of a layer
-below it, and no two modules import each other, directly or around a cycle.
+"""Folders are layers (docs/architecture.md, issues 11 and 27): every package folder sits on one
+layer, and every module of it imports, from its source (imports inside functions included), only
+modules of its own layer or of a layer below it; no two modules import each other, directly or
+around a cycle.
 
-LAYERS is the one home of the order: a module not named here fails the test, so a new folder or
-module says where it sits (docs/architecture.md says where each kind of change goes).
+LAYERS is the one home of the order, by folder: a package folder it does not name fails the test,
+so a new folder says where it sits (docs/architecture.md says where each kind of change goes), and
+a folder whose modules belong on two layers is two folders.
 """
 
 from __future__ import annotations
 
 import ast
 import configparser
+import functools
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Lowest first. A module belongs to the longest entry its dotted name equals or starts with (then
-#: "."); the root package "beamalloc" only to itself, so each core module is named.
+#: Lowest first: each layer and its folders (setup.cfg's package_dir), each folder on one layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The model, units, flags grammar, trace format, console helper, the native model's binding.
-    ("core", ("beamalloc.errors", "beamalloc.units", "beamalloc.files", "beamalloc.snapshot",
-              "beamalloc.limits", "beamalloc.pastes",
-              "beamalloc.flags", "beamalloc.trace", "beamalloc.console", "beamalloc._refalloc",
-              "beamalloc.versions", "beamalloc.citations", "beamalloc")),
+    ("core", ("beamalloc",)),
     # Readers: files, live nodes, eBPF. They build Snapshots and trace files.
-    ("collect", ("beamalloc.collector", "beamalloc.ebpf")),
-    # recon_alloc's numbers and the carrier view of one Snapshot.
-    ("analysis", ("beamalloc.analyzer.metrics", "beamalloc.analyzer.options",
-                  "beamalloc.analyzer.carriers", "beamalloc.analyzer.analysis",
-                  "beamalloc.analyzer.death", "beamalloc.analyzer.categories",
-                  "beamalloc.analyzer.defects", "beamalloc.analyzer.limits")),
+    ("collect", ("collector", "ebpf")),
+    # recon_alloc's numbers and the carrier view of one Snapshot, its death, categories, limits.
+    ("analysis", ("analyzer",)),
     # Replay: the Rust model's adapter and the trace generators; a replay is a Snapshot.
-    ("replay", ("beamalloc.refalloc",)),
+    ("replay", ("refalloc",)),
     # Findings, rules, lint, predictions, the recommendation (they replay).
-    # (advice/ and htmlreport/: the folders tests/tools/relayer.py moves them to.)
-    ("advice", ("beamalloc.analyzer", "beamalloc.advice")),
+    ("advice", ("advice",)),
     # The time series of watched nodes: gauges, watch loop, store, Prometheus.
-    ("series", ("beamalloc.timeseries",)),
+    ("series", ("timeseries",)),
     # Terminal renderings and paste formats of what the stages return.
-    ("report", ("beamalloc.reporters",)),
-    ("web", ("beamalloc.webui",)),
-    # The static HTML report: a reporter that renders the web UI's templates and page data, so it
-    # sits above webui/ (which takes verdict lines and paste formats from the reporters below).
-    ("html", ("beamalloc.htmlreport.html", "beamalloc.htmlreport")),
+    ("report", ("reporters",)),
+    ("web", ("webui",)),
+    # The static HTML report renders the web UI's templates and page data: above webui/ (which
+    # takes verdict lines and paste formats from the reporters below).
+    ("html", ("htmlreport",)),
     # The `beamalloc` command and the demo.
-    ("app", ("beamalloc.cli",)),
+    ("app", ("cli", "cli/commands")),
 ]
+#: The native model (refalloc/src, built into the core package by setuptools-rust).
+NATIVE = "beamalloc._refalloc"
 
 
-def _packages() -> dict[str, Path]:
-    """setup.cfg's package_dir: import name -> folder."""
+@functools.cache
+def _packages() -> dict[str, str]:
+    """setup.cfg's package_dir: import name -> folder (relative to the repository)."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     out = {}
     for line in cfg["options"]["package_dir"].strip().splitlines():
         name, folder = (s.strip() for s in line.split("="))
-        out[name] = ROOT / folder
+        out[name] = folder
     return out
 
 
-def _modules() -> dict[str, Path]:
-    pkgs = _packages()
-    mods: dict[str, Path] = {}
-    for pkg, folder in pkgs.items():
-        for f in folder.glob("*.py"):
-            name = pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"
-            mods[name] = f
+@functools.cache
+def _modules() -> dict[str, tuple[Path, str]]:
+    """Every module of the package -> (its file, its folder)."""
+    mods: dict[str, tuple[Path, str]] = {}
+    for pkg, folder in _packages().items():
+        for f in (ROOT / folder).glob("*.py"):
+            mods[pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"] = (f, folder)
     return mods
 
 
+def _folder_layer(folder: str) -> int:
+    found = [i for i, (_, folders) in enumerate(LAYERS) if folder in folders]
+    assert found, f"{folder}/ is in no layer: add it to LAYERS and docs/architecture.md"
+    return found[0]
+
+
 def _layer(mod: str) -> int:
-    found = [
-        (len(p), i)
-        for i, (_, prefixes) in enumerate(LAYERS)
-        for p in prefixes
-        if mod == p or (p != "beamalloc" and mod.startswith(p + "."))
-    ]
-    assert found, f"{mod} is in no layer: add it to LAYERS and docs/architecture.md"
-    return max(found)[1]
+    return _folder_layer("beamalloc" if mod == NATIVE else _modules()[mod][1])
 
 
-def _imports(mod: str, path: Path, mods: dict[str, Path]) -> set[str]:
+def _imports(mod: str, path: Path, mods: dict[str, tuple[Path, str]]) -> set[str]:
     """The package modules `mod` imports, at module level or inside functions."""
     pkg = mod if path.stem == "__init__" else mod.rpartition(".")[0]
 
     def resolve(name: str) -> str:  # a name inside a module -> that module
-        while name and name not in mods and name != "beamalloc._refalloc":
+        while name and name not in mods and name != NATIVE:
             name = name.rpartition(".")[0]
         return name
 
@@ -108,9 +105,11 @@ def _imports(mod: str, path: Path, mods: dict[str, Path]) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    """Read once per session: each test below asks for it (ten of them by layer)."""
     mods = _modules()
-    return {m: _imports(m, p, mods) for m, p in mods.items()}
+    return {m: frozenset(_imports(m, p, mods)) for m, (p, _) in mods.items()}
 
 
 def test_the_graph_is_read() -> None:
@@ -118,12 +117,40 @@ def test_the_graph_is_read() -> None:
     # A sample of edges that exist, so a reader that finds nothing does not pass vacuously.
     assert "beamalloc.snapshot" in g["beamalloc.analyzer.metrics"]
     assert "beamalloc.refalloc.replay" in g["beamalloc.advice.predict"]  # inside a function
+    assert "beamalloc.webui.pagedata" in g["beamalloc.htmlreport.html"]
     assert len(g) > 60
 
 
-def test_every_module_has_a_layer() -> None:
-    for m in _graph():
-        _layer(m)
+def test_every_folder_has_one_layer() -> None:
+    """A folder is a layer's, whole: LAYERS names folders only (a module there would let its
+    folder span two layers), each once, each one setup.cfg maps; and every folder with modules
+    is named, so every module of it is on that folder's layer."""
+    named = [f for _, folders in LAYERS for f in folders]
+    assert len(named) == len(set(named)), "a folder on two layers"
+    assert sorted(set(named) - set(_packages().values())) == [], "not a package folder"
+    with_modules = {folder for _, folder in _modules().values()}
+    assert sorted(with_modules - set(named)) == []
+    # the reader sees what it is looking for: analyzer/ is the analysis, advice/ the advice
+    assert {LAYERS[_layer(m)][0] for m in _graph() if m.startswith("beamalloc.analyzer")} == {
+        "analysis"}
+    assert _layer("beamalloc.advice.predict") > _layer("beamalloc.refalloc.replay")
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    """A folder with an __init__.py is a package setup.cfg lists (package_dir and packages), so
+    the wheel holds it (tests/test_wheel.py builds one)."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = {ln.strip() for ln in cfg["options"]["packages"].splitlines()
+              if ln.strip() and not ln.strip().startswith("#")}
+    inits = {p.parent.relative_to(ROOT).as_posix() for p in ROOT.glob("*/__init__.py")}
+    inits |= {p.parent.relative_to(ROOT).as_posix() for f in inits
+              for p in (ROOT / f).glob("*/__init__.py")}
+    inits -= {"tests", "tests/browser", "tests/live"}
+    folders = {f: name for name, f in _packages().items()}
+    assert sorted(inits - set(folders)) == [], "package folders setup.cfg does not map"
+    assert sorted(folders[f] for f in inits if folders[f] not in listed) == []
+    assert {"advice", "htmlreport", "cli/commands"} <= inits
 
 
 @pytest.mark.parametrize("name", [name for name, _ in LAYERS])
@@ -176,8 +203,7 @@ def _third_party(path: Path, top: str) -> bool:
 def test_terminal_rendering_lives_in_reporters() -> None:
     """Every terminal reporter is in reporters/ (issue 11 item 6): no other module draws with
     rich, apart from the console helper that picks the terminal (beamalloc/console.py)."""
-    mods = _modules()
-    drawing = {m for m, p in mods.items() if _third_party(p, "rich")}
+    drawing = {m for m, (p, _) in _modules().items() if _third_party(p, "rich")}
     assert "beamalloc.reporters.trace" in drawing  # the reader sees what it is looking for
     outside = sorted(m for m in drawing
                      if not m.startswith("beamalloc.reporters.") and m != "beamalloc.console")
