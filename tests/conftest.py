@@ -37,7 +37,7 @@ TIER_PROGRAMS = {
 }
 #: Programs that run the program named in their arguments (`chroot ROOT erl`, `sh -c "erl"`).
 WRAPPERS = ("chroot", "setpriv", "env", "nice", "timeout", "sudo", "unshare", "nsenter",
-            "taskset", "stdbuf", "systemd-run", "sh", "bash", "dash")
+            "taskset", "stdbuf", "systemd-run")
 #: Fixtures that start a BEAM or a browser, by the mark a test using them needs.
 TIER_FIXTURES = {
     "live": ("node_factory", "target", "any_target", "probe", "hidden", "churn", "ebin",
@@ -64,17 +64,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _started(args: Any, shell: bool, programs: dict[str, str]) -> str | None:
-    """The tier program a Popen of `args` would start, if any: its program, or for a wrapper or a
-    shell command line any word of it, compared by file name."""
+    """The tier program a Popen of `args` would start, if any: its program, a wrapper's program
+    (any word after the wrapper), or the program of any command of a shell's command line."""
     argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
     argv = [os.fsdecode(w) for w in argv]
+    if shell:
+        return _in_script(" ".join(argv), programs)
     if not argv:
         return None
-    if shell or os.path.basename(argv[0].split()[0] if argv[0].split() else "") in WRAPPERS:
-        words = [os.path.basename(w) for a in argv for w in re.split(r"[\s;&|()`'\"]+", a)]
-        return next((w for w in words if w in programs), None)
     prog = os.path.basename(argv[0])
-    return prog if prog in programs else None
+    if prog in ("sh", "bash", "dash") and "-c" in argv[1:-1]:
+        return _in_script(argv[argv.index("-c") + 1], programs)
+    words = [os.path.basename(w) for w in argv[1:]] if prog in WRAPPERS else []
+    return next((w for w in [prog, *words] if w in programs), None)
+
+
+def _in_script(script: str, programs: dict[str, str]) -> str | None:
+    """The tier program a shell command line starts: each command's first word (after its
+    variable assignments), or any word of a command a wrapper runs; comments skipped."""
+    script = re.sub(r"(^|\s)#[^\n]*", " ", script)
+    for cmd in re.split(r"[\n;&|()`]|\$\(", script):
+        words = [w for w in cmd.split() if not re.match(r"^\w+=", w)]
+        words = [os.path.basename(w.strip("'\"")) for w in words]
+        if words and words[0] in (*WRAPPERS, "exec", "nohup", "command"):
+            found = next((w for w in words[1:] if w in programs), None)
+        else:
+            found = words[0] if words and words[0] in programs else None
+        if found:
+            return found
+    return None
 
 
 class _Tier:
