@@ -320,9 +320,13 @@ def test_a_newer_store_is_never_modified(tmp_path) -> None:
     path = tmp_path / "w.db"
     Store(path).close()
     _set_version(path, store_mod.SCHEMA_VERSION + 1)
+    cookie = tmp_path.parent / f"{tmp_path.name}.cookie"  # watch checks a cookie first
+    cookie.write_text("STORETESTCOOKIE")
+    cookie.chmod(0o400)
     before = _files(tmp_path)
     for args in (["serve", "--store", str(path), "--port", str(_free_port())],
-                 ["watch", "nobody@nohost.invalid", "--store", str(path), "--duration", "1"]):
+                 ["watch", "nobody@nohost.invalid", "--store", str(path), "--duration", "1",
+                  "--cookie-file", str(cookie)]):
         r = run_cli(*args)
         assert r.returncode == 2, r.stderr
         last = r.stderr.strip().splitlines()[-1]
