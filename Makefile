@@ -167,10 +167,11 @@ test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The inner loop: no BEAM, no browser, nothing over a few seconds (tests/conftest.py fails a test
-# that starts one without its mark, docs/architecture.md "Test tiers").
+# that starts one without its mark, docs/architecture.md "Test tiers"). About 4 minutes of CPU,
+# so it runs on both cores (pytest-xdist): under 3 minutes of wall time here.
 test-fast: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live and not slow" --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live and not slow" -n 2 --durations=15
 
 # The wheel (and sdist) operators install with pipx on a host without Rust or a compiler
 # (docs/install.md): dist/beamalloc-<version>-cp311-cp311-linux_x86_64.whl. tests/test_wheel.py
