@@ -13,7 +13,10 @@
 //!   every mseg instance), to check that a speed change leaves the model's results alone.
 //!
 //! tests/bench/bench_replay.py drives `gen` and `replay` against a glibc baseline.
-use _refalloc::config::{Globals, InstanceConfig, Strategy};
+mod common;
+
+use _refalloc::config::{Globals, Strategy};
+use common::configs;
 use _refalloc::replay::Replay;
 use _refalloc::trace::{Event, Op, TraceReader, TraceWriter};
 use std::io::BufWriter;
@@ -80,21 +83,6 @@ impl Gen {
             ev(Op::Free, 0, victim)
         }
     }
-}
-
-fn configs(strategy: Strategy) -> Vec<InstanceConfig> {
-    (0..3)
-        .map(|ix| {
-            let mut c = InstanceConfig::default_for(10, ix);
-            c.strategy = strategy;
-            c.atags = true;
-            (c.mmbcs, c.smbcs, c.lmbcs) = (64 << 10, 512 << 10, 5 << 20);
-            if ix > 0 && strategy.is_aoff_family() {
-                (c.acul, c.acnl, c.cp) = (60, 1000, Some('B'));
-            }
-            c
-        })
-        .collect()
 }
 
 fn peak_rss_kb() -> u64 {

@@ -2,24 +2,12 @@
 //! configuration (examples/bench.rs) and prints a hash of every carrier's block layout (address,
 //! size, free) every EVERY events and at the end: a speed change of the model must leave it alone
 //! (the `digest` mode of `bench` hashes the statistics only).
-use _refalloc::config::{Globals, InstanceConfig, Strategy};
+mod common;
+
+use _refalloc::config::{Globals, Strategy};
+use common::configs;
 use _refalloc::replay::Replay;
 use _refalloc::trace::TraceReader;
-
-fn configs(strategy: Strategy) -> Vec<InstanceConfig> {
-    (0..3)
-        .map(|ix| {
-            let mut c = InstanceConfig::default_for(10, ix);
-            c.strategy = strategy;
-            c.atags = true;
-            (c.mmbcs, c.smbcs, c.lmbcs) = (64 << 10, 512 << 10, 5 << 20);
-            if ix > 0 && strategy.is_aoff_family() {
-                (c.acul, c.acnl, c.cp) = (60, 1000, Some('B'));
-            }
-            c
-        })
-        .collect()
-}
 
 fn fnv(h: u64, v: u64) -> u64 {
     v.to_le_bytes().iter().fold(h, |h, &b| {
