@@ -313,6 +313,9 @@ def erl_eval(target: Node, expr: str, timeout: float = 20) -> str:
         ["erl", "-sname", f"t_probe_{secrets.token_hex(4)}", "-setcookie", target.cookie,
          "-hidden", "-noshell", "-eval", code],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        # a probe that fails (noconnection) halts through init's crash path: without this it
+        # writes an erl_crash.dump into the caller's directory (the checkout)
+        env={**os.environ, "ERL_CRASH_DUMP_SECONDS": "0"},
     )
     if r.returncode != 0:
         raise RuntimeError(f"probe failed: {r.stderr.strip()[-300:]}")
