@@ -212,6 +212,39 @@ def test_rollups_and_frames_carry_their_format(tmp_path, base) -> None:
             st.snapshot(sid)
 
 
+def test_chunks_and_usage_carry_their_format(tmp_path, base) -> None:
+    """A chunk's columns and a kept snapshot's usage start with their tag and format
+    (CHUNK_MAGIC, USAGE_MAGIC); one written before tags (a zlib stream alone) reads as
+    format 1; a newer format is one line asking for a newer beamalloc; a tag with no format
+    byte is damage, never read as this layout."""
+    pts = [(T0 + i, dict(derive(base), used=1000 + i % 13)) for i in range(CHUNK * 2)]
+    with Store(tmp_path / "w.db") as st:
+        st.add_points(NODE, pts)
+        sid = st.add_sample(_sample(base, T0 + CHUNK * 2), derive(base), force_keep=True)
+        chunks = [r[0] for r in st.db.execute("SELECT data FROM chunks")]
+        usage = st.db.execute("SELECT usage FROM snapshots WHERE id = ?", (sid,)).fetchone()[0]
+        assert len(chunks) == 2 and all(b.startswith(b"BAC\x01") for b in chunks)
+        assert usage.startswith(b"BAU\x01")
+        s, u = st.series(NODE, max_points=None), st.instance_usage([sid])
+        assert s["columns"]["used"][:3] == [1000, 1001, 1002] and u[sid]["usage"]
+        # as written before tags: the zlib stream alone
+        st.db.execute("UPDATE chunks SET data = substr(data, 5)")
+        st.db.execute("UPDATE snapshots SET usage = substr(usage, 5) WHERE usage IS NOT NULL")
+        assert st.db.execute("SELECT data FROM chunks").fetchone()[0][:1] == b"\x78"
+        assert st.series(NODE, max_points=None) == s and st.instance_usage([sid]) == u
+        # "BAC", format 2; "BAU", format 2
+        st.db.execute("UPDATE chunks SET data = CAST(X'42414302' || data AS BLOB)")
+        with pytest.raises(StoreError, match=r"holds a chunk of format 2 .*upgrade beamalloc"):
+            st.series(NODE, max_points=None)
+        st.db.execute("UPDATE snapshots SET usage = CAST(X'42415502' || usage AS BLOB) "
+                      "WHERE usage IS NOT NULL")
+        with pytest.raises(StoreError, match=r"holds a usage row of format 2 .*upgrade"):
+            st.instance_usage([sid])
+        st.db.execute("UPDATE snapshots SET usage = CAST(X'424155' AS BLOB)")  # tag, no format
+        with pytest.raises(StoreError, match=r"damaged or not beamalloc's"):
+            st.instance_usage([sid])
+
+
 def test_summary(tmp_path, base) -> None:
     with Store(tmp_path / "w.db") as st:
         p0 = derive(base)

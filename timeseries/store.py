@@ -71,12 +71,16 @@ TRANSIENT_IDS = 1 << 52
 #: A new key snapshot when the current one is this old, or a delta exceeds half its size.
 KEY_MAX_AGE_MS = 24 * 3600 * 1000
 
-#: A rollup's first bytes: "BAR" and its format version as one byte, then its zlib stream
-#: (whose first byte, 0x78, no version starts with: a rollup written before versions is
-#: read as format 1, its layout).
-ROLLUP_PREFIX = b"BAR"
-ROLLUP_VERSION = 1
+#: The zlib blobs' first bytes: three letters naming the kind and its format version as one
+#: byte, then the zlib stream (whose first byte, 0x78, no tag starts with: a blob written
+#: before tags is read as format 1, its layout). A snapshot's frame has its own (frames.MAGIC).
+ROLLUP_PREFIX = b"BAR"  # a chunk's rollup
+CHUNK_PREFIX = b"BAC"  # a chunk's columns
+USAGE_PREFIX = b"BAU"  # a kept snapshot's per-instance usage
+ROLLUP_VERSION = CHUNK_VERSION = USAGE_VERSION = 1
 ROLLUP_MAGIC = ROLLUP_PREFIX + bytes([ROLLUP_VERSION])
+CHUNK_MAGIC = CHUNK_PREFIX + bytes([CHUNK_VERSION])
+USAGE_MAGIC = USAGE_PREFIX + bytes([USAGE_VERSION])
 
 # Migration N brings a store from version N-1 to N. auto_vacuum only takes effect before the
 # first table exists, hence its place here.
@@ -272,17 +276,38 @@ def _undelta(deltas: list[int | None]) -> list[int | None]:
     return out
 
 
+def _tagged(magic: bytes, doc: Any) -> bytes:
+    """`doc` as compact JSON, zlib, behind its kind's tag (ROLLUP_MAGIC, CHUNK_MAGIC, ...)."""
+    return magic + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+
+
+def _untagged(blob: Any, magic: bytes, what: str, limit: int = MAX_ROW_JSON) -> Any:
+    """The JSON document of a blob `_tagged` wrote with `magic`, or of one written before
+    tags (format 1); frames.NewerFormat for a newer format of the kind, ValueError for a tag
+    with no format, so that a future layout is never read as this one."""
+    if isinstance(blob, bytes) and blob.startswith(magic[:-1]):
+        version = blob[len(magic) - 1:len(magic)]
+        if version and version[0] > magic[-1]:
+            raise frames.NewerFormat(f"{what} of format {version[0]} (this beamalloc reads "
+                                     f"format {magic[-1]})")
+        if version != magic[-1:]:
+            raise ValueError(f"{what} of no format")
+        blob = blob[len(magic):]
+    return json.loads(_inflate(blob, limit))
+
+
 def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
     keys = sorted(set().union(*points))
     doc = {"k": keys, "t": _deltas(ts), "v": [_deltas([p.get(k) for p in points]) for k in keys]}
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+    return _tagged(CHUNK_MAGIC, doc)
 
 
 def decode_chunk(blob: bytes, fields: Collection[str] | None = None
                  ) -> tuple[list[int], dict[str, list[int | None]]]:
     """A chunk's columns; ValueError or TypeError for one that is not what encode_chunk
-    writes (Store's readers turn them into one StoreError)."""
-    doc = json.loads(_inflate(blob))
+    writes (Store's readers turn them into one StoreError); frames.NewerFormat for a newer
+    format. A chunk without its tag (schemas 1-3 wrote none at first) is of format 1."""
+    doc = _untagged(blob, CHUNK_MAGIC, "a chunk")
     ts = [_t(t) for t in _undelta(doc["t"])]
     cols = {k: _undelta(v) for k, v in zip(doc["k"], doc["v"], strict=True)  # type: ignore
             if fields is None or _wanted(k, fields)}
@@ -300,7 +325,7 @@ def encode_rollup(ts: list[int], cols: dict[str, list[int | None]]) -> bytes:
     doc = {"k": list(mean), "t": _deltas(gt), "n": gn,  # type: ignore[arg-type]
            "mean": [_deltas(v) for v in mean.values()],
            "max": [_deltas(v) for v in peak.values()]}
-    return ROLLUP_MAGIC + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+    return _tagged(ROLLUP_MAGIC, doc)
 
 
 def _groups(ts: list[int], cols: dict[str, list[int | None]]
@@ -332,15 +357,7 @@ def decode_rollup(blob: bytes, fields: Collection[str] | None = None
     """(group times, group sizes, means, maxima) of a rollup row; ValueError or TypeError for
     one that is not what encode_rollup writes; frames.NewerFormat for a newer format. A
     rollup without the version (schema 3 wrote none at first) is of format 1."""
-    if isinstance(blob, bytes) and blob.startswith(ROLLUP_PREFIX):
-        version = blob[len(ROLLUP_PREFIX):len(ROLLUP_MAGIC)]
-        if version and version[0] > ROLLUP_VERSION:
-            raise frames.NewerFormat(f"a rollup of format {version[0]} (this beamalloc "
-                                     f"reads format {ROLLUP_VERSION})")
-        if version != ROLLUP_MAGIC[-1:]:
-            raise ValueError("a rollup of no format")
-        blob = blob[len(ROLLUP_MAGIC):]
-    doc = json.loads(_inflate(blob))
+    doc = _untagged(blob, ROLLUP_MAGIC, "a rollup")
     ts, ns = [_t(t) for t in _undelta(doc["t"])], doc["n"]
     mean, peak = {}, {}
     for k, m, p in zip(doc["k"], doc["mean"], doc["max"], strict=True):
@@ -956,7 +973,7 @@ class Store:
             q = ",".join("?" * len(part))
             for sid, usage in self.db.execute(f"SELECT id, usage FROM snapshots WHERE id IN ({q})"
                                               " AND usage IS NOT NULL", part):
-                doc = json.loads(_inflate(usage))
+                doc = _untagged(usage, USAGE_MAGIC, "a usage row")
                 if not isinstance(doc, dict):
                     raise ValueError("a usage row that is not an object")
                 out[sid] = doc
@@ -1090,7 +1107,7 @@ def _usage_blob(snap: Snapshot) -> bytes:
     delta is ~1.2 KB); kept snapshots only, a transient one is decoded when asked."""
     u = instance_usage(snap)
     u["usage"] = {k: round(v, 3) for k, v in u["usage"].items()}
-    return zlib.compress(json.dumps(u, separators=(",", ":")).encode(), 9)
+    return _tagged(USAGE_MAGIC, u)
 
 
 def _alloc_pid(snap: Snapshot) -> tuple[int, int | None]:
