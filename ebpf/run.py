@@ -52,7 +52,7 @@ class Options:
     slice_s: float = 1.0
     max_overhead: float | None = None  # percent
     libc: bool = True
-    cookie_file: str | None = None
+    cookie_file: str | None = None  # where no `access` is given (the CLI always gives one)
     timeout: float = 10.0
     quiet: bool = False
     #: How the hidden node reaches --node (docs/access.md; None: access.current()).
@@ -91,8 +91,10 @@ def _target(opts: Options) -> tuple[int, Any]:
     if opts.node:
         from beamalloc.collector import cookie, live
 
-        snap = live.snapshot_node(opts.node, cookie.resolve_cookie(opts.cookie_file),
-                                  timeout=opts.timeout, access=opts.access)
+        # the run's Access resolved the cookie once for every read of the command
+        ck = (opts.access.cookie() if opts.access is not None
+              else cookie.resolve_cookie(opts.cookie_file))
+        snap = live.snapshot_node(opts.node, ck, timeout=opts.timeout, access=opts.access)
         if snap.os_pid is None or not _alive(snap.os_pid):
             raise InputError(f"{opts.node} is not running on this host (its pid "
                              f"{snap.os_pid} is not here): trace runs where the node runs")

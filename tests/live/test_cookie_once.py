@@ -48,3 +48,29 @@ def test_an_access_resolves_its_cookie_once(tmp_path) -> None:
     assert a.cookie() == "FIRST"
     assert "FIRST" not in repr(a) and a == access.Access(cookie_file=str(f))
     assert access.merge(a, epmd_port=4370).cookie_file == str(f)
+
+
+def test_trace_finds_its_node_with_the_commands_cookie(tmp_path, monkeypatch) -> None:
+    """`trace --node` (and `recommend --trace-for`) find the node's pid with a snapshot made
+    with the Access's cookie: the file is read once for the command, not again by the tracer."""
+    from beamalloc.ebpf.run import Options, _target
+
+    n = start_node()
+    f = tmp_path / "cookie"
+    f.write_text(n.cookie)
+    reads: list[str] = []
+    real = cookie._read
+
+    def counted(path, what):
+        reads.append(str(path))
+        return real(path, what)
+
+    monkeypatch.setattr(cookie, "_read", counted)
+    a = access.Access(cookie_file=str(f))
+    try:
+        assert a.cookie() == n.cookie
+        pid, snap = _target(Options(node=n.node, timeout=30, access=a))
+    finally:
+        n.stop()
+    assert pid == snap.os_pid and pid > 1
+    assert reads == [str(f)]
