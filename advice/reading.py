@@ -252,21 +252,29 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
 
     term, live, trace = reader.term, is_node_name(source), opts.trace
     what = f"recommending for {short(source)}"
-    with term.progress(what) as p:
-        p.step("reading the allocators")
-        snap = reader.load(source)
-        p.step("reading the processes and ETS tables")
-        if reader.opts.gc_probe and (not live or not reader.opts.processes):
-            reader.holders(source, snap)  # its one-line refusal
-        first = reader.process_table(source)  # the same moment as the snapshot
-        procs = None
-        reader.ets_tables(source, snap)
+    # The first read's replays need its snapshot alone: where the node is read again they
+    # start as soon as it is read, beside the scans and the second read.
+    early = (live and opts.predict and opts.rate_seconds > 0 and not opts.rate_from
+             and opts.trace_for is None)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp, \
             contextlib.ExitStack() as stack:  # fmt: skip
+        pr, ahead = None, None
+        with term.progress(what) as p:
+            p.step("reading the allocators")
+            snap = reader.load(source)
+            p.step("reading the processes and ETS tables")
+            if reader.opts.gc_probe and (not live or not reader.opts.processes):
+                reader.holders(source, snap)  # its one-line refusal
+            if early:
+                pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
+                ahead = _Ahead(pr, opts.flags_in_use)
+                stack.callback(ahead.join)
+            first = reader.process_table(source)  # the same moment as the snapshot
+            procs = None
+            reader.ets_tables(source, snap)
         if opts.trace_for is not None:
             trace = _record_trace(reader, source, opts.trace_for, Path(tmp) / "node.batr")
         rate, why, turn = None, None, None
-        pr = None
         trades = speed_trades(snap)
         if opts.rate_from:  # an earlier sample of the same node: a watch series, a snapshot
             earlier = reader.load(opts.rate_from)
@@ -275,8 +283,7 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
         elif live and opts.rate_seconds > 0 and (trades or opts.predict):
             # A speed trade needs calls per second now, not over the node's life (issue 17);
             # the prediction, how fast the node replaces its blocks (issue 22).
-            ahead = None
-            if opts.predict:  # the first read's replays, while we wait for the second
+            if opts.predict and ahead is None:  # the replays of a recorded trace, meanwhile
                 pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
                 ahead = _Ahead(pr, opts.flags_in_use)
                 stack.callback(ahead.join)
