@@ -4,7 +4,8 @@ stderr's last line. tests/bench/bench_recommend.py runs it as a child per run.
 
     python tests/bench/recommend_stages.py recommend NODE --cookie-file F --json ...
 
-Stages (wall seconds, and the process's CPU seconds over the same interval, every thread):
+Stages (wall seconds, and CPU seconds of the thread that ran them; of the whole process for
+`ahead`, `history` and `replays`, whose passes run in a pool):
 `imports` (the modules the command loads, pulled in front), `first_read` (allocators),
 `process_scan`, `ets`, `wait` (sleeps of the main thread), `second_read`, `second_scan`,
 `turnover` (the counters read again until they show it), `join` (waiting for the
@@ -38,18 +39,21 @@ def _add(name: str, wall: float, cpu: float) -> None:
     s[2] += 1
 
 
-def _timed(name: Callable[[], str] | str, fn: Callable[..., Any],
-           main_only: bool = False) -> Callable[..., Any]:  # fmt: skip
+def _timed(name: Callable[[], str] | str, fn: Callable[..., Any], main_only: bool = False,
+           threads: bool = False) -> Callable[..., Any]:  # fmt: skip
+    """`fn` timed: its wall, and the CPU of the calling thread (of the whole process with
+    `threads`: the replays run in a pool, while the main thread mostly waits)."""
+    clock = time.process_time if threads else time.thread_time
+
     @functools.wraps(fn)
     def wrapper(*a: Any, **k: Any) -> Any:
         if main_only and threading.current_thread() is not threading.main_thread():
             return fn(*a, **k)
-        t, c = time.perf_counter(), time.process_time()
+        t, c = time.perf_counter(), clock()
         try:
             return fn(*a, **k)
         finally:
-            _add(name() if callable(name) else name, time.perf_counter() - t,
-                 time.process_time() - c)
+            _add(name() if callable(name) else name, time.perf_counter() - t, clock() - c)
 
     return wrapper
 
@@ -81,10 +85,11 @@ def main() -> int:
     time.sleep = _timed("wait", time.sleep, main_only=True)
     rec.recommend = _timed("verdict", rec.recommend)
     reading._Ahead.join = _timed("join", reading._Ahead.join, main_only=True)
-    reading._Ahead._run = _timed("ahead", reading._Ahead._run)
+    reading._Ahead._run = _timed("ahead", reading._Ahead._run, threads=True)
     reading.Reader.turnover = _timed("turnover", reading.Reader.turnover)
-    predict.Predictor._history = _timed("history", predict.Predictor._history)
-    predict.Predictor._history_replays = _timed("replays", predict.Predictor._history_replays)
+    predict.Predictor._history = _timed("history", predict.Predictor._history, threads=True)
+    predict.Predictor._history_replays = _timed("replays", predict.Predictor._history_replays,
+                                                threads=True)  # fmt: skip
     src = reading.recommend_source
     done: list[float] = []
 
