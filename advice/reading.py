@@ -290,7 +290,8 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
             if trades or idleness_matters(first, reader.opts.gc_probe):
                 wait = opts.rate_seconds if trades else min(opts.rate_seconds, TURNOVER_SECONDS)
                 why_wait = (f"{', '.join(trades)} trade memory for speed" if trades
-                            else "the idle processes are judged over two reads")  # fmt: skip
+                            else "the prediction needs the node's turnover, and its idle "
+                            "processes are judged over two reads")  # fmt: skip
                 term.note(f"{why_wait}: sampling {source} again in {wait:g} s "
                           "(--rate-seconds 0 skips it)")  # fmt: skip
                 with term.progress(what) as p:
