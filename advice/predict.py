@@ -484,10 +484,12 @@ class Turnover:
 
     @property
     def line(self) -> str:
+        # a second read stops as soon as the counters show the turnover: tenths of a second
+        apart = f"{self.seconds:.1f}" if self.seconds < 1 else f"{self.seconds:.0f}"
         if self.idle:
-            return (f"idle between two reads {self.seconds:.0f} s apart ({self.allocations} "
+            return (f"idle between two reads {apart} s apart ({self.allocations} "
                     f"{self.allocator} allocations): cannot tell")  # fmt: skip
-        return (f"sampled {self.seconds:.0f} s apart: {self.per_minute:.2g} live sets of "
+        return (f"sampled {apart} s apart: {self.per_minute:.2g} live sets of "
                 f"{self.allocator} replaced per minute")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -797,6 +799,8 @@ class Predictor:
     turnover: Turnover | None = None
     _histories: dict[str, _Histories | None] = field(default_factory=dict)
     _history_runs: dict[Any, Any] = field(default_factory=dict)
+    #: Set by a prediction whose futures disagree (FUTURES_AGREE): the turnover decides it.
+    turnover_decides: bool = False
 
     def __enter__(self) -> Predictor:
         self._tmp = tempfile.TemporaryDirectory(prefix="beamalloc-predict-")
@@ -1007,6 +1011,9 @@ class Predictor:
                               FlagSet(self.base.flags + flags.flags, otp=self.base.otp),
                               h.fit.modelled)  # fmt: skip
         futures = [self._future(h, name, flags, target) for name in names]
+        if len(futures) > 1 and abs(futures[0]["unused_saving"]
+                                    - futures[1]["unused_saving"]) >= FUTURES_AGREE:  # fmt: skip
+            self.turnover_decides = True
         known, known_by = _known(futures, self.turnover, h)
         chosen = next((x for x in futures if x["name"] == known), None)
         if chosen is None:  # both futures, none known: what holds in either is the lower

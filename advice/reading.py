@@ -20,7 +20,7 @@ from beamalloc.errors import InputError
 from beamalloc.limits import MAX_CARRIERS, MAX_PROCESSES
 
 if TYPE_CHECKING:
-    from beamalloc.advice.predict import Predictor
+    from beamalloc.advice.predict import Predictor, Turnover
     from beamalloc.collector.access import Access
     from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
@@ -165,6 +165,25 @@ class Reader:
                 raise InputError(f"cannot read {source}: {e.strerror}") from None
         return None
 
+    def turnover(self, source: str, first: Snapshot, seconds: float,
+                 ahead: _Ahead | None = None) -> Turnover | None:  # fmt: skip
+        """binary_alloc's turnover since `first`, a live read of `source`: its counters alone
+        read again (collector/counters.py) until they show the node replacing its blocks (not
+        idle: advice/predict.Turnover), or `seconds` have passed, or the replays run `ahead`
+        settled without a prediction it decides. A busy node shows it within a few tenths of
+        a second; an idle one only ever shows it at the end, as one read `seconds` later did."""
+        from beamalloc.advice.predict import measure_turnover
+        from beamalloc.collector.counters import read_until
+
+        def enough(later: Snapshot) -> bool:
+            t = measure_turnover(first, later)
+            return (t is not None and not t.idle) or (ahead is not None
+                                                     and ahead.settled_without_turnover())
+
+        later = read_until(source, self._cookie(), "binary_alloc", enough, seconds,
+                           timeout=self.opts.timeout, access=self.opts.access)  # fmt: skip
+        return measure_turnover(first, later)
+
     def ets_tables(self, source: str, snap: Snapshot) -> None:
         """A live node's ETS tables, read-only (collector/ets.py), into its snapshot where a
         dump keeps its =ets sections: the holders of the ets category. Not without processes."""
@@ -176,6 +195,25 @@ class Reader:
 
         snap.extra["ets"] = scan_ets(source, self._cookie(), timeout=self.opts.timeout,
                                      access=self.opts.access)
+
+
+def idleness_matters(first: ProcessTable | None, gc_probe: int = 0) -> bool:
+    """Whether judging the processes idle over two reads instead of at the first read's
+    instant could change a finding or the verdict (advice/holders.py): where their heaps
+    together, the largest alone or the binaries one holds alone reach a finding's threshold,
+    or the GC probe picks its processes by it; the scan read whole. Else the two judgements
+    differ only in the idle counts of the processes section, which says which one it is."""
+    from beamalloc.advice.holders import MIN_IDLE_HEAP, MIN_IDLE_HEAP_TOTAL, MIN_PINNED
+
+    if first is None:
+        return False
+    if gc_probe or not first.complete or first.total_heap_bytes is None:
+        return True
+    if first.total_heap_bytes >= MIN_IDLE_HEAP_TOTAL:
+        return True
+    return any(p.total_heap_bytes >= MIN_IDLE_HEAP or (
+        p.binary_exclusive_bytes if p.binary_exclusive_bytes is not None
+        else p.binary_bytes or 0) >= MIN_PINNED for p in first.procs)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -214,21 +252,29 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
 
     term, live, trace = reader.term, is_node_name(source), opts.trace
     what = f"recommending for {short(source)}"
-    with term.progress(what) as p:
-        p.step("reading the allocators")
-        snap = reader.load(source)
-        p.step("reading the processes and ETS tables")
-        if reader.opts.gc_probe and (not live or not reader.opts.processes):
-            reader.holders(source, snap)  # its one-line refusal
-        first = reader.process_table(source)  # the same moment as the snapshot
-        procs = None
-        reader.ets_tables(source, snap)
+    # The first read's replays need its snapshot alone: where the node is read again they
+    # start as soon as it is read, beside the scans and the second read.
+    early = (live and opts.predict and opts.rate_seconds > 0 and not opts.rate_from
+             and opts.trace_for is None)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp, \
             contextlib.ExitStack() as stack:  # fmt: skip
+        pr, ahead = None, None
+        with term.progress(what) as p:
+            p.step("reading the allocators")
+            snap = reader.load(source)
+            p.step("reading the processes and ETS tables")
+            if reader.opts.gc_probe and (not live or not reader.opts.processes):
+                reader.holders(source, snap)  # its one-line refusal
+            if early:
+                pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
+                ahead = _Ahead(pr, opts.flags_in_use)
+                stack.callback(ahead.join)
+            first = reader.process_table(source)  # the same moment as the snapshot
+            procs = None
+            reader.ets_tables(source, snap)
         if opts.trace_for is not None:
             trace = _record_trace(reader, source, opts.trace_for, Path(tmp) / "node.batr")
         rate, why, turn = None, None, None
-        pr = None
         trades = speed_trades(snap)
         if opts.rate_from:  # an earlier sample of the same node: a watch series, a snapshot
             earlier = reader.load(opts.rate_from)
@@ -237,24 +283,35 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
         elif live and opts.rate_seconds > 0 and (trades or opts.predict):
             # A speed trade needs calls per second now, not over the node's life (issue 17);
             # the prediction, how fast the node replaces its blocks (issue 22).
-            wait = opts.rate_seconds if trades else min(opts.rate_seconds, TURNOVER_SECONDS)
-            why_wait = (f"{', '.join(trades)} trade memory for speed" if trades
-                        else "the prediction needs the node's turnover")  # fmt: skip
-            term.note(f"{why_wait}: sampling {source} again in {wait:g} s (--rate-seconds 0 "
-                      "skips it)")  # fmt: skip
-            if opts.predict:  # the first read's replays, while we wait for the second
+            if opts.predict and ahead is None:  # the replays of a recorded trace, meanwhile
                 pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
                 ahead = _Ahead(pr, opts.flags_in_use)
                 stack.callback(ahead.join)
-            with term.progress(what) as p:
-                p.step(f"waiting {wait:g} s for the rates")
-                time.sleep(wait)
-                later = reader.load(source)
-                # idle is what did nothing between the reads (issue 24 item 6)
-                procs = reader.holders(source, later, earlier=first) if first else None
-            rate, why = carrier_rate(snap, later)
-            turn = measure_turnover(snap, later)
-            if pr is not None:
+            if trades or idleness_matters(first, reader.opts.gc_probe):
+                wait = opts.rate_seconds if trades else min(opts.rate_seconds, TURNOVER_SECONDS)
+                why_wait = (f"{', '.join(trades)} trade memory for speed" if trades
+                            else "the prediction needs the node's turnover, and its idle "
+                            "processes are judged over two reads")  # fmt: skip
+                term.note(f"{why_wait}: sampling {source} again in {wait:g} s "
+                          "(--rate-seconds 0 skips it)")  # fmt: skip
+                with term.progress(what) as p:
+                    p.step(f"waiting {wait:g} s for the rates")
+                    time.sleep(wait)
+                    later = reader.load(source)
+                    # idle is what did nothing between the reads (issue 24 item 6)
+                    procs = reader.holders(source, later, earlier=first) if first else None
+                rate, why = carrier_rate(snap, later)
+                turn = measure_turnover(snap, later)
+            else:
+                wait = min(opts.rate_seconds, TURNOVER_SECONDS)
+                term.note(f"the prediction needs the node's turnover: reading {source}'s "
+                          f"binary_alloc counters again for up to {wait:g} s, until they show "
+                          "it (--rate-seconds 0 skips it)")  # fmt: skip
+                with term.progress(what) as p:
+                    p.step(f"sampling the turnover for up to {wait:g} s")
+                    turn = reader.turnover(source, snap, wait, ahead)
+                why = "no speed-trade rule fires on this node, so no rate was measured"
+            if pr is not None and ahead is not None:
                 ahead.join()
                 pr.turnover = turn
         elif live and trades:
@@ -277,16 +334,23 @@ class _Ahead:
     result is dropped, its errors too: the verdict after the second read meets them again."""
 
     def __init__(self, pr: Predictor, given_flags: str | None) -> None:
+        self._pr = pr
+        self._ok = False
         self._thread = threading.Thread(target=self._run, args=(pr, given_flags), daemon=True,
                                         name="beamalloc-replays-ahead")  # fmt: skip
         self._thread.start()
 
-    @staticmethod
-    def _run(pr: Predictor, given_flags: str | None) -> None:
+    def _run(self, pr: Predictor, given_flags: str | None) -> None:
         from beamalloc.advice.recommend import verdict
 
         with contextlib.suppress(Exception):
             verdict(pr.snap, given_flags, trace=pr.trace, predictor=pr)
+            self._ok = True
+
+    def settled_without_turnover(self) -> bool:
+        """Done, and no prediction of the first read has futures the turnover decides between
+        (advice/predict.Predictor.turnover_decides): the verdict is the same whatever it is."""
+        return not self._thread.is_alive() and self._ok and not self._pr.turnover_decides
 
     def join(self) -> None:
         self._thread.join()

@@ -9,9 +9,11 @@ churn): about 2.2 GiB of binary_alloc at B = 160,000. Then, alternated N times:
 
 * `recommend NODE --json` as an operator runs it: two reads of the node (the turnover), the
   restart-true prediction (the node's history replayed from an empty VM, scaled down to
-  advice/predict.HISTORY_BLOCKS peak blocks), the verdict;
-* `recommend NODE --json --rate-seconds 0`: the same without the turnover's second read (and
-  the second's wait, advice/predict.TURNOVER_SECONDS);
+  advice/predict.HISTORY_BLOCKS peak blocks), the verdict; run through
+  tests/bench/recommend_stages.py, which times each stage in the command's own process (the
+  breakdown printed last: startup, imports, reads, scans, replays, the wait, rendering);
+* `recommend NODE --json --rate-seconds 0`: the same without the turnover's second read
+  (binary_alloc's counters read until they show it, at most advice/predict.TURNOVER_SECONDS);
 * the floor, in the same run: `recommend NODE --json --no-predict --rate-seconds 0` (reading the
   node, its processes and the rules, no replay, no second read);
 * `snapshot NODE`: the allocators only (issue 28 item 3: recommend within 1.5x of it, the
@@ -47,14 +49,21 @@ from pathlib import Path
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
 
+STAGES = Path(__file__).resolve().parent / "recommend_stages.py"
+
 
 def _cli(node: str, cookie: Path, *extra: str, command: str = "recommend",
-         python: str = sys.executable) -> tuple[float, float, dict]:  # fmt: skip
-    """Wall and CPU seconds of one command, and its JSON."""
-    env = {k: v for k, v in os.environ.items() if k != "BEAMALLOC_COOKIE"}
+         python: str = sys.executable, stages: bool = False,
+         ) -> tuple[float, float, dict, dict[str, dict[str, float]]]:  # fmt: skip
+    """Wall and CPU seconds of one command, its JSON, and with `stages` what each stage cost
+    (tests/bench/recommend_stages.py runs the command in its process, its stages timed)."""
+    # a checkout's modules compile once, as an operator's do (this shell may say not to)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("BEAMALLOC_COOKIE", "PYTHONDONTWRITEBYTECODE")}  # fmt: skip
     t = time.perf_counter()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [python, "-m", "beamalloc.cli", command, node, "--cookie-file",
+    how = [str(STAGES)] if stages else ["-m", "beamalloc.cli"]
+    cmd = [python, *how, command, node, "--cookie-file",
            str(cookie), "--timeout", "120", "--json",
            *extra]  # fmt: skip
     # run outside the checkout: `-m` imports the python's installed package, not ./beamalloc
@@ -63,7 +72,42 @@ def _cli(node: str, cookie: Path, *extra: str, command: str = "recommend",
     wall = time.perf_counter() - t
     rv = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = rv.ru_utime - ru.ru_utime + rv.ru_stime - ru.ru_stime
-    return wall, cpu, json.loads(r.stdout)
+    got = json.loads(r.stderr.strip().splitlines()[-1]) if stages else {}
+    if got:  # the interpreter's start and exit: what the child took beyond its own total
+        got["startup"] = {"wall": wall - got["total"]["wall"], "cpu": cpu - got["total"]["cpu"]}
+    return wall, cpu, json.loads(r.stdout), got
+
+
+#: The breakdown's rows: (stage, what it is); `ahead` overlaps the rows after `ets`.
+ROWS = (("startup", "interpreter start and exit"),
+        ("imports", "the modules the command loads"),
+        ("first_read", "first read: the allocators and carriers"),
+        ("process_scan", "the process scan"),
+        ("ets", "the ETS scan"),
+        ("turnover", "second read: binary_alloc's counters until they show the turnover"),
+        ("wait", "the fixed wait (a speed trade, or idle heaps worth two reads)"),
+        ("second_read", "second read: the allocators again"),
+        ("second_scan", "second read: the processes again"),
+        ("join", "waiting for the replays run ahead"),
+        ("verdict", "the verdict (rules; replays not run ahead)"),
+        ("render", "the JSON out"),
+        ("total", "in the process (startup excluded)"),
+        ("ahead", "the replays run ahead (a thread, from the first read on)"),
+        ("history", "  of which calibration: history traces written and replayed"),
+        ("replays", "  every history replay pass (calibration and proposals)"))  # fmt: skip
+
+
+def _breakdown(runs: list[dict[str, dict[str, float]]], snapshot: tuple[float, float]) -> None:
+    """The median of each stage over the runs, and its share of `snapshot`'s wall and CPU."""
+    print("stages of `recommend NODE` (median wall / CPU seconds; x: of `snapshot`'s, same run)")
+    for key, what in ROWS:
+        xs = [r[key] for r in runs if key in r]
+        if not xs:
+            continue
+        w = statistics.median(x["wall"] for x in xs)
+        c = statistics.median(x["cpu"] for x in xs)
+        print(f"  {key:12} {w:6.2f} s {c:6.2f} s CPU  ({w / snapshot[0]:4.1f}x / "
+              f"{c / snapshot[1]:4.1f}x)  {what}")
 
 
 def _said(result: dict) -> tuple[str, str]:
@@ -111,13 +155,17 @@ def main() -> int:
         cpus: dict[str, list[float]] = {k: [] for k in names}
         result: dict = {}
         said: dict[str, set[tuple[str, str]]] = {"ours": set(), "baseline": set()}
+        stages: list[dict[str, dict[str, float]]] = []
         for _ in range(args.runs):
             for name in names:
                 extra = {"no_turnover": ("--rate-seconds", "0"),
                          "floor": ("--no-predict", "--rate-seconds", "0")}.get(name, ())
-                dt, cpu, out = _cli(node, cookie, *extra,
-                                    command="snapshot" if name == "snapshot" else "recommend",
-                                    python=args.baseline if name == "baseline" else sys.executable)
+                dt, cpu, out, st = _cli(node, cookie, *extra,
+                                        command="snapshot" if name == "snapshot" else "recommend",
+                                        python=args.baseline if name == "baseline"
+                                        else sys.executable, stages=name == "recommend")
+                if st:
+                    stages.append(st)
                 times[name].append(dt)
                 cpus[name].append(cpu)
                 if name == "recommend":
@@ -141,8 +189,14 @@ def main() -> int:
         f"{med['no_turnover'] / med['snapshot']:.2f}; the floor: "
         f"{med['floor'] / med['snapshot']:.2f} (goal: within 1.5)"
     )
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
+    print(
+        f"CPU ratios to snapshot: recommend {cpu['recommend'] / cpu['snapshot']:.2f}, "
+        f"--rate-seconds 0 {cpu['no_turnover'] / cpu['snapshot']:.2f}, the floor "
+        f"{cpu['floor'] / cpu['snapshot']:.2f}"
+    )
+    _breakdown(stages, (med["snapshot"], cpu["snapshot"]))
     if args.baseline:
-        cpu = {k: statistics.median(v) for k, v in cpus.items()}
         print(
             f"ratio recommend / baseline ({args.baseline}): wall "
             f"{med['recommend'] / med['baseline']:.2f}, CPU "
