@@ -13,6 +13,7 @@ what it runs and `beamalloc --version` for almost nothing (tests/bench/bench_sta
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -41,7 +42,35 @@ COMMANDS = (snapshot, watch, analyze, recommend, report, replay, serve, trace, s
 _NAMES = frozenset(m.__name__.rpartition(".")[2] for m in COMMANDS)
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (and with it lzma and bz2,
+    a tenth of `beamalloc --version`): $COLUMNS, else the terminal of stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, given the width it would have read through shutil."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kw)
+
     def error(self, message: str) -> NoReturn:
         # main() says "beamalloc: " once; a subcommand names itself after it
         sub = self.prog.partition(" ")[2]
