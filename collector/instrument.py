@@ -78,8 +78,10 @@ def _carrier(t: Any, instance: int | None, unit: int,
             return None
         count = used = foreign = 0
         for a in allocs:
-            if not (isinstance(a, tuple) and len(a) == 3 and _int(a[1]) is not None
-                    and _int(a[2]) is not None):
+            if not (type(a) is tuple and len(a) == 3 and type(a[1]) is int
+                    and type(a[2]) is int) and not (
+                    isinstance(a, tuple) and len(a) == 3 and _int(a[1]) is not None
+                    and _int(a[2]) is not None):  # fmt: skip
                 return None
             count += a[1]
             used += a[2]
@@ -101,8 +103,14 @@ def _carrier(t: Any, instance: int | None, unit: int,
         h = _hist(hist, unit)
         if h is not None and hists is not None:
             hists[hist] = h
-    if (in_pool is None or h is None or _int(size) is None or _int(unscanned) is None
-            or _int(used) is None or _int(count) is None or used > size):
+    if in_pool is None or h is None:
+        return None
+    if not (type(size) is int and type(unscanned) is int and type(used) is int
+            and type(count) is int) and (  # the common case first, then as _int says
+            _int(size) is None or _int(unscanned) is None or _int(used) is None
+            or _int(count) is None):  # fmt: skip
+        return None
+    if used > size:
         return None
     return _new_carrier(alloc, instance, in_pool, size, count, used, h, foreign, unscanned)
 
