@@ -27,7 +27,6 @@ from typing import Any
 
 from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
-from beamalloc.versions import instrument_app
 
 # The cap on carriers read (`--max-carriers`) and the carrier scan's period in `watch`
 # (`--carriers-every`) are in beamalloc/limits.py.
@@ -120,6 +119,8 @@ def _why(answer: Any, release: object = None) -> str:
     if isinstance(answer, tuple) and len(answer) == 3 and answer[0] == "exception":
         reason = answer[2]
         if reason == "undef":
+            from beamalloc.versions import instrument_app  # here: an error's words only
+
             app = instrument_app(release)
             return (f"the target has no instrument module in its code path (OTP's {app} "
                     f"application): start it with {app} installed to see inside its carriers")
