@@ -7,7 +7,9 @@ unreachable, authentication failed or timed out.
 
 Startup: the command modules import at their top only what building their parser needs (its
 defaults come from beamalloc/limits.py); each `run` imports its own stages, so a command pays for
-what it runs and `beamalloc --version` for almost nothing (tests/bench/bench_startup.py).
+what it runs and `beamalloc --version` for almost nothing (tests/bench/bench_startup.py). A run
+builds whole only the subcommand its argv names (the others: their --help line), and its help
+formatter reads the terminal's width without shutil.
 """
 
 from __future__ import annotations
