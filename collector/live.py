@@ -62,9 +62,10 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
     try:
         reply = with_transport(node, cookie, timeout, access, work)
         done = time.time()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         snap = build_peer_snapshot(node, reply[1], taken_at=done)
         timings["build"] = time.perf_counter() - t0
+        timings["build_cpu"] = time.process_time() - c0
     finally:
         if was_on:
             gc.enable()
