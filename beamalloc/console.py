@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import threading
 
 #: Width of output that goes to a pipe or a file when $COLUMNS is not set.
 DEFAULT_WIDTH = 100
@@ -146,6 +148,8 @@ class Progress:
         self._term = term
         self._interval = interval
         self._on = term.stderr_is_terminal() and not term.quiet
+        import threading  # here: `--version` and `--help` show no progress (bench_startup.py)
+
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shown = False
@@ -163,6 +167,8 @@ class Progress:
         if self._on:
             if _progress_after() <= 0:
                 self._draw()
+            import threading
+
             self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
             self._thread.start()
         return self

@@ -7,12 +7,15 @@ unreachable, authentication failed or timed out.
 
 Startup: the command modules import at their top only what building their parser needs (its
 defaults come from beamalloc/limits.py); each `run` imports its own stages, so a command pays for
-what it runs and `beamalloc --version` for almost nothing (tests/bench/bench_startup.py).
+what it runs and `beamalloc --version` for almost nothing (tests/bench/bench_startup.py). A run
+builds whole only the subcommand its argv names (the others: their --help line), and its help
+formatter reads the terminal's width without shutil.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -37,9 +40,39 @@ from beamalloc.units import apply_ranges
 
 #: the subcommands, in the order `beamalloc --help` lists them
 COMMANDS = (snapshot, watch, analyze, recommend, report, replay, serve, trace, snippet, demo, diff)
+#: their names, as each module's add_parser() gives it (tests/test_cli_commands.py)
+_NAMES = frozenset(m.__name__.rpartition(".")[2] for m in COMMANDS)
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (and with it lzma and bz2,
+    a tenth of `beamalloc --version`): $COLUMNS, else the terminal of stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, given the width it would have read through shutil."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kw)
+
     def error(self, message: str) -> NoReturn:
         # main() says "beamalloc: " once; a subcommand names itself after it
         sub = self.prog.partition(" ")[2]
@@ -47,22 +80,57 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{sub + ': ' if sub else ''}{message} (see {hint})")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of every subcommand, each given the options every command has."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, each given the options every command has. With `only`,
+    the other subcommands get their name and help line alone (what `--help` lists): a run
+    parses one command line, and argparse's add_argument costs a formatter each (~130 of them:
+    `beamalloc --version` paid for them all, tests/bench/bench_startup.py)."""
     parser = _Parser(
         prog="beamalloc",
         description="Why does a BEAM node hold more memory than it uses, "
         "and which +M flags fix it.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # prog given: argparse would build a help formatter to work out this same "beamalloc"
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                prog="beamalloc")
     for command in COMMANDS:
-        command.add_parser(sub)
+        command.add_parser(sub if only is None else _Only(sub, only))
     parser.add_argument("--version", action=_Version,
                         help="print the version of the installed beamalloc package and exit")
     _terminal_options(parser, top=True)
-    for p in sub.choices.values():
-        _terminal_options(p, top=False)
+    for name, p in sub.choices.items():
+        if only is None or name == only:
+            _terminal_options(p, top=False)
     return parser
+
+
+class _Only:
+    """The `sub` a command's add_parser() is given when only the command `name` is parsed: the
+    others' sub.add_parser(...) is made (their --help line), their options go nowhere."""
+
+    def __init__(self, sub: Any, name: str) -> None:
+        self._sub, self._name = sub, name
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        p = self._sub.add_parser(name, **kw)
+        return p if name == self._name else _Nowhere()
+
+
+class _Nowhere:
+    """Takes any call (add_argument, groups, set_defaults) and does nothing."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return self
+
+    def __call__(self, *_args: Any, **_kw: Any) -> Any:
+        return self
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (the options before
+    a subcommand take no value); None when there is none, or it names no subcommand."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in _NAMES else None
 
 
 class _Version(argparse.Action):
@@ -99,7 +167,10 @@ def _terminal_options(p: argparse.ArgumentParser, top: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace, Context], int]
     try:
-        parser = apply_ranges(build_parser())  # docs/robustness.md, "Ranges"
+        argv = sys.argv[1:] if argv is None else list(argv)
+        word = _command_word(argv)
+        # without a subcommand word (--version, --help, a misspelt one) none is built whole
+        parser = apply_ranges(build_parser(only=word or ""))  # docs/robustness.md, "Ranges"
         args = parser.parse_args(argv)
         if args.command is None:  # `beamalloc` alone: the commands, not an error
             parser.print_help()

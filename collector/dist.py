@@ -31,18 +31,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import itertools
 import os
-import secrets
-import shutil
 import socket
 import struct
-import subprocess
 import time
 from typing import Any
 
 from beamalloc.collector import etf
+
+try:  # CPython's own MD5: hashlib (and secrets, through hmac) would load OpenSSL, ~4 ms a run
+    from _md5 import md5
+except ImportError:  # a Python built without it
+    from hashlib import md5
 from beamalloc.collector.access import Access
 from beamalloc.collector.terms import Atom, Opaque
 
@@ -112,7 +113,9 @@ def _left(deadline: float, stage: str) -> float:
 
 def _connect(host: str, port: int, access: Access, deadline: float, stage: str) -> socket.socket:
     try:
-        infos = socket.getaddrinfo(host, port, _family(access), socket.SOCK_STREAM)
+        # an ASCII name as bytes: getaddrinfo would load the idna codec for a str (~2 ms a run)
+        infos = socket.getaddrinfo(host.encode() if host.isascii() else host, port,
+                                   _family(access), socket.SOCK_STREAM)
     except OSError as e:
         # OTP resolves this host's own name to the loopback address of the family when the
         # resolver has none for it (inet_db; an /etc/hosts with IPv4 lines only, and IPv6
@@ -274,7 +277,15 @@ def register(pool: int, access: Access, deadline: float,
     raise DistError("names_in_use", pool)
 
 
+def _random_bits(n: int) -> int:
+    """secrets.randbits(n) (n <= 32): the OS's random bytes, without importing secrets."""
+    return int.from_bytes(os.urandom(4), "big") >> (32 - n)
+
+
 def _start_epmd(access: Access, deadline: float) -> None:
+    import shutil  # here: a host without epmd running is rare, and these cost every run
+    import subprocess
+
     epmd = shutil.which("epmd")
     if not epmd:
         raise DistError("no_distribution", b"epmd is not running on this host and is not "
@@ -411,7 +422,7 @@ class Local:
             self.close()
             raise
         self.name = f"{ours}@{_our_host(long_names, access)}"
-        self.creation = creation or secrets.randbelow(1 << 31) + 1
+        self.creation = creation or _random_bits(31) + 1
         self.node = _atom(self.name)
 
     def close(self) -> None:
@@ -460,7 +471,7 @@ class Connection:
             self._call_head = b"\x68\x03" + _atom("$gen_call") + b"\x68\x02"
             self._ref_head = (b"\x5a" + struct.pack(">H", 3) + self._node
                               + struct.pack(">I", self.creation))
-            self._ref_base, self._ref_top = secrets.randbits(32), secrets.randbits(32)
+            self._ref_base, self._ref_top = _random_bits(32), _random_bits(32)
             self._out = bytearray()
             port = access.dist_port or port_please(name, host, access, deadline)
             if port is None:
@@ -523,7 +534,7 @@ class Connection:
             self._peer_creation = struct.pack(">I", creation)
             if their_flags & F_HANDSHAKE_23 == 0:
                 raise DistError("connect_failed", b"the target's handshake lacks OTP 23 flags")
-            ours = secrets.randbits(32)
+            ours = _random_bits(32)
             s.sendall(_packet2(b"r" + struct.pack(">I", ours) + self._digest(challenge)))
             try:
                 ack = self._recv2(deadline, stage)
@@ -551,7 +562,7 @@ class Connection:
         return encode_pids(self._peer_pid_head, self._peer_creation, texts)
 
     def _digest(self, challenge: int) -> bytes:
-        return hashlib.md5(self._cookie + str(challenge).encode()).digest()
+        return md5(self._cookie + str(challenge).encode()).digest()
 
     def _recv2(self, deadline: float, stage: str) -> bytes:
         assert self._sock is not None

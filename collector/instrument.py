@@ -27,7 +27,6 @@ from typing import Any
 
 from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot, TaggedBlocks
-from beamalloc.versions import instrument_app
 
 # The cap on carriers read (`--max-carriers`) and the carrier scan's period in `watch`
 # (`--carriers-every`) are in beamalloc/limits.py.
@@ -37,8 +36,11 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+_BOOL = {"true": True, "false": False}
+
+
 def _bool(v: Any) -> bool | None:
-    return {"true": True, "false": False}.get(v) if isinstance(v, str) else None
+    return _BOOL.get(v) if isinstance(v, str) else None
 
 
 def _hist(v: Any, unit: int) -> FreeHistogram | None:
@@ -47,8 +49,25 @@ def _hist(v: Any, unit: int) -> FreeHistogram | None:
     return None
 
 
-def _carrier(t: Any, instance: int | None, unit: int) -> Carrier | None:
-    """One carrier tuple, or None when it has neither known shape."""
+#: Carrier's fields in order: _new_carrier fills them without the frozen dataclass's
+#: per-field object.__setattr__, half of a carrier's cost (tests/test_snapshot_encoding.py).
+_CARRIER_FIELDS = tuple(Carrier.__dataclass_fields__)
+
+
+def _new_carrier(*values: Any) -> Carrier:
+    """Carrier(*values), as the frozen dataclass's __init__ makes it (Carrier has no
+    __post_init__, no slots, no defaults left out here): its __dict__ filled at once."""
+    c = object.__new__(Carrier)
+    c.__dict__.update(zip(_CARRIER_FIELDS, values, strict=True))
+    return c
+
+
+def _carrier(t: Any, instance: int | None, unit: int,
+             hists: dict[Any, FreeHistogram] | None = None) -> Carrier | None:
+    """One carrier tuple, or None when it has neither known shape. `hists`: the histograms of
+    this answer so far, shared by the carriers whose counts are equal (most are: an empty
+    carrier's, a single-block carrier's); the decoder's counts are ints, never bools, so an
+    equal tuple is the same histogram."""
     if not isinstance(t, tuple) or not t or not isinstance(t[0], str):
         return None
     alloc = str(t[0])
@@ -58,8 +77,10 @@ def _carrier(t: Any, instance: int | None, unit: int) -> Carrier | None:
             return None
         count = used = foreign = 0
         for a in allocs:
-            if not (isinstance(a, tuple) and len(a) == 3 and _int(a[1]) is not None
-                    and _int(a[2]) is not None):
+            if not (type(a) is tuple and len(a) == 3 and type(a[1]) is int
+                    and type(a[2]) is int) and not (
+                    isinstance(a, tuple) and len(a) == 3 and _int(a[1]) is not None
+                    and _int(a[2]) is not None):  # fmt: skip
                 return None
             count += a[1]
             used += a[2]
@@ -71,11 +92,26 @@ def _carrier(t: Any, instance: int | None, unit: int) -> Carrier | None:
     else:
         return None
     in_pool = _bool(pool)
-    h = _hist(hist, unit)
-    if (in_pool is None or h is None or _int(size) is None or _int(unscanned) is None
-            or _int(used) is None or _int(count) is None or used > size):
+    h = None
+    if hists is not None and type(hist) is tuple:
+        try:
+            h = hists.get(hist)
+        except TypeError:  # an unhashable element: _hist refuses it below
+            h = None
+    if h is None:
+        h = _hist(hist, unit)
+        if h is not None and hists is not None:
+            hists[hist] = h
+    if in_pool is None or h is None:
         return None
-    return Carrier(alloc, instance, in_pool, size, count, used, h, foreign, unscanned)
+    if not (type(size) is int and type(unscanned) is int and type(used) is int
+            and type(count) is int) and (  # the common case first, then as _int says
+            _int(size) is None or _int(unscanned) is None or _int(used) is None
+            or _int(count) is None):  # fmt: skip
+        return None
+    if used > size:
+        return None
+    return _new_carrier(alloc, instance, in_pool, size, count, used, h, foreign, unscanned)
 
 
 def _why(answer: Any, release: object = None) -> str:
@@ -83,6 +119,8 @@ def _why(answer: Any, release: object = None) -> str:
     if isinstance(answer, tuple) and len(answer) == 3 and answer[0] == "exception":
         reason = answer[2]
         if reason == "undef":
+            from beamalloc.versions import instrument_app  # here: an error's words only
+
             app = instrument_app(release)
             return (f"the target has no instrument module in its code path (OTP's {app} "
                     f"application): start it with {app} installed to see inside its carriers")
@@ -109,6 +147,7 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
     cap = p.get("carriers_cap")
     most = 2 * (cap if _int(cap) is not None and 0 <= cap <= 100_000_000 else MAX_CARRIERS) + 1000
     carriers: list[Carrier] = []
+    hists: dict[Any, FreeHistogram] = {}
     for entry in answers:
         if not (isinstance(entry, tuple) and len(entry) == 2 and _int(entry[0]) is not None):
             return _unavailable(snap, "the agent's carrier data has an unknown shape")
@@ -121,7 +160,7 @@ def add_carriers(snap: Snapshot, p: dict[str, Any]) -> None:
         if not ok:
             return _unavailable(snap, _why(answer, snap.otp_release))
         for t in answer[1][1]:
-            c = _carrier(t, inst, unit)
+            c = _carrier(t, inst, unit, hists)
             if c is None:
                 return _unavailable(
                     snap, f"instrument:carriers/1 of OTP {snap.otp_release or '?'} lists "

@@ -20,6 +20,14 @@ def local_host_names() -> set[str]:
     return {host, host.split(".")[0], fqdn, fqdn.split(".")[0], "localhost", "127.0.0.1", "::1"}
 
 
+def is_local_host(host: str) -> bool:
+    """`host in local_host_names()`, asking the resolver for this host's full name (getfqdn:
+    a lookup, and the idna codec) only when the names at hand do not match."""
+    name = socket.gethostname()
+    return host in (name, name.split(".")[0], "localhost", "127.0.0.1", "::1") \
+        or host in local_host_names()
+
+
 def rss(pid: int | None, node: str) -> int | None:
     """VmRSS of `pid` if it is a beam process of `node` on this host, else None."""
     if pid is None:
@@ -32,18 +40,17 @@ def rss(pid: int | None, node: str) -> int | None:
     if not os.path.basename(argv[0]).startswith(b"beam"):
         return None
     name, host = split_node(node)
-    local = local_host_names()
     for flag, value in itertools.pairwise(argv):
         if flag in (b"-sname", b"-name"):
             got = value.decode("utf-8", "replace")
             got_name, _, got_host = got.partition("@")
             if got_name != name or (got_host and got_host != host):
                 return None
-            if not got_host and host not in local:
+            if not got_host and not is_local_host(host):
                 return None
             break
     else:  # distribution started at run time: the host must at least be this one
-        if host not in local:
+        if not is_local_host(host):
             return None
     return kb_field(status, "VmRSS")
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.collector import access as access_mod
-from beamalloc.collector import build, collect, dist, relay, replies
+from beamalloc.collector import build, collect, dist, replies
 from beamalloc.collector.access import Access
 from beamalloc.collector.cookie import check_cookie
 from beamalloc.collector.transport import (
@@ -39,6 +38,10 @@ from beamalloc.collector.transport import (
 )
 from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Snapshot
+
+if TYPE_CHECKING:  # imported where used: plain TCP (most runs) needs neither the relay (and its
+    # hidden node's tools: tempfile, subprocess) nor a thread pool (--cluster)
+    from beamalloc.collector import relay
 
 #: Seconds a kept session may take to hold its name or boot its hidden node.
 START_TIMEOUT = 10.0
@@ -85,6 +88,8 @@ class Session:
         hidden node that cannot start, is one line (NodeError)."""
         deadline = time.monotonic() + START_TIMEOUT if deadline is None else deadline
         if self.relayed:
+            from beamalloc.collector import relay
+
             self._relay = relay.Relay(self._cookie, self._long, self._access)
             try:
                 self._relay.start(deadline)
@@ -125,6 +130,8 @@ class Session:
 
     def _open(self, node: str, deadline: float) -> Transport:
         if self._relay is not None:
+            from beamalloc.collector import relay
+
             return relay.RelayTransport(self._relay, node, deadline)
         return dist.Connection(node, self._cookie, self._access, deadline, NAME_POOL,
                                self._long, self._local)
@@ -148,8 +155,11 @@ class Session:
                         box[0] = self._open(node, deadline)
                     conn = box[0]
                     assert conn is not None
-                    if isinstance(conn, relay.RelayTransport):
-                        conn.deadline = deadline
+                    if self._relay is not None:
+                        from beamalloc.collector import relay
+
+                        if isinstance(conn, relay.RelayTransport):
+                            conn.deadline = deadline
                     return work(conn, deadline)
                 except dist.DistError as e:
                     if box[0] is not None:
@@ -214,6 +224,8 @@ def snapshot_cluster(node: str, cookie: str, timeout: float = 10.0,
                 return s.snapshot(n, timeout, max_carriers)
             except NodeError as e:
                 return e
+
+        from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(32, len(members))) as ex:
             return dict(zip(members, ex.map(one, members), strict=True))

@@ -55,13 +55,31 @@ def _triple(v: Any, what: str) -> Triple:
     raise FormatError(f"{what}: expected three values, got {describe(v)}")
 
 
-def _calls(v: Any, what: str) -> dict[str, int]:
+def _calls(v: Any, what: str, skip: frozenset[str] = frozenset()) -> dict[str, int]:
+    """`[{Name, Giga, Ones}]` (or `{Name, Count}`) as Name -> count, as proplist() would read
+    the list (the first of equal names kept), in one pass: ~3,500 lists in a +S 64 snapshot."""
     out: dict[str, int] = {}
-    for name, val in proplist(v).items():
+    if not isinstance(v, list):
+        return out
+    for it in v:
+        if not (isinstance(it, tuple) and it and isinstance(it[0], str)):
+            continue
+        k = str(it[0])
+        if k in out or k in skip:
+            continue
+        if len(it) == 3:
+            g, n = it[1], it[2]
+            if type(g) is int and type(n) is int and 0 <= g <= UINT64_MAX \
+                    and 0 <= n <= UINT64_MAX:
+                out[k] = g * GIGA + n
+            else:
+                out[k] = _int(g, what) * GIGA + _int(n, what)
+            continue
+        val = it[1] if len(it) == 2 else it[1:]
         if isinstance(val, tuple) and len(val) == 2:
-            out[name] = _int(val[0], what) * GIGA + _int(val[1], what)
+            out[k] = _int(val[0], what) * GIGA + _int(val[1], what)
         else:
-            out[name] = _int(val, what)
+            out[k] = _int(val, what)
     return out
 
 
@@ -109,7 +127,8 @@ def carrier_stats(alloc: str, section: Any, what: str) -> CarrierStats:
     )
 
 
-_POOL_STATS = {"blocks", "blocks_size", "raw_blocks", "foreign_blocks", "carriers", "carriers_size"}
+_POOL_STATS = frozenset({"blocks", "blocks_size", "raw_blocks", "foreign_blocks", "carriers",
+                         "carriers_size"})
 
 
 def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
@@ -124,10 +143,7 @@ def pool_stats(alloc: str, section: Any, what: str) -> PoolStats:
             by_type[str(entry[0])] = (_int(q.get("count", 0), what), _int(q.get("size", 0), what))
     else:
         by_type[alloc] = (_int(blocks, what), _int(p.get("blocks_size", 0), what))
-    counters = _calls(
-        [(k, *v) if isinstance(v, tuple) else (k, v) for k, v in p.items() if k not in _POOL_STATS],
-        what,
-    )
+    counters = _calls(section, what, _POOL_STATS)  # the rest: {Name, Giga, Ones} counters
     return PoolStats(
         blocks=by_type,
         carriers=_int(p.get("carriers", 0), what),
@@ -150,6 +166,30 @@ def option_value(v: Term) -> int | bool | str:
     return format_term(v)
 
 
+def options(lst: Any) -> dict[str, int | bool | str]:
+    """An options list as proplist() reads it, each value through option_value(), in one pass:
+    a +S 64 snapshot has ~600 lists of ~20 options, mostly {atom, atom | integer}."""
+    out: dict[str, int | bool | str] = {}
+    if not isinstance(lst, list):
+        return out
+    for it in lst:
+        if not (isinstance(it, tuple) and it and isinstance(it[0], str)):
+            continue
+        k = str(it[0])
+        if k in out:
+            continue
+        v = it[1] if len(it) == 2 else it[1:]
+        t = type(v)
+        if t is int:
+            out[k] = v
+        elif t is Atom:
+            name = str(v)
+            out[k] = _BOOLEANS.get(name, name)
+        else:
+            out[k] = option_value(v)
+    return out
+
+
 def instance_from_props(alloc: str, ix: int, props: Any) -> AllocatorInstance:
     what = f"{alloc}[{ix}]"
     if not isinstance(props, list):
@@ -168,7 +208,7 @@ def instance_from_props(alloc: str, ix: int, props: Any) -> AllocatorInstance:
     return AllocatorInstance(
         allocator=alloc,
         instance=ix,
-        options={k: option_value(v) for k, v in proplist(p.get("options", [])).items()},
+        options=options(p.get("options", [])),
         mbcs=carrier_stats(alloc, p.get("mbcs", []), f"{what} mbcs"),
         sbcs=carrier_stats(alloc, p.get("sbcs", []), f"{what} sbcs"),
         mbcs_pool=pool_stats(alloc, p["mbcs_pool"], f"{what} mbcs_pool")
@@ -187,7 +227,7 @@ def mseg_from_props(ix: int, props: Any) -> MsegInstance:
     status = proplist(kind.get("status", []))
     return MsegInstance(
         instance=ix,
-        options={k: option_value(v) for k, v in proplist(p.get("options", [])).items()},
+        options=options(p.get("options", [])),
         cached_segments=_int(status.get("cached_segments", 0), what),
         cache_hits=_int(status.get("cache_hits", 0), what),
         segments=_triple(status.get("segments", (0, 0, 0)), what),

@@ -44,3 +44,27 @@ def test_an_unknown_subcommand_is_one_line_and_exit_2(capsys):
     assert main(["nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("beamalloc: ") and "invalid choice" in err
+
+
+def test_a_run_builds_its_own_subcommand_whole_and_the_others_help_lines_alone():
+    """main() builds only the subcommand its argv names (startup: tests/bench/bench_startup.py):
+    that one's parser is the full build's, the others list the same help line."""
+    full = _subparsers(build_parser())
+    for module in COMMANDS:
+        name = module.__name__.rpartition(".")[2]
+        part = _subparsers(build_parser(only=name))
+        assert list(part) == list(full)
+        assert part[name].format_help() == full[name].format_help(), name
+        assert part[name].get_default("run") is module.run
+        others = [n for n in part if n != name]
+        assert all(len(part[n]._actions) == 1 for n in others)  # -h alone
+    assert build_parser(only="").format_help() == build_parser().format_help()
+
+
+def test_the_command_word_is_the_first_word_that_is_no_option():
+    from beamalloc.cli.main import _command_word
+
+    assert _command_word(["-q", "--no-color", "analyze", "x"]) == "analyze"
+    assert _command_word(["--", "watch"]) == "watch"
+    assert _command_word(["--version"]) is None
+    assert _command_word(["nosuch", "analyze"]) is None  # argparse refuses it, naming the choices

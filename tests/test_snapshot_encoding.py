@@ -117,3 +117,74 @@ def test_proplist_keeps_the_first_of_equal_keys_as_plain_strings(items: Any, wan
     got = proplist(items)
     assert got == want and list(got) == list(want)
     assert all(type(k) is str for k in got)
+
+
+# ---- carriers: built without the frozen dataclass's __init__, written with f-strings ----------
+
+_COUNTS = st.tuples(*[st.integers(0, 2**64 - 1)] * 3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["binary_alloc", "eheap_alloc", "é_alloc", 'a"b']),
+                          st.none() | st.integers(0, 129), st.booleans(),
+                          st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), _COUNTS,
+                          st.sampled_from([(0,) * 18, (1, 2, 3), (5,)])),
+                min_size=1, max_size=30))
+def test_carriers_are_written_as_json_dumps_writes_them(rows: list[Any]) -> None:
+    from beamalloc.collector.instrument import _new_carrier
+    from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot
+
+    carriers = []
+    for alloc, inst, pool, size, blocks, (used, foreign, unscanned), counts in rows:
+        args = (alloc, inst, pool, size, blocks, used, FreeHistogram(256, counts), foreign,
+                unscanned)
+        fast = _new_carrier(*args)
+        assert fast == Carrier(*args) and hash(fast) == hash(Carrier(*args))
+        carriers.append(fast)
+    snap = Snapshot(node="a@b", source="live", carriers=carriers, notes=["carriers-x"])
+    assert snap.to_json() == json.dumps(snap.to_dict())
+
+
+def test_a_carrier_of_odd_values_is_written_by_json_dumps() -> None:
+    """A value no reader makes (a bool count, a float size) goes through json.dumps as before."""
+    from beamalloc.snapshot import Carrier, FreeHistogram, Snapshot
+
+    odd = [Carrier("x", None, True, 10.0, 1, 2, FreeHistogram(1, (True, 0))),  # type: ignore
+           Carrier("x", 1, False, 10, 1, 2, FreeHistogram(1, (1, 0)))]
+    snap = Snapshot(node="a@b", source="live", carriers=odd)
+    text = snap.to_json()
+    assert text == json.dumps(snap.to_dict())
+    assert '"size": 10.0' in text and '"counts": [true, 0]' in text
+
+
+@pytest.mark.parametrize("items", [
+    [(Atom("a"), 1, 2), (Atom("a"), 3, 4), (Atom("b"), 7)],
+    [(Atom("c"), (2, 5)), ("d", 0, 9), (Atom("e"),), 5, [Atom("f"), 1]],
+    [(Atom("g"), 1, 2, 3)],
+    [(Atom("h"), -1, 0)],
+    "not a list",
+])
+def test_calls_and_options_read_the_list_as_proplist_does(items: Any) -> None:
+    """system_info's one-pass readers against the proplist()-based ones they replaced."""
+    from beamalloc.collector import system_info as si
+
+    def calls_before(v: Any) -> Any:
+        out = {}
+        for name, val in proplist(v).items():
+            if isinstance(val, tuple) and len(val) == 2:
+                out[name] = si._int(val[0], "w") * si.GIGA + si._int(val[1], "w")
+            else:
+                out[name] = si._int(val, "w")
+        return out
+
+    def outcome(f: Any) -> Any:
+        try:
+            return f()
+        except si.FormatError as e:
+            return str(e)
+
+    assert outcome(lambda: si._calls(items, "w")) == outcome(lambda: calls_before(items))
+    want = {k: si.option_value(v) for k, v in proplist(items).items()}
+    got = si.options(items)
+    assert got == want and [type(v) for v in got.values()] == [type(v) for v in want.values()]
+    assert all(type(k) is str for k in got)
