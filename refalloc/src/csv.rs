@@ -590,6 +590,57 @@ mod tests {
         assert_eq!((r, ev.len()), (Ok(2), 2));
     }
 
+    /// The whole reader on rows only its full path reads: Python's csv, strip and int() as
+    /// the old reader had them (quotes, Unicode digits and spaces, underscores, hex), and its
+    /// messages.
+    #[test]
+    fn full_path_reads_what_python_read() {
+        let head = "t_ns,op,allocator,instance,type,size,id,new_id,thread\n";
+        let one = |row: &str| {
+            let text = format!("{head}{row}");
+            let mut r = CsvReader::new(text.as_bytes(), "f").unwrap();
+            r.next_event()
+                .map(|e| e.map(|e| (e.t_ns, e.allocator, e.type_, e.size, e.id)))
+        };
+        let ok = |row: &str, want: (u64, u64, u64, u64, u64)| {
+            assert_eq!(one(row).unwrap(), Some(want), "{row:?}")
+        };
+        ok(
+            "\"1\",alloc,\"1\u{0660}\",0,7,\"8\",1,,0\n",
+            (1, 10, 7, 8, 1),
+        );
+        ok(
+            "\u{0663},alloc,10,0,7,1_000,0x_f,,\u{3000}\n",
+            (3, 10, 7, 1000, 15),
+        );
+        ok("+5, alloc ,6,0,7,-0,0X1F,,\u{85}\n", (5, 6, 7, 0, 31));
+        ok("\"#x\",\"\n\"\n1,\"al\"loc,6,0,7,8,1,,0\n", (1, 6, 7, 8, 1));
+        let err = |row: &str, want: &str| {
+            let e = one(row).unwrap_err().0;
+            assert_eq!(e, want, "{row:?}")
+        };
+        err(
+            "1,alloc,\u{b2},0,7,8,1,,0\n",
+            "f:2: allocator is not an integer (a field of 1 characters)",
+        );
+        err(
+            "1,alloc,10,0,7,1__0,1,,0\n",
+            "f:2: size is not an integer (a field of 4 characters)",
+        );
+        err(
+            "1,alloc,10,0,7,-5,1,,0\n",
+            "f:2: size is outside 0..2^64-1 (a negative number)",
+        );
+        err(
+            "1,alloc,10,0,7,0x10000000000000000,1,,0\n",
+            "f:2: size is outside 0..2^64-1 (a number of 20 digits)",
+        );
+        err(
+            "\"1\n2\",alloc,10,0,7,8,1,,0,\n",
+            "f:2: expected 8 or 9 fields, got 10",
+        );
+    }
+
     #[test]
     fn declines_what_the_reference_must_judge() {
         for (text, line) in [
@@ -608,6 +659,71 @@ mod tests {
             ("  \n", 2),
         ] {
             assert_eq!(read(text).0, Err(Declined(line)), "{text:?}");
+        }
+    }
+
+    /// Randomized mutation testing of the whole reader (the fuzz target `read_csv`, no
+    /// libFuzzer needed): fast paths and full path agree on mutated traces. Iterations:
+    /// `REFALLOC_FUZZ_SECS` seconds if set, else a quick 3000 cases.
+    #[test]
+    fn csv_reader_survives_mutations() {
+        let secs: u64 = std::env::var("REFALLOC_FUZZ_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut s = 0xC5F_u64 ^ secs;
+        let mut rng = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let base: String = "# beamalloc-trace 1 {}\nt_ns,op,allocator,instance,type,size,id,new_id,thread\n"
+            .to_string()
+            + &(1..12)
+                .map(|i| format!("{i},alloc,binary_alloc,0,binary,{},{i},,0\n{i}5,realloc,10,1,msg{},0x{i:x},{i},{},2\r\n", 100 * i, i % 3, i + 1))
+                .collect::<String>();
+        let pieces: [&[u8]; 16] = [
+            b"\"",
+            b"\r",
+            b"\n",
+            b",",
+            b"\x00",
+            "\u{e9}".as_bytes(),
+            b"\xff",
+            b"+",
+            b"_",
+            b" ",
+            b"0x",
+            b"#",
+            "\u{661}".as_bytes(),
+            "\u{3000}".as_bytes(),
+            b"99999999999999999999",
+            b"realloc",
+        ];
+        let mut cases = 0u64;
+        while cases < 3000 || std::time::Instant::now() < deadline {
+            cases += 1;
+            let mut b = base.clone().into_bytes();
+            for _ in 0..1 + rng() % 4 {
+                let at = (rng() % (b.len() as u64 + 1)) as usize;
+                match rng() % 4 {
+                    0 => {
+                        let p = pieces[(rng() % 16) as usize];
+                        b.splice(at..at, p.iter().copied());
+                    }
+                    1 if at < b.len() => b[at] = rng() as u8,
+                    2 => {
+                        b.drain(at..(at + 1 + (rng() % 5) as usize).min(b.len()));
+                    }
+                    _ => b.truncate(at),
+                }
+            }
+            crate::fuzzing::read_csv(&b);
+        }
+        if secs > 0 {
+            eprintln!("csv_reader_survives_mutations: {cases} cases in {secs} s");
         }
     }
 
