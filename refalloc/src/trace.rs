@@ -698,6 +698,38 @@ mod tests {
         assert_eq!(fast_uvarint(&[0xff; 12], &mut i), None);
     }
 
+    /// A realloc with CTX and TYPE whose eight varints are all 10 bytes long is 81 bytes: the
+    /// fast path decodes it in place (a 71-byte window read past its end and panicked).
+    #[test]
+    fn longest_records_decode_in_place() {
+        let big = |k: u64| (1 << 63) | k;
+        let evs: Vec<Event> = (0..4u64)
+            .map(|k| Event {
+                t_ns: if k % 2 == 0 { big(k) } else { 1 },
+                op: Op::Realloc,
+                allocator: big(k),
+                instance: big(k + 1),
+                type_: big(k + 2),
+                size: big(k + 3),
+                id: if k % 2 == 0 { big(k) } else { 1 },
+                new_id: if k % 2 == 0 { 1 } else { big(k) },
+                thread: big(k + 4),
+            })
+            .collect();
+        let mut w = TraceWriter::new(Vec::new(), "{}").unwrap();
+        for e in &evs {
+            w.write(e).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        assert_eq!(bytes[16 + 2..].len(), 4 * 81 + 2);
+        let got: Vec<Event> = TraceReader::new(&bytes[..], "l")
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(got, evs);
+        crate::fuzzing::read_trace(&bytes);
+    }
+
     #[test]
     fn writer_and_reader_round_trip() {
         let mut s = 0x5eed_u64;
