@@ -68,7 +68,7 @@ def decode(data: bytes) -> Any:
     if not data or data[0] != VERSION:
         raise ETFError("not an external term (missing version byte 131)")
     if len(data) > 1 and data[1] == 80:  # COMPRESSED: u32 size, zlib stream
-        data = _inflate(data)
+        data = inflate(data)
         pos = 0
     else:
         pos = 1
@@ -111,8 +111,9 @@ def _no_gc(f: Any, *args: Any) -> Any:
             gc.enable()
 
 
-def _inflate(data: bytes) -> bytes:
-    """A compressed term's payload, inflated by Python's zlib (its errors are the lines)."""
+def inflate(data: bytes) -> bytes:
+    """A compressed term's payload (`data`: 131, 80, u32 size, zlib stream), inflated by
+    Python's zlib under MAX_BYTES (its errors are the lines); collector/relay.py uses it too."""
     if len(data) < 6:
         raise ETFError("truncated compressed term")
     size = _U32(data, 2)[0]

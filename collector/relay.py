@@ -39,7 +39,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -426,20 +425,15 @@ class Relay:
 
 
 def _inflate(data: bytes) -> bytes:
-    """term_to_binary's compressed form (131, 80, size, zlib) as the plain one, bounded."""
+    """term_to_binary's compressed form (131, 80, size, zlib) as the plain one: etf's one
+    inflate (bounded by etf.MAX_BYTES, checks the stated size and zlib's end), its error the
+    relay's DistError line."""
     if data[1:2] != b"P":
         return data
-    size = int.from_bytes(data[2:6], "big")
-    if size > etf.MAX_BYTES:
-        raise dist.DistError("call_failed", b"an answer larger than beamalloc reads")
     try:
-        d = zlib.decompressobj()
-        body = d.decompress(data[6:], size + 1)
-    except zlib.error as e:
+        return b"\x83" + etf.inflate(data)
+    except etf.ETFError as e:
         raise dist.DistError("call_failed", f"unreadable answer: {e}".encode()) from None
-    if len(body) != size:
-        raise dist.DistError("call_failed", b"unreadable answer: wrong size")
-    return b"\x83" + body
 
 
 #: The head of term_to_binary({ok, V}) (minor_version 2: `ok` a SMALL_ATOM_UTF8), uncompressed.

@@ -106,8 +106,8 @@ def _native_replay(
     try:
         if binary:
             return _refalloc.replay(str(path), config, schedulers, sample_every_ns)
-        # CSV: the native reader replays plain rows straight from the file; a row it declines
-        # (refalloc/src/csv.rs) sends the whole file through the reference reader instead.
+        # CSV: plain rows replay straight from the file; a row that path declines
+        # (refalloc/src/csv.rs) sends the whole file through the trace reader's conversion.
         rows = native_csv_rows(path)
         if rows is not None:
             native = _refalloc.replay(str(path), config, schedulers, sample_every_ns, csv=rows)
@@ -115,7 +115,7 @@ def _native_replay(
                 return native
         with tempfile.TemporaryDirectory() as tmp:  # converted once, streaming
             tmp_path = Path(tmp) / "trace.batr"
-            convert(path, tmp_path, to="binary", native=False)
+            convert(path, tmp_path, to="binary")
             try:
                 return _refalloc.replay(str(tmp_path), config, schedulers, sample_every_ns)
             except ValueError as e:  # name the user's file, not the converted copy

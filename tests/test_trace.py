@@ -300,3 +300,18 @@ def test_errors_name_the_place_never_the_bytes(tmp_path, body) -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     secret = "COOKIEsecretVALUE42"
     assert not any(secret[i : i + 4] in r.stderr for i in range(len(secret) - 3)), r.stderr
+
+
+def test_longest_records_read_across_chunk_boundaries(tmp_path, monkeypatch):
+    """Reallocs with CTX and TYPE whose eight varints take 10 bytes each (81-byte records): the
+    reader's in-place window once stopped 10 bytes short of them (a panic in Rust, a false
+    "truncated record" in the Python reader at a chunk's end)."""
+    big = 1 << 63
+    events = [Event(big + k if k % 2 == 0 else 1, Op.REALLOC, big + k, big + k + 1, big + k + 2,
+                    big + k + 3, big + k if k % 2 == 0 else 1, 1 if k % 2 == 0 else big + k,
+                    big + k + 4) for k in range(40)]  # fmt: skip
+    p = write(tmp_path / "t.batr", events)
+    for chunk in (7, 97, 1 << 20):
+        monkeypatch.setattr(trace._BinaryReader, "CHUNK", chunk)
+        with open_trace(p) as r:
+            assert list(r) == events

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Fuzz the trace readers, the replay and the input readers for FUZZ_SECS seconds, all eight
-# fuzzers at once (README.md here): cargo-fuzz on refalloc's read_trace and replay_trace, atheris
-# on the Python trace reader, on the native CSV rows against it, and on the term-text, ETF, recon
-# and crash-dump readers (tests/fuzz/atheris_readers.py). FUZZ_TARGETS picks some of them
+# Fuzz the trace readers, the replay and the input readers for FUZZ_SECS seconds, all nine
+# fuzzers at once (README.md here): cargo-fuzz on refalloc's read_trace, read_csv and
+# replay_trace, atheris on the trace reader's Python entry, on its CSV fast paths against its full
+# path, and on the term-text, ETF, recon and crash-dump readers (tests/fuzz/atheris_readers.py). FUZZ_TARGETS picks some of them
 # (default: all). Exit 1 if any finds a crash: its input is left in artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECS:-600}
 python=${PYTHON:-$PWD/../.venv/bin/python}
-targets=(${FUZZ_TARGETS:-read_trace replay_trace python_reader csv_fast terms etf recon crashdump})
+targets=(${FUZZ_TARGETS:-read_trace read_csv replay_trace python_reader csv_fast terms etf recon crashdump})
 readers=" terms etf recon crashdump "
-if [[ " ${targets[*]} " =~ (read_trace|replay_trace) ]]; then
+if [[ " ${targets[*]} " =~ (read_trace|read_csv|replay_trace) ]]; then
   rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
   command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
   cargo +nightly fuzz build -O -a
@@ -28,7 +28,7 @@ for t in "${targets[@]}"; do
       -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
       "fuzz/corpus/$t" "fuzz/seeds/$t" "../tests/corpus/fuzz/$t" >"fuzz/logs/$t.log" 2>&1 &
   elif [ "$t" = csv_fast ]; then
-    # The native CSV rows against the reference reader (tests/fuzz/csv_props.py).
+    # The CSV reader's fast paths against its full path (tests/fuzz/csv_props.py).
     "$python" ../tests/fuzz/atheris_csv.py -max_total_time="$secs" -max_len=4096 \
       -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" \
       "fuzz/corpus/$t" "fuzz/seeds/$t" ../tests/data/bad_traces >"fuzz/logs/$t.log" 2>&1 &

@@ -1,12 +1,14 @@
-//! Native fast path for the rows of a CSV trace (docs/trace-format.md, "CSV").
+//! The one reader of CSV traces (docs/trace-format.md, "CSV"): `CsvReader` (below) reads the
+//! header lines and every row, and accepts what the Python reader it replaced accepted (csv.reader
+//! over text decoded with surrogateescape, str.strip, int()) with the same one-line messages.
 //!
-//! `beamalloc.trace`'s Python reader is the reference: it owns the header, the messages and
-//! every corner of Python's `csv` and `int()`. This reader takes the rows after the header and
-//! accepts only the plain shape that `write_csv` and most tools write (ASCII, unquoted, decimal
-//! or `0x` numbers, `\n` or `\r\n` line ends). On anything else, valid or not, it stops and
-//! names the row, and the caller hands the whole file to the reference reader: so a row it
-//! reads means the same events as the reference's, and every error keeps the reference's
-//! words. The fuzzer `csv_fast` (tests/fuzz/) checks that equivalence on arbitrary bytes.
+//! Two fast paths serve the plain shape `write_csv` and most tools write (ASCII, unquoted,
+//! decimal or `0x` numbers, `\n` or `\r\n` line ends): `fast_row` and `row`. On anything else,
+//! valid or not, they decline and the row goes through `Record` and `interpret`, the full path:
+//! so a row they read means the same event, and every error keeps the full path's words. The
+//! replay reads plain rows straight from a CSV with them (`replay_rows`, declining the file at
+//! the first row they do not take). The fuzzers (tests/fuzz/csv_props.py, atheris_csv.py)
+//! check that the fast paths and the full path (`checked_only`) agree on arbitrary bytes.
 
 use crate::replay::{Lookahead, Replay};
 use crate::trace::{Event, Op, TraceError};
@@ -37,7 +39,7 @@ fn allocator_number(name: &[u8]) -> Option<u64> {
 const FIELD_LIMIT: usize = 131_072;
 
 /// Type names seen so far: the header's table, then the names rows introduce, numbered from
-/// `next` on in order of first appearance (as the reference reader numbers them).
+/// `next` on in order of first appearance (as the full path numbers them).
 pub struct Types {
     pub known: HashMap<Vec<u8>, u64>,
     pub next: u64,
@@ -73,7 +75,7 @@ fn strip(mut f: &[u8]) -> &[u8] {
     f
 }
 
-/// `[0-9]+` or `0x[0-9a-fA-F]+` within u64 (`f` stripped); anything else is the reference's
+/// `[0-9]+` or `0x[0-9a-fA-F]+` within u64 (`f` stripped); anything else is the full path's
 /// to judge.
 #[inline]
 fn number(f: &[u8]) -> Option<u64> {
@@ -99,6 +101,9 @@ fn number(f: &[u8]) -> Option<u64> {
             v = v.wrapping_mul(10).wrapping_add(d as u64);
         }
         return (!bad).then_some(v);
+    }
+    if f.len() > MAX_STR_DIGITS {
+        return None; // int() refuses it (leading zeros and all): the full path says so
     }
     for &b in f {
         let d = b.wrapping_sub(b'0');
@@ -141,7 +146,7 @@ fn type_number(f: &[u8], alloc: u64, types: &mut Types) -> Option<u64> {
     Some(n)
 }
 
-/// Whether `f` has a byte the reference treats specially: a quote, NUL or another control but
+/// Whether `f` has a byte the full path must judge: a quote, NUL or another control but
 /// tab, a lone CR, anything outside ASCII (UTF-8 checks, unicode whitespace and digits). A fold
 /// without early exit, which the compiler vectorizes.
 #[inline]
@@ -154,13 +159,13 @@ fn special(f: &[u8]) -> bool {
 /// One data row (without its line end) -> Some(event), or None for a skipped row (blank or
 /// `#` comment), or Err when the row is not the plain shape.
 ///
-/// Special bytes (`special`) decline a row wherever they are, as the reference must judge it;
+/// Special bytes (`special`) decline a row wherever they are, as the full path must judge it;
 /// only comments and type names are scanned for them. Every other field is an exact word, a
 /// number (digits only) or empty after stripping blanks, so a special byte there already fails
 /// its field: one pass over the row instead of two.
 fn row(line: &[u8], types: &mut Types) -> Result<Option<Event>, ()> {
     // Lines long enough to hold a field over Python csv's default field_size_limit are the
-    // reference's to judge.
+    // full path's to judge.
     if line.len() > FIELD_LIMIT {
         return Err(());
     }
@@ -585,6 +590,57 @@ mod tests {
         assert_eq!((r, ev.len()), (Ok(2), 2));
     }
 
+    /// The whole reader on rows only its full path reads: Python's csv, strip and int() as
+    /// the old reader had them (quotes, Unicode digits and spaces, underscores, hex), and its
+    /// messages.
+    #[test]
+    fn full_path_reads_what_python_read() {
+        let head = "t_ns,op,allocator,instance,type,size,id,new_id,thread\n";
+        let one = |row: &str| {
+            let text = format!("{head}{row}");
+            let mut r = CsvReader::new(text.as_bytes(), "f").unwrap();
+            r.next_event()
+                .map(|e| e.map(|e| (e.t_ns, e.allocator, e.type_, e.size, e.id)))
+        };
+        let ok = |row: &str, want: (u64, u64, u64, u64, u64)| {
+            assert_eq!(one(row).unwrap(), Some(want), "{row:?}")
+        };
+        ok(
+            "\"1\",alloc,\"1\u{0660}\",0,7,\"8\",1,,0\n",
+            (1, 10, 7, 8, 1),
+        );
+        ok(
+            "\u{0663},alloc,10,0,7,1_000,0x_f,,\u{3000}\n",
+            (3, 10, 7, 1000, 15),
+        );
+        ok("+5, alloc ,6,0,7,-0,0X1F,,\u{85}\n", (5, 6, 7, 0, 31));
+        ok("\"#x\",\"\n\"\n1,\"al\"loc,6,0,7,8,1,,0\n", (1, 6, 7, 8, 1));
+        let err = |row: &str, want: &str| {
+            let e = one(row).unwrap_err().0;
+            assert_eq!(e, want, "{row:?}")
+        };
+        err(
+            "1,alloc,\u{b2},0,7,8,1,,0\n",
+            "f:2: allocator is not an integer (a field of 1 characters)",
+        );
+        err(
+            "1,alloc,10,0,7,1__0,1,,0\n",
+            "f:2: size is not an integer (a field of 4 characters)",
+        );
+        err(
+            "1,alloc,10,0,7,-5,1,,0\n",
+            "f:2: size is outside 0..2^64-1 (a negative number)",
+        );
+        err(
+            "1,alloc,10,0,7,0x10000000000000000,1,,0\n",
+            "f:2: size is outside 0..2^64-1 (a number of 20 digits)",
+        );
+        err(
+            "\"1\n2\",alloc,10,0,7,8,1,,0,\n",
+            "f:2: expected 8 or 9 fields, got 10",
+        );
+    }
+
     #[test]
     fn declines_what_the_reference_must_judge() {
         for (text, line) in [
@@ -603,6 +659,71 @@ mod tests {
             ("  \n", 2),
         ] {
             assert_eq!(read(text).0, Err(Declined(line)), "{text:?}");
+        }
+    }
+
+    /// Randomized mutation testing of the whole reader (the fuzz target `read_csv`, no
+    /// libFuzzer needed): fast paths and full path agree on mutated traces. Iterations:
+    /// `REFALLOC_FUZZ_SECS` seconds if set, else a quick 3000 cases.
+    #[test]
+    fn csv_reader_survives_mutations() {
+        let secs: u64 = std::env::var("REFALLOC_FUZZ_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let mut s = 0xC5F_u64 ^ secs;
+        let mut rng = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let base: String = "# beamalloc-trace 1 {}\nt_ns,op,allocator,instance,type,size,id,new_id,thread\n"
+            .to_string()
+            + &(1..12)
+                .map(|i| format!("{i},alloc,binary_alloc,0,binary,{},{i},,0\n{i}5,realloc,10,1,msg{},0x{i:x},{i},{},2\r\n", 100 * i, i % 3, i + 1))
+                .collect::<String>();
+        let pieces: [&[u8]; 16] = [
+            b"\"",
+            b"\r",
+            b"\n",
+            b",",
+            b"\x00",
+            "\u{e9}".as_bytes(),
+            b"\xff",
+            b"+",
+            b"_",
+            b" ",
+            b"0x",
+            b"#",
+            "\u{661}".as_bytes(),
+            "\u{3000}".as_bytes(),
+            b"99999999999999999999",
+            b"realloc",
+        ];
+        let mut cases = 0u64;
+        while cases < 3000 || std::time::Instant::now() < deadline {
+            cases += 1;
+            let mut b = base.clone().into_bytes();
+            for _ in 0..1 + rng() % 4 {
+                let at = (rng() % (b.len() as u64 + 1)) as usize;
+                match rng() % 4 {
+                    0 => {
+                        let p = pieces[(rng() % 16) as usize];
+                        b.splice(at..at, p.iter().copied());
+                    }
+                    1 if at < b.len() => b[at] = rng() as u8,
+                    2 => {
+                        b.drain(at..(at + 1 + (rng() % 5) as usize).min(b.len()));
+                    }
+                    _ => b.truncate(at),
+                }
+            }
+            crate::fuzzing::read_csv(&b);
+        }
+        if secs > 0 {
+            eprintln!("csv_reader_survives_mutations: {cases} cases in {secs} s");
         }
     }
 
@@ -631,12 +752,749 @@ mod tests {
                 assert!(t.added.is_empty(), "{text:?}");
             }
         }
-        // A type name with special bytes is the reference's even when the header declared it.
+        // A type name with special bytes is the full path's even when the header declared it.
         let mut t = types();
         t.known.insert("bin\"ary".as_bytes().to_vec(), 9);
         let r = read_rows(&b"1,alloc,10,0,bin\"ary,8,2,\n"[..], 1, &mut t, |_| Ok(())).unwrap();
         assert_eq!(r, Err(Declined(2)));
         assert_eq!(read("# a \"quoted\" comment\n").0, Err(Declined(2)));
         assert_eq!(read("# plain comment\n").0, Ok(0));
+    }
+}
+
+// ---- The whole reader: header, then every row (fast paths above, the rest below) ----------
+//
+// What Python's reader (csv.reader over text decoded with surrogateescape, str.strip, int())
+// accepted, this accepts, with the same words: the rows `row`/`fast_row` do not take go
+// through `Record` (csv's excel dialect, non-strict, as CPython 3.11's _csv.c parses it) and
+// `interpret` (the old beamalloc/trace.py's checks, in their order). Unicode facts below are
+// Python 3.11's (unicodedata 14.0.0): its whitespace, decimal digits (int() reads them) and
+// digits (str.isdigit()).
+
+/// The first code point of each run of ten decimal digits (Unicode Nd, 0..9 in order).
+const DECIMAL_ZEROS: [u32; 66] = [
+    0x30, 0x660, 0x6f0, 0x7c0, 0x966, 0x9e6, 0xa66, 0xae6, 0xb66, 0xbe6, 0xc66, 0xce6, 0xd66,
+    0xde6, 0xe50, 0xed0, 0xf20, 0x1040, 0x1090, 0x17e0, 0x1810, 0x1946, 0x19d0, 0x1a80, 0x1a90,
+    0x1b50, 0x1bb0, 0x1c40, 0x1c50, 0xa620, 0xa8d0, 0xa900, 0xa9d0, 0xa9f0, 0xaa50, 0xabf0, 0xff10,
+    0x104a0, 0x10d30, 0x11066, 0x110f0, 0x11136, 0x111d0, 0x112f0, 0x11450, 0x114d0, 0x11650,
+    0x116c0, 0x11730, 0x118e0, 0x11950, 0x11c50, 0x11d50, 0x11da0, 0x16a60, 0x16ac0, 0x16b50,
+    0x1d7ce, 0x1d7d8, 0x1d7e2, 0x1d7ec, 0x1d7f6, 0x1e140, 0x1e2f0, 0x1e950, 0x1fbf0,
+];
+/// Code points str.isdigit() accepts that int() does not (superscripts, circled digits, ...).
+const DIGITS_ONLY: [u32; 128] = [
+    0xb2, 0xb3, 0xb9, 0x1369, 0x136a, 0x136b, 0x136c, 0x136d, 0x136e, 0x136f, 0x1370, 0x1371,
+    0x19da, 0x2070, 0x2074, 0x2075, 0x2076, 0x2077, 0x2078, 0x2079, 0x2080, 0x2081, 0x2082, 0x2083,
+    0x2084, 0x2085, 0x2086, 0x2087, 0x2088, 0x2089, 0x2460, 0x2461, 0x2462, 0x2463, 0x2464, 0x2465,
+    0x2466, 0x2467, 0x2468, 0x2474, 0x2475, 0x2476, 0x2477, 0x2478, 0x2479, 0x247a, 0x247b, 0x247c,
+    0x2488, 0x2489, 0x248a, 0x248b, 0x248c, 0x248d, 0x248e, 0x248f, 0x2490, 0x24ea, 0x24f5, 0x24f6,
+    0x24f7, 0x24f8, 0x24f9, 0x24fa, 0x24fb, 0x24fc, 0x24fd, 0x24ff, 0x2776, 0x2777, 0x2778, 0x2779,
+    0x277a, 0x277b, 0x277c, 0x277d, 0x277e, 0x2780, 0x2781, 0x2782, 0x2783, 0x2784, 0x2785, 0x2786,
+    0x2787, 0x2788, 0x278a, 0x278b, 0x278c, 0x278d, 0x278e, 0x278f, 0x2790, 0x2791, 0x2792,
+    0x10a40, 0x10a41, 0x10a42, 0x10a43, 0x10e60, 0x10e61, 0x10e62, 0x10e63, 0x10e64, 0x10e65,
+    0x10e66, 0x10e67, 0x10e68, 0x11052, 0x11053, 0x11054, 0x11055, 0x11056, 0x11057, 0x11058,
+    0x11059, 0x1105a, 0x1f100, 0x1f101, 0x1f102, 0x1f103, 0x1f104, 0x1f105, 0x1f106, 0x1f107,
+    0x1f108, 0x1f109, 0x1f10a,
+];
+/// The longest header line read (the binary format's MAX_HEADER).
+pub const MAX_HEADER_LINE: usize = 16 << 20;
+/// Python's sys.get_int_max_str_digits() default: int() of longer decimal text fails.
+const MAX_STR_DIGITS: usize = 4300;
+
+fn py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+fn py_strip(s: &str) -> &str {
+    s.trim_matches(py_space)
+}
+
+fn decimal(c: char) -> Option<u32> {
+    let c = c as u32;
+    let i = DECIMAL_ZEROS.partition_point(|&z| z <= c);
+    (i > 0 && c - DECIMAL_ZEROS[i - 1] < 10).then(|| c - DECIMAL_ZEROS[i - 1])
+}
+
+fn py_isdigit(c: char) -> bool {
+    decimal(c).is_some() || DIGITS_ONLY.binary_search(&(c as u32)).is_ok()
+}
+
+/// `_describe` of the old reader: the kind and length of a field, never its bytes.
+fn describe(s: &str) -> String {
+    if py_strip(s).is_empty() {
+        "an empty field".into()
+    } else {
+        format!("a field of {} characters", s.chars().count())
+    }
+}
+
+enum PyInt {
+    Fits(u64),
+    Negative,
+    /// Above 2^64-1: its decimal digits (None: more than Python could print, 4300).
+    Big(Option<usize>),
+}
+
+/// int(text) (or int(text, 16) when `hex`) on stripped text, as CPython parses it: Unicode
+/// decimal digits and spaces mapped to ASCII first, a sign, single underscores between digits
+/// (and one after 0x), at most 4300 decimal digits. None: a ValueError.
+fn py_int(text: &str, hex: bool) -> Option<PyInt> {
+    let mut s = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            s.push(c as u8);
+        } else if py_space(c) {
+            s.push(b' ');
+        } else {
+            s.push(b'0' + decimal(c)? as u8);
+        }
+    }
+    let mut p = 0;
+    while s.get(p).is_some_and(u8::is_ascii_whitespace) || s.get(p) == Some(&0x0b) {
+        p += 1;
+    }
+    let mut negative = false;
+    match s.get(p) {
+        Some(b'+') => p += 1,
+        Some(b'-') => {
+            negative = true;
+            p += 1
+        }
+        _ => {}
+    }
+    let base: u32 = if hex { 16 } else { 10 };
+    if hex && s.get(p) == Some(&b'0') && matches!(s.get(p + 1), Some(b'x' | b'X')) {
+        p += 2;
+        if s.get(p) == Some(&b'_') {
+            p += 1;
+        }
+    }
+    if s.get(p) == Some(&b'_') {
+        return None;
+    }
+    let mut digits = Vec::new();
+    let mut prev = 0u8;
+    while let Some(&b) = s.get(p) {
+        if b == b'_' {
+            if prev == b'_' {
+                return None;
+            }
+        } else if let Some(d) = (b as char).to_digit(base) {
+            digits.push(d as u8);
+        } else {
+            break;
+        }
+        prev = b;
+        p += 1;
+    }
+    if prev == b'_' || digits.is_empty() {
+        return None;
+    }
+    while s.get(p).is_some_and(u8::is_ascii_whitespace) || s.get(p) == Some(&0x0b) {
+        p += 1;
+    }
+    if p != s.len() || (!hex && digits.len() > MAX_STR_DIGITS) {
+        return None;
+    }
+    let sig = &digits[digits.iter().position(|&d| d != 0).unwrap_or(digits.len())..];
+    let mut v: u64 = 0;
+    let mut big = false;
+    for &d in sig {
+        match v
+            .checked_mul(base as u64)
+            .and_then(|v| v.checked_add(d as u64))
+        {
+            Some(n) => v = n,
+            None => {
+                big = true;
+                break;
+            }
+        }
+    }
+    if negative && (big || v != 0) {
+        return Some(PyInt::Negative);
+    }
+    if !big {
+        return Some(PyInt::Fits(v));
+    }
+    if !hex {
+        return Some(PyInt::Big(Some(sig.len())));
+    }
+    // len(str(v)) of a hex value: exact below 4000 hex digits (at most 4817 decimal ones), and
+    // past 4300 decimal digits Python itself could not print it.
+    if sig.len() > 4000 {
+        return Some(PyInt::Big(None));
+    }
+    let mut limbs: Vec<u32> = Vec::new(); // little-endian, base 2^32
+    for &d in sig {
+        let mut carry = d as u64;
+        for l in limbs.iter_mut() {
+            let x = ((*l as u64) << 4) | carry;
+            *l = x as u32;
+            carry = x >> 32;
+        }
+        if carry > 0 {
+            limbs.push(carry as u32);
+        }
+    }
+    let mut n = 0;
+    while !limbs.is_empty() {
+        let mut rem = 0u64;
+        for l in limbs.iter_mut().rev() {
+            let x = (rem << 32) | *l as u64;
+            *l = (x / 1_000_000_000) as u32;
+            rem = x % 1_000_000_000;
+        }
+        while limbs.last() == Some(&0) {
+            limbs.pop();
+        }
+        n += if limbs.is_empty() {
+            rem.to_string().len()
+        } else {
+            9
+        };
+    }
+    Some(PyInt::Big((n <= MAX_STR_DIGITS).then_some(n)))
+}
+
+/// `_int` of the old reader: a field as a u64, or its one-line error.
+fn int_field(text: &str, what: &str, at: &str) -> Result<u64, TraceError> {
+    let t = py_strip(text);
+    let hex = t.len() >= 2 && t.as_bytes()[0] == b'0' && matches!(t.as_bytes()[1], b'x' | b'X');
+    match py_int(t, hex) {
+        Some(PyInt::Fits(v)) => Ok(v),
+        None => Err(TraceError(format!(
+            "{at}: {what} is not an integer ({})",
+            describe(t)
+        ))),
+        Some(PyInt::Negative) => Err(TraceError(format!(
+            "{at}: {what} is outside 0..2^64-1 (a negative number)"
+        ))),
+        Some(PyInt::Big(n)) => Err(TraceError(format!(
+            "{at}: {what} is outside 0..2^64-1 (a number of {} digits)",
+            n.map_or_else(|| format!("more than {MAX_STR_DIGITS}"), |n| n.to_string())
+        ))),
+    }
+}
+
+/// One CSV record as csv.reader returns it: the first nine fields (enough to judge a row: more
+/// is an error), how many there were, whether a byte was not UTF-8 (a lone surrogate there).
+#[derive(Default)]
+struct Record {
+    fields: Vec<String>,
+    count: usize,
+    cur: String,
+    cur_len: usize,
+    invalid: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum St {
+    StartRecord,
+    StartField,
+    InField,
+    InQuoted,
+    QuoteInQuoted,
+    EatCrnl,
+}
+
+/// A decoded unit of the input: a character, a byte that is not UTF-8 (surrogateescape's lone
+/// surrogate), or the end of a line as the text reader splits them (after \n, \r\n, lone \r).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ch {
+    C(char),
+    Bad,
+    Eol,
+}
+
+impl Record {
+    fn add(&mut self, c: Ch) -> Result<(), String> {
+        if self.cur_len >= FIELD_LIMIT {
+            return Err(format!("field larger than field limit ({FIELD_LIMIT})"));
+        }
+        self.cur_len += 1;
+        match c {
+            Ch::C(c) if self.count < 9 => self.cur.push(c),
+            Ch::Bad => {
+                self.invalid = true;
+                if self.count < 9 {
+                    self.cur.push('\u{fffd}');
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn save(&mut self) {
+        if self.count < 9 {
+            self.fields.push(std::mem::take(&mut self.cur));
+        }
+        self.count += 1;
+        self.cur_len = 0;
+    }
+
+    /// _csv.c's parse_process_char for the excel dialect (delimiter ',', quote '"', double
+    /// quotes, not strict).
+    fn step(&mut self, st: St, c: Ch) -> Result<St, String> {
+        let nl = matches!(c, Ch::C('\n' | '\r'));
+        let end = |r: &mut Record| {
+            r.save();
+            if c == Ch::Eol {
+                St::StartRecord
+            } else {
+                St::EatCrnl
+            }
+        };
+        Ok(match st {
+            St::StartRecord if c == Ch::Eol => St::StartRecord,
+            St::StartRecord if nl => St::EatCrnl,
+            St::StartRecord | St::StartField => match c {
+                _ if nl || c == Ch::Eol => end(self),
+                Ch::C('"') => St::InQuoted,
+                Ch::C(',') => {
+                    self.save();
+                    St::StartField
+                }
+                _ => {
+                    self.add(c)?;
+                    St::InField
+                }
+            },
+            St::InField => match c {
+                _ if nl || c == Ch::Eol => end(self),
+                Ch::C(',') => {
+                    self.save();
+                    St::StartField
+                }
+                _ => {
+                    self.add(c)?;
+                    St::InField
+                }
+            },
+            St::InQuoted => match c {
+                Ch::Eol => St::InQuoted,
+                Ch::C('"') => St::QuoteInQuoted,
+                _ => {
+                    self.add(c)?;
+                    St::InQuoted
+                }
+            },
+            St::QuoteInQuoted => match c {
+                Ch::C('"') => {
+                    self.add(c)?;
+                    St::InQuoted
+                }
+                Ch::C(',') => {
+                    self.save();
+                    St::StartField
+                }
+                _ if nl || c == Ch::Eol => end(self),
+                _ => {
+                    self.add(c)?;
+                    St::InField
+                }
+            },
+            St::EatCrnl => match c {
+                _ if nl => St::EatCrnl,
+                Ch::Eol => St::StartRecord,
+                _ => {
+                    return Err("new-line character seen in unquoted field - do you need to                                 open the file with newline=''?"
+                        .into())
+                }
+            },
+        })
+    }
+}
+
+/// Any trace read as CSV: the header lines, then events, streaming.
+pub struct CsvReader<R: Read> {
+    r: R,
+    where_: String,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+    /// File offset of buf[0].
+    base: u64,
+    /// The number of the last row (or header line) read, as the old reader counted: csv
+    /// records, not physical lines.
+    line: u64,
+    /// The marker line's JSON header, if it has one.
+    pub header_json: Option<String>,
+    /// Byte offset and line number where the rows start (the replay's fast path starts there).
+    pub rows_at: (u64, u64),
+    pub types: Types,
+    /// Tests and the fuzzers: every row through `Record` and `interpret`, none through the
+    /// fast paths, the reference the fast paths must agree with.
+    pub checked_only: bool,
+    columns_due: bool,
+    done: bool,
+}
+
+impl<R: Read> CsvReader<R> {
+    pub fn new(r: R, where_: &str) -> Result<Self, TraceError> {
+        let mut me = CsvReader {
+            r,
+            where_: where_.to_string(),
+            buf: vec![0u8; 1 << 20],
+            pos: 0,
+            end: 0,
+            eof: false,
+            base: 0,
+            line: 0,
+            header_json: None,
+            rows_at: (0, 0),
+            types: Types::new(HashMap::new(), 0x10000),
+            checked_only: false,
+            columns_due: false,
+            done: false,
+        };
+        let first = me.header_line()?;
+        if let Some(rest) = first.strip_prefix("# beamalloc-trace") {
+            me.line += 1;
+            let rest = py_strip(rest);
+            let (version, json) = match rest.find(py_space) {
+                Some(i) => (&rest[..i], Some(rest[i..].trim_start_matches(py_space))),
+                None => (rest, None),
+            };
+            if version != "1" {
+                return Err(TraceError(format!(
+                    "{where_}:1: CSV trace version is not supported (this reader: 1)"
+                )));
+            }
+            me.header_json = json.map(str::to_string);
+            me.columns_due = true;
+        } else {
+            me.columns(&first)?;
+        }
+        Ok(me)
+    }
+
+    /// After a marker line, the column line: read once the header's JSON has been judged
+    /// (its errors come first, as they did).
+    pub fn read_columns(&mut self) -> Result<(), TraceError> {
+        if self.columns_due {
+            self.columns_due = false;
+            let cols = self.header_line()?;
+            self.columns(&cols)?;
+        }
+        Ok(())
+    }
+
+    fn columns(&mut self, text: &str) -> Result<(), TraceError> {
+        self.line += 1;
+        let cols: Vec<&str> = py_strip(text).split(',').map(py_strip).collect();
+        let want = [
+            "t_ns",
+            "op",
+            "allocator",
+            "instance",
+            "type",
+            "size",
+            "id",
+            "new_id",
+        ];
+        if cols.len() < 8 || cols[..8] != want || !matches!(&cols[8..], [] | ["thread"]) {
+            return Err(TraceError(format!(
+                "{}:{}: expected CSV columns {}[,thread], got {} column(s) that differ",
+                self.where_,
+                self.line,
+                want.join(","),
+                cols.len()
+            )));
+        }
+        self.rows_at = (self.base + self.pos as u64, self.line);
+        Ok(())
+    }
+
+    /// Read until `want` bytes are buffered from pos or the input ends; the buffer grows for
+    /// a header line only.
+    fn fill(&mut self, want: usize) -> Result<(), TraceError> {
+        if self.end - self.pos >= want || self.eof {
+            return Ok(());
+        }
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        while self.end < want {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(TraceError(format!("{}: {e}", self.where_))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next line as the text reader's readline gives it (ending after \n, \r\n or a lone
+    /// \r), checked to be UTF-8 as the old reader checked it.
+    fn header_line(&mut self) -> Result<String, TraceError> {
+        let mut out = Vec::new();
+        loop {
+            self.fill(2)?;
+            if self.pos == self.end {
+                break;
+            }
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            out.push(b);
+            if b == b'\n' {
+                break;
+            }
+            if b == b'\r' {
+                self.fill(1)?;
+                if self.pos < self.end && self.buf[self.pos] == b'\n' {
+                    self.pos += 1;
+                    out.push(b'\n');
+                }
+                break;
+            }
+            if out.len() > MAX_HEADER_LINE {
+                return Err(TraceError(format!(
+                    "{}:{}: a header line of more than {MAX_HEADER_LINE} bytes",
+                    self.where_,
+                    self.line + 1
+                )));
+            }
+        }
+        String::from_utf8(out)
+            .map_err(|_| TraceError(format!("{}:{}: not UTF-8 text", self.where_, self.line + 1)))
+    }
+
+    /// The next unit of input at pos (a character, a byte that is not UTF-8, or the end).
+    fn unit(&mut self) -> Result<Option<(Ch, usize)>, TraceError> {
+        self.fill(4)?;
+        if self.pos == self.end {
+            return Ok(None);
+        }
+        let b = self.buf[self.pos];
+        if b < 0x80 {
+            return Ok(Some((Ch::C(b as char), 1)));
+        }
+        let s = &self.buf[self.pos..self.end.min(self.pos + 4)];
+        let valid = match std::str::from_utf8(s) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&s[..e.valid_up_to()]).unwrap_or(""),
+        };
+        Ok(Some(match valid.chars().next() {
+            Some(c) => (Ch::C(c), c.len_utf8()),
+            None => (Ch::Bad, 1),
+        }))
+    }
+
+    /// One csv record from pos (_csv.c's Reader_iternext over the text reader's lines); None
+    /// at the end of the input.
+    fn record(&mut self) -> Result<Option<Record>, TraceError> {
+        let mut rec = Record::default();
+        let mut st = St::StartRecord;
+        let mut line_has = false; // a line has begun: the end of input ends it
+        let err = |me: &Self, m: String| TraceError(format!("{}:{}: {m}", me.where_, me.line + 1));
+        loop {
+            let Some((c, n)) = self.unit()? else {
+                if line_has {
+                    st = rec.step(st, Ch::Eol).map_err(|m| err(self, m))?;
+                    if st == St::StartRecord {
+                        return Ok(Some(rec));
+                    }
+                }
+                if rec.cur_len != 0 || st == St::InQuoted {
+                    rec.save();
+                    return Ok(Some(rec));
+                }
+                return Ok(None);
+            };
+            self.pos += n;
+            line_has = true;
+            st = rec.step(st, c).map_err(|m| err(self, m))?;
+            let eol = match c {
+                Ch::C('\n') => true,
+                Ch::C('\r') => {
+                    self.fill(1)?;
+                    !(self.pos < self.end && self.buf[self.pos] == b'\n')
+                }
+                _ => false,
+            };
+            if eol {
+                line_has = false;
+                st = rec.step(st, Ch::Eol).map_err(|m| err(self, m))?;
+                if st == St::StartRecord {
+                    return Ok(Some(rec));
+                }
+            }
+        }
+    }
+
+    /// The old reader's checks of one record, in its order: Ok(None) for a blank or comment row.
+    fn interpret(&mut self, rec: Record) -> Result<Option<Event>, TraceError> {
+        let f = &rec.fields;
+        if rec.count == 0 || f[0].starts_with('#') {
+            return Ok(None);
+        }
+        let at = format!("{}:{}", self.where_, self.line);
+        let fail = |m: String| Err(TraceError(format!("{at}: {m}")));
+        if rec.invalid {
+            return fail("not UTF-8 text".into());
+        }
+        if !matches!(rec.count, 8 | 9) {
+            return fail(format!("expected 8 or 9 fields, got {}", rec.count));
+        }
+        let op = match py_strip(&f[1]) {
+            "alloc" => Op::Alloc,
+            "free" => Op::Free,
+            "realloc" => Op::Realloc,
+            _ => {
+                return fail(format!(
+                    "op is not alloc, free or realloc ({})",
+                    describe(&f[1])
+                ))
+            }
+        };
+        let a = py_strip(&f[2]);
+        let allocator = match allocator_number(a.as_bytes()) {
+            Some(n) => n,
+            None if !a.chars().next().is_some_and(py_isdigit) => {
+                return fail(format!(
+                    "unknown allocator ({}; a name such as binary_alloc, or a number)",
+                    describe(a)
+                ))
+            }
+            None => int_field(a, "allocator", &at)?,
+        };
+        let new_id = py_strip(&f[7]);
+        if op == Op::Realloc && new_id.is_empty() {
+            return fail("realloc needs new_id".into());
+        }
+        if op != Op::Realloc && !new_id.is_empty() {
+            return fail(format!(
+                "new_id is for realloc only (empty on {})",
+                py_strip(&f[1])
+            ));
+        }
+        let t_ns = int_field(&f[0], "t_ns", &at)?;
+        let instance = int_field(&f[3], "instance", &at)?;
+        let name = py_strip(&f[4]);
+        let type_ = if name.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+            int_field(name, "type", &at)?
+        } else if let Some(&n) = self.types.known.get(name.as_bytes()) {
+            n
+        } else {
+            let n = self.types.next;
+            self.types.next += 1;
+            self.types.known.insert(name.as_bytes().to_vec(), n);
+            self.types.added.push((name.to_string(), n, allocator));
+            n
+        };
+        let size = if py_strip(&f[5]).is_empty() {
+            0
+        } else {
+            int_field(&f[5], "size", &at)?
+        };
+        let id = int_field(&f[6], "id", &at)?;
+        let new_id = if new_id.is_empty() {
+            0
+        } else {
+            int_field(new_id, "new_id", &at)?
+        };
+        let thread = if rec.count == 9 && !py_strip(&f[8]).is_empty() {
+            int_field(&f[8], "thread", &at)?
+        } else {
+            0
+        };
+        Ok(Some(Event {
+            t_ns,
+            op,
+            allocator,
+            instance,
+            type_,
+            size,
+            id,
+            new_id,
+            thread,
+        }))
+    }
+
+    /// The plain row at pos through `fast_row` or `row`, if they take it: Some(event or a
+    /// skipped row), having stepped over it.
+    fn plain(&mut self) -> Result<Option<Option<Event>>, TraceError> {
+        if let Some((ev, used)) = fast_row(&self.buf[self.pos..self.end]) {
+            self.pos += used;
+            return Ok(Some(Some(ev)));
+        }
+        let mut nl = memchr::memchr(b'\n', &self.buf[self.pos..self.end]);
+        if nl.is_none() && !self.eof {
+            self.fill(self.buf.len())?;
+            nl = memchr::memchr(b'\n', &self.buf[self.pos..self.end]);
+        }
+        let (body_end, next) = match nl {
+            Some(p) => (self.pos + p, self.pos + p + 1),
+            None if self.eof => (self.end, self.end),
+            None => return Ok(None), // a line longer than the buffer: the record's to read
+        };
+        let mut body = &self.buf[self.pos..body_end];
+        if nl.is_some() {
+            if let [rest @ .., b'\r'] = body {
+                body = rest;
+            }
+        }
+        match row(body, &mut self.types) {
+            Ok(r) => {
+                self.pos = next;
+                Ok(Some(r))
+            }
+            Err(()) => Ok(None),
+        }
+    }
+
+    /// The next event; None at the end of the input.
+    pub fn next_event(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.columns_due {
+            self.done = true;
+            self.read_columns()?;
+            self.done = false;
+        }
+        while !self.done {
+            self.fill(1 << 12)?;
+            if self.pos == self.end {
+                self.done = true;
+                break;
+            }
+            let taken = if self.checked_only {
+                None
+            } else {
+                self.plain()?
+            };
+            let ev = match taken {
+                Some(ev) => {
+                    self.line += 1;
+                    ev
+                }
+                None => match self.record() {
+                    Ok(Some(rec)) => {
+                        self.line += 1;
+                        self.interpret(rec).inspect_err(|_| self.done = true)?
+                    }
+                    Ok(None) => {
+                        self.done = true;
+                        None
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Err(e);
+                    }
+                },
+            };
+            if ev.is_some() {
+                return Ok(ev);
+            }
+        }
+        Ok(None)
     }
 }

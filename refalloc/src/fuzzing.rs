@@ -38,6 +38,38 @@ pub fn read_trace(data: &[u8]) {
     }
 }
 
+type CsvRead = (Vec<Result<Event, String>>, Vec<(String, u64, u64)>);
+
+fn read_csv_all(data: &[u8], checked_only: bool) -> CsvRead {
+    let mut r = match crate::csv::CsvReader::new(data, "fz").and_then(|mut r| {
+        r.read_columns()?;
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(e) => return (vec![Err(e.0)], Vec::new()),
+    };
+    r.checked_only = checked_only;
+    let mut out = Vec::new();
+    loop {
+        match r.next_event() {
+            Ok(Some(e)) => out.push(Ok(e)),
+            Ok(None) => break,
+            Err(e) => {
+                out.push(Err(e.0));
+                break;
+            }
+        }
+        assert!(out.len() <= data.len(), "more events than bytes");
+    }
+    (out, r.types.added)
+}
+
+/// Any bytes through the CSV reader: no panic, and its fast paths (`fast_row`, `row`) give
+/// exactly what its full path gives (same events, same new type names, same error).
+pub fn read_csv(data: &[u8]) {
+    assert_eq!(read_csv_all(data, false), read_csv_all(data, true));
+}
+
 fn configs(c: &[u8; 4]) -> (Globals, Vec<Vec<InstanceConfig>>) {
     let strategy = Strategy::ALL[c[0] as usize % Strategy::ALL.len()];
     let globals = Globals {

@@ -3,7 +3,7 @@
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
 //! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
-//! `trace` (binary reader), `csv` (the CSV rows' fast path), `replay`, `fuzzing` (the fuzz
+//! `trace` (the binary format: reader, writer), `csv` (the CSV reader), `replay`, `fuzzing` (the fuzz
 //! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
 //! dump scanner) are their own crate, collector/native (beamalloc-formats), a member of this
 //! workspace: the one extension module below registers its functions too.
@@ -30,9 +30,9 @@ mod python;
 #[cfg(feature = "python")]
 mod python_carriers;
 #[cfg(feature = "python")]
-mod python_csv;
-#[cfg(feature = "python")]
 mod python_history;
+#[cfg(feature = "python")]
+mod python_trace;
 #[cfg(feature = "python")]
 mod python_writer;
 
@@ -45,10 +45,10 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Version of the replay model, stated so snapshots can say which model produced them.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(python::replay, m)?)?;
-    m.add_function(wrap_pyfunction!(python_csv::csv_rows, m)?)?;
     // the collector's formats (ETF, term text): their own crate, collector/native
     formats::python::register(m)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
     m.add_class::<python_writer::PyTraceWriter>()?;
+    m.add_class::<python_trace::PyTraceFile>()?;
     Ok(())
 }

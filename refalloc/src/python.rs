@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 
-/// Where a CSV trace's rows start and the header's type table (`csv_rows`'s arguments).
+/// Where a CSV trace's rows start and the header's type table (`beamalloc.trace.native_csv_rows`).
 pub type CsvRows = (u64, u64, HashMap<String, u64>, u64);
 
 fn get<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
@@ -129,9 +129,9 @@ fn heap_info(py: Python<'_>, h: &Heap, name: &str) -> PyResult<PyObject> {
 
 /// Replay a binary trace under `config` (from `beamalloc.flags.replay_config`).
 ///
-/// `csv`: (offset, line, types, next_type) of a CSV trace's rows (as `csv_rows`): replayed
+/// `csv`: (offset, line, types, next_type) of a CSV trace's rows (`native_csv_rows`): replayed
 /// straight from the CSV by the fast path; a row it declines returns `{"declined": line}`
-/// and the caller replays through the reference reader instead.
+/// and the caller converts the file with the reader (python_trace.rs) and replays that.
 ///
 /// `checkpoints` (a binary trace's event counts, ascending): the result is `{"checkpoints":
 /// [...]}`, one result of the usual shape per count, the model as it stood after that many

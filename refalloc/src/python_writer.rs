@@ -1,6 +1,6 @@
 //! The pyo3 surface of `trace::TraceWriter` for the Python generators (refalloc/tracegen.py):
-//! `TraceWriter(path, header_json)`, `write_many(events)`, `finish() -> count`. The bytes are
-//! those of `beamalloc.trace.TraceWriter` (the same encoding, docs/trace-format.md); a
+//! `TraceWriter(path or binary stream, header_json)`, `write_many(events)`, `finish() -> count`;
+//! `beamalloc.trace.TraceWriter` writes through it too (docs/trace-format.md). A
 //! prediction writes hundreds of thousands of events per fitted trace, and encoding each in
 //! Python cost a fifth of `recommend`'s CPU on a node predicted from its carriers.
 // pyo3 0.22's `#[pymethods]` expansion converts PyErr into PyErr; newer clippy flags it.
@@ -10,7 +10,30 @@ use crate::trace::{Event, Op, TraceWriter};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
+
+/// A Python binary stream written to (its `write`, under the GIL).
+struct PyWrite(Py<PyAny>);
+
+impl Write for PyWrite {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Python::with_gil(|py| {
+            self.0
+                .call_method1(py, "write", (pyo3::types::PyBytes::new_bound(py, buf),))
+                .map_err(|e| std::io::Error::other(e.value_bound(py).to_string()))?;
+            Ok(buf.len())
+        })
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Python::with_gil(|py| {
+            self.0
+                .call_method0(py, "flush")
+                .map_err(|e| std::io::Error::other(e.value_bound(py).to_string()))?;
+            Ok(())
+        })
+    }
+}
 
 /// An event as `beamalloc.trace.Event` holds it: (t_ns, op, allocator, instance, type, size,
 /// id, new_id, thread).
@@ -18,7 +41,7 @@ type Row = (u64, u8, u64, u64, u64, u64, u64, u64, u64);
 
 #[pyclass(name = "TraceWriter")]
 pub struct PyTraceWriter {
-    w: Option<TraceWriter<BufWriter<File>>>,
+    w: Option<TraceWriter<Box<dyn Write + Send>>>,
     path: String,
 }
 
@@ -29,13 +52,16 @@ fn io_err(path: &str, e: std::io::Error) -> PyErr {
 #[pymethods]
 impl PyTraceWriter {
     #[new]
-    fn new(path: &str, header_json: &str) -> PyResult<Self> {
-        let f = File::create(path).map_err(|e| io_err(path, e))?;
-        let w = TraceWriter::new(BufWriter::new(f), header_json).map_err(|e| io_err(path, e))?;
-        Ok(PyTraceWriter {
-            w: Some(w),
-            path: path.to_owned(),
-        })
+    fn new(path: &Bound<'_, PyAny>, header_json: &str) -> PyResult<Self> {
+        let (out, path): (Box<dyn Write + Send>, String) = match path.extract::<String>() {
+            Ok(p) => {
+                let f = File::create(&p).map_err(|e| io_err(&p, e))?;
+                (Box::new(BufWriter::new(f)), p)
+            }
+            Err(_) => (Box::new(PyWrite(path.clone().unbind())), "<stream>".into()),
+        };
+        let w = TraceWriter::new(out, header_json).map_err(|e| io_err(&path, e))?;
+        Ok(PyTraceWriter { w: Some(w), path })
     }
 
     /// Append `rows` (events in trace order) to the trace.

@@ -1,5 +1,6 @@
 //! Streaming reader of the binary trace format (docs/trace-format.md, version 1).
-//! The JSON header is skipped here: the Python side reads it and passes the config.
+//! The one reader of the format: `beamalloc.trace` hands its JSON header (bounded by
+//! MAX_HEADER, kept in `header`) to `TraceHeader.from_json` and iterates the events from here.
 
 use std::fmt;
 use std::fs::File;
@@ -40,8 +41,11 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
-/// Longest possible record: tag, then at most seven varints of at most 10 bytes each.
-const MAX_RECORD: usize = 1 + 7 * 10;
+/// Longest possible record: tag, then at most eight varints of at most 10 bytes each (a
+/// realloc with CTX and TYPE: time, allocator, instance, thread, type, size, id, new_id).
+const MAX_RECORD: usize = 1 + 8 * 10;
+/// The largest header accepted (JSON: the source, thread names, type tables: a few kB).
+pub const MAX_HEADER: u64 = 16 << 20;
 /// Read buffer size (records are decoded in place from it).
 const BUF_SIZE: usize = 1 << 20;
 
@@ -60,6 +64,13 @@ pub struct TraceReader<R: Read> {
     ctx: Option<(u64, u64, u64)>,
     type_: Option<u64>,
     done: bool,
+    /// The header's JSON text, as stored.
+    pub header: Vec<u8>,
+    /// A trace that stops without its END record (a tracer that was killed) ends at its last
+    /// whole record instead of failing.
+    pub allow_truncated: bool,
+    /// The last error was the input's end inside a record or before the END record.
+    cut: bool,
     /// Tests and fuzzing: decode everything on the checked path, the reference for the fast one.
     #[cfg(any(test, fuzzing))]
     checked_only: bool,
@@ -122,10 +133,21 @@ impl<R: Read> TraceReader<R> {
         if flags != 0 {
             return Err(err(format!("unknown header flags 0x{flags:04x}")));
         }
-        let skipped = std::io::copy(&mut (&mut r).take(hlen), &mut std::io::sink())
+        if hlen > MAX_HEADER {
+            return Err(err(format!(
+                "a header of {hlen} bytes (at most {MAX_HEADER})"
+            )));
+        }
+        let mut header = Vec::new();
+        (&mut r)
+            .take(hlen)
+            .read_to_end(&mut header)
             .map_err(|e| err(e.to_string()))?;
-        if skipped < hlen {
-            return Err(err(format!("truncated header ({skipped} of {hlen} bytes)")));
+        if (header.len() as u64) < hlen {
+            return Err(err(format!(
+                "truncated header ({} of {hlen} bytes)",
+                header.len()
+            )));
         }
         Ok(TraceReader {
             r,
@@ -141,6 +163,9 @@ impl<R: Read> TraceReader<R> {
             ctx: None,
             type_: None,
             done: false,
+            header,
+            allow_truncated: false,
+            cut: false,
             #[cfg(any(test, fuzzing))]
             checked_only: false,
         })
@@ -199,27 +224,35 @@ impl<R: Read> TraceReader<R> {
         Ok(Some(self.buf[self.pos - 1]))
     }
 
+    /// A varint; its errors name the file offset of the byte that made it bad.
     fn uvarint(&mut self, start: u64) -> Result<u64, TraceError> {
         let mut v: u64 = 0;
         for shift in (0..70).step_by(7) {
-            let b = self.byte()?.ok_or_else(|| {
-                self.err(format!(
+            let Some(b) = self.byte()? else {
+                self.cut = true;
+                return Err(self.err(format!(
                     "truncated record at byte {start} after {} events",
                     self.count
-                ))
-            })?;
+                )));
+            };
+            if shift == 63 && b >= 0x80 {
+                return Err(self.err(format!(
+                    "varint longer than 10 bytes ending at byte {}",
+                    self.offset() - 1
+                )));
+            }
             if shift == 63 && b > 1 {
-                return Err(self.err(format!("varint above 2^64-1 at byte {}", self.offset())));
+                return Err(self.err(format!(
+                    "varint above 2^64-1 ending at byte {}",
+                    self.offset() - 1
+                )));
             }
             v |= ((b & 0x7f) as u64) << shift;
             if b < 0x80 {
-                return Ok(v);
+                break;
             }
         }
-        Err(self.err(format!(
-            "varint longer than 10 bytes at byte {}",
-            self.offset()
-        )))
+        Ok(v)
     }
 
     fn svarint(&mut self, start: u64) -> Result<u64, TraceError> {
@@ -352,9 +385,20 @@ impl<R: Read> TraceReader<R> {
         })
     }
 
-    /// Byte-at-a-time decoding with every check and error message.
+    /// `next_checked_cut`, where a cut trace ends at its last whole record if allowed.
     #[cold]
     fn next_checked(&mut self) -> Result<Option<Event>, TraceError> {
+        match self.next_checked_cut() {
+            Err(_) if self.cut && self.allow_truncated => {
+                self.done = true;
+                Ok(None)
+            }
+            r => r,
+        }
+    }
+
+    /// Byte-at-a-time decoding with every check and error message.
+    fn next_checked_cut(&mut self) -> Result<Option<Event>, TraceError> {
         if self.done {
             return Ok(None);
         }
@@ -362,10 +406,11 @@ impl<R: Read> TraceReader<R> {
         let tag = match self.byte()? {
             Some(t) => t,
             None => {
+                self.cut = true;
                 return Err(self.err(format!(
                     "truncated after {} events (no END record at byte {start})",
                     self.count
-                )))
+                )));
             }
         };
         if tag == 0x03 {
@@ -651,6 +696,38 @@ mod tests {
             None
         );
         assert_eq!(fast_uvarint(&[0xff; 12], &mut i), None);
+    }
+
+    /// A realloc with CTX and TYPE whose eight varints are all 10 bytes long is 81 bytes: the
+    /// fast path decodes it in place (a 71-byte window read past its end and panicked).
+    #[test]
+    fn longest_records_decode_in_place() {
+        let big = |k: u64| (1 << 63) | k;
+        let evs: Vec<Event> = (0..4u64)
+            .map(|k| Event {
+                t_ns: if k % 2 == 0 { big(k) } else { 1 },
+                op: Op::Realloc,
+                allocator: big(k),
+                instance: big(k + 1),
+                type_: big(k + 2),
+                size: big(k + 3),
+                id: if k % 2 == 0 { big(k) } else { 1 },
+                new_id: if k % 2 == 0 { 1 } else { big(k) },
+                thread: big(k + 4),
+            })
+            .collect();
+        let mut w = TraceWriter::new(Vec::new(), "{}").unwrap();
+        for e in &evs {
+            w.write(e).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        assert_eq!(bytes[16 + 2..].len(), 4 * 81 + 2);
+        let got: Vec<Event> = TraceReader::new(&bytes[..], "l")
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(got, evs);
+        crate::fuzzing::read_trace(&bytes);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-"""Coverage-guided fuzzing of the Python trace reader (beamalloc/trace.py) with atheris; the
-property is trace_props.check (read or TraceError; what reads round-trips in both formats).
+"""Fuzzing of the trace reader's Python entry (beamalloc/trace.py over refalloc's reader,
+refalloc/src/trace.rs and csv.rs) with atheris; the property is trace_props.check (read or
+TraceError; what reads round-trips in both formats). atheris sees the Python side's coverage
+only: the Rust reader's guided fuzzers are refalloc/fuzz's read_trace and read_csv.
 
     make fuzz FUZZ_SECS=3600      # with refalloc's cargo-fuzz targets (refalloc/fuzz/README.md)
     .venv/bin/python tests/fuzz/atheris_trace.py -max_total_time=3600 CORPUS_DIR SEED_DIR...

@@ -1,10 +1,12 @@
-"""The property of the CSV fast path (refalloc/src/csv.rs), for atheris (atheris_csv.py) and for
-`make test` (tests/test_trace_csv_native.py, over mutations of real traces).
+"""The property of the CSV reader's fast paths (refalloc/src/csv.rs `fast_row`, `row`), for
+atheris (atheris_csv.py) and for `make test` (tests/test_trace_csv_native.py, over mutations of
+real traces).
 
-Any bytes, converted from CSV to binary with the fast path and with the reference reader
-(beamalloc/trace.py) alone: the same file, or the same one-line TraceError. The fast path
-declines what it does not read, and convert() then hands the file to the reference, so the
-property fails only when the fast path accepts a row the reference reads differently or refuses.
+Any bytes, converted from CSV to binary by the one reader with its fast paths and with its full
+path alone (`convert(native=False)`: csv's excel dialect, str.strip and int() as Python 3.11 had
+them): the same file, or the same one-line TraceError. The fast paths decline what they do not
+read and the full path reads it, so the property fails only when a fast path takes a row the
+full path reads differently or refuses.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The property the trace fuzzers check on the Python reader, for atheris (atheris_trace.py) and
-for `make test` (tests/test_trace_corpus.py, over every input a fuzzer ever kept).
+"""The property the trace fuzzers check on the trace reader's Python entry (beamalloc/trace.py
+over refalloc's reader), for atheris (atheris_trace.py) and for `make test`
+(tests/test_trace_corpus.py, over every input a fuzzer ever kept).
 
 Any bytes, read as a binary or CSV trace: the reader either yields events or raises TraceError
 (one line for the CLI), nothing else; and whatever it accepts, TraceWriter and write_csv write
