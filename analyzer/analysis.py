@@ -226,7 +226,7 @@ def coverage(snap: Snapshot) -> Coverage:
     if snap.memory:
         read.append("erlang:memory()")
     if snap.truncated:
-        seen = set(types) | {n.split(" ", 1)[0] for n in snap.notes if "not enabled" in n}
+        seen = set(types) | set(snap.disabled)  # a type switched off is not missing
         unknown = [t for t in EXPECTED_TYPES if t not in seen
                    and not (t == "literal_alloc" and snap.otp_release is not None
                             and snap.otp_release[:1] == "R")]
