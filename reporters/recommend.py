@@ -10,7 +10,7 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
@@ -29,6 +29,9 @@ from beamalloc.reporters.analyze import (
 )
 from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
+
+if TYPE_CHECKING:
+    from beamalloc.advice.recommend import Document
 
 
 def paste_note(r: dict[str, Any]) -> str | None:
@@ -103,7 +106,7 @@ def predicted_line(p: dict[str, Any]) -> str:
     return f"{wording.figure(rec)} unused; {p['summary']}"
 
 
-def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
+def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
     def say(line: str, style: str | None = None) -> None:
@@ -122,7 +125,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
         return citation
 
     v = r["verdict"]
-    answer(r, v, console)  # the cause of death, a partial read, the verdict: first
+    answer(r.records, v, console)  # the cause of death, a partial read, the verdict: first
     otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
     say(f"{r['node']}  {otp}  source {r['source']}", "dim")
     if not details:
