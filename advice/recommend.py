@@ -178,6 +178,7 @@ def _hold_back(fnd: Finding, why: Reason, p: Prediction | None) -> tuple[Finding
     held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag.render() for a in fnd.advice), why,
                     fnd.rule in SPEED_RULES, p)  # fmt: skip
     return replace(fnd, level="info", title=fnd.title + " (not advised)",
+                   topic=None if fnd.topic is None else fnd.topic + " (not advised)",
                    message=fnd.message + f" Not advised: {wording.reason(why)}.",
                    advice=[]), held  # fmt: skip
 
@@ -717,8 +718,9 @@ def verdict(
             in_force_flags.setdefault(a.allocator, []).append(a.flag.render())
         rest = [a for a in fnd.advice if a not in runs]
         if fnd.level == "action" and not rest:
-            staged.append(replace(fnd, level="info", advice=[],
-                                  title=fnd.title + " (its flags are in force)"))
+            staged.append(replace(
+                fnd, level="info", advice=[], title=fnd.title + " (its flags are in force)",
+                topic=None if fnd.topic is None else fnd.topic + " (its flags are in force)"))
         else:
             staged.append(replace(fnd, advice=rest))
     candidates = [tuple(a.flag.render() for a in x.advice) for x in staged]

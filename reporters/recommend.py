@@ -215,14 +215,16 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     console.print(Text(paste(r, fmt)), soft_wrap=True)
 
 
-def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
+def _short(r: Document, console: Console, fmt: str) -> None:
     """The short output under the answer: the flags in force in a line, the table the decision
     rests on, the top holders, the paste block."""
     v = r["verdict"]
     prose(console, f"Flags in force: {flags_line(r, short=True)}", "dim", indent="")
     console.print()
     if r["recommendations"]:
-        titles = {(f["rule"], f["allocator"]): f["title"] for f in r["findings"]}
+        # a row names its allocator: its finding's title without it, where it names it first
+        titles = {(f.rule, f.allocator): f.topic if f.topic is not None and f.about is not None
+                  and f.about == f.allocator else f.title for f, _, _ in r.records.findings}
         sets: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
         for x in r["recommendations"]:  # a finding's flags are predicted together
             sets.setdefault((x["rule"], x["allocator"]), []).append(x)
@@ -230,8 +232,6 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
         for (rule, alloc), xs in sets.items():
             e = xs[0]["effect"] or {}
             title = titles.get((rule, alloc), "")
-            if alloc and title.startswith(alloc + ": "):
-                title = title[len(alloc) + 2:]
             rows.append(["\n".join(f"{x['flag']} {x['value']}" for x in xs),
                          f"{rule} {title}".strip(),
                          "not predicted" if not e else wording.change(-e["unused_saving"]),
