@@ -17,7 +17,7 @@ from typing import Any
 from beamalloc import flags as fl
 from beamalloc.advice import wording
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
-from beamalloc.analyzer.analysis import analyze
+from beamalloc.analyzer.analysis import Analysis, analyze
 from beamalloc.analyzer.options import first_scheduler_options, format_option, option_unit
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -43,10 +43,10 @@ GREW_SHARE = 0.25
 FIELDS = ("mbcs_carriers", "sbcs_carriers", "carriers_size", "used", "unused", "usage")
 
 
-def _side(a: dict[str, Any], label: str | None) -> dict[str, Any]:
-    return {"label": label, "node": a["node"], "source": a["source"], "taken_at": a["taken_at"],
-            "otp_release": a["otp_release"], "erts_version": a["erts_version"],
-            "os_pid": a["os_pid"], "rss": a["os"]["rss"]}
+def _side(a: Analysis, label: str | None) -> dict[str, Any]:
+    return {"label": label, "node": a.node, "source": a.source, "taken_at": a.taken_at,
+            "otp_release": a.otp_release, "erts_version": a.erts_version,
+            "os_pid": a.os_pid, "rss": a.os.rss}
 
 
 def _numbers(allocated: int, used: int, mbcs: int, sbcs: int) -> dict[str, Any]:
@@ -55,21 +55,21 @@ def _numbers(allocated: int, used: int, mbcs: int, sbcs: int) -> dict[str, Any]:
             "usage": used / allocated if allocated else None}
 
 
-def _per_type(a: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _per_type(a: Analysis) -> dict[str, dict[str, Any]]:
     counts: dict[str, list[int]] = {}
-    for r in a["allocators"]:  # carrier counts per instance (recon's container_value)
-        c = counts.setdefault(r["allocator"], [0, 0])
-        c[0] += r["mbcs_carriers"]
-        c[1] += r["sbcs_carriers"]
-    return {t["allocator"]: _numbers(t["allocated"], t["used"], *counts.get(t["allocator"], (0, 0)))
-            for t in a["allocator_types"]}
+    for r in a.allocators:  # carrier counts per instance (recon's container_value)
+        c = counts.setdefault(r.allocator, [0, 0])
+        c[0] += r.mbcs_carriers
+        c[1] += r.sbcs_carriers
+    return {t.allocator: _numbers(t.allocated, t.used, *counts.get(t.allocator, (0, 0)))
+            for t in a.allocator_types}
 
 
-def _total(a: dict[str, Any]) -> dict[str, Any]:
-    t = a["totals_all"]
-    mbcs = sum(r["mbcs_carriers"] for r in a["allocators"])
-    sbcs = sum(r["sbcs_carriers"] for r in a["allocators"])
-    return _numbers(t["allocated"], t["used"], mbcs, sbcs)
+def _total(a: Analysis) -> dict[str, Any]:
+    t = a.totals_all
+    mbcs = sum(r.mbcs_carriers for r in a.allocators)
+    sbcs = sum(r.sbcs_carriers for r in a.allocators)
+    return _numbers(t.allocated, t.used, mbcs, sbcs)
 
 
 def level(unused: int | None, usage: float | None) -> str:
@@ -257,7 +257,7 @@ def _notes(sa: dict[str, Any], sb: dict[str, Any]) -> list[str]:
 
 
 def diff(a: Snapshot, b: Snapshot, labels: tuple[str | None, str | None] = (None, None),
-         analyses: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+         analyses: tuple[Analysis, Analysis] | None = None) -> dict[str, Any]:
     """A before, B after. `labels` name where each came from (a path, a node, a store sample);
     `analyses`: their analyze() results where the caller has them already (the web UI's cache)."""
     aa, ab = analyses if analyses is not None else (analyze(a), analyze(b))

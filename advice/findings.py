@@ -68,6 +68,10 @@ class Finding:
     sources: tuple[str, ...]
     allocator: str | None = None
     advice: list[Advice] = field(default_factory=list)
+    #: the title's words after the name of what it is about (`about`: an allocator, a
+    #: mapper), for a row that names it already; None where the title names nothing first
+    topic: str | None = None
+    about: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from beamalloc.advice.findings import Facts
 from beamalloc.advice.records import MIN_GAIN
+from beamalloc.advice.wording import change
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.analysis import instance_sums
 from beamalloc.analyzer.options import first_scheduler_options
@@ -1229,8 +1230,9 @@ def _known(futures: list[dict[str, Any]], turn: Turnover | None,
     )
 
 
-def _pc(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.0f} %"
+def _change_pct(x: float | None) -> str:
+    """A change_pct (a change in percent, -45.3) as every signed change is said (wording.change)."""
+    return change(None if x is None else x / 100)
 
 
 def _figures_line(c: dict[str, Any], allocator: str) -> str:
@@ -1239,8 +1241,9 @@ def _figures_line(c: dict[str, Any], allocator: str) -> str:
     scaled = f" at {pct(model['scale'], 0)} of the node's size" if model["scale"] < 1 else ""
     return (
         f"replay of {model['generator']} ({model['events']} events{scaled}): {allocator} carriers "
-        f"{human(b['carriers_size'])} -> {human(a['carriers_size'])} ({_pc(ch['carriers_size'])}), "
-        f"unused {human(b['unused'])} -> {human(a['unused'])} ({_pc(ch['unused'])}), peak "
+        f"{human(b['carriers_size'])} -> {human(a['carriers_size'])} "
+        f"({_change_pct(ch['carriers_size'])}), "
+        f"unused {human(b['unused'])} -> {human(a['unused'])} ({_change_pct(ch['unused'])}), peak "
         f"{human(b['peak_carriers_size'])} -> {human(a['peak_carriers_size'])}, "
         f"mseg/sys_alloc calls {b['carrier_calls']} -> {a['carrier_calls']}"
     )
@@ -1257,14 +1260,14 @@ def summary_line(p: dict[str, Any]) -> str:
             f"reproduces the node within {pct(cal['error'], 0)})"
         )
         for f in p.get("futures") or ():
-            line += f"; if {f['assumes']}: unused {-100 * f['unused_saving']:+.0f} %"
+            line += f"; if {f['assumes']}: unused {change(-f['unused_saving'])}"
         if p.get("futures"):
             line += f" ({p['known_by']})"
     elif band and band["unused_pct"]:
         lo, hi = band["unused_pct"]
         line += (
-            f" (from the node's own carriers; {_pc(lo)} to {_pc(hi)} over {band['variants']} "
-            "orders of the blocks inside them)"
+            f" (from the node's own carriers; {_change_pct(lo)} to {_change_pct(hi)} over "
+            f"{band['variants']} orders of the blocks inside them)"
         )
     if p["model"]["generator"] in RANDOM_SURVIVORS:
         line += " (survivors at random: the worst case)"
@@ -1277,7 +1280,7 @@ def summary_line(p: dict[str, Any]) -> str:
     if best is not None and best["reproduces_symptom"]:
         line += (
             f"; if the survivors are few stragglers (best case) unused "
-            f"{_pc(best['change_pct']['unused'])}: without carrier data a snapshot cannot "
+            f"{_change_pct(best['change_pct']['unused'])}: without carrier data a snapshot cannot "
             "tell which"
         )
     if p["not_modelled"]:

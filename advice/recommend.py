@@ -41,10 +41,10 @@ from beamalloc.advice.records import (
     unknown,
 )
 from beamalloc.advice.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
-from beamalloc.analyzer.analysis import coverage, type_rows
+from beamalloc.analyzer.analysis import Coverage, carrier_bytes, coverage, type_rows
 from beamalloc.analyzer.carriers import carrier_map
-from beamalloc.analyzer.categories import picture
-from beamalloc.analyzer.death import death_of
+from beamalloc.analyzer.categories import MemoryPicture, picture
+from beamalloc.analyzer.death import Death, death_of
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
@@ -178,6 +178,7 @@ def _hold_back(fnd: Finding, why: Reason, p: Prediction | None) -> tuple[Finding
     held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag.render() for a in fnd.advice), why,
                     fnd.rule in SPEED_RULES, p)  # fmt: skip
     return replace(fnd, level="info", title=fnd.title + " (not advised)",
+                   topic=None if fnd.topic is None else fnd.topic + " (not advised)",
                    message=fnd.message + f" Not advised: {wording.reason(why)}.",
                    advice=[]), held  # fmt: skip
 
@@ -578,13 +579,25 @@ def recommend(
     rate: Rate | None = None, rate_unavailable: str | None = None, trace: Path | None = None,
     processes: dict[str, Any] | None = None, turnover: Turnover | None = None,
     predictor: Predictor | None = None,
-) -> dict[str, Any]:
+) -> Document:
     """The recommendation (docs/recommend.md) as `recommend --json` prints it: the records of
-    :func:`verdict` serialised. Arguments as :func:`verdict`."""
-    return verdict(snap, given_flags, predict=predict, rate=rate,
-                   rate_unavailable=rate_unavailable, trace=trace,
-                   processes=processes, turnover=turnover,
-                   predictor=predictor).to_json()  # fmt: skip
+    :func:`verdict` serialised (and kept beside, `Document.records`). Arguments as
+    :func:`verdict`."""
+    rec = verdict(snap, given_flags, predict=predict, rate=rate,
+                  rate_unavailable=rate_unavailable, trace=trace,
+                  processes=processes, turnover=turnover,
+                  predictor=predictor)  # fmt: skip
+    return Document(rec.to_json(), rec)
+
+
+class Document(dict[str, Any]):
+    """`recommend()`'s result: the document `recommend --json` prints, and beside it (`records`)
+    the typed records it serialises, for the readers that word them (reporters/recommend.py):
+    none of them reads the document's words back."""
+
+    def __init__(self, doc: dict[str, Any], records: Recommended) -> None:
+        super().__init__(doc)
+        self.records = records
 
 
 @dataclass(frozen=True)
@@ -602,9 +615,10 @@ class Recommended:
     not_predicted: str | None
     processes: dict[str, Any] | None
     totals: dict[str, Any]
-    death: dict[str, Any] | None = None
-    coverage: dict[str, Any] | None = None
-    categories: dict[str, Any] | None = None
+    #: the analysis' parts the answer says first (reporters/analyze.py answer), typed
+    death: Death | None = None
+    coverage: Coverage | None = None
+    categories: MemoryPicture | None = None
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -628,9 +642,9 @@ class Recommended:
             "prediction": self.prediction,
             "not_predicted": self.not_predicted,
             "processes": self.processes,
-            "death": self.death,
-            "coverage": self.coverage,
-            "categories": self.categories,
+            "death": None if self.death is None else self.death.to_json(),
+            "coverage": None if self.coverage is None else self.coverage.to_json(),
+            "categories": None if self.categories is None else self.categories.to_json(),
         }
 
 
@@ -704,8 +718,9 @@ def verdict(
             in_force_flags.setdefault(a.allocator, []).append(a.flag.render())
         rest = [a for a in fnd.advice if a not in runs]
         if fnd.level == "action" and not rest:
-            staged.append(replace(fnd, level="info", advice=[],
-                                  title=fnd.title + " (its flags are in force)"))
+            staged.append(replace(
+                fnd, level="info", advice=[], title=fnd.title + " (its flags are in force)",
+                topic=None if fnd.topic is None else fnd.topic + " (its flags are in force)"))
         else:
             staged.append(replace(fnd, advice=rest))
     candidates = [tuple(a.flag.render() for a in x.advice) for x in staged]
@@ -810,10 +825,10 @@ def verdict(
         emulator_flags=flags.render(), prediction=whole[0], not_predicted=whole[1],
         processes=processes,
         # the cause of death and what was read come first (analyzer/death.py, analysis.py)
-        death=None if (d := death_of(snap)) is None else d.to_json(),
-        coverage=coverage(snap).to_json(),
+        death=death_of(snap),
+        coverage=coverage(snap),
         # every byte by category, and the largest holder of any kind (ETS tables too)
-        categories=picture(snap, type_rows(snap), processes).to_json(),
+        categories=picture(snap, carrier_bytes(type_rows(snap)), processes),
         totals={"usage": round(f.usage, 4), "allocated": f.allocated, "used": f.used,
                 "rss": f.rss, "rss_lazyfree": snap.rss_lazyfree,
                 "mem_available": snap.mem_available})  # fmt: skip

@@ -123,10 +123,13 @@ class RuleSpec:
     sources: tuple[str, ...]
 
     def finding(self, level: Level, title: str, message: str, evidence: dict[str, Any],
-                allocator: str | None = None, advice: list[Advice] | None = None) -> Finding:
-        return Finding(rule=self.id, level=level, title=title, message=message,
+                allocator: str | None = None, advice: list[Advice] | None = None,
+                about: str | None = None) -> Finding:
+        """`about`: what the title names first ("binary_alloc: " + `title`), kept as data."""
+        return Finding(rule=self.id, level=level,
+                       title=title if about is None else f"{about}: {title}", message=message,
                        evidence=evidence, sources=self.sources, allocator=allocator,
-                       advice=advice or [])  # fmt: skip
+                       advice=advice or [], topic=title, about=about)  # fmt: skip
 
     def advice(self, allocator: str, flag: Flag, reason: str, cost: str,
                evidence: dict[str, Any], trade_off: bool = False) -> Advice:
@@ -338,7 +341,7 @@ def _small_carriers(rule: RuleSpec, a: AllocFacts, lower_sbct: bool) -> Finding:
             evidence={**ev, "sbct": sbct, "mbcs_average_block": round(avg)},
         ))
     return rule.finding(
-        "action", f"{a.name}: smaller carriers and age-ordered placement",
+        "action", "smaller carriers and age-ordered placement", about=a.name,
         message=f"{a.name} keeps {human(a.unused)} of empty space in its carriers "
         f"(mbcs usage {pct(a.mbcs_usage)}). Smaller carriers empty sooner after a peak.",
         evidence=ev, allocator=a.name, advice=advice,
@@ -370,7 +373,7 @@ def r5_ets_fragmentation(f: Facts) -> list[Finding]:
         return []
     ev = _ev(a)
     return [R5.finding(
-        "action", "ets_alloc: age-ordered placement",
+        "action", "age-ordered placement", about="ets_alloc",
         message=f"ets_alloc keeps {human(a.unused)} empty (mbcs usage {pct(a.mbcs_usage)}).",
         evidence=ev, allocator=a.name, advice=_migration_fix(a, R5, ev),
     )]
@@ -444,7 +447,7 @@ def r7_sbcs(f: Facts) -> list[Finding]:
                 msg += (f" No larger sbct: the largest block it ever held is at most "
                         f"{human(a.largest_block)}, and the node never mapped more than "
                         f"{human(f.max_allocated)} of carriers.")  # fmt: skip
-            out.append(R7.finding("info", f"{a.name}: data in single-block carriers",
+            out.append(R7.finding("info", "data in single-block carriers", about=a.name,
                                   message=msg, evidence=ev, allocator=a.name))
             continue
         cost = (f"trades memory for speed: blocks of up to {human(new_sbct)} share carriers of "
@@ -459,7 +462,7 @@ def r7_sbcs(f: Facts) -> list[Finding]:
                       reason="multiblock carriers large enough for several blocks (lmbcs = "
                       f"{R7_LMBCS_FACTOR} x sbct)", cost=cost, evidence=ev, trade_off=True),
         ]
-        out.append(R7.finding("action", f"{a.name}: data in single-block carriers",
+        out.append(R7.finding("action", "data in single-block carriers", about=a.name,
                               message=msg, evidence=ev, allocator=a.name, advice=adv))
     return out
 
@@ -487,7 +490,7 @@ def r9_migration_off(f: Facts) -> list[Finding]:
         if imbalance < R9_IMBALANCE or a.unused < MIN_UNUSED:
             continue  # the lint reports the strategy itself
         out.append(R9.finding(
-            "action", f"{a.name}: carrier migration is off",
+            "action", "carrier migration is off", about=a.name,
             message=f"{a.name} runs `as {a.options.get('as')}`, which turns the carrier "
             f"pool off, and its scheduler instances differ by {pct(imbalance)}: "
             "free carriers of one scheduler cannot serve another.",
@@ -524,7 +527,7 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
         # file carries no version); else fall back to the erts version.
         if "acful" not in a.options and _erts(f) < ACFUL_SINCE:
             out.append(R10.finding(
-                "info", f"{a.name}: carrier pool bloat",
+                "info", "carrier pool bloat", about=a.name,
                 message=msg + " This release has no acful; +M<S>acul 0 would turn migration off.",
                 evidence=ev, allocator=a.name,
             ))
@@ -538,7 +541,7 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
             "the pool cost performance (PR #6378)",
             evidence=ev,
         )
-        out.append(R10.finding("action", f"{a.name}: carrier pool bloat", message=msg,
+        out.append(R10.finding("action", "carrier pool bloat", about=a.name, message=msg,
                                evidence=ev, allocator=a.name, advice=[adv]))
     return out
 
@@ -616,7 +619,7 @@ def r13_realloc(f: Facts) -> list[Finding]:
               "realloc_ratio": round(reallocs / allocs, 4)}  # fmt: skip
         msg = f"{a.name}: {reallocs} reallocs for {allocs} allocations."
         if not (_fragmented(a) and f.usage < R2_USAGE_SUSPECT):
-            out.append(R13.finding("info", f"{a.name}: many reallocs",
+            out.append(R13.finding("info", "many reallocs", about=a.name,
                                    message=msg + " Not fragmented, so no flag.", evidence=ev,
                                    allocator=a.name))
             continue
@@ -625,7 +628,7 @@ def r13_realloc(f: Facts) -> list[Finding]:
             reason="every realloc moves the block, so grown blocks do not leave holes behind",
             cost="a copy per realloc (CPU)", evidence=ev, trade_off=True,
         )
-        out.append(R13.finding("action", f"{a.name}: realloc-driven fragmentation",
+        out.append(R13.finding("action", "realloc-driven fragmentation", about=a.name,
                                message=msg, evidence=ev, allocator=a.name, advice=[adv]))
     return out
 
@@ -669,7 +672,7 @@ def r16_pool_unusable(f: Facts) -> list[Finding]:
             msg += (": the carriers passed over were mostly busy or raced for, not too small "
                     "(skip_size is a minority); carrier migration is contended, no flag "
                     "fixes that.")  # fmt: skip
-        out.append(R16.finding("info", f"{a.name}: pooled carriers are not reused",
+        out.append(R16.finding("info", "pooled carriers are not reused", about=a.name,
                                message=msg, evidence=ev, allocator=a.name))
     return out
 
@@ -693,7 +696,7 @@ def r17_super_carrier_headroom(f: Facts) -> list[Finding]:
                f"{human(sc.used)} of {human(sc.size)}, {human(sc.free)} free.")
         if not sc.only:
             out.append(R17.finding(
-                "info", f"{sc.mapper}: super carrier nearly full",
+                "info", "super carrier nearly full", about=sc.mapper,
                 message=msg + " It falls back to the OS when full (sco false): no flag needed.",
                 evidence=ev, allocator=owner,
             ))
@@ -710,7 +713,7 @@ def r17_super_carrier_headroom(f: Facts) -> list[Finding]:
             "carriers use them)",
             evidence=ev,
         )
-        out.append(R17.finding("action", f"{sc.mapper}: super carrier nearly full",
+        out.append(R17.finding("action", "super carrier nearly full", about=sc.mapper,
                                message=msg + f" With sco true nothing falls back: next is {what}.",
                                evidence=ev, allocator=owner, advice=[adv]))
     return out
@@ -759,7 +762,7 @@ def oom_runaway(f: Facts) -> list[Finding]:
                "one runaway holder (a process heap or binary that grew without bound).")
     else:
         return [OOM.finding(
-            "info", f"{name}: the node ran out of memory",
+            "info", "the node ran out of memory", about=name,
             message=f"{what} ({human(size)}); its carriers held {human(f.allocated)}. The "
             "slogan does not say which OS call failed (erlang/otp#3489).",
             evidence=ev, allocator=name,
@@ -768,7 +771,7 @@ def oom_runaway(f: Facts) -> list[Finding]:
     fix = ("Find the holder in the dump (crashdump_viewer: processes by memory; =binary sizes) "
            "and bound it: max_heap_size (erlang:process_flag/2) kills a process whose heap "
            "passes it; a queue or cache needs its own limit. No +M flag helps.")
-    return [OOM.finding("info", f"{name}: the node died of one runaway allocation",
+    return [OOM.finding("info", "the node died of one runaway allocation", about=name,
                         message=f"{why} {fix}", evidence=ev, allocator=name)]
 
 

@@ -30,7 +30,7 @@ from beamalloc.advice.records import (
 )
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
-from beamalloc.units import human, pct
+from beamalloc.units import around, human, pct
 
 HEADLINE_MAX = 100
 WHY_MAX = 3
@@ -231,7 +231,7 @@ def remedy(r: Remedy) -> str:
 
 
 def releases(r: Remedy) -> str:
-    return ("up to " if r.bound else "") + human(r.releases)
+    return around("up to " if r.bound else "", human(r.releases))
 
 
 def entry_why(e: NoFlagEntry) -> str:
@@ -396,7 +396,7 @@ def headline(v: Verdict) -> str:
 
 
 def _idle_release(n: dict[str, Any], key: str) -> str:
-    return ("up to " if n["bound"] else "~") + human(n[key])
+    return around("up to " if n["bound"] else "~", human(n[key]))
 
 
 def idle_headline(n: dict[str, Any]) -> list[Part]:

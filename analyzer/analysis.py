@@ -2,11 +2,11 @@
 
 The JSON schema is documented in docs/analysis-schema.md.
 
-`analyze(snap)` returns a plain dict, which is what `beamalloc analyze --json` prints and what the
-terminal report, the recommender and the web UI read. Keys that recon_alloc also computes carry
-recon's exact values (`totals` = memory/2 current, the six fragmentation keys of each instance =
-fragmentation(current), `cache_hit_rates`, `average_block_sizes`, `sbcs_to_mbcs`); every other key
-is beamalloc's own.
+`analyze(snap)` returns an `Analysis` record, which the terminal report, the web UI and the HTML
+report read; its `to_json()` is what `beamalloc analyze --json` prints. Keys that recon_alloc
+also computes carry recon's exact values (`totals` = memory/2 current, the six fragmentation keys
+of each instance = fragmentation(current), `cache_hit_rates`, `average_block_sizes`,
+`sbcs_to_mbcs`); every other key is beamalloc's own.
 """
 
 from __future__ import annotations
@@ -18,60 +18,109 @@ from typing import Any
 
 from beamalloc.analyzer import metrics as m
 from beamalloc.analyzer.carriers import analysis_section
-from beamalloc.analyzer.categories import picture
-from beamalloc.analyzer.death import death_of
-from beamalloc.analyzer.defects import defect_findings
-from beamalloc.analyzer.limits import container, limit_findings
+from beamalloc.analyzer.categories import MemoryPicture, picture
+from beamalloc.analyzer.death import Death, death_of
+from beamalloc.analyzer.defects import DefectFinding, defect_findings
+from beamalloc.analyzer.limits import Container, LimitFinding, container, limit_findings
 from beamalloc.analyzer.options import first_scheduler_options
 from beamalloc.snapshot import AllocatorInstance, Snapshot
 
 SCHEMA = "beamalloc.analysis/1"
 
 
-def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstance]) -> dict:
+@dataclass(frozen=True)
+class Totals:
+    """Carrier and block bytes summed over a set of instances (recon's memory/2 and usage)."""
+
+    used: int
+    allocated: int
+    unused: int
+    usage: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstance]) -> Totals:
     used = m.memory(snap, "used", keyword, instances)
     allocated = m.memory(snap, "allocated", keyword, instances)
-    return {
-        "used": used,
-        "allocated": allocated,
-        "unused": allocated - used,
-        "usage": m.usage(used, allocated),
-    }
+    return Totals(used, allocated, allocated - used, m.usage(used, allocated))
 
 
-def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InstanceRow:
+    """One allocator instance: recon's fragmentation keys (current) and beamalloc's own."""
+
+    allocator: str
+    instance: int
+    in_recon: bool
+    # recon_alloc:fragmentation(current), in its order
+    sbcs_usage: float
+    mbcs_usage: float
+    sbcs_block_size: int
+    sbcs_carriers_size: int
+    mbcs_block_size: int
+    mbcs_carriers_size: int
+    unused: int
+    mbcs_blocks: int
+    sbcs_blocks: int
+    mbcs_carriers: int
+    sbcs_carriers: int
+    mbcs_average_block_size: float
+    sbcs_average_block_size: float
+    sbcs_to_mbcs: float | str
+    #: the same keys at their all-time max (fragmentation(max)) and the max counts
+    max: dict[str, Any]
+    #: the carrier pool's carriers and blocks (foreign_blocks: other types' blocks in it)
+    pool: dict[str, Any] | None
+    foreign_blocks: dict[str, int]
+    mseg_carriers: int
+    sys_carriers: int
+    options: dict[str, Any]
+    calls: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _instance_row(inst: AllocatorInstance) -> InstanceRow:
     cur = m.instance_fragmentation(inst, "current")
     peak = m.instance_fragmentation(inst, "max")
     mb = m.container_value(inst, "current", "mbcs", "blocks")
     sb = m.container_value(inst, "current", "sbcs", "blocks")
     pool = inst.mbcs_pool
     o = inst.options
-    return {
-        "allocator": inst.allocator,
-        "instance": inst.instance,
-        "in_recon": inst.allocator in m.RECON_ALLOCATORS,
-        **cur,
-        "unused": (
+    return InstanceRow(
+        allocator=inst.allocator,
+        instance=inst.instance,
+        in_recon=inst.allocator in m.RECON_ALLOCATORS,
+        sbcs_usage=cur["sbcs_usage"],
+        mbcs_usage=cur["mbcs_usage"],
+        sbcs_block_size=int(cur["sbcs_block_size"]),
+        sbcs_carriers_size=int(cur["sbcs_carriers_size"]),
+        mbcs_block_size=int(cur["mbcs_block_size"]),
+        mbcs_carriers_size=int(cur["mbcs_carriers_size"]),
+        unused=int(
             cur["mbcs_carriers_size"]
             + cur["sbcs_carriers_size"]
             - cur["mbcs_block_size"]
             - cur["sbcs_block_size"]
         ),
-        "mbcs_blocks": mb,
-        "sbcs_blocks": sb,
-        "mbcs_carriers": m.container_value(inst, "current", "mbcs", "carriers"),
-        "sbcs_carriers": m.container_value(inst, "current", "sbcs", "carriers"),
-        "mbcs_average_block_size": m.average(cur["mbcs_block_size"], mb),
-        "sbcs_average_block_size": m.average(cur["sbcs_block_size"], sb),
-        "sbcs_to_mbcs": m.instance_sbcs_to_mbcs(inst, "current"),
-        "max": {
+        mbcs_blocks=mb,
+        sbcs_blocks=sb,
+        mbcs_carriers=m.container_value(inst, "current", "mbcs", "carriers"),
+        sbcs_carriers=m.container_value(inst, "current", "sbcs", "carriers"),
+        mbcs_average_block_size=m.average(cur["mbcs_block_size"], mb),
+        sbcs_average_block_size=m.average(cur["sbcs_block_size"], sb),
+        sbcs_to_mbcs=m.instance_sbcs_to_mbcs(inst, "current"),
+        max={
             **peak,
             "mbcs_blocks": m.container_value(inst, "max", "mbcs", "blocks"),
             "sbcs_blocks": m.container_value(inst, "max", "sbcs", "blocks"),
             "mbcs_carriers": m.container_value(inst, "max", "mbcs", "carriers"),
             "sbcs_carriers": m.container_value(inst, "max", "sbcs", "carriers"),
         },
-        "pool": None
+        pool=None
         if pool is None
         else {
             "carriers": pool.carriers,
@@ -84,14 +133,14 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
                 if t != inst.allocator
             },
         },
-        "foreign_blocks": {
+        foreign_blocks={
             t: b.size.current
             for t, b in inst.mbcs.blocks.items()
             if t != inst.allocator and b.size.current
         },
-        "mseg_carriers": inst.mbcs.mseg_carriers + inst.sbcs.mseg_carriers,
-        "sys_carriers": inst.mbcs.sys_carriers + inst.sbcs.sys_carriers,
-        "options": {
+        mseg_carriers=inst.mbcs.mseg_carriers + inst.sbcs.mseg_carriers,
+        sys_carriers=inst.mbcs.sys_carriers + inst.sbcs.sys_carriers,
+        options={
             k: o[k]
             for k in (
                 "as",
@@ -109,8 +158,8 @@ def _instance_row(inst: AllocatorInstance) -> dict[str, Any]:
             )
             if k in o
         },
-        "calls": dict(inst.calls),
-    }
+        calls=dict(inst.calls),
+    )
 
 
 #: The per-type sums (type_sums): carrier and block bytes and block counts of each carrier kind,
@@ -144,55 +193,96 @@ def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
     return {name: instance_sums(g) for name, g in groups.items()}
 
 
-def type_rows(snap: Snapshot) -> list[dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+@dataclass(frozen=True)
+class TypeRow:
+    """One allocator type, its instances summed (instance_sums), worst (most unused) first."""
+
+    allocator: str
+    in_recon: bool
+    instances: int
+    used: int
+    allocated: int
+    mbcs_carriers_size: int
+    sbcs_carriers_size: int
+    mbcs_block_size: int
+    sbcs_block_size: int
+    mbcs_blocks: int
+    sbcs_blocks: int
+    pool_carriers_size: int
+    max_allocated: int
+    #: of the first scheduler instance (analyzer/options.py): as, sbct, lmbcs, smbcs, acul
+    options: dict[str, Any]
+    unused: int
+    usage: float
+    sbcs_share: float
+    mbcs_average_block_size: int | float
+    sbcs_average_block_size: int | float
+    mbcs_average_vs_sbct: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def type_rows(snap: Snapshot) -> list[TypeRow]:
+    count: dict[str, int] = {}
+    peak: dict[str, int] = {}
     for inst in snap.allocators:
-        t = out.setdefault(
-            inst.allocator,
-            {
-                "allocator": inst.allocator,
-                "in_recon": inst.allocator in m.RECON_ALLOCATORS,
-                "instances": 0,
-                "used": 0,
-                "allocated": 0,
-                **dict.fromkeys(TYPE_SUMS, 0),
-                "max_allocated": 0,
-                "options": {},
-            },
-        )
-        t["instances"] += 1
-        t["max_allocated"] += m.container_size(inst, "max", "carriers_size")
-    for name, sums in type_sums(snap).items():
-        out[name].update(sums)
-    for name, o in first_scheduler_options(snap).items():
-        out[name]["options"] = {k: o[k] for k in ("as", "sbct", "lmbcs", "smbcs", "acul") if k in o}
-    for t in out.values():
-        t["unused"] = t["allocated"] - t["used"]
-        t["usage"] = m.usage(t["used"], t["allocated"])
-        t["sbcs_share"] = t["sbcs_carriers_size"] / t["allocated"] if t["allocated"] else 0.0
-        t["mbcs_average_block_size"] = m.average(t["mbcs_block_size"], t["mbcs_blocks"])
-        t["sbcs_average_block_size"] = m.average(t["sbcs_block_size"], t["sbcs_blocks"])
-        sbct = t["options"].get("sbct")
-        t["mbcs_average_vs_sbct"] = (
-            t["mbcs_average_block_size"] / sbct if isinstance(sbct, int) and sbct > 0 else None
-        )
-    return sorted(out.values(), key=lambda t: t["unused"], reverse=True)
+        count[inst.allocator] = count.get(inst.allocator, 0) + 1
+        peak[inst.allocator] = peak.get(inst.allocator, 0) + m.container_size(
+            inst, "max", "carriers_size")
+    opts = first_scheduler_options(snap)
+    out = []
+    for name, t in type_sums(snap).items():
+        o = opts.get(name)
+        options = {k: o[k] for k in ("as", "sbct", "lmbcs", "smbcs", "acul") if k in o} \
+            if o is not None else {}
+        mavg = m.average(t["mbcs_block_size"], t["mbcs_blocks"])
+        sbct = options.get("sbct")
+        out.append(TypeRow(
+            allocator=name, in_recon=name in m.RECON_ALLOCATORS, instances=count[name],
+            used=t["used"], allocated=t["allocated"],
+            **{k: t[k] for k in TYPE_SUMS}, max_allocated=peak[name], options=options,
+            unused=t["allocated"] - t["used"], usage=m.usage(t["used"], t["allocated"]),
+            sbcs_share=t["sbcs_carriers_size"] / t["allocated"] if t["allocated"] else 0.0,
+            mbcs_average_block_size=mavg,
+            sbcs_average_block_size=m.average(t["sbcs_block_size"], t["sbcs_blocks"]),
+            mbcs_average_vs_sbct=mavg / sbct if isinstance(sbct, int) and sbct > 0 else None))
+    return sorted(out, key=lambda t: t.unused, reverse=True)
 
 
-def _os_view(snap: Snapshot, allocated: int, allocated_all: int) -> dict[str, Any]:
-    total = snap.memory.get("total")
-    cached = sum(x.cached_segments for x in snap.mseg)
-    view: dict[str, Any] = {
-        "erlang_memory_total": total,
-        "allocated": allocated,
-        "allocated_all": allocated_all,
-        "rss": snap.rss,
-        "rss_minus_allocated": None if snap.rss is None else snap.rss - allocated_all,
-        "rss_lazyfree": snap.rss_lazyfree,
-        "mem_available": snap.mem_available,
-        "mseg_cached_segments": cached,
-    }
-    return view
+def carrier_bytes(types: list[TypeRow]) -> dict[str, int]:
+    """Each allocator type's carrier bytes (categories.picture's `allocated`)."""
+    return {r.allocator: r.allocated for r in types}
+
+
+@dataclass(frozen=True)
+class OsView:
+    """The operating system's view beside the allocators'."""
+
+    erlang_memory_total: int | None
+    allocated: int
+    allocated_all: int
+    rss: int | None
+    rss_minus_allocated: int | None
+    rss_lazyfree: int | None
+    mem_available: int | None
+    mseg_cached_segments: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _os_view(snap: Snapshot, allocated: int, allocated_all: int) -> OsView:
+    return OsView(
+        erlang_memory_total=snap.memory.get("total"),
+        allocated=allocated,
+        allocated_all=allocated_all,
+        rss=snap.rss,
+        rss_minus_allocated=None if snap.rss is None else snap.rss - allocated_all,
+        rss_lazyfree=snap.rss_lazyfree,
+        mem_available=snap.mem_available,
+        mseg_cached_segments=sum(x.cached_segments for x in snap.mseg),
+    )
 
 
 #: The allocator types every dump of a release with them lists (literal_alloc from OTP 20):
@@ -226,7 +316,7 @@ def coverage(snap: Snapshot) -> Coverage:
     if snap.memory:
         read.append("erlang:memory()")
     if snap.truncated:
-        seen = set(types) | {n.split(" ", 1)[0] for n in snap.notes if "not enabled" in n}
+        seen = set(types) | set(snap.disabled)  # a type switched off is not missing
         unknown = [t for t in EXPECTED_TYPES if t not in seen
                    and not (t == "literal_alloc" and snap.otp_release is not None
                             and snap.otp_release[:1] == "R")]
@@ -246,14 +336,92 @@ def coverage(snap: Snapshot) -> Coverage:
     return Coverage(snap.truncated, read, not_read, unknown)
 
 
-def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Analysis:
+    """The analysis of one snapshot (docs/analysis-schema.md): `to_json()` is the document
+    `beamalloc analyze --json` prints; readers take its fields. The sections with a shape are
+    records (totals, the OS's view, type and instance rows, and the picture's parts); the rows
+    recon_alloc defines (cache_hit_rates, average_block_sizes, sbcs_to_mbcs, allocated_*) are
+    its JSON shapes, and `carriers` the carrier maps' JSON."""
+
+    node: str
+    otp_release: str | None
+    erts_version: str | None
+    source: str
+    taken_at: str | None  # ISO 8601, UTC
+    schedulers: int | None
+    wordsize: int | None
+    os_pid: int | None
+    truncated: bool
+    notes: list[str]
+    memory: dict[str, int]
+    totals: Totals
+    totals_max: Totals
+    totals_all: Totals
+    os: OsView
+    allocator_types: list[TypeRow]
+    allocators: list[InstanceRow]
+    cache_hit_rates: list[dict[str, Any]]
+    average_block_sizes: list[dict[str, Any]]
+    sbcs_to_mbcs: list[dict[str, Any]]
+    allocated_types: dict[str, int]
+    allocated_instances: dict[str, int]
+    carriers: dict[str, Any]
+    #: who holds the memory: a Snapshot has no processes; the caller reads them from a live
+    #: scan or a crash dump's =proc sections (advice/holders.py, docs/processes.md)
+    processes: dict[str, Any] | None
+    #: the cause of death first (crash dumps), what was read, every category and its holders
+    death: Death | None
+    coverage: Coverage
+    categories: MemoryPicture
+    #: the node's container and the tables its limits take; known VM defects it matches
+    container: Container | None
+    limits: list[LimitFinding]
+    defects: list[DefectFinding]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "node": self.node,
+            "otp_release": self.otp_release,
+            "erts_version": self.erts_version,
+            "source": self.source,
+            "taken_at": self.taken_at,
+            "schedulers": self.schedulers,
+            "wordsize": self.wordsize,
+            "os_pid": self.os_pid,
+            "truncated": self.truncated,
+            "notes": list(self.notes),
+            "memory": dict(self.memory),
+            "totals": self.totals.to_json(),
+            "totals_max": self.totals_max.to_json(),
+            "totals_all": self.totals_all.to_json(),
+            "os": self.os.to_json(),
+            "allocator_types": [t.to_json() for t in self.allocator_types],
+            "allocators": [r.to_json() for r in self.allocators],
+            "cache_hit_rates": self.cache_hit_rates,
+            "average_block_sizes": self.average_block_sizes,
+            "sbcs_to_mbcs": self.sbcs_to_mbcs,
+            "allocated_types": self.allocated_types,
+            "allocated_instances": self.allocated_instances,
+            "carriers": self.carriers,
+            "processes": self.processes,
+            "death": None if self.death is None else self.death.to_json(),
+            "coverage": self.coverage.to_json(),
+            "categories": self.categories.to_json(),
+            "container": None if self.container is None else self.container.to_json(),
+            "limits": [x.to_json() for x in self.limits],
+            "defects": [x.to_json() for x in self.defects],
+        }
+
+
+def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis:
     """The analysis of `snap`; `processes` is the holders' section (advice/holders.py) when
     the caller read them (a live scan, a dump's =proc sections)."""
     recon_insts = m.util_instances(snap)
     every = m.util_instances(snap, recon_only=False)
     frag = m.fragmentation(snap, "current", every)  # recon's order; non-recon rows interleaved
     by_key = {i.key: i for i in every}
-    rows = [_instance_row(by_key[key]) for key, _ in frag]
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
     types = type_rows(snap)
@@ -262,26 +430,25 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str
         if snap.taken_at is not None
         else None
     )
-    return {
-        "schema": SCHEMA,
-        "node": snap.node,
-        "otp_release": snap.otp_release,
-        "erts_version": snap.erts_version,
-        "source": snap.source,
-        "taken_at": taken,
-        "schedulers": snap.schedulers,
-        "wordsize": snap.wordsize,
-        "os_pid": snap.os_pid,
-        "truncated": snap.truncated,
-        "notes": list(snap.notes),
-        "memory": dict(snap.memory),
-        "totals": totals,
-        "totals_max": _totals(snap, "max", recon_insts),
-        "totals_all": totals_all,
-        "os": _os_view(snap, totals["allocated"], totals_all["allocated"]),
-        "allocator_types": types,
-        "allocators": rows,
-        "cache_hit_rates": [
+    return Analysis(
+        node=snap.node,
+        otp_release=snap.otp_release,
+        erts_version=snap.erts_version,
+        source=snap.source,
+        taken_at=taken,
+        schedulers=snap.schedulers,
+        wordsize=snap.wordsize,
+        os_pid=snap.os_pid,
+        truncated=snap.truncated,
+        notes=list(snap.notes),
+        memory=dict(snap.memory),
+        totals=totals,
+        totals_max=_totals(snap, "max", recon_insts),
+        totals_all=totals_all,
+        os=_os_view(snap, totals.allocated, totals_all.allocated),
+        allocator_types=types,
+        allocators=[_instance_row(by_key[key]) for key, _ in frag],
+        cache_hit_rates=[
             {
                 "instance": ix,
                 **vals,
@@ -289,23 +456,18 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> dict[str
             }
             for ix, vals in m.cache_hit_rates(snap)
         ],
-        "average_block_sizes": [{"allocator": a, **v} for a, v in m.average_block_sizes(snap)],
-        "sbcs_to_mbcs": [
+        average_block_sizes=[{"allocator": a, **v} for a, v in m.average_block_sizes(snap)],
+        sbcs_to_mbcs=[
             {"allocator": a, "instance": n, "ratio": r} for (a, n), r in m.sbcs_to_mbcs(snap)
         ],
-        "allocated_types": dict(m.allocated_types(snap)),
-        "allocated_instances": {str(ix): v for ix, v in m.allocated_instances(snap)},
-        "carriers": analysis_section(snap),
-        # who holds the memory: a Snapshot has no processes; the caller reads them from a
-        # live scan or a crash dump's =proc sections (advice/holders.py, docs/processes.md)
-        "processes": processes,
-        # the cause of death first (crash dumps), what was read, every category and its holders
-        "death": None if (d := death_of(snap)) is None else d.to_json(),
-        "coverage": coverage(snap).to_json(),
-        "categories": picture(snap, types, processes).to_json(),
-        # the node's container and the tables its limits take; known VM defects it matches
-        "container": None if (cg := container(snap, totals_all["allocated"])) is None
-        else cg.to_json(),
-        "limits": [x.to_json() for x in limit_findings(snap)],
-        "defects": [x.to_json() for x in defect_findings(snap)],
-    }
+        allocated_types=dict(m.allocated_types(snap)),
+        allocated_instances={str(ix): v for ix, v in m.allocated_instances(snap)},
+        carriers=analysis_section(snap),
+        processes=processes,
+        death=death_of(snap),
+        coverage=coverage(snap),
+        categories=picture(snap, carrier_bytes(types), processes),
+        container=container(snap, totals_all.allocated),
+        limits=limit_findings(snap),
+        defects=defect_findings(snap),
+    )

@@ -12,7 +12,7 @@ that share an initial call where a group holds more than any one process does.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from beamalloc.snapshot import Snapshot
@@ -64,6 +64,29 @@ class CategoryHolder:
     siblings_bytes: int = 0
     #: a process group's members (its bytes are their process_info memory summed)
     members: int = 0
+    # The typed facts `detail` says in words, for the readers that word them their own way
+    # (reporters/analyze.py holder_label): not in the JSON, whose `detail` says them.
+    #: a process or binary holder's pid
+    pid: str | None = None
+    #: a process group named by where its members wait: the spawn call that says nothing
+    spawned_as: str | None = None
+    #: a process group's members waiting with an empty mailbox (scaled as `members`)
+    idle: int | None = None
+    #: a process group scaled from a sample of the processes (a scan cut by its budget)
+    scaled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "bytes": self.bytes, "detail": self.detail,
+                "siblings": self.siblings, "siblings_bytes": self.siblings_bytes,
+                "members": self.members}
+
+
+def group_facts(h: CategoryHolder) -> list[str]:
+    """A process group's facts beyond its name and size, in words: how many wait idle, and
+    whether it was scaled from a sample (its `detail` after the spawn call)."""
+    return [x for x in (
+        f"{h.idle:,} waiting with an empty mailbox" if h.idle is not None else "",
+        "scaled from a sample of the processes" if h.scaled else "") if x]
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,12 @@ class Category:
     #: what the holders shown add up to, and whether the source lists them all
     holders_bytes: int = 0
     holders_complete: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "share": self.share,
+                "allocators": [list(x) for x in self.allocators],
+                "holders": [h.to_json() for h in self.holders],
+                "holders_bytes": self.holders_bytes, "holders_complete": self.holders_complete}
 
 
 @dataclass(frozen=True)
@@ -92,7 +121,11 @@ class MemoryPicture:
     largest_notable: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"total": self.total, "allocated_all": self.allocated_all,
+                "categories": [c.to_json() for c in self.categories],
+                "largest": None if self.largest is None else self.largest.to_json(),
+                "notes": list(self.notes), "largest_share": self.largest_share,
+                "largest_notable": self.largest_notable}
 
 
 def _ets_holders(snap: Snapshot) -> tuple[list[CategoryHolder], bool]:
@@ -163,7 +196,7 @@ def _proc_holders(snap: Snapshot, processes: dict[str, Any] | None,
         who = r.get("name") or r.get("initial_call") or "?"
         out.append(CategoryHolder("process" if measure == "memory" else "binary",
                                   f"{r['pid']} ({who})", int(v),
-                                  detail=r.get("current_function") or ""))
+                                  detail=r.get("current_function") or "", pid=str(r["pid"])))
     return out
 
 
@@ -203,24 +236,23 @@ def _group_holders(processes: dict[str, Any] | None) -> list[CategoryHolder]:
             continue
         wait = waits.get(key)
         idle = g.get("idle_count")
-        detail = ", ".join(x for x in (
-            f"spawned as {key}" if key in GENERIC_CALLS and wait else "",
+        h = CategoryHolder(
+            "process_group", wait if key in GENERIC_CALLS and wait else key,
+            round(mem * scale), members=round(n * scale),
+            spawned_as=key if key in GENERIC_CALLS and wait else None,
             # OTP's own members taken out: at most the members left can be waiting
-            f"{round(min(idle, n) * scale):,} waiting with an empty mailbox"
-            if isinstance(idle, int) and idle > 0 else "",
-            "scaled from a sample of the processes" if scale != 1.0 else "") if x)
-        out.append(CategoryHolder("process_group", wait if key in GENERIC_CALLS and wait
-                                  else key, round(mem * scale), detail=detail,
-                                  members=round(n * scale)))
+            idle=round(min(idle, n) * scale) if isinstance(idle, int) and idle > 0 else None,
+            scaled=scale != 1.0)
+        spawned = [f"spawned as {h.spawned_as}"] if h.spawned_as is not None else []
+        out.append(replace(h, detail=", ".join(spawned + group_facts(h))))
     return sorted(out, key=lambda h: -h.bytes)
 
 
-def picture(snap: Snapshot, type_rows: list[dict[str, Any]],
+def picture(snap: Snapshot, allocated: dict[str, int],
             processes: dict[str, Any] | None = None) -> MemoryPicture:
-    """The categories of `snap.memory` with their allocators (`type_rows`: the analysis's
-    allocator_types) and holders."""
+    """The categories of `snap.memory` with their allocators (`allocated`: each allocator
+    type's carrier bytes, analysis.carrier_bytes) and holders."""
     mem = snap.memory
-    allocated = {r["allocator"]: r["allocated"] for r in type_rows}
     allocated_all = sum(allocated.values())
     total = mem.get("total")
     named = sum(mem.get(k, 0) for k in ("atom", "binary", "code", "ets"))

@@ -352,6 +352,9 @@ class Snapshot:
     carriers_skipped: int = 0
     #: Tagged blocks by origin and type (instrument:allocations/1), where tagging is on.
     tagged_blocks: list[TaggedBlocks] | None = None
+    #: Allocators the node has switched off (`option e: false`, `+M<X>e false`), as the reader
+    #: found them (its note says so in words): left out of the JSON when there are none.
+    disabled: list[str] = field(default_factory=list)
 
     def instances(self, allocator: str) -> list[AllocatorInstance]:
         return [a for a in self.allocators if a.allocator == allocator]
@@ -365,7 +368,10 @@ class Snapshot:
     # ---- JSON -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, **_encode(self)}
+        doc = {"schema": SCHEMA, **_encode(self)}
+        if not self.disabled:  # the JSON of a node with every allocator on is as it was
+            del doc["disabled"]
+        return doc
 
     def to_json(self, indent: int | None = None) -> str:
         if indent is not None or not self.carriers:
@@ -588,6 +594,11 @@ def check_snapshot(snap: Snapshot) -> None:
     for note in snap.notes:
         _check_str(note, "notes", limit=MAX_NOTE)
     _check_strings(snap.notes, "notes")
+    if len(snap.disabled) > MAX_NOTES:
+        raise SnapshotError(f"disabled: {len(snap.disabled):,} allocators (at most {MAX_NOTES:,})")
+    for name in snap.disabled:
+        _check_str(name, "disabled", limit=64)
+    _check_strings(snap.disabled, "disabled")
     _check_strings(snap.extra, "extra")
 
 

@@ -17,8 +17,36 @@ from beamalloc.limits import MAX_SCHEDULERS
 #: the sentences a stage builds (the verdict's first line: at most 100 characters) stay human.
 _EXACT: ContextVar[bool] = ContextVar("beamalloc_exact_bytes", default=False)
 
-#: The exact bytes `human` adds under `exact_bytes`: " (162,738,176 B)", its group the number.
+#: The exact bytes `human` adds under `exact_bytes`: " (162,738,176 B)", its group the number
+#: (what a reader of the output finds; code takes them from `Sized`, never from the text).
 EXACT_SUFFIX = re.compile(r" \((-?[0-9][0-9,]*) B\)")
+
+
+class Sized(str):
+    """What `human` gives under `exact_bytes`: the text "155.2 MiB (162,738,176 B)", which prose
+    prints as it is, with its parts kept as data for a table cell, which puts the exact bytes
+    on a line of their own under the human figure (`stacked`: reporters/table.py)."""
+
+    _parts: tuple[str, str, str, str]
+
+    def __new__(cls, short: str, exact: str, before: str = "", after: str = "") -> Sized:
+        s = super().__new__(cls, f"{before}{short} ({exact}){after}")
+        s._parts = (short, exact, before, after)
+        return s
+
+    @property
+    def stacked(self) -> str:
+        short, exact, before, after = self._parts
+        return f"{before}{short}{after}\n{exact}"
+
+
+def around(before: str, size: str, after: str = "") -> str:
+    """A cell of words around one size ("3 (1.0 MiB)"), which keeps that size's exact bytes
+    as data (a `Sized`) where `human` gave them."""
+    if isinstance(size, Sized):
+        short, exact, b, a = size._parts
+        return Sized(short, exact, before + b, a + after)
+    return before + size + after
 
 
 def human(n: int | float | None) -> str:
@@ -33,7 +61,7 @@ def human(n: int | float | None) -> str:
         v /= 1024
         if v < 1024 or unit == "TiB":
             text = f"{sign}{v:.1f} {unit}"
-            return f"{text} ({n:,.0f} B)" if _EXACT.get() else text
+            return Sized(text, f"{n:,.0f} B") if _EXACT.get() else text
     raise AssertionError
 
 

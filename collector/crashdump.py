@@ -193,6 +193,7 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
                 opts[k[7:]] = _option(v)
         snap.extra[sec.name] = {"0": opts}
     elif any(line == "option e: false" for line in sec.lines):
+        snap.disabled.append(sec.name)
         snap.notes.append(f"{sec.name} is not enabled on this node")
     elif not any(" carriers: " in line for line in sec.lines):
         return  # =allocator:instr and other sections without carriers describe no allocator

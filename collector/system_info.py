@@ -270,6 +270,7 @@ def add_allocator(snap: Snapshot, alloc: str, ix: int, props: Any) -> None:
 def add_system_info(snap: Snapshot, alloc: str, info: Any) -> None:
     """Add the result of `erlang:system_info({allocator, Alloc})`."""
     if info is False or info == "false":
+        snap.disabled.append(alloc)
         snap.notes.append(f"{alloc} is not enabled on this node")
         return
     if alloc == "erts_mmap":

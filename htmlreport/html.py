@@ -16,6 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from beamalloc.analyzer.analysis import Analysis
 from beamalloc.files import atomic_write_text
 from beamalloc.snapshot import Snapshot
 from beamalloc.webui import assets, filters
@@ -31,7 +32,7 @@ def _env() -> Environment:
     return env
 
 
-def render_report(analyses: list[dict[str, Any]],
+def render_report(analyses: list[Analysis],
                   snapshots: list[Snapshot] | None = None) -> str:
     """The report's HTML. Without `snapshots`, no recommendations and no option diffs."""
     views = []
@@ -45,7 +46,7 @@ def render_report(analyses: list[dict[str, Any]],
         compare = compare_view(snapshots, analyses, [None] * len(analyses))
         figs.update({f"cmp-{k}": f for k, f in compare["figures"].items()})
     return _env().get_template("report.html").render(
-        title="beamalloc report: " + ", ".join(a["node"] for a in analyses),
+        title="beamalloc report: " + ", ".join(a.node for a in analyses),
         written=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         views=views, compare=compare, figures=figures_json(figs),
         css=assets.text("style.css"), app_js=_script(assets.text("app.js")),
@@ -57,6 +58,6 @@ def _script(js: str) -> str:
     return js.replace("</", "<\\/")
 
 
-def write_report(analyses: list[dict[str, Any]], path: str,
+def write_report(analyses: list[Analysis], path: str,
                  snapshots: list[Snapshot] | None = None) -> None:
     atomic_write_text(path, render_report(analyses, snapshots))

@@ -79,7 +79,7 @@ class ReplayResult:
         return {
             "flags": self.flags,
             "snapshot": self.snapshot.to_dict(),
-            "analysis": analyze(self.snapshot),
+            "analysis": analyze(self.snapshot).to_json(),
             "peak": self.peak,
             "series": self.series,
         }

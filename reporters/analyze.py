@@ -10,18 +10,20 @@ category; `details` prints every table.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice import wording
 from beamalloc.advice.rules import usage_level
+from beamalloc.analyzer.analysis import Analysis, Coverage
+from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import exact_bytes, human, pct
+from beamalloc.units import around, exact_bytes, human, pct
 
 
 def _usage_style(u: float, unused: int) -> str:
@@ -35,14 +37,14 @@ def _usage_cell(u: float, unused: int, allocated: int) -> Text | str:
     return Text(pct(u), style=_usage_style(u, unused)) if allocated else "none"
 
 
-def header_facts(a: dict[str, Any]) -> tuple[str, str]:
+def header_facts(a: Analysis) -> tuple[str, str]:
     """OTP, erts and schedulers as the source records them; what it does not record is said so
     (a recon file has none of the three), never shown as "?"."""
-    facts = [("OTP", a["otp_release"], "OTP release"), ("erts", a["erts_version"], "erts version"),
-             ("schedulers", a["schedulers"], "scheduler count")]
+    facts = [("OTP", a.otp_release, "OTP release"), ("erts", a.erts_version, "erts version"),
+             ("schedulers", a.schedulers, "scheduler count")]
     known = "  ".join(f"{k} {v}" for k, v, _ in facts if v)
     missing = [what for _, v, what in facts if not v]
-    gap = (f"The {a['source']} source does not record the {_and(missing)}."
+    gap = (f"The {a.source} source does not record the {_and(missing)}."
            if missing else "")
     return known, gap
 
@@ -51,30 +53,40 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def cause_of_death(a: dict[str, Any], width: int = wording.HEADLINE_MAX) -> list[str]:
+class Answered(Protocol):
+    """What the answer says before the verdict: an `Analysis`, or the recommendation's records
+    (advice/recommend.py `Recommended`)."""
+
+    @property
+    def death(self) -> Death | None: ...
+    @property
+    def coverage(self) -> Coverage | None: ...
+    @property
+    def categories(self) -> MemoryPicture | None: ...
+
+
+def cause_of_death(a: Answered, width: int = wording.HEADLINE_MAX) -> list[str]:
     """A dump's cause of death in a line of `width` characters at most, and its why."""
-    if not a.get("death"):
+    if a.death is None:
         return []
-    death = Death.from_json(a["death"])
-    return [wording.death_line(death, width), *wording.death_why(death, width)]
+    return [wording.death_line(a.death, width), *wording.death_why(a.death, width)]
 
 
-def read_lines(a: dict[str, Any], holder: bool = True) -> list[str]:
+def read_lines(a: Answered, holder: bool = True) -> list[str]:
     """What a cut input did not let us read, and the largest holder where it is notable (and
     `holder`: not where the verdict's why names the holders already)."""
     lines = []
-    d = a.get("death")
-    cov = a.get("coverage") or {}
-    if cov.get("partial"):
-        lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov["read"])
-                     + ". Not read: " + ("; ".join(cov["not_read"]) or "the rest") + "."
-                     + (" Flags in force are unknown for " + ", ".join(cov["flags_unknown"])
-                        + "." if cov["flags_unknown"] else ""))
-    c = a.get("categories") or {}
-    said = ((d or {}).get("holder") or {}).get("pid")  # the dying process, named above
-    if holder and c.get("largest_notable") and not (
-            said and c["largest"]["name"].startswith(said + " ")):
-        lines.append(holder_sentence(c["largest"], c["largest_share"]))
+    cov = a.coverage
+    if cov is not None and cov.partial:
+        lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov.read)
+                     + ". Not read: " + ("; ".join(cov.not_read) or "the rest") + "."
+                     + (" Flags in force are unknown for " + ", ".join(cov.flags_unknown)
+                        + "." if cov.flags_unknown else ""))
+    c = a.categories
+    said = a.death.holder.pid if a.death and a.death.holder else None  # named above
+    if holder and c is not None and c.largest_notable and c.largest is not None and not (
+            said and c.largest.pid == said):
+        lines.append(holder_sentence(c.largest, c.largest_share))
     return lines
 
 
@@ -98,7 +110,7 @@ def alone(console: Console, text: str, style: str = "") -> None:
         prose(console, text, style, indent="", hang="  ")
 
 
-def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) -> None:
+def answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
     """The first lines of every command that judges (issue 26 item 1): a dump's cause of death
     first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
     most 100 characters and the terminal's width, each with its short lines of why."""
@@ -106,7 +118,7 @@ def answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) 
         _answer(a, verdict, console)
 
 
-def _answer(a: dict[str, Any], verdict: dict[str, Any] | None, console: Console) -> None:
+def _answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
     width = min(console.width, wording.HEADLINE_MAX)
     death = cause_of_death(a, width)
     if death:  # its line first, with its why
@@ -149,128 +161,125 @@ def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
                   r["status"] or "-"] for r in top], box=None)
 
 
-def picture_lines(a: dict[str, Any]) -> list[str]:
+def picture_lines(a: Analysis) -> list[str]:
     """The container, the tables taken by limits and known VM defects: one line each."""
     lines = []
-    if a.get("container"):
-        lines.append(a["container"]["message"])
-        lines += [f"note: {n}" for n in a["container"]["notes"]]
-    lines += [x["message"] for x in a.get("limits") or ()]
-    lines += [x["message"] for x in a.get("defects") or ()]
+    if a.container is not None:
+        lines.append(a.container.message)
+        lines += [f"note: {n}" for n in a.container.notes]
+    lines += [x.message for x in a.limits]
+    lines += [x.message for x in a.defects]
     return lines
 
 
-def holder_sentence(h: dict[str, Any], share: float | None = None) -> str:
+def holder_sentence(h: CategoryHolder, share: float | None = None) -> str:
     """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
     of erlang:memory(total), the largest single holder (3 tables of that name hold ...).', or
     '10,000 processes spawned as erlang:apply/2, most waiting in feeley:link_of/3 hold
     330.2 MiB, ...' for a process group."""
-    if h["kind"] == "process_group":
-        s = f"{holder_label(h)} hold {human(h['bytes'])}"
+    if h.kind == "process_group":
+        s = f"{holder_label(h)} hold {human(h.bytes)}"
         if share is not None:
             s += f", {pct(share)} of erlang:memory(total), the largest holder"
-        rest = [x for x in h.get("detail", "").split(", ")
-                if x and not x.startswith("spawned as ")]  # said by the label
+        rest = group_facts(h)  # its spawn call is said by the label
         return s + (f" ({', '.join(rest)})" if rest else "") + "."
     what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
             "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
-            "port": "Port"}[h["kind"]]
+            "port": "Port"}[h.kind]
     # instrument's histograms give a lower bound (analyzer/categories.py _origin_holders)
-    least = "at least " if h["kind"] in ("origin", "port") else ""
-    s = (f"{what} holds {human(h['bytes'])}" if h["kind"] in ("atom", "code")
-         else f"{what} {h['name']} holds {least}{human(h['bytes'])}")
+    least = "at least " if h.kind in ("origin", "port") else ""
+    s = (f"{what} holds {human(h.bytes)}" if h.kind in ("atom", "code")
+         else f"{what} {h.name} holds {least}{human(h.bytes)}")
     if share is not None:
         s += f", {pct(share)} of erlang:memory(total), the largest single holder"
-    if h.get("siblings", 0) > 1:
-        s += (f" ({h['siblings']} tables of that name hold {human(h['siblings_bytes'])} "
+    if h.siblings > 1:
+        s += (f" ({h.siblings} tables of that name hold {human(h.siblings_bytes)} "
               "together)")
     return s + "."
 
 
-def holder_label(h: dict[str, Any], short: bool = False) -> str:
+def holder_label(h: CategoryHolder, short: bool = False) -> str:
     """A holder's name in words: a process group with its member count, named by its initial
     call or, for a spawn call that says nothing (analyzer/categories.py GENERIC_CALLS), by
     where its members wait; `short`, as a narrow table cell: 'feeley:link_of/3 ×10,000'."""
-    if h["kind"] != "process_group":
-        return str(h["name"])
+    if h.kind != "process_group":
+        return str(h.name)
     if short:
-        return f"{_cut(str(h['name']), 16)} ×{h.get('members', 0):,}"
-    n, detail = h.get("members", 0), h.get("detail", "")
-    if detail.startswith("spawned as "):  # named by where the members read wait, mostly
-        return f"{n:,} processes {detail.split(', ')[0]}, most waiting in {h['name']}"
-    return f"{n:,} processes of {h['name']}"
+        return f"{_cut(str(h.name), 16)} ×{h.members:,}"
+    if h.spawned_as is not None:  # named by where the members read wait, mostly
+        return f"{h.members:,} processes spawned as {h.spawned_as}, most waiting in {h.name}"
+    return f"{h.members:,} processes of {h.name}"
 
 
-def verdict_lines(a: dict[str, Any], short: bool = False) -> list[str]:
+def verdict_lines(a: Analysis, short: bool = False) -> list[str]:
     """The totals in words, and with `short` only they and the OS's view (the short output's
     table names the allocator with the most unused bytes)."""
-    t, os_ = a["totals"], a["os"]
+    t, os_ = a.totals, a.os
     lines = [
-        f"The allocators hold {human(t['allocated'])} of carriers and use "
-        f"{human(t['used'])} of them "
-        f"(usage {pct(t['usage'])}): {human(t['unused'])} is reserved but holds no data."
+        f"The allocators hold {human(t.allocated)} of carriers and use "
+        f"{human(t.used)} of them "
+        f"(usage {pct(t.usage)}): {human(t.unused)} is reserved but holds no data."
     ]
-    types = a["allocator_types"]
-    if types and types[0]["unused"] > 0 and not short:
+    types = a.allocator_types
+    if types and types[0].unused > 0 and not short:
         w = types[0]
         lines.append(
-            f"Most of the unused space is in {w['allocator']}: {human(w['unused'])} unused of "
-            f"{human(w['allocated'])} (usage {pct(w['usage'])})."
+            f"Most of the unused space is in {w.allocator}: {human(w.unused)} unused of "
+            f"{human(w.allocated)} (usage {pct(w.usage)})."
         )
-    c = a.get("carriers") or {}
-    worst = next((m for m in c.get("allocators", ())
+    worst = next((m for m in a.carriers.get("allocators", ())
                   if m["classification"]["kind"] != "compact"), None)
     if worst is not None and not short:
         cl = worst["classification"]
         lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
-    if os_["rss"] is not None:
-        gap = os_["rss_minus_allocated"]
+    if os_.rss is not None:
+        gap = os_.rss_minus_allocated
         lines.append(
-            f"The OS sees {human(os_['rss'])} resident; the allocators account for "
-            f"{human(os_['allocated_all'])} of it"
+            f"The OS sees {human(os_.rss)} resident; the allocators account for "
+            f"{human(os_.allocated_all)} of it"
             + (
                 f", so {human(gap)} is outside them (NIFs, drivers, the mseg cache, code)."
-                if gap > 0
+                if gap is not None and gap > 0
                 else "."
             )
         )
-        if os_.get("rss_lazyfree") and not short:
-            cg = a.get("container") or {}
-            where = (f" ({human(cg['available'])} in the node's cgroup, before its limit; "
-                     f"{human(os_['mem_available'])} on this host)"
-                     if cg.get("available") is not None and os_["mem_available"] else
-                     f" ({human(os_['mem_available'])} on this host)"
-                     if os_["mem_available"] else "")
+        if os_.rss_lazyfree and not short:
+            cg = a.container
+            where = (f" ({human(cg.available)} in the node's cgroup, before its limit; "
+                     f"{human(os_.mem_available)} on this host)"
+                     if cg is not None and cg.available is not None and os_.mem_available else
+                     f" ({human(os_.mem_available)} on this host)"
+                     if os_.mem_available else "")
             lines.append(
-                f"Of that resident memory, {human(os_['rss_lazyfree'])} is lazily freed "
+                f"Of that resident memory, {human(os_.rss_lazyfree)} is lazily freed "
                 "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
                 f"counts in MemAvailable{where} while VmRSS still shows it."
             )
     return lines
 
 
-def render(a: dict[str, Any], console: Console, top: int = 20,
+def render(a: Analysis, console: Console, top: int = 20,
            verdict: dict[str, Any] | None = None, details: bool = False) -> None:
     """`verdict`: the recommender's (advice/recommend.py) on the same snapshot, whose line
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
     facts, missing = header_facts(a)
     if not details:  # one line: the release and the source (--details: erts, schedulers, time)
-        facts = f"OTP {a['otp_release']}" if a["otp_release"] else ""
-    taken = a["taken_at"] or "unknown"
+        facts = f"OTP {a.otp_release}" if a.otp_release else ""
+    taken = a.taken_at or "unknown"
     if not details:  # to the second: the short output's header fits a line
         taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
-    rest = (f"{facts}  source {a['source']}" + (f"  taken {taken}" if details else "")).strip()
-    head = Text(a["node"], style="dim")
-    if len(a["node"]) + 2 + len(rest) <= console.width:
+    rest = (f"{facts}  source {a.source}" + (f"  taken {taken}" if details else "")).strip()
+    head = Text(a.node, style="dim")
+    if len(a.node) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))
     else:  # the facts on a line of their own, under the name, rather than cut at any word
         console.print(head)
         prose(console, rest, "dim")
     if missing:
         prose(console, missing, "dim", indent="")
-    for note in a["notes"] if details or a["truncated"] else ():
-        prose(console, f"note: {note}", "yellow" if a["truncated"] else "dim", indent="")
+    for note in a.notes if details or a.truncated else ():
+        prose(console, f"note: {note}", "yellow" if a.truncated else "dim", indent="")
     console.print()
     for line in verdict_lines(a, short=not details):
         prose(console, line, indent="")
@@ -284,49 +293,49 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
     if not details:
         _short(a, console)
         return
-    _categories(a.get("categories"), console)
+    _categories(a.categories, console)
 
-    t, os_ = a["totals"], a["os"]
+    t, os_ = a.totals, a.os
     print_table(console, "Memory: erlang:memory(total) vs carriers vs the OS", [
         Col("erlang:memory(total)"), Col("allocated (recon)"), Col("allocated (all)"),
         Col("used"), Col("unused"), Col("usage"), Col("RSS"), Col("RSS - allocated"),
     ], [[
-        human(os_["erlang_memory_total"]),
-        human(t["allocated"]),
-        human(os_["allocated_all"]),
-        human(t["used"]),
-        human(t["unused"]),
-        Text(pct(t["usage"]), style=_usage_style(t["usage"], t["unused"])),
-        human(os_["rss"]),
-        human(os_["rss_minus_allocated"]),
+        human(os_.erlang_memory_total),
+        human(t.allocated),
+        human(os_.allocated_all),
+        human(t.used),
+        human(t.unused),
+        Text(pct(t.usage), style=_usage_style(t.usage, t.unused)),
+        human(os_.rss),
+        human(os_.rss_minus_allocated),
     ]])
-    exact = [("erlang:memory(total)", os_["erlang_memory_total"]), ("allocated", t["allocated"]),
-             ("used", t["used"]), ("unused", t["unused"]), ("RSS", os_["rss"])]
+    exact = [("erlang:memory(total)", os_.erlang_memory_total), ("allocated", t.allocated),
+             ("used", t.used), ("unused", t.unused), ("RSS", os_.rss)]
     prose(console, "In bytes: " + ", ".join(f"{k} {v:,}" for k, v in exact if v is not None)
           + ".", "dim")
     prose(console, "recon counts 9 allocator types; 'all' adds literal_alloc. "
         "max (an upper bound: peaks summed across instances): "
-        f"allocated {human(a['totals_max']['allocated'])}, "
-        f"used {human(a['totals_max']['used'])}", "dim")
+        f"allocated {human(a.totals_max.allocated)}, "
+        f"used {human(a.totals_max.used)}", "dim")
     console.print()
 
     rows = []
-    for r in a["allocator_types"]:
-        o = r["options"]
+    for ty in a.allocator_types:
+        o = ty.options
         rows.append([
-            r["allocator"] + ("" if r["in_recon"] else " *"),
-            str(r["instances"]),
-            human(r["allocated"]),
-            human(r["used"]),
-            human(r["unused"]),
-            _usage_cell(r["usage"], r["unused"], r["allocated"]),
-            pct(r["sbcs_share"]),
-            human(r["mbcs_average_block_size"]),
+            ty.allocator + ("" if ty.in_recon else " *"),
+            str(ty.instances),
+            human(ty.allocated),
+            human(ty.used),
+            human(ty.unused),
+            _usage_cell(ty.usage, ty.unused, ty.allocated),
+            pct(ty.sbcs_share),
+            human(ty.mbcs_average_block_size),
             format_option("sbct", o["sbct"]) if isinstance(o.get("sbct"), int) else "infinity",
             human(o.get("lmbcs")),
             str(o.get("as", "-")),
-            human(r["pool_carriers_size"]),
-            human(r["max_allocated"]),
+            human(ty.pool_carriers_size),
+            human(ty.max_allocated),
         ])
     print_table(console, "Per allocator: where the unused bytes are (worst first)", [
         Col("allocator", "left", key=True), Col("inst"), Col("allocated"), Col("used"),
@@ -339,27 +348,27 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
 
     rows = []
     above = False  # a current count above its max: the pool's share (recon_alloc's formula)
-    for r in a["allocators"][:top]:
-        pool = r["pool"]
-        ratio = r["sbcs_to_mbcs"]
+    for r in a.allocators[:top]:
+        pool = r.pool
+        ratio = r.sbcs_to_mbcs
         mark = ""
-        if (r["mbcs_carriers"] > r["max"]["mbcs_carriers"]
-                or r["mbcs_blocks"] > r["max"]["mbcs_blocks"]):
+        if r.mbcs_carriers > r.max["mbcs_carriers"] or r.mbcs_blocks > r.max["mbcs_blocks"]:
             above, mark = True, " +"
         rows.append([
-            f"{r['allocator']}[{r['instance']}]",
-            human(r["unused"]),
+            f"{r.allocator}[{r.instance}]",
+            human(r.unused),
             # recon counts an instance without carriers as 100 % used: no usage to show
-            Text(pct(r["mbcs_usage"]), style=_usage_style(r["mbcs_usage"], r["unused"]))
-            if r["mbcs_carriers"] else "none",
-            f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
-            f"({human(r['mbcs_carriers_size'])}){mark}",
-            f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}{mark}",
+            Text(pct(r.mbcs_usage), style=_usage_style(r.mbcs_usage, r.unused))
+            if r.mbcs_carriers else "none",
+            around(f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} (",
+                   human(r.mbcs_carriers_size), f"){mark}"),
+            f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}{mark}",
             # recon counts an instance without single-block carriers as 100 % used
-            "none" if not r["sbcs_carriers"] else pct(r["sbcs_usage"]),
-            f"{r['sbcs_carriers']} ({human(r['sbcs_carriers_size'])})",
-            "-" if pool is None else f"{pool['carriers']} ({human(pool['carriers_size'])})",
-            pct(r["max"]["mbcs_usage"]) if r["max"]["mbcs_carriers"] else "none",
+            "none" if not r.sbcs_carriers else pct(r.sbcs_usage),
+            around(f"{r.sbcs_carriers} (", human(r.sbcs_carriers_size), ")"),
+            "-" if pool is None else around(f"{pool['carriers']} (", human(pool["carriers_size"]),
+                                            ")"),
+            pct(r.max["mbcs_usage"]) if r.max["mbcs_carriers"] else "none",
             ratio if isinstance(ratio, str) else f"{ratio:.3g}",
         ])
     print_table(console, f"Per instance (current, with all-time max), worst {top} first", [
@@ -374,9 +383,9 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
            "the carrier pool (as recon_alloc does) and max does not." if above else ""), "dim")
     console.print()
 
-    _carriers(a.get("carriers"), console)
+    _carriers(a.carriers, console)
 
-    if a["cache_hit_rates"]:
+    if a.cache_hit_rates:
         print_table(console, "mseg_alloc segment cache (hit rate should be above 80% unless "
                     "the load is spiky)", [
             Col("mseg instance", key=True), Col("hit rate"), Col("hits"), Col("calls"),
@@ -384,10 +393,10 @@ def render(a: dict[str, Any], console: Console, top: int = 20,
             # no rate of zero calls: a 100 % of nothing reads as a healthy cache
             [[str(r["instance"]), pct(r["hit_rate"]) if r["calls"] else "no calls",
               f"{r['hits']:,}", f"{r['calls']:,}", str(r["cached_segments"])]
-             for r in a["cache_hit_rates"]])
-    if a.get("processes"):
+             for r in a.cache_hit_rates])
+    if a.processes:
         console.print()
-        holders.render(a["processes"], console)
+        holders.render(a.processes, console)
 
 
 #: Allocator types the short output lists (worst first): the decision is about the first.
@@ -396,24 +405,24 @@ SHORT_TYPES = 4
 SHORT_PICTURE = 3
 
 
-def _short(a: dict[str, Any], console: Console) -> None:
+def _short(a: Analysis, console: Console) -> None:
     """The short output's tables: the allocator types that carry the decision, then the
     holders by category."""
-    types = a["allocator_types"]
+    types = a.allocator_types
     print_table(console, "Per allocator: where the unused bytes are (worst first)", [
         Col("allocator", "left", key=True), Col("allocated"), Col("used"), Col("unused"),
         Col("usage"), Col("max allocated")], [[
-            r["allocator"] + ("" if r["in_recon"] else " *"), human(r["allocated"]),
-            human(r["used"]), human(r["unused"]),
-            _usage_cell(r["usage"], r["unused"], r["allocated"]),
-            human(r["max_allocated"])] for r in types[:SHORT_TYPES]])
+            r.allocator + ("" if r.in_recon else " *"), human(r.allocated),
+            human(r.used), human(r.unused),
+            _usage_cell(r.usage, r.unused, r.allocated),
+            human(r.max_allocated)] for r in types[:SHORT_TYPES]])
     if len(types) > SHORT_TYPES:
-        star = any(not r["in_recon"] for r in types[:SHORT_TYPES])
+        star = any(not r.in_recon for r in types[:SHORT_TYPES])
         prose(console, f"{len(types) - SHORT_TYPES} more types below these"
               + ("; * not counted by recon_alloc" if star else ""), "dim")
-    _categories(a.get("categories"), console, short=True)
-    if not (a.get("categories") or {}).get("total"):
-        top_holders(a.get("processes"), console)
+    _categories(a.categories, console, short=True)
+    if not a.categories.total:
+        top_holders(a.processes, console)
         console.print()
     prose(console, f"{DETAILS_HINT} (memory against RSS, options, instances, carriers, mseg "
           "cache, ETS tables, every holder); --json every number.", "dim", indent="")
@@ -429,19 +438,21 @@ def _cut(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n - 1] + "…"
 
 
-def _categories(c: dict[str, Any] | None, console: Console, short: bool = False) -> None:
-    if not c or c["total"] is None:
-        for n in (c or {}).get("notes", ()) if not short else ():
+def _categories(c: MemoryPicture, console: Console, short: bool = False) -> None:
+    if c.total is None:
+        for n in c.notes if not short else ():
             prose(console, f"note: {n}", "dim", indent="")
         return
     rows = []
-    for cat in c["categories"]:
-        top = cat["holders"][0] if cat["holders"] else None
+    for cat in c.categories:
+        top = cat.holders[0] if cat.holders else None
         rows.append([
-            CATEGORY_LABELS[cat["name"]],
-            human(cat["bytes"]) + ("" if cat["share"] is None else f" ({pct(cat['share'])})"),
-            ", ".join(f"{a} {human(b)}" for a, b in cat["allocators"][:1]) or "-",
-            "-" if top is None else f"{_cut(holder_label(top, True), 26)} {human(top['bytes'])}",
+            CATEGORY_LABELS[cat.name],
+            around("", human(cat.bytes),
+                   "" if cat.share is None else f" ({pct(cat.share)})"),
+            next((around(f"{a} ", human(b)) for a, b in cat.allocators[:1]), "-"),
+            "-" if top is None else around(f"{_cut(holder_label(top, True), 26)} ",
+                                           human(top.bytes)),
         ])
     cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
             Col("largest holder", "left")]
@@ -456,16 +467,16 @@ def _categories(c: dict[str, Any] | None, console: Console, short: bool = False)
     if short:
         console.print()
         return
-    prose(console, f"erlang:memory(total) {human(c['total'])}; the allocators' carriers "
-          f"{human(c['allocated_all'])}. 'held in': the category's main allocator; it may serve "
+    prose(console, f"erlang:memory(total) {human(c.total)}; the allocators' carriers "
+          f"{human(c.allocated_all)}. 'held in': the category's main allocator; it may serve "
           "others too (ll_alloc: atoms, code and tables), the JSON lists them all.", "dim")
-    for n in c["notes"]:
+    for n in c.notes:
         prose(console, f"note: {n}", "dim")
-    ets = next((x for x in c["categories"] if x["name"] == "ets"), None)
-    if ets and ets["holders"]:
+    ets = next((x for x in c.categories if x.name == "ets"), None)
+    if ets and ets.holders:
         print_table(console, "ETS tables, largest first", [
             Col("table", "left", key=True), Col("bytes"), Col("owner, type, objects", "left")],
-            [[h["name"], human(h["bytes"]), h["detail"]] for h in ets["holders"]])
+            [[h.name, human(h.bytes), h.detail] for h in ets.holders])
     console.print()
 
 
@@ -495,9 +506,7 @@ def _strip(fills: list[float], width: int) -> tuple[list[Text], int]:
     return lines, k
 
 
-def _carriers(c: dict[str, Any] | None, console: Console) -> None:
-    if c is None:
-        return
+def _carriers(c: dict[str, Any], console: Console) -> None:
     console.print(Text("Inside the carriers (instrument:carriers/1)", style="bold italic"))
     if not c["available"]:
         why = c["unavailable"] or "the source has no per-carrier data (only a live node does)"

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.reporters.table import UNIT_GLUE
-from beamalloc.units import human, pct
+from beamalloc.units import around, human, pct
 
 WIDTH = 80
 STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red"}
@@ -34,7 +34,7 @@ def signed_bytes(n: int | None, missing: str = "-") -> str:
     (the terminal's and the compare page's one rule)."""
     if n is None:
         return missing
-    return ("+" if n > 0 else "") + human(n) if n else "="
+    return around("+" if n > 0 else "", human(n)) if n else "="
 
 
 def count_delta(n: int | None) -> str:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import human
+from beamalloc.units import around, human
 
 
 def _n(v: int | None) -> str:
@@ -123,7 +123,7 @@ def _idle_table(console: Console, ih: dict[str, Any] | None, top: int) -> None:
     idle = ("idle between two reads" if ih["idle_by"] == "two reads"
             else "idle at one instant (one read)")
     out = [[g["initial_call"], _n(g["count"]), _h(g["total_heap_bytes"]),
-            ("~" if g["how"] == "probe" else "up to ") + human(g["releases"]),
+            around("~" if g["how"] == "probe" else "up to ", human(g["releases"])),
             f"GC probe on {g['probed']}" if g["how"] == "probe" else "bound"]
            for g in rows[:top]]
     print_table(console, f"Idle heaps by initial call ({idle}; OTP's own apart): what a "

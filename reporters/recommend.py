@@ -10,7 +10,7 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
@@ -29,6 +29,9 @@ from beamalloc.reporters.analyze import (
 )
 from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import human, pct
+
+if TYPE_CHECKING:
+    from beamalloc.advice.recommend import Document
 
 
 def paste_note(r: dict[str, Any]) -> str | None:
@@ -103,7 +106,7 @@ def predicted_line(p: dict[str, Any]) -> str:
     return f"{wording.figure(rec)} unused; {p['summary']}"
 
 
-def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
+def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
     def say(line: str, style: str | None = None) -> None:
@@ -122,7 +125,7 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
         return citation
 
     v = r["verdict"]
-    answer(r, v, console)  # the cause of death, a partial read, the verdict: first
+    answer(r.records, v, console)  # the cause of death, a partial read, the verdict: first
     otp = f"OTP {r['otp_release']}" if r["otp_release"] else "OTP release not recorded"
     say(f"{r['node']}  {otp}  source {r['source']}", "dim")
     if not details:
@@ -212,14 +215,16 @@ def render(r: dict[str, Any], console: Console, fmt: str = "vm.args",
     console.print(Text(paste(r, fmt)), soft_wrap=True)
 
 
-def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
+def _short(r: Document, console: Console, fmt: str) -> None:
     """The short output under the answer: the flags in force in a line, the table the decision
     rests on, the top holders, the paste block."""
     v = r["verdict"]
     prose(console, f"Flags in force: {flags_line(r, short=True)}", "dim", indent="")
     console.print()
     if r["recommendations"]:
-        titles = {(f["rule"], f["allocator"]): f["title"] for f in r["findings"]}
+        # a row names its allocator: its finding's title without it, where it names it first
+        titles = {(f.rule, f.allocator): f.topic if f.topic is not None and f.about is not None
+                  and f.about == f.allocator else f.title for f, _, _ in r.records.findings}
         sets: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
         for x in r["recommendations"]:  # a finding's flags are predicted together
             sets.setdefault((x["rule"], x["allocator"]), []).append(x)
@@ -227,8 +232,6 @@ def _short(r: dict[str, Any], console: Console, fmt: str) -> None:
         for (rule, alloc), xs in sets.items():
             e = xs[0]["effect"] or {}
             title = titles.get((rule, alloc), "")
-            if alloc and title.startswith(alloc + ": "):
-                title = title[len(alloc) + 2:]
             rows.append(["\n".join(f"{x['flag']} {x['value']}" for x in xs),
                          f"{rule} {title}".strip(),
                          "not predicted" if not e else wording.change(-e["unused_saving"]),

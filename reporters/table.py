@@ -21,7 +21,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from beamalloc.units import EXACT_SUFFIX
+from beamalloc.units import Sized
 
 #: A number and its unit, to be kept on one line when text wraps.
 UNIT_GLUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|%)(?=[\s,.;:)]|$)")
@@ -169,11 +169,10 @@ def _split_term(word: str, room: int) -> str:
 
 
 def _stack(cell: Cell) -> Cell:
-    """A number cell with one size's exact bytes (`--bytes`: units.exact_bytes) on two lines,
-    "155.2 MiB" over "162,738,176 B": a column as narrow as its longer line, not their sum."""
-    if not isinstance(cell, str) or len(found := EXACT_SUFFIX.findall(cell)) != 1:
-        return cell
-    return f"{EXACT_SUFFIX.sub('', cell)}\n{found[0]} B"
+    """A number cell with one size's exact bytes (`--bytes`: units.exact_bytes, a `Sized`) on
+    two lines, "155.2 MiB" over "162,738,176 B": a column as narrow as its longer line, not
+    their sum."""
+    return cell.stacked if isinstance(cell, Sized) else cell
 
 
 def print_table(console: Console, title: str | None, cols: Sequence[Col],

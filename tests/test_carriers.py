@@ -164,7 +164,7 @@ def test_classes() -> None:
 def test_analysis_json_and_terminal_map() -> None:
     strag = [_c(8 * MIB, 0.012, True, 8) for _ in range(30)] + [_c(4 * MIB, 0.87)] * 2
     a = analyze(_snap(strag))
-    c = json.loads(json.dumps(a))["carriers"]
+    c = json.loads(json.dumps(a.to_json()))["carriers"]
     assert c["available"] and c["count"] == 32 and c["skipped"] == 0
     b = c["allocators"][0]
     assert b["allocator"] == "binary_alloc" and b["classification"]["kind"] == STRAGGLERS
@@ -181,7 +181,7 @@ def test_analysis_json_and_terminal_map() -> None:
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in pooled) == 30  # one mark per carrier
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in owned) == 2
     na = analyze(_snap(None))
-    assert na["carriers"]["available"] is False
+    assert na.carriers["available"] is False
     out = io.StringIO()
     render(na, Console(file=out, width=80), top=5, details=True)
     assert "no per-carrier data" in out.getvalue()

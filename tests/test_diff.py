@@ -52,7 +52,7 @@ def test_numbers_are_analyzes(cli) -> None:
     doc = json.loads(r.stdout)
     assert doc["schema"] == "beamalloc.diff/2"
     for side, path in (("a", a), ("b", b)):
-        an = analyze(read_file(str(path)))
+        an = analyze(read_file(str(path))).to_json()
         t = doc["total"][side]
         assert (t["carriers_size"], t["used"], t["unused"]) == (
             an["totals_all"]["allocated"], an["totals_all"]["used"], an["totals_all"]["unused"])
@@ -108,7 +108,7 @@ def test_three_percent_drop_is_barely_helped() -> None:
     """The issue's case: a small relative drop while most memory stays unused is never a
     success. A real fragmented node (frag) and the same with 3 % of its unused bytes gone."""
     a = read_file(str(SNAPS / "binspike.json"))
-    unused = analyze(a)["totals_all"]["unused"]
+    unused = analyze(a).totals_all.unused
     b = shrunk(a, "binary_alloc", int(0.03 * unused) // 4096 * 4096)
     d = diff(a, b)
     v = d["verdict"]

@@ -131,7 +131,7 @@ def test_every_cgroup_file_broken_is_one_note(tmp_path: Path, name: str, fault: 
         assert getattr(cg, k) in (v, None) and (getattr(cg, k) == v or k == emptied)
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     snap.extra["cgroup"] = cg.to_json()
-    c = analyze(snap)["container"]
+    c = analyze(snap).to_json()["container"]
     assert c["notes"] == cg.notes and c["message"].startswith("The node's cgroup (v2)")
     assert "None" not in c["message"]
 
@@ -145,7 +145,7 @@ def test_a_cgroup_over_its_limit_says_so(tmp_path: Path) -> None:
     assert cg is not None and cg.headroom == 104857600 - (209715200 - 41943040) < 0
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     snap.extra["cgroup"] = cg.to_json()
-    msg = analyze(snap)["container"]["message"]
+    msg = analyze(snap).to_json()["container"]["message"]
     assert "60.0 MiB over it" in msg and "charged 200.0 MiB (anon 100.0 MiB, file 50.0 MiB, " \
         "inactive file 40.0 MiB)" in msg, msg
 
@@ -162,7 +162,7 @@ def test_a_cgroup_outside_our_namespace_is_not_read(tmp_path: Path) -> None:
     assert len(cg.notes) == 1 and "namespace" in cg.notes[0]
     snap = read_file(str(SAMPLES / "erl_crash.dump"))
     snap.extra["cgroup"] = cg.to_json()
-    c = analyze(snap)["container"]
+    c = analyze(snap).to_json()["container"]
     assert c["message"] == "The node's cgroup (v1) has no memory limit; its charge was not read."
     assert c["notes"] == cg.notes
 
@@ -205,7 +205,7 @@ def test_defects_need_the_release_and_the_symptom() -> None:
         got = [d.ticket for d in defect_findings(snap)]
         assert (DEFECTS[0].ticket in got) == want, erts
     assert DEFECTS[0].ticket in " ".join(d["message"] for d in analyze(
-        snap.__class__(**{**snap.__dict__, "erts_version": "12.1"}))["defects"])
+        snap.__class__(**{**snap.__dict__, "erts_version": "12.1"})).to_json()["defects"])
     snap = copy.deepcopy(base)
     snap.memory.update(binary=3 << 30, total=4 << 30)
     for erts, want in (("13.2.2.4", True), ("13.2.2.5", False), ("14.1", True),

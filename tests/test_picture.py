@@ -48,14 +48,14 @@ def _text(path: Path) -> str:
 def _analysis(text: str) -> dict:
     snap = read_crashdump_lines(iter(text.splitlines(keepends=True)), "cut")
     snap.check()
-    return analyze(snap)
+    return analyze(snap).to_json()
 
 
 # ---- 1. the cause of death ----------------------------------------------------------------
 
 
 def test_out_of_memory_names_allocator_size_and_holder() -> None:
-    d = analyze(read_file(str(OOM)))["death"]
+    d = analyze(read_file(str(OOM))).to_json()["death"]
     assert d["kind"] == "out_of_memory"
     assert (d["allocator"], d["size"], d["block_type"]) == ("eheap_alloc", 428624688, "heap")
     # the holder: the dump's one process in state Garbing, by its own =proc section
@@ -84,7 +84,7 @@ def test_every_real_slogan_is_classified(path: Path) -> None:
     """Boot failures are never left as a healthy node, dumps on request are said so; the kind
     is read from the slogan's own words here."""
     slogan = _slogan(path)
-    d = analyze(read_file(str(path)))["death"]
+    d = analyze(read_file(str(path))).to_json()["death"]
     low = slogan.lower()
     if "cannot allocate" in low:
         want = "out_of_memory"
@@ -118,7 +118,7 @@ def _ets_words(text: str) -> list[tuple[str, int]]:
 def test_ets_tables_of_a_dump_and_the_largest_holder() -> None:
     text = _text(ETS)
     tables = _ets_words(text)
-    a = analyze(read_file(str(ETS)))
+    a = analyze(read_file(str(ETS))).to_json()
     snap_ets = read_file(str(ETS)).extra["ets"]
     assert snap_ets["count"] == text.count("\n=ets:") == len(tables) == 42
     assert snap_ets["bytes"] == 8 * sum(w for _, w in tables)
@@ -210,7 +210,7 @@ def test_a_malformed_proc_section_is_one_note() -> None:
     text = _text(OOM).replace("Memory: 8659919976", "Memory: ²", 1)
     snap = read_crashdump_lines(iter(text.splitlines(True)), "bad")
     assert sum("=proc sections not read" in n for n in snap.notes) == 1
-    d = analyze(snap)["death"]
+    d = analyze(snap).to_json()["death"]
     assert d["kind"] == "out_of_memory" and d["holder"]["pid"] != "<0.59.0>"
 
 

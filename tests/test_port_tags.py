@@ -11,7 +11,7 @@ import struct
 import pytest
 from support import ROOT
 
-from beamalloc.analyzer.analysis import type_rows
+from beamalloc.analyzer.analysis import carrier_bytes, type_rows
 from beamalloc.analyzer.categories import picture
 from beamalloc.collector import dist
 from beamalloc.collector.collect import _raw_ports
@@ -90,7 +90,8 @@ def test_a_port_is_a_holder_named_with_its_driver() -> None:
                           TaggedBlocks("prim_file", "nif_internal", FreeHistogram(128, (0, 1)))]
     snap.extra["port_names"] = {"#Port<0.7>": "tcp_inet\x1b[2J", "#Port<0.9>": 5}
     snap.memory = {**snap.memory, "total": 64 << 20}
-    c = picture(snap, type_rows(snap)).to_json()
+    pic = picture(snap, carrier_bytes(type_rows(snap)))
+    c = pic.to_json()
     binary = next(x for x in c["categories"] if x["name"] == "binary")["holders"]
     assert binary[0]["kind"] == "port" and binary[0]["name"] == "#Port<0.7> (tcp_inet?[2J)"
     assert binary[0]["bytes"] == h.bounds(17)[0]
@@ -99,5 +100,6 @@ def test_a_port_is_a_holder_named_with_its_driver() -> None:
                                                       ("origin", "prim_file")}
     # a port's buffer is its own: it may be the largest holder, said as a lower bound
     assert c["largest"]["name"] == "#Port<0.7> (tcp_inet?[2J)"
-    s = holder_sentence(c["largest"], c["largest_share"])
+    assert pic.largest is not None
+    s = holder_sentence(pic.largest, pic.largest_share)
     assert s.startswith("Port #Port<0.7> (tcp_inet?[2J) holds at least 16.0 MiB, 25.0 %")

@@ -9,6 +9,7 @@ same partial from `compare_view`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from flask import Blueprint, abort, current_app, render_template, request
 
 from beamalloc.advice.diff import diff
 from beamalloc.advice.rules import MIN_UNUSED
+from beamalloc.analyzer.analysis import Analysis
 from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -40,9 +42,9 @@ def _when(t: float | None) -> str:
         "%Y-%m-%d %H:%M:%S UTC")
 
 
-def label(i: int, a: dict[str, Any]) -> str:
-    return f"{chr(ord('A') + i) if i < 26 else i + 1}: {a['node']} ({a['source']}, " \
-           f"{a['taken_at'] or 'no time'})"
+def label(i: int, a: Analysis) -> str:
+    return f"{chr(ord('A') + i) if i < 26 else i + 1}: {a.node} ({a.source}, " \
+           f"{a.taken_at or 'no time'})"
 
 
 def _count(n: int | None) -> str:
@@ -77,12 +79,13 @@ def _type_row(r: dict[str, Any]) -> dict[str, Any]:
             "level": r["level"]}
 
 
-def _totals_table(analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _totals_table(analyses: list[Analysis]) -> list[dict[str, Any]]:
     """Three or more snapshots: each one's totals, with its change against A."""
-    metrics = (("RSS", lambda a: a["os"]["rss"]),
-               ("carriers (all allocators)", lambda a: a["totals_all"]["allocated"]),
-               ("used", lambda a: a["totals_all"]["used"]),
-               ("unused", lambda a: a["totals_all"]["unused"]))
+    metrics: tuple[tuple[str, Callable[[Analysis], int | None]], ...] = (
+        ("RSS", lambda a: a.os.rss),
+        ("carriers (all allocators)", lambda a: a.totals_all.allocated),
+        ("used", lambda a: a.totals_all.used),
+        ("unused", lambda a: a.totals_all.unused))
     rows = []
     for name, get in metrics:
         base = get(analyses[0])
@@ -92,7 +95,7 @@ def _totals_table(analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def compare_view(snaps: list[Snapshot] | None, analyses: list[dict[str, Any]],
+def compare_view(snaps: list[Snapshot] | None, analyses: list[Analysis],
                  refs: list[str | None]) -> dict[str, Any]:
     """What the compare partial shows: A is the first snapshot, B the last (a report of three
     sources compares the first with the last and lists every one's totals)."""
@@ -101,14 +104,14 @@ def compare_view(snaps: list[Snapshot] | None, analyses: list[dict[str, Any]],
     d = None
     if snaps:
         d = diff(snaps[0], snaps[-1], (labels[0], labels[-1]), analyses=(first, last))
-    ta, tb = first["totals_all"], last["totals_all"]
-    grow = tb["allocated"] - ta["allocated"]
+    ta, tb = first.totals_all, last.totals_all
+    grow = tb.allocated - ta.allocated
     how = f"{human(abs(grow))} {'less' if grow < 0 else 'more'}" if grow else "as much"
     summary = (f"B holds {how} carrier memory as A" if not grow else
                f"B holds {how} carrier memory than A")
-    summary += (f" ({human(ta['allocated'])} → {human(tb['allocated'])}); unused "
-               f"{human(ta['unused'])} → {human(tb['unused'])}, usage "
-               f"{pct(ta['usage'])} → {pct(tb['usage'])}.")
+    summary += (f" ({human(ta.allocated)} → {human(tb.allocated)}); unused "
+               f"{human(ta.unused)} → {human(tb.unused)}, usage "
+               f"{pct(ta.usage)} → {pct(tb.usage)}.")
     rss = None
     if d is not None and d["rss"] is not None:
         rss = (f"RSS {human(d['rss']['a'])} → {human(d['rss']['b'])} "
@@ -154,7 +157,7 @@ def picker() -> list[dict[str, Any]]:
     return groups
 
 
-def _load(ref: str) -> tuple[Snapshot, dict[str, Any]]:
+def _load(ref: str) -> tuple[Snapshot, Analysis]:
     try:
         return data().analysis(ref)
     except NotFound as e:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from beamalloc.advice.holders import processes_json
-from beamalloc.analyzer.analysis import analyze
+from beamalloc.analyzer.analysis import Analysis, analyze
 from beamalloc.collector.procdump import ProcSections
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
@@ -132,12 +132,12 @@ class Data:
         except StoreError:
             return None
 
-    def analysis(self, ref: str) -> tuple[Snapshot, dict[str, Any]]:
+    def analysis(self, ref: str) -> tuple[Snapshot, Analysis]:
         snap = self.snapshot(ref)
         # Store snapshots never change; an upload's ref is new for every upload.
         return snap, self._analyses.get_or(ref, lambda: self._analyze(ref, snap))
 
-    def _analyze(self, ref: str, snap: Snapshot) -> dict[str, Any]:
+    def _analyze(self, ref: str, snap: Snapshot) -> Analysis:
         with self.uploads.lock:  # an uploaded crash dump's holders (docs/processes.md)
             procs = self.upload_processes.get(ref)
         if procs is None and ref[:1] == "s":  # a watched node's: its stored process scan

@@ -5,7 +5,7 @@ Figures are plain `{"data", "layout"}` dicts, the JSON plotly.js takes: building
 that came from a snapshot goes through `_t()`: plotly.js reads a subset of HTML in labels and
 hover text, so `<`, `>` and `&` must arrive as entities.
 
-Snapshot figures read the analysis dict (docs/analysis-schema.md); node figures read the store's
+Snapshot figures read the analysis (analyzer/analysis.py `Analysis`); node figures read the store's
 `series()` columns (timeseries/series.py keys) and a few sampled snapshots; compare figures read a
 list of analyses with a label each, so a replay result (a Snapshot with source "replay") compares
 like any other snapshot.
@@ -17,10 +17,12 @@ import bisect
 import html
 import itertools
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.advice.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
+from beamalloc.analyzer.analysis import Analysis, InstanceRow
 from beamalloc.flags import UINT_MAX
 from beamalloc.units import human, pct
 
@@ -151,14 +153,14 @@ def usage_shade(u: float, unused: int | None) -> float:
 # ---- one snapshot --------------------------------------------------------------------------
 
 
-def memory_layers(a: dict[str, Any]) -> Figure:
+def memory_layers(a: Analysis) -> Figure:
     """RSS vs allocated vs erlang:memory(total) vs used: where the node's memory goes."""
-    os_, t = a["os"], a["totals_all"]
+    os_, t = a.os, a.totals_all
     rows = [
-        ("RSS (the OS)", os_["rss"], "#555"),
-        ("allocated (carriers)", t["allocated"], UNUSED),
-        ("erlang:memory(total)", os_["erlang_memory_total"], "#8fb3e0"),
-        ("used (blocks)", t["used"], USED),
+        ("RSS (the OS)", os_.rss, "#555"),
+        ("allocated (carriers)", t.allocated, UNUSED),
+        ("erlang:memory(total)", os_.erlang_memory_total, "#8fb3e0"),
+        ("used (blocks)", t.used, USED),
     ]
     rows = [r for r in rows if r[1] is not None]
     names = [r[0] for r in rows][::-1]
@@ -177,13 +179,13 @@ def memory_layers(a: dict[str, Any]) -> Figure:
     }
 
 
-def allocator_usage(a: dict[str, Any]) -> Figure:
+def allocator_usage(a: Analysis) -> Figure:
     """Used and unused bytes per allocator type, worst (most unused) on top."""
-    rows = [r for r in a["allocator_types"] if r["allocated"] > 0][::-1]
-    names = [_t(r["allocator"]) for r in rows]
-    used = [r["used"] for r in rows]
-    unused = [r["unused"] for r in rows]
-    usage = [pct(r['usage']) for r in rows]
+    rows = [r for r in a.allocator_types if r.allocated > 0][::-1]
+    names = [_t(r.allocator) for r in rows]
+    used = [r.used for r in rows]
+    unused = [r.unused for r in rows]
+    usage = [pct(r.usage) for r in rows]
     return {
         "data": [
             {"type": "bar", "orientation": "h", "name": "used", "y": names, "x": used,
@@ -198,32 +200,32 @@ def allocator_usage(a: dict[str, Any]) -> Figure:
         ],
         "layout": _layout("Allocated per allocator: used vs unused", barmode="stack",
                           height=90 + 26 * len(rows),
-                          xaxis=_bytes_axis(_max(r["allocated"] for r in rows))),
+                          xaxis=_bytes_axis(_max(r.allocated for r in rows))),
     }
 
 
-def _instance_usage(r: dict[str, Any]) -> float:
-    alloc = r["mbcs_carriers_size"] + r["sbcs_carriers_size"]
-    return (r["mbcs_block_size"] + r["sbcs_block_size"]) / alloc if alloc else 1.0
+def _instance_usage(r: InstanceRow) -> float:
+    alloc = r.mbcs_carriers_size + r.sbcs_carriers_size
+    return (r.mbcs_block_size + r.sbcs_block_size) / alloc if alloc else 1.0
 
 
-def instance_heatmap(a: dict[str, Any]) -> Figure:
+def instance_heatmap(a: Analysis) -> Figure:
     """Usage of every instance: allocator type × instance number; one bad scheduler stands out."""
-    rows = [r for r in a["allocators"] if r["mbcs_carriers_size"] + r["sbcs_carriers_size"]]
-    types = [t["allocator"] for t in a["allocator_types"]
-             if any(r["allocator"] == t["allocator"] for r in rows)][::-1]
-    insts = sorted({r["instance"] for r in rows})
+    rows = [r for r in a.allocators if r.mbcs_carriers_size + r.sbcs_carriers_size]
+    types = [t.allocator for t in a.allocator_types
+             if any(r.allocator == t.allocator for r in rows)][::-1]
+    insts = sorted({r.instance for r in rows})
     z: list[list[float | None]] = [[None] * len(insts) for _ in types]
     text: list[list[str]] = [[""] * len(insts) for _ in types]
     ti = {t: i for i, t in enumerate(types)}
     ii = {n: i for i, n in enumerate(insts)}
     for r in rows:
-        y, x = ti[r["allocator"]], ii[r["instance"]]
+        y, x = ti[r.allocator], ii[r.instance]
         u = _instance_usage(r)
-        z[y][x] = round(100 * usage_shade(u, r["unused"]), 1)
-        text[y][x] = (f"{_t(r['allocator'])}[{r['instance']}]: usage {pct(u)}, unused "
-                      f"{human(r['unused'])} of "
-                      f"{human(r['mbcs_carriers_size'] + r['sbcs_carriers_size'])}")
+        z[y][x] = round(100 * usage_shade(u, r.unused), 1)
+        text[y][x] = (f"{_t(r.allocator)}[{r.instance}]: usage {pct(u)}, unused "
+                      f"{human(r.unused)} of "
+                      f"{human(r.mbcs_carriers_size + r.sbcs_carriers_size)}")
     return {
         "data": [{
             "type": "heatmap", "x": [str(n) for n in insts], "y": [_t(t) for t in types],
@@ -237,37 +239,37 @@ def instance_heatmap(a: dict[str, Any]) -> Figure:
     }
 
 
-def instance_bars(a: dict[str, Any], top: int = 20) -> Figure:
+def instance_bars(a: Analysis, top: int = 20) -> Figure:
     """The instances holding the most unused bytes."""
-    rows = [r for r in a["allocators"] if r["unused"] > 0][:top][::-1]
-    names = [f"{_t(r['allocator'])}[{r['instance']}]" for r in rows]
-    used = [r["mbcs_block_size"] + r["sbcs_block_size"] for r in rows]
+    rows = [r for r in a.allocators if r.unused > 0][:top][::-1]
+    names = [f"{_t(r.allocator)}[{r.instance}]" for r in rows]
+    used = [r.mbcs_block_size + r.sbcs_block_size for r in rows]
     return {
         "data": [
             {"type": "bar", "orientation": "h", "name": "used", "y": names, "x": used,
              "marker": {"color": USED}, "text": [human(u) for u in used],
              "hovertemplate": "%{y}: used %{text}<extra></extra>", "textposition": "none"},
             {"type": "bar", "orientation": "h", "name": "unused", "y": names,
-             "x": [r["unused"] for r in rows], "marker": {"color": UNUSED},
-             "text": [human(r["unused"]) for r in rows], "textposition": "outside",
+             "x": [r.unused for r in rows], "marker": {"color": UNUSED},
+             "text": [human(r.unused) for r in rows], "textposition": "outside",
              "cliponaxis": False,
              "hovertemplate": "%{y}: unused %{text}<extra></extra>"},
         ],
         "layout": _layout(f"The {len(rows)} instances with the most unused bytes",
                           barmode="stack", height=90 + 24 * max(len(rows), 1),
-                          xaxis=_bytes_axis(_max(u + r["unused"]
+                          xaxis=_bytes_axis(_max(u + r.unused
                                                  for u, r in zip(used, rows, strict=True)))),
     }
 
 
-def block_sizes(a: dict[str, Any]) -> Figure:
+def block_sizes(a: Analysis) -> Figure:
     """Average block sizes against sbct and lmbcs (log scale), per allocator type.
 
     A block at or above sbct gets a carrier of its own; mbcs blocks near lmbcs fit badly into
     multiblock carriers (docs/erts/alloc_util.md §3).
     """
-    rows = [r for r in a["allocator_types"] if r["mbcs_blocks"] or r["sbcs_blocks"]][::-1]
-    ys = [_t(r["allocator"]) for r in rows]
+    rows = [r for r in a.allocator_types if r.mbcs_blocks or r.sbcs_blocks][::-1]
+    ys = [_t(r.allocator) for r in rows]
 
     def series(name: str, vals: list[Any], symbol: str, color: str, size: int = 11) -> dict:
         pts = [(v, y) for v, y in zip(vals, ys, strict=True)
@@ -280,13 +282,13 @@ def block_sizes(a: dict[str, Any]) -> Figure:
                            "line": {"width": 2, "color": color}}}
 
     data = [
-            series("avg mbcs block", [r["mbcs_average_block_size"] for r in rows], "circle",
+            series("avg mbcs block", [r.mbcs_average_block_size for r in rows], "circle",
                    USED),
-            series("avg sbcs block", [r["sbcs_average_block_size"] for r in rows], "diamond",
+            series("avg sbcs block", [r.sbcs_average_block_size for r in rows], "diamond",
                    SBCS),
-            series("sbct", [r["options"].get("sbct") for r in rows], "line-ns-open", "#b00",
+            series("sbct", [r.options.get("sbct") for r in rows], "line-ns-open", "#b00",
                    22),
-            series("lmbcs", [r["options"].get("lmbcs") for r in rows], "line-ns-open", "#333",
+            series("lmbcs", [r.options.get("lmbcs") for r in rows], "line-ns-open", "#333",
                    22),
     ]
     return {
@@ -299,13 +301,13 @@ def block_sizes(a: dict[str, Any]) -> Figure:
     }
 
 
-def carrier_kinds(a: dict[str, Any]) -> Figure:
+def carrier_kinds(a: Analysis) -> Figure:
     """Per allocator type: multiblock carriers, pooled carriers and single-block carriers."""
-    rows = [r for r in a["allocator_types"] if r["allocated"] > 0][::-1]
-    ys = [_t(r["allocator"]) for r in rows]
-    own = [r["mbcs_carriers_size"] - r["pool_carriers_size"] for r in rows]
-    pool = [r["pool_carriers_size"] for r in rows]
-    sbcs = [r["sbcs_carriers_size"] for r in rows]
+    rows = [r for r in a.allocator_types if r.allocated > 0][::-1]
+    ys = [_t(r.allocator) for r in rows]
+    own = [r.mbcs_carriers_size - r.pool_carriers_size for r in rows]
+    pool = [r.pool_carriers_size for r in rows]
+    sbcs = [r.sbcs_carriers_size for r in rows]
 
     def bar(name: str, vals: list[int], color: str) -> dict:
         return {"type": "bar", "orientation": "h", "name": name, "y": ys, "x": vals,
@@ -318,7 +320,7 @@ def carrier_kinds(a: dict[str, Any]) -> Figure:
                  bar("single-block carriers", sbcs, SBCS)],
         "layout": _layout("Carriers: multiblock, pooled (abandoned) and single-block",
                           barmode="stack", height=90 + 26 * len(rows),
-                          xaxis=_bytes_axis(_max(r["allocated"] for r in rows))),
+                          xaxis=_bytes_axis(_max(r.allocated for r in rows))),
     }
 
 
@@ -433,19 +435,19 @@ def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
                              "<extra></extra>"}
 
 
-def shown_carrier_maps(a: dict[str, Any]) -> list[dict[str, Any]]:
+def shown_carrier_maps(a: Analysis) -> list[dict[str, Any]]:
     """The allocators whose carrier map a page shows: those worth a class, else the one with
     the most unused bytes; none without carrier data."""
-    ms = (a.get("carriers") or {}).get("allocators") or []
+    ms = a.carriers["allocators"]
     return [m for m in ms if m["classification"]["kind"] != "compact"] or ms[:1]
 
 
-def carrier_maps(a: dict[str, Any]) -> dict[str, Figure]:
+def carrier_maps(a: Analysis) -> dict[str, Figure]:
     """`cmap-<i>`: the map of shown_carrier_maps(a)[i]."""
     return {f"cmap-{i}": carrier_map(m) for i, m in enumerate(shown_carrier_maps(a))}
 
 
-def snapshot_figures(a: dict[str, Any]) -> dict[str, Figure]:
+def snapshot_figures(a: Analysis) -> dict[str, Figure]:
     """The figures of a snapshot page, in the order the page shows them."""
     figs = {
         "layers": memory_layers(a),
@@ -922,13 +924,14 @@ def nodes_unused(rows: list[dict[str, Any]]) -> Figure:
 # ---- two or more snapshots -----------------------------------------------------------------
 
 
-def compare_totals(analyses: list[dict[str, Any]], labels: list[str]) -> Figure:
+def compare_totals(analyses: list[Analysis], labels: list[str]) -> Figure:
     """RSS, allocated, used and unused of each snapshot side by side."""
-    keys = (("RSS", lambda a: a["os"]["rss"]),
-            ("allocated", lambda a: a["totals_all"]["allocated"]),
-            ("erlang:memory(total)", lambda a: a["os"]["erlang_memory_total"]),
-            ("used", lambda a: a["totals_all"]["used"]),
-            ("unused", lambda a: a["totals_all"]["unused"]))
+    keys: tuple[tuple[str, Callable[[Analysis], int | None]], ...] = (
+        ("RSS", lambda a: a.os.rss),
+        ("allocated", lambda a: a.totals_all.allocated),
+        ("erlang:memory(total)", lambda a: a.os.erlang_memory_total),
+        ("used", lambda a: a.totals_all.used),
+        ("unused", lambda a: a.totals_all.unused))
     traces = []
     for i, (a, label) in enumerate(zip(analyses, labels, strict=True)):
         xs, ys = [], []
@@ -949,18 +952,18 @@ def compare_totals(analyses: list[dict[str, Any]], labels: list[str]) -> Figure:
                               legend={"orientation": "h", "y": -0.15})}
 
 
-def compare_allocators(analyses: list[dict[str, Any]], labels: list[str]) -> Figure:
+def compare_allocators(analyses: list[Analysis], labels: list[str]) -> Figure:
     """Unused bytes per allocator type in each snapshot (the thing a flag change should move)."""
     order: dict[str, int] = {}
     for a in analyses:
-        for r in a["allocator_types"]:
-            order[r["allocator"]] = max(order.get(r["allocator"], 0), r["allocated"])
+        for r in a.allocator_types:
+            order[r.allocator] = max(order.get(r.allocator, 0), r.allocated)
     names = [n for n, v in sorted(order.items(), key=lambda kv: -kv[1]) if v > 0]
     traces = []
     for i, (a, label) in enumerate(zip(analyses, labels, strict=True)):
-        by = {r["allocator"]: r for r in a["allocator_types"]}
-        unused = [by[n]["unused"] if n in by else 0 for n in names]
-        usage = [pct(by[n]['usage']) if n in by else "-" for n in names]
+        by = {r.allocator: r for r in a.allocator_types}
+        unused = [by[n].unused if n in by else 0 for n in names]
+        usage = [pct(by[n].usage) if n in by else "-" for n in names]
         traces.append({"type": "bar", "name": _t(label), "x": [_t(n) for n in names],
                        "y": unused, "marker": {"color": PALETTE[i % len(PALETTE)]},
                        "customdata": [[human(u), p] for u, p in zip(unused, usage, strict=True)],
@@ -973,7 +976,7 @@ def compare_allocators(analyses: list[dict[str, Any]], labels: list[str]) -> Fig
                               margin={"l": 60, "r": 30, "t": 50, "b": 80})}
 
 
-def compare_figures(analyses: list[dict[str, Any]], labels: list[str]) -> dict[str, Figure]:
+def compare_figures(analyses: list[Analysis], labels: list[str]) -> dict[str, Figure]:
     return {"cmp_totals": compare_totals(analyses, labels),
             "cmp_allocators": compare_allocators(analyses, labels)}
 

@@ -23,7 +23,7 @@ def node_holders(d: Data, ref: str | None) -> dict[str, Any] | None:
         _, a = d.analysis(ref)
     except NotFound:  # replaced by the writer since: shown on the next view
         return None
-    p = a.get("processes")
+    p = a.processes
     if not p:
         return None
     return {

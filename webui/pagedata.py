@@ -11,6 +11,8 @@ from typing import Any
 
 from beamalloc.advice import wording
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
+from beamalloc.analyzer.analysis import Analysis
+from beamalloc.analyzer.limits import Container
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters.analyze import (
     CATEGORY_LABELS,
@@ -38,32 +40,32 @@ def severity(unused: int, usage: float, state: str | None = None) -> str:
     return usage_level(usage, unused)
 
 
-def headline(a: dict[str, Any], rec: dict[str, Any] | None) -> str:
+def headline(a: Analysis, rec: dict[str, Any] | None) -> str:
     # recon's totals, like the terminal report's verdict lines below the headline.
-    t = a["totals"]
+    t = a.totals
     if rec is not None and rec.get("headline"):
         return str(rec["headline"])  # the recommender's own words, as `beamalloc recommend`
     if rec is not None and rec.get("healthy"):
-        return (f"Healthy: the allocators use {pct(t['usage'])} of what they hold; "
+        return (f"Healthy: the allocators use {pct(t.usage)} of what they hold; "
                 "no flags recommended.")
     if rec is not None and rec.get("recommendations"):
         n = len(rec["recommendations"])
-        return (f"{human(t['unused'])} of {human(t['allocated'])} allocated holds no data "
-                f"(usage {pct(t['usage'])}): {n} flag{'s' if n != 1 else ''} recommended.")
-    return (f"{human(t['unused'])} of {human(t['allocated'])} allocated holds no data "
-            f"(usage {pct(t['usage'])}).")
+        return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
+                f"(usage {pct(t.usage)}): {n} flag{'s' if n != 1 else ''} recommended.")
+    return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
+            f"(usage {pct(t.usage)}).")
 
 
-def totals_note(a: dict[str, Any]) -> list[str]:
+def totals_note(a: Analysis) -> list[str]:
     """Why the page shows two allocated totals: recon_alloc counts some allocator types, the
     node has more (one line naming the others and what they add), or nothing when they agree."""
-    t, all_ = a["totals"]["allocated"], a["os"].get("allocated_all")
-    if all_ is None or all_ == t:
+    t, all_ = a.totals.allocated, a.os.allocated_all
+    if all_ == t:
         return []
-    types = a["allocator_types"]
-    inr = [r for r in types if r["in_recon"]]
-    rest = [r for r in types if not r["in_recon"] and r["allocated"]]
-    names = ", ".join(r["allocator"] for r in rest[:4]) + (", ..." if len(rest) > 4 else "")
+    types = a.allocator_types
+    inr = [r for r in types if r.in_recon]
+    rest = [r for r in types if not r.in_recon and r.allocated]
+    names = ", ".join(r.allocator for r in rest[:4]) + (", ..." if len(rest) > 4 else "")
     return [f"Two totals: {human(t)} is what recon_alloc counts (its {len(inr)} allocator types, "
             f"the usage and the rules use it); all allocators hold {human(all_)}: "
             + (f"the other type ({names}) adds" if len(rest) == 1 else
@@ -76,20 +78,20 @@ def _ratio(v: Any) -> str:
 
 
 
-def type_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
+def type_rows(a: Analysis) -> list[dict[str, Any]]:
     return [{
-        "allocator": r["allocator"], "in_recon": r["in_recon"], "instances": r["instances"],
-        "allocated": human(r["allocated"]), "used": human(r["used"]),
-        "unused": human(r["unused"]), "usage": pct(r["usage"]),
-        "level": usage_level(r["usage"], r["unused"]),
-        "sbcs_share": pct(r["sbcs_share"]),
-        "avg_mbcs": human(r["mbcs_average_block_size"]),
-        "avg_sbcs": human(r["sbcs_average_block_size"]),
-        "sbct": format_option("sbct", r["options"].get("sbct")),
-        "lmbcs": format_option("lmbcs", r["options"].get("lmbcs")),
-        "strategy": r["options"].get("as", "-"), "pool": human(r["pool_carriers_size"]),
-        "max_allocated": human(r["max_allocated"]),
-    } for r in a["allocator_types"]]
+        "allocator": r.allocator, "in_recon": r.in_recon, "instances": r.instances,
+        "allocated": human(r.allocated), "used": human(r.used),
+        "unused": human(r.unused), "usage": pct(r.usage),
+        "level": usage_level(r.usage, r.unused),
+        "sbcs_share": pct(r.sbcs_share),
+        "avg_mbcs": human(r.mbcs_average_block_size),
+        "avg_sbcs": human(r.sbcs_average_block_size),
+        "sbct": format_option("sbct", r.options.get("sbct")),
+        "lmbcs": format_option("lmbcs", r.options.get("lmbcs")),
+        "strategy": r.options.get("as", "-"), "pool": human(r.pool_carriers_size),
+        "max_allocated": human(r.max_allocated),
+    } for r in a.allocator_types]
 
 
 def _nb(size: int) -> str:
@@ -97,30 +99,30 @@ def _nb(size: int) -> str:
     return human(size).replace(" ", "\u00a0")
 
 
-def instance_rows(a: dict[str, Any]) -> list[dict[str, Any]]:
+def instance_rows(a: Analysis) -> list[dict[str, Any]]:
     return [{
-        "name": f"{r['allocator']}[{r['instance']}]", "unused": human(r["unused"]),
-        "unused_v": r["unused"],
-        "mbcs_usage": pct(r["mbcs_usage"]),
-        "level": usage_level(r["mbcs_usage"], r["unused"]),
-        "max_mbcs_usage": pct(r["max"]["mbcs_usage"]),
-        "mbcs_carriers": f"{r['mbcs_carriers']} / {r['max']['mbcs_carriers']} "
-                         f"({_nb(r['mbcs_carriers_size'])})",
-        "mbcs_blocks": f"{r['mbcs_blocks']} / {r['max']['mbcs_blocks']}",
-        "sbcs_usage": pct(r["sbcs_usage"]) if r["sbcs_carriers"] else "-",
-        "sbcs_carriers": f"{r['sbcs_carriers']} ({_nb(r['sbcs_carriers_size'])})"
-                         if r["sbcs_carriers"] else "-",
-        "pool": "-" if not r["pool"] or not r["pool"]["carriers"] else
-                f"{r['pool']['carriers']} ({_nb(r['pool']['carriers_size'])})",
-        "foreign": human(sum(r["foreign_blocks"].values())) if r["foreign_blocks"] else "-",
-        "sbcs_to_mbcs": _ratio(r["sbcs_to_mbcs"]),
-    } for r in a["allocators"]]
+        "name": f"{r.allocator}[{r.instance}]", "unused": human(r.unused),
+        "unused_v": r.unused,
+        "mbcs_usage": pct(r.mbcs_usage),
+        "level": usage_level(r.mbcs_usage, r.unused),
+        "max_mbcs_usage": pct(r.max["mbcs_usage"]),
+        "mbcs_carriers": f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} "
+                         f"({_nb(r.mbcs_carriers_size)})",
+        "mbcs_blocks": f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}",
+        "sbcs_usage": pct(r.sbcs_usage) if r.sbcs_carriers else "-",
+        "sbcs_carriers": f"{r.sbcs_carriers} ({_nb(r.sbcs_carriers_size)})"
+                         if r.sbcs_carriers else "-",
+        "pool": "-" if not r.pool or not r.pool["carriers"] else
+                f"{r.pool['carriers']} ({_nb(r.pool['carriers_size'])})",
+        "foreign": human(sum(r.foreign_blocks.values())) if r.foreign_blocks else "-",
+        "sbcs_to_mbcs": _ratio(r.sbcs_to_mbcs),
+    } for r in a.allocators]
 
 
-def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
+def carrier_view(a: Analysis) -> dict[str, Any]:
     """The carrier section: why there is none, or per allocator shown (the same selection as
     figures.carrier_maps, so `cmap-<i>` is maps[i]'s figure) its class and fill bands."""
-    c = a.get("carriers") or {"available": False, "unavailable": None, "allocators": []}
+    c = a.carriers
     ms = c["allocators"]
     shown = figures.shown_carrier_maps(a)
     return {
@@ -149,23 +151,23 @@ def carrier_view(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def category_view(a: dict[str, Any]) -> dict[str, Any] | None:
+def category_view(a: Analysis) -> dict[str, Any] | None:
     """Every byte (analyzer/categories.py): each erlang:memory() category, the allocators that
     hold it and its holders; the ETS tables apart. None where the source has no categories."""
-    c = a.get("categories")
-    if not c or c.get("total") is None:
+    c = a.categories
+    if c.total is None:
         return None
     return {
-        "total": human(c["total"]), "allocated_all": human(c["allocated_all"]),
-        "notes": c["notes"],
+        "total": human(c.total), "allocated_all": human(c.allocated_all),
+        "notes": c.notes,
         "rows": [{
-            "name": CATEGORY_LABELS[x["name"]], "bytes": human(x["bytes"]),
-            "share": "-" if x["share"] is None else pct(x["share"]),
-            "allocators": ", ".join(f"{n} {_nb(b)}" for n, b in x["allocators"]) or "-",
-            "holders": [f"{holder_label(h)} {_nb(h['bytes'])}" for h in x["holders"][:3]],
-        } for x in c["categories"]],
-        "ets": [{"name": h["name"], "bytes": human(h["bytes"]), "detail": h["detail"]}
-                for x in c["categories"] if x["name"] == "ets" for h in x["holders"]],
+            "name": CATEGORY_LABELS[x.name], "bytes": human(x.bytes),
+            "share": "-" if x.share is None else pct(x.share),
+            "allocators": ", ".join(f"{n} {_nb(b)}" for n, b in x.allocators) or "-",
+            "holders": [f"{holder_label(h)} {_nb(h.bytes)}" for h in x.holders[:3]],
+        } for x in c.categories],
+        "ets": [{"name": h.name, "bytes": human(h.bytes), "detail": h.detail}
+                for x in c.categories if x.name == "ets" for h in x.holders],
     }
 
 
@@ -181,85 +183,85 @@ def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str,
     return {"verdict": lines[:1], "evidence": lines[1:]}
 
 
-def largest_holder(a: dict[str, Any]) -> str | None:
+def largest_holder(a: Analysis) -> str | None:
     """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
-    c = a.get("categories") or {}
-    return holder_sentence(c["largest"], c.get("largest_share")) if c.get("largest") else None
+    c = a.categories
+    return holder_sentence(c.largest, c.largest_share) if c.largest is not None else None
 
 
-def available_rows(host: int | None, c: dict[str, Any] | None) -> list[tuple[str, str]]:
+def available_rows(host: int | None, c: Container | None) -> list[tuple[str, str]]:
     """What the node can still take: the host's MemAvailable, or, where a cgroup limits the
     node, the container's (its headroom, or the host's where that is less), the host's beside
     it: the host's alone would promise memory the cgroup's limit withholds."""
-    if not c or c.get("limit") is None or c.get("available") is None:
+    if c is None or c.limit is None or c.available is None:
         return [("MemAvailable (host)", human(host))]
     return [("available in the container (cgroup headroom, or the host's MemAvailable "
-             "where less)", human(c["available"])),
+             "where less)", human(c.available)),
             ("MemAvailable (host, beyond the cgroup's limit)", human(host))]
 
 
-def container_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
+def container_rows(c: Container | None) -> list[tuple[str, str]]:
     """The node's memory cgroup (analyzer/limits.py container) as rows of the memory table."""
-    if not c:
+    if c is None:
         return []
     limit, charge = {1: (" (memory.limit_in_bytes)", " (memory.usage_in_bytes)"),
-                     2: (" (memory.max)", " (memory.current)")}.get(c["version"], ("", ""))
+                     2: (" (memory.max)", " (memory.current)")}.get(c.version, ("", ""))
     return [
-        (f"cgroup limit{limit}", "none" if c["limit"] is None else human(c["limit"])),
-        (f"cgroup charge{charge}", human(c["current"])),
+        (f"cgroup limit{limit}", "none" if c.limit is None else human(c.limit)),
+        (f"cgroup charge{charge}", human(c.current)),
         ("cgroup anon · file · inactive file (memory.stat)",
-         " · ".join(human(c[k]) for k in ("anon", "file", "inactive_file"))),
-        ("cgroup working set (charge − inactive file)", human(c["working_set"])),
-        ("cgroup headroom (limit − working set)", human(c["headroom"])),
+         " · ".join(human(v) for v in (c.anon, c.file, c.inactive_file))),
+        ("cgroup working set (charge − inactive file)", human(c.working_set)),
+        ("cgroup headroom (limit − working set)", human(c.headroom)),
     ]
 
 
-def snapshot_view(snap: Snapshot | None, a: dict[str, Any], earlier: Snapshot | None = None,
+def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None = None,
                   rec: Any = ASK) -> dict[str, Any]:
     """The snapshot page's data; `earlier`, the node's previous stored sample (the turnover);
     `rec`, the recommender's answer where the caller has it (recommend_view.recommendations_of,
     shared with the node pages), None where it is not available."""
     if rec is ASK:
-        rec = recommendations(snap, a.get("processes"), earlier) if snap is not None else None
-    t, os_ = a["totals"], a["os"]
+        rec = recommendations(snap, a.processes, earlier) if snap is not None else None
+    t, os_ = a.totals, a.os
     return {
         "a": a,
-        "severity": severity(t["unused"], t["usage"],
+        "severity": severity(t.unused, t.usage,
                              rec["verdict"]["state"] if rec is not None else None),
         "headline": headline(a, rec),
         # the cause of death and its why first, as the terminal's answer; then, under the
         # verdict, a partial read and the largest holder where the verdict does not name holders
         "death": cause_of_death(a),
         "read": read_lines(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
-        "death_kind": (a.get("death") or {}).get("kind"),
+        "death_kind": None if a.death is None else a.death.kind,
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
         # under the one line its why (advice/wording.py: at most WHY_MAX lines), then, out of
         # the verdict's box, the analysis' own lines: the numbers it stands on
         **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
-            [f"Only {human(t['unused'])} unused: little in absolute terms, whatever the usage "
+            [f"Only {human(t.unused)} unused: little in absolute terms, whatever the usage "
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
-            if usage_level(t["usage"], t["unused"]) != usage_level(t["usage"]) else [])),
+            if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
         "rec": rec,
         "formats": FORMATS,
         "memory": [
-            ("erlang:memory(total)", human(os_["erlang_memory_total"])),
-            (f"allocated (recon's {sum(r['in_recon'] for r in a['allocator_types'])} "
-             "types)", human(t["allocated"])),
-            ("allocated (all allocators)", human(os_["allocated_all"])),
-            ("used", human(t["used"])),
-            ("unused", human(t["unused"])),
-            ("usage", pct(t["usage"])),
-            ("RSS", human(os_["rss"])),
-            ("RSS − allocated", human(os_["rss_minus_allocated"])),
-            ("of RSS lazily freed (LazyFree)", human(os_.get("rss_lazyfree"))),
-            *available_rows(os_.get("mem_available"), a.get("container")),
-            ("max allocated (peaks summed, an upper bound)", human(a["totals_max"]["allocated"])),
-            *container_rows(a.get("container")),
+            ("erlang:memory(total)", human(os_.erlang_memory_total)),
+            (f"allocated (recon's {sum(r.in_recon for r in a.allocator_types)} "
+             "types)", human(t.allocated)),
+            ("allocated (all allocators)", human(os_.allocated_all)),
+            ("used", human(t.used)),
+            ("unused", human(t.unused)),
+            ("usage", pct(t.usage)),
+            ("RSS", human(os_.rss)),
+            ("RSS − allocated", human(os_.rss_minus_allocated)),
+            ("of RSS lazily freed (LazyFree)", human(os_.rss_lazyfree)),
+            *available_rows(os_.mem_available, a.container),
+            ("max allocated (peaks summed, an upper bound)", human(a.totals_max.allocated)),
+            *container_rows(a.container),
         ],
         "types": type_rows(a),
         "instances": instance_rows(a),
-        "cache": a["cache_hit_rates"],
+        "cache": a.cache_hit_rates,
         "carriers": carrier_view(a),
         "figures": figures.snapshot_figures(a),
     }

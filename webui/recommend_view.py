@@ -43,7 +43,7 @@ def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
     (the holders, a watched node's previous sample). Raises NotFound for an unknown ref."""
     def make() -> dict[str, Any] | None:
         snap, a = d.analysis(ref)
-        return recommendations(snap, a.get("processes"), d.previous(ref, snap))
+        return recommendations(snap, a.processes, d.previous(ref, snap))
 
     return d.verdicts.get_or(ref, make)
 

@@ -18,7 +18,7 @@ def data() -> Data:
     return current_app.extensions["beamalloc"]
 
 
-def _load(ref: str):  # -> tuple[Snapshot, dict]
+def _load(ref: str):  # -> tuple[Snapshot, Analysis]
     try:
         return data().analysis(ref)
     except NotFound as e:
@@ -36,7 +36,7 @@ def snapshot_page(ref: str) -> str:
 def snapshot_api(ref: str) -> Response:
     """The analysis document (docs/analysis-schema.md), for whoever wants every number."""
     _, a = _load(ref)
-    return current_app.response_class(figures_json(a), mimetype="application/json")
+    return current_app.response_class(figures_json(a.to_json()), mimetype="application/json")
 
 
 @bp.get("/upload")

@@ -105,7 +105,7 @@ def recommendation(ref: str, snap: Snapshot) -> dict[str, Any]:
         # both pages say the same state
         d = data()
         earlier = d.previous(ref, snap)
-        processes = d.analysis(ref)[1].get("processes")
+        processes = d.analysis(ref)[1].processes
         with st.lock:  # one replay at a time: the machine's cores serve the other pages
             st.replays += 1
             return recommend(snap, processes=processes,

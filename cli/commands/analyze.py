@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         rd.ets_tables(args.source, snap)
         result = analyze(snap, processes=rd.holders(args.source, snap))
     if args.json:
-        ctx.write(None, json.dumps(result, indent=1))
+        ctx.write(None, json.dumps(result.to_json(), indent=1))
         return 0
 
     from beamalloc.advice.recommend import recommend
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # its verdict's line comes first
     with ctx.term.progress(f"analyzing {short(args.source)}") as p:
         p.step("judging it")
-        v = recommend(snap, processes=result["processes"])["verdict"]
+        v = recommend(snap, processes=result.processes)["verdict"]
     with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
         render(result, ctx.term.console(), top=args.top, verdict=v, details=args.details)
     return 0

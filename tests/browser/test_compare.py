@@ -44,7 +44,7 @@ def cmp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path: Path = tmp_path_factory.mktemp("cmp") / "watch.db"
     a = read_file(str(SNAPS / "binspike.json"))
     t0 = a.taken_at or 1.8e9
-    b = shrunk(a, "binary_alloc", int(0.03 * analyze(a)["totals_all"]["unused"]) // 4096 * 4096)
+    b = shrunk(a, "binary_alloc", int(0.03 * analyze(a).totals_all.unused) // 4096 * 4096)
     for inst in b.instances("binary_alloc"):
         inst.options["acful"] = 40
     with Store(path) as st:

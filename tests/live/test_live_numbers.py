@@ -40,7 +40,7 @@ def _recon_in_erlang(raw: str, tmp_path: Path) -> tuple[dict, list]:
 
 
 def _check(snap, tmp_path):
-    a = analyze(snap)
+    a = analyze(snap).to_json()
     totals, frag = _recon_in_erlang(snap.raw, tmp_path)
     assert a["totals"]["used"] == totals["used"]
     assert a["totals"]["allocated"] == totals["allocated"]

@@ -60,7 +60,7 @@ def test_json_runs_in_order_with_the_analyze_output(trace, tmp_path, capsys):
     for run in doc["runs"]:
         assert set(run) == {"flags", "snapshot", "analysis", "peak", "series"}
         snap = Snapshot.from_dict(run["snapshot"])
-        assert run["analysis"] == json.loads(json.dumps(analyze(snap)))
+        assert run["analysis"] == json.loads(json.dumps(analyze(snap).to_json()))
         # ... and exactly what `beamalloc analyze --json` prints for that snapshot
         f = tmp_path / "s.json"
         f.write_text(json.dumps(run["snapshot"]))

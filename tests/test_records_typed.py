@@ -1,0 +1,114 @@
+"""Typed records end to end (issue 27 item 1): the analysis is a record whose to_json() is the
+document, holders and findings carry as data what their words say, a table cell gets a size's
+exact bytes as data, a snapshot says which allocators are off, one signed-change formatter."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from beamalloc.advice.predict import _change_pct
+from beamalloc.advice.rules import RuleSpec
+from beamalloc.analyzer.analysis import (
+    EXPECTED_TYPES,
+    Analysis,
+    InstanceRow,
+    Totals,
+    TypeRow,
+    analyze,
+    coverage,
+)
+from beamalloc.analyzer.categories import Category, CategoryHolder, MemoryPicture, group_facts
+from beamalloc.collector.sources import read_file
+from beamalloc.reporters.analyze import holder_label, holder_sentence
+from beamalloc.reporters.table import _stack
+from beamalloc.snapshot import Snapshot
+from beamalloc.units import Sized, around, exact_bytes, human
+
+ROOT = Path(__file__).resolve().parent.parent
+DUMP = ROOT / "samples" / "otp25" / "erl_crash.dump"
+FRAG = ROOT / "samples" / "workloads" / "snapshots" / "frag.json"
+HOLDER_KEYS = ["kind", "name", "bytes", "detail", "siblings", "siblings_bytes", "members"]
+
+
+def test_analysis_is_a_record_and_its_json_the_document() -> None:
+    a = analyze(read_file(str(FRAG)))
+    assert isinstance(a, Analysis) and isinstance(a.totals, Totals)
+    assert all(isinstance(r, TypeRow) for r in a.allocator_types)
+    assert all(isinstance(r, InstanceRow) for r in a.allocators)
+    doc = json.loads(json.dumps(a.to_json()))
+    assert list(doc)[:3] == ["schema", "node", "otp_release"] and list(doc)[-1] == "defects"
+    assert doc["totals"] == {"used": a.totals.used, "allocated": a.totals.allocated,
+                             "unused": a.totals.unused, "usage": a.totals.usage}
+    assert [r["allocator"] for r in doc["allocator_types"]] == [
+        r.allocator for r in a.allocator_types]
+    # worst first, as the JSON always listed them
+    assert [r.unused for r in a.allocator_types] == sorted(
+        (r.unused for r in a.allocator_types), reverse=True)
+    assert doc["allocators"][0]["max"] == a.allocators[0].max
+    assert doc["os"]["allocated_all"] == a.totals_all.allocated
+
+
+def test_holder_fields_are_data_and_the_json_is_unchanged() -> None:
+    h = CategoryHolder("process_group", "feeley:link_of/3", 300 << 20, members=10_000,
+                       spawned_as="erlang:apply/2", idle=9_999, scaled=True)
+    h = replace(h, detail=", ".join(["spawned as erlang:apply/2", *group_facts(h)]))
+    assert holder_label(h) == ("10,000 processes spawned as erlang:apply/2, most waiting in "
+                               "feeley:link_of/3")
+    # the facts after the label, from the fields: no detail split on ", "
+    assert holder_sentence(h).endswith("(9,999 waiting with an empty mailbox, scaled from a "
+                                       "sample of the processes).")
+    pic = MemoryPicture(100 << 20, 50 << 20, [Category("processes", 1, 0.5, [], [h])], h)
+    doc = pic.to_json()
+    assert list(doc["largest"]) == HOLDER_KEYS
+    assert list(doc["categories"][0]["holders"][0]) == HOLDER_KEYS
+    # a detail that happens to start like a spawn call is no longer read as one
+    odd = CategoryHolder("process_group", "x:y/1", 1, detail="spawned as nothing", members=2)
+    assert holder_label(odd) == "2 processes of x:y/1"
+
+
+def test_a_cells_exact_bytes_are_data() -> None:
+    with exact_bytes():
+        h = human(162_738_176)
+        assert isinstance(h, Sized) and h == "155.2 MiB (162,738,176 B)"
+        assert _stack(h) == "155.2 MiB\n162,738,176 B"
+        cell = around("3 (", h, ") +")
+        assert cell == "3 (155.2 MiB (162,738,176 B)) +"
+        assert _stack(cell) == "3 (155.2 MiB) +\n162,738,176 B"
+        # a size under 1 KiB is exact already: its words are never taken for exact bytes
+        assert _stack(around("0 (", human(0), ")")) == "0 (0 B)"
+    assert around("3 (", human(2048), ")") == "3 (2.0 KiB)" and _stack("1 (512 B)") == "1 (512 B)"
+
+
+def test_a_findings_title_keeps_what_it_is_about_as_data() -> None:
+    f = RuleSpec("R3", ()).finding("action", "smaller carriers", "m", {},
+                                   allocator="binary_alloc", about="binary_alloc")
+    assert f.title == "binary_alloc: smaller carriers" and f.topic == "smaller carriers"
+    assert f.to_json()["title"] == "binary_alloc: smaller carriers" and "topic" not in f.to_json()
+    plain = RuleSpec("R6", ()).finding("action", "mseg cache misses", "m", {},
+                                       allocator="mseg_alloc")
+    assert plain.about is None and plain.title == "mseg cache misses"
+
+
+def test_disabled_allocators_are_data() -> None:
+    snap = read_file(str(DUMP))
+    assert snap.disabled == ["test_alloc"]
+    assert Snapshot.from_json(snap.to_json()).disabled == ["test_alloc"]
+    frag = read_file(str(FRAG))
+    assert frag.disabled == [] and "disabled" not in frag.to_dict()
+    # a cut dump: a type switched off is not one whose flags are unknown
+    cut = read_file(str(DUMP))
+    cut.truncated = True
+    gone = "sl_alloc"  # as if the node ran +MSe false: no instance of it in the dump
+    assert gone in EXPECTED_TYPES
+    cut.allocators = [i for i in cut.allocators if i.allocator != gone]
+    assert gone in coverage(cut).flags_unknown
+    cut.disabled.append(gone)
+    cut.notes = []  # the words are not read
+    assert gone not in coverage(cut).flags_unknown
+
+
+def test_one_signed_change_formatter() -> None:
+    assert [_change_pct(x) for x in (0.3, -0.4, -45.3, 12.0, None)] == [
+        "0 %", "0 %", "-45 %", "+12 %", "n/a"]
