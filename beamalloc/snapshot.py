@@ -383,6 +383,8 @@ class Snapshot:
         doc = {"schema": SCHEMA}
         for n in _fields_of(Snapshot):
             v = getattr(self, n)
+            if n == "disabled" and not v:  # as to_dict leaves it out
+                continue
             doc[n] = mark if n == "carriers" else v if type(v) in _PLAIN else _encode(v)
         text = json.dumps(doc)
         at = text.rindex(f'"carriers": "{mark}"') + len('"carriers": ')
