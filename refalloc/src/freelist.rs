@@ -287,50 +287,92 @@ impl BfTree {
 }
 
 /// (size, address) order: `aobf` and the `caobf` block order (§4.2). The sizes are a
-/// `SizeTable` like bf's; the blocks of one size are ordered by address in a `ChunkMap`
-/// (address -> block) of a pool, so emptied maps are reused with their room.
+/// `SizeTable` like bf's. Each size keeps its lowest-addressed block inline (what `find`
+/// returns: no map is read on a search) and the others, if any, ordered by address in a
+/// `ChunkMap` (address -> block) of a pool, so emptied maps are reused with their room. Most
+/// sizes hold a single free block and never touch a map.
 #[derive(Clone, Debug, Default)]
 pub struct AobfTree {
-    sizes: SizeTable<u32>,
+    sizes: SizeTable<AobfClass>,
     maps: Vec<ChunkMap<u64>>,
     spare: Vec<u32>,
+}
+
+/// The free blocks of one size: the lowest-addressed inline, the rest in map `rest` (NIL: none).
+#[derive(Clone, Copy, Debug)]
+struct AobfClass {
+    addr: u64,
+    block: u32,
+    rest: u32,
+}
+
+impl Default for AobfClass {
+    fn default() -> Self {
+        AobfClass {
+            addr: 0,
+            block: NIL,
+            rest: NIL,
+        }
+    }
 }
 
 impl AobfTree {
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        let m = match self.sizes.get_mut(x.size) {
-            Some(m) => *m,
-            None => {
-                let m = self.spare.pop().unwrap_or_else(|| {
-                    self.maps.push(ChunkMap::default());
-                    (self.maps.len() - 1) as u32
-                });
-                self.sizes.insert(x.size, m);
-                m
-            }
+        let Some(cl) = self.sizes.get_mut(x.size) else {
+            let cl = AobfClass {
+                addr: x.addr,
+                block: b,
+                rest: NIL,
+            };
+            self.sizes.insert(x.size, cl);
+            return;
         };
-        self.maps[m as usize].insert(x.addr, b as u64);
+        if cl.rest == NIL {
+            cl.rest = self.spare.pop().unwrap_or_else(|| {
+                self.maps.push(ChunkMap::default());
+                (self.maps.len() - 1) as u32
+            });
+        }
+        let map = &mut self.maps[cl.rest as usize];
+        if x.addr < cl.addr {
+            // The new block is the lowest: the inline one joins the rest.
+            map.insert(cl.addr, cl.block as u64);
+            (cl.addr, cl.block) = (x.addr, b);
+        } else {
+            map.insert(x.addr, b as u64);
+        }
     }
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        let m = *self
+        let cl = self
             .sizes
             .get_mut(x.size)
             .expect("unlink of an unlinked block");
-        let map = &mut self.maps[m as usize];
-        map.remove(x.addr);
-        if map.is_empty() {
+        if cl.rest == NIL {
+            debug_assert_eq!(cl.block, b, "unlink of an unlinked block");
             self.sizes.remove(x.size);
-            self.spare.push(m);
+            return;
+        }
+        let map = &mut self.maps[cl.rest as usize];
+        if cl.block == b {
+            // The lowest of the rest comes inline.
+            let (addr, nb) = map.first().expect("a size's rest map is never empty");
+            map.remove(addr);
+            (cl.addr, cl.block) = (addr, nb as u32);
+        } else {
+            map.remove(x.addr);
+        }
+        if map.is_empty() {
+            self.spare.push(cl.rest);
+            cl.rest = NIL;
         }
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
-        let m = self.sizes.at_least(size)?;
-        self.maps[m as usize].first().map(|(_, b)| b as u32)
+        Some(self.sizes.at_least(size)?.block)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
@@ -604,6 +646,58 @@ mod tests {
                 assert_eq!(a.find(q, node_first), b.find(q, node_first), "step {step}");
             }
             assert_eq!(a.largest(), b.largest(), "step {step}");
+        }
+    }
+
+    /// `AobfTree` finds the smallest size >= the request, lowest address first, as an ordered
+    /// set of (size, address) does (§4.2), through inline minima, map pops and map reuse.
+    #[test]
+    fn aobf_tree_agrees_with_an_ordered_set() {
+        use std::collections::BTreeSet;
+        fn rnd(s: &mut u64) -> u64 {
+            *s ^= *s << 13;
+            *s ^= *s >> 7;
+            *s ^= *s << 17;
+            *s
+        }
+        let mut s = 4711u64;
+        let n = 4000u64;
+        // Few sizes (long equal-size runs, as small blocks give) and many (mostly singletons).
+        let bl: Vec<Block> = (0..n)
+            .map(|i| {
+                let r = rnd(&mut s);
+                let size = 8 * if i % 2 == 0 { 1 + r % 12 } else { 1 + r % 20_000 };
+                Block {
+                    addr: 16 * i,
+                    size,
+                    carrier: 0,
+                    prev: NIL,
+                    next: NIL,
+                    free: false,
+                    lprev: NIL,
+                    lnext: NIL,
+                }
+            })
+            .collect();
+        let mut t = AobfTree::default();
+        let mut want: BTreeSet<(u64, u64, u32)> = BTreeSet::new();
+        let mut linked = vec![false; n as usize];
+        for step in 0..80_000u64 {
+            let i = (rnd(&mut s) % n) as usize;
+            let x = &bl[i];
+            if linked[i] {
+                t.unlink(&bl, i as u32);
+                want.remove(&(x.size, x.addr, i as u32));
+            } else {
+                t.link(&bl, i as u32);
+                want.insert((x.size, x.addr, i as u32));
+            }
+            linked[i] = !linked[i];
+            let q = 8 * (1 + rnd(&mut s) % 20_001);
+            let got = want.range((q, 0, 0)..).next().map(|&(_, _, b)| b);
+            assert_eq!(t.find(q), got, "step {step}");
+            let largest = want.iter().next_back().map(|&(z, _, _)| z).unwrap_or(0);
+            assert_eq!(t.largest(), largest, "step {step}");
         }
     }
 }
