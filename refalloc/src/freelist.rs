@@ -666,7 +666,11 @@ mod tests {
         let bl: Vec<Block> = (0..n)
             .map(|i| {
                 let r = rnd(&mut s);
-                let size = 8 * if i % 2 == 0 { 1 + r % 12 } else { 1 + r % 20_000 };
+                let size = 8 * if i % 2 == 0 {
+                    1 + r % 12
+                } else {
+                    1 + r % 20_000
+                };
                 Block {
                     addr: 16 * i,
                     size,
