@@ -42,6 +42,10 @@ pub struct ChunkMap<K> {
     firsts: Vec<K>,
     /// Largest value of each chunk.
     maxes: Vec<u64>,
+    /// Largest value of all (0 when empty): asked after every alloc and free (the aoff
+    /// family's carrier largest), rescanned from `maxes` only when the entry that held it
+    /// shrinks or goes.
+    top: u64,
     len: usize,
     /// (chunk, index) of the last `first_at_least` or `first` answer: the allocation that asked
     /// for it cuts or takes that very entry next (`replace`, `remove`), which then skips both
@@ -55,6 +59,7 @@ impl<K> Default for ChunkMap<K> {
             chunks: Vec::new(),
             firsts: Vec::new(),
             maxes: Vec::new(),
+            top: 0,
             len: 0,
             hint: Cell::new((u32::MAX, 0)),
         }
@@ -94,6 +99,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
     #[inline]
     pub fn insert(&mut self, key: K, val: u64) {
         self.len += 1;
+        self.top = self.top.max(val);
         if self.chunks.is_empty() {
             let mut c = Chunk::new();
             c.keys.push(key);
@@ -134,6 +140,16 @@ impl<K: Ord + Copy> ChunkMap<K> {
             return None;
         }
         let (i, p) = self.locate(key)?;
+        let val = self.remove_at(i, p);
+        if val == self.top {
+            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+        }
+        Some(val)
+    }
+
+    /// Remove the entry at (chunk, index); returns its value. Leaves `top` to the caller.
+    #[inline(always)]
+    fn remove_at(&mut self, i: usize, p: usize) -> u64 {
         let c = &mut self.chunks[i];
         c.keys.remove(p);
         let val = c.vals.remove(p);
@@ -141,12 +157,12 @@ impl<K: Ord + Copy> ChunkMap<K> {
         if c.keys.is_empty() {
             if self.chunks.len() == 1 {
                 self.maxes[0] = 0;
-                return Some(val);
+                return val;
             }
             self.chunks.remove(i);
             self.firsts.remove(i);
             self.maxes.remove(i);
-            return Some(val);
+            return val;
         }
         if p == 0 {
             self.firsts[i] = c.keys[0];
@@ -162,7 +178,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
                 self.merge_next(i - 1);
             }
         }
-        Some(val)
+        val
     }
 
     /// Chunk `i` takes over chunk `i + 1`.
@@ -186,6 +202,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
         } else if old == self.maxes[i] {
             self.maxes[i] = c.max();
         }
+        self.retop(old, val);
     }
 
     /// Put `new` (with `val`) in the place of the present key `old`. `new` must sort where
@@ -214,6 +231,17 @@ impl<K: Ord + Copy> ChunkMap<K> {
         } else if was == self.maxes[i] {
             self.maxes[i] = c.max();
         }
+        self.retop(was, val);
+    }
+
+    /// `top` after an entry's value went from `was` to `val` (`maxes` already updated).
+    #[inline(always)]
+    fn retop(&mut self, was: u64, val: u64) {
+        if val >= self.top {
+            self.top = val;
+        } else if was == self.top {
+            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+        }
     }
 
     /// The value of `key`, if present.
@@ -226,7 +254,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
     /// Largest value (0 when empty).
     #[inline]
     pub fn max(&self) -> u64 {
-        self.maxes.iter().copied().max().unwrap_or(0)
+        self.top
     }
 
     /// First key in order whose value is >= `x`.
@@ -336,6 +364,7 @@ mod tests {
             assert_eq!(m.firsts[i], c.keys[0]);
             assert_eq!(m.maxes[i], c.max());
         }
+        assert_eq!(m.top, m.maxes.iter().copied().max().unwrap_or(0));
     }
 
     /// The aoff family's carrier index was a `MaxTree` (treap) before it was a `ChunkMap`: on
