@@ -17,16 +17,19 @@ const CHUNK: usize = 64;
 use std::cell::Cell;
 
 #[derive(Clone, Debug)]
-struct Chunk<K> {
+struct Chunk<K, P> {
     keys: Vec<K>,
     vals: Vec<u64>,
+    /// A payload per entry, moved with it (`()`: none, and no cost).
+    pays: Vec<P>,
 }
 
-impl<K: Copy> Chunk<K> {
+impl<K: Copy, P: Copy> Chunk<K, P> {
     fn new() -> Self {
         Chunk {
             keys: Vec::new(),
             vals: Vec::new(),
+            pays: Vec::new(),
         }
     }
     fn max(&self) -> u64 {
@@ -34,9 +37,13 @@ impl<K: Copy> Chunk<K> {
     }
 }
 
+///
+/// `P` is a payload carried beside each entry and handed back by the `_p` methods: the
+/// address-ordered block sets key by address alone (u64, unique among a carrier's free blocks)
+/// and carry the block there, rather than keying by (address, block) as a u128.
 #[derive(Clone, Debug)]
-pub struct ChunkMap<K> {
-    chunks: Vec<Chunk<K>>,
+pub struct ChunkMap<K, P = ()> {
+    chunks: Vec<Chunk<K, P>>,
     /// First key of each chunk. Chunks are never empty, but for a sole chunk, kept with its
     /// room when the map empties (stale first key, maximum 0).
     firsts: Vec<K>,
@@ -53,7 +60,7 @@ pub struct ChunkMap<K> {
     hint: Cell<(u32, u32)>,
 }
 
-impl<K> Default for ChunkMap<K> {
+impl<K, P> Default for ChunkMap<K, P> {
     fn default() -> Self {
         ChunkMap {
             chunks: Vec::new(),
@@ -66,7 +73,7 @@ impl<K> Default for ChunkMap<K> {
     }
 }
 
-impl<K: Ord + Copy> ChunkMap<K> {
+impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     pub fn len(&self) -> usize {
         self.len
     }
@@ -98,12 +105,19 @@ impl<K: Ord + Copy> ChunkMap<K> {
     /// Insert a key that is not present.
     #[inline]
     pub fn insert(&mut self, key: K, val: u64) {
+        self.insert_p(key, val, P::default())
+    }
+
+    /// `insert` with a payload.
+    #[inline]
+    pub fn insert_p(&mut self, key: K, val: u64, pay: P) {
         self.len += 1;
         self.top = self.top.max(val);
         if self.chunks.is_empty() {
             let mut c = Chunk::new();
             c.keys.push(key);
             c.vals.push(val);
+            c.pays.push(pay);
             self.chunks.push(c);
             self.firsts.push(key);
             self.maxes.push(val);
@@ -118,6 +132,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
         debug_assert!(c.keys.get(p) != Some(&key), "insert of a present key");
         c.keys.insert(p, key);
         c.vals.insert(p, val);
+        c.pays.insert(p, pay);
         if p == 0 {
             self.firsts[i] = key;
         }
@@ -126,6 +141,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
             let mut upper = Chunk::new();
             upper.keys.extend(c.keys.drain(CHUNK..));
             upper.vals.extend(c.vals.drain(CHUNK..));
+            upper.pays.extend(c.pays.drain(CHUNK..));
             self.maxes[i] = c.max();
             self.firsts.insert(i + 1, upper.keys[0]);
             self.maxes.insert(i + 1, upper.max());
@@ -153,6 +169,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
         let c = &mut self.chunks[i];
         c.keys.remove(p);
         let val = c.vals.remove(p);
+        c.pays.remove(p);
         self.len -= 1;
         if c.keys.is_empty() {
             if self.chunks.len() == 1 {
@@ -189,6 +206,7 @@ impl<K: Ord + Copy> ChunkMap<K> {
         let c = &mut self.chunks[i];
         c.keys.extend_from_slice(&next.keys);
         c.vals.extend_from_slice(&next.vals);
+        c.pays.extend_from_slice(&next.pays);
         self.maxes[i] = self.maxes[i].max(m);
     }
 
@@ -210,8 +228,15 @@ impl<K: Ord + Copy> ChunkMap<K> {
     /// merged keeps its place in address order (freelist.rs `AddrTree::replace`).
     #[inline]
     pub fn replace(&mut self, old: K, new: K, val: u64) {
+        self.replace_p(old, new, val, P::default())
+    }
+
+    /// `replace` with the payload of `new`.
+    #[inline]
+    pub fn replace_p(&mut self, old: K, new: K, val: u64, pay: P) {
         let (i, p) = self.locate(old).expect("replace of an absent key");
         let c = &mut self.chunks[i];
+        c.pays[p] = pay;
         debug_assert!(p == 0 || c.keys[p - 1] < new, "replace out of order");
         debug_assert!(
             c.keys.get(p + 1).is_none_or(|k| new < *k),
@@ -260,11 +285,17 @@ impl<K: Ord + Copy> ChunkMap<K> {
     /// First key in order whose value is >= `x`.
     #[inline]
     pub fn first_at_least(&self, x: u64) -> Option<(K, u64)> {
+        self.first_at_least_p(x).map(|(k, v, _)| (k, v))
+    }
+
+    /// `first_at_least` with the entry's payload.
+    #[inline]
+    pub fn first_at_least_p(&self, x: u64) -> Option<(K, u64, P)> {
         let i = self.maxes.iter().position(|&m| m >= x)?;
         let c = &self.chunks[i];
         let p = c.vals.iter().position(|&v| v >= x)?;
         self.hint.set((i as u32, p as u32));
-        Some((c.keys[p], c.vals[p]))
+        Some((c.keys[p], c.vals[p], c.pays[p]))
     }
 
     /// First entry whose key is >= `key`.
@@ -305,7 +336,8 @@ mod tests {
 
     #[test]
     fn agrees_with_an_ordered_map() {
-        let mut m: ChunkMap<u64> = ChunkMap::default();
+        // The payload of key k is k * 7: it must move with its entry through every change.
+        let mut m: ChunkMap<u64, u32> = ChunkMap::default();
         let mut want: BTreeMap<u64, u64> = BTreeMap::new();
         let mut s = 4242u64;
         // Key ranges small enough to fill, split, empty and merge chunks many times.
@@ -318,7 +350,7 @@ mod tests {
             let v = (s >> 20) % 1000;
             match (s >> 40) % 4 {
                 0 | 1 if !want.contains_key(&k) => {
-                    m.insert(k, v);
+                    m.insert_p(k, v, k as u32 * 7);
                     want.insert(k, v);
                 }
                 2 if want.contains_key(&k) => {
@@ -338,7 +370,7 @@ mod tests {
                         .map(|(&n, _)| n + 1)
                         .unwrap_or(0);
                     let nk = lo + (s >> 8) % (hi - lo);
-                    m.replace(k, nk, v);
+                    m.replace_p(k, nk, v, nk as u32 * 7);
                     want.remove(&k);
                     want.insert(nk, v);
                 }
@@ -348,6 +380,9 @@ mod tests {
             let q = (s >> 30) % 1000;
             let first = want.iter().find(|(_, &v)| v >= q).map(|(&k, &v)| (k, v));
             assert_eq!(m.first_at_least(q), first, "step {step}");
+            if let Some((k, _, pay)) = m.first_at_least_p(q) {
+                assert_eq!(pay, k as u32 * 7, "step {step}");
+            }
             let from = want.range(q % span..).next().map(|(&k, &v)| (k, v));
             assert_eq!(m.first_from(q % span), from, "step {step}");
             assert_eq!(m.max(), want.values().copied().max().unwrap_or(0));

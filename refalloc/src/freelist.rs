@@ -380,29 +380,26 @@ impl AobfTree {
     }
 }
 
-/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address,
-/// valued by their size.
+/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address
+/// (unique among a carrier's free blocks), valued by their size, the block as payload.
 #[derive(Clone, Debug, Default)]
 pub struct AddrTree {
-    tree: ChunkMap<u128>,
+    tree: ChunkMap<u64, u32>,
 }
 
 impl AddrTree {
-    fn key(x: &Block, b: u32) -> u128 {
-        Self::key_at(x.addr, b)
-    }
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        self.tree.insert(Self::key(x, b), x.size);
+        self.tree.insert_p(x.addr, x.size, b);
     }
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
-        self.tree.remove(Self::key(&bl[b as usize], b));
+        self.tree.remove(bl[b as usize].addr);
     }
     /// `unlink` of the block that had key `key` (`key_at`), after its record changed.
     #[inline(always)]
-    pub fn unlink_key(&mut self, key: u128) {
+    pub fn unlink_key(&mut self, key: u64) {
         self.tree.remove(key);
     }
     /// Free block `new` takes the place in address order of the linked block that had key
@@ -410,20 +407,18 @@ impl AddrTree {
     /// its rank among the carrier's free blocks, so this is `unlink` and `link` with no entries
     /// moved.
     #[inline(always)]
-    pub fn replace(&mut self, bl: &[Block], old: u128, new: u32) {
+    pub fn replace(&mut self, bl: &[Block], old: u64, new: u32) {
         let x = &bl[new as usize];
-        self.tree.replace(old, Self::key(x, new), x.size);
+        self.tree.replace_p(old, x.addr, x.size, new);
     }
     /// The key block `b` has while it sits at `addr` (taken before the block changes).
     #[inline(always)]
-    pub fn key_at(addr: u64, b: u32) -> u128 {
-        ((addr as u128) << 32) | b as u128
+    pub fn key_at(addr: u64, _b: u32) -> u64 {
+        addr
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
-        self.tree
-            .first_at_least(size)
-            .map(|(k, _)| (k & 0xffff_ffff) as u32)
+        self.tree.first_at_least_p(size).map(|(_, _, b)| b)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
