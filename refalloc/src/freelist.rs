@@ -287,50 +287,92 @@ impl BfTree {
 }
 
 /// (size, address) order: `aobf` and the `caobf` block order (§4.2). The sizes are a
-/// `SizeTable` like bf's; the blocks of one size are ordered by address in a `ChunkMap`
-/// (address -> block) of a pool, so emptied maps are reused with their room.
+/// `SizeTable` like bf's. Each size keeps its lowest-addressed block inline (what `find`
+/// returns: no map is read on a search) and the others, if any, ordered by address in a
+/// `ChunkMap` (address -> block) of a pool, so emptied maps are reused with their room. Most
+/// sizes hold a single free block and never touch a map.
 #[derive(Clone, Debug, Default)]
 pub struct AobfTree {
-    sizes: SizeTable<u32>,
+    sizes: SizeTable<AobfClass>,
     maps: Vec<ChunkMap<u64>>,
     spare: Vec<u32>,
+}
+
+/// The free blocks of one size: the lowest-addressed inline, the rest in map `rest` (NIL: none).
+#[derive(Clone, Copy, Debug)]
+struct AobfClass {
+    addr: u64,
+    block: u32,
+    rest: u32,
+}
+
+impl Default for AobfClass {
+    fn default() -> Self {
+        AobfClass {
+            addr: 0,
+            block: NIL,
+            rest: NIL,
+        }
+    }
 }
 
 impl AobfTree {
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        let m = match self.sizes.get_mut(x.size) {
-            Some(m) => *m,
-            None => {
-                let m = self.spare.pop().unwrap_or_else(|| {
-                    self.maps.push(ChunkMap::default());
-                    (self.maps.len() - 1) as u32
-                });
-                self.sizes.insert(x.size, m);
-                m
-            }
+        let Some(cl) = self.sizes.get_mut(x.size) else {
+            let cl = AobfClass {
+                addr: x.addr,
+                block: b,
+                rest: NIL,
+            };
+            self.sizes.insert(x.size, cl);
+            return;
         };
-        self.maps[m as usize].insert(x.addr, b as u64);
+        if cl.rest == NIL {
+            cl.rest = self.spare.pop().unwrap_or_else(|| {
+                self.maps.push(ChunkMap::default());
+                (self.maps.len() - 1) as u32
+            });
+        }
+        let map = &mut self.maps[cl.rest as usize];
+        if x.addr < cl.addr {
+            // The new block is the lowest: the inline one joins the rest.
+            map.insert(cl.addr, cl.block as u64);
+            (cl.addr, cl.block) = (x.addr, b);
+        } else {
+            map.insert(x.addr, b as u64);
+        }
     }
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        let m = *self
+        let cl = self
             .sizes
             .get_mut(x.size)
             .expect("unlink of an unlinked block");
-        let map = &mut self.maps[m as usize];
-        map.remove(x.addr);
-        if map.is_empty() {
+        if cl.rest == NIL {
+            debug_assert_eq!(cl.block, b, "unlink of an unlinked block");
             self.sizes.remove(x.size);
-            self.spare.push(m);
+            return;
+        }
+        let map = &mut self.maps[cl.rest as usize];
+        if cl.block == b {
+            // The lowest of the rest comes inline.
+            let (addr, nb) = map.first().expect("a size's rest map is never empty");
+            map.remove(addr);
+            (cl.addr, cl.block) = (addr, nb as u32);
+        } else {
+            map.remove(x.addr);
+        }
+        if map.is_empty() {
+            self.spare.push(cl.rest);
+            cl.rest = NIL;
         }
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
-        let m = self.sizes.at_least(size)?;
-        self.maps[m as usize].first().map(|(_, b)| b as u32)
+        Some(self.sizes.at_least(size)?.block)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
@@ -338,29 +380,26 @@ impl AobfTree {
     }
 }
 
-/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address,
-/// valued by their size.
+/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address
+/// (unique among a carrier's free blocks), valued by their size, the block as payload.
 #[derive(Clone, Debug, Default)]
 pub struct AddrTree {
-    tree: ChunkMap<u128>,
+    tree: ChunkMap<u64, u32>,
 }
 
 impl AddrTree {
-    fn key(x: &Block, b: u32) -> u128 {
-        Self::key_at(x.addr, b)
-    }
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
         let x = &bl[b as usize];
-        self.tree.insert(Self::key(x, b), x.size);
+        self.tree.insert_p(x.addr, x.size, b);
     }
     #[inline(always)]
     pub fn unlink(&mut self, bl: &[Block], b: u32) {
-        self.tree.remove(Self::key(&bl[b as usize], b));
+        self.tree.remove(bl[b as usize].addr);
     }
     /// `unlink` of the block that had key `key` (`key_at`), after its record changed.
     #[inline(always)]
-    pub fn unlink_key(&mut self, key: u128) {
+    pub fn unlink_key(&mut self, key: u64) {
         self.tree.remove(key);
     }
     /// Free block `new` takes the place in address order of the linked block that had key
@@ -368,20 +407,18 @@ impl AddrTree {
     /// its rank among the carrier's free blocks, so this is `unlink` and `link` with no entries
     /// moved.
     #[inline(always)]
-    pub fn replace(&mut self, bl: &[Block], old: u128, new: u32) {
+    pub fn replace(&mut self, bl: &[Block], old: u64, new: u32) {
         let x = &bl[new as usize];
-        self.tree.replace(old, Self::key(x, new), x.size);
+        self.tree.replace_p(old, x.addr, x.size, new);
     }
     /// The key block `b` has while it sits at `addr` (taken before the block changes).
     #[inline(always)]
-    pub fn key_at(addr: u64, b: u32) -> u128 {
-        ((addr as u128) << 32) | b as u128
+    pub fn key_at(addr: u64, _b: u32) -> u64 {
+        addr
     }
     #[inline(always)]
     pub fn find(&self, size: u64) -> Option<u32> {
-        self.tree
-            .first_at_least(size)
-            .map(|(k, _)| (k & 0xffff_ffff) as u32)
+        self.tree.first_at_least_p(size).map(|(_, _, b)| b)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
@@ -604,6 +641,62 @@ mod tests {
                 assert_eq!(a.find(q, node_first), b.find(q, node_first), "step {step}");
             }
             assert_eq!(a.largest(), b.largest(), "step {step}");
+        }
+    }
+
+    /// `AobfTree` finds the smallest size >= the request, lowest address first, as an ordered
+    /// set of (size, address) does (§4.2), through inline minima, map pops and map reuse.
+    #[test]
+    fn aobf_tree_agrees_with_an_ordered_set() {
+        use std::collections::BTreeSet;
+        fn rnd(s: &mut u64) -> u64 {
+            *s ^= *s << 13;
+            *s ^= *s >> 7;
+            *s ^= *s << 17;
+            *s
+        }
+        let mut s = 4711u64;
+        let n = 4000u64;
+        // Few sizes (long equal-size runs, as small blocks give) and many (mostly singletons).
+        let bl: Vec<Block> = (0..n)
+            .map(|i| {
+                let r = rnd(&mut s);
+                let size = 8 * if i % 2 == 0 {
+                    1 + r % 12
+                } else {
+                    1 + r % 20_000
+                };
+                Block {
+                    addr: 16 * i,
+                    size,
+                    carrier: 0,
+                    prev: NIL,
+                    next: NIL,
+                    free: false,
+                    lprev: NIL,
+                    lnext: NIL,
+                }
+            })
+            .collect();
+        let mut t = AobfTree::default();
+        let mut want: BTreeSet<(u64, u64, u32)> = BTreeSet::new();
+        let mut linked = vec![false; n as usize];
+        for step in 0..80_000u64 {
+            let i = (rnd(&mut s) % n) as usize;
+            let x = &bl[i];
+            if linked[i] {
+                t.unlink(&bl, i as u32);
+                want.remove(&(x.size, x.addr, i as u32));
+            } else {
+                t.link(&bl, i as u32);
+                want.insert((x.size, x.addr, i as u32));
+            }
+            linked[i] = !linked[i];
+            let q = 8 * (1 + rnd(&mut s) % 20_001);
+            let got = want.range((q, 0, 0)..).next().map(|&(_, _, b)| b);
+            assert_eq!(t.find(q), got, "step {step}");
+            let largest = want.iter().next_back().map(|&(z, _, _)| z).unwrap_or(0);
+            assert_eq!(t.largest(), largest, "step {step}");
         }
     }
 }
