@@ -2,9 +2,11 @@
 //! `term_text(term, atom, opaque) -> str`, which collector/terms.py's `format_term` calls.
 //! Compact text that terms.parse_term reads back to an equal term:
 //!
-//!     Atom -> name, quoted when not a plain atom; Opaque -> its text; str -> "..." ([] if
-//!     empty); bool -> true/false; int; float -> repr with digits both sides of the point;
-//!     bytes -> <<1,2>>; tuple -> {..}; list -> [..]; None -> undefined
+//! ```text
+//! Atom -> name, quoted when not a plain atom; Opaque -> its text; str -> "..." ([] if
+//! empty); bool -> true/false; int; float -> repr with digits both sides of the point;
+//! bytes -> <<1,2>>; tuple -> {..}; list -> [..]; None -> undefined
+//! ```
 //!
 //! Anything else raises TypeError. The walk keeps its own stack (no recursion), so any depth
 //! writes; each distinct atom and string object is written once and copied after (allocator
