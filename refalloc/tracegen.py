@@ -104,48 +104,11 @@ class _Stream:
     next_id: int
 
 
-class _Writer:
-    """:class:`~beamalloc.trace.TraceWriter`'s bytes, encoded natively a batch at a time
-    (refalloc/src/python_writer.rs: the same encoding; tests/test_predict_cost.py compares
-    them): a fitted trace holds hundreds of thousands of events, and encoding each in Python
-    cost a fifth of `recommend`'s CPU on a 2 GiB node predicted from its carriers (3.9 s ->
-    3.2 s; the cost line of issue 22)."""
-
-    BATCH = 1 << 15
-
-    def __init__(self, path: str | Path, header: TraceHeader) -> None:
-        import json
-
-        from beamalloc import _refalloc
-
-        self.header = header
-        blob = json.dumps(header.to_json(), separators=(",", ":"))
-        self._w = _refalloc.TraceWriter(str(path), blob)
-        self._rows: list[Event] = []
-        self.count = 0
-
-    def write_checked(self, ev: Event) -> None:
-        """One event its maker range-checked (counters and sizes it drew)."""
-        self._rows.append(ev)
-        if len(self._rows) >= self.BATCH:
-            self._flush()
-
-    write = write_checked
-
-    def _flush(self) -> None:
-        self._w.write_many(self._rows)
-        self._rows.clear()
-
-    def close(self) -> None:
-        self._flush()
-        self.count = self._w.finish()
-
-
 class _Gen:
     """Shared writer state: time, ids, the live sets."""
 
     def __init__(self, path: str | Path, header: TraceHeader, seed: int) -> None:
-        self.w = _Writer(path, header)
+        self.w = TraceWriter(path, header)  # batched, encoded natively
         self.rng = random.Random(seed)
         self.t = 0
         self.next_id = 1

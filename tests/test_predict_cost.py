@@ -87,36 +87,3 @@ def test_a_warmed_predictor_gives_the_fresh_verdict_and_replays_nothing_more(nam
         warm = recommend(snap, turnover=busy, predictor=p)
         assert (len(p._history_runs), len(p._histories)) == (runs, histories)
     assert json.dumps(warm, sort_keys=True) == json.dumps(fresh, sort_keys=True)
-
-
-def _generators(d: Path) -> dict[str, Path]:
-    """One trace of each generator that writes through tracegen's writer."""
-    from beamalloc.refalloc import tracegen
-
-    snap = load("frag")
-    tracegen.spike_and_drop(d / "spike.batr", base_live=300, churn=2000)
-    tracegen.large_binaries(d / "bigbin.batr", live=30, events=800)
-    tracegen.ets_churn(d / "ets.batr", rows=800, cycles=2)
-    tracegen.stationary_mix(snap, d / "mix.batr", max_live=2000, max_events=6000)
-    bf = load("churn_bf")
-    tracegen.from_carriers(d / "carriers.batr", bf.carriers_of("binary_alloc"),
-                           allocator="binary_alloc", schedulers=2, max_blocks=5000)  # fmt: skip
-    return {p.name: p for p in sorted(d.glob("*.batr"))}
-
-
-def test_the_native_writer_writes_the_python_writers_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The generators' batched native encoding gives byte for byte the trace that
-    beamalloc.trace.TraceWriter gives, each generator's (the predictions replay them)."""
-    from beamalloc.refalloc import tracegen
-    from beamalloc.trace import TraceWriter
-
-    (tmp_path / "native").mkdir()
-    (tmp_path / "python").mkdir()
-    native = _generators(tmp_path / "native")
-    monkeypatch.setattr(tracegen, "_Writer", TraceWriter)
-    python = _generators(tmp_path / "python")
-    assert native.keys() == python.keys() and len(native) == 5
-    for name, p in native.items():
-        assert p.read_bytes() == python[name].read_bytes(), name
