@@ -72,9 +72,10 @@ _UINT = re.compile(r"[0-9]{1,20}\Z")
 
 
 def _num(s: str, what: str) -> int:
-    if not _UINT.match(s) or int(s) > UINT64_MAX:
+    # _UINT's test without a regex step (an ASCII string of digits: [0-9] only)
+    if not (s.isascii() and s.isdigit() and len(s) <= 20) or (n := int(s)) > UINT64_MAX:
         raise _BadValue(f"{what} is not a count or size (0..2^64-1)")
-    return int(s)
+    return n
 
 
 def _nums(s: str, what: str) -> list[int]:
@@ -91,7 +92,7 @@ def _t(nums: list[int]) -> Triple:
 def _option(v: str) -> int | bool | str:
     if v in ("true", "false"):
         return v == "true"
-    return int(v) if _UINT.match(v) else v
+    return int(v) if v.isascii() and v.isdigit() and len(v) <= 20 else v
 
 
 @dataclass
@@ -107,12 +108,13 @@ def _instance(sec: _Section) -> AllocatorInstance:
     pool: PoolStats | None = None
     pool_counts: dict[str, list[int]] = {}
     for line in sec.lines:
-        if line.startswith("option "):
+        c = line[:1]  # a first-letter test before each regex: most lines are blocks lines
+        if c == "o" and line.startswith("option "):
             k, _, v = line[7:].partition(": ")
             inst.options[k] = _option(v)
-        elif line.startswith("versions: "):
+        elif c == "v" and line.startswith("versions: "):
             inst.versions = line[10:].split()
-        elif m := _BLOCKS.match(line):
+        elif (c == "m" or c == "s") and (m := _BLOCKS.match(line)):
             where, typ, what = m.group(1), m.group(2) or sec.name, m.group(3)
             nums = _nums(m.group(4), f"{where} blocks{what or ''}")
             if where == "mbcs_pool":
@@ -124,7 +126,7 @@ def _instance(sec: _Section) -> AllocatorInstance:
                     b.size = _t(nums)
                 else:
                     b.count = _t(nums)
-        elif m := _CARRIERS.match(line):
+        elif (c == "m" or c == "s") and (m := _CARRIERS.match(line)):
             where, kind, size = m.group(1), m.group(2), m.group(3)
             nums = _nums(m.group(4), f"{where} {kind}{size or ''}")
             if where == "mbcs_pool":
@@ -149,7 +151,7 @@ def _instance(sec: _Section) -> AllocatorInstance:
                 cs.sys_carriers_size = nums[0]
             else:
                 cs.sys_carriers = nums[0]
-        elif m := _CALLS.match(line):
+        elif " calls: " in line and (m := _CALLS.match(line)):
             inst.calls[m.group(1)] = _num(m.group(2), "calls")
         elif line.startswith("fix type: "):
             parts = line[10:].split()
@@ -254,11 +256,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             ended = True
             break
         if line.startswith(("=proc:", "=ets:")):  # most of the sections kept: not split
-            if tables.start(section):  # (always: both are its kinds)
-                if body is not None:
-                    tables.lines.append(body)
-                if complete:
-                    tables.close()
+            tables.section(section, body, complete)  # (always ours: both are its kinds)
             continue
         lines = body.split("\n") if body is not None else []
         if m := _SECTION.match(line):
