@@ -61,6 +61,40 @@ _CARRIERS = re.compile(
     r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?: (.*)$"
 )
 _CALLS = re.compile(r"([a-z_]+) calls: (.*)$")
+#: The same three on a line's key (what precedes its first ": ", which none of them holds)
+_BLOCKS_KEY = re.compile(r"(mbcs|sbcs|mbcs_pool) blocks(?:\[([a-z_]+)\])?( count| size)?\Z")
+_CARRIERS_KEY = re.compile(
+    r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?\Z"
+)
+_CALLS_KEY = re.compile(r"([a-z_]+) calls\Z")
+#: What each key seen is (_line_kind): a dump's instances repeat the same few hundred keys
+_KINDS: dict[str, tuple[str, ...] | None] = {}
+#: Keys remembered at most (a made-up dump may have a new one each line)
+MAX_KINDS = 4096
+
+
+def _line_kind(key: str) -> tuple[str, ...] | None:
+    """A statistics line's kind by its key, as _BLOCKS, _CARRIERS and _CALLS tell it, in that
+    order: ("blocks", where, type or None, " size" or None, the name its errors give),
+    ("carriers", where, kind, " size" or None, name), ("calls", name) or None; once a key."""
+    try:
+        return _KINDS[key]
+    except KeyError:
+        pass
+    kind: tuple[str, ...] | None = None
+    if m := _BLOCKS_KEY.match(key):
+        where, typ, what = m.groups()
+        kind = ("blocks", where, typ, " size" if what == " size" else None,
+                f"{where} blocks{what or ''}")
+    elif m := _CARRIERS_KEY.match(key):
+        where, what, size = m.groups()
+        kind = ("carriers", where, what, size, f"{where} {what}{size or ''}")
+    elif m := _CALLS_KEY.match(key):
+        kind = ("calls", m.group(1))
+    if len(_KINDS) >= MAX_KINDS:
+        _KINDS.clear()
+    _KINDS[key] = kind
+    return kind
 
 
 class _BadValue(ValueError):
@@ -108,27 +142,41 @@ def _instance(sec: _Section) -> AllocatorInstance:
     pool: PoolStats | None = None
     pool_counts: dict[str, list[int]] = {}
     for line in sec.lines:
-        c = line[:1]  # a first-letter test before each regex: most lines are blocks lines
-        if c == "o" and line.startswith("option "):
+        if line.startswith("option "):
             k, _, v = line[7:].partition(": ")
             inst.options[k] = _option(v)
-        elif c == "v" and line.startswith("versions: "):
+            continue
+        if line.startswith("versions: "):
             inst.versions = line[10:].split()
-        elif (c == "m" or c == "s") and (m := _BLOCKS.match(line)):
-            where, typ, what = m.group(1), m.group(2) or sec.name, m.group(3)
-            nums = _nums(m.group(4), f"{where} blocks{what or ''}")
+            continue
+        key, sep, value = line.partition(": ")  # no key below holds ": ": the first ends it
+        what = _line_kind(key) if sep else None
+        if what is None:
+            if line.startswith("fix type: "):
+                parts = line[10:].split()
+                if len(parts) == 3:
+                    inst.fix_types = inst.fix_types or []
+                    inst.fix_types.append(
+                        FixType(parts[0], _num(parts[1], "fix type"), _num(parts[2], "fix type"))
+                    )
+        elif what[0] == "blocks":
+            _, where, typ, size, name = what
+            nums = _nums(value, name)
+            typ = typ or sec.name
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
-                pool_counts.setdefault(typ, [0, 0])[1 if what == " size" else 0] = nums[0]
+                pool_counts.setdefault(typ, [0, 0])[1 if size else 0] = nums[0]
             else:
-                b = sections[where].blocks.setdefault(typ, BlockStats())
-                if what == " size":
+                blocks = sections[where].blocks
+                if (b := blocks.get(typ)) is None:  # (setdefault built one a line)
+                    b = blocks[typ] = BlockStats()
+                if size:
                     b.size = _t(nums)
                 else:
                     b.count = _t(nums)
-        elif (c == "m" or c == "s") and (m := _CARRIERS.match(line)):
-            where, kind, size = m.group(1), m.group(2), m.group(3)
-            nums = _nums(m.group(4), f"{where} {kind}{size or ''}")
+        elif what[0] == "carriers":
+            _, where, kind, size, name = what
+            nums = _nums(value, name)
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
                 if size:
@@ -151,15 +199,8 @@ def _instance(sec: _Section) -> AllocatorInstance:
                 cs.sys_carriers_size = nums[0]
             else:
                 cs.sys_carriers = nums[0]
-        elif " calls: " in line and (m := _CALLS.match(line)):
-            inst.calls[m.group(1)] = _num(m.group(2), "calls")
-        elif line.startswith("fix type: "):
-            parts = line[10:].split()
-            if len(parts) == 3:
-                inst.fix_types = inst.fix_types or []
-                inst.fix_types.append(
-                    FixType(parts[0], _num(parts[1], "fix type"), _num(parts[2], "fix type"))
-                )
+        else:
+            inst.calls[what[1]] = _num(value, "calls")
     # The dump lists every type, zeros included; system_info lists only types ever used (§6.1).
     for cs in sections.values():
         cs.blocks = {t: b for t, b in cs.blocks.items() if b.count.max or b.size.max}
