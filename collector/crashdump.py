@@ -67,18 +67,19 @@ _CARRIERS_KEY = re.compile(
     r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?\Z"
 )
 _CALLS_KEY = re.compile(r"([a-z_]+) calls\Z")
-#: What each key seen is (_line_kind): a dump's instances repeat the same few hundred keys
-_KINDS: dict[str, tuple[str, ...] | None] = {}
-#: Keys remembered at most (a made-up dump may have a new one each line)
+#: Keys a read remembers at most (a made-up dump may have a new one each line)
 MAX_KINDS = 4096
+#: What each key seen in one read is (_line_kind): a dump's instances repeat a few hundred keys
+Kinds = dict[str, tuple[str, ...] | None]
 
 
-def _line_kind(key: str) -> tuple[str, ...] | None:
+def _line_kind(key: str, kinds: Kinds) -> tuple[str, ...] | None:
     """A statistics line's kind by its key, as _BLOCKS, _CARRIERS and _CALLS tell it, in that
     order: ("blocks", where, type or None, " size" or None, the name its errors give),
-    ("carriers", where, kind, " size" or None, name), ("calls", name) or None; once a key."""
+    ("carriers", where, kind, " size" or None, name), ("calls", name) or None; once a key of
+    a read (`kinds`)."""
     try:
-        return _KINDS[key]
+        return kinds[key]
     except KeyError:
         pass
     kind: tuple[str, ...] | None = None
@@ -91,9 +92,9 @@ def _line_kind(key: str) -> tuple[str, ...] | None:
         kind = ("carriers", where, what, size, f"{where} {what}{size or ''}")
     elif m := _CALLS_KEY.match(key):
         kind = ("calls", m.group(1))
-    if len(_KINDS) >= MAX_KINDS:
-        _KINDS.clear()
-    _KINDS[key] = kind
+    if len(kinds) >= MAX_KINDS:
+        kinds.clear()
+    kinds[key] = kind
     return kind
 
 
@@ -136,7 +137,7 @@ class _Section:
     lines: list[str] = field(default_factory=list)
 
 
-def _instance(sec: _Section) -> AllocatorInstance:
+def _instance(sec: _Section, kinds: Kinds) -> AllocatorInstance:
     inst = AllocatorInstance(allocator=sec.name, instance=sec.ix or 0)
     sections = {"mbcs": inst.mbcs, "sbcs": inst.sbcs}
     pool: PoolStats | None = None
@@ -150,7 +151,7 @@ def _instance(sec: _Section) -> AllocatorInstance:
             inst.versions = line[10:].split()
             continue
         key, sep, value = line.partition(": ")  # no key below holds ": ": the first ends it
-        what = _line_kind(key) if sep else None
+        what = _line_kind(key, kinds) if sep else None
         if what is None:
             if line.startswith("fix type: "):
                 parts = line[10:].split()
@@ -225,7 +226,7 @@ def _mseg(sec: _Section) -> MsegInstance:
     return m
 
 
-def _finish(snap: Snapshot, sec: _Section) -> None:
+def _finish(snap: Snapshot, sec: _Section, kinds: Kinds) -> None:
     if sec.name == "mseg_alloc":
         snap.mseg.append(_mseg(sec))
     elif sec.name in ("sys_alloc", "alloc_util"):
@@ -240,7 +241,7 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
     elif not any(" carriers: " in line for line in sec.lines):
         return  # =allocator:instr and other sections without carriers describe no allocator
     else:
-        snap.allocators.append(_instance(sec))
+        snap.allocators.append(_instance(sec, kinds))
 
 
 #: The sections this reader uses: the allocators, =memory, =node, the =ets and =proc tables
@@ -288,6 +289,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
     ended = False
     raw: list[str] = []
     tables = DumpTables()
+    kinds: Kinds = {}  # the allocator lines' keys (_line_kind)
     for sec in it:
         line, body, _, complete = sec
         if procs is not None and line.startswith(("=proc:", "=node:")):
@@ -306,7 +308,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             raw.extend(lines)
             if complete:  # a section the dump ends in is cut: not read (the note says so)
                 try:
-                    _finish(snap, alloc)
+                    _finish(snap, alloc, kinds)
                 except _BadValue as e:
                     where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
                     raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None

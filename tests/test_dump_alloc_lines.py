@@ -21,9 +21,9 @@ def _by_regex(line: str) -> tuple[str, ...] | None:
     return None
 
 
-def _by_key(line: str) -> tuple[str, ...] | None:
+def _by_key(line: str, kinds: crashdump.Kinds) -> tuple[str, ...] | None:
     key, sep, value = line.partition(": ")
-    kind = _line_kind(key) if sep else None
+    kind = _line_kind(key, kinds) if sep else None
     if kind is None:
         return None
     return (*kind[:4], value) if kind[0] != "calls" else (*kind, value)
@@ -31,6 +31,7 @@ def _by_key(line: str) -> tuple[str, ...] | None:
 
 def test_a_lines_kind_by_its_key_is_the_regexes() -> None:
     rnd = random.Random(284)
+    kinds: crashdump.Kinds = {}
     pieces = ["mbcs", "sbcs", "mbcs_pool", " blocks", "[binary_alloc]", "[", "]", "_", " count",
               " size", ": ", ":", " ", " carriers", " mseg carriers", " sys_alloc carriers",
               " calls", "mseg_alloc", "x", "0 1 2", "\r", "\t", "é", "A"]
@@ -47,18 +48,18 @@ def test_a_lines_kind_by_its_key_is_the_regexes() -> None:
         else:
             line = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(1, 9)))
         want = _by_regex(line)
-        assert _by_key(line) == want, repr(line)
+        assert _by_key(line, kinds) == want, repr(line)
         seen += want is not None
     assert seen > 1000  # real keys often enough
     real = ["mbcs blocks[binary_alloc] count: 0 20 20", "mbcs_pool blocks[ets_alloc] size: 8",
             "sbcs sys_alloc carriers size: 0", "mbcs carriers: 1 2 3", "mseg_alloc calls: 5",
             "mbcs blocks: 1 2 3", "mbcs blocks size: 4 5 6"]
-    assert all(_by_key(x) == _by_regex(x) is not None for x in real)
+    assert all(_by_key(x, kinds) == _by_regex(x) is not None for x in real)
 
 
 def test_the_keys_remembered_are_bounded() -> None:
-    crashdump._KINDS.clear()
+    kinds: crashdump.Kinds = {}
     for i in range(crashdump.MAX_KINDS * 2 + 3):
-        _line_kind("".join(chr(97 + int(d)) for d in str(i)) + " calls")  # a, b, ..., ba, bb
-    assert 0 < len(crashdump._KINDS) <= crashdump.MAX_KINDS
-    assert _line_kind("b calls") == ("calls", "b")
+        _line_kind("".join(chr(97 + int(d)) for d in str(i)) + " calls", kinds)  # a, b, ba
+    assert 0 < len(kinds) <= crashdump.MAX_KINDS
+    assert _line_kind("b calls", kinds) == ("calls", "b")
