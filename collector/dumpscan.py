@@ -4,10 +4,10 @@ A dump is `=header` lines each followed by the lines of its section, and a reade
 few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
 heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
 finds the next header the caller keeps natively (collector/native/src/dumpscan.rs: one SIMD
-search for "\\n=" and a few byte compares per header, no Python step per line or per header
-passed over) and decodes only the header line and the sections the caller keeps. Memory is
-bounded by what is kept: a block, plus one kept section of at most MAX_SECTION bytes (the rest
-of a longer one is passed over).
+search for "\\n=" and a first-byte test per header, no Python step per line, per block or per
+header passed over; a regular file is read at its offsets into one buffer) and decodes only the
+header line and the sections the caller keeps. Memory is bounded by what is kept: a block, plus
+one kept section of at most MAX_SECTION bytes (the rest of a longer one is passed over).
 
 Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
 with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
