@@ -61,6 +61,41 @@ _CARRIERS = re.compile(
     r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?: (.*)$"
 )
 _CALLS = re.compile(r"([a-z_]+) calls: (.*)$")
+#: The same three on a line's key (what precedes its first ": ", which none of them holds)
+_BLOCKS_KEY = re.compile(r"(mbcs|sbcs|mbcs_pool) blocks(?:\[([a-z_]+)\])?( count| size)?\Z")
+_CARRIERS_KEY = re.compile(
+    r"(mbcs|sbcs|mbcs_pool) (carriers|mseg carriers|sys_alloc carriers)( size)?\Z"
+)
+_CALLS_KEY = re.compile(r"([a-z_]+) calls\Z")
+#: Keys a read remembers at most (a made-up dump may have a new one each line)
+MAX_KINDS = 4096
+#: What each key seen in one read is (_line_kind): a dump's instances repeat a few hundred keys
+Kinds = dict[str, tuple[str, ...] | None]
+
+
+def _line_kind(key: str, kinds: Kinds) -> tuple[str, ...] | None:
+    """A statistics line's kind by its key, as _BLOCKS, _CARRIERS and _CALLS tell it, in that
+    order: ("blocks", where, type or None, " size" or None, the name its errors give),
+    ("carriers", where, kind, " size" or None, name), ("calls", name) or None; once a key of
+    a read (`kinds`)."""
+    try:
+        return kinds[key]
+    except KeyError:
+        pass
+    kind: tuple[str, ...] | None = None
+    if m := _BLOCKS_KEY.match(key):
+        where, typ, what = m.groups()
+        kind = ("blocks", where, typ, " size" if what == " size" else None,
+                f"{where} blocks{what or ''}")
+    elif m := _CARRIERS_KEY.match(key):
+        where, what, size = m.groups()
+        kind = ("carriers", where, what, size, f"{where} {what}{size or ''}")
+    elif m := _CALLS_KEY.match(key):
+        kind = ("calls", m.group(1))
+    if len(kinds) >= MAX_KINDS:
+        kinds.clear()
+    kinds[key] = kind
+    return kind
 
 
 class _BadValue(ValueError):
@@ -72,9 +107,10 @@ _UINT = re.compile(r"[0-9]{1,20}\Z")
 
 
 def _num(s: str, what: str) -> int:
-    if not _UINT.match(s) or int(s) > UINT64_MAX:
+    # _UINT's test without a regex step (an ASCII string of digits: [0-9] only)
+    if not (s.isascii() and s.isdigit() and len(s) <= 20) or (n := int(s)) > UINT64_MAX:
         raise _BadValue(f"{what} is not a count or size (0..2^64-1)")
-    return int(s)
+    return n
 
 
 def _nums(s: str, what: str) -> list[int]:
@@ -91,7 +127,7 @@ def _t(nums: list[int]) -> Triple:
 def _option(v: str) -> int | bool | str:
     if v in ("true", "false"):
         return v == "true"
-    return int(v) if _UINT.match(v) else v
+    return int(v) if v.isascii() and v.isdigit() and len(v) <= 20 else v
 
 
 @dataclass
@@ -101,7 +137,7 @@ class _Section:
     lines: list[str] = field(default_factory=list)
 
 
-def _instance(sec: _Section) -> AllocatorInstance:
+def _instance(sec: _Section, kinds: Kinds) -> AllocatorInstance:
     inst = AllocatorInstance(allocator=sec.name, instance=sec.ix or 0)
     sections = {"mbcs": inst.mbcs, "sbcs": inst.sbcs}
     pool: PoolStats | None = None
@@ -110,23 +146,38 @@ def _instance(sec: _Section) -> AllocatorInstance:
         if line.startswith("option "):
             k, _, v = line[7:].partition(": ")
             inst.options[k] = _option(v)
-        elif line.startswith("versions: "):
+            continue
+        if line.startswith("versions: "):
             inst.versions = line[10:].split()
-        elif m := _BLOCKS.match(line):
-            where, typ, what = m.group(1), m.group(2) or sec.name, m.group(3)
-            nums = _nums(m.group(4), f"{where} blocks{what or ''}")
+            continue
+        key, sep, value = line.partition(": ")  # no key below holds ": ": the first ends it
+        what = _line_kind(key, kinds) if sep else None
+        if what is None:
+            if line.startswith("fix type: "):
+                parts = line[10:].split()
+                if len(parts) == 3:
+                    inst.fix_types = inst.fix_types or []
+                    inst.fix_types.append(
+                        FixType(parts[0], _num(parts[1], "fix type"), _num(parts[2], "fix type"))
+                    )
+        elif what[0] == "blocks":
+            _, where, typ, size, name = what
+            nums = _nums(value, name)
+            typ = typ or sec.name
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
-                pool_counts.setdefault(typ, [0, 0])[1 if what == " size" else 0] = nums[0]
+                pool_counts.setdefault(typ, [0, 0])[1 if size else 0] = nums[0]
             else:
-                b = sections[where].blocks.setdefault(typ, BlockStats())
-                if what == " size":
+                blocks = sections[where].blocks
+                if (b := blocks.get(typ)) is None:  # (setdefault built one a line)
+                    b = blocks[typ] = BlockStats()
+                if size:
                     b.size = _t(nums)
                 else:
                     b.count = _t(nums)
-        elif m := _CARRIERS.match(line):
-            where, kind, size = m.group(1), m.group(2), m.group(3)
-            nums = _nums(m.group(4), f"{where} {kind}{size or ''}")
+        elif what[0] == "carriers":
+            _, where, kind, size, name = what
+            nums = _nums(value, name)
             if where == "mbcs_pool":
                 pool = pool or PoolStats()
                 if size:
@@ -149,15 +200,8 @@ def _instance(sec: _Section) -> AllocatorInstance:
                 cs.sys_carriers_size = nums[0]
             else:
                 cs.sys_carriers = nums[0]
-        elif m := _CALLS.match(line):
-            inst.calls[m.group(1)] = _num(m.group(2), "calls")
-        elif line.startswith("fix type: "):
-            parts = line[10:].split()
-            if len(parts) == 3:
-                inst.fix_types = inst.fix_types or []
-                inst.fix_types.append(
-                    FixType(parts[0], _num(parts[1], "fix type"), _num(parts[2], "fix type"))
-                )
+        else:
+            inst.calls[what[1]] = _num(value, "calls")
     # The dump lists every type, zeros included; system_info lists only types ever used (§6.1).
     for cs in sections.values():
         cs.blocks = {t: b for t, b in cs.blocks.items() if b.count.max or b.size.max}
@@ -182,7 +226,7 @@ def _mseg(sec: _Section) -> MsegInstance:
     return m
 
 
-def _finish(snap: Snapshot, sec: _Section) -> None:
+def _finish(snap: Snapshot, sec: _Section, kinds: Kinds) -> None:
     if sec.name == "mseg_alloc":
         snap.mseg.append(_mseg(sec))
     elif sec.name in ("sys_alloc", "alloc_util"):
@@ -198,7 +242,7 @@ def _finish(snap: Snapshot, sec: _Section) -> None:
     elif not any(" carriers: " in line for line in sec.lines):
         return  # =allocator:instr and other sections without carriers describe no allocator
     else:
-        snap.allocators.append(_instance(sec))
+        snap.allocators.append(_instance(sec, kinds))
 
 
 #: The sections this reader uses: the allocators, =memory, =node, the =ets and =proc tables
@@ -246,6 +290,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
     ended = False
     raw: list[str] = []
     tables = DumpTables()
+    kinds: Kinds = {}  # the allocator lines' keys (_line_kind)
     for sec in it:
         line, body, _, complete = sec
         if procs is not None and line.startswith(("=proc:", "=node:")):
@@ -255,11 +300,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             ended = True
             break
         if line.startswith(("=proc:", "=ets:")):  # most of the sections kept: not split
-            if tables.start(section):  # (always: both are its kinds)
-                if body is not None:
-                    tables.lines.append(body)
-                if complete:
-                    tables.close()
+            tables.section(section, body, complete)  # (always ours: both are its kinds)
             continue
         lines = body.split("\n") if body is not None else []
         if m := _SECTION.match(line):
@@ -268,7 +309,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             raw.extend(lines)
             if complete:  # a section the dump ends in is cut: not read (the note says so)
                 try:
-                    _finish(snap, alloc)
+                    _finish(snap, alloc, kinds)
                 except _BadValue as e:
                     where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
                     raise CrashDumpError(f"{name}: =allocator:{where}: {e}") from None

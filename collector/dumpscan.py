@@ -4,10 +4,10 @@ A dump is `=header` lines each followed by the lines of its section, and a reade
 few kinds of them (the allocators, =memory, =ets, =proc); most of a large dump's bytes are the
 heaps, binaries and literals nobody here reads. The scanner reads the file in CHUNK-sized blocks,
 finds the next header the caller keeps natively (collector/native/src/dumpscan.rs: one SIMD
-search for "\\n=" and a few byte compares per header, no Python step per line or per header
-passed over) and decodes only the header line and the sections the caller keeps. Memory is
-bounded by what is kept: a block, plus one kept section of at most MAX_SECTION bytes (the rest
-of a longer one is passed over).
+search for "\\n=" and a first-byte test per header, no Python step per line, per block or per
+header passed over; a regular file is read at its offsets into one buffer) and decodes only the
+header line and the sections the caller keeps. Memory is bounded by what is kept: a block, plus
+one kept section of at most MAX_SECTION bytes (the rest of a longer one is passed over).
 
 Lines are split at "\\n" only, as the line readers always did; a section's text is its lines
 with trailing "\\r" removed and lines over MAX_LINE left out (they are never allocator data).
@@ -15,7 +15,9 @@ with trailing "\\r" removed and lines over MAX_LINE left out (they are never all
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +66,12 @@ class Headers:
         names += [re.escape(n.encode()) + rb"\r*(?:\n|\Z)" for n in lines]
         #: over the bytes "\\n=HEADER\\n" (`\\Z`: the end of the data ends a header line)
         self.pattern = re.compile(rb"\n=(?:" + b"|".join(names) + rb")")
+        self.specs = [(n.encode(), False) for n in prefixes] + [(n.encode(), True) for n in lines]
         self._native = None
         try:  # the native search of the Rust extension; absent in a source tree never built
             from beamalloc._refalloc import DumpWant
 
-            self._native = DumpWant([(n.encode(), False) for n in prefixes]
-                                    + [(n.encode(), True) for n in lines])
+            self._native = DumpWant(self.specs)
         except ImportError:  # pragma: no cover - `make setup` builds it
             pass
 
@@ -165,7 +167,28 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
     whose header `want` keeps, and its first one. The others are passed over by `want.search`,
     the last of them noted in `stats`, never decoded. Where a section starts is given as its
     header's byte offset in the file (`head` included): a line number would cost a count of
-    every line (line_of gives it when it is needed)."""
+    every line (line_of gives it when it is needed).
+
+    Natively where the extension is built (collector/native/src/dumpscan.rs `Scanner`: the
+    loop, the reads and the search with no Python step a block or a section passed over; a
+    regular file read at its offsets into one buffer), else scan_py, its reference."""
+    try:
+        from beamalloc._refalloc import DumpScan
+    except ImportError:  # pragma: no cover - `make setup` builds it
+        return scan_py(f, want, stats, head)
+    fd, offset = -1, 0
+    try:  # a regular file is read by the native side at its offsets, from where `f` is
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            fd, offset = f.fileno(), f.tell()
+    except (OSError, ValueError, AttributeError):  # io.BytesIO, a pipe: read through f.read
+        pass
+    return DumpScan(want.specs, f, fd, offset, head, stats,  # type: ignore[no-any-return]
+                    (CHUNK, MAX_LINE, MAX_SECTION, MAX_HEADER, _EDGE))
+
+
+def scan_py(f: BinaryIO, want: Headers, stats: Stats,
+            head: bytes = b"") -> Iterator[Section]:
+    """scan in Python: the reference the native scanner is tested against."""
     data = head
     eof = False
     base = 0  # the file offset of data[0]

@@ -71,6 +71,23 @@ class DumpTables:
         self.lines.clear()
         return True
 
+    def section(self, section: str, text: str | None, complete: bool) -> bool:
+        """start, the section's text and, where another header follows, close, in one call
+        (a dump's =proc and =ets sections are most of those read); True if it is ours."""
+        if self._kind is not None:
+            self.close()
+        kind, _, arg = section.partition(":")
+        if kind not in self.KINDS:
+            return False
+        if complete:
+            self._finish(kind, arg.strip(), text or "", False)
+        else:
+            self._kind, self._arg = kind, arg.strip()
+            self.lines.clear()
+            if text is not None:
+                self.lines.append(text)
+        return True
+
     def _parse(self, text: str) -> dict[str, str]:
         """The section's `Key: Value` lines of the keys kept, the first of each: one regex over
         the joined section, not a Python step per line."""
@@ -86,9 +103,14 @@ class DumpTables:
         its =proc sections)."""
         if len(self.procs) < TOP_PROCS:
             return False
-        state, mem = _value(text, "State: "), _value(text, "\nMemory: ")
-        if state is None or state.lower() in ACTIVE_STATES or mem is None:
+        # _value of each, inline (this runs for most processes of a dump)
+        if (i := text.find("State: ")) < 0 or (k := text.find("\nMemory: ")) < 0:
             return False
+        j = text.find("\n", i + 7)
+        if text[i + 7:j if j >= 0 else len(text)].strip().lower() in ACTIVE_STATES:
+            return False
+        j = text.find("\n", k + 9)
+        mem = text[k + 9:j if j >= 0 else len(text)].strip()
         return bool(_UINT.match(mem)) and (int(mem), -self._seq) <= self.procs[0][:2]
 
     def close(self, *, cut: bool = False) -> None:
@@ -99,6 +121,11 @@ class DumpTables:
             return
         text = "\n".join(self.lines)
         self.lines.clear()
+        self._finish(kind, self._arg, text, cut)
+
+    def _finish(self, kind: str, arg: str, text: str, cut: bool) -> None:
+        """A section of `kind` ("ets" or "proc") read whole: counted, and kept if it ranks."""
+        self._arg = arg
         self._seq += 1
         if kind == "ets":
             kv = self._parse(text)
@@ -167,15 +194,6 @@ class DumpTables:
         if self.proc_bad:
             notes.append(f"{self.proc_bad} of {self.proc_count} =proc sections not read "
                          "(malformed or cut off)")
-
-
-def _value(text: str, key: str) -> str | None:
-    """The rest of the line after the first `key` in `text`."""
-    i = text.find(key)
-    if i < 0:
-        return None
-    j = text.find("\n", i + len(key))
-    return text[i + len(key):j if j >= 0 else len(text)].strip()
 
 
 def _push(heap: list[tuple[int, int, dict[str, Any]]], n: int,

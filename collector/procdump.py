@@ -92,45 +92,45 @@ def proc_of(pid: str, vals: list[Any], ws: int, cache: dict[Any, Any] | None = N
     as ints where they are counts, `bad` the first that is not) or, with `bad` None, VALUES'
     raw values. `cache` keeps what was derived from a value seen before (a table's processes
     share their spawn calls, functions, states and sizes): work and memory once per distinct
-    value."""
+    value. One function, no call per value: it runs once per process of a dump."""
     if bad is None:
         vals, bad = parse(vals, len(PROC_INTS), MAX_WORDS)
     if cache is None:
         cache = {}
     elif len(cache) > MAX_CACHE:
         cache.clear()
-    for i, k in enumerate(REQUIRED):
-        if vals[i] is None:
-            raise SkipSection(f"no {k!r} line")
+    (young, old, unused0, unused1, frag, bin0, bin1, memory, queue, reds, state, name, spawned,
+     pcx) = vals
+    if young is None:
+        raise SkipSection(f"no {REQUIRED[0]!r} line")
+    if old is None:
+        raise SkipSection(f"no {REQUIRED[1]!r} line")
     if bad >= 0:
         raise SkipSection(f"{PROC_INTS[bad]!r} is not a number a node can hold")
-    young, old, unused0, unused1, frag, bin0, bin1, memory, queue, reds = vals[:len(PROC_INTS)]
     frag = frag or 0
     unused = (unused0 or 0) + (unused1 or 0)
     if unused > young + old:
         raise SkipSection("more heap unused than the heap's size")
-
-    def derived(v: str | None) -> tuple[str | None, str | None, str | None]:
-        if (d := cache.get(v)) is None:
-            d = cache[v] = _derived(v)
-        return d  # type: ignore[no-any-return]
-
-    name = vals[_NAME]
+    # what each string value gives (_derived), once per distinct value
+    if (sp := cache.get(spawned)) is None:
+        sp = cache[spawned] = _derived(spawned)
+    if pcx is not None and (pcx := cache.get(pcx)) is None:
+        pcx = cache[vals[_PCX]] = _derived(vals[_PCX])
+    if state is not None and (state := cache.get(state)) is None:
+        state = cache[vals[_STATE]] = _derived(vals[_STATE])
     total = (young + old + frag) * ws
-    ints = (memory if memory is not None else total, young * ws, total,
-            ((bin0 or 0) + (bin1 or 0)) * ws, (young + old - unused) * ws, unused * ws)
     # the same size is one int object however many processes have it
-    m, h, th, b, hu, hn = [cache.setdefault(x, x) for x in ints]
+    setdefault = cache.setdefault
     return Proc(
-        pid=pid, name=name if name and name.replace("_", "").isalnum() else None,
-        initial_call=(spawned := derived(vals[_SPAWNED])[0]), spawned_as=spawned,
-        current_function=derived(vals[_PCX])[1] if vals[_PCX] is not None else None,
-        status=derived(vals[_STATE])[2] if vals[_STATE] is not None else None,
+        pid, name if name and name.replace("_", "").isalnum() else None, sp[0], sp[0],
+        pcx[1] if pcx is not None else None, state[2] if state is not None else None,
         # dumps before OTP 17 have no Memory line: the heap is most of it
-        reductions=cache.setdefault(reds, reds) if reds is not None else None, memory=m,
-        heap_bytes=h, total_heap_bytes=th, message_queue_len=queue or 0, binary_bytes=b,
-        binary_count=None, binary_exclusive_bytes=None, heap_used_bytes=hu,
-        heap_unused_bytes=hn,
+        setdefault(reds, reds) if reds is not None else None,
+        setdefault(m := memory if memory is not None else total, m),
+        setdefault(h := young * ws, h), setdefault(total, total), queue or 0,
+        setdefault(b := ((bin0 or 0) + (bin1 or 0)) * ws, b), None, None,
+        heap_used_bytes=setdefault(hu := (young + old - unused) * ws, hu),
+        heap_unused_bytes=setdefault(hn := unused * ws, hn),
     )
 
 

@@ -141,3 +141,40 @@ def test_a_dump_after_blank_lines_is_read() -> None:
     path = ROOT / "tests" / "corpus" / "bad" / "otp25_dump__leading_newlines.dump"
     snap = read_file(str(path))
     assert snap.allocators and not snap.truncated and snap.otp_release == "25"
+
+
+def test_the_native_scan_is_the_python_one(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """collector/native/src/dumpscan.rs `Scanner` against scan_py, its reference: random bytes
+    over the pieces headers are made of, under small limits (blocks of one byte up, short lines,
+    capped sections, a head already read), through f.read; and a file read at its offsets from
+    where its head ends. The same sections, offsets and Stats."""
+    from beamalloc.collector.crashdump import WANT
+
+    rnd = random.Random(283)
+    pieces = [b"\n", b"=", b"\r", b"end", b"ets", b"proc:", b"allocator:", b"memory", b"node:",
+              b"x", b"\n=", b"=fun:", b"Memory: 12", b"\r\n"]
+
+    def both(f: io.BufferedIOBase, data: bytes, want: dumpscan.Headers, head: bytes) -> None:
+        s1, s2 = dumpscan.Stats(), dumpscan.Stats()
+        native = list(dumpscan.scan(f, want, s1, head))
+        assert list(dumpscan.scan_py(io.BytesIO(data), want, s2, head)) == native, data
+        assert s1 == s2, data
+
+    for _ in range(4000):
+        data = b"".join(rnd.choice(pieces) for _ in range(rnd.randrange(0, 80)))
+        for k, v in [("CHUNK", (1, 2, 5, 64, 1 << 20)), ("MAX_LINE", (4, 16, 1 << 20)),
+                     ("MAX_SECTION", (8, 32, 4 << 20)), ("MAX_HEADER", (3, 256))]:
+            monkeypatch.setattr(dumpscan, k, rnd.choice(v))
+        head = data[:rnd.randrange(0, 10)] if rnd.random() < 0.3 else b""
+        want = rnd.choice([WANT, PROC_WANT])
+        both(io.BytesIO(data[len(head):]), data[len(head):], want, head)
+    data = SAMPLE.read_bytes() if SAMPLE.exists() else b"=erl_crash_dump:0.5\n" * 3000
+    path = tmp_path / "d"
+    path.write_bytes(data)
+    for chunk in (61, 4093, 1 << 20):
+        monkeypatch.setattr(dumpscan, "CHUNK", chunk)
+        for k in (0, 64, 1000):
+            with open(path, "rb") as f:  # a regular file: the native side reads it itself
+                head = f.read(k)
+                both(f, data[k:], WANT, head)

@@ -22,6 +22,7 @@ pub mod python {
         m.add_function(wrap_pyfunction!(crate::etf::etf_decode, m)?)?;
         m.add_function(wrap_pyfunction!(crate::term_text::term_text, m)?)?;
         m.add_class::<crate::python_dumpscan::DumpWant>()?;
+        m.add_class::<crate::python_dumpscan::DumpScan>()?;
         Ok(())
     }
 }
