@@ -161,6 +161,9 @@ class Data:
             return None
         return {**processes_json(found.table),
                 "scan": {"t": found.t, "age": scans.age_text(snap.taken_at - found.t),
+                         # a node page shows this scan as its latest snapshot's
+                         "age_latest": scans.age_text(snap.taken_at - found.t,
+                                                      "the latest snapshot"),
                          "when": datetime.fromtimestamp(found.t, UTC).strftime(
                              "%Y-%m-%d %H:%M:%S UTC")}}
 
