@@ -150,8 +150,7 @@ def lint_flags(
                 parse(group, otp=nearest_modelled_otp(erts))
                 good += group
             except FlagError as e:
-                check = "release" if "needs OTP" in str(e) or "removed" in str(e) else "invalid"
-                out.append(LintIssue(check, "error", where, str(e), "docs/erts/alloc_util.md §2",
+                out.append(LintIssue(e.kind, "error", where, str(e), "docs/erts/alloc_util.md §2",
                                      flag=group[0]))  # fmt: skip
         fs = parse(good, otp=nearest_modelled_otp(erts))
         if heap.get("hmaxib") == "true" and heap.get("hmax", "0") == "0":

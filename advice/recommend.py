@@ -46,6 +46,7 @@ from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.categories import MemoryPicture, picture
 from beamalloc.analyzer.death import Death, death_of
 from beamalloc.analyzer.options import first_scheduler_options
+from beamalloc.collector.crashdump import truncation_note
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -814,8 +815,9 @@ def verdict(
         rate=rate.to_json() if rate else None, rate_unavailable=rate_unavailable,
         rss=snap.rss, rss_lazyfree=snap.rss_lazyfree,
         truncated_instances=len(snap.allocators) if snap.truncated else None)  # fmt: skip
-    if snap.truncated:  # issue 16: judged from what was read; the rest may hold anything
-        notes = [n for n in snap.notes if "truncated" in n] + notes
+    cut = truncation_note(snap)  # issue 16: judged from what was read; the rest may hold anything
+    if cut is not None:
+        notes = [cut, *notes]
     return Recommended(
         snap_info={"node": snap.node, "source": snap.source, "otp_release": snap.otp_release,
                    "erts_version": snap.erts_version, "schedulers": snap.schedulers},

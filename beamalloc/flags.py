@@ -36,6 +36,7 @@ __all__ = [
     "AllocatorConfig",
     "Flag",
     "FlagError",
+    "FlagErrorKind",
     "FlagSet",
     "GlobalConfig",
     "effective_config",
@@ -54,8 +55,17 @@ UINT_MAX = UINT64_MAX  # one home: beamalloc/snapshot.py (readers map a 32-bit ~
 SUPPORTED_OTP = (25, 26, 27)
 
 
+#: Why a flag was refused: "invalid" (erts would reject it on any release), or "release" (the
+#: target release lacks it: added later, or removed). The lint sorts by it, never by the text.
+FlagErrorKind = Literal["invalid", "release"]
+
+
 class FlagError(ValueError):
     """A `+M` flag string that erts would reject, or that beamalloc cannot model."""
+
+    def __init__(self, message: str, kind: FlagErrorKind = "invalid") -> None:
+        super().__init__(message)
+        self.kind: FlagErrorKind = kind
 
 
 # --- allocators --------------------------------------------------------------------------------
@@ -271,7 +281,8 @@ def _check_allowed(flag: Flag, otp: int) -> None:
     t, p, v = flag.target, flag.param, flag.value
     spec = _PARAMS[t][p]
     if spec.since > otp:
-        raise FlagError(f"{flag.name} needs OTP {spec.since} or later (target is OTP {otp})")
+        raise FlagError(f"{flag.name} needs OTP {spec.since} or later (target is OTP {otp})",
+                        "release")
     if t in NO_MIGRATION and (p.startswith("ac") or p == "cp"):
         raise FlagError(f"{flag.name}: carrier migration is not allowed for {ALLOCATORS[t][0]}")
     if t in NO_MIGRATION and p == "e" and v is False:
@@ -279,7 +290,7 @@ def _check_allowed(flag: Flag, otp: int) -> None:
     if t == "Y" and p == "e" and v is False:
         raise FlagError("+MYe: sys_alloc cannot be disabled")
     if t == "" and p == "ea" and v == "config" and otp >= 26:
-        raise FlagError("+Mea config was removed in OTP 26")
+        raise FlagError("+Mea config was removed in OTP 26", "release")
 
 
 def _split_flag(token: str) -> tuple[str, str, str | None]:

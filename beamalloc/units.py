@@ -49,6 +49,28 @@ def around(before: str, size: str, after: str = "") -> str:
     return before + size + after
 
 
+#: Binary units, smallest first: the one table of `human` and of an axis's ticks (`tick_label`).
+BYTE_UNITS = (("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40))
+
+
+def byte_unit(vmax: float) -> tuple[str, int]:
+    """The largest binary unit not above `vmax` (B for 0 and below 1 KiB), and its bytes."""
+    name, factor = BYTE_UNITS[0]
+    for n, f in BYTE_UNITS:
+        if abs(vmax) >= f:
+            name, factor = n, f
+    return name, factor
+
+
+def tick_label(n: float, unit: str | None = None) -> str:
+    """A chart axis's tick: `n` bytes in the largest unit not above it, or `n` already counted
+    in `unit`; no trailing zeros, since ticks sit at round values: '0', '512 KiB', '2.5 MiB'."""
+    if unit is None:
+        unit, factor = byte_unit(n)
+        n = n / factor
+    return "0" if n == 0 else f"{n:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
+
+
 def human(n: int | float | None) -> str:
     """1536 -> '1.5 KiB'. Exact below 1 KiB, one decimal above; under `exact_bytes`, the
     exact bytes beside it: '1.5 KiB (1,536 B)'."""
@@ -57,9 +79,9 @@ def human(n: int | float | None) -> str:
     sign, v = ("-" if n < 0 else ""), float(abs(n))
     if v < 1024:
         return f"{sign}{int(v)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit, _ in BYTE_UNITS[1:]:
         v /= 1024
-        if v < 1024 or unit == "TiB":
+        if v < 1024 or unit == BYTE_UNITS[-1][0]:
             text = f"{sign}{v:.1f} {unit}"
             return Sized(text, f"{n:,.0f} B") if _EXACT.get() else text
     raise AssertionError

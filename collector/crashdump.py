@@ -343,26 +343,21 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             if sec[0].startswith(("=proc:", "=node:")):
                 procs.feed(sec)
     tables.close(cut=not ended)
+    # the allocator section the dump was cut inside (that instance is dropped), kept as data
+    cut_inside = None
     if not ended:
         snap.truncated = True
         if alloc is not None:
-            where = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
-            snap.notes.append(
-                f"the crash dump is truncated inside =allocator:{where}: that instance is dropped, "
-                f"{len(snap.allocators)} complete instances are kept, "
-                "and allocators after it are missing"
-            )
-        else:
-            snap.notes.append(
-                f"the crash dump is truncated (after ={printable(section, 80)}): "
-                f"{len(snap.allocators)} allocator instances were read"
-            )
+            cut_inside = alloc.name + (f"[{alloc.ix}]" if alloc.ix is not None else "")
+        snap.notes.append(_cut_note(cut_inside, printable(section, 80), len(snap.allocators)))
     _header(snap, head)
     tables.store(snap.extra, snap.notes, snap.wordsize or 8)
     # What the reader got to: a cut dump's analysis says what it could not see (analysis.py)
     snap.extra["dump_read"] = {"sections_read": sections,
                                "last_section": printable(section or "", 80),
                                "memory": bool(snap.memory), "ended": ended}
+    if cut_inside is not None:  # a key only where it is so: an uncut dump's JSON is as it was
+        snap.extra["dump_read"]["cut_inside"] = cut_inside
     snap.raw = "\n".join(raw)
     if not snap.allocators:
         raise CrashDumpError(
@@ -370,6 +365,26 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
             + (" (the dump is truncated before them)" if snap.truncated else "")
         )
     return snap
+
+
+def _cut_note(cut_inside: str | None, last: str | None, instances: int) -> str:
+    """The one text of the note that says where a crash dump was cut."""
+    if cut_inside is not None:
+        return (f"the crash dump is truncated inside =allocator:{cut_inside}: that instance is "
+                f"dropped, {instances} complete instances are kept, "
+                "and allocators after it are missing")
+    return f"the crash dump is truncated (after ={last}): {instances} allocator instances were read"
+
+
+def truncation_note(snap: Snapshot) -> str | None:
+    """The note a truncated crash dump's reader wrote (`_cut_note`), made again from the data it
+    kept (`truncated`, `extra["dump_read"]`), so a reader of the snapshot never looks for it
+    among the notes by its words; None where the snapshot is not a cut dump."""
+    dr = snap.extra.get("dump_read")
+    if not snap.truncated or not isinstance(dr, dict):
+        return None
+    last = dr.get("last_section")
+    return _cut_note(dr.get("cut_inside"), last if last else None, len(snap.allocators))
 
 
 #: The release family each erts series shipped with, for the headers that name only the

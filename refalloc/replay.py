@@ -21,6 +21,7 @@ from typing import Any
 
 from beamalloc.errors import InputError
 from beamalloc.flags import (
+    Flag,
     FlagError,
     FlagSet,
     effective_config,
@@ -56,7 +57,9 @@ VERSIONS = ("0.9", "3.0")
 
 
 class ReplayResult:
-    """One replay: the flags as given, the Snapshot, the peak and the footprint series."""
+    """One replay: the flags as given, the Snapshot, the peak and the footprint series.
+    `flag_list` is `flags` as typed flags, one each in the order `flags` names them (what a
+    table lays out flag by flag, never by splitting the text)."""
 
     def __init__(
         self,
@@ -65,8 +68,10 @@ class ReplayResult:
         peak: dict[str, Any],
         series: list[dict[str, int]],
         native: dict[str, Any],
+        flag_list: tuple[Flag, ...] = (),
     ) -> None:
         self.flags = flags
+        self.flag_list = flag_list
         self.snapshot = snapshot
         self.peak = peak
         self.series = series
@@ -268,8 +273,17 @@ def replay_snapshot(
     native = _native_replay(path, config, s, sample_every_ns)
     snap = snapshot_from(native, fs, s, header)
     series = _series(native)
-    given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
-    return ReplayResult(given, snap, _peak(snap, series), series, native)
+    given, shown = _given(flags, fs)
+    return ReplayResult(given, snap, _peak(snap, series), series, native, shown)
+
+
+def _given(flags: FlagSet | str | None, fs: FlagSet) -> tuple[str, tuple[Flag, ...]]:
+    """The flags as the result names them: a string as given, a FlagSet rendered (canonical),
+    and the same as typed flags."""
+    if isinstance(flags, str):
+        return flags, fs.flags
+    shown = tuple(fs.canonical()) if flags is not None else ()
+    return " ".join(f.render() for f in shown), shown
 
 
 def _setup(path: Path, flags: FlagSet | str | None,
@@ -313,12 +327,12 @@ def replay_checkpoints(
                                   checkpoints=list(checkpoints))  # fmt: skip
     except ValueError as e:
         raise InputError(str(e)) from None
-    given = flags if isinstance(flags, str) else (fs.render() if flags is not None else "")
+    given, shown = _given(flags, fs)
     out = []
     for cp in native.get("checkpoints", ()):
         snap = snapshot_from(cp, fs, s, header)
         series = _series(cp)
-        out.append(ReplayResult(given, snap, _peak(snap, series), series, cp))
+        out.append(ReplayResult(given, snap, _peak(snap, series), series, cp, shown))
     return out
 
 

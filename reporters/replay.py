@@ -77,14 +77,8 @@ def render(results: Sequence[ReplayResult], console: Any) -> None:
     does not fit beside the others goes to a second table, the metrics repeated)."""
     from beamalloc.reporters.table import Col, print_table
 
-    def header(flags: str) -> str:  # a flag per line: a long set stays narrow
-        lines: list[str] = []
-        for tok in flags.split():
-            if tok.startswith("+") or not lines:
-                lines.append(tok)
-            else:
-                lines[-1] += " " + tok
-        return "\n".join(lines) or "(defaults)"
+    def header(r: ReplayResult) -> str:  # a flag per line: a long set stays narrow
+        return "\n".join(f.render() for f in r.flag_list) or "(defaults)"
 
     from rich.text import Text
 
@@ -104,7 +98,7 @@ def render(results: Sequence[ReplayResult], console: Any) -> None:
         ends.append(len(rows) - 1)
     print_table(console, "refalloc replay (final / peak)", [
         Col("allocator / metric", "left", key=True),
-        *(Col(header(r.flags)) for r in results)], rows, ends=ends)
+        *(Col(header(r)) for r in results)], rows, ends=ends)
     for r in results:
         for note in r.snapshot.notes:
             console.print(f"[{r.flags or 'defaults'}] {note}", markup=False)

@@ -8,10 +8,10 @@ import json
 import pytest
 from support import DATA, SAMPLES
 
-from beamalloc.collector.crashdump import read_crashdump_lines
+from beamalloc.collector.crashdump import read_crashdump_lines, truncation_note
 from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
-from beamalloc.snapshot import Triple
+from beamalloc.snapshot import Snapshot, Triple
 
 UTIL = (
     "temp_alloc",
@@ -92,6 +92,21 @@ def test_truncated_crash_dump_keeps_every_complete_instance():
     assert ("ets_alloc", 2) in keys and ("driver_alloc", 0) not in keys
     assert snap.truncated
     assert any("truncated inside =allocator:binary_alloc[1]" in n for n in snap.notes)
+
+
+@pytest.mark.parametrize("cut", ["allocator:binary_alloc[1]", "proc:<0.1.0>"])
+def test_truncation_note_is_made_again_from_the_data(cut: str) -> None:
+    """recommend takes the note as data (truncation_note), never by its words: the same text
+    as the reader's note, from the snapshot and from its JSON."""
+    snap = read_crashdump_lines(iter(_cut_inside(cut)))
+    note = truncation_note(snap)
+    assert note is not None and note in snap.notes
+    assert ("inside =allocator:binary_alloc[1]" in note) == cut.startswith("allocator")
+    again = Snapshot.from_json(snap.to_json())
+    again.notes = []
+    assert truncation_note(again) == note
+    whole = read_file(str(SAMPLES / "erl_crash.dump"))
+    assert truncation_note(whole) is None
 
 
 def test_truncated_crash_dump_through_the_cli(tmp_path, cli):

@@ -111,6 +111,8 @@ def test_age_in_words() -> None:
     assert scans.age_text(-3) == "3 s after this sample"
     assert scans.age_text(240) == "4.0 min before this sample"
     assert scans.age_text(9000) == "2.5 h before this sample"
+    assert scans.age_text(0.2, "the latest snapshot") == "taken with the latest snapshot"
+    assert scans.age_text(240, "the latest snapshot") == "4.0 min before the latest snapshot"
     assert scans.age_text(40 * 60) == "40 min before this sample"
 
 

@@ -20,6 +20,7 @@ from beamalloc.analyzer.analysis import analyze
 from beamalloc.collector.sources import read_file
 from beamalloc.htmlreport.html import render_report
 from beamalloc.timeseries.store import Store
+from beamalloc.units import tick_label
 from beamalloc.webui import figures
 from beamalloc.webui.app import create_app
 
@@ -172,6 +173,14 @@ def test_figures_are_valid_plotly(store_path):
 
     usage, calls = Data(store_path).node_samples("app@web1", None, None)
     figs.update(figures.node_figures(series, usage, calls))
+    # instances come as (allocator, instance) data, and a row is named from the pair
+    pairs = {k for _, u in usage for k in u}
+    assert pairs and all(isinstance(a, str) and isinstance(i, int) for a, i in pairs)
+    rows = figs["inst_heatmap"]["data"][0]["y"]
+    assert sorted(rows) == sorted(f"{a}[{i}]" for a, i in pairs)
+    bins = [r for r in rows if r.startswith("binary_alloc[")]
+    # by instance within a type, in the order rows were drawn before (not as text: 10 after 9)
+    assert bins == [f"binary_alloc[{i}]" for i in range(len(bins))] and len(bins) == 3
     assert {"memory", "stacked", "sbcs", "mseg", "inst_heatmap", "calls"} <= set(figs)
     for name, f in figs.items():
         go.Figure({k: v for k, v in f.items() if k != "note"})  # raises on any property
@@ -279,6 +288,10 @@ def test_byte_axes_are_binary():
     assert all(t == "0" or t.endswith((" B", " KiB", " MiB", " GiB")) for t in text)
     assert figures.byte_ticks(3 * 2**30)[1][:3] == ["0", "1 GiB", "2 GiB"]
     assert figures.byte_ticks(300)[1][1].endswith(" B")
+    # one tick formatter (units.tick_label) for linear and log axes: powers of two read whole
+    assert [tick_label(1 << k) for k in (9, 10, 16, 20, 31)] == [
+        "512 B", "1 KiB", "64 KiB", "1 MiB", "2 GiB"]
+    assert tick_label(2.5, "MiB") == "2.5 MiB" and tick_label(0) == "0"
     snap = read_file(str(SAMPLE))
     for f in figures.snapshot_figures(analyze(snap)).values():
         for ax in ("xaxis", "yaxis"):

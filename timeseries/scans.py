@@ -163,18 +163,19 @@ def at_or_before(db: sqlite3.Connection, node: str, t: float) -> StoredScan | No
     return StoredScan(row[0] / 1000, decode(row[1]))
 
 
-def age_text(seconds: float) -> str:
+def age_text(seconds: float, sample: str = "this sample") -> str:
     """How long before a sample its scan was taken: '4 min before this sample'; a scan of the
-    same poll (taken after it, `seconds` < 0): '3 s after this sample'."""
+    same poll (taken after it, `seconds` < 0): '3 s after this sample'. `sample` names the
+    sample as the page says it (a node page: "the latest snapshot")."""
     if abs(seconds) < 1:
-        return "taken with this sample"
+        return f"taken with {sample}"
     v, unit = abs(seconds), "s"
     for u, n in (("h", 3600), ("min", 60)):
         if abs(seconds) >= n:
             v, unit = abs(seconds) / n, u
             break
     num = f"{v:.1f}" if unit != "s" and v < 10 else f"{v:.0f}"
-    return f"{num} {unit} {'before' if seconds > 0 else 'after'} this sample"
+    return f"{num} {unit} {'before' if seconds > 0 else 'after'} {sample}"
 
 
 # ---- the watch's scans ---------------------------------------------------------------------

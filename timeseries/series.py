@@ -175,12 +175,25 @@ def instance_usage(snap: Snapshot) -> dict[str, dict[str, Any]]:
             alloc += inst.mbcs_pool.carriers_size
             used += inst.mbcs_pool.block_size
         if alloc:
-            use[f"{inst.allocator}[{inst.instance}]"] = used / alloc
+            use[instance_key(inst.allocator, inst.instance)] = used / alloc
         # calls are keyed binary_alloc / binary_free / binary_realloc for binary_alloc.
         prefix = inst.allocator.removesuffix("_alloc")
         n = sum(inst.calls.get(f"{prefix}_{op}", 0) for op in ("alloc", "free", "realloc"))
         calls[inst.allocator] = calls.get(inst.allocator, 0) + n
     return {"usage": use, "calls": calls}
+
+
+def instance_key(allocator: str, instance: int) -> str:
+    """An instance's key in `instance_usage`: "binary_alloc[3]" (the store keeps it as JSON,
+    whose keys are text)."""
+    return f"{allocator}[{instance}]"
+
+
+def instance_of(key: str) -> tuple[str, int]:
+    """`instance_key` read back into (allocator, instance): the one reader of the stored key,
+    beside its writer; a reader of the store hands the pair on, never the text."""
+    name, _, n = key.removesuffix("]").partition("[")
+    return name, int(n) if n.isdigit() else 0
 
 
 def types_of(keys: Any) -> list[str]:

@@ -27,7 +27,7 @@ from beamalloc.collector.sources import read_file
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries import scans
-from beamalloc.timeseries.series import instance_usage
+from beamalloc.timeseries.series import instance_of, instance_usage
 from beamalloc.timeseries.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,9 @@ class Data:
             return None
         return {**processes_json(found.table),
                 "scan": {"t": found.t, "age": scans.age_text(snap.taken_at - found.t),
+                         # a node page shows this scan as its latest snapshot's
+                         "age_latest": scans.age_text(snap.taken_at - found.t,
+                                                      "the latest snapshot"),
                          "when": datetime.fromtimestamp(found.t, UTC).strftime(
                              "%Y-%m-%d %H:%M:%S UTC")}}
 
@@ -187,10 +190,11 @@ class Data:
     # ---- a node's history ----------------------------------------------------------------
 
     def node_samples(self, node: str, start: float | None, end: float | None
-                     ) -> tuple[list[tuple[float, dict[str, float]]],
+                     ) -> tuple[list[tuple[float, dict[tuple[str, int], float]]],
                                 list[tuple[float, dict[str, int]]]]:
-        """Per-instance usage and per-type call counts of up to MAX_SAMPLED_SNAPSHOTS snapshots
-        (series.instance_usage, kept by the store beside each snapshot)."""
+        """Per-instance usage, keyed (allocator, instance), and per-type call counts of up to
+        MAX_SAMPLED_SNAPSHOTS snapshots (series.instance_usage, kept by the store beside each
+        snapshot)."""
         st = self.store()
         if st is None:
             return [], []
@@ -203,7 +207,7 @@ class Data:
         for r in rows:
             u = found.get(r["id"]) or self._samples.get_or(
                 r["id"], lambda r=r: instance_usage(st.snapshot(r["id"])))
-            usage.append((r["t"], u["usage"]))
+            usage.append((r["t"], {instance_of(k): v for k, v in u["usage"].items()}))
             calls.append((r["t"], u["calls"]))
         return usage, calls
 

@@ -24,7 +24,8 @@ from typing import Any
 from beamalloc.advice.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.analyzer.analysis import Analysis, InstanceRow
 from beamalloc.flags import UINT_MAX
-from beamalloc.units import human, pct
+from beamalloc.timeseries.series import instance_key, types_of
+from beamalloc.units import byte_unit, human, pct, tick_label
 
 Figure = dict[str, Any]
 
@@ -77,22 +78,8 @@ def _layout(title: str, height: int = 360, **kw: Any) -> dict[str, Any]:
     return base
 
 
-#: Binary units, as every number on the pages (beamalloc.units.human): an axis never says "200MB"
-#: beside a "192.3 MiB" label, since plotly's own ticks would be SI.
-UNITS = (("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40))
-
-
-def byte_unit(vmax: float) -> tuple[str, int]:
-    """The largest binary unit not above `vmax` (B for 0 and below 1 KiB)."""
-    name, factor = UNITS[0]
-    for n, f in UNITS:
-        if abs(vmax) >= f:
-            name, factor = n, f
-    return name, factor
-
-
-def _tick_label(v: float, unit: str) -> str:
-    return "0" if v == 0 else f"{v:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
+# Axes of bytes carry their own binary ticks (beamalloc.units.tick_label, as every number on the
+# pages is binary): an axis never says "200MB" beside a "192.3 MiB" label, as plotly's SI would.
 
 
 def byte_ticks(vmax: float, vmin: float = 0.0, unit: str | None = None
@@ -112,7 +99,7 @@ def byte_ticks(vmax: float, vmin: float = 0.0, unit: str | None = None
         step = max(1, round(step))
     first = math.floor(lo / step) * step
     vals = [round(first + i * step, 6) for i in range(math.ceil((hi - first) / step) + 2)]
-    return [v * factor for v in vals], [_tick_label(v, unit) for v in vals]
+    return [v * factor for v in vals], [tick_label(v, unit) for v in vals]
 
 
 def _bytes_axis(vmax: float, vmin: float = 0.0, room: float = 0.14,
@@ -338,7 +325,7 @@ def _log_bytes_axis(vals: list[float], **kw: Any) -> dict[str, Any]:
     pos = [v for v in vals if v and v > 0]
     ticks = _pow2_ticks(min(pos, default=1), max(pos, default=1))
     return {"type": "log", "tickmode": "array", "tickvals": ticks,
-            "ticktext": [human(t).replace(".0 ", " ") for t in ticks], "gridcolor": "#eee", **kw}
+            "ticktext": [tick_label(t) for t in ticks], "gridcolor": "#eee", **kw}
 
 
 #: Golden-ratio steps: a deterministic, even spread of carriers of one size along the x axis.
@@ -407,7 +394,7 @@ def carrier_map(m: dict[str, Any]) -> Figure:
         "layout": _layout(title, height=380, barmode="stack", shapes=shapes,
                           margin={"l": 60, "r": 20, "t": 50, "b": 45},
                           xaxis={"type": "log", "domain": [0, 0.78], "tickvals": ticks,
-                                 "ticktext": [human(t).replace(".0 ", " ") for t in ticks],
+                                 "ticktext": [tick_label(t) for t in ticks],
                                  "gridcolor": "#eee", "range": [math.log10(lo), math.log10(hi)],
                                  "title": {"text": "carrier size"}},
                           xaxis2={"domain": [0.82, 1], "gridcolor": "#eee",
@@ -624,7 +611,7 @@ def carrier_history(series: dict[str, Any], allocator: str | None,
 
 
 def _types_by_size(cols: dict[str, list[int | None]]) -> list[str]:
-    names = sorted({k.partition(".")[0] for k in cols if k.endswith(".allocated")})
+    names = [n for n in types_of(cols) if f"{n}.allocated" in cols]  # the store's columns
     return sorted(names, key=lambda n: max(filter(None, cols[f"{n}.allocated"]), default=0),
                   reverse=True)
 
@@ -729,13 +716,14 @@ def mseg_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
     }
 
 
-def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
+def instance_heatmap_over_time(samples: list[tuple[float, dict[tuple[str, int], float]]],
                                series: dict[str, Any] | None = None) -> Figure:
     """Usage per instance (rows) over the sampled snapshots (columns). A cell spans from its
     snapshot to the next one, [sample, next sample): the usage measured at a time holds from
     then on, so a change never shows before it happened. Colour weighs the type's unused bytes
     at that time (usage_shade): an instance cannot waste more than its whole type."""
-    keys = sorted({k for _, u in samples for k in u}, key=_instance_sort_key, reverse=True)
+    # (allocator, instance) pairs: by name, instance 0 on top
+    keys = sorted({k for _, u in samples for k in u}, key=lambda k: (k[0], -k[1]), reverse=True)
     ts = [t for t, _ in samples]
     edges = []
     if ts:  # the last cell holds to the series' end (or one interval past a lone snapshot)
@@ -747,11 +735,10 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
     z, text = [], []
     clocks = [_clock(t) for t in ts]
     wasted = [{n: f", type unused {human(w)}" for n, w in at.items()} for at in unused_at]
-    for k in keys:
-        name = k.partition("[")[0]
+    for name, ix in keys:
         row, trow = [], []
         for j, (_, u) in enumerate(samples):
-            v = u.get(k)
+            v = u.get((name, ix))
             if v is None:
                 row.append(None)
                 trow.append("")
@@ -761,7 +748,8 @@ def instance_heatmap_over_time(samples: list[tuple[float, dict[str, float]]],
         z.append(row)
         text.append(trow)
     return {
-        "data": [{"type": "heatmap", "x": _ms_dates(edges), "y": [_t(k) for k in keys],
+        "data": [{"type": "heatmap", "x": _ms_dates(edges),
+                  "y": [_t(instance_key(*k)) for k in keys],
                   "z": z, "text": text, "zmin": 0, "zmax": 100, "colorscale": USAGE_SCALE,
                   "colorbar": COLORBAR, "hovertemplate": "%{y} from %{text}<extra></extra>"}],
         "layout": _time_layout(f"Usage per instance over {len(samples)} stored snapshot"
@@ -866,7 +854,8 @@ def _points(ys: list[Any]) -> int:
     return n
 
 
-def node_figures(series: dict[str, Any], instance_samples: list[tuple[float, dict[str, float]]],
+def node_figures(series: dict[str, Any],
+                 instance_samples: list[tuple[float, dict[tuple[str, int], float]]],
                  call_samples: list[tuple[float, dict[str, int]]]) -> dict[str, Figure]:
     breaks = break_points(series)
     figs = {
@@ -982,11 +971,6 @@ def compare_figures(analyses: list[Analysis], labels: list[str]) -> dict[str, Fi
 
 
 # ---- helpers -------------------------------------------------------------------------------
-
-
-def _instance_sort_key(k: str) -> tuple[str, int]:
-    name, _, n = k.rstrip("]").partition("[")
-    return (name, -int(n) if n.isdigit() else 0)
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
