@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice import wording
+from beamalloc.advice.records import Verdict
 from beamalloc.advice.rules import usage_level
 from beamalloc.analyzer.analysis import Analysis, Coverage
 from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
@@ -110,7 +111,7 @@ def alone(console: Console, text: str, style: str = "") -> None:
         prose(console, text, style, indent="", hang="  ")
 
 
-def answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
+def answer(a: Answered, verdict: Verdict | None, console: Console) -> None:
     """The first lines of every command that judges (issue 26 item 1): a dump's cause of death
     first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
     most 100 characters and the terminal's width, each with its short lines of why."""
@@ -118,7 +119,7 @@ def answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> Non
         _answer(a, verdict, console)
 
 
-def _answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
+def _answer(a: Answered, verdict: Verdict | None, console: Console) -> None:
     width = min(console.width, wording.HEADLINE_MAX)
     death = cause_of_death(a, width)
     if death:  # its line first, with its why
@@ -126,12 +127,11 @@ def _answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> No
         for line in death[1:]:
             prose(console, line, indent="  ", hang="  ")
     if verdict is not None:
-        style = STATE_STYLE[verdict["state"]]
-        alone(console, wording.fit(verdict.get("headline_parts") or [verdict["headline"]],
-                                   width), f"bold {style}")
-        for line in verdict["why"]:
+        style = STATE_STYLE[verdict.state]
+        alone(console, wording.fit(wording.headline_parts(verdict), width), f"bold {style}")
+        for line in wording.why(verdict):
             prose(console, line, style, indent="  ", hang="  ")
-    for line in read_lines(a, holder=not (verdict or {}).get("holders")):
+    for line in read_lines(a, holder=verdict is None or not verdict.holders):
         prose(console, line, indent="  ", hang="  ")  # under the answer
 
 
@@ -259,7 +259,7 @@ def verdict_lines(a: Analysis, short: bool = False) -> list[str]:
 
 
 def render(a: Analysis, console: Console, top: int = 20,
-           verdict: dict[str, Any] | None = None, details: bool = False) -> None:
+           verdict: Verdict | None = None, details: bool = False) -> None:
     """`verdict`: the recommender's (advice/recommend.py) on the same snapshot, whose line
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
