@@ -81,11 +81,6 @@ def verdict(rec: Recommended) -> str:
     return wording.headline(rec.verdict)
 
 
-def verdict_lines(rec: Recommended) -> list[str]:
-    """The verdict line and its short lines of why, as the wording module gives them."""
-    return wording.lines(rec.verdict)
-
-
 def flags_line(rec: Recommended, short: bool = False) -> str:
     """The flags in force; on a cut input, unknown for what was not read (never "the
     defaults"); `short`: the options of a release not modelled left to --details."""

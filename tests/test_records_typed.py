@@ -4,12 +4,19 @@ exact bytes as data, a snapshot says which allocators are off, one signed-change
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
+from rich.console import Console
+
+from beamalloc.advice import wording
 from beamalloc.advice.predict import _change_pct
 from beamalloc.advice.rules import RuleSpec
+from beamalloc.advice.wording import holder_label, holder_sentence
 from beamalloc.analyzer.analysis import (
     EXPECTED_TYPES,
     Analysis,
@@ -21,7 +28,6 @@ from beamalloc.analyzer.analysis import (
 )
 from beamalloc.analyzer.categories import Category, CategoryHolder, MemoryPicture, group_facts
 from beamalloc.collector.sources import read_file
-from beamalloc.reporters.analyze import holder_label, holder_sentence
 from beamalloc.reporters.table import _stack
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import Sized, around, exact_bytes, human
@@ -112,3 +118,46 @@ def test_disabled_allocators_are_data() -> None:
 def test_one_signed_change_formatter() -> None:
     assert [_change_pct(x) for x in (0.3, -0.4, -45.3, 12.0, None)] == [
         "0 %", "0 %", "-45 %", "+12 %", "n/a"]
+
+
+def _rendered(draw: Any) -> str:
+    out = io.StringIO()
+    draw(Console(file=out, width=100, color_system=None, force_terminal=False))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["churn_bf", "binspike_bf", "churn_kept"])
+def test_recommend_reporter_reads_the_records_only(name: str) -> None:
+    """Issue 27 item 1: the terminal's recommend output comes from the typed records; the
+    document beside them (`recommend --json`) is never read back: emptied, the output is the
+    same, short and with --details (flags advised, a revert weighed, no flag helps)."""
+    from beamalloc.advice.predict import Turnover
+    from beamalloc.advice.recommend import Document, recommend
+    from beamalloc.reporters.recommend import render
+
+    busy = Turnover("binary_alloc", 5.0, 200_000, 20_000)  # two reads: the survivors turn over
+    r = recommend(read_file(str(FRAG.with_name(f"{name}.json"))),
+                  turnover=busy if name == "churn_bf" else None)
+    v = r.records.verdict
+    assert {"churn_bf": v.advised, "binspike_bf": v.reverts, "churn_kept": v.no_flag_helps}[name]
+    bare = Document({}, r.records)
+    for details in (False, True):
+        full = _rendered(lambda c, d=details: render(r, c, details=d))  # type: ignore[misc]
+        assert full == _rendered(lambda c, d=details: render(bare, c, details=d))  # type: ignore[misc]
+        assert wording.headline(r.records.verdict) in full
+
+
+def test_the_analysis_sentences_have_one_home() -> None:
+    """Issue 27 item 1: the terminal, the pages and the HTML report say the analysis in the
+    wording module's sentences (advice/wording.py), not each their own."""
+    from beamalloc.reporters.analyze import render
+    from beamalloc.webui.pagedata import snapshot_view
+
+    a = analyze(read_file(str(DUMP)))
+    said = wording.analysis_lines(a) + wording.picture_lines(a)
+    page = snapshot_view(None, a, rec=None)
+    assert [*page["verdict"], *page["evidence"]][:len(said)] == said
+    assert page["death"] == wording.cause_of_death(a) and page["death"]
+    text = " ".join(_rendered(lambda c: render(a, c, details=True)).split())
+    for line in [*wording.analysis_lines(a, short=False), *wording.cause_of_death(a)]:
+        assert line in text

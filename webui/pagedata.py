@@ -1,6 +1,6 @@
 """What a snapshot or compare page says, computed once for the server and the report alike.
 
-The verdict comes first and says what the terminal report says (reporters/analyze.py); then
+The verdict comes first and says what the terminal report says (advice/wording.py); then
 the evidence: figures (figures.py), tables, the options in force. Templates only lay it out.
 """
 
@@ -11,18 +11,18 @@ from typing import Any
 
 from beamalloc.advice import wording
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
-from beamalloc.analyzer.analysis import Analysis
-from beamalloc.analyzer.limits import Container
-from beamalloc.analyzer.options import format_option
-from beamalloc.reporters.analyze import (
-    CATEGORY_LABELS,
+from beamalloc.advice.wording import (
+    analysis_lines,
     cause_of_death,
     holder_label,
     holder_sentence,
     picture_lines,
     read_lines,
-    verdict_lines,
 )
+from beamalloc.analyzer.analysis import Analysis
+from beamalloc.analyzer.limits import Container
+from beamalloc.analyzer.options import format_option
+from beamalloc.reporters.analyze import CATEGORY_LABELS
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -184,7 +184,7 @@ def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str,
 
 
 def largest_holder(a: Analysis) -> str | None:
-    """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
+    """The largest single holder in words (advice/wording.py holder_sentence), or None."""
     c = a.categories
     return holder_sentence(c.largest, c.largest_share) if c.largest is not None else None
 
@@ -238,7 +238,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
         "largest_holder": largest_holder(a),
         # under the one line its why (advice/wording.py: at most WHY_MAX lines), then, out of
         # the verdict's box, the analysis' own lines: the numbers it stands on
-        **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
+        **_why_and_evidence(rec, analysis_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t.unused)} unused: little in absolute terms, whatever the usage "
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
