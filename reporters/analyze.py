@@ -217,7 +217,7 @@ def render(a: Analysis, console: Console, top: int = 20,
         pool = r.pool
         ratio = r.sbcs_to_mbcs
         mark = ""
-        if r.mbcs_carriers > r.max["mbcs_carriers"] or r.mbcs_blocks > r.max["mbcs_blocks"]:
+        if r.mbcs_carriers > r.max.mbcs_carriers or r.mbcs_blocks > r.max.mbcs_blocks:
             above, mark = True, " +"
         rows.append([
             f"{r.allocator}[{r.instance}]",
@@ -225,15 +225,15 @@ def render(a: Analysis, console: Console, top: int = 20,
             # recon counts an instance without carriers as 100 % used: no usage to show
             Text(pct(r.mbcs_usage), style=_usage_style(r.mbcs_usage, r.unused))
             if r.mbcs_carriers else "none",
-            around(f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} (",
+            around(f"{r.mbcs_carriers} / {r.max.mbcs_carriers} (",
                    human(r.mbcs_carriers_size), f"){mark}"),
-            f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}{mark}",
+            f"{r.mbcs_blocks} / {r.max.mbcs_blocks}{mark}",
             # recon counts an instance without single-block carriers as 100 % used
             "none" if not r.sbcs_carriers else pct(r.sbcs_usage),
             around(f"{r.sbcs_carriers} (", human(r.sbcs_carriers_size), ")"),
-            "-" if pool is None else around(f"{pool['carriers']} (", human(pool["carriers_size"]),
+            "-" if pool is None else around(f"{pool.carriers} (", human(pool.carriers_size),
                                             ")"),
-            pct(r.max["mbcs_usage"]) if r.max["mbcs_carriers"] else "none",
+            pct(r.max.mbcs_usage) if r.max.mbcs_carriers else "none",
             ratio if isinstance(ratio, str) else f"{ratio:.3g}",
         ])
     print_table(console, f"Per instance (current, with all-time max), worst {top} first", [
@@ -256,8 +256,8 @@ def render(a: Analysis, console: Console, top: int = 20,
             Col("mseg instance", key=True), Col("hit rate"), Col("hits"), Col("calls"),
             Col("cached segments")],
             # no rate of zero calls: a 100 % of nothing reads as a healthy cache
-            [[str(r["instance"]), pct(r["hit_rate"]) if r["calls"] else "no calls",
-              f"{r['hits']:,}", f"{r['calls']:,}", str(r["cached_segments"])]
+            [[str(r.instance), pct(r.hit_rate) if r.calls else "no calls",
+              f"{r.hits:,}", f"{r.calls:,}", str(r.cached_segments)]
              for r in a.cache_hit_rates])
     if a.processes:
         console.print()

@@ -20,7 +20,12 @@ from beamalloc.advice.wording import holder_label, holder_sentence
 from beamalloc.analyzer.analysis import (
     EXPECTED_TYPES,
     Analysis,
+    AverageBlockSize,
+    CacheHitRate,
+    InstanceMax,
     InstanceRow,
+    PoolRow,
+    SbcsToMbcs,
     Totals,
     TypeRow,
     analyze,
@@ -52,7 +57,7 @@ def test_analysis_is_a_record_and_its_json_the_document() -> None:
     # worst first, as the JSON always listed them
     assert [r.unused for r in a.allocator_types] == sorted(
         (r.unused for r in a.allocator_types), reverse=True)
-    assert doc["allocators"][0]["max"] == a.allocators[0].max
+    assert doc["allocators"][0]["max"] == a.allocators[0].max.to_json()
     assert doc["os"]["allocated_all"] == a.totals_all.allocated
 
 
@@ -161,3 +166,28 @@ def test_the_analysis_sentences_have_one_home() -> None:
     text = " ".join(_rendered(lambda c: render(a, c, details=True)).split())
     for line in [*wording.analysis_lines(a, short=False), *wording.cause_of_death(a)]:
         assert line in text
+
+
+def test_recon_rows_max_and_pool_are_records_with_the_documents_json() -> None:
+    """Issue 27 item 1: an instance's max and pool and recon_alloc's row lists are records;
+    their to_json() is the document's shape (docs/analysis-schema.md), key for key."""
+    a = analyze(read_file(str(FRAG)))
+    doc = a.to_json()
+    assert all(isinstance(r.max, InstanceMax) for r in a.allocators)
+    pooled = [r for r in a.allocators if r.pool is not None]
+    assert pooled and all(isinstance(r.pool, PoolRow) for r in pooled)
+    assert list(doc["allocators"][0]["max"]) == [
+        "sbcs_usage", "mbcs_usage", "sbcs_block_size", "sbcs_carriers_size", "mbcs_block_size",
+        "mbcs_carriers_size", "mbcs_blocks", "sbcs_blocks", "mbcs_carriers", "sbcs_carriers"]
+    row = next(r for r in doc["allocators"] if r["pool"] is not None)
+    assert list(row["pool"]) == ["carriers", "carriers_size", "blocks", "blocks_size",
+                                 "foreign_blocks"]
+    assert all(set(b) == {"count", "size"} for b in row["pool"]["foreign_blocks"].values())
+    assert a.cache_hit_rates and all(isinstance(r, CacheHitRate) for r in a.cache_hit_rates)
+    assert list(doc["cache_hit_rates"][0]) == [
+        "instance", "hit_rate", "hits", "calls", "cached_segments"]
+    assert all(isinstance(r, AverageBlockSize) for r in a.average_block_sizes)
+    assert list(doc["average_block_sizes"][0]) == ["allocator", "mbcs", "sbcs"]
+    assert all(isinstance(r, SbcsToMbcs) for r in a.sbcs_to_mbcs)
+    assert list(doc["sbcs_to_mbcs"][0]) == ["allocator", "instance", "ratio"]
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON: no record left inside

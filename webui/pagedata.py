@@ -105,15 +105,15 @@ def instance_rows(a: Analysis) -> list[dict[str, Any]]:
         "unused_v": r.unused,
         "mbcs_usage": pct(r.mbcs_usage),
         "level": usage_level(r.mbcs_usage, r.unused),
-        "max_mbcs_usage": pct(r.max["mbcs_usage"]),
-        "mbcs_carriers": f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} "
+        "max_mbcs_usage": pct(r.max.mbcs_usage),
+        "mbcs_carriers": f"{r.mbcs_carriers} / {r.max.mbcs_carriers} "
                          f"({_nb(r.mbcs_carriers_size)})",
-        "mbcs_blocks": f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}",
+        "mbcs_blocks": f"{r.mbcs_blocks} / {r.max.mbcs_blocks}",
         "sbcs_usage": pct(r.sbcs_usage) if r.sbcs_carriers else "-",
         "sbcs_carriers": f"{r.sbcs_carriers} ({_nb(r.sbcs_carriers_size)})"
                          if r.sbcs_carriers else "-",
-        "pool": "-" if not r.pool or not r.pool["carriers"] else
-                f"{r.pool['carriers']} ({_nb(r.pool['carriers_size'])})",
+        "pool": "-" if not r.pool or not r.pool.carriers else
+                f"{r.pool.carriers} ({_nb(r.pool.carriers_size)})",
         "foreign": human(sum(r.foreign_blocks.values())) if r.foreign_blocks else "-",
         "sbcs_to_mbcs": _ratio(r.sbcs_to_mbcs),
     } for r in a.allocators]
