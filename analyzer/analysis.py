@@ -427,7 +427,7 @@ class Analysis:
     otp_release: str | None
     erts_version: str | None
     source: str
-    taken_at: str | None  # ISO 8601, UTC
+    taken_unix: float | None  # when the snapshot was taken, Unix seconds (Snapshot.taken_at)
     schedulers: int | None
     wordsize: int | None
     os_pid: int | None
@@ -457,6 +457,11 @@ class Analysis:
     container: Container | None
     limits: list[LimitFinding]
     defects: list[DefectFinding]
+
+    @property
+    def taken_at(self) -> str | None:
+        """When it was taken, ISO 8601 in UTC to the microsecond (the JSON's `taken_at`)."""
+        return iso_utc(self.taken_unix)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -494,6 +499,12 @@ class Analysis:
         }
 
 
+def iso_utc(t: float | None) -> str | None:
+    """A Unix time as ISO 8601 in UTC, "2024-05-01T12:00:00.250000Z"; None for None."""
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace(
+        "+00:00", "Z")
+
+
 def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis:
     """The analysis of `snap`; `processes` is the holders' section (advice/holders.py) when
     the caller read them (a live scan, a dump's =proc sections)."""
@@ -504,17 +515,12 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
     types = type_rows(snap)
-    taken = (
-        datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
-        if snap.taken_at is not None
-        else None
-    )
     return Analysis(
         node=snap.node,
         otp_release=snap.otp_release,
         erts_version=snap.erts_version,
         source=snap.source,
-        taken_at=taken,
+        taken_unix=snap.taken_at,
         schedulers=snap.schedulers,
         wordsize=snap.wordsize,
         os_pid=snap.os_pid,

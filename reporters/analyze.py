@@ -9,7 +9,6 @@ category; `details` prints every table.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.console import Console
@@ -131,10 +130,9 @@ def render(a: Analysis, console: Console, top: int = 20,
     facts, missing = header_facts(a)
     if not details:  # one line: the release and the source (--details: erts, schedulers, time)
         facts = f"OTP {a.otp_release}" if a.otp_release else ""
-    taken = a.taken_at or "unknown"
-    if not details:  # to the second: the short output's header fits a line
-        taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
-    rest = (f"{facts}  source {a.source}" + (f"  taken {taken}" if details else "")).strip()
+    # the time only with --details, as the JSON says it (the short header keeps to a line)
+    taken = f"  taken {a.taken_at or 'unknown'}" if details else ""
+    rest = f"{facts}  source {a.source}{taken}".strip()
     head = Text(a.node, style="dim")
     if len(a.node) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))

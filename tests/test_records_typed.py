@@ -191,3 +191,19 @@ def test_recon_rows_max_and_pool_are_records_with_the_documents_json() -> None:
     assert all(isinstance(r, SbcsToMbcs) for r in a.sbcs_to_mbcs)
     assert list(doc["sbcs_to_mbcs"][0]) == ["allocator", "instance", "ratio"]
     assert json.loads(json.dumps(doc)) == doc  # plain JSON: no record left inside
+
+
+def test_the_time_taken_is_the_number_rendered() -> None:
+    """Issue 27 item 1: the analysis keeps the Unix time; the ISO string the JSON and
+    `analyze --details` show is rendered from it, never re-parsed or reformatted text."""
+    from beamalloc.reporters.analyze import render
+
+    snap = read_file(str(FRAG))
+    snap.taken_at = 1714564800.25
+    a = analyze(snap)
+    assert a.taken_unix == 1714564800.25 and a.taken_at == "2024-05-01T12:00:00.250000Z"
+    assert a.to_json()["taken_at"] == a.taken_at and "taken_unix" not in a.to_json()
+    assert "taken 2024-05-01T12:00:00.250000Z" in _rendered(lambda c: render(a, c, details=True))
+    assert " taken " not in _rendered(lambda c: render(a, c))  # the short header: no time
+    snap.taken_at = None
+    assert analyze(snap).taken_at is None
