@@ -9,7 +9,7 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -28,17 +28,24 @@ from beamalloc.reporters.analyze import (
     top_holders,
 )
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import human, pct
+from beamalloc.units import exact_bytes, human, pct
 
 if TYPE_CHECKING:
     from beamalloc.advice.recommend import Document, Recommended
+
+
+def said(f: Callable[..., str], *args: Any) -> str:
+    """A sentence of the wording module as the verdict says it, in human sizes whatever
+    `--bytes` asks of the tables (the JSON's words, computed the same way)."""
+    with exact_bytes(False):
+        return f(*args)
 
 
 def paste_note(rec: Recommended) -> str | None:
     """Why there is nothing to paste where the lint calls a setting in force wrong: the verdict
     weighed reverting it, and the paste says so rather than disagree with the lint."""
     held = [rv for rv in rec.verdict.reverts if not rv.advised]
-    return f"{wording.revert(held[0])}; see the verdict" if held else None
+    return f"{said(wording.revert, held[0])}; see the verdict" if held else None
 
 
 def paste(r: Document, fmt: str) -> str:
@@ -78,7 +85,7 @@ def evidence_line(ev: dict[str, Any]) -> str:
 def verdict(rec: Recommended) -> str:
     """The verdict line: its state first (HEALTHY, CHANGE FLAGS, FLAGS IN FORCE, NO FLAG HELPS),
     the bytes at stake and the one thing to do (advice/wording.py)."""
-    return wording.headline(rec.verdict)
+    return said(wording.headline, rec.verdict)
 
 
 def flags_line(rec: Recommended, short: bool = False) -> str:
@@ -86,9 +93,9 @@ def flags_line(rec: Recommended, short: bool = False) -> str:
     defaults"); `short`: the options of a release not modelled left to --details."""
     fin = rec.verdict.flags_in_force
     unknown = rec.coverage.flags_unknown if rec.coverage is not None else None
-    line = wording.flags_in_force(fin)
+    line = said(wording.flags_in_force, fin)
     if short and fin.flags is None:
-        line = f"{wording.in_force_note(fin)} (--details lists them)"
+        line = f"{said(wording.in_force_note, fin)} (--details lists them)"
     if unknown:  # a cut input: what was not read runs flags nobody knows, not the defaults
         if fin.flags == "":
             line = "no +M flag in the allocators read"
@@ -98,7 +105,7 @@ def flags_line(rec: Recommended, short: bool = False) -> str:
 
 def predicted_line(p: Prediction) -> str:
     """A prediction's figure with its band and calibration error, then the predictor's line."""
-    return f"{wording.figure(p)} unused; {p.summary}"
+    return f"{said(wording.figure, p)} unused; {p.summary}"
 
 
 def render(r: Document, console: Console, fmt: str = "vm.args",
@@ -134,19 +141,19 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
             f"{e.allocated:,}):", style="bold")
         for held in e.held_back:
-            say(f"  held back: {wording.reason(held)}")
+            say(f"  held back: {said(wording.reason, held)}")
         if e.flags_in_force:
             say(f"  already in force: {' '.join(e.flags_in_force)}")
-        say(f"  why: {wording.entry_why(e)}")
+        say(f"  why: {said(wording.entry_why, e)}")
         for rem in e.remedies:
             bound = "up to " if rem.bound else ""
-            say(f"  what does: {wording.remedy(rem)}: releases {bound}{human(rem.releases)} "
+            say(f"  what does: {said(wording.remedy, rem)}: releases {bound}{human(rem.releases)} "
                 f"({'; '.join(map(cite, rem.sources))})")
         if e.held_by:
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by))
     for rv in v.reverts:
-        say(f"\nA setting the lint calls wrong: {wording.revert(rv)}.", style="bold")
+        say(f"\nA setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold")
     if v.rate is None and v.rate_unavailable:
         say(f"Speed trades: {v.rate_unavailable}", style="dim")
     if rec.processes:
@@ -188,7 +195,7 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         say(f"  {i.level} [{i.check}] ({i.where}) {i.message}  ({cite(i.rule)})")
         rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
         if rv is not None:  # what the verdict made of it, so the two agree
-            say(f"    weighed: {wording.revert(rv)}")
+            say(f"    weighed: {said(wording.revert, rv)}")
     for i in rec.withheld:
         say(f"  withheld (our own proposal tripped the lint): {i.message}")
     for note in rec.notes:
@@ -196,7 +203,7 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     if v.advised:
         whole = rec.prediction
         say(f"\nPredicted for all the flags together (node's flags in force: "
-            f"{wording.flags_in_force(v.flags_in_force)}):")
+            f"{said(wording.flags_in_force, v.flags_in_force)}):")
         if whole:
             for run in whole["runs"]:
                 say(f"  {predicted_line(Prediction.from_dict(run))}")

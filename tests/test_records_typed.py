@@ -150,6 +150,12 @@ def test_recommend_reporter_reads_the_records_only(name: str) -> None:
         full = _rendered(lambda c, d=details: render(r, c, details=d))  # type: ignore[misc]
         assert full == _rendered(lambda c, d=details: render(bare, c, details=d))  # type: ignore[misc]
         assert wording.headline(r.records.verdict) in full
+    # `--bytes` is for the tables: the verdict's sentences read as the JSON says them
+    with exact_bytes(True):
+        text = " ".join(_rendered(lambda c: render(bare, c, details=True)).split())
+    said = [x["why"] for x in r["verdict"]["no_flag_helps"]] + [
+        x["text"] for x in r["verdict"]["reverts"]] + [r["verdict"]["flags_in_force"]["text"]]
+    assert all(" ".join(x.split()) in text for x in said)
 
 
 def test_the_analysis_sentences_have_one_home() -> None:
