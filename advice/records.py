@@ -154,6 +154,11 @@ class Prediction:
                 "calibration_error": self.calibration_error, "seeded_from": self.seeded_from,
                 "workload": self.workload, "known": self.known}  # fmt: skip
 
+    @property
+    def summary(self) -> str:
+        """The predictor's one line about its replay (advice/predict.py `summary`)."""
+        return str(self.raw["summary"])
+
     def future(self, name: str) -> Future | None:
         return next((x for x in self.futures or () if x.name == name), None)
 
@@ -299,6 +304,11 @@ class Verdict:
     rss: int | None = None
     rss_lazyfree: int | None = None
     truncated_instances: int | None = None  # instances read before the input's cut
+
+    def revert_of(self, allocator: str | None, check: str) -> Revert | None:
+        """The revert weighed for the lint's `check` on a setting in force of `allocator`."""
+        return next((r for r in self.reverts if r.allocator == allocator and r.check == check),
+                    None)
 
     @property
     def counts(self) -> dict[str, int]:

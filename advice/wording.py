@@ -1,5 +1,6 @@
-"""The one home of the recommendation's words: advice/records.py's records into sentences, for
-the terminal (reporters/recommend.py), the web pages (webui/) and the HTML report alike.
+"""The one home of the words: advice/records.py's records and the analysis of a snapshot
+(analyzer/analysis.py) into sentences, for the terminal (reporters/recommend.py,
+reporters/analyze.py), the web pages (webui/pagedata.py) and the HTML report alike.
 
 The verdict reads as a first line that stands alone (at most HEADLINE_MAX characters: the state,
 the bytes at stake, the one thing to do) and at most WHY_MAX short lines of why (issue 26 item 1).
@@ -9,7 +10,7 @@ number: `units.human` for bytes, `units.pct` for a share, `change` for a signed 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from beamalloc.advice.records import (
     CHANGE,
@@ -28,6 +29,8 @@ from beamalloc.advice.records import (
     Total,
     Verdict,
 )
+from beamalloc.analyzer.analysis import Analysis, Coverage
+from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
 from beamalloc.units import around, human, pct
@@ -616,3 +619,145 @@ def death_why(d: Death, width: int = HEADLINE_MAX) -> list[str]:
     elif d.kind == "requested":
         out.append("Requested by hand (SIGUSR1, or erlang:halt/1 with a slogan).")
     return out
+
+
+# --- the analysis of one snapshot (analyzer/analysis.py): the terminal, the pages, the report --
+
+
+class Answered(Protocol):
+    """What the answer says before the verdict: an `Analysis`, or the recommendation's records
+    (advice/recommend.py `Recommended`)."""
+
+    @property
+    def death(self) -> Death | None: ...
+    @property
+    def coverage(self) -> Coverage | None: ...
+    @property
+    def categories(self) -> MemoryPicture | None: ...
+
+
+def cause_of_death(a: Answered, width: int = HEADLINE_MAX) -> list[str]:
+    """A dump's cause of death in a line of `width` characters at most, and its why."""
+    if a.death is None:
+        return []
+    return [death_line(a.death, width), *death_why(a.death, width)]
+
+
+def read_lines(a: Answered, holder: bool = True) -> list[str]:
+    """What a cut input did not let us read, and the largest holder where it is notable (and
+    `holder`: not where the verdict's why names the holders already)."""
+    lines = []
+    cov = a.coverage
+    if cov is not None and cov.partial:
+        lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov.read)
+                     + ". Not read: " + ("; ".join(cov.not_read) or "the rest") + "."
+                     + (" Flags in force are unknown for " + ", ".join(cov.flags_unknown)
+                        + "." if cov.flags_unknown else ""))
+    c = a.categories
+    said = a.death.holder.pid if a.death and a.death.holder else None  # named above
+    if holder and c is not None and c.largest_notable and c.largest is not None and not (
+            said and c.largest.pid == said):
+        lines.append(holder_sentence(c.largest, c.largest_share))
+    return lines
+
+
+def picture_lines(a: Analysis) -> list[str]:
+    """The container, the tables taken by limits and known VM defects: one line each."""
+    lines = []
+    if a.container is not None:
+        lines.append(a.container.message)
+        lines += [f"note: {n}" for n in a.container.notes]
+    lines += [x.message for x in a.limits]
+    lines += [x.message for x in a.defects]
+    return lines
+
+
+def holder_sentence(h: CategoryHolder, share: float | None = None) -> str:
+    """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
+    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).', or
+    '10,000 processes spawned as erlang:apply/2, most waiting in feeley:link_of/3 hold
+    330.2 MiB, ...' for a process group."""
+    if h.kind == "process_group":
+        s = f"{holder_label(h)} hold {human(h.bytes)}"
+        if share is not None:
+            s += f", {pct(share)} of erlang:memory(total), the largest holder"
+        rest = group_facts(h)  # its spawn call is said by the label
+        return s + (f" ({', '.join(rest)})" if rest else "") + "."
+    what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
+            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
+            "port": "Port"}[h.kind]
+    # instrument's histograms give a lower bound (analyzer/categories.py _origin_holders)
+    least = "at least " if h.kind in ("origin", "port") else ""
+    s = (f"{what} holds {human(h.bytes)}" if h.kind in ("atom", "code")
+         else f"{what} {h.name} holds {least}{human(h.bytes)}")
+    if share is not None:
+        s += f", {pct(share)} of erlang:memory(total), the largest single holder"
+    if h.siblings > 1:
+        s += (f" ({h.siblings} tables of that name hold {human(h.siblings_bytes)} "
+              "together)")
+    return s + "."
+
+
+def holder_label(h: CategoryHolder, short: bool = False) -> str:
+    """A holder's name in words: a process group with its member count, named by its initial
+    call or, for a spawn call that says nothing (analyzer/categories.py GENERIC_CALLS), by
+    where its members wait; `short`, as a narrow table cell: 'feeley:link_of/3 ×10,000'."""
+    if h.kind != "process_group":
+        return str(h.name)
+    if short:
+        return f"{shorten(str(h.name), 16)} ×{h.members:,}"
+    if h.spawned_as is not None:  # named by where the members read wait, mostly
+        return f"{h.members:,} processes spawned as {h.spawned_as}, most waiting in {h.name}"
+    return f"{h.members:,} processes of {h.name}"
+
+
+def analysis_lines(a: Analysis, short: bool = False) -> list[str]:
+    """The totals in words, and with `short` only they and the OS's view (the short output's
+    table names the allocator with the most unused bytes)."""
+    t, os_ = a.totals, a.os
+    lines = [
+        f"The allocators hold {human(t.allocated)} of carriers and use "
+        f"{human(t.used)} of them "
+        f"(usage {pct(t.usage)}): {human(t.unused)} is reserved but holds no data."
+    ]
+    types = a.allocator_types
+    if types and types[0].unused > 0 and not short:
+        w = types[0]
+        lines.append(
+            f"Most of the unused space is in {w.allocator}: {human(w.unused)} unused of "
+            f"{human(w.allocated)} (usage {pct(w.usage)})."
+        )
+    worst = next((m for m in a.carriers.get("allocators", ())
+                  if m["classification"]["kind"] != "compact"), None)
+    if worst is not None and not short:
+        cl = worst["classification"]
+        lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
+    if os_.rss is not None:
+        gap = os_.rss_minus_allocated
+        lines.append(
+            f"The OS sees {human(os_.rss)} resident; the allocators account for "
+            f"{human(os_.allocated_all)} of it"
+            + (
+                f", so {human(gap)} is outside them (NIFs, drivers, the mseg cache, code)."
+                if gap is not None and gap > 0
+                else "."
+            )
+        )
+        if os_.rss_lazyfree and not short:
+            cg = a.container
+            where = (f" ({human(cg.available)} in the node's cgroup, before its limit; "
+                     f"{human(os_.mem_available)} on this host)"
+                     if cg is not None and cg.available is not None and os_.mem_available else
+                     f" ({human(os_.mem_available)} on this host)"
+                     if os_.mem_available else "")
+            lines.append(
+                f"Of that resident memory, {human(os_.rss_lazyfree)} is lazily freed "
+                "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
+                f"counts in MemAvailable{where} while VmRSS still shows it."
+            )
+    return lines
+
+
+def shorten(s: str, n: int) -> str:
+    """`s` in `n` characters at most, an ellipsis for what is cut (a narrow table cell)."""
+    return s if len(s) <= n else s[:n - 1] + "…"

@@ -48,6 +48,87 @@ def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstanc
 
 
 @dataclass(frozen=True)
+class InstanceMax:
+    """An instance's recon_alloc:fragmentation(max) keys, in recon's order, and its max counts
+    of blocks and carriers (the all-time peaks, each on its own: docs/erts/recon-formulas.md)."""
+
+    sbcs_usage: float
+    mbcs_usage: float
+    sbcs_block_size: int
+    sbcs_carriers_size: int
+    mbcs_block_size: int
+    mbcs_carriers_size: int
+    mbcs_blocks: int
+    sbcs_blocks: int
+    mbcs_carriers: int
+    sbcs_carriers: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PoolBlocks:
+    """Blocks of one type in the carrier pool: their count and bytes."""
+
+    count: int
+    size: int
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """An instance's carriers in the carrier pool and the blocks they hold; `foreign_blocks`,
+    the blocks of other types among them (docs/erts/alloc_util.md §2.3)."""
+
+    carriers: int
+    carriers_size: int
+    blocks: int
+    blocks_size: int
+    foreign_blocks: dict[str, PoolBlocks]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CacheHitRate:
+    """recon_alloc:cache_hit_rates/0 of one mseg_alloc instance, and its cached segments."""
+
+    instance: int
+    hit_rate: float
+    hits: int
+    calls: int
+    cached_segments: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AverageBlockSize:
+    """recon_alloc:average_block_sizes/1 of one allocator type (0 where it has no blocks)."""
+
+    allocator: str
+    mbcs: int | float
+    sbcs: int | float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SbcsToMbcs:
+    """recon_alloc:sbcs_to_mbcs/1 of one instance: block counts, "infinity" without mbcs."""
+
+    allocator: str
+    instance: int
+    ratio: int | float | str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class InstanceRow:
     """One allocator instance: recon's fragmentation keys (current) and beamalloc's own."""
 
@@ -70,9 +151,9 @@ class InstanceRow:
     sbcs_average_block_size: float
     sbcs_to_mbcs: float | str
     #: the same keys at their all-time max (fragmentation(max)) and the max counts
-    max: dict[str, Any]
+    max: InstanceMax
     #: the carrier pool's carriers and blocks (foreign_blocks: other types' blocks in it)
-    pool: dict[str, Any] | None
+    pool: PoolRow | None
     foreign_blocks: dict[str, int]
     mseg_carriers: int
     sys_carriers: int
@@ -113,26 +194,24 @@ def _instance_row(inst: AllocatorInstance) -> InstanceRow:
         mbcs_average_block_size=m.average(cur["mbcs_block_size"], mb),
         sbcs_average_block_size=m.average(cur["sbcs_block_size"], sb),
         sbcs_to_mbcs=m.instance_sbcs_to_mbcs(inst, "current"),
-        max={
-            **peak,
-            "mbcs_blocks": m.container_value(inst, "max", "mbcs", "blocks"),
-            "sbcs_blocks": m.container_value(inst, "max", "sbcs", "blocks"),
-            "mbcs_carriers": m.container_value(inst, "max", "mbcs", "carriers"),
-            "sbcs_carriers": m.container_value(inst, "max", "sbcs", "carriers"),
-        },
+        max=InstanceMax(
+            **peak,  # type: ignore[arg-type]
+            mbcs_blocks=m.container_value(inst, "max", "mbcs", "blocks"),
+            sbcs_blocks=m.container_value(inst, "max", "sbcs", "blocks"),
+            mbcs_carriers=m.container_value(inst, "max", "mbcs", "carriers"),
+            sbcs_carriers=m.container_value(inst, "max", "sbcs", "carriers"),
+        ),
         pool=None
         if pool is None
-        else {
-            "carriers": pool.carriers,
-            "carriers_size": pool.carriers_size,
-            "blocks": pool.block_count,
-            "blocks_size": pool.block_size,
-            "foreign_blocks": {
-                t: {"count": c, "size": s}
-                for t, (c, s) in pool.blocks.items()
-                if t != inst.allocator
+        else PoolRow(
+            carriers=pool.carriers,
+            carriers_size=pool.carriers_size,
+            blocks=pool.block_count,
+            blocks_size=pool.block_size,
+            foreign_blocks={
+                t: PoolBlocks(c, s) for t, (c, s) in pool.blocks.items() if t != inst.allocator
             },
-        },
+        ),
         foreign_blocks={
             t: b.size.current
             for t, b in inst.mbcs.blocks.items()
@@ -340,15 +419,15 @@ def coverage(snap: Snapshot) -> Coverage:
 class Analysis:
     """The analysis of one snapshot (docs/analysis-schema.md): `to_json()` is the document
     `beamalloc analyze --json` prints; readers take its fields. The sections with a shape are
-    records (totals, the OS's view, type and instance rows, and the picture's parts); the rows
-    recon_alloc defines (cache_hit_rates, average_block_sizes, sbcs_to_mbcs, allocated_*) are
-    its JSON shapes, and `carriers` the carrier maps' JSON."""
+    records (totals, the OS's view, type and instance rows with their max and pool, recon_alloc's
+    rows: cache_hit_rates, average_block_sizes, sbcs_to_mbcs, and the picture's parts); the
+    sums by name (allocated_*) are dicts, and `carriers` the carrier maps' JSON."""
 
     node: str
     otp_release: str | None
     erts_version: str | None
     source: str
-    taken_at: str | None  # ISO 8601, UTC
+    taken_unix: float | None  # when the snapshot was taken, Unix seconds (Snapshot.taken_at)
     schedulers: int | None
     wordsize: int | None
     os_pid: int | None
@@ -361,9 +440,9 @@ class Analysis:
     os: OsView
     allocator_types: list[TypeRow]
     allocators: list[InstanceRow]
-    cache_hit_rates: list[dict[str, Any]]
-    average_block_sizes: list[dict[str, Any]]
-    sbcs_to_mbcs: list[dict[str, Any]]
+    cache_hit_rates: list[CacheHitRate]
+    average_block_sizes: list[AverageBlockSize]
+    sbcs_to_mbcs: list[SbcsToMbcs]
     allocated_types: dict[str, int]
     allocated_instances: dict[str, int]
     carriers: dict[str, Any]
@@ -378,6 +457,11 @@ class Analysis:
     container: Container | None
     limits: list[LimitFinding]
     defects: list[DefectFinding]
+
+    @property
+    def taken_at(self) -> str | None:
+        """When it was taken, ISO 8601 in UTC to the microsecond (the JSON's `taken_at`)."""
+        return iso_utc(self.taken_unix)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -399,9 +483,9 @@ class Analysis:
             "os": self.os.to_json(),
             "allocator_types": [t.to_json() for t in self.allocator_types],
             "allocators": [r.to_json() for r in self.allocators],
-            "cache_hit_rates": self.cache_hit_rates,
-            "average_block_sizes": self.average_block_sizes,
-            "sbcs_to_mbcs": self.sbcs_to_mbcs,
+            "cache_hit_rates": [r.to_json() for r in self.cache_hit_rates],
+            "average_block_sizes": [r.to_json() for r in self.average_block_sizes],
+            "sbcs_to_mbcs": [r.to_json() for r in self.sbcs_to_mbcs],
             "allocated_types": self.allocated_types,
             "allocated_instances": self.allocated_instances,
             "carriers": self.carriers,
@@ -415,6 +499,12 @@ class Analysis:
         }
 
 
+def iso_utc(t: float | None) -> str | None:
+    """A Unix time as ISO 8601 in UTC, "2024-05-01T12:00:00.250000Z"; None for None."""
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace(
+        "+00:00", "Z")
+
+
 def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis:
     """The analysis of `snap`; `processes` is the holders' section (advice/holders.py) when
     the caller read them (a live scan, a dump's =proc sections)."""
@@ -425,17 +515,12 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis
     totals = _totals(snap, "current", recon_insts)
     totals_all = _totals(snap, "current", every)
     types = type_rows(snap)
-    taken = (
-        datetime.fromtimestamp(snap.taken_at, UTC).isoformat().replace("+00:00", "Z")
-        if snap.taken_at is not None
-        else None
-    )
     return Analysis(
         node=snap.node,
         otp_release=snap.otp_release,
         erts_version=snap.erts_version,
         source=snap.source,
-        taken_at=taken,
+        taken_unix=snap.taken_at,
         schedulers=snap.schedulers,
         wordsize=snap.wordsize,
         os_pid=snap.os_pid,
@@ -449,17 +534,14 @@ def analyze(snap: Snapshot, processes: dict[str, Any] | None = None) -> Analysis
         allocator_types=types,
         allocators=[_instance_row(by_key[key]) for key, _ in frag],
         cache_hit_rates=[
-            {
-                "instance": ix,
-                **vals,
-                "cached_segments": next(x.cached_segments for x in snap.mseg if x.instance == ix),
-            }
+            CacheHitRate(
+                ix, vals["hit_rate"], int(vals["hits"]), int(vals["calls"]),
+                next(x.cached_segments for x in snap.mseg if x.instance == ix))
             for ix, vals in m.cache_hit_rates(snap)
         ],
-        average_block_sizes=[{"allocator": a, **v} for a, v in m.average_block_sizes(snap)],
-        sbcs_to_mbcs=[
-            {"allocator": a, "instance": n, "ratio": r} for (a, n), r in m.sbcs_to_mbcs(snap)
-        ],
+        average_block_sizes=[AverageBlockSize(a, v["mbcs"], v["sbcs"])
+                             for a, v in m.average_block_sizes(snap)],
+        sbcs_to_mbcs=[SbcsToMbcs(a, n, r) for (a, n), r in m.sbcs_to_mbcs(snap)],
         allocated_types=dict(m.allocated_types(snap)),
         allocated_instances={str(ix): v for ix, v in m.allocated_instances(snap)},
         carriers=analysis_section(snap),

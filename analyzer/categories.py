@@ -65,7 +65,7 @@ class CategoryHolder:
     #: a process group's members (its bytes are their process_info memory summed)
     members: int = 0
     # The typed facts `detail` says in words, for the readers that word them their own way
-    # (reporters/analyze.py holder_label): not in the JSON, whose `detail` says them.
+    # (advice/wording.py holder_label): not in the JSON, whose `detail` says them.
     #: a process or binary holder's pid
     pid: str | None = None
     #: a process group named by where its members wait: the spawn call that says nothing

@@ -191,10 +191,7 @@ def run_demo(term: Terminal, report_path: str = "demo-report.html",
     rec = verdict(snap, turnover=turn)
     v = rec.verdict
     # the verdict's line first, as `analyze` and `recommend` print it (reporters/analyze.py)
-    render(result, out, top=12, verdict={
-        "state": v.state, "headline": wording.headline(v),
-        "headline_parts": wording.headline_parts(v), "why": wording.why(v),
-        "holders": list(v.holders)})
+    render(result, out, top=12, verdict=v)
     out.print()
     if rec.emulator_flags:
         out.print(f"Paste: {rec.emulator_flags}", markup=False, soft_wrap=True)

@@ -9,17 +9,16 @@ category; `details` prints every table.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice import wording
+from beamalloc.advice.records import Verdict
 from beamalloc.advice.rules import usage_level
-from beamalloc.analyzer.analysis import Analysis, Coverage
-from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
-from beamalloc.analyzer.death import Death
+from beamalloc.analyzer.analysis import Analysis
+from beamalloc.analyzer.categories import MemoryPicture
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
@@ -53,43 +52,6 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-class Answered(Protocol):
-    """What the answer says before the verdict: an `Analysis`, or the recommendation's records
-    (advice/recommend.py `Recommended`)."""
-
-    @property
-    def death(self) -> Death | None: ...
-    @property
-    def coverage(self) -> Coverage | None: ...
-    @property
-    def categories(self) -> MemoryPicture | None: ...
-
-
-def cause_of_death(a: Answered, width: int = wording.HEADLINE_MAX) -> list[str]:
-    """A dump's cause of death in a line of `width` characters at most, and its why."""
-    if a.death is None:
-        return []
-    return [wording.death_line(a.death, width), *wording.death_why(a.death, width)]
-
-
-def read_lines(a: Answered, holder: bool = True) -> list[str]:
-    """What a cut input did not let us read, and the largest holder where it is notable (and
-    `holder`: not where the verdict's why names the holders already)."""
-    lines = []
-    cov = a.coverage
-    if cov is not None and cov.partial:
-        lines.append("PARTIAL: the input is cut short. Read: " + "; ".join(cov.read)
-                     + ". Not read: " + ("; ".join(cov.not_read) or "the rest") + "."
-                     + (" Flags in force are unknown for " + ", ".join(cov.flags_unknown)
-                        + "." if cov.flags_unknown else ""))
-    c = a.categories
-    said = a.death.holder.pid if a.death and a.death.holder else None  # named above
-    if holder and c is not None and c.largest_notable and c.largest is not None and not (
-            said and c.largest.pid == said):
-        lines.append(holder_sentence(c.largest, c.largest_share))
-    return lines
-
-
 #: The most lines `analyze` and `recommend` print by default at 80 columns (issue 26 item 2).
 DEFAULT_LINES = 40
 
@@ -110,7 +72,7 @@ def alone(console: Console, text: str, style: str = "") -> None:
         prose(console, text, style, indent="", hang="  ")
 
 
-def answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
+def answer(a: wording.Answered, verdict: Verdict | None, console: Console) -> None:
     """The first lines of every command that judges (issue 26 item 1): a dump's cause of death
     first, then the verdict's line (its state, the bytes at stake, the one thing to do) in at
     most 100 characters and the terminal's width, each with its short lines of why."""
@@ -118,20 +80,19 @@ def answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> Non
         _answer(a, verdict, console)
 
 
-def _answer(a: Answered, verdict: dict[str, Any] | None, console: Console) -> None:
+def _answer(a: wording.Answered, verdict: Verdict | None, console: Console) -> None:
     width = min(console.width, wording.HEADLINE_MAX)
-    death = cause_of_death(a, width)
+    death = wording.cause_of_death(a, width)
     if death:  # its line first, with its why
         alone(console, death[0], "bold")
         for line in death[1:]:
             prose(console, line, indent="  ", hang="  ")
     if verdict is not None:
-        style = STATE_STYLE[verdict["state"]]
-        alone(console, wording.fit(verdict.get("headline_parts") or [verdict["headline"]],
-                                   width), f"bold {style}")
-        for line in verdict["why"]:
+        style = STATE_STYLE[verdict.state]
+        alone(console, wording.fit(wording.headline_parts(verdict), width), f"bold {style}")
+        for line in wording.why(verdict):
             prose(console, line, style, indent="  ", hang="  ")
-    for line in read_lines(a, holder=not (verdict or {}).get("holders")):
+    for line in wording.read_lines(a, holder=verdict is None or not verdict.holders):
         prose(console, line, indent="  ", hang="  ")  # under the answer
 
 
@@ -161,115 +122,17 @@ def top_holders(p: dict[str, Any] | None, console: Console, n: int = 3) -> None:
                   r["status"] or "-"] for r in top], box=None)
 
 
-def picture_lines(a: Analysis) -> list[str]:
-    """The container, the tables taken by limits and known VM defects: one line each."""
-    lines = []
-    if a.container is not None:
-        lines.append(a.container.message)
-        lines += [f"note: {n}" for n in a.container.notes]
-    lines += [x.message for x in a.limits]
-    lines += [x.message for x in a.defects]
-    return lines
-
-
-def holder_sentence(h: CategoryHolder, share: float | None = None) -> str:
-    """The largest holder in words: 'ETS table mnesia_transient_decision holds 156.2 MiB, 32.0%
-    of erlang:memory(total), the largest single holder (3 tables of that name hold ...).', or
-    '10,000 processes spawned as erlang:apply/2, most waiting in feeley:link_of/3 hold
-    330.2 MiB, ...' for a process group."""
-    if h.kind == "process_group":
-        s = f"{holder_label(h)} hold {human(h.bytes)}"
-        if share is not None:
-            s += f", {pct(share)} of erlang:memory(total), the largest holder"
-        rest = group_facts(h)  # its spawn call is said by the label
-        return s + (f" ({', '.join(rest)})" if rest else "") + "."
-    what = {"process": "Process", "ets_table": "ETS table", "atom": "The atom table",
-            "code": "Loaded code", "binary": "Process", "origin": "NIF or driver",
-            "port": "Port"}[h.kind]
-    # instrument's histograms give a lower bound (analyzer/categories.py _origin_holders)
-    least = "at least " if h.kind in ("origin", "port") else ""
-    s = (f"{what} holds {human(h.bytes)}" if h.kind in ("atom", "code")
-         else f"{what} {h.name} holds {least}{human(h.bytes)}")
-    if share is not None:
-        s += f", {pct(share)} of erlang:memory(total), the largest single holder"
-    if h.siblings > 1:
-        s += (f" ({h.siblings} tables of that name hold {human(h.siblings_bytes)} "
-              "together)")
-    return s + "."
-
-
-def holder_label(h: CategoryHolder, short: bool = False) -> str:
-    """A holder's name in words: a process group with its member count, named by its initial
-    call or, for a spawn call that says nothing (analyzer/categories.py GENERIC_CALLS), by
-    where its members wait; `short`, as a narrow table cell: 'feeley:link_of/3 ×10,000'."""
-    if h.kind != "process_group":
-        return str(h.name)
-    if short:
-        return f"{_cut(str(h.name), 16)} ×{h.members:,}"
-    if h.spawned_as is not None:  # named by where the members read wait, mostly
-        return f"{h.members:,} processes spawned as {h.spawned_as}, most waiting in {h.name}"
-    return f"{h.members:,} processes of {h.name}"
-
-
-def verdict_lines(a: Analysis, short: bool = False) -> list[str]:
-    """The totals in words, and with `short` only they and the OS's view (the short output's
-    table names the allocator with the most unused bytes)."""
-    t, os_ = a.totals, a.os
-    lines = [
-        f"The allocators hold {human(t.allocated)} of carriers and use "
-        f"{human(t.used)} of them "
-        f"(usage {pct(t.usage)}): {human(t.unused)} is reserved but holds no data."
-    ]
-    types = a.allocator_types
-    if types and types[0].unused > 0 and not short:
-        w = types[0]
-        lines.append(
-            f"Most of the unused space is in {w.allocator}: {human(w.unused)} unused of "
-            f"{human(w.allocated)} (usage {pct(w.usage)})."
-        )
-    worst = next((m for m in a.carriers.get("allocators", ())
-                  if m["classification"]["kind"] != "compact"), None)
-    if worst is not None and not short:
-        cl = worst["classification"]
-        lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
-    if os_.rss is not None:
-        gap = os_.rss_minus_allocated
-        lines.append(
-            f"The OS sees {human(os_.rss)} resident; the allocators account for "
-            f"{human(os_.allocated_all)} of it"
-            + (
-                f", so {human(gap)} is outside them (NIFs, drivers, the mseg cache, code)."
-                if gap is not None and gap > 0
-                else "."
-            )
-        )
-        if os_.rss_lazyfree and not short:
-            cg = a.container
-            where = (f" ({human(cg.available)} in the node's cgroup, before its limit; "
-                     f"{human(os_.mem_available)} on this host)"
-                     if cg is not None and cg.available is not None and os_.mem_available else
-                     f" ({human(os_.mem_available)} on this host)"
-                     if os_.mem_available else "")
-            lines.append(
-                f"Of that resident memory, {human(os_.rss_lazyfree)} is lazily freed "
-                "(MADV_FREE, e.g. by acful): the OS takes it back when it needs memory, so it "
-                f"counts in MemAvailable{where} while VmRSS still shows it."
-            )
-    return lines
-
-
 def render(a: Analysis, console: Console, top: int = 20,
-           verdict: dict[str, Any] | None = None, details: bool = False) -> None:
+           verdict: Verdict | None = None, details: bool = False) -> None:
     """`verdict`: the recommender's (advice/recommend.py) on the same snapshot, whose line
     comes first; `details`: every table, else the short output (module docstring)."""
     answer(a, verdict, console)
     facts, missing = header_facts(a)
     if not details:  # one line: the release and the source (--details: erts, schedulers, time)
         facts = f"OTP {a.otp_release}" if a.otp_release else ""
-    taken = a.taken_at or "unknown"
-    if not details:  # to the second: the short output's header fits a line
-        taken = re.sub(r"\.\d+", "", taken).replace("T", " ")
-    rest = (f"{facts}  source {a.source}" + (f"  taken {taken}" if details else "")).strip()
+    # the time only with --details, as the JSON says it (the short header keeps to a line)
+    taken = f"  taken {a.taken_at or 'unknown'}" if details else ""
+    rest = f"{facts}  source {a.source}{taken}".strip()
     head = Text(a.node, style="dim")
     if len(a.node) + 2 + len(rest) <= console.width:
         console.print(head + Text(f"  {rest}", style="dim"))
@@ -281,9 +144,9 @@ def render(a: Analysis, console: Console, top: int = 20,
     for note in a.notes if details or a.truncated else ():
         prose(console, f"note: {note}", "yellow" if a.truncated else "dim", indent="")
     console.print()
-    for line in verdict_lines(a, short=not details):
+    for line in wording.analysis_lines(a, short=not details):
         prose(console, line, indent="")
-    picture = picture_lines(a)
+    picture = wording.picture_lines(a)
     for line in picture if details else picture[:SHORT_PICTURE]:
         prose(console, line, "yellow", indent="")
     if not details and len(picture) > SHORT_PICTURE:
@@ -352,7 +215,7 @@ def render(a: Analysis, console: Console, top: int = 20,
         pool = r.pool
         ratio = r.sbcs_to_mbcs
         mark = ""
-        if r.mbcs_carriers > r.max["mbcs_carriers"] or r.mbcs_blocks > r.max["mbcs_blocks"]:
+        if r.mbcs_carriers > r.max.mbcs_carriers or r.mbcs_blocks > r.max.mbcs_blocks:
             above, mark = True, " +"
         rows.append([
             f"{r.allocator}[{r.instance}]",
@@ -360,15 +223,15 @@ def render(a: Analysis, console: Console, top: int = 20,
             # recon counts an instance without carriers as 100 % used: no usage to show
             Text(pct(r.mbcs_usage), style=_usage_style(r.mbcs_usage, r.unused))
             if r.mbcs_carriers else "none",
-            around(f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} (",
+            around(f"{r.mbcs_carriers} / {r.max.mbcs_carriers} (",
                    human(r.mbcs_carriers_size), f"){mark}"),
-            f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}{mark}",
+            f"{r.mbcs_blocks} / {r.max.mbcs_blocks}{mark}",
             # recon counts an instance without single-block carriers as 100 % used
             "none" if not r.sbcs_carriers else pct(r.sbcs_usage),
             around(f"{r.sbcs_carriers} (", human(r.sbcs_carriers_size), ")"),
-            "-" if pool is None else around(f"{pool['carriers']} (", human(pool["carriers_size"]),
+            "-" if pool is None else around(f"{pool.carriers} (", human(pool.carriers_size),
                                             ")"),
-            pct(r.max["mbcs_usage"]) if r.max["mbcs_carriers"] else "none",
+            pct(r.max.mbcs_usage) if r.max.mbcs_carriers else "none",
             ratio if isinstance(ratio, str) else f"{ratio:.3g}",
         ])
     print_table(console, f"Per instance (current, with all-time max), worst {top} first", [
@@ -391,8 +254,8 @@ def render(a: Analysis, console: Console, top: int = 20,
             Col("mseg instance", key=True), Col("hit rate"), Col("hits"), Col("calls"),
             Col("cached segments")],
             # no rate of zero calls: a 100 % of nothing reads as a healthy cache
-            [[str(r["instance"]), pct(r["hit_rate"]) if r["calls"] else "no calls",
-              f"{r['hits']:,}", f"{r['calls']:,}", str(r["cached_segments"])]
+            [[str(r.instance), pct(r.hit_rate) if r.calls else "no calls",
+              f"{r.hits:,}", f"{r.calls:,}", str(r.cached_segments)]
              for r in a.cache_hit_rates])
     if a.processes:
         console.print()
@@ -434,10 +297,6 @@ CATEGORY_LABELS = {"processes": "processes", "binary": "binary", "ets": "ets", "
              "code": "code", "other_system": "system (rest)"}
 
 
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[:n - 1] + "…"
-
-
 def _categories(c: MemoryPicture, console: Console, short: bool = False) -> None:
     if c.total is None:
         for n in c.notes if not short else ():
@@ -451,8 +310,8 @@ def _categories(c: MemoryPicture, console: Console, short: bool = False) -> None
             around("", human(cat.bytes),
                    "" if cat.share is None else f" ({pct(cat.share)})"),
             next((around(f"{a} ", human(b)) for a, b in cat.allocators[:1]), "-"),
-            "-" if top is None else around(f"{_cut(holder_label(top, True), 26)} ",
-                                           human(top.bytes)),
+            "-" if top is None else around(
+                f"{wording.shorten(wording.holder_label(top, True), 26)} ", human(top.bytes)),
         ])
     cols = [Col("category", "left", key=True), Col("bytes (of total)"), Col("held in", "left"),
             Col("largest holder", "left")]

@@ -13,10 +13,10 @@ from typing import Any
 
 from support import ROOT
 
+from beamalloc.advice.wording import holder_label, holder_sentence
 from beamalloc.analyzer.analysis import carrier_bytes, type_rows
 from beamalloc.analyzer.categories import GROUP_OVER_ONE, picture
 from beamalloc.collector.sources import read_file
-from beamalloc.reporters.analyze import holder_label, holder_sentence
 
 SNAP = read_file(str(ROOT / "samples" / "workloads" / "snapshots" / "healthy.json"))
 MIB = 1 << 20

@@ -11,6 +11,7 @@ import struct
 import pytest
 from support import ROOT
 
+from beamalloc.advice.wording import holder_sentence
 from beamalloc.analyzer.analysis import carrier_bytes, type_rows
 from beamalloc.analyzer.categories import picture
 from beamalloc.collector import dist
@@ -18,7 +19,6 @@ from beamalloc.collector.collect import _raw_ports
 from beamalloc.collector.instrument import MAX_PORT_NAMES, _add_port_names, port_origins
 from beamalloc.collector.sources import read_file
 from beamalloc.collector.terms import Atom, Opaque
-from beamalloc.reporters.analyze import holder_sentence
 from beamalloc.snapshot import FreeHistogram, TaggedBlocks
 
 SNAP = read_file(str(ROOT / "samples" / "workloads" / "snapshots" / "healthy.json"))

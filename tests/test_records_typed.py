@@ -4,16 +4,28 @@ exact bytes as data, a snapshot says which allocators are off, one signed-change
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
+from rich.console import Console
+
+from beamalloc.advice import wording
 from beamalloc.advice.predict import _change_pct
 from beamalloc.advice.rules import RuleSpec
+from beamalloc.advice.wording import holder_label, holder_sentence
 from beamalloc.analyzer.analysis import (
     EXPECTED_TYPES,
     Analysis,
+    AverageBlockSize,
+    CacheHitRate,
+    InstanceMax,
     InstanceRow,
+    PoolRow,
+    SbcsToMbcs,
     Totals,
     TypeRow,
     analyze,
@@ -21,7 +33,6 @@ from beamalloc.analyzer.analysis import (
 )
 from beamalloc.analyzer.categories import Category, CategoryHolder, MemoryPicture, group_facts
 from beamalloc.collector.sources import read_file
-from beamalloc.reporters.analyze import holder_label, holder_sentence
 from beamalloc.reporters.table import _stack
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import Sized, around, exact_bytes, human
@@ -46,7 +57,7 @@ def test_analysis_is_a_record_and_its_json_the_document() -> None:
     # worst first, as the JSON always listed them
     assert [r.unused for r in a.allocator_types] == sorted(
         (r.unused for r in a.allocator_types), reverse=True)
-    assert doc["allocators"][0]["max"] == a.allocators[0].max
+    assert doc["allocators"][0]["max"] == a.allocators[0].max.to_json()
     assert doc["os"]["allocated_all"] == a.totals_all.allocated
 
 
@@ -112,3 +123,93 @@ def test_disabled_allocators_are_data() -> None:
 def test_one_signed_change_formatter() -> None:
     assert [_change_pct(x) for x in (0.3, -0.4, -45.3, 12.0, None)] == [
         "0 %", "0 %", "-45 %", "+12 %", "n/a"]
+
+
+def _rendered(draw: Any) -> str:
+    out = io.StringIO()
+    draw(Console(file=out, width=100, color_system=None, force_terminal=False))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["churn_bf", "binspike_bf", "churn_kept"])
+def test_recommend_reporter_reads_the_records_only(name: str) -> None:
+    """Issue 27 item 1: the terminal's recommend output comes from the typed records; the
+    document beside them (`recommend --json`) is never read back: emptied, the output is the
+    same, short and with --details (flags advised, a revert weighed, no flag helps)."""
+    from beamalloc.advice.predict import Turnover
+    from beamalloc.advice.recommend import Document, recommend
+    from beamalloc.reporters.recommend import render
+
+    busy = Turnover("binary_alloc", 5.0, 200_000, 20_000)  # two reads: the survivors turn over
+    r = recommend(read_file(str(FRAG.with_name(f"{name}.json"))),
+                  turnover=busy if name == "churn_bf" else None)
+    v = r.records.verdict
+    assert {"churn_bf": v.advised, "binspike_bf": v.reverts, "churn_kept": v.no_flag_helps}[name]
+    bare = Document({}, r.records)
+    for details in (False, True):
+        full = _rendered(lambda c, d=details: render(r, c, details=d))  # type: ignore[misc]
+        assert full == _rendered(lambda c, d=details: render(bare, c, details=d))  # type: ignore[misc]
+        assert wording.headline(r.records.verdict) in full
+    # `--bytes` is for the tables: the verdict's sentences read as the JSON says them
+    with exact_bytes(True):
+        text = " ".join(_rendered(lambda c: render(bare, c, details=True)).split())
+    said = [x["why"] for x in r["verdict"]["no_flag_helps"]] + [
+        x["text"] for x in r["verdict"]["reverts"]] + [r["verdict"]["flags_in_force"]["text"]]
+    assert all(" ".join(x.split()) in text for x in said)
+
+
+def test_the_analysis_sentences_have_one_home() -> None:
+    """Issue 27 item 1: the terminal, the pages and the HTML report say the analysis in the
+    wording module's sentences (advice/wording.py), not each their own."""
+    from beamalloc.reporters.analyze import render
+    from beamalloc.webui.pagedata import snapshot_view
+
+    a = analyze(read_file(str(DUMP)))
+    said = wording.analysis_lines(a) + wording.picture_lines(a)
+    page = snapshot_view(None, a, rec=None)
+    assert [*page["verdict"], *page["evidence"]][:len(said)] == said
+    assert page["death"] == wording.cause_of_death(a) and page["death"]
+    text = " ".join(_rendered(lambda c: render(a, c, details=True)).split())
+    for line in [*wording.analysis_lines(a, short=False), *wording.cause_of_death(a)]:
+        assert line in text
+
+
+def test_recon_rows_max_and_pool_are_records_with_the_documents_json() -> None:
+    """Issue 27 item 1: an instance's max and pool and recon_alloc's row lists are records;
+    their to_json() is the document's shape (docs/analysis-schema.md), key for key."""
+    a = analyze(read_file(str(FRAG)))
+    doc = a.to_json()
+    assert all(isinstance(r.max, InstanceMax) for r in a.allocators)
+    pooled = [r for r in a.allocators if r.pool is not None]
+    assert pooled and all(isinstance(r.pool, PoolRow) for r in pooled)
+    assert list(doc["allocators"][0]["max"]) == [
+        "sbcs_usage", "mbcs_usage", "sbcs_block_size", "sbcs_carriers_size", "mbcs_block_size",
+        "mbcs_carriers_size", "mbcs_blocks", "sbcs_blocks", "mbcs_carriers", "sbcs_carriers"]
+    row = next(r for r in doc["allocators"] if r["pool"] is not None)
+    assert list(row["pool"]) == ["carriers", "carriers_size", "blocks", "blocks_size",
+                                 "foreign_blocks"]
+    assert all(set(b) == {"count", "size"} for b in row["pool"]["foreign_blocks"].values())
+    assert a.cache_hit_rates and all(isinstance(r, CacheHitRate) for r in a.cache_hit_rates)
+    assert list(doc["cache_hit_rates"][0]) == [
+        "instance", "hit_rate", "hits", "calls", "cached_segments"]
+    assert all(isinstance(r, AverageBlockSize) for r in a.average_block_sizes)
+    assert list(doc["average_block_sizes"][0]) == ["allocator", "mbcs", "sbcs"]
+    assert all(isinstance(r, SbcsToMbcs) for r in a.sbcs_to_mbcs)
+    assert list(doc["sbcs_to_mbcs"][0]) == ["allocator", "instance", "ratio"]
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON: no record left inside
+
+
+def test_the_time_taken_is_the_number_rendered() -> None:
+    """Issue 27 item 1: the analysis keeps the Unix time; the ISO string the JSON and
+    `analyze --details` show is rendered from it, never re-parsed or reformatted text."""
+    from beamalloc.reporters.analyze import render
+
+    snap = read_file(str(FRAG))
+    snap.taken_at = 1714564800.25
+    a = analyze(snap)
+    assert a.taken_unix == 1714564800.25 and a.taken_at == "2024-05-01T12:00:00.250000Z"
+    assert a.to_json()["taken_at"] == a.taken_at and "taken_unix" not in a.to_json()
+    assert "taken 2024-05-01T12:00:00.250000Z" in _rendered(lambda c: render(a, c, details=True))
+    assert " taken " not in _rendered(lambda c: render(a, c))  # the short header: no time
+    snap.taken_at = None
+    assert analyze(snap).taken_at is None

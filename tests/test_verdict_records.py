@@ -176,9 +176,9 @@ def test_lint_wrong_setting_is_never_left_standing() -> None:
             wording.why(v))
         (lint,) = [x for x in doc["lint"] if x["check"] == "migration-off"]
         assert lint["verdict"] == said
-        from beamalloc.reporters.recommend import paste
+        from beamalloc.reporters.recommend import paste_of
 
-        block = paste(doc, "vm.args")
+        block = paste_of(r, "vm.args")
         assert block.startswith("# beamalloc: no +M flags to set") and said in block
     # binary:copy/1 is not offered as is under bf: the copies would land in the same holes
     codes = [x.code for x in v.no_flag_helps[0].remedies] if v.no_flag_helps else []

@@ -1,6 +1,6 @@
 """What a snapshot or compare page says, computed once for the server and the report alike.
 
-The verdict comes first and says what the terminal report says (reporters/analyze.py); then
+The verdict comes first and says what the terminal report says (advice/wording.py); then
 the evidence: figures (figures.py), tables, the options in force. Templates only lay it out.
 """
 
@@ -11,18 +11,18 @@ from typing import Any
 
 from beamalloc.advice import wording
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
-from beamalloc.analyzer.analysis import Analysis
-from beamalloc.analyzer.limits import Container
-from beamalloc.analyzer.options import format_option
-from beamalloc.reporters.analyze import (
-    CATEGORY_LABELS,
+from beamalloc.advice.wording import (
+    analysis_lines,
     cause_of_death,
     holder_label,
     holder_sentence,
     picture_lines,
     read_lines,
-    verdict_lines,
 )
+from beamalloc.analyzer.analysis import Analysis
+from beamalloc.analyzer.limits import Container
+from beamalloc.analyzer.options import format_option
+from beamalloc.reporters.analyze import CATEGORY_LABELS
 from beamalloc.reporters.recommend import FORMATS
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
@@ -105,15 +105,15 @@ def instance_rows(a: Analysis) -> list[dict[str, Any]]:
         "unused_v": r.unused,
         "mbcs_usage": pct(r.mbcs_usage),
         "level": usage_level(r.mbcs_usage, r.unused),
-        "max_mbcs_usage": pct(r.max["mbcs_usage"]),
-        "mbcs_carriers": f"{r.mbcs_carriers} / {r.max['mbcs_carriers']} "
+        "max_mbcs_usage": pct(r.max.mbcs_usage),
+        "mbcs_carriers": f"{r.mbcs_carriers} / {r.max.mbcs_carriers} "
                          f"({_nb(r.mbcs_carriers_size)})",
-        "mbcs_blocks": f"{r.mbcs_blocks} / {r.max['mbcs_blocks']}",
+        "mbcs_blocks": f"{r.mbcs_blocks} / {r.max.mbcs_blocks}",
         "sbcs_usage": pct(r.sbcs_usage) if r.sbcs_carriers else "-",
         "sbcs_carriers": f"{r.sbcs_carriers} ({_nb(r.sbcs_carriers_size)})"
                          if r.sbcs_carriers else "-",
-        "pool": "-" if not r.pool or not r.pool["carriers"] else
-                f"{r.pool['carriers']} ({_nb(r.pool['carriers_size'])})",
+        "pool": "-" if not r.pool or not r.pool.carriers else
+                f"{r.pool.carriers} ({_nb(r.pool.carriers_size)})",
         "foreign": human(sum(r.foreign_blocks.values())) if r.foreign_blocks else "-",
         "sbcs_to_mbcs": _ratio(r.sbcs_to_mbcs),
     } for r in a.allocators]
@@ -184,7 +184,7 @@ def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str,
 
 
 def largest_holder(a: Analysis) -> str | None:
-    """The largest single holder in words (reporters/analyze.py holder_sentence), or None."""
+    """The largest single holder in words (advice/wording.py holder_sentence), or None."""
     c = a.categories
     return holder_sentence(c.largest, c.largest_share) if c.largest is not None else None
 
@@ -238,7 +238,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
         "largest_holder": largest_holder(a),
         # under the one line its why (advice/wording.py: at most WHY_MAX lines), then, out of
         # the verdict's box, the analysis' own lines: the numbers it stands on
-        **_why_and_evidence(rec, verdict_lines(a) + picture_lines(a) + totals_note(a) + (
+        **_why_and_evidence(rec, analysis_lines(a) + picture_lines(a) + totals_note(a) + (
             [f"Only {human(t.unused)} unused: little in absolute terms, whatever the usage "
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),

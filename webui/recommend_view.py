@@ -59,10 +59,11 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
         r = recommend(snap, processes=processes, turnover=turn)
     # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
     # table (pagedata.prediction_view), before/after per measure.
-    recs = [{**x, "predicted": predicted_line(x["predicted"]) if x["predicted"]
+    recs = [{**x, "predicted": predicted_line(a.prediction) if a.prediction
              else x["not_predicted"],
              "prediction": prediction_view(x["predicted"])}
-            for x in r["recommendations"]]  # fmt: skip
+            for a, x in zip(r.records.verdict.advised, r["recommendations"],
+                            strict=True)]  # fmt: skip
     # Flags predicted together share one replay: its table once, under the first of them.
     seen: dict[str, str] = {}
     for rec, x in zip(recs, r["recommendations"], strict=True):
@@ -72,7 +73,7 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
             rec["prediction"] = {"same_as": seen[key]}
         elif key:
             seen[key] = f"{x['flag']} {x['value']}"
-    return {**r, "recommendations": recs, "headline": verdict(r),
+    return {**r, "recommendations": recs, "headline": verdict(r.records),
             "why": r["verdict"]["why"],
             "outputs": {f: paste(r, f) for f in FORMATS} if r["recommendations"] else {}}
 
@@ -102,6 +103,6 @@ def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
     how = (f"replay of {m.get('generator', '?')} ({m.get('events', 0):,} events), seeded from "
            f"{rec.seeded_from or '?'}, workload {rec.workload or '?'}, "
            f"{wording.calibration(rec)}")
-    return {"summary": predicted_line(p), "how": how, "runs": [r for r, _ in runs],
+    return {"summary": predicted_line(rec), "how": how, "runs": [r for r, _ in runs],
             "rows": rows, "fitted_to": m.get("fitted_to"), "not_modelled": p.get("not_modelled"),
             "flags": p.get("flags_after") or p.get("flags") or ""}

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     # its verdict's line comes first
     with ctx.term.progress(f"analyzing {short(args.source)}") as p:
         p.step("judging it")
-        v = recommend(snap, processes=result.processes)["verdict"]
+        v = recommend(snap, processes=result.processes).records.verdict
     with exact_bytes(args.bytes):  # the rendering's sizes; the verdict's words stay as said
         render(result, ctx.term.console(), top=args.top, verdict=v, details=args.details)
     return 0

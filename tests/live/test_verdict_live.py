@@ -9,7 +9,7 @@ from beamalloc.advice import wording
 from beamalloc.advice.recommend import verdict
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
-from beamalloc.reporters.recommend import paste
+from beamalloc.reporters.recommend import paste_of
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def test_scattered_under_bf_weighs_the_revert() -> None:
     assert v.state in ("NO FLAG HELPS", "UNDECIDED") and rv.prediction.unused_saving < 0.20
     said = " ".join(wording.why(v))
     assert wording.revert_short(rv) in said
-    block = paste(doc, "vm.args")
+    block = paste_of(rec, "vm.args")
     assert block.startswith("# beamalloc: no +M flags to set") and wording.revert(rv) in block
     (e,) = [x for x in v.no_flag_helps if x.allocator == "binary_alloc"]
     codes = [r.code for r in e.remedies]
