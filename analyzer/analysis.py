@@ -28,17 +28,21 @@ from beamalloc.snapshot import AllocatorInstance, Snapshot
 SCHEMA = "beamalloc.analysis/1"
 
 
+class _Record:
+    """A section of the analysis: its JSON is its fields, nested records as objects."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class Totals:
+class Totals(_Record):
     """Carrier and block bytes summed over a set of instances (recon's memory/2 and usage)."""
 
     used: int
     allocated: int
     unused: int
     usage: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstance]) -> Totals:
@@ -48,7 +52,7 @@ def _totals(snap: Snapshot, keyword: m.Keyword, instances: list[AllocatorInstanc
 
 
 @dataclass(frozen=True)
-class InstanceMax:
+class InstanceMax(_Record):
     """An instance's recon_alloc:fragmentation(max) keys, in recon's order, and its max counts
     of blocks and carriers (the all-time peaks, each on its own: docs/erts/recon-formulas.md)."""
 
@@ -63,9 +67,6 @@ class InstanceMax:
     mbcs_carriers: int
     sbcs_carriers: int
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class PoolBlocks:
@@ -76,7 +77,7 @@ class PoolBlocks:
 
 
 @dataclass(frozen=True)
-class PoolRow:
+class PoolRow(_Record):
     """An instance's carriers in the carrier pool and the blocks they hold; `foreign_blocks`,
     the blocks of other types among them (docs/erts/alloc_util.md §2.3)."""
 
@@ -86,12 +87,9 @@ class PoolRow:
     blocks_size: int
     foreign_blocks: dict[str, PoolBlocks]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class CacheHitRate:
+class CacheHitRate(_Record):
     """recon_alloc:cache_hit_rates/0 of one mseg_alloc instance, and its cached segments."""
 
     instance: int
@@ -100,36 +98,27 @@ class CacheHitRate:
     calls: int
     cached_segments: int
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class AverageBlockSize:
+class AverageBlockSize(_Record):
     """recon_alloc:average_block_sizes/1 of one allocator type (0 where it has no blocks)."""
 
     allocator: str
     mbcs: int | float
     sbcs: int | float
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class SbcsToMbcs:
+class SbcsToMbcs(_Record):
     """recon_alloc:sbcs_to_mbcs/1 of one instance: block counts, "infinity" without mbcs."""
 
     allocator: str
     instance: int
     ratio: int | float | str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class InstanceRow:
+class InstanceRow(_Record):
     """One allocator instance: recon's fragmentation keys (current) and beamalloc's own."""
 
     allocator: str
@@ -159,9 +148,6 @@ class InstanceRow:
     sys_carriers: int
     options: dict[str, Any]
     calls: dict[str, int]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _instance_row(inst: AllocatorInstance) -> InstanceRow:
@@ -273,7 +259,7 @@ def type_sums(snap: Snapshot) -> dict[str, dict[str, int]]:
 
 
 @dataclass(frozen=True)
-class TypeRow:
+class TypeRow(_Record):
     """One allocator type, its instances summed (instance_sums), worst (most unused) first."""
 
     allocator: str
@@ -297,9 +283,6 @@ class TypeRow:
     mbcs_average_block_size: int | float
     sbcs_average_block_size: int | float
     mbcs_average_vs_sbct: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def type_rows(snap: Snapshot) -> list[TypeRow]:
@@ -335,7 +318,7 @@ def carrier_bytes(types: list[TypeRow]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class OsView:
+class OsView(_Record):
     """The operating system's view beside the allocators'."""
 
     erlang_memory_total: int | None
@@ -346,9 +329,6 @@ class OsView:
     rss_lazyfree: int | None
     mem_available: int | None
     mseg_cached_segments: int
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _os_view(snap: Snapshot, allocated: int, allocated_all: int) -> OsView:
@@ -371,7 +351,7 @@ EXPECTED_TYPES = ("temp_alloc", "sl_alloc", "std_alloc", "ll_alloc", "eheap_allo
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(_Record):
     """What a source let us read: a truncated dump's analysis is PARTIAL and says what it saw
     and what it did not, and that the flags of allocators not read are unknown (never the OTP
     defaults)."""
@@ -381,9 +361,6 @@ class Coverage:
     not_read: list[str]
     #: allocator types no instance of which was read: their options in force are unknown
     flags_unknown: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def coverage(snap: Snapshot) -> Coverage:
