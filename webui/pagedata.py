@@ -183,6 +183,14 @@ def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str,
     return {"verdict": lines[:1], "evidence": lines[1:]}
 
 
+def read_view(a: Analysis, holder: bool) -> list[dict[str, Any]]:
+    """read_lines' lines, each with whether it is the partial read's note: the flag is the
+    analysis' Coverage.partial (read_lines puts that line first), never the line's words."""
+    note = a.coverage.partial
+    return [{"text": line, "note": note and i == 0}
+            for i, line in enumerate(read_lines(a, holder=holder))]
+
+
 def largest_holder(a: Analysis) -> str | None:
     """The largest single holder in words (advice/wording.py holder_sentence), or None."""
     c = a.categories
@@ -232,7 +240,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
         # the cause of death and its why first, as the terminal's answer; then, under the
         # verdict, a partial read and the largest holder where the verdict does not name holders
         "death": cause_of_death(a),
-        "read": read_lines(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
+        "read": read_view(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
         "death_kind": None if a.death is None else a.death.kind,
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
