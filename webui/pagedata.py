@@ -96,7 +96,7 @@ def type_rows(a: Analysis) -> list[dict[str, Any]]:
 
 def _nb(size: int) -> str:
     """human(size) that never wraps between number and unit (cells wrap at " / " and "(")."""
-    return human(size).replace(" ", "\u00a0")
+    return human(size, nb=True)
 
 
 def instance_rows(a: Analysis) -> list[dict[str, Any]]:
