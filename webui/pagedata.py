@@ -7,7 +7,7 @@ the evidence: figures (figures.py), tables, the options in force. Templates only
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice import wording
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
@@ -23,11 +23,14 @@ from beamalloc.analyzer.analysis import Analysis
 from beamalloc.analyzer.limits import Container
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters.analyze import CATEGORY_LABELS
-from beamalloc.reporters.recommend import FORMATS
+from beamalloc.reporters.recommend import FORMATS, said, verdict
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.recommend_view import recommendations
+
+if TYPE_CHECKING:
+    from beamalloc.advice.recommend import Document
 
 
 def severity(unused: int, usage: float, state: str | None = None) -> str:
@@ -40,18 +43,12 @@ def severity(unused: int, usage: float, state: str | None = None) -> str:
     return usage_level(usage, unused)
 
 
-def headline(a: Analysis, rec: dict[str, Any] | None) -> str:
-    # recon's totals, like the terminal report's verdict lines below the headline.
+def headline(a: Analysis, rec: Document | None) -> str:
+    """The recommender's verdict line, as `beamalloc recommend` words its records; without a
+    recommender, recon's totals, like the terminal report's verdict lines."""
+    if rec is not None:
+        return verdict(rec.records)
     t = a.totals
-    if rec is not None and rec.get("headline"):
-        return str(rec["headline"])  # the recommender's own words, as `beamalloc recommend`
-    if rec is not None and rec.get("healthy"):
-        return (f"Healthy: the allocators use {pct(t.usage)} of what they hold; "
-                "no flags recommended.")
-    if rec is not None and rec.get("recommendations"):
-        n = len(rec["recommendations"])
-        return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
-                f"(usage {pct(t.usage)}): {n} flag{'s' if n != 1 else ''} recommended.")
     return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
             f"(usage {pct(t.usage)}).")
 
@@ -175,11 +172,12 @@ def category_view(a: Analysis) -> dict[str, Any] | None:
 ASK = object()
 
 
-def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str, list[str]]:
+def _why_and_evidence(rec: Document | None, lines: list[str]) -> dict[str, list[str]]:
     """The verdict's why lines (the recommender's, as the terminal prints them; without it the
     analysis' first line) and the evidence lines shown under the verdict."""
     if rec is not None:
-        return {"verdict": list(rec["why"])[:wording.WHY_MAX], "evidence": lines}
+        return {"verdict": said(wording.why, rec.records.verdict)[:wording.WHY_MAX],
+                "evidence": lines}
     return {"verdict": lines[:1], "evidence": lines[1:]}
 
 
@@ -235,12 +233,12 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
     return {
         "a": a,
         "severity": severity(t.unused, t.usage,
-                             rec["verdict"]["state"] if rec is not None else None),
+                             rec.records.verdict.state if rec is not None else None),
         "headline": headline(a, rec),
         # the cause of death and its why first, as the terminal's answer; then, under the
         # verdict, a partial read and the largest holder where the verdict does not name holders
         "death": cause_of_death(a),
-        "read": read_view(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
+        "read": read_view(a, holder=rec is None or not rec.records.verdict.holders),
         "death_kind": None if a.death is None else a.death.kind,
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
