@@ -181,6 +181,22 @@ def _why_and_evidence(rec: Document | None, lines: list[str]) -> dict[str, list[
     return {"verdict": lines[:1], "evidence": lines[1:]}
 
 
+def verdict_view(rec: Document | None) -> dict[str, list[dict[str, Any]]]:
+    """The verdict's no-flag-helps entries and reverts: the records (advice/records.py), each
+    beside its words as `recommend` says them (advice/wording.py), never the JSON's words."""
+    if rec is None:
+        return {"no_flag_helps": [], "reverts": []}
+    v = rec.records.verdict
+    return {
+        "no_flag_helps": [{
+            "e": e, "held_back": [said(wording.reason, r) for r in e.held_back],
+            "why": said(wording.entry_why, e),
+            "remedies": [{"r": r, "action": said(wording.remedy, r)} for r in e.remedies],
+        } for e in v.no_flag_helps],
+        "reverts": [{"rv": rv, "text": said(wording.revert, rv)} for rv in v.reverts],
+    }
+
+
 def read_view(a: Analysis, holder: bool) -> list[dict[str, Any]]:
     """read_lines' lines, each with whether it is the partial read's note: the flag is the
     analysis' Coverage.partial (read_lines puts that line first), never the line's words."""
@@ -249,6 +265,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
         "rec": rec,
+        "said": verdict_view(rec),
         "formats": FORMATS,
         "memory": [
             ("erlang:memory(total)", human(os_.erlang_memory_total)),
