@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice import wording
+from beamalloc.advice.records import HEALTHY
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
 from beamalloc.advice.wording import (
     analysis_lines,
@@ -181,13 +182,14 @@ def _why_and_evidence(rec: Document | None, lines: list[str]) -> dict[str, list[
     return {"verdict": lines[:1], "evidence": lines[1:]}
 
 
-def verdict_view(rec: Document | None) -> dict[str, list[dict[str, Any]]]:
-    """The verdict's no-flag-helps entries and reverts: the records (advice/records.py), each
-    beside its words as `recommend` says them (advice/wording.py), never the JSON's words."""
+def verdict_view(rec: Document | None) -> dict[str, Any]:
+    """The verdict's state, no-flag-helps entries and reverts: the records (advice/records.py),
+    each beside its words as `recommend` says them (advice/wording.py), never the JSON's."""
     if rec is None:
-        return {"no_flag_helps": [], "reverts": []}
+        return {"healthy": False, "no_flag_helps": [], "reverts": []}
     v = rec.records.verdict
     return {
+        "healthy": v.state == HEALTHY,
         "no_flag_helps": [{
             "e": e, "held_back": [said(wording.reason, r) for r in e.held_back],
             "why": said(wording.entry_why, e),
