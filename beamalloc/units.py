@@ -71,19 +71,23 @@ def tick_label(n: float, unit: str | None = None) -> str:
     return "0" if n == 0 else f"{n:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
 
 
-def human(n: int | float | None) -> str:
+def human(n: int | float | None, nb: bool = False) -> str:
     """1536 -> '1.5 KiB'. Exact below 1 KiB, one decimal above; under `exact_bytes`, the
-    exact bytes beside it: '1.5 KiB (1,536 B)'."""
+    exact bytes beside it: '1.5 KiB (1,536 B)'. `nb`: no-break spaces throughout, for a web
+    table cell that must wrap only at its own separators (a plain str, never a `Sized`)."""
     if n is None:
         return "-"
+    sp = "\u00a0" if nb else " "
     sign, v = ("-" if n < 0 else ""), float(abs(n))
     if v < 1024:
-        return f"{sign}{int(v)} B"
+        return f"{sign}{int(v)}{sp}B"
     for unit, _ in BYTE_UNITS[1:]:
         v /= 1024
         if v < 1024 or unit == BYTE_UNITS[-1][0]:
-            text = f"{sign}{v:.1f} {unit}"
-            return Sized(text, f"{n:,.0f} B") if _EXACT.get() else text
+            text = f"{sign}{v:.1f}{sp}{unit}"
+            if not _EXACT.get():
+                return text
+            return f"{text}{sp}({n:,.0f}{sp}B)" if nb else Sized(text, f"{n:,.0f} B")
     raise AssertionError
 
 

@@ -318,3 +318,17 @@ def test_who_holds_the_memory_names_the_largest_holder_whatever_its_kind(tmp_pat
     assert "Processes (crashdump): read all 133 processes" in section
     ets = page[page.index("ETS tables, largest first"):]
     assert ets.index("mnesia_transient_decision") < ets.index("wx_debug_info")
+
+
+@pytest.mark.parametrize("n", [0, 5, -700, 1536, 162_738_176, -(5 << 40), 3 << 50])
+def test_a_cells_size_is_humans_without_a_break(n: int) -> None:
+    """One byte formatter (issue 27 item 1): the web's unbreakable sizes are units.human's, its
+    spaces no-break ones, with or without the exact bytes (`--bytes`), and a plain str."""
+    from beamalloc.units import exact_bytes, human
+
+    for exact in (False, True):
+        with exact_bytes(exact):
+            said, cell = human(n), human(n, nb=True)
+        assert " " not in cell and type(cell) is str
+        assert cell.replace("\u00a0", " ") == said
+        assert ("B)" in cell) == (exact and abs(n) >= 1024)

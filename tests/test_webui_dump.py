@@ -53,3 +53,20 @@ def test_an_uploaded_dump_is_read_once(passes: list[str]) -> None:
     held = app.extensions["beamalloc"].upload_processes[ref]
     assert json.dumps(held, sort_keys=True, default=vars) == \
         json.dumps(processes_json(alone), sort_keys=True, default=vars)
+
+
+def test_a_cut_dump_says_partial_as_a_note() -> None:
+    """The PARTIAL line is styled as a note by the analysis' Coverage.partial, passed to the
+    template as data (issue 27 item 1), and only that line: the holder line is not a note."""
+    client = create_app(None, upload_limit=1 << 22).test_client()
+    pages = {}
+    for name, data in (("whole.dump", DUMP.read_bytes()), ("cut.dump", DUMP.read_bytes()[:20_000])):
+        r = client.post("/upload", data={"file": (io.BytesIO(data), name)})
+        assert r.status_code == 303, r.status_code
+        pages[name] = client.get(r.headers["Location"]).get_data(as_text=True)
+    # the read lines: between the verdict's box and the node's name
+    read = pages["cut.dump"].split('<div class="verdict')[1].split("</div>", 1)[1]
+    read = read.split('<h1 class="node">')[0]
+    assert read.lstrip().startswith('<p class="note">PARTIAL: the input is cut short')
+    assert read.count("<p") == read.count("PARTIAL") + read.count("<p>") == 1 + read.count("<p>")
+    assert "PARTIAL" not in pages["whole.dump"]

@@ -8,7 +8,9 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template, request
 
+from beamalloc.advice import wording
 from beamalloc.analyzer.metrics import usage
+from beamalloc.reporters.recommend import said, verdict
 from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
@@ -169,9 +171,9 @@ def _verdict(d: Data, ref: str) -> dict[str, Any]:
         return {}
     if rec is None:
         return {"verdict": "recommender not available: the snapshot page has the evidence"}
-    state = rec["verdict"]["state"]
-    return {"verdict": rec["headline"], "state": state, "why": rec["why"],
-            "severity": severity(0, 1.0, state)}
+    v = rec.records.verdict
+    return {"verdict": verdict(rec.records), "state": v.state, "why": said(wording.why, v),
+            "severity": severity(0, 1.0, v.state)}
 
 
 def _range() -> tuple[float | None, float | None]:

@@ -7,9 +7,10 @@ the evidence: figures (figures.py), tables, the options in force. Templates only
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice import wording
+from beamalloc.advice.records import HEALTHY
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
 from beamalloc.advice.wording import (
     analysis_lines,
@@ -23,11 +24,14 @@ from beamalloc.analyzer.analysis import Analysis
 from beamalloc.analyzer.limits import Container
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters.analyze import CATEGORY_LABELS
-from beamalloc.reporters.recommend import FORMATS
+from beamalloc.reporters.recommend import FORMATS, said, verdict
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.recommend_view import recommendations
+
+if TYPE_CHECKING:
+    from beamalloc.advice.recommend import Document
 
 
 def severity(unused: int, usage: float, state: str | None = None) -> str:
@@ -40,18 +44,12 @@ def severity(unused: int, usage: float, state: str | None = None) -> str:
     return usage_level(usage, unused)
 
 
-def headline(a: Analysis, rec: dict[str, Any] | None) -> str:
-    # recon's totals, like the terminal report's verdict lines below the headline.
+def headline(a: Analysis, rec: Document | None) -> str:
+    """The recommender's verdict line, as `beamalloc recommend` words its records; without a
+    recommender, recon's totals, like the terminal report's verdict lines."""
+    if rec is not None:
+        return verdict(rec.records)
     t = a.totals
-    if rec is not None and rec.get("headline"):
-        return str(rec["headline"])  # the recommender's own words, as `beamalloc recommend`
-    if rec is not None and rec.get("healthy"):
-        return (f"Healthy: the allocators use {pct(t.usage)} of what they hold; "
-                "no flags recommended.")
-    if rec is not None and rec.get("recommendations"):
-        n = len(rec["recommendations"])
-        return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
-                f"(usage {pct(t.usage)}): {n} flag{'s' if n != 1 else ''} recommended.")
     return (f"{human(t.unused)} of {human(t.allocated)} allocated holds no data "
             f"(usage {pct(t.usage)}).")
 
@@ -96,7 +94,7 @@ def type_rows(a: Analysis) -> list[dict[str, Any]]:
 
 def _nb(size: int) -> str:
     """human(size) that never wraps between number and unit (cells wrap at " / " and "(")."""
-    return human(size).replace(" ", "\u00a0")
+    return human(size, nb=True)
 
 
 def instance_rows(a: Analysis) -> list[dict[str, Any]]:
@@ -175,12 +173,38 @@ def category_view(a: Analysis) -> dict[str, Any] | None:
 ASK = object()
 
 
-def _why_and_evidence(rec: dict[str, Any] | None, lines: list[str]) -> dict[str, list[str]]:
+def _why_and_evidence(rec: Document | None, lines: list[str]) -> dict[str, list[str]]:
     """The verdict's why lines (the recommender's, as the terminal prints them; without it the
     analysis' first line) and the evidence lines shown under the verdict."""
     if rec is not None:
-        return {"verdict": list(rec["why"])[:wording.WHY_MAX], "evidence": lines}
+        return {"verdict": said(wording.why, rec.records.verdict)[:wording.WHY_MAX],
+                "evidence": lines}
     return {"verdict": lines[:1], "evidence": lines[1:]}
+
+
+def verdict_view(rec: Document | None) -> dict[str, Any]:
+    """The verdict's state, no-flag-helps entries and reverts: the records (advice/records.py),
+    each beside its words as `recommend` says them (advice/wording.py), never the JSON's."""
+    if rec is None:
+        return {"healthy": False, "no_flag_helps": [], "reverts": []}
+    v = rec.records.verdict
+    return {
+        "healthy": v.state == HEALTHY,
+        "no_flag_helps": [{
+            "e": e, "held_back": [said(wording.reason, r) for r in e.held_back],
+            "why": said(wording.entry_why, e),
+            "remedies": [{"r": r, "action": said(wording.remedy, r)} for r in e.remedies],
+        } for e in v.no_flag_helps],
+        "reverts": [{"rv": rv, "text": said(wording.revert, rv)} for rv in v.reverts],
+    }
+
+
+def read_view(a: Analysis, holder: bool) -> list[dict[str, Any]]:
+    """read_lines' lines, each with whether it is the partial read's note: the flag is the
+    analysis' Coverage.partial (read_lines puts that line first), never the line's words."""
+    note = a.coverage.partial
+    return [{"text": line, "note": note and i == 0}
+            for i, line in enumerate(read_lines(a, holder=holder))]
 
 
 def largest_holder(a: Analysis) -> str | None:
@@ -227,12 +251,12 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
     return {
         "a": a,
         "severity": severity(t.unused, t.usage,
-                             rec["verdict"]["state"] if rec is not None else None),
+                             rec.records.verdict.state if rec is not None else None),
         "headline": headline(a, rec),
         # the cause of death and its why first, as the terminal's answer; then, under the
         # verdict, a partial read and the largest holder where the verdict does not name holders
         "death": cause_of_death(a),
-        "read": read_lines(a, holder=not ((rec or {}).get("verdict") or {}).get("holders")),
+        "read": read_view(a, holder=rec is None or not rec.records.verdict.holders),
         "death_kind": None if a.death is None else a.death.kind,
         "categories": category_view(a),
         "largest_holder": largest_holder(a),
@@ -243,6 +267,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
         "rec": rec,
+        "said": verdict_view(rec),
         "formats": FORMATS,
         "memory": [
             ("erlang:memory(total)", human(os_.erlang_memory_total)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice import wording
 from beamalloc.advice.records import Prediction
@@ -18,12 +18,16 @@ from beamalloc.snapshot import Snapshot
 from beamalloc.units import exact_bytes, human
 from beamalloc.webui.data import Data
 
+if TYPE_CHECKING:
+    from beamalloc.advice.recommend import Document
+
 log = logging.getLogger(__name__)
 
 
 def recommendations(snap: Snapshot, processes: dict[str, Any] | None = None,
-                    earlier: Snapshot | None = None) -> dict[str, Any] | None:
-    """recommend()'s dict (with `verdict`), plus `headline` and `outputs`, or None.
+                    earlier: Snapshot | None = None) -> Document | None:
+    """recommend()'s Document (with `verdict`), plus `headline` and `outputs`, or None; its
+    typed records (`.records`) kept, which the pages read (issue 27 item 1).
 
     `outputs` maps each format of FORMATS to the text a user pastes into that file. `processes`
     (the analysis' holders section, where it has one) joins the verdict as in the terminal.
@@ -37,11 +41,11 @@ def recommendations(snap: Snapshot, processes: dict[str, Any] | None = None,
         return None
 
 
-def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
+def recommendations_of(d: Data, ref: str) -> Document | None:
     """recommendations() for a stored snapshot or an upload, computed once per ref: the snapshot
     page, the node page, the nodes page and what-if say the same verdict from the same inputs
     (the holders, a watched node's previous sample). Raises NotFound for an unknown ref."""
-    def make() -> dict[str, Any] | None:
+    def make() -> Document | None:
         snap, a = d.analysis(ref)
         return recommendations(snap, a.processes, d.previous(ref, snap))
 
@@ -49,10 +53,10 @@ def recommendations_of(d: Data, ref: str) -> dict[str, Any] | None:
 
 
 def _call(snap: Snapshot, processes: dict[str, Any] | None,
-          earlier: Snapshot | None) -> dict[str, Any]:
+          earlier: Snapshot | None) -> Document:
     from beamalloc.advice.predict import measure_turnover
-    from beamalloc.advice.recommend import recommend
-    from beamalloc.reporters.recommend import paste, verdict
+    from beamalloc.advice.recommend import Document, recommend
+    from beamalloc.reporters.recommend import paste, said, verdict
 
     turn = measure_turnover(earlier, snap) if earlier is not None else None
     with exact_bytes(False):  # the verdict's own words, human as the terminal's (`--bytes`)
@@ -73,9 +77,11 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
             rec["prediction"] = {"same_as": seen[key]}
         elif key:
             seen[key] = f"{x['flag']} {x['value']}"
-    return {**r, "recommendations": recs, "headline": verdict(r.records),
-            "why": r["verdict"]["why"],
-            "outputs": {f: paste(r, f) for f in FORMATS} if r["recommendations"] else {}}
+    v = r.records.verdict
+    return Document({**r, "recommendations": recs, "headline": verdict(r.records),
+                     "why": said(wording.why, v),
+                     "outputs": {f: paste(r, f) for f in FORMATS} if v.advised else {}},
+                    r.records)
 
 
 def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -35,10 +35,18 @@ from beamalloc.advice.predict import (
     node_flags,
     otp_of,
 )
-from beamalloc.advice.recommend import MIN_GAIN, in_force, recommend, unmodelled_release
+from beamalloc.advice.recommend import (
+    MIN_GAIN,
+    Document,
+    Recommended,
+    in_force,
+    recommend,
+    unmodelled_release,
+)
 from beamalloc.advice.records import Prediction
 from beamalloc.errors import InputError
 from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
+from beamalloc.reporters.recommend import said, verdict
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct
@@ -94,12 +102,12 @@ def data() -> Data:
 # ---- predictions (the recommender's and the predictor's own) ---------------------------------
 
 
-def recommendation(ref: str, snap: Snapshot) -> dict[str, Any]:
+def recommendation(ref: str, snap: Snapshot) -> Document:
     """`beamalloc recommend`'s result for this snapshot, computed once per ref (stored
     snapshots never change; an upload's ref is new for every upload)."""
     st = _state()
 
-    def run() -> dict[str, Any]:
+    def run() -> Document:
         # the same inputs as the snapshot page's verdict (recommend_view.recommendations): the
         # holders, and a watched node's turnover against its previous stored sample, so that
         # both pages say the same state
@@ -144,27 +152,28 @@ def _targets(fs: FlagSet, snap_allocators: set[str]) -> list[str | None]:
     return out or [None]
 
 
-def _rule_for(rec: dict[str, Any], allocator: str | None, fs: FlagSet) -> str:
+def _rule_for(rec: Recommended, allocator: str | None, fs: FlagSet) -> str:
     """The rule whose trace the recommender replays for flags like these on `allocator`: the
     finding whose candidate flags share most (allocator, parameter) pairs with `fs`, first in
-    the rules' priority order; "" (the allocator's own model, predict.choose_model) if none."""
+    the rules' priority order; "" (the allocator's own model, predict.choose_model) if none.
+    The records keep a finding's candidates rendered only (its advice is merged away), so they
+    are parsed here: the one flag text read back (TODO issue 27: typed candidates)."""
     mine = {(f.target, f.param) for f in fs}
     best, score = "", 0
-    for fnd in rec["findings"]:
-        if fnd["predicted"] is None or fnd["allocator"] != allocator:
+    for fnd, cands, p in rec.findings:
+        if p is None or fnd.allocator != allocator:
             continue
         try:
-            theirs = {(f.target, f.param) for f in parse(" ".join(fnd["candidate_flags"]),
-                                                          otp=fs.otp)}
+            theirs = {(f.target, f.param) for f in parse(" ".join(cands), otp=fs.otp)}
         except FlagError:
             continue
         n = len(mine & theirs)
         if n > score:
-            best, score = fnd["rule"], n
+            best, score = fnd.rule, n
     return best
 
 
-def predict_typed(ref: str, snap: Snapshot, rec: dict[str, Any],
+def predict_typed(ref: str, snap: Snapshot, rec: Recommended,
                   sets: list[FlagSet]) -> list[list[dict[str, Any]]]:
     """Per typed set, per allocator it acts on: the predictor's result or why there is none.
     Cached per (snapshot, flags, allocator, rule); the missing ones share one Predictor, so a
@@ -268,17 +277,19 @@ def row_view(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def candidate_sets(rec: dict[str, Any]) -> list[dict[str, Any]]:
+def candidate_sets(rec: Recommended) -> list[dict[str, Any]]:
     """The sets recommend considered: each action or held-back finding's flags with its
-    prediction, then the whole proposal; the recommender's judgement beside each."""
-    held = {(h["rule"], h["allocator"]): h["why"] for h in rec["held_back"]}
-    advised = {(r["rule"], r["allocator"]) for r in rec["recommendations"]}
+    prediction, then the whole proposal; the recommender's judgement beside each (its records,
+    worded by advice/wording.py as `recommend` words them)."""
+    v = rec.verdict
+    held = {(h.rule, h.allocator): said(wording.held_back, h) for h in v.held_back}
+    advised = {(r.rule, r.allocator) for r in v.advised}
     out = []
-    for fnd in rec["findings"]:
-        if not fnd["candidate_flags"]:
+    for fnd, cands, pred in rec.findings:
+        if not cands:
             continue
-        key = (fnd["rule"], fnd["allocator"])
-        p = fnd["predicted"]
+        key = (fnd.rule, fnd.allocator)
+        p = pred.raw if pred is not None else None
         if key in advised:
             judged = "advised by recommend"
         elif key in held:
@@ -286,15 +297,15 @@ def candidate_sets(rec: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             judged = "not advised"
         out.append({
-            "id": f"{fnd['rule']}-{fnd['allocator'] or 'node'}",
-            "title": fnd["title"], "rule": fnd["rule"],  # the words, then the code
-            "flags": p["flags"] if p else " ".join(fnd["candidate_flags"]),
+            "id": f"{fnd.rule}-{fnd.allocator or 'node'}",
+            "title": fnd.title, "rule": fnd.rule,  # the words, then the code
+            "flags": p["flags"] if p else " ".join(cands),
             "judged": judged, "advised": key in advised,
             "rows": [row_view(p)] if p else [],
             "errors": [] if p else [f"recommend did not replay it ({judged}); type its "
                                     "flags below to replay them"],
         })
-    whole = rec["prediction"]
+    whole = rec.prediction
     if whole is not None and len([c for c in out if c["advised"]]) > 1:
         out.append({"id": "proposal", "title": "recommend's proposal: every advised flag",
                     "flags": whole["flags"], "judged": "advised by recommend", "advised": True,
@@ -400,7 +411,7 @@ def whatif_page() -> tuple[str, int] | str:
                 error = f"flag set {i} is not valid: {e}"
                 break
     rec = recommendation(ref, snap)
-    cands = candidate_sets(rec)
+    cands = candidate_sets(rec.records)
     # pre-ticked: the sets recommend replayed; one it did not replay is offered, never ticked
     chosen = (set(request.args.getlist("c")) if request.args.get("go")
               else {c["id"] for c in cands if c["rows"]})
@@ -410,7 +421,7 @@ def whatif_page() -> tuple[str, int] | str:
     if old is not None and sets:
         error = f"not replayed: {old}"
     if error is None and sets:
-        for fs, res in zip(sets, predict_typed(ref, snap, rec, sets), strict=True):
+        for fs, res in zip(sets, predict_typed(ref, snap, rec.records, sets), strict=True):
             typed.append(typed_view(fs, res, snap))
     allocs: list[str | None] = []
     for s in typed + shown:
@@ -423,7 +434,9 @@ def whatif_page() -> tuple[str, int] | str:
     figs, hist_note = history(snap, allocs)
     from beamalloc.webui.nodes import when
 
+    # the verdict as the snapshot page words it: from its records (advice/wording.py)
     v = {"snap": snap, "when": when(snap.taken_at), "rec": rec, "candidates": cands,
+         "headline": verdict(rec.records), "why": said(wording.why, rec.records.verdict),
          "shown": shown, "typed": typed, "chosen": chosen, "hist_note": hist_note,
          "hist_ids": list(figs), "base": node_flags(snap).render() or "(the OTP defaults)",
          "replays": _state().replays}
