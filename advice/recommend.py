@@ -652,8 +652,7 @@ class Recommended:
 def _lint_json(i: LintIssue, v: Verdict) -> dict[str, Any]:
     """A lint issue, with what the verdict made of it (a revert weighed), so the two agree."""
     out = i.to_json()
-    rv = next((r for r in v.reverts if r.allocator == i.allocator and r.check == i.check
-               and i.where == "in force"), None)  # fmt: skip
+    rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
     out["verdict"] = None if rv is None else wording.revert(rv)
     return out
 

@@ -213,3 +213,18 @@ def test_the_time_taken_is_the_number_rendered() -> None:
     assert " taken " not in _rendered(lambda c: render(a, c))  # the short header: no time
     snap.taken_at = None
     assert analyze(snap).taken_at is None
+
+
+def test_the_lint_and_the_verdict_name_one_revert() -> None:
+    """The JSON's lint line and the terminal ask the verdict for the revert (revert_of) the
+    same way: each lint issue in force has the revert's text, a given one none."""
+    from beamalloc.advice.recommend import recommend
+
+    r = recommend(read_file(str(FRAG.with_name("binspike_bf.json"))),
+                  given_flags="+MBas aoff +MBacul 0")
+    v = r.records.verdict
+    assert v.reverts
+    for doc, i in zip(r["lint"], r.records.lint, strict=True):
+        rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
+        assert doc["verdict"] == (None if rv is None else wording.revert(rv))
+    assert any(d["verdict"] for d in r["lint"])
