@@ -10,7 +10,7 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -65,16 +65,38 @@ def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
     return pastes.render(parts, fmt, note)
 
 
+#: What each number of a finding's evidence is (the keys advice/rules.py and advice/holders.py
+#: write, and a prediction's JSON, which webui/ shows the same way): a size in bytes or a share
+#: of 1; any other key is a count or a plain figure, printed as it is. A kind as data, never
+#: guessed from the words of a key's name (issue 27 item 1).
+NUMBER_KINDS: dict[str, Literal["bytes", "share"]] = {
+    **dict.fromkeys((
+        "allocated", "allocated_all", "carriers_size", "gap", "heap_used_bytes", "lmbcs",
+        "max_allocated", "mbcs_average_block", "mean_size", "node_unused", "peak_carriers_size",
+        "pool_blocks_size", "pool_carriers_size", "rss", "rss_lazyfree", "rss_lazyfree_with_madtn",
+        "rss_with_madtn", "sbcs_allocated", "sbcs_average_block", "sbct",
+        "scheduler_instances_allocated", "size", "unused", "unused_saving", "used", "wordsize"),
+        "bytes"),
+    **dict.fromkeys((
+        "binary_share", "hit_rate", "imbalance", "largest_share", "max_usage", "mbcs_usage",
+        "min_rate", "node_usage", "pool_share", "sbcs_share", "share", "skip_size_share",
+        "used_share", "usage"), "share"),
+}  # fmt: skip
+
+
+def size(n: int) -> str:
+    """A size in bytes: erts's ~0 is "infinity", one way everywhere."""
+    return "infinity" if n >= UINT_MAX else human(n)
+
+
 def _num(k: str, v: Any) -> str:
     if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
         return {True: "yes", False: "no", None: "-"}[v]
-    if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
+    kind = NUMBER_KINDS.get(k)
+    if kind == "share" and isinstance(v, float):
         return pct(v)
-    sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")
-    counted = k.endswith(("blocks", "calls", "carriers"))
-    is_int = isinstance(v, int) and not isinstance(v, bool)
-    if is_int and not counted and any(s in k for s in sized):
-        return "infinity" if v >= UINT_MAX else human(v)  # erts's ~0, one way everywhere
+    if kind == "bytes" and isinstance(v, int):
+        return size(v)
     return str(v)
 
 

@@ -215,6 +215,18 @@ def test_the_time_taken_is_the_number_rendered() -> None:
     assert analyze(snap).taken_at is None
 
 
+def test_an_evidence_number_is_formatted_by_its_kind_not_its_name() -> None:
+    """A number's kind is data (NUMBER_KINDS), not words of its key: a ratio whose name says
+    nothing of a share stays a ratio, a count named like a size stays a count."""
+    from beamalloc.reporters.recommend import NUMBER_KINDS, evidence_line
+
+    assert evidence_line({"sbct": 2048, "hit_rate": 0.25, "sbcs_to_mbcs": 0.25,
+                          "sbcs_blocks": 3, "realloc_ratio": 0.5, "usage": 1}) == (
+        "sbct 2.0 KiB, hit_rate 25.0 %, sbcs_to_mbcs 0.25, sbcs_blocks 3, realloc_ratio 0.5, "
+        "usage 1")
+    assert set(NUMBER_KINDS.values()) == {"bytes", "share"}
+
+
 def test_the_lint_and_the_verdict_name_one_revert() -> None:
     """The JSON's lint line and the terminal ask the verdict for the revert (revert_of) the
     same way: each lint issue in force has the revert's text, a given one none."""
