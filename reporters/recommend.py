@@ -133,11 +133,11 @@ def predicted_line(p: Prediction) -> str:
 def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
-    def say(line: str, style: str | None = None) -> None:
-        """A line of prose, wrapped at the console's width under its own indent."""
-        if line.startswith("\n"):
+    def say(line: str, style: str | None = None, *, para: bool = False) -> None:
+        """A line of prose, wrapped at the console's width under its own indent; `para`: a
+        paragraph's first line, an empty line before it."""
+        if para:
             console.print()
-            line = line[1:]
         lead = line[:len(line) - len(line.lstrip(" "))]
         prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
 
@@ -159,9 +159,9 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         return
     say(f"Flags in force: {flags_line(rec)}", style="dim")
     for e in v.no_flag_helps:
-        say(f"\nNo flag shown to help {e.allocator} ({human(e.unused)} unused of "
+        say(f"No flag shown to help {e.allocator} ({human(e.unused)} unused of "
             f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
-            f"{e.allocated:,}):", style="bold")
+            f"{e.allocated:,}):", style="bold", para=True)
         for held in e.held_back:
             say(f"  held back: {said(wording.reason, held)}")
         if e.flags_in_force:
@@ -175,7 +175,8 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by))
     for rv in v.reverts:
-        say(f"\nA setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold")
+        say(f"A setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold",
+            para=True)
     if v.rate is None and v.rate_unavailable:
         say(f"Speed trades: {v.rate_unavailable}", style="dim")
     if rec.processes:
@@ -184,12 +185,12 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     actions = [(f, p) for f, _, p in rec.findings if f.level == "action"]
     infos = [(f, p) for f, _, p in rec.findings if f.level == "info"]
     if actions:
-        say("\nRecommendations (each flag, the rule that fired, its numbers, its cost):")
+        say("Recommendations (each flag, the rule that fired, its numbers, its cost):", para=True)
     by_rule: dict[tuple[str, str | None], list[Recommendation]] = {}
     for x in v.advised:
         by_rule.setdefault((x.rule, x.allocator), []).append(x)
     for fnd, _ in actions:
-        say(f"\n[{fnd.rule}] {fnd.title}", style="bold")
+        say(f"[{fnd.rule}] {fnd.title}", style="bold", para=True)
         say(f"  {fnd.message}")
         say(f"  evidence: {evidence_line(fnd.evidence)}", style="dim")
         recs = by_rule.get((fnd.rule, fnd.allocator), [])
@@ -204,13 +205,13 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say(f"  predicted ({what}): {text}", style="magenta")
         say(f"  sources: {'; '.join(map(cite, fnd.sources))}", style="dim")
     if infos:
-        say("\nInformation (below a threshold or no flag helps; nothing to set):")
+        say("Information (below a threshold or no flag helps; nothing to set):", para=True)
         for fnd, pr in infos:
             say(f"  [{fnd.rule}] {fnd.title}: {fnd.message}")
             if pr:
                 say(f"    predicted: {predicted_line(pr)}", style="dim")
-    say("\nLint (flags in force" + (" and given" if any(
-        i.where == "given" for i in rec.lint) else "") + "):")  # fmt: skip
+    say("Lint (flags in force" + (" and given" if any(
+        i.where == "given" for i in rec.lint) else "") + "):", para=True)  # fmt: skip
     if not rec.lint:
         say("  nothing to report")
     for i in rec.lint:
@@ -224,8 +225,8 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         say(f"  note: {note}")
     if v.advised:
         whole = rec.prediction
-        say(f"\nPredicted for all the flags together (node's flags in force: "
-            f"{said(wording.flags_in_force, v.flags_in_force)}):")
+        say(f"Predicted for all the flags together (node's flags in force: "
+            f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
         if whole:
             for run in whole["runs"]:
                 say(f"  {predicted_line(Prediction.from_dict(run))}")
@@ -233,11 +234,11 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say(f"  {rec.not_predicted}")
     if cited:
         # One link per document part, each alone on its line: a link cannot wrap at the width.
-        say("\nDocs cited above, shipped with beamalloc:")
+        say("Docs cited above, shipped with beamalloc:", para=True)
         for c, uri in cited.items():
             say(f"  {c}:")
             console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
-    say(f"\nPaste ({fmt}):")
+    say(f"Paste ({fmt}):", para=True)
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
 

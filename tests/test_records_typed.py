@@ -240,3 +240,17 @@ def test_the_lint_and_the_verdict_name_one_revert() -> None:
         rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
         assert doc["verdict"] == (None if rv is None else wording.revert(rv))
     assert any(d["verdict"] for d in r["lint"])
+
+
+def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
+    """--details starts each section on a new paragraph (an empty line before it), and no
+    line of it is printed with a newline of its own text in front."""
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.reporters.recommend import render
+
+    r = recommend(read_file(str(FRAG.with_name("binspike_bf.json"))))
+    out = _rendered(lambda c: render(r, c, details=True))
+    for head in ("A setting the lint calls wrong:", "Lint (flags in force", "Paste (vm.args):"):
+        assert f"\n\n{head}" in out, head
+    assert "\n\n\n" not in out
+
