@@ -242,6 +242,22 @@ def test_the_lint_and_the_verdict_name_one_revert() -> None:
     assert any(d["verdict"] for d in r["lint"])
 
 
+def test_advice_is_ordered_by_the_typed_flags_as_pasted() -> None:
+    """The advised flags follow FlagSet.canonical() (the paste's order), compared as typed
+    (target, param), and render to that same paste line."""
+    from beamalloc.advice.predict import Turnover
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.flags import FlagSet
+
+    busy = Turnover("binary_alloc", 5.0, 200_000, 20_000)
+    r = recommend(read_file(str(FRAG.with_name("churn_bf.json"))), turnover=busy)
+    got = [x.setting for x in r.records.verdict.advised]
+    assert len(got) > 1
+    canon = FlagSet(tuple(got)).canonical()
+    assert [(x.target, x.param) for x in got] == [(x.target, x.param) for x in canon]
+    assert " ".join(x.render() for x in got) == r.records.emulator_flags
+
+
 def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
     """--details starts each section on a new paragraph (an empty line before it), and no
     line of it is printed with a newline of its own text in front."""
@@ -253,4 +269,3 @@ def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
     for head in ("A setting the lint calls wrong:", "Lint (flags in force", "Paste (vm.args):"):
         assert f"\n\n{head}" in out, head
     assert "\n\n\n" not in out
-
