@@ -652,8 +652,7 @@ class Recommended:
 def _lint_json(i: LintIssue, v: Verdict) -> dict[str, Any]:
     """A lint issue, with what the verdict made of it (a revert weighed), so the two agree."""
     out = i.to_json()
-    rv = next((r for r in v.reverts if r.allocator == i.allocator and r.check == i.check
-               and i.where == "in force"), None)  # fmt: skip
+    rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
     out["verdict"] = None if rv is None else wording.revert(rv)
     return out
 
@@ -771,8 +770,9 @@ def verdict(
                 staged[i], h = _hold_back(fnd, old or Reason("no_predict"), None)
                 held.append(h)
     flags = FlagSet(tuple(a.flag for a in advice))
-    order = [x.render() for x in flags.canonical()]
-    advice.sort(key=lambda a: order.index(a.flag.render()))  # the order they are pasted in
+    # the order they are pasted in: canonical has one flag per (target, param), the last value
+    order = {(x.target, x.param): i for i, x in enumerate(flags.canonical())}
+    advice.sort(key=lambda a: order[a.flag.target, a.flag.param])
     revert_pred = {rv.allocator: rv.prediction for rv, _ in reverts}
 
     def rec_pred(a: Advice) -> Pred:

@@ -10,7 +10,7 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -65,16 +65,38 @@ def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
     return pastes.render(parts, fmt, note)
 
 
+#: What each number of a finding's evidence is (the keys advice/rules.py and advice/holders.py
+#: write, and a prediction's JSON, which webui/ shows the same way): a size in bytes or a share
+#: of 1; any other key is a count or a plain figure, printed as it is. A kind as data, never
+#: guessed from the words of a key's name (issue 27 item 1).
+NUMBER_KINDS: dict[str, Literal["bytes", "share"]] = {
+    **dict.fromkeys((
+        "allocated", "allocated_all", "carriers_size", "gap", "heap_used_bytes", "lmbcs",
+        "max_allocated", "mbcs_average_block", "mean_size", "node_unused", "peak_carriers_size",
+        "pool_blocks_size", "pool_carriers_size", "rss", "rss_lazyfree", "rss_lazyfree_with_madtn",
+        "rss_with_madtn", "sbcs_allocated", "sbcs_average_block", "sbct",
+        "scheduler_instances_allocated", "size", "unused", "unused_saving", "used", "wordsize"),
+        "bytes"),
+    **dict.fromkeys((
+        "binary_share", "hit_rate", "imbalance", "largest_share", "max_usage", "mbcs_usage",
+        "min_rate", "node_usage", "pool_share", "sbcs_share", "share", "skip_size_share",
+        "used_share", "usage"), "share"),
+}  # fmt: skip
+
+
+def size(n: int) -> str:
+    """A size in bytes: erts's ~0 is "infinity", one way everywhere."""
+    return "infinity" if n >= UINT_MAX else human(n)
+
+
 def _num(k: str, v: Any) -> str:
     if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
         return {True: "yes", False: "no", None: "-"}[v]
-    if isinstance(v, float) and ("usage" in k or "share" in k or "rate" in k or k == "imbalance"):
+    kind = NUMBER_KINDS.get(k)
+    if kind == "share" and isinstance(v, float):
         return pct(v)
-    sized = ("allocated", "used", "unused", "size", "sbct", "lmbcs", "block", "rss", "gap")
-    counted = k.endswith(("blocks", "calls", "carriers"))
-    is_int = isinstance(v, int) and not isinstance(v, bool)
-    if is_int and not counted and any(s in k for s in sized):
-        return "infinity" if v >= UINT_MAX else human(v)  # erts's ~0, one way everywhere
+    if kind == "bytes" and isinstance(v, int):
+        return size(v)
     return str(v)
 
 
@@ -111,11 +133,11 @@ def predicted_line(p: Prediction) -> str:
 def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
-    def say(line: str, style: str | None = None) -> None:
-        """A line of prose, wrapped at the console's width under its own indent."""
-        if line.startswith("\n"):
+    def say(line: str, style: str | None = None, *, para: bool = False) -> None:
+        """A line of prose, wrapped at the console's width under its own indent; `para`: a
+        paragraph's first line, an empty line before it."""
+        if para:
             console.print()
-            line = line[1:]
         lead = line[:len(line) - len(line.lstrip(" "))]
         prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
 
@@ -137,9 +159,9 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         return
     say(f"Flags in force: {flags_line(rec)}", style="dim")
     for e in v.no_flag_helps:
-        say(f"\nNo flag shown to help {e.allocator} ({human(e.unused)} unused of "
+        say(f"No flag shown to help {e.allocator} ({human(e.unused)} unused of "
             f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
-            f"{e.allocated:,}):", style="bold")
+            f"{e.allocated:,}):", style="bold", para=True)
         for held in e.held_back:
             say(f"  held back: {said(wording.reason, held)}")
         if e.flags_in_force:
@@ -153,7 +175,8 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say("  its binaries are referenced by: " + ", ".join(
                 f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by))
     for rv in v.reverts:
-        say(f"\nA setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold")
+        say(f"A setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold",
+            para=True)
     if v.rate is None and v.rate_unavailable:
         say(f"Speed trades: {v.rate_unavailable}", style="dim")
     if rec.processes:
@@ -162,12 +185,12 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     actions = [(f, p) for f, _, p in rec.findings if f.level == "action"]
     infos = [(f, p) for f, _, p in rec.findings if f.level == "info"]
     if actions:
-        say("\nRecommendations (each flag, the rule that fired, its numbers, its cost):")
+        say("Recommendations (each flag, the rule that fired, its numbers, its cost):", para=True)
     by_rule: dict[tuple[str, str | None], list[Recommendation]] = {}
     for x in v.advised:
         by_rule.setdefault((x.rule, x.allocator), []).append(x)
     for fnd, _ in actions:
-        say(f"\n[{fnd.rule}] {fnd.title}", style="bold")
+        say(f"[{fnd.rule}] {fnd.title}", style="bold", para=True)
         say(f"  {fnd.message}")
         say(f"  evidence: {evidence_line(fnd.evidence)}", style="dim")
         recs = by_rule.get((fnd.rule, fnd.allocator), [])
@@ -182,13 +205,13 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say(f"  predicted ({what}): {text}", style="magenta")
         say(f"  sources: {'; '.join(map(cite, fnd.sources))}", style="dim")
     if infos:
-        say("\nInformation (below a threshold or no flag helps; nothing to set):")
+        say("Information (below a threshold or no flag helps; nothing to set):", para=True)
         for fnd, pr in infos:
             say(f"  [{fnd.rule}] {fnd.title}: {fnd.message}")
             if pr:
                 say(f"    predicted: {predicted_line(pr)}", style="dim")
-    say("\nLint (flags in force" + (" and given" if any(
-        i.where == "given" for i in rec.lint) else "") + "):")  # fmt: skip
+    say("Lint (flags in force" + (" and given" if any(
+        i.where == "given" for i in rec.lint) else "") + "):", para=True)  # fmt: skip
     if not rec.lint:
         say("  nothing to report")
     for i in rec.lint:
@@ -202,8 +225,8 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         say(f"  note: {note}")
     if v.advised:
         whole = rec.prediction
-        say(f"\nPredicted for all the flags together (node's flags in force: "
-            f"{said(wording.flags_in_force, v.flags_in_force)}):")
+        say(f"Predicted for all the flags together (node's flags in force: "
+            f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
         if whole:
             for run in whole["runs"]:
                 say(f"  {predicted_line(Prediction.from_dict(run))}")
@@ -211,11 +234,11 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             say(f"  {rec.not_predicted}")
     if cited:
         # One link per document part, each alone on its line: a link cannot wrap at the width.
-        say("\nDocs cited above, shipped with beamalloc:")
+        say("Docs cited above, shipped with beamalloc:", para=True)
         for c, uri in cited.items():
             say(f"  {c}:")
             console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
-    say(f"\nPaste ({fmt}):")
+    say(f"Paste ({fmt}):", para=True)
     # never wrapped: each line must reach the file or the shell whole, however long
     console.print(Text(paste(r, fmt)), soft_wrap=True)
 

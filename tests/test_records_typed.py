@@ -213,3 +213,59 @@ def test_the_time_taken_is_the_number_rendered() -> None:
     assert " taken " not in _rendered(lambda c: render(a, c))  # the short header: no time
     snap.taken_at = None
     assert analyze(snap).taken_at is None
+
+
+def test_an_evidence_number_is_formatted_by_its_kind_not_its_name() -> None:
+    """A number's kind is data (NUMBER_KINDS), not words of its key: a ratio whose name says
+    nothing of a share stays a ratio, a count named like a size stays a count."""
+    from beamalloc.reporters.recommend import NUMBER_KINDS, evidence_line
+
+    assert evidence_line({"sbct": 2048, "hit_rate": 0.25, "sbcs_to_mbcs": 0.25,
+                          "sbcs_blocks": 3, "realloc_ratio": 0.5, "usage": 1}) == (
+        "sbct 2.0 KiB, hit_rate 25.0 %, sbcs_to_mbcs 0.25, sbcs_blocks 3, realloc_ratio 0.5, "
+        "usage 1")
+    assert set(NUMBER_KINDS.values()) == {"bytes", "share"}
+
+
+def test_the_lint_and_the_verdict_name_one_revert() -> None:
+    """The JSON's lint line and the terminal ask the verdict for the revert (revert_of) the
+    same way: each lint issue in force has the revert's text, a given one none."""
+    from beamalloc.advice.recommend import recommend
+
+    r = recommend(read_file(str(FRAG.with_name("binspike_bf.json"))),
+                  given_flags="+MBas aoff +MBacul 0")
+    v = r.records.verdict
+    assert v.reverts
+    for doc, i in zip(r["lint"], r.records.lint, strict=True):
+        rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
+        assert doc["verdict"] == (None if rv is None else wording.revert(rv))
+    assert any(d["verdict"] for d in r["lint"])
+
+
+def test_advice_is_ordered_by_the_typed_flags_as_pasted() -> None:
+    """The advised flags follow FlagSet.canonical() (the paste's order), compared as typed
+    (target, param), and render to that same paste line."""
+    from beamalloc.advice.predict import Turnover
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.flags import FlagSet
+
+    busy = Turnover("binary_alloc", 5.0, 200_000, 20_000)
+    r = recommend(read_file(str(FRAG.with_name("churn_bf.json"))), turnover=busy)
+    got = [x.setting for x in r.records.verdict.advised]
+    assert len(got) > 1
+    canon = FlagSet(tuple(got)).canonical()
+    assert [(x.target, x.param) for x in got] == [(x.target, x.param) for x in canon]
+    assert " ".join(x.render() for x in got) == r.records.emulator_flags
+
+
+def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
+    """--details starts each section on a new paragraph (an empty line before it), and no
+    line of it is printed with a newline of its own text in front."""
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.reporters.recommend import render
+
+    r = recommend(read_file(str(FRAG.with_name("binspike_bf.json"))))
+    out = _rendered(lambda c: render(r, c, details=True))
+    for head in ("A setting the lint calls wrong:", "Lint (flags in force", "Paste (vm.args):"):
+        assert f"\n\n{head}" in out, head
+    assert "\n\n\n" not in out
