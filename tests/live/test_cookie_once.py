@@ -17,10 +17,8 @@ from .conftest import start_node
 pytestmark = pytest.mark.live
 
 
-def test_one_command_reads_its_cookie_once(tmp_path, monkeypatch) -> None:
-    n = start_node()
-    f = tmp_path / "cookie"
-    f.write_text(n.cookie)
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The cookie files read from now on, in order (collector/cookie.py `_read`)."""
     reads: list[str] = []
     real = cookie._read
 
@@ -29,6 +27,14 @@ def test_one_command_reads_its_cookie_once(tmp_path, monkeypatch) -> None:
         return real(path, what)
 
     monkeypatch.setattr(cookie, "_read", counted)
+    return reads
+
+
+def test_one_command_reads_its_cookie_once(tmp_path, monkeypatch) -> None:
+    n = start_node()
+    f = tmp_path / "cookie"
+    f.write_text(n.cookie)
+    reads = _count_reads(monkeypatch)
     try:
         out = io.StringIO()
         with redirect_stdout(out):
@@ -58,14 +64,7 @@ def test_trace_finds_its_node_with_the_commands_cookie(tmp_path, monkeypatch) ->
     n = start_node()
     f = tmp_path / "cookie"
     f.write_text(n.cookie)
-    reads: list[str] = []
-    real = cookie._read
-
-    def counted(path, what):
-        reads.append(str(path))
-        return real(path, what)
-
-    monkeypatch.setattr(cookie, "_read", counted)
+    reads = _count_reads(monkeypatch)
     a = access.Access(cookie_file=str(f))
     try:
         assert a.cookie() == n.cookie
