@@ -19,13 +19,13 @@ is passed to it.
 
 from __future__ import annotations
 
-import gc
 import struct
 import zlib
 from typing import Any
 
 from beamalloc._refalloc import etf_decode
 from beamalloc.collector.terms import Atom, Opaque
+from beamalloc.gcpause import paused_gc
 
 #: Largest encoded (or decompressed) input accepted. A +S 1024 node's snippet file (all its
 #: allocator data in one term) is 11.6 MB of ETF once inflated, a +S 64 node's 0.74 MB; the
@@ -54,7 +54,10 @@ def _native(data: bytes, pos: int, atoms: dict | None, depth: int = 0) -> tuple[
     """The term at data[pos] through the Rust decoder (collector/native/src/etf.rs), the one
     decoder: its ValueError is the input's one line, CPython's MemoryError no memory."""
     try:
-        return _no_gc(etf_decode, data, pos, Atom, Opaque, atoms, MAX_WORDS, depth)
+        # a reply of 136,000 fresh tuples and lists would set off collections that walk
+        # everything the process holds (the decode's median doubles with a few snapshots alive)
+        with paused_gc():
+            return etf_decode(data, pos, Atom, Opaque, atoms, MAX_WORDS, depth)
     except ValueError as e:
         raise ETFError(str(e)) from None
     except MemoryError:
@@ -96,19 +99,6 @@ def term_at(data: bytes, pos: int, depth: int = 0) -> tuple[Any, int]:
     if len(data) > MAX_BYTES:
         raise ETFError(f"external term of {len(data)} bytes (limit {MAX_BYTES})")
     return _native(data, pos, None, depth)
-
-
-def _no_gc(f: Any, *args: Any) -> Any:
-    """f(*args) with the cyclic garbage collector paused: a reply of 136,000 fresh tuples and
-    lists would otherwise set off collections that walk everything the process holds (the
-    decode's median doubles with a few snapshots alive), and none of them can be garbage."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        return f(*args)
-    finally:
-        if was:
-            gc.enable()
 
 
 def inflate(data: bytes) -> bytes:

@@ -14,7 +14,6 @@ osinfo.py (/proc and cgroup reads of a node on this host).
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Any
 
@@ -31,6 +30,7 @@ from beamalloc.collector.transport import (  # noqa: F401 - the public names of 
     split_node,
     us,
 )
+from beamalloc.gcpause import paused_gc
 from beamalloc.limits import MAX_CARRIERS
 from beamalloc.snapshot import Snapshot
 
@@ -57,18 +57,13 @@ def snapshot_node(node: str, cookie: str, timeout: float = 10.0,
 
     # The reply and the Snapshot are ~150,000 acyclic objects, built at once: the cyclic
     # collector would walk them over and over meanwhile (~7 % of a `beamalloc snapshot`).
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         reply = with_transport(node, cookie, timeout, access, work)
         done = time.time()
         t0, c0 = time.perf_counter(), time.process_time()
         snap = build_peer_snapshot(node, reply[1], taken_at=done)
         timings["build"] = time.perf_counter() - t0
         timings["build_cpu"] = time.process_time() - c0
-    finally:
-        if was_on:
-            gc.enable()
     timings["carriers_s"] = next(
         (x[1] / 1e6 for x in reply[1] if isinstance(x, tuple) and len(x) == 2
          and x[0] == "carriers_us" and isinstance(x[1], int)), 0.0)

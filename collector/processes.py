@@ -17,7 +17,6 @@ give the analysis; fields a source cannot know are None.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import random
 import struct
@@ -32,6 +31,7 @@ from beamalloc.collector.access import Access
 from beamalloc.collector.session import with_transport
 from beamalloc.collector.terms import Atom, Opaque, proplist
 from beamalloc.collector.transport import Transport, result
+from beamalloc.gcpause import paused_gc
 from beamalloc.limits import MAX_PROCESSES
 
 #: Wall time of the scan's process_info requests at most, in ms, from the first request: with
@@ -587,15 +587,10 @@ def _groups(recs: list[tuple[Any, ...]], named: dict[int, Any]) -> tuple[list[An
 def scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,
                 deadline: float) -> dict[str, Any]:
     """The scan over `conn`: its props, as table_from_term reads them."""
-    was = gc.isenabled()
     # The pids and records are hundreds of thousands of fresh objects, none of them garbage:
     # the cyclic collector would walk them all, again and again, as they pile up.
-    gc.disable()
-    try:
+    with paused_gc():
         return _scan_direct(conn, max_processes, budget_ms, top, deadline)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _scan_direct(conn: Transport, max_processes: int, budget_ms: int, top: int,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from beamalloc.cli.inputs import reader
 from beamalloc.cli.options import SOURCE_HELP, node_options
 from beamalloc.console import clean, short
 from beamalloc.errors import InputError
+from beamalloc.gcpause import paused_gc
 
 
 def add_parser(sub: Any) -> None:
@@ -36,15 +36,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return _cluster(args, ctx)
     # A snapshot is built and written at once, and nothing of it is cyclic: the cyclic
     # collector's passes over its ~150,000 objects (and the imports') would be for nothing.
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         with ctx.term.progress(f"reading {short(args.source)}"):
             snap = reader(args, ctx).load(args.source)
         text = snap.to_json(indent=None if args.json or args.output else 1)
-    finally:
-        if was_on:
-            gc.enable()
     if args.output:
         ctx.write(args.output, text)
         if not args.json:
