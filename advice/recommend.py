@@ -29,9 +29,11 @@ from beamalloc.advice.records import (
     NO_FLAG,
     UNDECIDED,
     FlagsInForce,
+    Found,
     HeldBack,
     NoFlagEntry,
     Prediction,
+    Proposal,
     Reason,
     Recommendation,
     Remedy,
@@ -176,7 +178,7 @@ def unmodelled_release(snap: Snapshot) -> str | None:
 
 def _hold_back(fnd: Finding, why: Reason, p: Prediction | None) -> tuple[Finding, HeldBack]:
     """`fnd` as information (a new finding: its flags leave the proposal, and it says why)."""
-    held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag.render() for a in fnd.advice), why,
+    held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag for a in fnd.advice), why,
                     fnd.rule in SPEED_RULES, p)  # fmt: skip
     return replace(fnd, level="info", title=fnd.title + " (not advised)",
                    topic=None if fnd.topic is None else fnd.topic + " (not advised)",
@@ -607,7 +609,7 @@ class Recommended:
 
     snap_info: dict[str, Any]
     verdict: Verdict
-    findings: tuple[tuple[Finding, tuple[str, ...], Prediction | None], ...]
+    findings: tuple[Found, ...]
     lint: tuple[LintIssue, ...]
     withheld: tuple[LintIssue, ...]
     notes: tuple[str, ...]
@@ -620,6 +622,8 @@ class Recommended:
     death: Death | None = None
     coverage: Coverage | None = None
     categories: MemoryPicture | None = None
+    #: `prediction` (every advised flag together), typed
+    proposal: Proposal | None = None
 
     def to_json(self) -> dict[str, Any]:
         v = self.verdict
@@ -629,9 +633,11 @@ class Recommended:
             "healthy": v.state == HEALTHY,
             "emulator_flags": self.emulator_flags,
             "recommendations": [r.to_json() for r in v.advised],
-            "findings": [{**x.to_json(), "predicted": p.to_json() if p else None,
-                          "candidate_flags": list(c)} for x, c, p in self.findings],
-            "held_back": [{"rule": h.rule, "allocator": h.allocator, "flags": " ".join(h.flags),
+            "findings": [{**x.finding.to_json(),
+                          "predicted": x.prediction.to_json() if x.prediction else None,
+                          "candidate_flags": x.candidate_flags()} for x in self.findings],
+            "held_back": [{"rule": h.rule, "allocator": h.allocator,
+                           "flags": " ".join(f.render() for f in h.flags),
                            "why": wording.held_back(h), "reason": h.reason.to_json(),
                            "trade_off": h.trade_off,
                            "predicted": h.prediction.to_json() if h.prediction else None}
@@ -723,7 +729,8 @@ def verdict(
                 topic=None if fnd.topic is None else fnd.topic + " (its flags are in force)"))
         else:
             staged.append(replace(fnd, advice=rest))
-    candidates = [tuple(a.flag.render() for a in x.advice) for x in staged]
+    # each finding's flags as the rule gave them, typed (the what-if replays on their trace)
+    candidates = [FlagSet(tuple(a.flag for a in x.advice), otp=running.base.otp) for x in staged]
     advice, notes = _merge(staged)
     advice, withheld = _lint_proposal(advice, snap, f)
     # a finding whose flags were all withheld is information only
@@ -822,9 +829,10 @@ def verdict(
         snap_info={"node": snap.node, "source": snap.source, "otp_release": snap.otp_release,
                    "erts_version": snap.erts_version, "schedulers": snap.schedulers},
         verdict=v,
-        findings=tuple((x, candidates[i], preds[i][0]) for i, x in enumerate(staged)),
+        findings=tuple(Found(x, candidates[i], preds[i][0]) for i, x in enumerate(staged)),
         lint=tuple(lint), withheld=tuple(withheld), notes=tuple(notes),
         emulator_flags=flags.render(), prediction=whole[0], not_predicted=whole[1],
+        proposal=None if whole[0] is None else Proposal.from_dict(whole[0]),
         processes=processes,
         # the cause of death and what was read come first (analyzer/death.py, analysis.py)
         death=death_of(snap),

@@ -11,10 +11,11 @@ decides by into typed attributes; fields a predictor does not give yet read None
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from beamalloc.flags import Flag
+    from beamalloc.advice.findings import Finding
+    from beamalloc.flags import Flag, FlagSet
 
 #: A memory flag must be predicted to remove at least this share of its allocator's unused
 #: bytes: less is not worth restarting a production node for [heur]. The one gain floor.
@@ -91,6 +92,62 @@ class Future:
 
 
 @dataclass(frozen=True)
+class Measures:
+    """A replay's figures at its end, in the trace's bytes (advice/predict.py `_figures`); a
+    figure the predictor did not give reads None."""
+
+    carriers_size: int | None
+    peak_carriers_size: int | None
+    unused: int | None
+    carrier_calls: int | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Measures:
+        d = d or {}
+        return cls(d.get("carriers_size"), d.get("peak_carriers_size"), d.get("unused"),
+                   d.get("carrier_calls"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Model:
+    """The workload a prediction replayed: its generator, events, the scale of the trace
+    against the node (1.0: the node's size) and what it was fitted to."""
+
+    generator: str
+    events: int
+    scale: float
+    fitted_to: str | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Model:
+        d = d or {}
+        return cls(str(d.get("generator") or "?"), int(d.get("events") or 0),
+                   float(d.get("scale") if d.get("scale") is not None else 1.0),
+                   d.get("fitted_to"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One comparison: the trace replayed under the node's flags (`before`) and with the flags
+    after them (`after`); `change_pct` per measure of Measures (a change in percent, -45.3;
+    None where before is 0)."""
+
+    model: Model
+    before: Measures
+    after: Measures
+    change_pct: dict[str, float | None]
+    unused_saving: float
+    reproduces: bool  # the replay under the node's flags shows the node's symptom
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Replayed:
+        return cls(Model.from_dict(d.get("model")), Measures.from_dict(d.get("before")),
+                   Measures.from_dict(d.get("after")), dict(d.get("change_pct") or {}),
+                   float(d.get("unused_saving") or 0.0),
+                   bool(d.get("reproduces_symptom")))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Prediction:
     """What a replay predicts for some flags on one allocator (advice/predict.py's dict)."""
 
@@ -111,7 +168,15 @@ class Prediction:
     known_by: str | None
     best_case_saving: float | None  # counters only: the stragglers' reading, where it reproduces
     not_modelled: str | None
+    #: the replay the figures come from, and the best case's (counters only: the stragglers'
+    #: reading) whether or not it reproduces the node
+    replayed: Replayed
+    best_case: Replayed | None
     raw: dict[str, Any]
+    node_unused: int | None = None  # the node's unused bytes the replay is held against
+    #: the band as changes in percent of unused bytes (-60.0, -20.0), over `band_variants` draws
+    band_pct: tuple[float, float] | None = None
+    band_variants: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Prediction:
@@ -135,7 +200,12 @@ class Prediction:
             known=d.get("known"), known_by=d.get("known_by"),
             best_case_saving=best.get("unused_saving") if best.get("reproduces_symptom")
             else None,
-            not_modelled=d.get("not_modelled"), raw=d,
+            not_modelled=d.get("not_modelled"), replayed=Replayed.from_dict(d),
+            best_case=Replayed.from_dict(d["best_case"]) if d.get("best_case") else None,
+            raw=d, node_unused=d.get("node_unused"),
+            band_pct=tuple(pcts) if (pcts := (d.get("band") or {}).get("unused_pct"))
+            else None,  # type: ignore[arg-type]
+            band_variants=(d.get("band") or {}).get("variants"),
         )  # fmt: skip
 
     @property
@@ -206,12 +276,40 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class Proposal:
+    """Every advised flag predicted together (advice/recommend.py `_predict_whole`): the set,
+    rendered, and one run per allocator the advice is about."""
+
+    flags: str
+    runs: tuple[Prediction, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Proposal:
+        return cls(str(d.get("flags") or ""),
+                   tuple(Prediction.from_dict(r) for r in d.get("runs") or ()))
+
+
+class Found(NamedTuple):
+    """A rule's finding as the recommendation judged it: its candidate flags (typed, in the
+    rule's order, before the merge and the lint took any away) and their prediction, where the
+    recommender replayed them."""
+
+    finding: Finding
+    candidates: FlagSet
+    prediction: Prediction | None
+
+    def candidate_flags(self) -> list[str]:
+        """The candidates rendered one by one (`recommend --json`'s `candidate_flags`)."""
+        return [f.render() for f in self.candidates]
+
+
+@dataclass(frozen=True)
 class HeldBack:
     """A finding whose flags were not advised, and why (a reason code with its numbers)."""
 
     rule: str
     allocator: str | None
-    flags: tuple[str, ...]  # rendered, one per flag
+    flags: tuple[Flag, ...]  # typed; rendered only where said
     reason: Reason
     trade_off: bool
     prediction: Prediction | None

@@ -43,7 +43,7 @@ from beamalloc.advice.recommend import (
     recommend,
     unmodelled_release,
 )
-from beamalloc.advice.records import Prediction
+from beamalloc.advice.records import Measures, Prediction
 from beamalloc.errors import InputError
 from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, parse
 from beamalloc.reporters.recommend import said, verdict
@@ -156,18 +156,13 @@ def _rule_for(rec: Recommended, allocator: str | None, fs: FlagSet) -> str:
     """The rule whose trace the recommender replays for flags like these on `allocator`: the
     finding whose candidate flags share most (allocator, parameter) pairs with `fs`, first in
     the rules' priority order; "" (the allocator's own model, predict.choose_model) if none.
-    The records keep a finding's candidates rendered only (its advice is merged away), so they
-    are parsed here: the one flag text read back (TODO issue 27: typed candidates)."""
+    The records keep each finding's candidates typed (records.Found): no flag text read back."""
     mine = {(f.target, f.param) for f in fs}
     best, score = "", 0
     for fnd, cands, p in rec.findings:
         if p is None or fnd.allocator != allocator:
             continue
-        try:
-            theirs = {(f.target, f.param) for f in parse(" ".join(cands), otp=fs.otp)}
-        except FlagError:
-            continue
-        n = len(mine & theirs)
+        n = len(mine & {(f.target, f.param) for f in cands})
         if n > score:
             best, score = fnd.rule, n
     return best
@@ -210,15 +205,15 @@ def predict_typed(ref: str, snap: Snapshot, rec: Recommended,
 # ---- what the page shows ---------------------------------------------------------------------
 
 
-def _side(fig: dict[str, int], scale: float) -> dict[str, Any]:
+def _side(fig: Measures, scale: float) -> dict[str, Any]:
     """One side of a prediction as the table shows it (the trace's bytes, as the CLI's)."""
-    carriers, unused = fig["carriers_size"], fig["unused"]
+    carriers, unused = fig.carriers_size or 0, fig.unused or 0
     used = carriers - unused
     usage = used / carriers if carriers else None
     return {"carriers": carriers, "used": used, "unused": unused, "usage": usage,
             "carriers_h": human(carriers), "used_h": human(used), "unused_h": human(unused),
             "usage_h": pct(usage) if usage is not None else "no carriers",
-            "peak_h": human(fig["peak_carriers_size"]), "calls": fig["carrier_calls"],
+            "peak_h": human(fig.peak_carriers_size), "calls": fig.carrier_calls,
             "scale": scale}
 
 
@@ -230,50 +225,60 @@ def _change(before: float, after: float) -> str:
     return wording.change((after - before) / before)
 
 
-def row_view(p: dict[str, Any]) -> dict[str, Any]:
-    """One allocator's predicted before/after, and whether the prediction says memory grows."""
-    model = p["model"]
-    b, a = _side(p["before"], model["scale"]), _side(p["after"], model["scale"])
+def _band(p: Prediction) -> str:
+    """The band of the change in unused bytes over the orders of the blocks drawn, or ""."""
+    if p.band_pct is None:
+        return ""
+    lo, hi = p.band_pct
+    return (f"{wording.change(lo / 100)} to {wording.change(hi / 100)} over "
+            f"{p.band_variants} orders of the blocks")
+
+
+def _best_case(p: Prediction) -> str:
+    """The best case's change in unused bytes, where it reproduces the node, or ""."""
+    best = p.best_case
+    ch = None if best is None or not best.reproduces else best.change_pct.get("unused")
+    return "" if ch is None else wording.change(ch / 100)
+
+
+def row_view(p: Prediction) -> dict[str, Any]:
+    """One allocator's predicted before/after, and whether the prediction says memory grows:
+    from the Prediction record (advice/records.py), its numbers said by advice/wording.py."""
+    r, scale = p.replayed, p.replayed.model.scale
+    b, a = _side(r.before, scale), _side(r.after, scale)
     worse = []
-    if p["unused_saving"] < 0:
-        worse.append(f"unused bytes grow by {pct(-p['unused_saving'], 0)} "
+    if p.unused_saving < 0:
+        worse.append(f"unused bytes grow by {pct(-p.unused_saving, 0)} "
                      f"({b['unused_h']} to {a['unused_h']})")
     if a["carriers"] > b["carriers"]:
         worse.append(f"carriers grow from {b['carriers_h']} to {a['carriers_h']}")
-    best = p.get("best_case")
-    band = p.get("band")
     return {
-        "allocator": p["allocator"], "before": b, "after": a,
+        "allocator": p.allocator, "before": b, "after": a,
         "unused_change": _change(b["unused"], a["unused"]),
         "carriers_change": _change(b["carriers"], a["carriers"]),
         "worse": worse,
-        "saving": f"{pct(p['unused_saving'], 0)}",
-        "model": model["generator"],
-        "scaled": (f"at {pct(model['scale'], 0)} of the node's size" if model["scale"] < 1
+        "saving": f"{pct(p.unused_saving, 0)}",
+        "model": r.model.generator,
+        "scaled": (f"at {pct(scale, 0)} of the node's size" if scale < 1
                    else "at the node's size"),
-        "seeded": ("the node's own carriers" if p.get("seeded_from") == "carriers"
+        "seeded": ("the node's own carriers" if p.seeded_from == "carriers"
                    else "the node's counters"),
-        "reproduces": bool(p["reproduces_symptom"]),
-        "fidelity": "n/a" if p["fidelity"] is None else f"{p['fidelity']:.2f}",
-        "calibration": wording.calibration(Prediction.from_dict(p)),
-        "workload": p.get("workload") or "fitted",
-        "node_unused_h": human(p["node_unused"]),
-        "band": (f"{wording.change(band['unused_pct'][0] / 100)} to "
-                 f"{wording.change(band['unused_pct'][1] / 100)} over "
-                 f"{band['variants']} orders of the blocks" if band and band.get("unused_pct")
-                 else ""),
-        "best_case": (wording.change(best["change_pct"]["unused"] / 100) if best
-                      and best.get("reproduces_symptom")
-                      and best["change_pct"]["unused"] is not None else ""),
-        "not_modelled": p.get("not_modelled") or "",
-        "node_size": (f"at the node's size (the trace's bytes / {model['scale']:.2f}): "
-                      f"carriers {human(b['carriers'] / model['scale'])} to "
-                      f"{human(a['carriers'] / model['scale'])}, unused "
-                      f"{human(b['unused'] / model['scale'])} to "
-                      f"{human(a['unused'] / model['scale'])}" if 0 < model["scale"] < 1
+        "reproduces": r.reproduces,
+        "fidelity": "n/a" if p.fidelity is None else f"{p.fidelity:.2f}",
+        "calibration": wording.calibration(p),
+        "workload": p.workload or "fitted",
+        "node_unused_h": human(p.node_unused),
+        "band": _band(p),
+        "best_case": _best_case(p),
+        "not_modelled": p.not_modelled or "",
+        "node_size": (f"at the node's size (the trace's bytes / {scale:.2f}): "
+                      f"carriers {human(b['carriers'] / scale)} to "
+                      f"{human(a['carriers'] / scale)}, unused "
+                      f"{human(b['unused'] / scale)} to "
+                      f"{human(a['unused'] / scale)}" if 0 < scale < 1
                       else ""),
-        "flags_after": p["flags_after"] or "(the OTP defaults)",
-        "summary": p["summary"],
+        "flags_after": p.flags_after or "(the OTP defaults)",
+        "summary": p.summary,
     }
 
 
@@ -289,7 +294,6 @@ def candidate_sets(rec: Recommended) -> list[dict[str, Any]]:
         if not cands:
             continue
         key = (fnd.rule, fnd.allocator)
-        p = pred.raw if pred is not None else None
         if key in advised:
             judged = "advised by recommend"
         elif key in held:
@@ -299,17 +303,18 @@ def candidate_sets(rec: Recommended) -> list[dict[str, Any]]:
         out.append({
             "id": f"{fnd.rule}-{fnd.allocator or 'node'}",
             "title": fnd.title, "rule": fnd.rule,  # the words, then the code
-            "flags": p["flags"] if p else " ".join(cands),
+            # the flags replayed (the lint may have taken some), else the rule's own
+            "flags": pred.flags if pred else " ".join(f.render() for f in cands),
             "judged": judged, "advised": key in advised,
-            "rows": [row_view(p)] if p else [],
-            "errors": [] if p else [f"recommend did not replay it ({judged}); type its "
-                                    "flags below to replay them"],
+            "rows": [row_view(pred)] if pred else [],
+            "errors": [] if pred else [f"recommend did not replay it ({judged}); type its "
+                                       "flags below to replay them"],
         })
-    whole = rec.prediction
+    whole = rec.proposal
     if whole is not None and len([c for c in out if c["advised"]]) > 1:
         out.append({"id": "proposal", "title": "recommend's proposal: every advised flag",
-                    "flags": whole["flags"], "judged": "advised by recommend", "advised": True,
-                    "rows": [row_view(r) for r in whole["runs"]], "errors": []})
+                    "flags": whole.flags, "judged": "advised by recommend", "advised": True,
+                    "rows": [row_view(r) for r in whole.runs], "errors": []})
     return out
 
 
@@ -317,7 +322,7 @@ def typed_view(fs: FlagSet, results: list[dict[str, Any]], snap: Snapshot) -> di
     rows, errors = [], []
     for r in results:
         if r["prediction"] is not None:
-            rows.append(row_view(r["prediction"]))
+            rows.append(row_view(Prediction.from_dict(r["prediction"])))
             rows[-1]["rule"] = r["rule"]
         else:
             errors.append(f"{r['allocator']}: {r['error']}")
