@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice import wording
-from beamalloc.advice.records import HEALTHY
+from beamalloc.advice.records import HEALTHY, Prediction
 from beamalloc.advice.rules import MIN_UNUSED, usage_level
 from beamalloc.advice.wording import (
     analysis_lines,
@@ -24,14 +24,14 @@ from beamalloc.analyzer.analysis import Analysis
 from beamalloc.analyzer.limits import Container
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters.analyze import CATEGORY_LABELS
-from beamalloc.reporters.recommend import FORMATS, said, verdict
+from beamalloc.reporters.recommend import FORMATS, paste_of, predicted_line, said, verdict
 from beamalloc.snapshot import Snapshot
 from beamalloc.units import human, pct
 from beamalloc.webui import figures
-from beamalloc.webui.recommend_view import recommendations
+from beamalloc.webui.recommend_view import prediction_view, recommendations
 
 if TYPE_CHECKING:
-    from beamalloc.advice.recommend import Document
+    from beamalloc.advice.recommend import Document, Recommended
 
 
 def severity(unused: int, usage: float, state: str | None = None) -> str:
@@ -199,6 +199,34 @@ def verdict_view(rec: Document | None) -> dict[str, Any]:
     }
 
 
+def advised_rows(rec: Recommended) -> list[dict[str, Any]]:
+    """The recommendations table: each advised flag (a Recommendation record) with its
+    prediction's one line and table (recommend_view.prediction_view); flags predicted together
+    share one replay, so its table shows once, under the first of them."""
+    rows: list[dict[str, Any]] = []
+    seen: list[tuple[Prediction, str]] = []
+    for r in rec.verdict.advised:
+        p = r.prediction
+        first = next((label for q, label in seen if q == p), None) if p else None
+        if p is not None and first is None:
+            seen.append((p, f"{r.flag} {r.value}"))
+        rows.append({"r": r,
+                     "predicted": predicted_line(p) if p else r.not_predicted,
+                     "prediction": {"same_as": first} if first else prediction_view(p)})
+    return rows
+
+
+def advice_view(rec: Document | None) -> dict[str, Any] | None:
+    """The advice under the verdict, from the records only (never the JSON beside them): the
+    flags with their predictions, the paste blocks, the findings and the lint issues."""
+    if rec is None:
+        return None
+    r = rec.records
+    return {"advised": advised_rows(r),
+            "outputs": {f: paste_of(r, f) for f in FORMATS} if r.verdict.advised else {},
+            "findings": [x.finding for x in r.findings], "lint": list(r.lint)}
+
+
 def read_view(a: Analysis, holder: bool) -> list[dict[str, Any]]:
     """read_lines' lines, each with whether it is the partial read's note: the flag is the
     analysis' Coverage.partial (read_lines puts that line first), never the line's words."""
@@ -268,6 +296,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
         "rec": rec,
         "said": verdict_view(rec),
+        "advice": advice_view(rec),
         "formats": FORMATS,
         "memory": [
             ("erlang:memory(total)", human(os_.erlang_memory_total)),

@@ -7,7 +7,6 @@ when the advice cannot be computed.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -56,59 +55,51 @@ def _call(snap: Snapshot, processes: dict[str, Any] | None,
           earlier: Snapshot | None) -> Document:
     from beamalloc.advice.predict import measure_turnover
     from beamalloc.advice.recommend import Document, recommend
-    from beamalloc.reporters.recommend import paste, said, verdict
+    from beamalloc.reporters.recommend import paste_of, said, verdict
 
     turn = measure_turnover(earlier, snap) if earlier is not None else None
     with exact_bytes(False):  # the verdict's own words, human as the terminal's (`--bytes`)
         r = recommend(snap, processes=processes, turnover=turn)
-    # `predicted` shows as its one-line summary, never as a dict (issue 17); `prediction` is its
-    # table (pagedata.prediction_view), before/after per measure.
-    recs = [{**x, "predicted": predicted_line(a.prediction) if a.prediction
-             else x["not_predicted"],
-             "prediction": prediction_view(x["predicted"])}
-            for a, x in zip(r.records.verdict.advised, r["recommendations"],
-                            strict=True)]  # fmt: skip
-    # Flags predicted together share one replay: its table once, under the first of them.
-    seen: dict[str, str] = {}
-    for rec, x in zip(recs, r["recommendations"], strict=True):
-        p = x["predicted"]
-        key = json.dumps(p, sort_keys=True, default=str) if p else ""
-        if key and key in seen:
-            rec["prediction"] = {"same_as": seen[key]}
-        elif key:
-            seen[key] = f"{x['flag']} {x['value']}"
     v = r.records.verdict
-    return Document({**r, "recommendations": recs, "headline": verdict(r.records),
-                     "why": said(wording.why, v),
-                     "outputs": {f: paste(r, f) for f in FORMATS} if v.advised else {}},
-                    r.records)
+    # the document as `recommend --json` prints it, with the words the pages say beside it;
+    # the pages read the records (pagedata.advice_view), never this dict
+    return Document({**r, "headline": verdict(r.records), "why": said(wording.why, v),
+                     "outputs": {f: paste_of(r.records, f) for f in FORMATS} if v.advised
+                     else {}}, r.records)  # fmt: skip
 
 
-def prediction_view(p: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A flag's prediction (advice/predict.py) as a small table: what the replay did, then
-    per measure before, after and the change, for the fitted workload and its best case."""
-    if not p:
+#: What the prediction table shows per measure: its label, the Measures field, and whether it
+#: is a size (human) or a count.
+_MEASURES = (("carriers", "carriers_size", True), ("unused", "unused", True),
+             ("peak carriers", "peak_carriers_size", True),
+             ("carrier calls", "carrier_calls", False))
+
+
+def _count(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
+    """A flag's prediction (the Prediction record, advice/records.py) as a small table: what
+    the replay did, then per measure before, after and the change, for the fitted workload and
+    its best case."""
+    if p is None:
         return None
-    m = p.get("model") or {}
-    runs = [("fitted", p)] + ([("best case", p["best_case"])] if p.get("best_case") else [])
-    measures = (("carriers", "carriers_size", True), ("unused", "unused", True),
-                ("peak carriers", "peak_carriers_size", True),
-                ("carrier calls", "carrier_calls", False))
+    runs = [("fitted", p.replayed)] + ([("best case", p.best_case)] if p.best_case else [])
     rows = []
-    for label, key, sized in measures:
+    for label, key, sized in _MEASURES:
+        fmt = human if sized else _count
         cells = []
         for _, r in runs:
-            b, af = (r.get("before") or {}).get(key), (r.get("after") or {}).get(key)
-            ch = (r.get("change_pct") or {}).get(key)
-            fmt = human if sized else (lambda v: "-" if v is None else f"{v:,}")
-            cells.append({"before": fmt(b), "after": fmt(af),
+            ch = r.change_pct.get(key)
+            cells.append({"before": fmt(getattr(r.before, key)),
+                          "after": fmt(getattr(r.after, key)),
                           "change": "-" if ch is None else wording.change(ch / 100),
                           "good": ch is not None and ch < 0})
         rows.append({"name": label, "cells": cells})
-    rec = Prediction.from_dict(p)
-    how = (f"replay of {m.get('generator', '?')} ({m.get('events', 0):,} events), seeded from "
-           f"{rec.seeded_from or '?'}, workload {rec.workload or '?'}, "
-           f"{wording.calibration(rec)}")
-    return {"summary": predicted_line(rec), "how": how, "runs": [r for r, _ in runs],
-            "rows": rows, "fitted_to": m.get("fitted_to"), "not_modelled": p.get("not_modelled"),
-            "flags": p.get("flags_after") or p.get("flags") or ""}
+    m = p.replayed.model
+    how = (f"replay of {m.generator} ({m.events:,} events), seeded from "
+           f"{p.seeded_from or '?'}, workload {p.workload or '?'}, {wording.calibration(p)}")
+    return {"summary": predicted_line(p), "how": how, "runs": [r for r, _ in runs],
+            "rows": rows, "fitted_to": m.fitted_to, "not_modelled": p.not_modelled,
+            "flags": p.flags_after or p.flags}
