@@ -102,3 +102,23 @@ def test_candidates_are_typed_and_the_whatif_parses_none(docs, monkeypatch) -> N
     sets = whatif.candidate_sets(rec)
     assert [c["flags"] for c in sets if c["id"] == f"{x.finding.rule}-{x.finding.allocator}"] \
         == [x.prediction.flags]
+
+
+def test_whatif_page_reads_the_records_only() -> None:
+    """The what-if page of an upload, its recommendation's JSON emptied or altered in the
+    page's cache: the same page (candidate sets, judgements, the verdict, the rows)."""
+    import io
+
+    c = create_app(None).test_client()
+    data = (SNAPS / "binspike.json").read_bytes()
+    r = c.post("/whatif/upload", data={"file": (io.BytesIO(data), "binspike.json")},
+               content_type="multipart/form-data")
+    url = r.headers["Location"]
+    page = c.get(url).text
+    assert 'class="wi-set' in page and "not advised: " in page
+    cache = c.application.extensions["beamalloc.whatif"].recommendations
+    ref = url.rsplit("=", 1)[-1]
+    doc = cache[ref]
+    for bare in (Document({}, doc.records), Document(dict.fromkeys(doc, "ALTERED"), doc.records)):
+        cache[ref] = bare
+        assert c.get(url).text == page

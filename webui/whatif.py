@@ -168,15 +168,26 @@ def _rule_for(rec: Recommended, allocator: str | None, fs: FlagSet) -> str:
     return best
 
 
+@dataclass
+class Typed:
+    """A typed set's replay on one allocator it acts on ("all": the whole node): the predictor's
+    result as a Prediction record, or why there is none."""
+
+    allocator: str
+    rule: str  # the finding whose trace it was replayed on ("" for the allocator's own model)
+    prediction: Prediction | None = None
+    error: str | None = None
+
+
 def predict_typed(ref: str, snap: Snapshot, rec: Recommended,
-                  sets: list[FlagSet]) -> list[list[dict[str, Any]]]:
+                  sets: list[FlagSet]) -> list[list[Typed]]:
     """Per typed set, per allocator it acts on: the predictor's result or why there is none.
     Cached per (snapshot, flags, allocator, rule); the missing ones share one Predictor, so a
     trace is synthesized once for all of them."""
     st = _state()
     names = {i.allocator for i in snap.allocators}
-    out: list[list[dict[str, Any]]] = []
-    missing: list[tuple[tuple[Any, ...], FlagSet, str | None, str, dict[str, Any]]] = []
+    out: list[list[Typed]] = []
+    missing: list[tuple[tuple[Any, ...], FlagSet, str | None, str, Typed]] = []
     for fs in sets:
         row = []
         for alloc in _targets(fs, names):
@@ -184,8 +195,7 @@ def predict_typed(ref: str, snap: Snapshot, rec: Recommended,
             key = (ref, fs.render(), alloc, rule)
             with st.predictions.lock:
                 hit = st.predictions.get(key)
-            entry = hit if hit is not None else {"prediction": None, "error": None,
-                                                  "rule": rule, "allocator": alloc or "all"}
+            entry = hit if hit is not None else Typed(alloc or "all", rule)
             if hit is None:
                 missing.append((key, fs, alloc, rule, entry))
             row.append(entry)
@@ -195,9 +205,9 @@ def predict_typed(ref: str, snap: Snapshot, rec: Recommended,
             for key, fs, alloc, rule, entry in missing:
                 st.replays += 1
                 try:
-                    entry["prediction"] = pr.predict(alloc, rule, fs)
+                    entry.prediction = Prediction.from_dict(pr.predict(alloc, rule, fs))
                 except PredictionError as e:
-                    entry["error"] = str(e)
+                    entry.error = str(e)
                 st.predictions.get_or(key, lambda entry=entry: entry)
     return out
 
@@ -318,14 +328,14 @@ def candidate_sets(rec: Recommended) -> list[dict[str, Any]]:
     return out
 
 
-def typed_view(fs: FlagSet, results: list[dict[str, Any]], snap: Snapshot) -> dict[str, Any]:
+def typed_view(fs: FlagSet, results: list[Typed], snap: Snapshot) -> dict[str, Any]:
     rows, errors = [], []
     for r in results:
-        if r["prediction"] is not None:
-            rows.append(row_view(Prediction.from_dict(r["prediction"])))
-            rows[-1]["rule"] = r["rule"]
+        if r.prediction is not None:
+            rows.append(row_view(r.prediction))
+            rows[-1]["rule"] = r.rule
         else:
-            errors.append(f"{r['allocator']}: {r['error']}")
+            errors.append(f"{r.allocator}: {r.error}")
     erts = erts_of(snap.erts_version, snap.otp_release)
     lint = [i.message for i in lint_flags(fs, base=in_force(snap), schedulers=snap.schedulers,
                                           erts=erts)]
