@@ -51,6 +51,11 @@ def share(x: float) -> str:
     return pct(x, 0)
 
 
+def count(n: int | None) -> str:
+    """A count of things (events, carrier calls): thousands separated, "-" where unknown."""
+    return "-" if n is None else f"{n:,}"
+
+
 def flag_count(n: int) -> str:
     return f"{n} flag{'s' if n != 1 else ''}"
 

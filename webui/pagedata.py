@@ -294,7 +294,7 @@ def snapshot_view(snap: Snapshot | None, a: Analysis, earlier: Snapshot | None =
             [f"Only {human(t.unused)} unused: little in absolute terms, whatever the usage "
              f"(the fragmentation rule weighs usage only above {human(MIN_UNUSED)} unused)."]
             if usage_level(t.usage, t.unused) != usage_level(t.usage) else [])),
-        "rec": rec,
+        # the recommender's answer through its records only (never its JSON dict)
         "said": verdict_view(rec),
         "advice": advice_view(rec),
         "formats": FORMATS,

@@ -75,10 +75,6 @@ _MEASURES = (("carriers", "carriers_size", True), ("unused", "unused", True),
              ("carrier calls", "carrier_calls", False))
 
 
-def _count(v: int | None) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
 def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
     """A flag's prediction (the Prediction record, advice/records.py) as a small table: what
     the replay did, then per measure before, after and the change, for the fitted workload and
@@ -88,7 +84,7 @@ def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
     runs = [("fitted", p.replayed)] + ([("best case", p.best_case)] if p.best_case else [])
     rows = []
     for label, key, sized in _MEASURES:
-        fmt = human if sized else _count
+        fmt = human if sized else wording.count
         cells = []
         for _, r in runs:
             ch = r.change_pct.get(key)
@@ -98,7 +94,7 @@ def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
                           "good": ch is not None and ch < 0})
         rows.append({"name": label, "cells": cells})
     m = p.replayed.model
-    how = (f"replay of {m.generator} ({m.events:,} events), seeded from "
+    how = (f"replay of {m.generator} ({wording.count(m.events)} events), seeded from "
            f"{p.seeded_from or '?'}, workload {p.workload or '?'}, {wording.calibration(p)}")
     return {"summary": predicted_line(p), "how": how, "runs": [r for r, _ in runs],
             "rows": rows, "fitted_to": m.fitted_to, "not_modelled": p.not_modelled,
