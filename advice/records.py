@@ -5,7 +5,10 @@ advice/wording.py for the terminal, the web pages and the HTML report, serialise
 Records hold states, codes and numbers, never sentences made for a reader: a reason is a code
 with its numbers (`Reason`), and only the wording module turns it into words. A prediction keeps
 the predictor's dict (advice/predict.py) as its serialisation and reads the fields the verdict
-decides by into typed attributes; fields a predictor does not give yet read None.
+decides by, and the figures the pages show (`Replayed`), into typed attributes; fields a
+predictor does not give yet read None. Flags stay typed (beamalloc/flags.py `Flag`, `FlagSet`:
+a finding's candidates, `Found`; a held-back finding's): rendered only where said, never
+parsed back.
 """
 
 from __future__ import annotations
