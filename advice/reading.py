@@ -241,7 +241,6 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
     item 6). The verdict judges the first read (the one the ETS tables and the first process
     table were read with); the replays of its prediction need nothing of the second, so they
     run while we wait for it (docs/recommend.md, "What it costs")."""
-    import tempfile
     import time
 
     from beamalloc.advice.findings import facts
@@ -256,8 +255,7 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
     # start as soon as it is read, beside the scans and the second read.
     early = (live and opts.predict and opts.rate_seconds > 0 and not opts.rate_from
              and opts.trace_for is None)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp, \
-            contextlib.ExitStack() as stack:  # fmt: skip
+    with contextlib.ExitStack() as stack:
         pr, ahead = None, None
         with term.progress(what) as p:
             p.step("reading the allocators")
@@ -273,6 +271,9 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
             procs = None
             reader.ets_tables(source, snap)
         if opts.trace_for is not None:
+            import tempfile  # only here: a share of the command's imports otherwise
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="beamalloc-recommend-"))
             trace = _record_trace(reader, source, opts.trace_for, Path(tmp) / "node.batr")
         rate, why, turn = None, None, None
         trades = speed_trades(snap)

@@ -74,8 +74,10 @@ def main() -> int:
     from beamalloc.advice import recommend as rec
     from beamalloc.cli.commands import recommend as _cmd  # noqa: F401
     from beamalloc.collector import ets, live, processes
-    from beamalloc.reporters import recommend as _rep  # noqa: F401
 
+    # the reporter the command renders with: --json prints the paste block alone, without rich
+    importlib.import_module("beamalloc.reporters." + ("paste" if "--json" in sys.argv
+                                                      else "recommend"))  # fmt: skip
     cli = importlib.import_module("beamalloc.cli.main")  # the package's `main` is the function
 
     _add("imports", time.perf_counter() - t, time.process_time() - c)
