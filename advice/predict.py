@@ -36,15 +36,11 @@ the recommender never fails because of the replay.
 from __future__ import annotations
 
 import dataclasses
-import os
-import statistics
-import tempfile
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from beamalloc.advice.findings import Facts
 from beamalloc.advice.records import MIN_GAIN
@@ -71,9 +67,6 @@ from beamalloc.versions import modelled_otp
 
 if TYPE_CHECKING:
     from beamalloc.refalloc.tracegen import History
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 #: Events per synthesized trace: a few hundred thousand keep `beamalloc recommend` within
 #: seconds (Python writes the trace at ~200 k events/s; refalloc replays at ~3 M events/s).
@@ -393,6 +386,11 @@ def _write(model: Model, snap: Snapshot, path: Path, seed: int) -> int:
 
 #: Peak blocks (over the modelled instances) a replayed history holds at most: larger nodes are
 #: scaled down, keeping block sizes and the live/peak/churn ratios (the cost line of issue 22).
+#: Smaller does not hold the calibration (issue 28 item 3, a churn node of 1.9 GiB of
+#: binary_alloc under bf, 0.125 of it here): at 150,000 (0.0625) the kept history came 0.150
+#: off (0.044 here: at the tolerance) and the turnover 0.084 (0.057), the replays' CPU 0.38 s
+#: for 0.98; at 100,000 0.115 and 0.125, the kept figure -15 % for -7 %; at 60,000 both 0.19:
+#: UNDECIDED where the node is known to turn over.
 HISTORY_BLOCKS = 300_000
 #: Scheduler instances a history runs on: each runs the same history, so two show what the
 #: carrier pool does between instances and the rest scale by count.
@@ -600,7 +598,15 @@ def _sparse(snap: Snapshot, allocator: str) -> float:
     if not insts or not pinned:
         return 0.0
     spread = sum(c.size for c in mbcs if c.blocks_size < FILL_EDGES[-1] * c.size)
-    return statistics.median(pinned) * spread / len(insts)
+    return _median(pinned) * spread / len(insts)
+
+
+def _median(xs: list[float]) -> float:
+    """statistics.median's value (the mean of the middle two of an even count), without the
+    module's import (fractions, decimal, random: a share of `recommend`'s cost)."""
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def replay_measures(snap: Snapshot, carriers: list[dict[str, Any]], allocator: str) -> Measures:
@@ -722,7 +728,7 @@ class _Candidate:
 
     future: str  # "kept" | "turnover"
     history: History
-    path: Path
+    family: History  # its family (`after` 0): the trace it is a prefix of
     events: int
     calibration: dict[str, Any]
 
@@ -742,17 +748,7 @@ class _Histories:
     node: Measures
     candidates: list[_Candidate]
     best: dict[str, _Candidate]  # per future, the best-calibrated candidate
-    ends: dict[str, tuple[Path, int]]  # per future, the trace of its prediction point
-
-
-def _parallel(fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
-    """`[fn(x) for x in items]`, in threads where there are several: refalloc releases the GIL
-    while it writes or replays a trace, so a pass per trace runs on a core of its own."""
-    workers = min(len(items), os.cpu_count() or 1)
-    if workers < 2:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(fn, items))
+    ends: dict[str, tuple[History, int]]  # per future, its prediction point: (family, events)
 
 
 # --- replay and compare ---------------------------------------------------------------------------
@@ -791,7 +787,8 @@ class Predictor:
     seed: int = SEED
     #: The node's own allocation stream (`beamalloc trace -o`), replayed instead of a fitted one.
     trace: Path | None = None
-    _tmp: tempfile.TemporaryDirectory | None = None
+    _tmp: Any = None  # a tempfile.TemporaryDirectory, made for the first trace written
+    _entered: bool = False
     _traces: dict[Any, tuple[Path, int]] = field(default_factory=dict)
     _runs: dict[Any, Any] = field(default_factory=dict)  # ReplayResult by (model, flags)
     _base: FlagSet | None = None
@@ -800,17 +797,21 @@ class Predictor:
     turnover: Turnover | None = None
     _histories: dict[str, _Histories | None] = field(default_factory=dict)
     _history_runs: dict[Any, Any] = field(default_factory=dict)
+    #: Per history family (`after` 0): the header and native parameters of its trace, as long
+    #: as its longest member (tracegen.history_params), generated as it is replayed.
+    _families: dict[History, tuple[Any, dict[str, int]]] = field(default_factory=dict)
     #: Set by a prediction whose futures disagree (FUTURES_AGREE): the turnover decides it.
     turnover_decides: bool = False
 
     def __enter__(self) -> Predictor:
-        self._tmp = tempfile.TemporaryDirectory(prefix="beamalloc-predict-")
+        self._entered = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        self._entered = False
 
     @property
     def base(self) -> FlagSet:
@@ -820,7 +821,11 @@ class Predictor:
 
     def _trace(self, model: Model) -> tuple[Path, int]:
         if model.key not in self._traces:
-            assert self._tmp is not None, "use Predictor as a context manager"
+            assert self._entered, "use Predictor as a context manager"
+            if self._tmp is None:  # the histories write none: tempfile only where needed
+                import tempfile
+
+                self._tmp = tempfile.TemporaryDirectory(prefix="beamalloc-predict-")
             path = Path(self._tmp.name) / f"t{len(self._traces)}.batr"
             self._traces[model.key] = (path, _write(model, self.snap, path, self.seed))
         return self._traces[model.key]
@@ -850,37 +855,39 @@ class Predictor:
 
     # --- restart-true histories ---
 
-    def _history_replay(self, path: Path, events: int, flags: FlagSet, instances: int) -> Any:
-        """The ReplayResult of the first `events` events of a history trace under `flags`."""
-        self._history_replays([(path, events)], flags, instances)
-        return self._history_runs[(str(path), events, flags.render())]
+    def _history_replay(self, family: History, events: int, flags: FlagSet,
+                        instances: int) -> Any:  # fmt: skip
+        """The ReplayResult of the first `events` events of a history family under `flags`."""
+        self._history_replays([(family, events)], flags, instances)
+        return self._history_runs[(family, events, flags.render())]
 
-    def _history_replays(self, points: list[tuple[Path, int]], flags: FlagSet,
+    def _history_replays(self, points: list[tuple[History, int]], flags: FlagSet,
                          instances: int) -> None:  # fmt: skip
-        """Replay under `flags` the prefixes (trace, events) not replayed yet (cached): one
-        pass per trace with its prefixes as checkpoints, the traces in parallel."""
-        from beamalloc.refalloc.replay import replay_checkpoints
+        """Replay under `flags` the prefixes (family, events) not replayed yet (cached): one
+        pass per family with its prefixes as checkpoints, none written to a file, the families
+        forked from one replay of the events they share (refalloc/replay.py
+        `replay_histories`), on both cores."""
+        from beamalloc.refalloc.replay import replay_histories
 
         rendered = flags.render()
-        todo: dict[Path, set[int]] = {}
-        for path, events in points:
-            if (str(path), events, rendered) not in self._history_runs:
-                todo.setdefault(path, set()).add(events)
-
-        def one(item: tuple[Path, set[int]]) -> tuple[Path, list[int], list[Any]]:
-            path, counts = item
-            cps = sorted(counts)
-            return path, cps, replay_checkpoints(path, flags, cps, schedulers=instances)
-
-        for path, cps, runs in _parallel(one, list(todo.items())):
-            for events, r in zip(cps, runs, strict=True):
-                self._history_runs[(str(path), events, rendered)] = r
+        todo: dict[History, set[int]] = {}
+        for family, events in points:
+            if (family, events, rendered) not in self._history_runs:
+                todo.setdefault(family, set()).add(events)
+        if not todo:
+            return
+        jobs = [(family, sorted(counts)) for family, counts in todo.items()]
+        runs = replay_histories([(*self._families[family], cps) for family, cps in jobs], flags,
+                                instances)  # fmt: skip
+        for (family, cps), results in zip(jobs, runs, strict=True):
+            for events, r in zip(cps, results, strict=True):
+                self._history_runs[(family, events, rendered)] = r
 
     def _history(self, target: str) -> _Histories | None:
         """The calibrated histories of `target`, or None where it shows no spike to replay."""
         if target in self._histories:
             return self._histories[target]
-        from beamalloc.refalloc.tracegen import history
+        from beamalloc.refalloc.tracegen import history_params
 
         fit = fit_history(self.snap, target)
         node = node_measures(self.snap, target)
@@ -890,8 +897,6 @@ class Predictor:
             # best cases stand (binspike's committed snapshot: -4 % here, -87 % measured).
             self._histories[target] = None
             return None
-        assert self._tmp is not None, "use Predictor as a context manager"
-
         base = fit.base()
         tried = ([("kept", base)]
                  + [("turnover", dataclasses.replace(base, after=a)) for a in fit.afters()]
@@ -900,50 +905,45 @@ class Predictor:
                     for n in fit.stragglers(_sparse(self.snap, target))
                     for ph in STRAGGLER_PHASES])  # fmt: skip
         # Histories that differ only in their churn after the drop share every event before
-        # its end (refalloc/src/history.rs draws that churn last): each family is written once,
+        # its end (refalloc/src/history.rs draws that churn last): each family is one trace,
         # as long as its longest member or a turnover's end (every survivor replaced), and its
-        # members are that trace's prefixes, replayed in one pass (the cost line of issue 22).
+        # members are that trace's prefixes, replayed in one pass; the families share their
+        # events up to the drop, replayed once and forked (the cost line of issue 22). Nothing
+        # is written: the events go from the generator into the model. (One allocator has
+        # histories, HISTORY_ALLOCATORS: a family names its trace.)
         longest: dict[History, int] = {}
         for future, h in tried:
             family = dataclasses.replace(h, after=0)
             longest[family] = max(longest.get(family, 0), h.after,
                                   fit.live if future == "turnover" else 0)  # fmt: skip
-        paths = {family: Path(self._tmp.name) / f"{target}-h{i}.batr"
-                 for i, family in enumerate(longest)}  # fmt: skip
+        for family, after in longest.items():
+            h = dataclasses.replace(family, after=after)
+            self._families[family] = history_params(h, allocator=target,
+                                                    schedulers=fit.modelled, seed=self.seed)
 
-        def write(family: History) -> None:
-            h = dataclasses.replace(family, after=longest[family])
-            events = history(paths[family], h, allocator=target, schedulers=fit.modelled,
-                             seed=self.seed)  # fmt: skip
-            if events != h.events(fit.modelled):  # the prefixes' counts come from the formula
-                raise PredictionError(f"history of {events} events, {h.events(fit.modelled)} "
-                                      "expected")  # fmt: skip
-
-        list(_parallel(write, list(longest)))
-
-        def point(h: History) -> tuple[Path, int]:
-            return paths[dataclasses.replace(h, after=0)], h.events(fit.modelled)
+        def point(h: History) -> tuple[History, int]:
+            return dataclasses.replace(h, after=0), h.events(fit.modelled)
 
         # the turnover's end (every survivor replaced) in the same pass as the histories tried
         end = point(dataclasses.replace(base, after=fit.live))
         self._history_replays([point(h) for _, h in tried] + [end], self.base, fit.modelled)
         candidates = []
         for future, h in tried:
-            path, events = point(h)
-            r = self._history_replay(path, events, self.base, fit.modelled)
+            family, events = point(h)
+            r = self._history_replay(family, events, self.base, fit.modelled)
             model = replay_measures(r.snapshot, r.native["carriers"], target).scaled(fit.to_node)
-            candidates.append(_Candidate(future, h, path, events,
+            candidates.append(_Candidate(future, h, family, events,
                                          calibration(node, model)))  # fmt: skip
         best: dict[str, _Candidate] = {}
         for c in candidates:
             if c.future not in best or c.calibration["error"] < best[c.future].calibration["error"]:
                 best[c.future] = c
-        ends: dict[str, tuple[Path, int]] = {}
+        ends: dict[str, tuple[History, int]] = {}
         for future, c in best.items():
             if future == "turnover" and c.history.after < fit.live:  # its end: all replaced
                 ends[future] = point(dataclasses.replace(c.history, after=fit.live))
             else:
-                ends[future] = (c.path, c.events)
+                ends[future] = (c.family, c.events)
         h = _Histories(fit, node, candidates, best, ends)
         self._histories[target] = h
         return h
@@ -954,7 +954,7 @@ class Predictor:
         too (one, for the cost: each costs a replay under the proposal); the best itself is
         left out where it is the prediction point."""
         best = h.best[future]
-        own = (best.path, best.events) == h.ends[future]
+        own = (best.family, best.events) == h.ends[future]
         fits = sorted((c for c in h.candidates if c.future == future and c.calibration["reproduces"]
                        and not (own and c is best)
                        and not (future == "turnover" and c.history.after < h.fit.live)),
@@ -966,15 +966,15 @@ class Predictor:
         under them followed by `flags`, both from an empty VM."""
         base = self.base
         n = h.fit.modelled
-        path, events = h.ends[future]
-        before = _figures(self._history_replay(path, events, base, n).snapshot, target)
+        family, events = h.ends[future]
+        before = _figures(self._history_replay(family, events, base, n).snapshot, target)
         after_flags = FlagSet(base.flags + flags.flags, otp=base.otp)
-        after = _figures(self._history_replay(path, events, after_flags, n).snapshot, target)
+        after = _figures(self._history_replay(family, events, after_flags, n).snapshot, target)
         saving = _saving(before["unused"], after["unused"])
         savings = [round(saving, 4)]
         for c in self._band_fits(h, future):
-            b = self._history_replay(c.path, c.events, base, n).snapshot
-            a = self._history_replay(c.path, c.events, after_flags, n).snapshot
+            b = self._history_replay(c.family, c.events, base, n).snapshot
+            a = self._history_replay(c.family, c.events, after_flags, n).snapshot
             savings.append(round(_saving(_figures(b, target)["unused"],
                                          _figures(a, target)["unused"]), 4))  # fmt: skip
         best = h.best[future]
@@ -1007,7 +1007,7 @@ class Predictor:
         # every history these futures replay under the proposal, in as few passes as there are
         # traces (the futures' ends and bands are prefixes of one or two)
         self._history_replays([p for name in names
-                               for p in [h.ends[name]] + [(c.path, c.events)
+                               for p in [h.ends[name]] + [(c.family, c.events)
                                                           for c in self._band_fits(h, name)]],
                               FlagSet(self.base.flags + flags.flags, otp=self.base.otp),
                               h.fit.modelled)  # fmt: skip

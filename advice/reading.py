@@ -20,6 +20,8 @@ from beamalloc.errors import InputError
 from beamalloc.limits import MAX_CARRIERS, MAX_PROCESSES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from beamalloc.advice.predict import Predictor, Turnover
     from beamalloc.collector.access import Access
     from beamalloc.collector.procdump import ProcSections
@@ -191,10 +193,30 @@ class Reader:
 
         if not self.opts.processes or not sources.is_node_name(source):
             return
+        snap.extra["ets"] = self._ets_scan(source)
+
+    def _ets_scan(self, source: str) -> Any:
         from beamalloc.collector.ets import scan_ets
 
-        snap.extra["ets"] = scan_ets(source, self._cookie(), timeout=self.opts.timeout,
-                                     access=self.opts.access)
+        return scan_ets(source, self._cookie(), timeout=self.opts.timeout,
+                        access=self.opts.access)  # fmt: skip
+
+    def scans_beside(self, source: str) -> _Beside | None:
+        """A live node's process and ETS scans started beside its first read, each on its own
+        connection in a thread (our client holds a name per connection: collector/dist.py), so
+        the three reads cost the longest's wall, not their sum (issue 28 item 3); None where
+        they are not read, or go through the relay, which boots a hidden node per connection."""
+        from beamalloc.collector import sources
+        from beamalloc.collector.access import current
+        from beamalloc.collector.transport import direct
+
+        if not self.opts.processes or not sources.is_node_name(source):
+            return None
+        if not direct(self.opts.access or current()):
+            return None
+        self._cookie()  # read once, here, not by two threads at once
+        return _Beside({"table": lambda: self.process_table(source),
+                        "ets": lambda: self._ets_scan(source)})  # fmt: skip
 
 
 def idleness_matters(first: ProcessTable | None, gc_probe: int = 0) -> bool:
@@ -241,7 +263,6 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
     item 6). The verdict judges the first read (the one the ETS tables and the first process
     table were read with); the replays of its prediction need nothing of the second, so they
     run while we wait for it (docs/recommend.md, "What it costs")."""
-    import tempfile
     import time
 
     from beamalloc.advice.findings import facts
@@ -256,11 +277,13 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
     # start as soon as it is read, beside the scans and the second read.
     early = (live and opts.predict and opts.rate_seconds > 0 and not opts.rate_from
              and opts.trace_for is None)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="beamalloc-recommend-") as tmp, \
-            contextlib.ExitStack() as stack:  # fmt: skip
+    with contextlib.ExitStack() as stack:
         pr, ahead = None, None
         with term.progress(what) as p:
             p.step("reading the allocators")
+            # where the node fails, the scans beside are left to their daemon threads: the
+            # first read's error is the command's, said at once
+            beside = reader.scans_beside(source)
             snap = reader.load(source)
             p.step("reading the processes and ETS tables")
             if reader.opts.gc_probe and (not live or not reader.opts.processes):
@@ -269,10 +292,17 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
                 pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
                 ahead = _Ahead(pr, opts.flags_in_use)
                 stack.callback(ahead.join)
-            first = reader.process_table(source)  # the same moment as the snapshot
+            # the same moment as the snapshot
+            first = beside.get("table") if beside else reader.process_table(source)
             procs = None
-            reader.ets_tables(source, snap)
+            if beside:
+                snap.extra["ets"] = beside.get("ets")
+            else:
+                reader.ets_tables(source, snap)
         if opts.trace_for is not None:
+            import tempfile  # only here: a share of the command's imports otherwise
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="beamalloc-recommend-"))
             trace = _record_trace(reader, source, opts.trace_for, Path(tmp) / "node.batr")
         rate, why, turn = None, None, None
         trades = speed_trades(snap)
@@ -325,6 +355,32 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
             return recommend(snap, given_flags=opts.flags_in_use, predict=opts.predict,
                              rate=rate, rate_unavailable=why, trace=trace, processes=procs,
                              turnover=turn, predictor=pr)
+
+
+class _Beside:
+    """Reads run in daemon threads from construction: `get(name)` waits for one and returns
+    its result or raises its error, as the call would have in the caller's thread."""
+
+    def __init__(self, reads: dict[str, Callable[[], Any]]) -> None:
+        self._out: dict[str, tuple[bool, Any]] = {}
+        self._threads = {name: threading.Thread(target=self._run, args=(name, fn), daemon=True,
+                                                name=f"beamalloc-{name}-beside")
+                         for name, fn in reads.items()}  # fmt: skip
+        for t in self._threads.values():
+            t.start()
+
+    def _run(self, name: str, fn: Callable[[], Any]) -> None:
+        try:
+            self._out[name] = (True, fn())
+        except BaseException as e:  # re-raised by get(), in the caller's thread
+            self._out[name] = (False, e)
+
+    def get(self, name: str) -> Any:
+        self._threads[name].join()
+        ok, value = self._out[name]
+        if not ok:
+            raise value
+        return value
 
 
 class _Ahead:

@@ -48,7 +48,6 @@ from beamalloc.analyzer.carriers import carrier_map
 from beamalloc.analyzer.categories import MemoryPicture, picture
 from beamalloc.analyzer.death import Death, death_of
 from beamalloc.analyzer.options import first_scheduler_options
-from beamalloc.collector.crashdump import truncation_note
 from beamalloc.flags import (
     ALLOCATOR_LETTERS,
     SUPPORTED_OTP,
@@ -822,7 +821,12 @@ def verdict(
         rate=rate.to_json() if rate else None, rate_unavailable=rate_unavailable,
         rss=snap.rss, rss_lazyfree=snap.rss_lazyfree,
         truncated_instances=len(snap.allocators) if snap.truncated else None)  # fmt: skip
-    cut = truncation_note(snap)  # issue 16: judged from what was read; the rest may hold anything
+    cut = None
+    if snap.truncated:  # a cut dump (collector/crashdump.py); else its reader is not loaded
+        from beamalloc.collector.crashdump import truncation_note
+
+        # issue 16: judged from what was read; the rest may hold anything
+        cut = truncation_note(snap)
     if cut is not None:
         notes = [cut, *notes]
     return Recommended(

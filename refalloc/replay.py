@@ -14,7 +14,6 @@ Replay statistics have no "since last call" period: a Triple is (current, max, m
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,8 @@ from beamalloc.trace import (
 )
 from beamalloc.versions import modelled_otp
 
-__all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_checkpoints", "replay_snapshot", "run",
-           "snapshot_from"]
+__all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_checkpoints", "replay_histories",
+           "replay_snapshot", "run", "snapshot_from"]
 
 SERIES_COLUMNS = ("t_ns", "carriers_size", "blocks_size", "mseg_cached")
 #: The model's version string is recorded in each snapshot (which model produced it).
@@ -118,6 +117,8 @@ def _native_replay(
             native = _refalloc.replay(str(path), config, schedulers, sample_every_ns, csv=rows)
             if "declined" not in native:
                 return native
+        import tempfile  # a CSV's conversion alone needs it
+
         with tempfile.TemporaryDirectory() as tmp:  # converted once, streaming
             tmp_path = Path(tmp) / "trace.batr"
             convert(path, tmp_path, to="binary")
@@ -333,6 +334,38 @@ def replay_checkpoints(
         snap = snapshot_from(cp, fs, s, header)
         series = _series(cp)
         out.append(ReplayResult(given, snap, _peak(snap, series), series, cp, shown))
+    return out
+
+
+def replay_histories(
+    histories: Sequence[tuple[TraceHeader, dict[str, int], Sequence[int]]],
+    flags: FlagSet,
+    schedulers: int,
+    *,
+    sample_every_ns: int = 100_000_000,
+) -> list[list[ReplayResult]]:
+    """What :func:`replay_checkpoints` gives for each history trace that tracegen.history would
+    write (its header and native parameters: tracegen.history_params) at its checkpoints, the
+    same to the byte, without writing them: the events go straight into the model, histories
+    that share their events up to the drop replay them once and go on from copies of that model
+    (refalloc/src/history.rs `replay`), on both cores with the GIL released."""
+    from beamalloc import _refalloc
+
+    try:
+        config = replay_config(flags, schedulers, otp=flags.otp)
+        natives = _refalloc.history_replays([(p, list(cps)) for _, p, cps in histories],
+                                            config, schedulers, sample_every_ns)  # fmt: skip
+    except (FlagError, ValueError) as e:
+        raise InputError(str(e)) from None
+    given, shown = _given(flags, flags)
+    out = []
+    for (header, _, _), cps in zip(histories, natives, strict=True):
+        runs = []
+        for cp in cps:
+            snap = snapshot_from(cp, flags, schedulers, header)
+            series = _series(cp)
+            runs.append(ReplayResult(given, snap, _peak(snap, series), series, cp, shown))
+        out.append(runs)
     return out
 
 

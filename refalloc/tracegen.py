@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -391,11 +390,20 @@ def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
     """Write `h` on every scheduler instance of `allocator`, the instances in lock step as the
     node's workers are (one event each in turn); returns the event count. A prediction writes
     several histories of a node's size, so the events are generated natively
-    (refalloc/src/history.rs), deterministic for a seed."""
+    (refalloc/src/history.rs), deterministic for a seed; it replays them without a file
+    (:func:`history_params`, refalloc/replay.py `replay_histories`)."""
     import json
 
     from beamalloc import _refalloc
 
+    header, params = history_params(h, allocator=allocator, schedulers=schedulers, seed=seed)
+    blob = json.dumps(header.to_json(), separators=(",", ":"))
+    return int(_refalloc.history_trace(str(path), blob, params))
+
+
+def history_params(h: History, *, allocator: str = "binary_alloc", schedulers: int = 1,
+                   seed: int = 1) -> tuple[TraceHeader, dict[str, int]]:  # fmt: skip
+    """The header :func:`history` writes and the native generator's parameters of `h`."""
     number = ALLOCATOR_NUMBERS[allocator]
     typ, type_name = TYPE_OF.get(allocator, (T_BINARY, "binary"))
     header = _header(schedulers, "history", [(typ, type_name, number)], allocator=allocator,
@@ -406,8 +414,7 @@ def history(path: str | Path, h: History, *, allocator: str = "binary_alloc",
               "rebuild": int(h.rebuild), "phase": h.phase, "lo": lo,
               "hi": max(int(h.mean_size * (1 + h.spread)), lo), "allocator": number,
               "type": typ, "instances": schedulers, "seed": seed}  # fmt: skip
-    blob = json.dumps(header.to_json(), separators=(",", ":"))
-    return int(_refalloc.history_trace(str(path), blob, params))
+    return header, params
 
 
 # --- fitted to a snapshot -------------------------------------------------------------------------
@@ -525,6 +532,8 @@ def predict(
 ) -> list[dict[str, Any]]:
     """Replay `snap`'s fitted stationary mix under each flag set (in order); one run each, shaped
     as in ``beamalloc replay --json`` (flags, snapshot, analysis, peak, series)."""
+    import tempfile  # this generator alone writes a scratch file
+
     from beamalloc.refalloc.replay import run
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,13 +9,11 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc import pastes
 from beamalloc.advice import wording
 from beamalloc.advice.records import Prediction, Recommendation
 from beamalloc.citations import link
@@ -27,42 +25,16 @@ from beamalloc.reporters.analyze import (
     answer,
     top_holders,
 )
+from beamalloc.reporters.paste import paste as paste
+from beamalloc.reporters.paste import paste_block as paste_block
+from beamalloc.reporters.paste import paste_note as paste_note
+from beamalloc.reporters.paste import paste_of as paste_of
+from beamalloc.reporters.paste import said as said
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import exact_bytes, human, pct
+from beamalloc.units import human, pct
 
 if TYPE_CHECKING:
     from beamalloc.advice.recommend import Document, Recommended
-
-
-def said(f: Callable[..., str], *args: Any) -> str:
-    """A sentence of the wording module as the verdict says it, in human sizes whatever
-    `--bytes` asks of the tables (the JSON's words, computed the same way)."""
-    with exact_bytes(False):
-        return f(*args)
-
-
-def paste_note(rec: Recommended) -> str | None:
-    """Why there is nothing to paste where the lint calls a setting in force wrong: the verdict
-    weighed reverting it, and the paste says so rather than disagree with the lint."""
-    held = [rv for rv in rec.verdict.reverts if not rv.advised]
-    return f"{said(wording.revert, held[0])}; see the verdict" if held else None
-
-
-def paste(r: Document, fmt: str) -> str:
-    """The paste block of a recommendation (advice/recommend.py's result) for `fmt`."""
-    return paste_of(r.records, fmt)
-
-
-def paste_of(rec: Recommended, fmt: str) -> str:
-    """The paste block of the recommendation's records for `fmt`: the advised flags, in the
-    order they are pasted in."""
-    return paste_block([f"{x.flag} {x.value}" for x in rec.verdict.advised], fmt,
-                       paste_note(rec))
-
-
-def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
-    """The text to paste for `fmt`, from the flags one by one (beamalloc/pastes.py)."""
-    return pastes.render(parts, fmt, note)
 
 
 #: What each number of a finding's evidence is (the keys advice/rules.py and advice/holders.py

@@ -53,7 +53,7 @@ def test_a_replayed_history_peaks_at_the_nodes_block_bytes() -> None:
         h = p._history("binary_alloc")
         assert h is not None
         kept = next(c for c in h.candidates if c.future == "kept" and not c.history.stragglers)
-        r = p._history_replay(kept.path, kept.events, p.base, fit.modelled)
+        r = p._history_replay(kept.family, kept.events, p.base, fit.modelled)
     model = pr._sched(r.snapshot, "binary_alloc")
     model_peak = sum(i.mbcs.block_size.max for i in model) / len(model)
     assert abs(model_peak - node_peak) / node_peak < 0.002, (model_peak, node_peak)

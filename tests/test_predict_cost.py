@@ -18,8 +18,9 @@ from beamalloc.advice import predict as pr
 from beamalloc.advice.findings import facts
 from beamalloc.advice.recommend import recommend
 from beamalloc.errors import InputError
-from beamalloc.refalloc.replay import replay_checkpoints, replay_snapshot
-from beamalloc.refalloc.tracegen import History, events, history
+from beamalloc.flags import parse
+from beamalloc.refalloc.replay import replay_checkpoints, replay_histories, replay_snapshot
+from beamalloc.refalloc.tracegen import History, events, history, history_params
 
 FLAGS = ("+MBas bf", "+MBas ageffcbf +MBlmbcs 512 +MBacul de")
 
@@ -70,6 +71,37 @@ def test_checkpoints_refuse_what_they_cannot_give(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="binary trace"):
         replay_checkpoints(csv, None, [0])
     assert replay_checkpoints(path, None, [0, n], schedulers=1)[0].native["events"] == 0
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_histories_replayed_unwritten_and_forked_are_their_traces_replayed(
+        tmp_path: Path, flags: str) -> None:  # fmt: skip
+    """The calibration's histories, replayed without a file, their shared events up to the
+    drop once and each forked from there on two threads, give what their written traces'
+    replays give at every checkpoint, to the byte: the series and the footprint too."""
+    base = History(live=400, peak=5000, before=300, after=1600, mean_size=800)
+    family = [base, dataclasses.replace(base, stragglers=20, rebuild=True, phase=250, after=800),
+              dataclasses.replace(base, stragglers=20, rebuild=True, phase=750, after=800),
+              dataclasses.replace(base, mean_size=900)]  # another prefix: its own replay
+    fs = parse(flags, otp=25)
+    jobs, want = [], []
+    for i, h in enumerate(family):
+        path = tmp_path / f"h{i}.batr"
+        n = history(path, h, schedulers=2, seed=5)
+        # inside the shared prefix, just after the drop, and the end
+        cps = [1000, dataclasses.replace(h, after=0).events(2), n]
+        want.append(replay_checkpoints(path, fs, cps, schedulers=2))
+        jobs.append((*history_params(h, schedulers=2, seed=5), cps))
+    got = replay_histories(jobs, fs, 2)
+    assert [len(g) for g in got] == [3] * len(family)
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            assert a.native == b.native
+            assert a.snapshot.to_dict() == b.snapshot.to_dict()
+            assert (a.flags, a.peak, a.series) == (b.flags, b.peak, b.series)
+    past = [(*history_params(base, schedulers=2, seed=5), [base.events(2) + 1])]
+    with pytest.raises(InputError, match="past its"):
+        replay_histories(past, fs, 2)
 
 
 @pytest.mark.parametrize("name", ["churn_bf", "binspike_bf"])

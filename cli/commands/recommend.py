@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                             trace=trace, trace_for=args.trace_for)
     result = recommend_source(reader(args, ctx), args.source, opts)
     if args.json:
-        from beamalloc.reporters.recommend import paste
+        from beamalloc.reporters.paste import paste  # without rich: --json draws nothing
 
         ctx.write(None, json.dumps({**result, "paste": paste(result, args.format)}, indent=1))
         return 0

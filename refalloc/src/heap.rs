@@ -21,6 +21,7 @@ const DISABLE_ABANDON: u64 = 1000;
 const FETCH_LIMIT: usize = 100;
 
 /// Node-wide state shared by all allocators: the address space and the mseg instances.
+#[derive(Clone)]
 pub struct Env {
     pub space: AddrSpace,
     pub msegs: Vec<Mseg>,
@@ -150,6 +151,7 @@ pub struct Carrier {
     tree_largest: u64,
 }
 
+#[derive(Clone)]
 pub struct Instance {
     pub cfg: InstanceConfig,
     pub stats: InstStats,
@@ -163,6 +165,7 @@ pub struct Instance {
 }
 
 /// One allocator with all its instances.
+#[derive(Clone)]
 pub struct Heap {
     pub alloc_no: u32,
     pub instances: Vec<Instance>,

@@ -4,7 +4,8 @@
 //! set and a few stragglers evenly spread over the spike), then churn after the drop that
 //! replaces blocks at random or each live block once per pass. The recommender writes several
 //! such histories per prediction (advice/predict.py), so they are generated here, not in Python.
-use crate::trace::{Event, Op, TraceWriter};
+use crate::replay::{Lookahead, Replay};
+use crate::trace::{Event, Op, TraceError, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
 
@@ -40,6 +41,7 @@ pub struct Params {
 }
 
 /// splitmix64: small, deterministic for a seed, good enough to draw sizes and victims.
+#[derive(Clone)]
 struct Rng(u64);
 
 impl Rng {
@@ -62,8 +64,20 @@ impl Rng {
     }
 }
 
-struct Gen<W: std::io::Write> {
-    w: TraceWriter<W>,
+/// Where a history's events go: a trace file, or a model fed as they are made (`replay`).
+pub trait Sink {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()>;
+}
+
+impl<W: std::io::Write> Sink for TraceWriter<W> {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.write(ev)
+    }
+}
+
+/// The generator's state between events: cloned where histories part (`replay`).
+#[derive(Clone)]
+struct Gen {
     rng: Rng,
     p: Params,
     t: u64,
@@ -72,11 +86,31 @@ struct Gen<W: std::io::Write> {
     live: Vec<Vec<(u64, u64)>>,
 }
 
-impl<W: std::io::Write> Gen<W> {
-    fn event(&mut self, op: Op, k: usize, size: u64, id: u64) -> std::io::Result<()> {
+impl Gen {
+    fn new(p: Params) -> Gen {
+        Gen {
+            rng: Rng(p.seed),
+            p: Params {
+                hi: p.hi.max(p.lo),
+                ..p
+            },
+            t: 0,
+            next_id: 1,
+            live: vec![Vec::new(); p.instances.max(1) as usize],
+        }
+    }
+
+    fn event(
+        &mut self,
+        s: &mut impl Sink,
+        op: Op,
+        k: usize,
+        size: u64,
+        id: u64,
+    ) -> std::io::Result<()> {
         self.t += 1000;
         let ix = k as u64 + 1;
-        self.w.write(&Event {
+        s.event(&Event {
             t_ns: self.t,
             op,
             allocator: self.p.allocator,
@@ -90,150 +124,368 @@ impl<W: std::io::Write> Gen<W> {
     }
 
     /// A new block of instance `k`: (id, size).
-    fn alloc(&mut self, k: usize) -> std::io::Result<(u64, u64)> {
+    fn alloc(&mut self, s: &mut impl Sink, k: usize) -> std::io::Result<(u64, u64)> {
         let size = self.p.lo + self.rng.next() % (self.p.hi - self.p.lo + 1);
         let id = self.next_id;
         self.next_id += 1;
-        self.event(Op::Alloc, k, size, id)?;
+        self.event(s, Op::Alloc, k, size, id)?;
         Ok((id, size))
     }
 
     /// Free the block in slot `j` of instance `k` and put a new one there.
-    fn replace(&mut self, k: usize, j: usize) -> std::io::Result<()> {
+    fn replace(&mut self, s: &mut impl Sink, k: usize, j: usize) -> std::io::Result<()> {
         let (id, size) = self.live[k][j];
-        self.event(Op::Free, k, size, id)?;
-        self.live[k][j] = self.alloc(k)?;
+        self.event(s, Op::Free, k, size, id)?;
+        self.live[k][j] = self.alloc(s, k)?;
+        Ok(())
+    }
+
+    /// The base set, the churn before the spike and the spike: the events every history of one
+    /// `prefix_key` shares (the drop and what follows it draw nothing before it).
+    fn prefix(&mut self, s: &mut impl Sink) -> std::io::Result<()> {
+        let (p, n) = (self.p, self.live.len());
+        for _ in 0..p.live {
+            for k in 0..n {
+                let b = self.alloc(s, k)?;
+                self.live[k].push(b);
+            }
+        }
+        for _ in 0..p.before {
+            for k in 0..n {
+                let j = self.rng.below(self.live[k].len());
+                self.replace(s, k, j)?;
+            }
+        }
+        for _ in p.live..p.peak {
+            for k in 0..n {
+                let b = self.alloc(s, k)?;
+                self.live[k].push(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// The drop and the churn after it, under `self.p` (stragglers, rebuild, phase, after,
+    /// passes: the parameters the prefix does not read).
+    fn rest(&mut self, s: &mut impl Sink) -> std::io::Result<()> {
+        let (p, n) = (self.p, self.live.len());
+        let stragglers = p.stragglers.min(p.live) as usize;
+        if stragglers == 0 {
+            for _ in p.live..p.peak {
+                for k in 0..n {
+                    let j = self.rng.below(self.live[k].len());
+                    let (id, size) = self.live[k].swap_remove(j);
+                    self.event(s, Op::Free, k, size, id)?;
+                }
+            }
+        } else {
+            // Slots in allocation order: the base set (its slots keep their place through the
+            // churn before), then the spike; the base and every stride-th of the rest stay.
+            let base = p.live as usize - stragglers;
+            let mut freed: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
+            for k in 0..n {
+                let all = std::mem::take(&mut self.live[k]);
+                let spike = all.len() - base;
+                let mut keep = vec![false; all.len()];
+                keep[..base].iter_mut().for_each(|x| *x = true);
+                for i in 0..stragglers {
+                    let at = (i as u64 * 1000 + p.phase.min(999)) * spike as u64;
+                    keep[base + (at / (1000 * stragglers as u64)) as usize] = true;
+                }
+                let (kept, mut gone): (Vec<_>, Vec<_>) =
+                    all.into_iter().zip(keep).partition(|&(_, k)| k);
+                self.rng.shuffle(&mut gone);
+                self.live[k] = kept.into_iter().map(|(b, _)| b).collect();
+                freed.push(gone.into_iter().map(|(b, _)| b).collect());
+            }
+            for i in 0..freed.iter().map(Vec::len).max().unwrap_or(0) {
+                for (k, list) in freed.iter().enumerate() {
+                    if let Some(&(id, size)) = list.get(i) {
+                        self.event(s, Op::Free, k, size, id)?;
+                    }
+                }
+            }
+        }
+        if stragglers > 0 && p.rebuild {
+            // The base set sits before the stragglers in each live list (the partition kept the
+            // allocation order): the new blocks go after it, then the oldest `after` go.
+            let base = p.live as usize - stragglers;
+            let mut olds: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
+            for k in 0..n {
+                olds.push(self.live[k][..base].to_vec());
+            }
+            for _ in 0..p.after {
+                for (k, old) in olds.iter_mut().enumerate() {
+                    if base > 0 {
+                        let b = self.alloc(s, k)?;
+                        old.push(b);
+                    }
+                }
+            }
+            let gone = (p.after as usize).min(olds.iter().map(Vec::len).max().unwrap_or(0));
+            for i in 0..gone {
+                for (k, old) in olds.iter().enumerate() {
+                    if let Some(&(id, size)) = old.get(i) {
+                        self.event(s, Op::Free, k, size, id)?;
+                    }
+                }
+            }
+            for (k, old) in olds.into_iter().enumerate() {
+                let mut live = old[gone.min(old.len())..].to_vec();
+                live.extend_from_slice(&self.live[k][base..]);
+                self.live[k] = live;
+            }
+            return Ok(());
+        }
+        // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
+        let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for _ in 0..p.after {
+            for (k, pass) in order.iter_mut().enumerate() {
+                // The stragglers sit at the end of the live slots and are never replaced.
+                let len = self.live[k].len() - stragglers.min(self.live[k].len());
+                if len == 0 {
+                    continue;
+                }
+                let j = if p.passes {
+                    if pass.is_empty() {
+                        *pass = (0..len).collect();
+                        self.rng.shuffle(pass);
+                    }
+                    pass.pop().unwrap_or(0)
+                } else {
+                    self.rng.below(len)
+                };
+                self.replace(s, k, j)?;
+            }
+        }
         Ok(())
     }
 }
 
 /// Write the history to `path`, under `header_json`; returns the event count.
 pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
-    let f = BufWriter::new(File::create(path)?);
-    let n = p.instances.max(1) as usize;
-    let mut g = Gen {
-        w: TraceWriter::new(f, header_json)?,
-        rng: Rng(p.seed),
-        p: Params {
-            hi: p.hi.max(p.lo),
-            ..p
-        },
-        t: 0,
-        next_id: 1,
-        live: vec![Vec::new(); n],
-    };
-    for _ in 0..p.live {
-        for k in 0..n {
-            let b = g.alloc(k)?;
-            g.live[k].push(b);
-        }
-    }
-    for _ in 0..p.before {
-        for k in 0..n {
-            let j = g.rng.below(g.live[k].len());
-            g.replace(k, j)?;
-        }
-    }
-    for _ in p.live..p.peak {
-        for k in 0..n {
-            let b = g.alloc(k)?;
-            g.live[k].push(b);
-        }
-    }
-    let stragglers = p.stragglers.min(p.live) as usize;
-    if stragglers == 0 {
-        for _ in p.live..p.peak {
-            for k in 0..n {
-                let j = g.rng.below(g.live[k].len());
-                let (id, size) = g.live[k].swap_remove(j);
-                g.event(Op::Free, k, size, id)?;
-            }
-        }
-    } else {
-        // Slots in allocation order: the base set (its slots keep their place through the
-        // churn before), then the spike; the base and every stride-th of the rest stay.
-        let base = p.live as usize - stragglers;
-        let mut freed: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
-        for k in 0..n {
-            let all = std::mem::take(&mut g.live[k]);
-            let spike = all.len() - base;
-            let mut keep = vec![false; all.len()];
-            keep[..base].iter_mut().for_each(|x| *x = true);
-            for i in 0..stragglers {
-                let at = (i as u64 * 1000 + p.phase.min(999)) * spike as u64;
-                keep[base + (at / (1000 * stragglers as u64)) as usize] = true;
-            }
-            let (kept, mut gone): (Vec<_>, Vec<_>) =
-                all.into_iter().zip(keep).partition(|&(_, k)| k);
-            g.rng.shuffle(&mut gone);
-            g.live[k] = kept.into_iter().map(|(b, _)| b).collect();
-            freed.push(gone.into_iter().map(|(b, _)| b).collect());
-        }
-        for i in 0..freed.iter().map(Vec::len).max().unwrap_or(0) {
-            for (k, list) in freed.iter().enumerate() {
-                if let Some(&(id, size)) = list.get(i) {
-                    g.event(Op::Free, k, size, id)?;
-                }
-            }
-        }
-    }
-    if stragglers > 0 && p.rebuild {
-        // The base set sits before the stragglers in each live list (the partition kept the
-        // allocation order): the new blocks go after it, then the oldest `after` go.
-        let base = p.live as usize - stragglers;
-        let mut olds: Vec<Vec<(u64, u64)>> = Vec::with_capacity(n);
-        for k in 0..n {
-            olds.push(g.live[k][..base].to_vec());
-        }
-        for _ in 0..p.after {
-            for (k, old) in olds.iter_mut().enumerate() {
-                if base > 0 {
-                    let b = g.alloc(k)?;
-                    old.push(b);
-                }
-            }
-        }
-        let gone = (p.after as usize).min(olds.iter().map(Vec::len).max().unwrap_or(0));
-        for i in 0..gone {
-            for (k, old) in olds.iter().enumerate() {
-                if let Some(&(id, size)) = old.get(i) {
-                    g.event(Op::Free, k, size, id)?;
-                }
-            }
-        }
-        for (k, old) in olds.into_iter().enumerate() {
-            let mut live = old[gone.min(old.len())..].to_vec();
-            live.extend_from_slice(&g.live[k][base..]);
-            g.live[k] = live;
-        }
-        let count = g.w.count;
-        g.w.finish()?;
-        return Ok(count);
-    }
-    // A pass: the live slots in a random order, each replaced once (a new block keeps the slot).
-    let mut order: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for _ in 0..p.after {
-        for (k, pass) in order.iter_mut().enumerate() {
-            // The stragglers sit at the end of the live slots and are never replaced.
-            let len = g.live[k].len() - stragglers.min(g.live[k].len());
-            if len == 0 {
-                continue;
-            }
-            let j = if p.passes {
-                if pass.is_empty() {
-                    *pass = (0..len).collect();
-                    g.rng.shuffle(pass);
-                }
-                pass.pop().unwrap_or(0)
-            } else {
-                g.rng.below(len)
-            };
-            g.replace(k, j)?;
-        }
-    }
-    let count = g.w.count;
-    g.w.finish()?;
+    let mut w = TraceWriter::new(BufWriter::new(File::create(path)?), header_json)?;
+    let mut g = Gen::new(p);
+    g.prefix(&mut w)?;
+    g.rest(&mut w)?;
+    let count = w.count;
+    w.finish()?;
     Ok(count)
+}
+
+/// What the prefix of a history reads: histories equal in it share their events up to the drop.
+fn prefix_key(p: &Params) -> [u64; 9] {
+    [
+        p.live,
+        p.peak,
+        p.before,
+        p.lo,
+        p.hi.max(p.lo),
+        p.allocator,
+        p.type_,
+        p.instances.max(1),
+        p.seed,
+    ]
+}
+
+/// A model fed a history's events as they are made, calling `at` after each of `checkpoints`
+/// (ascending event counts, each once) as `Replay::run_reader_at` does; it stops the history
+/// (a `Done` error) once the last is met.
+struct Feed<'a, F: FnMut(&Replay)> {
+    rp: &'a mut Replay,
+    ahead: Lookahead,
+    checkpoints: &'a [u64],
+    next: usize,
+    at: F,
+}
+
+/// The error kind a `Feed` stops the generator with: not a failure.
+const DONE: std::io::ErrorKind = std::io::ErrorKind::Interrupted;
+
+impl<F: FnMut(&Replay)> Feed<'_, F> {
+    fn due(&mut self, events: u64) -> bool {
+        let mut hit = false;
+        while self.checkpoints.get(self.next) == Some(&events) {
+            self.next += 1;
+            hit = true;
+        }
+        hit
+    }
+
+    fn finished(&self) -> bool {
+        self.next >= self.checkpoints.len()
+    }
+
+    /// The events the lookahead still holds, applied one by one for the checkpoints among them.
+    fn drain(&mut self) {
+        let (cps, mut next, at) = (self.checkpoints, self.next, &mut self.at);
+        self.ahead.drain_each(self.rp, |rp| {
+            let mut hit = false;
+            while cps.get(next) == Some(&rp.events) {
+                next += 1;
+                hit = true;
+            }
+            if hit {
+                at(rp);
+            }
+        });
+        self.next = next;
+    }
+}
+
+impl<F: FnMut(&Replay)> Sink for Feed<'_, F> {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        if self.finished() {
+            return Err(DONE.into());
+        }
+        let before = self.rp.events;
+        self.ahead.push(self.rp, ev);
+        if self.rp.events != before && self.due(self.rp.events) {
+            (self.at)(self.rp);
+        }
+        Ok(())
+    }
+}
+
+/// `done` as the end of a generator fed to a model: Ok where a Feed stopped it.
+fn fed(done: std::io::Result<()>) -> Result<(), TraceError> {
+    match done {
+        Err(e) if e.kind() != DONE => Err(TraceError(e.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// Run `f` on each item on up to `workers` threads; results in the items' order.
+fn parallel<T: Send, R: Send>(items: Vec<T>, workers: usize, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let n = items.len();
+    let workers = workers.clamp(1, n.max(1));
+    if workers == 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let todo = std::sync::Mutex::new(items.into_iter().enumerate());
+    let out = std::sync::Mutex::new((0..n).map(|_| None).collect::<Vec<Option<R>>>());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let item = todo.lock().unwrap().next();
+                let Some((i, x)) = item else { break };
+                let r = f(x);
+                out.lock().unwrap()[i] = Some(r);
+            });
+        }
+    });
+    out.into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("every item run"))
+        .collect()
+}
+
+/// Replay histories in `model` (a fresh model; each history runs on its own copy) without
+/// writing them: `at(history, model)` after each of its `checkpoints` (ascending event counts),
+/// as `Replay::run_reader_at` calls it on the history's trace, which this equals event for
+/// event. Histories that share their prefix (`prefix_key`: all but the drop and what follows)
+/// replay it once, and each goes on from a copy of the model and the generator at its end: the
+/// recommender's calibration tries five histories of one prefix (advice/predict.py). The
+/// copies run on up to `workers` threads. Err: a model failure, or a checkpoint past the end of
+/// its history (the first such, by history).
+pub fn replay(
+    model: Replay,
+    histories: &[(Params, Vec<u64>)],
+    workers: usize,
+    at: impl Fn(usize, &Replay) + Sync,
+) -> Result<(), TraceError> {
+    if histories
+        .iter()
+        .any(|(_, cps)| cps.windows(2).any(|w| w[0] > w[1]))
+    {
+        return Err(TraceError("checkpoints must be in ascending order".into()));
+    }
+    // the groups of one prefix, in order of first appearance
+    let mut groups: Vec<([u64; 9], Vec<usize>)> = Vec::new();
+    for (i, (p, _)) in histories.iter().enumerate() {
+        let key = prefix_key(p);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    // The prefix of each group once, with the checkpoints its members place inside it.
+    let items: Vec<_> = groups.iter().map(|(_, m)| (m, model.clone())).collect();
+    let prefixes = parallel(
+        items,
+        workers,
+        |(members, mut rp): (&Vec<usize>, Replay)| {
+            let mut g = Gen::new(histories[members[0]].0);
+            let mut cps: Vec<u64> = members
+                .iter()
+                .flat_map(|&i| histories[i].1.iter().copied())
+                .collect();
+            cps.sort_unstable();
+            cps.dedup();
+            let mut feed = Feed {
+                rp: &mut rp,
+                ahead: Lookahead::new(),
+                checkpoints: &cps,
+                next: 0,
+                at: |rp: &Replay| {
+                    for &i in members {
+                        if histories[i].1.contains(&rp.events) {
+                            at(i, rp);
+                        }
+                    }
+                },
+            };
+            let done = g.prefix(&mut feed);
+            if !feed.finished() {
+                feed.drain();
+            }
+            fed(done)?;
+            Ok((rp, g))
+        },
+    );
+    // a model is not Sync (its caches are Cells): each job copies its prefix under a lock
+    let prefixes: Vec<std::sync::Mutex<(Replay, Gen)>> = prefixes
+        .into_iter()
+        .map(|r| r.map(std::sync::Mutex::new))
+        .collect::<Result<_, _>>()?;
+    let mut jobs = Vec::new();
+    for ((_, members), prefix) in groups.iter().zip(&prefixes) {
+        for &i in members {
+            // the checkpoints past the prefix; those within it were met in it
+            let cps = &histories[i].1;
+            let from = cps.partition_point(|&c| c <= prefix.lock().unwrap().0.events);
+            if from < cps.len() {
+                jobs.push((i, prefix, from));
+            }
+        }
+    }
+    let ends = parallel(jobs, workers, |(i, prefix, from)| {
+        let (p, cps) = &histories[i];
+        let cps = &cps[from..];
+        let (mut rp, mut g) = prefix.lock().unwrap().clone();
+        g.p = Gen::new(*p).p;
+        let mut feed = Feed {
+            rp: &mut rp,
+            ahead: Lookahead::new(),
+            checkpoints: cps,
+            next: 0,
+            at: |rp: &Replay| at(i, rp),
+        };
+        let done = g.rest(&mut feed);
+        if !feed.finished() {
+            feed.drain();
+        }
+        let met = feed.next;
+        fed(done)?;
+        match cps.get(met) {
+            None => Ok(()),
+            Some(c) => Err(TraceError(rp.failure.clone().unwrap_or_else(|| {
+                format!("history {i}: checkpoint {c} past its {} events", rp.events)
+            }))),
+        }
+    });
+    ends.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -420,5 +672,94 @@ mod tests {
         assert!(live.contains_key(&first) && live.contains_key(&(first + 1)));
         let stride = 2 * (p.peak - p.live + p.stragglers) / p.stragglers;
         assert!(live.contains_key(&(first + stride)));
+    }
+
+    /// What a test compares of a model: every allocator's instance statistics and carriers,
+    /// the mseg instances, the footprint series, the events applied.
+    fn state(rp: &Replay) -> String {
+        let mut out = format!(
+            "events {} live {} series {:?}\n",
+            rp.events,
+            rp.live_blocks(),
+            rp.series
+        );
+        for h in rp.heaps.iter().flatten() {
+            for i in &h.instances {
+                out += &format!("{:?}\n", i.stats);
+            }
+            let cs: Vec<_> = h.live_carriers().map(|(_, c)| (c.addr, c.size)).collect();
+            out += &format!("{} {} {cs:?}\n", h.carriers_size(), h.blocks_size());
+        }
+        for m in &rp.env.msegs {
+            out += &format!("{:?} {}\n", m.stats, m.cached_size());
+        }
+        out
+    }
+
+    /// Histories replayed without a file, forked at their shared prefix on two threads, give
+    /// the model their written traces give at every checkpoint: the fork is exact.
+    #[test]
+    fn forked_histories_equal_their_traces_replayed() {
+        use crate::config::{Globals, InstanceConfig};
+        let model = || {
+            let cfgs = (0..3)
+                .map(|ix| InstanceConfig::default_for(10, ix))
+                .collect();
+            Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+        };
+        let base = Params {
+            after: 500,
+            ..params(true)
+        };
+        let hs = [
+            base,
+            Params {
+                after: 900,
+                passes: false,
+                ..base
+            },
+            Params {
+                stragglers: 10,
+                phase: 250,
+                ..base
+            },
+            Params {
+                stragglers: 10,
+                rebuild: true,
+                after: 380,
+                ..base
+            },
+            Params { seed: 8, ..base }, // another prefix: its own group
+        ];
+        let mut jobs = Vec::new();
+        let mut want = Vec::new();
+        for (n, p) in hs.iter().enumerate() {
+            let name = format!("refalloc-history-fork-{}-{n}.batr", std::process::id());
+            let path = std::env::temp_dir().join(name).to_str().unwrap().to_owned();
+            let total = write(&path, "{\"schedulers\":2}", *p).unwrap();
+            // one checkpoint inside the prefix, one after the drop, the end
+            let cps = vec![1_000, 2 * (2 * p.peak - p.live + 2 * p.before), total];
+            let mut got = Vec::new();
+            let mut rp = model();
+            let mut r = TraceReader::open(&path).unwrap();
+            rp.run_reader_at(&mut r, &cps, |rp| got.push(state(rp)))
+                .unwrap();
+            std::fs::remove_file(&path).unwrap();
+            want.push(got);
+            jobs.push((*p, cps));
+        }
+        let seen = std::sync::Mutex::new(vec![Vec::new(); hs.len()]);
+        replay(model(), &jobs, 2, |i, rp| {
+            seen.lock().unwrap()[i].push(state(rp))
+        })
+        .unwrap();
+        let seen = seen.into_inner().unwrap();
+        for (i, (w, s)) in want.iter().zip(&seen).enumerate() {
+            assert_eq!(w.len(), 3);
+            assert!(w == s, "history {i} differs");
+        }
+        // a checkpoint past a history's end is an error, not a silent short answer
+        let past = vec![(base, vec![10_000_000])];
+        assert!(replay(model(), &past, 1, |_, _| {}).is_err());
     }
 }

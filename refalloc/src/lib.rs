@@ -48,6 +48,7 @@ fn _refalloc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // the collector's formats (ETF, term text): their own crate, collector/native
     formats::python::register(m)?;
     m.add_function(wrap_pyfunction!(python_history::history_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(python_history::history_replays, m)?)?;
     m.add_class::<python_writer::PyTraceWriter>()?;
     m.add_class::<python_trace::PyTraceFile>()?;
     Ok(())

@@ -127,28 +127,13 @@ fn heap_info(py: Python<'_>, h: &Heap, name: &str) -> PyResult<PyObject> {
     Ok(out.into_py(py))
 }
 
-/// Replay a binary trace under `config` (from `beamalloc.flags.replay_config`).
-///
-/// `csv`: (offset, line, types, next_type) of a CSV trace's rows (`native_csv_rows`): replayed
-/// straight from the CSV by the fast path; a row it declines returns `{"declined": line}`
-/// and the caller converts the file with the reader (python_trace.rs) and replays that.
-///
-/// `checkpoints` (a binary trace's event counts, ascending): the result is `{"checkpoints":
-/// [...]}`, one result of the usual shape per count, the model as it stood after that many
-/// events (`Replay::run_reader_at`, which stops at the last); a count past the trace's end is
-/// a ValueError.
-#[pyfunction]
-#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000, csv = None,
-                    checkpoints = None))]
-pub fn replay(
-    py: Python<'_>,
-    trace_path: &str,
+/// A model under `config` (`beamalloc.flags.replay_config`), empty, and the allocator names
+/// by number that `result` reports under.
+pub(crate) fn new_replay(
     config: &Bound<'_, PyDict>,
     schedulers: usize,
     sample_every_ns: u64,
-    csv: Option<CsvRows>,
-    checkpoints: Option<Vec<u64>>,
-) -> PyResult<PyObject> {
+) -> PyResult<(Replay, Vec<String>)> {
     let g: Bound<'_, PyDict> = get(config, "globals")?;
     let globals = Globals {
         mcs: get(&g, "mcs")?,
@@ -175,7 +160,35 @@ pub fn replay(
         }
         cfgs.push(v);
     }
-    let mut rp = Replay::new(globals, schedulers + 1, cfgs, sample_every_ns);
+    Ok((
+        Replay::new(globals, schedulers + 1, cfgs, sample_every_ns),
+        names,
+    ))
+}
+
+/// Replay a binary trace under `config` (from `beamalloc.flags.replay_config`).
+///
+/// `csv`: (offset, line, types, next_type) of a CSV trace's rows (`native_csv_rows`): replayed
+/// straight from the CSV by the fast path; a row it declines returns `{"declined": line}`
+/// and the caller converts the file with the reader (python_trace.rs) and replays that.
+///
+/// `checkpoints` (a binary trace's event counts, ascending): the result is `{"checkpoints":
+/// [...]}`, one result of the usual shape per count, the model as it stood after that many
+/// events (`Replay::run_reader_at`, which stops at the last); a count past the trace's end is
+/// a ValueError.
+#[pyfunction]
+#[pyo3(signature = (trace_path, config, schedulers, sample_every_ns = 1_000_000_000, csv = None,
+                    checkpoints = None))]
+pub fn replay(
+    py: Python<'_>,
+    trace_path: &str,
+    config: &Bound<'_, PyDict>,
+    schedulers: usize,
+    sample_every_ns: u64,
+    csv: Option<CsvRows>,
+    checkpoints: Option<Vec<u64>>,
+) -> PyResult<PyObject> {
+    let (mut rp, names) = new_replay(config, schedulers, sample_every_ns)?;
     if csv.is_some() && checkpoints.is_some() {
         return Err(PyValueError::new_err(
             "checkpoints take a binary trace, not CSV rows",
@@ -231,7 +244,7 @@ pub fn replay(
 }
 
 /// The model's state as `replay` returns it.
-fn result(py: Python<'_>, rp: &Replay, names: &[String]) -> PyResult<PyObject> {
+pub(crate) fn result(py: Python<'_>, rp: &Replay, names: &[String]) -> PyResult<PyObject> {
     let out = PyDict::new_bound(py);
     let allocators = PyDict::new_bound(py);
     for (n, h) in rp.heaps.iter().enumerate() {

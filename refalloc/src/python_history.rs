@@ -1,8 +1,12 @@
-//! The pyo3 surface of `history.rs`: `history_trace(path, header_json, params) -> events`.
-use crate::history::{write, Params};
+//! The pyo3 surface of `history.rs`: `history_trace(path, header_json, params) -> events`
+//! writes one history; `history_replays(histories, config, schedulers)` replays several
+//! without writing them, forked where they part.
+use crate::history::{replay, write, Params};
+use crate::python::{new_replay, result};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
+use std::sync::Mutex;
 
 fn get(d: &Bound<'_, PyDict>, key: &str) -> PyResult<u64> {
     d.get_item(key)?
@@ -15,16 +19,9 @@ fn opt(d: &Bound<'_, PyDict>, key: &str, default: u64) -> PyResult<u64> {
     d.get_item(key)?.map_or(Ok(default), |v| v.extract())
 }
 
-/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi,
-/// allocator, type, instances, seed; optional: rebuild, phase); returns its event count.
-#[pyfunction]
-pub fn history_trace(
-    py: Python<'_>,
-    path: &str,
-    header_json: &str,
-    params: &Bound<'_, PyDict>,
-) -> PyResult<u64> {
-    let p = Params {
+/// The history `params` describe (module doc of `history_trace`).
+fn params(params: &Bound<'_, PyDict>) -> PyResult<Params> {
+    Ok(Params {
         live: get(params, "live")?,
         peak: get(params, "peak")?,
         before: get(params, "before")?,
@@ -39,7 +36,65 @@ pub fn history_trace(
         type_: get(params, "type")?,
         instances: get(params, "instances")?,
         seed: get(params, "seed")?,
-    };
+    })
+}
+
+/// Write a history trace (`params`: live, peak, before, after, passes, stragglers, lo, hi,
+/// allocator, type, instances, seed; optional: rebuild, phase); returns its event count.
+#[pyfunction]
+pub fn history_trace(
+    py: Python<'_>,
+    path: &str,
+    header_json: &str,
+    params: &Bound<'_, PyDict>,
+) -> PyResult<u64> {
+    let p = self::params(params)?;
     py.allow_threads(|| write(path, header_json, p))
         .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))
+}
+
+/// Replay histories under `config` (`beamalloc.flags.replay_config`) without writing them:
+/// `histories` is a list of (params as for `history_trace`, checkpoints: ascending event
+/// counts); the result, per history, the `replay(..., checkpoints=...)` result of its trace
+/// at each checkpoint, equal to it (history.rs `replay`). The GIL is released while the
+/// models run, on up to `workers` threads (0: one per core), and taken for each result.
+#[pyfunction]
+#[pyo3(signature = (histories, config, schedulers, sample_every_ns = 1_000_000_000, workers = 0))]
+pub fn history_replays(
+    py: Python<'_>,
+    histories: Vec<(Bound<'_, PyDict>, Vec<u64>)>,
+    config: &Bound<'_, PyDict>,
+    schedulers: usize,
+    sample_every_ns: u64,
+    workers: usize,
+) -> PyResult<PyObject> {
+    let (model, names) = new_replay(config, schedulers, sample_every_ns)?;
+    let jobs: Vec<(Params, Vec<u64>)> = histories
+        .iter()
+        .map(|(p, cps)| Ok((params(p)?, cps.clone())))
+        .collect::<PyResult<_>>()?;
+    let workers = if workers == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        workers
+    };
+    let out: Mutex<Vec<Vec<PyResult<PyObject>>>> =
+        Mutex::new((0..jobs.len()).map(|_| Vec::new()).collect());
+    let (jobs_ref, out_ref, names_ref) = (&jobs, &out, &names);
+    py.allow_threads(move || {
+        replay(model, jobs_ref, workers, |i, rp| {
+            let r = Python::with_gil(|py| result(py, rp, names_ref));
+            out_ref.lock().unwrap()[i].push(r);
+        })
+    })
+    .map_err(|e| PyValueError::new_err(e.0))?;
+    let list = PyList::empty_bound(py);
+    for runs in out.into_inner().unwrap() {
+        let inner = PyList::empty_bound(py);
+        for r in runs {
+            inner.append(r?)?;
+        }
+        list.append(inner)?;
+    }
+    Ok(list.into_py(py))
 }

@@ -34,7 +34,7 @@ type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 /// a vector, which avoids hashing and a cache miss per event; the vector only grows to cover ids
 /// below twice the live count (plus a constant), so memory stays proportional to the live set
 /// however long the trace. Other ids (raw pointers, ever-growing counters) go to a hash map.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct LiveMap {
     dense: Vec<u64>,
     sparse: IdMap<(u8, u32)>,
@@ -164,6 +164,7 @@ pub struct Anomalies {
     pub no_allocator: u64,
 }
 
+#[derive(Clone)]
 pub struct Replay {
     pub env: Env,
     pub heaps: Vec<Option<Heap>>,

@@ -7,7 +7,8 @@ stderr's last line. tests/bench/bench_recommend.py runs it as a child per run.
 Stages (wall seconds, and CPU seconds of the thread that ran them; of the whole process for
 `ahead`, `history` and `replays`, whose passes run in a pool):
 `imports` (the modules the command loads, pulled in front), `first_read` (allocators),
-`process_scan`, `ets`, `wait` (sleeps of the main thread), `second_read`, `second_scan`,
+`process_scan`, `ets` (threads beside the first read over our own client: they overlap it),
+`wait` (sleeps of the main thread), `second_read`, `second_scan`,
 `turnover` (the counters read again until they show it), `join` (waiting for the
 replays run ahead), `verdict` (recommend(): the replays not done ahead
 and the rules), `render` (from the verdict to the exit); `ahead` is the replays' thread, which
@@ -74,8 +75,10 @@ def main() -> int:
     from beamalloc.advice import recommend as rec
     from beamalloc.cli.commands import recommend as _cmd  # noqa: F401
     from beamalloc.collector import ets, live, processes
-    from beamalloc.reporters import recommend as _rep  # noqa: F401
 
+    # the reporter the command renders with: --json prints the paste block alone, without rich
+    importlib.import_module("beamalloc.reporters." + ("paste" if "--json" in sys.argv
+                                                      else "recommend"))  # fmt: skip
     cli = importlib.import_module("beamalloc.cli.main")  # the package's `main` is the function
 
     _add("imports", time.perf_counter() - t, time.process_time() - c)
