@@ -10,13 +10,14 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
 from beamalloc import pastes
 from beamalloc.advice import wording
+from beamalloc.advice.findings import Bytes, Share
 from beamalloc.advice.records import Prediction, Recommendation
 from beamalloc.citations import link
 from beamalloc.flags import UINT_MAX
@@ -65,43 +66,26 @@ def paste_block(parts: Sequence[str], fmt: str, note: str | None = None) -> str:
     return pastes.render(parts, fmt, note)
 
 
-#: What each number of a finding's evidence is (the keys advice/rules.py and advice/holders.py
-#: write, and a prediction's JSON, which webui/ shows the same way): a size in bytes or a share
-#: of 1; any other key is a count or a plain figure, printed as it is. A kind as data, never
-#: guessed from the words of a key's name (issue 27 item 1).
-NUMBER_KINDS: dict[str, Literal["bytes", "share"]] = {
-    **dict.fromkeys((
-        "allocated", "allocated_all", "carriers_size", "gap", "heap_used_bytes", "lmbcs",
-        "max_allocated", "mbcs_average_block", "mean_size", "node_unused", "peak_carriers_size",
-        "pool_blocks_size", "pool_carriers_size", "rss", "rss_lazyfree", "rss_lazyfree_with_madtn",
-        "rss_with_madtn", "sbcs_allocated", "sbcs_average_block", "sbct",
-        "scheduler_instances_allocated", "size", "unused", "unused_saving", "used", "wordsize"),
-        "bytes"),
-    **dict.fromkeys((
-        "binary_share", "hit_rate", "imbalance", "largest_share", "max_usage", "mbcs_usage",
-        "min_rate", "node_usage", "pool_share", "sbcs_share", "share", "skip_size_share",
-        "used_share", "usage"), "share"),
-}  # fmt: skip
-
-
 def size(n: int) -> str:
     """A size in bytes: erts's ~0 is "infinity", one way everywhere."""
     return "infinity" if n >= UINT_MAX else human(n)
 
 
-def _num(k: str, v: Any) -> str:
+def _num(v: Any) -> str:
+    """A number of the evidence by the kind it carries (advice/findings.py Bytes, Share; any
+    other is a count or a plain figure, printed as it is): never by its key's words."""
     if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
         return {True: "yes", False: "no", None: "-"}[v]
-    kind = NUMBER_KINDS.get(k)
-    if kind == "share" and isinstance(v, float):
+    if isinstance(v, Share):
         return pct(v)
-    if kind == "bytes" and isinstance(v, int):
+    if isinstance(v, Bytes):
         return size(v)
     return str(v)
 
 
 def evidence_line(ev: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {_num(k, v)}" for k, v in ev.items() if not isinstance(v, list))
+    """A finding's evidence in one line, "key value, ..." (its lists left out)."""
+    return ", ".join(f"{k} {_num(v)}" for k, v in ev.items() if not isinstance(v, list))
 
 
 def verdict(rec: Recommended) -> str:
