@@ -117,13 +117,14 @@ def predicted_line(p: Prediction) -> str:
 def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
-    def say(line: str, style: str | None = None, *, para: bool = False) -> None:
-        """A line of prose, wrapped at the console's width under its own indent; `para`: a
-        paragraph's first line, an empty line before it."""
+    def say(line: str, style: str | None = None, *, indent: int = 0,
+            para: bool = False) -> None:
+        """A line of prose, wrapped at the console's width under `indent` spaces (the caller
+        says how deep it sits, never read back from the text); `para`: a paragraph's first
+        line, an empty line before it."""
         if para:
             console.print()
-        lead = line[:len(line) - len(line.lstrip(" "))]
-        prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
+        prose(console, line, style or "", indent=" " * indent, hang="  ")
 
     cited: dict[str, str] = {}  # citation -> the shipped doc's link, listed once at the end
 
@@ -147,17 +148,18 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
             f"{e.allocated:,}):", style="bold", para=True)
         for held in e.held_back:
-            say(f"  held back: {said(wording.reason, held)}")
+            say(f"held back: {said(wording.reason, held)}", indent=2)
         if e.flags_in_force:
-            say(f"  already in force: {' '.join(e.flags_in_force)}")
-        say(f"  why: {said(wording.entry_why, e)}")
+            say(f"already in force: {' '.join(e.flags_in_force)}", indent=2)
+        say(f"why: {said(wording.entry_why, e)}", indent=2)
         for rem in e.remedies:
             bound = "up to " if rem.bound else ""
-            say(f"  what does: {said(wording.remedy, rem)}: releases {bound}{human(rem.releases)} "
-                f"({'; '.join(map(cite, rem.sources))})")
+            say(f"what does: {said(wording.remedy, rem)}: releases {bound}{human(rem.releases)} "
+                f"({'; '.join(map(cite, rem.sources))})", indent=2)
         if e.held_by:
-            say("  its binaries are referenced by: " + ", ".join(
-                f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by))
+            say("its binaries are referenced by: " + ", ".join(
+                f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by),
+                indent=2)
     for rv in v.reverts:
         say(f"A setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold",
             para=True)
@@ -175,52 +177,52 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         by_rule.setdefault((x.rule, x.allocator), []).append(x)
     for fnd, _ in actions:
         say(f"[{fnd.rule}] {fnd.title}", style="bold", para=True)
-        say(f"  {fnd.message}")
-        say(f"  evidence: {evidence_line(fnd.evidence)}", style="dim")
+        say(fnd.message, indent=2)
+        say(f"evidence: {evidence_line(fnd.evidence)}", style="dim", indent=2)
         recs = by_rule.get((fnd.rule, fnd.allocator), [])
         for x in recs:
-            say(f"  {x.flag} {x.value}", style="bold cyan")
-            say(f"    why:  {x.reason}")
-            say(f"    cost: {x.cost}")
+            say(f"{x.flag} {x.value}", style="bold cyan", indent=2)
+            say(f"why:  {x.reason}", indent=4)
+            say(f"cost: {x.cost}", indent=4)
         if recs:
             pr = recs[0].prediction
             what = "these flags together" if len(recs) > 1 else "this flag"
             text = predicted_line(pr) if pr else str(recs[0].not_predicted)
-            say(f"  predicted ({what}): {text}", style="magenta")
-        say(f"  sources: {'; '.join(map(cite, fnd.sources))}", style="dim")
+            say(f"predicted ({what}): {text}", style="magenta", indent=2)
+        say(f"sources: {'; '.join(map(cite, fnd.sources))}", style="dim", indent=2)
     if infos:
         say("Information (below a threshold or no flag helps; nothing to set):", para=True)
         for fnd, pr in infos:
-            say(f"  [{fnd.rule}] {fnd.title}: {fnd.message}")
+            say(f"[{fnd.rule}] {fnd.title}: {fnd.message}", indent=2)
             if pr:
-                say(f"    predicted: {predicted_line(pr)}", style="dim")
+                say(f"predicted: {predicted_line(pr)}", style="dim", indent=4)
     say("Lint (flags in force" + (" and given" if any(
         i.where == "given" for i in rec.lint) else "") + "):", para=True)  # fmt: skip
     if not rec.lint:
-        say("  nothing to report")
+        say("nothing to report", indent=2)
     for i in rec.lint:
-        say(f"  {i.level} [{i.check}] ({i.where}) {i.message}  ({cite(i.rule)})")
+        say(f"{i.level} [{i.check}] ({i.where}) {i.message}  ({cite(i.rule)})", indent=2)
         rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
         if rv is not None:  # what the verdict made of it, so the two agree
-            say(f"    weighed: {said(wording.revert, rv)}")
+            say(f"weighed: {said(wording.revert, rv)}", indent=4)
     for i in rec.withheld:
-        say(f"  withheld (our own proposal tripped the lint): {i.message}")
+        say(f"withheld (our own proposal tripped the lint): {i.message}", indent=2)
     for note in rec.notes:
-        say(f"  note: {note}")
+        say(f"note: {note}", indent=2)
     if v.advised:
         whole = rec.prediction
         say(f"Predicted for all the flags together (node's flags in force: "
             f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
         if whole:
             for run in whole["runs"]:
-                say(f"  {predicted_line(Prediction.from_dict(run))}")
+                say(predicted_line(Prediction.from_dict(run)), indent=2)
         else:
-            say(f"  {rec.not_predicted}")
+            say(f"{rec.not_predicted}", indent=2)
     if cited:
         # One link per document part, each alone on its line: a link cannot wrap at the width.
         say("Docs cited above, shipped with beamalloc:", para=True)
         for c, uri in cited.items():
-            say(f"  {c}:")
+            say(f"{c}:", indent=2)
             console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
     say(f"Paste ({fmt}):", para=True)
     # never wrapped: each line must reach the file or the shell whole, however long
