@@ -258,12 +258,12 @@ def _short(rec: Recommended, console: Console, fmt: str) -> None:
         title = {"UNDECIDED": "Mostly empty: what the flags would do is not known (why above)",
                  "FLAGS IN FORCE": "Mostly empty under the rules' own flags"}.get(
                      v.state, "Mostly empty, and no flag shown to help")
-        # the remedy's code alone, as the JSON's short form: a holder's name is for --details
+        # the remedy in a few words, naming what it acts on (a holder by its name)
         print_table(console, title, [
             Col("allocator", "left", key=True), Col("unused"), Col("allocated"), Col("usage"),
             Col("what does", "left", wrap=True)], [[
                 e.allocator, human(e.unused), human(e.allocated), pct(e.usage),
-                "; ".join(f"{wording.remedy_code_short(m.code)} ("
+                "; ".join(f"{wording.remedy_short(m)} ("
                           f"{'up to ' if m.bound else ''}{human(m.releases)})"
                           for m in e.remedies[:1]) or "-"]
                 for e in v.no_flag_helps[:4]])

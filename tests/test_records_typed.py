@@ -294,3 +294,25 @@ def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
     for head in ("A setting the lint calls wrong:", "Lint (flags in force", "Paste (vm.args):"):
         assert f"\n\n{head}" in out, head
     assert "\n\n\n" not in out
+
+
+def test_the_short_remedy_names_what_it_acts_on() -> None:
+    """The short output's remedy cell names the holder a remedy is about, never "it"; with no
+    name at hand it names the kind of thing (advice/wording.py remedy_code_short)."""
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.advice.records import Remedy
+    from beamalloc.reporters.recommend import render
+
+    r = recommend(read_file(str(FRAG.with_name("binspike.json"))))
+    v = r.records.verdict
+    assert v.no_flag_helps
+    gc = Remedy("gc_holder", 100 << 20, "measured by the GC probe", ("x",), False,
+                "cache_server")
+    entries = tuple(replace(e, remedies=(gc, *e.remedies)) for e in v.no_flag_helps)
+    rec = replace(r.records, verdict=replace(v, no_flag_helps=entries))
+    out = _rendered(lambda c: render(type(r)(dict(r), rec), c))
+    assert "garbage-collect or hibernate cache_server" in " ".join(out.split())
+    for code in ("bound_queue", "gc_holder", "bound_live_holder", "hibernate_idle"):
+        said = wording.remedy_code_short(code)
+        assert " it " not in f"{said} " and "{who}" not in said and "the it" not in said, said
+        assert "srv" in wording.remedy_code_short(code, "srv")
