@@ -42,6 +42,33 @@ SINCE: dict[str, tuple[int, ...]] = {
 }
 
 
+class Bytes(int):
+    """A number of a finding's evidence that is a size in bytes: its kind travels with it, so
+    a reader formats it as a size (reporters/recommend.py `evidence_line`), never by the words
+    of its key (issue 27 item 1). To everything else an int: sums, comparisons and the JSON
+    (`json.dumps` writes `int.__repr__`) see the number alone."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, v: Any) -> Any:
+        """`v` as a size where it is an int; anything else (None, a string) as it is."""
+        return cls(v) if type(v) is int else v
+
+
+class Share(float):
+    """A number of a finding's evidence that is a share of 1 (a usage, a hit rate), said as a
+    percentage; a float to everything else, as `Bytes` is an int. A ratio that can pass 1
+    (sbcs_to_mbcs) is a plain float."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, v: Any) -> Any:
+        """`v` as a share where it is a float (an int 0 stays the int the JSON prints)."""
+        return cls(v) if type(v) is float else v
+
+
 @dataclass(frozen=True)
 class Advice:
     """One flag to set, with everything an expert needs to check it."""

@@ -291,7 +291,7 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
             if early:
                 pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
                 ahead = _Ahead(pr, opts.flags_in_use)
-                stack.callback(ahead.join)
+                stack.push(ahead.end)  # joined, or abandoned on an error
             # the same moment as the snapshot
             first = beside.get("table") if beside else reader.process_table(source)
             procs = None
@@ -316,7 +316,7 @@ def recommend_source(reader: Reader, source: str, opts: RecommendOptions) -> dic
             if opts.predict and ahead is None:  # the replays of a recorded trace, meanwhile
                 pr = stack.enter_context(Predictor(snap, facts(snap), trace=trace))
                 ahead = _Ahead(pr, opts.flags_in_use)
-                stack.callback(ahead.join)
+                stack.push(ahead.end)  # joined, or abandoned on an error
             if trades or idleness_matters(first, reader.opts.gc_probe):
                 wait = opts.rate_seconds if trades else min(opts.rate_seconds, TURNOVER_SECONDS)
                 why_wait = (f"{', '.join(trades)} trade memory for speed" if trades
@@ -387,7 +387,8 @@ class _Ahead:
     """The verdict on the first read alone, in a thread while the command waits for the second:
     it replays every flag set the rules propose into `pr`'s caches (refalloc releases the GIL),
     so the verdict on both reads replays only what the rates or the turnover change. Its
-    result is dropped, its errors too: the verdict after the second read meets them again."""
+    result is dropped, its errors too: the verdict after the second read meets them again.
+    A command that fails meanwhile does not wait for it (`end`)."""
 
     def __init__(self, pr: Predictor, given_flags: str | None) -> None:
         self._pr = pr
@@ -410,6 +411,20 @@ class _Ahead:
 
     def join(self) -> None:
         self._thread.join()
+
+    def end(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        """The command's way out (an ExitStack's, before the Predictor's own exit): having
+        worked, wait for the replays, whose files the Predictor holds until then. On an error
+        (the node failed after its first read: exit 3; an interrupt) leave at once, the
+        replays abandoned: their files are removed now, which ends the thread at its next
+        step (its errors are dropped; a daemon, it dies with the process) and leaves nothing
+        for the interpreter's exit to clean while it runs."""
+        if exc_type is None:
+            self.join()
+        else:
+            with contextlib.suppress(OSError):  # a file the thread makes meanwhile: left
+                self._pr.__exit__(None, None, None)
+        return False
 
 
 def _record_trace(reader: Reader, node: str, seconds: float, path: Path) -> Path | None:

@@ -26,9 +26,11 @@ from beamalloc.advice.findings import (
     SINCE,
     Advice,
     AllocFacts,
+    Bytes,
     Facts,
     Finding,
     Level,
+    Share,
 )
 from beamalloc.flags import NO_MIGRATION, Flag
 from beamalloc.units import human, pct
@@ -179,14 +181,15 @@ def _flag(a: AllocFacts, param: str, value: int | bool | str) -> Flag:
 
 
 def _ev(a: AllocFacts) -> dict[str, int | float]:
+    """An allocator's evidence, each number of its kind (Bytes, Share: advice/findings.py)."""
     return {
-        "allocated": a.allocated,
-        "used": a.used,
-        "unused": a.unused,
-        "usage": round(a.usage, 4),
-        "mbcs_usage": round(a.mbcs_usage, 4),
-        "max_allocated": a.max_allocated,
-        "max_usage": round(a.max_usage, 4),
+        "allocated": Bytes.of(a.allocated),
+        "used": Bytes.of(a.used),
+        "unused": Bytes.of(a.unused),
+        "usage": Share.of(round(a.usage, 4)),
+        "mbcs_usage": Share.of(round(a.mbcs_usage, 4)),
+        "max_allocated": Bytes.of(a.max_allocated),
+        "max_usage": Share.of(round(a.max_usage, 4)),
     }
 
 
@@ -232,7 +235,8 @@ def r0_real_usage(f: Facts) -> list[Finding]:
         message=f"The allocators use {pct(f.usage)} of their carriers: memory is held by "
         "data, not lost to fragmentation. No +M flag helps; look at erlang:memory() "
         "categories, ets:i() and recon:proc_count/2.",
-        evidence={"usage": round(f.usage, 4), "used": f.used, "allocated": f.allocated},
+        evidence={"usage": Share.of(round(f.usage, 4)), "used": Bytes.of(f.used),
+                  "allocated": Bytes.of(f.allocated)},
     )]
 
 
@@ -252,7 +256,8 @@ def r1_outside_erts_alloc(f: Facts) -> list[Finding]:
         message=f"The OS sees {human(f.rss)} resident but the allocators hold "
         f"{human(f.allocated)}: {human(gap)} is elsewhere. No +M flag fixes this: "
         "look for NIFs or drivers calling malloc, the mseg cache, thread stacks.",
-        evidence={"rss": f.rss, "allocated": f.allocated, "gap": gap},
+        evidence={"rss": Bytes.of(f.rss), "allocated": Bytes.of(f.allocated),
+                  "gap": Bytes.of(gap)},
     )]
 
 
@@ -276,7 +281,7 @@ def r2_fragmentation(f: Facts) -> list[Finding]:
             + ("the carriers stayed after a peak. " if after_peak > 0.2 else "")
             + ("Its allocator's own fragmentation rule gives its flags." if has_rule else
                "The rule base has no flag for this allocator; find what allocates there."),
-            evidence={**_ev(a), "node_usage": round(f.usage, 4)},
+            evidence={**_ev(a), "node_usage": Share.of(round(f.usage, 4))},
             allocator=a.name,
         ))
     return out
@@ -330,7 +335,7 @@ def _small_carriers(rule: RuleSpec, a: AllocFacts, lower_sbct: bool) -> Finding:
             "sooner and goes back to the OS",
             cost="more, smaller carriers: more mmap calls when the allocator grows; logplex "
             "warns it can make usage worse if unlucky",
-            evidence={**ev, "lmbcs": cur_lmbcs},
+            evidence={**ev, "lmbcs": Bytes.of(cur_lmbcs)},
         ))
     if new_sbct != sbct:
         advice.append(rule.advice(
@@ -338,7 +343,7 @@ def _small_carriers(rule: RuleSpec, a: AllocFacts, lower_sbct: bool) -> Finding:
             reason=f"keep lmbcs >= 2 x sbct (erlang/otp#9521): blocks here average "
             f"{human(avg)}, far below {human(new_sbct)}",
             cost=f"blocks of {human(new_sbct)}..{human(sbct)} get a carrier (an mmap) each",
-            evidence={**ev, "sbct": sbct, "mbcs_average_block": round(avg)},
+            evidence={**ev, "sbct": Bytes.of(sbct), "mbcs_average_block": Bytes.of(round(avg))},
         ))
     return rule.finding(
         "action", "smaller carriers and age-ordered placement", about=a.name,
@@ -389,8 +394,8 @@ def r6_mseg_cache(f: Facts) -> list[Finding]:
     rate = f.mseg_hits / f.mseg_calls
     if rate >= R6_HIT_RATE or (f.mseg_mcs or 10) >= R6_MCS:
         return []
-    ev = {"hit_rate": round(rate, 4), "cache_hits": f.mseg_hits, "mseg_alloc_calls": f.mseg_calls,
-          "mcs": f.mseg_mcs}  # fmt: skip
+    ev = {"hit_rate": Share.of(round(rate, 4)), "cache_hits": f.mseg_hits,
+          "mseg_alloc_calls": f.mseg_calls, "mcs": f.mseg_mcs}
     adv = R6.advice(
         "mseg_alloc", Flag("M", "mcs", R6_MCS),
         reason=f"only {pct(rate)} of {f.mseg_calls} segment requests hit the cache; "
@@ -429,10 +434,10 @@ def r7_sbcs(f: Facts) -> list[Finding]:
             "sys_alloc", 0)  # fmt: skip
         ev = {
             **_ev(a),
-            "sbcs_share": round(share, 4),
+            "sbcs_share": Share.of(round(share, 4)),
             "sbcs_to_mbcs": round(ratio, 4),
-            "sbcs_average_block": avg,
-            "sbct": sbct,
+            "sbcs_average_block": Bytes.of(avg),
+            "sbct": Bytes.of(sbct),
             "sbcs_blocks": a.sbcs_blocks,
             "alloc_calls": allocs,
             "mseg_alloc_calls": mseg,
@@ -485,8 +490,9 @@ def r9_migration_off(f: Facts) -> list[Finding]:
             continue
         hi, lo = max(a.sched_allocated), min(a.sched_allocated)
         imbalance = (hi - lo) / hi if hi else 0.0
-        ev = {**_ev(a), "as": a.options.get("as"), "acul": 0, "imbalance": round(imbalance, 4),
-              "scheduler_instances_allocated": a.sched_allocated}  # fmt: skip
+        ev = {**_ev(a), "as": a.options.get("as"), "acul": 0,
+              "imbalance": Share.of(round(imbalance, 4)),
+              "scheduler_instances_allocated": [Bytes.of(x) for x in a.sched_allocated]}
         if imbalance < R9_IMBALANCE or a.unused < MIN_UNUSED:
             continue  # the lint reports the strategy itself
         out.append(R9.finding(
@@ -517,8 +523,9 @@ def r10_pool_bloat(f: Facts) -> list[Finding]:
         share = a.pool_allocated / a.allocated
         if share <= R10_POOL_SHARE or a.options.get("acful") not in (0, None):
             continue
-        ev = {**_ev(a), "pool_carriers": a.pool_carriers, "pool_carriers_size": a.pool_allocated,
-              "pool_blocks_size": a.pool_used, "pool_share": round(share, 4)}  # fmt: skip
+        ev = {**_ev(a), "pool_carriers": a.pool_carriers,
+              "pool_carriers_size": Bytes.of(a.pool_allocated),
+              "pool_blocks_size": Bytes.of(a.pool_used), "pool_share": Share.of(round(share, 4))}
         msg = (
             f"{a.name} has {a.pool_carriers} abandoned carriers ({human(a.pool_allocated)}, "
             f"{pct(share)} of its carriers) holding {human(a.pool_used)} of data."
@@ -560,8 +567,8 @@ def _lazyfree(f: Facts) -> list[Finding]:
     if not acful or lazy < max(R10_LAZYFREE, R10_LAZYFREE_SHARE * rss):
         return []
     after = max(rss - lazy, 0)
-    ev = {"rss": rss, "rss_lazyfree": lazy, "acful_in": acful, "rss_with_madtn": after,
-          "rss_lazyfree_with_madtn": 0}
+    ev = {"rss": Bytes.of(rss), "rss_lazyfree": Bytes.of(lazy), "acful_in": acful,
+          "rss_with_madtn": Bytes.of(after), "rss_lazyfree_with_madtn": Bytes(0)}
     msg = (f"{human(lazy)} of RSS ({human(rss)}) is LazyFree: free pages of pooled carriers "
            f"that acful gave back with MADV_FREE ({', '.join(acful)}), resident until the kernel "
            "needs them; what reads VmRSS counts them.")
@@ -598,7 +605,8 @@ def r11_binary_leak(f: Facts) -> list[Finding]:
         + (" A guard meanwhile: +hmax with +hmaxib true (OTP 26+) counts the binaries a "
            "process refers to towards its max_heap_size, so the one holding them is killed "
            "and logged by name." if _erts(f) >= SINCE["hmaxib"] else ""),
-        evidence={"binary": binary, "total": total, "binary_share": round(binary / total, 4)},
+        evidence={"binary": Bytes.of(binary), "total": Bytes.of(total),
+                  "binary_share": Share.of(round(binary / total, 4))},
     )]
 
 
@@ -653,10 +661,11 @@ def r16_pool_unusable(f: Facts) -> list[Finding]:
         # its largest free block was too small (docs/erts/alloc_util.md §5.1).
         passed, too_small = sum(skips[k] for k in PASSED_OVER), skips["skip_size"]
         size_share = too_small / passed if passed else 0.0
-        ev = {**_ev(a), "pool_carriers": a.pool_carriers, "pool_carriers_size": a.pool_allocated,
-              "pool_blocks_size": a.pool_used, "fetch": fetched, "fetch_failures": failed,
+        ev = {**_ev(a), "pool_carriers": a.pool_carriers,
+              "pool_carriers_size": Bytes.of(a.pool_allocated),
+              "pool_blocks_size": Bytes.of(a.pool_used), "fetch": fetched, "fetch_failures": failed,
               **{k: a.pool_counters.get(k, 0) for k in FETCH_FAILURES}, **skips,
-              "skip_size_share": round(size_share, 4)}  # fmt: skip
+              "skip_size_share": Share.of(round(size_share, 4))}  # fmt: skip
         msg = (f"{a.name}: {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}, "
                f"{human(a.pool_used)} of blocks in them); fetches failed {failed:,} times "
                f"against {fetched:,} taken")  # fmt: skip
@@ -690,8 +699,9 @@ def r17_super_carrier_headroom(f: Facts) -> list[Finding]:
         if sc.mapper not in SCS_FLAG or sc.used_share < R17_USED_SHARE:
             continue
         letter, owner = SCS_FLAG[sc.mapper]
-        ev = {"mapper": sc.mapper, "size": sc.size, "used": sc.used, "free": sc.free,
-              "used_share": round(sc.used_share, 4), "sco": sc.only}  # fmt: skip
+        ev = {"mapper": sc.mapper, "size": Bytes.of(sc.size), "used": Bytes.of(sc.used),
+              "free": Bytes.of(sc.free), "used_share": Share.of(round(sc.used_share, 4)),
+              "sco": sc.only}  # fmt: skip
         msg = (f"The {sc.mapper} super carrier is {pct(sc.used_share)} used: "
                f"{human(sc.used)} of {human(sc.size)}, {human(sc.free)} free.")
         if not sc.only:
@@ -742,8 +752,8 @@ def oom_runaway(f: Facts) -> list[Finding]:
     name, size, typ = m.group(1), int(m.group(2)), m.group(3) or "?"
     a = f.allocators.get(name)
     bits = ADDRESS_BITS.get(f.wordsize or 8, 47)
-    ev: dict[str, int | float | str | bool] = {"slogan": f.slogan or "", "size": size,
-                                               "type": typ}
+    ev: dict[str, int | float | str | bool] = {"slogan": f.slogan or "",
+                                               "size": Bytes.of(size), "type": typ}
     what = f"The node died allocating {size} bytes of \"{typ}\" in {name}"
     if size >= 1 << (8 * (f.wordsize or 8) - 1):
         neg = size - (1 << (8 * (f.wordsize or 8)))
@@ -755,8 +765,8 @@ def oom_runaway(f: Facts) -> list[Finding]:
                "map: one runaway allocation, not a shortage of memory.")
     elif (a is not None and 0 < a.sbcs_blocks <= RUNAWAY_FEW_BLOCKS
           and a.sbcs_allocated >= RUNAWAY_SHARE * f.allocated):  # fmt: skip
-        ev.update(sbcs_blocks=a.sbcs_blocks, sbcs_allocated=a.sbcs_allocated,
-                  allocated=f.allocated)
+        ev.update(sbcs_blocks=a.sbcs_blocks, sbcs_allocated=Bytes.of(a.sbcs_allocated),
+                  allocated=Bytes.of(f.allocated))
         why = (f"{what} ({human(size)}) while {a.sbcs_blocks} block(s) of its single-block "
                f"carriers held {human(a.sbcs_allocated)} of the node's {human(f.allocated)}: "
                "one runaway holder (a process heap or binary that grew without bound).")

@@ -220,10 +220,23 @@ def remedy_short(r: Remedy) -> str:
     return remedy_code_short(r.code, r.who)
 
 
+#: A holder's remedy where no name of the holder is at hand: the thing named, never "it".
+_REMEDY_SHORT_UNNAMED = {
+    "bound_queue": "bound the queue its holder keeps",
+    "gc_holder": "garbage-collect or hibernate the process holding the binaries",
+    "bound_live_holder": "bound the process holding the binaries (they are live)",
+    "hibernate_idle": "hibernate the idle processes",
+}
+
+
 def remedy_code_short(code: str, who: str | None = None) -> str:
-    """A remedy in a few words, from its code (a recommendation's JSON keeps the code)."""
+    """A remedy in a few words, from its code (a recommendation's JSON keeps the code) and the
+    process it is about (`who`, a holder's own remedy)."""
     text = _REMEDY_SHORT.get(code, code.replace("_", " "))
-    return text.format(who=who) if who or "{who}" not in text else text.format(who="it")
+    if "{who}" not in text:
+        return text
+    return text.format(who=who) if who else _REMEDY_SHORT_UNNAMED.get(code, text.format(
+        who="the process"))
 
 
 def remedy(r: Remedy) -> str:

@@ -50,13 +50,17 @@ def _escaped(m: re.Match[str]) -> str:
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
-def clean(text: str, limit: int = MAX_LINE) -> str:
+def clean(text: str, limit: int = MAX_LINE, keep: str = "") -> str:
     """`text` safe to print on a terminal as one line: every control character (escape
     sequences, line breaks, bidi overrides) shown as `\\xNN`, at most `limit` characters (cut
-    with "..." and how many more). The one home of this rule: error lines, notes and anything a
-    peer, a file or the store said go through it (docs/robustness.md, "Messages")."""
+    with "..." and how many more); `keep`: control characters left as they are (the web UI's
+    line breaks). The one home of this rule: error lines, notes, anything a peer, a file or the
+    store said, and every value a page shows (webui/filters.py) go through it
+    (docs/robustness.md, "Messages")."""
     cut = bool(limit) and len(text) > limit
-    out = _CONTROL.sub(_escaped, text[:limit] if cut else text)
+    part = text[:limit] if cut else text
+    out = (_CONTROL.sub(_escaped, part) if not keep else
+           _CONTROL.sub(lambda m: m.group() if m.group() in keep else _escaped(m), part))
     return out + f"... ({len(text) - limit:,} more characters)" if cut else out
 
 

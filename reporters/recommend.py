@@ -9,12 +9,13 @@ cost, the lint, then the ready-to-paste block (`details`). By default it is shor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice import wording
+from beamalloc.advice.findings import Bytes, Share
 from beamalloc.advice.records import Prediction, Recommendation
 from beamalloc.citations import link
 from beamalloc.flags import UINT_MAX
@@ -37,43 +38,26 @@ if TYPE_CHECKING:
     from beamalloc.advice.recommend import Document, Recommended
 
 
-#: What each number of a finding's evidence is (the keys advice/rules.py and advice/holders.py
-#: write, and a prediction's JSON, which webui/ shows the same way): a size in bytes or a share
-#: of 1; any other key is a count or a plain figure, printed as it is. A kind as data, never
-#: guessed from the words of a key's name (issue 27 item 1).
-NUMBER_KINDS: dict[str, Literal["bytes", "share"]] = {
-    **dict.fromkeys((
-        "allocated", "allocated_all", "carriers_size", "gap", "heap_used_bytes", "lmbcs",
-        "max_allocated", "mbcs_average_block", "mean_size", "node_unused", "peak_carriers_size",
-        "pool_blocks_size", "pool_carriers_size", "rss", "rss_lazyfree", "rss_lazyfree_with_madtn",
-        "rss_with_madtn", "sbcs_allocated", "sbcs_average_block", "sbct",
-        "scheduler_instances_allocated", "size", "unused", "unused_saving", "used", "wordsize"),
-        "bytes"),
-    **dict.fromkeys((
-        "binary_share", "hit_rate", "imbalance", "largest_share", "max_usage", "mbcs_usage",
-        "min_rate", "node_usage", "pool_share", "sbcs_share", "share", "skip_size_share",
-        "used_share", "usage"), "share"),
-}  # fmt: skip
-
-
 def size(n: int) -> str:
     """A size in bytes: erts's ~0 is "infinity", one way everywhere."""
     return "infinity" if n >= UINT_MAX else human(n)
 
 
-def _num(k: str, v: Any) -> str:
+def _num(v: Any) -> str:
+    """A number of the evidence by the kind it carries (advice/findings.py Bytes, Share; any
+    other is a count or a plain figure, printed as it is): never by its key's words."""
     if isinstance(v, bool) or v is None:  # never a Python repr (issue 26 item 2)
         return {True: "yes", False: "no", None: "-"}[v]
-    kind = NUMBER_KINDS.get(k)
-    if kind == "share" and isinstance(v, float):
+    if isinstance(v, Share):
         return pct(v)
-    if kind == "bytes" and isinstance(v, int):
+    if isinstance(v, Bytes):
         return size(v)
     return str(v)
 
 
 def evidence_line(ev: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {_num(k, v)}" for k, v in ev.items() if not isinstance(v, list))
+    """A finding's evidence in one line, "key value, ..." (its lists left out)."""
+    return ", ".join(f"{k} {_num(v)}" for k, v in ev.items() if not isinstance(v, list))
 
 
 def verdict(rec: Recommended) -> str:
@@ -105,13 +89,14 @@ def predicted_line(p: Prediction) -> str:
 def render(r: Document, console: Console, fmt: str = "vm.args",
            details: bool = False) -> None:
     """The answer first; then the short output, or with `details` everything there is."""
-    def say(line: str, style: str | None = None, *, para: bool = False) -> None:
-        """A line of prose, wrapped at the console's width under its own indent; `para`: a
-        paragraph's first line, an empty line before it."""
+    def say(line: str, style: str | None = None, *, indent: int = 0,
+            para: bool = False) -> None:
+        """A line of prose, wrapped at the console's width under `indent` spaces (the caller
+        says how deep it sits, never read back from the text); `para`: a paragraph's first
+        line, an empty line before it."""
         if para:
             console.print()
-        lead = line[:len(line) - len(line.lstrip(" "))]
-        prose(console, line.lstrip(" "), style or "", indent=lead, hang="  ")
+        prose(console, line, style or "", indent=" " * indent, hang="  ")
 
     cited: dict[str, str] = {}  # citation -> the shipped doc's link, listed once at the end
 
@@ -135,17 +120,18 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
             f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
             f"{e.allocated:,}):", style="bold", para=True)
         for held in e.held_back:
-            say(f"  held back: {said(wording.reason, held)}")
+            say(f"held back: {said(wording.reason, held)}", indent=2)
         if e.flags_in_force:
-            say(f"  already in force: {' '.join(e.flags_in_force)}")
-        say(f"  why: {said(wording.entry_why, e)}")
+            say(f"already in force: {' '.join(e.flags_in_force)}", indent=2)
+        say(f"why: {said(wording.entry_why, e)}", indent=2)
         for rem in e.remedies:
             bound = "up to " if rem.bound else ""
-            say(f"  what does: {said(wording.remedy, rem)}: releases {bound}{human(rem.releases)} "
-                f"({'; '.join(map(cite, rem.sources))})")
+            say(f"what does: {said(wording.remedy, rem)}: releases {bound}{human(rem.releases)} "
+                f"({'; '.join(map(cite, rem.sources))})", indent=2)
         if e.held_by:
-            say("  its binaries are referenced by: " + ", ".join(
-                f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by))
+            say("its binaries are referenced by: " + ", ".join(
+                f"{h['name'] or h['pid']} ({human(h['binary_bytes'])})" for h in e.held_by),
+                indent=2)
     for rv in v.reverts:
         say(f"A setting the lint calls wrong: {said(wording.revert, rv)}.", style="bold",
             para=True)
@@ -163,52 +149,52 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         by_rule.setdefault((x.rule, x.allocator), []).append(x)
     for fnd, _ in actions:
         say(f"[{fnd.rule}] {fnd.title}", style="bold", para=True)
-        say(f"  {fnd.message}")
-        say(f"  evidence: {evidence_line(fnd.evidence)}", style="dim")
+        say(fnd.message, indent=2)
+        say(f"evidence: {evidence_line(fnd.evidence)}", style="dim", indent=2)
         recs = by_rule.get((fnd.rule, fnd.allocator), [])
         for x in recs:
-            say(f"  {x.flag} {x.value}", style="bold cyan")
-            say(f"    why:  {x.reason}")
-            say(f"    cost: {x.cost}")
+            say(f"{x.flag} {x.value}", style="bold cyan", indent=2)
+            say(f"why:  {x.reason}", indent=4)
+            say(f"cost: {x.cost}", indent=4)
         if recs:
             pr = recs[0].prediction
             what = "these flags together" if len(recs) > 1 else "this flag"
             text = predicted_line(pr) if pr else str(recs[0].not_predicted)
-            say(f"  predicted ({what}): {text}", style="magenta")
-        say(f"  sources: {'; '.join(map(cite, fnd.sources))}", style="dim")
+            say(f"predicted ({what}): {text}", style="magenta", indent=2)
+        say(f"sources: {'; '.join(map(cite, fnd.sources))}", style="dim", indent=2)
     if infos:
         say("Information (below a threshold or no flag helps; nothing to set):", para=True)
         for fnd, pr in infos:
-            say(f"  [{fnd.rule}] {fnd.title}: {fnd.message}")
+            say(f"[{fnd.rule}] {fnd.title}: {fnd.message}", indent=2)
             if pr:
-                say(f"    predicted: {predicted_line(pr)}", style="dim")
+                say(f"predicted: {predicted_line(pr)}", style="dim", indent=4)
     say("Lint (flags in force" + (" and given" if any(
         i.where == "given" for i in rec.lint) else "") + "):", para=True)  # fmt: skip
     if not rec.lint:
-        say("  nothing to report")
+        say("nothing to report", indent=2)
     for i in rec.lint:
-        say(f"  {i.level} [{i.check}] ({i.where}) {i.message}  ({cite(i.rule)})")
+        say(f"{i.level} [{i.check}] ({i.where}) {i.message}  ({cite(i.rule)})", indent=2)
         rv = v.revert_of(i.allocator, i.check) if i.where == "in force" else None
         if rv is not None:  # what the verdict made of it, so the two agree
-            say(f"    weighed: {said(wording.revert, rv)}")
+            say(f"weighed: {said(wording.revert, rv)}", indent=4)
     for i in rec.withheld:
-        say(f"  withheld (our own proposal tripped the lint): {i.message}")
+        say(f"withheld (our own proposal tripped the lint): {i.message}", indent=2)
     for note in rec.notes:
-        say(f"  note: {note}")
+        say(f"note: {note}", indent=2)
     if v.advised:
         whole = rec.prediction
         say(f"Predicted for all the flags together (node's flags in force: "
             f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
         if whole:
             for run in whole["runs"]:
-                say(f"  {predicted_line(Prediction.from_dict(run))}")
+                say(predicted_line(Prediction.from_dict(run)), indent=2)
         else:
-            say(f"  {rec.not_predicted}")
+            say(f"{rec.not_predicted}", indent=2)
     if cited:
         # One link per document part, each alone on its line: a link cannot wrap at the width.
         say("Docs cited above, shipped with beamalloc:", para=True)
         for c, uri in cited.items():
-            say(f"  {c}:")
+            say(f"{c}:", indent=2)
             console.print(Text(f"    <{uri}>", style="dim"), soft_wrap=True)
     say(f"Paste ({fmt}):", para=True)
     # never wrapped: each line must reach the file or the shell whole, however long
@@ -244,12 +230,12 @@ def _short(rec: Recommended, console: Console, fmt: str) -> None:
         title = {"UNDECIDED": "Mostly empty: what the flags would do is not known (why above)",
                  "FLAGS IN FORCE": "Mostly empty under the rules' own flags"}.get(
                      v.state, "Mostly empty, and no flag shown to help")
-        # the remedy's code alone, as the JSON's short form: a holder's name is for --details
+        # the remedy in a few words, naming what it acts on (a holder by its name)
         print_table(console, title, [
             Col("allocator", "left", key=True), Col("unused"), Col("allocated"), Col("usage"),
             Col("what does", "left", wrap=True)], [[
                 e.allocator, human(e.unused), human(e.allocated), pct(e.usage),
-                "; ".join(f"{wording.remedy_code_short(m.code)} ("
+                "; ".join(f"{wording.remedy_short(m)} ("
                           f"{'up to ' if m.bound else ''}{human(m.releases)})"
                           for m in e.remedies[:1]) or "-"]
                 for e in v.no_flag_helps[:4]])

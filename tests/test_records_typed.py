@@ -216,15 +216,40 @@ def test_the_time_taken_is_the_number_rendered() -> None:
 
 
 def test_an_evidence_number_is_formatted_by_its_kind_not_its_name() -> None:
-    """A number's kind is data (NUMBER_KINDS), not words of its key: a ratio whose name says
-    nothing of a share stays a ratio, a count named like a size stays a count."""
-    from beamalloc.reporters.recommend import NUMBER_KINDS, evidence_line
+    """A number carries its kind (advice/findings.py Bytes, Share), not words of its key: a
+    ratio whose name says nothing of a share stays a ratio, a count named like a size stays a
+    count, and the same key formats as the kind its number carries."""
+    from beamalloc.advice.findings import Bytes, Share
+    from beamalloc.reporters import recommend as rep
 
-    assert evidence_line({"sbct": 2048, "hit_rate": 0.25, "sbcs_to_mbcs": 0.25,
-                          "sbcs_blocks": 3, "realloc_ratio": 0.5, "usage": 1}) == (
+    ev = {"sbct": Bytes(2048), "hit_rate": Share(0.25), "sbcs_to_mbcs": 0.25,
+          "sbcs_blocks": 3, "realloc_ratio": 0.5, "usage": 1}
+    assert rep.evidence_line(ev) == (
         "sbct 2.0 KiB, hit_rate 25.0 %, sbcs_to_mbcs 0.25, sbcs_blocks 3, realloc_ratio 0.5, "
         "usage 1")
-    assert set(NUMBER_KINDS.values()) == {"bytes", "share"}
+    assert rep.evidence_line({"sbct": 2048, "hit_rate": 0.25}) == "sbct 2048, hit_rate 0.25"
+    # the JSON sees the numbers alone, as before they carried a kind
+    assert json.dumps(ev) == json.dumps({k: v + 0 for k, v in ev.items()})
+    assert (Bytes.of(None), Bytes.of("x"), Share.of(0), type(Share.of(0.5))) == (
+        None, "x", 0, Share)
+    assert not hasattr(rep, "NUMBER_KINDS")  # no table of keys to keep in step
+
+
+def test_the_rules_give_each_evidence_number_its_kind() -> None:
+    """On a fragmented node every size and share the rules put in evidence carries its kind."""
+    from beamalloc.advice.findings import Bytes, Share, facts
+    from beamalloc.advice.rules import evaluate
+
+    snap = read_file(str(FRAG))
+    found = evaluate(facts(snap))
+    assert found
+    for f in found:
+        for k in ("allocated", "used", "unused", "max_allocated"):
+            if k in f.evidence:
+                assert type(f.evidence[k]) is Bytes, (f.rule, k)
+        for k in ("usage", "mbcs_usage", "max_usage"):
+            if isinstance(f.evidence.get(k), float):
+                assert type(f.evidence[k]) is Share, (f.rule, k)
 
 
 def test_the_lint_and_the_verdict_name_one_revert() -> None:
@@ -269,3 +294,25 @@ def test_a_paragraph_break_is_data_not_a_leading_newline() -> None:
     for head in ("A setting the lint calls wrong:", "Lint (flags in force", "Paste (vm.args):"):
         assert f"\n\n{head}" in out, head
     assert "\n\n\n" not in out
+
+
+def test_the_short_remedy_names_what_it_acts_on() -> None:
+    """The short output's remedy cell names the holder a remedy is about, never "it"; with no
+    name at hand it names the kind of thing (advice/wording.py remedy_code_short)."""
+    from beamalloc.advice.recommend import recommend
+    from beamalloc.advice.records import Remedy
+    from beamalloc.reporters.recommend import render
+
+    r = recommend(read_file(str(FRAG.with_name("binspike.json"))))
+    v = r.records.verdict
+    assert v.no_flag_helps
+    gc = Remedy("gc_holder", 100 << 20, "measured by the GC probe", ("x",), False,
+                "cache_server")
+    entries = tuple(replace(e, remedies=(gc, *e.remedies)) for e in v.no_flag_helps)
+    rec = replace(r.records, verdict=replace(v, no_flag_helps=entries))
+    out = _rendered(lambda c: render(type(r)(dict(r), rec), c))
+    assert "garbage-collect or hibernate cache_server" in " ".join(out.split())
+    for code in ("bound_queue", "gc_holder", "bound_live_holder", "hibernate_idle"):
+        said = wording.remedy_code_short(code)
+        assert " it " not in f"{said} " and "{who}" not in said and "the it" not in said, said
+        assert "srv" in wording.remedy_code_short(code, "srv")

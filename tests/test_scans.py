@@ -139,6 +139,32 @@ def test_a_damaged_scan_is_one_line(tmp_path: Path) -> None:
             assert "\n" not in str(e.value) and "damaged" in str(e.value)
 
 
+def test_a_scan_row_carries_its_format(tmp_path: Path, table: ProcessTable) -> None:
+    """A scan row starts with its tag and format (SCAN_MAGIC, as the store's chunks); one
+    written before tags (the zlib stream alone) still reads, as format 1; a newer format is one
+    line asking for a newer beamalloc, never read as this layout; the tag with no format byte
+    is damage."""
+    import json
+    import zlib
+
+    blob = scans.encode(table)
+    assert blob.startswith(b"BAP\x01") and blob[4:5] == b"\x78"
+    doc = dataclasses.asdict(dataclasses.replace(table, activity=None))
+    old = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)  # before tags
+    with Store(tmp_path / "w.db") as st:
+        for data in (old, blob):
+            st.db.execute("DELETE FROM process_scans")
+            st.db.execute("INSERT INTO process_scans VALUES (?, ?, 1, ?)", (NODE, T0 * 1000, data))
+            got = scans.at_or_before(st.db, NODE, T0)
+            assert got is not None and got.table == dataclasses.replace(table, activity=None)
+        for data, words in ((b"BAP\x02" + blob[4:], "of format 2 (this beamalloc reads format "
+                             "1): upgrade beamalloc"), (b"BAP", "damaged")):
+            st.db.execute("UPDATE process_scans SET data = ?", (data,))
+            with pytest.raises(scans.ScanError) as e:
+                scans.at_or_before(st.db, NODE, T0)
+            assert words in str(e.value) and "\n" not in str(e.value)
+
+
 def _page_store(tmp_path: Path, table: ProcessTable, damaged: bool = False) -> Path:
     path = tmp_path / "w.db"
     build_store(path, node=NODE, days=0.1, gap=False)

@@ -245,6 +245,27 @@ def test_chunks_and_usage_carry_their_format(tmp_path, base) -> None:
             st.instance_usage([sid])
 
 
+def test_shapes_carry_their_format(tmp_path, base) -> None:
+    """A frame's shape row starts with its tag and format (SHAPE_MAGIC); one written before
+    tags (the zlib stream alone) reads as format 1 and the snapshots on it read as they were;
+    a newer format is one line asking for a newer beamalloc."""
+    path = tmp_path / "w.db"
+    with Store(path) as st:
+        sid = st.add_sample(_sample(base, T0), derive(base), force_keep=True)
+        shapes = [r[0] for r in st.db.execute("SELECT data FROM shapes")]
+        assert shapes and all(b.startswith(b"BAS\x01") for b in shapes)
+        want = st.snapshot(sid).to_json()
+        st.db.execute("UPDATE shapes SET data = substr(data, 5)")  # as written before tags
+        assert st.db.execute("SELECT data FROM shapes").fetchone()[0][:1] == b"\x78"
+    with Store(path, readonly=True) as st:  # a new Store: no shape cached
+        assert st.snapshot(sid).to_json() == want
+    with Store(path) as st:
+        st.db.execute("UPDATE shapes SET data = CAST(X'42415302' || data AS BLOB)")  # "BAS", 2
+    with Store(path, readonly=True) as st, pytest.raises(
+            StoreError, match=r"holds a snapshot's shape of format 2 .*upgrade beamalloc"):
+        st.snapshot(sid)
+
+
 def test_summary(tmp_path, base) -> None:
     with Store(tmp_path / "w.db") as st:
         p0 = derive(base)

@@ -310,10 +310,11 @@ def test_clip_never_cuts_inside_a_number(room: int) -> None:
 
 
 def test_evidence_says_no_python_value() -> None:
+    from beamalloc.advice.findings import Bytes
     from beamalloc.reporters.recommend import evidence_line
 
-    line = evidence_line({"sbct": 18446744073709551615, "runaway": True, "holder": None,
-                          "unused": 1 << 20})
+    line = evidence_line({"sbct": Bytes(18446744073709551615), "runaway": True, "holder": None,
+                          "unused": Bytes(1 << 20)})
     assert line == "sbct infinity, runaway yes, holder -, unused 1.0 MiB"
 
 

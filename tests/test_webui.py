@@ -269,13 +269,15 @@ def test_verdict_on_the_page(client):
 def test_show_never_prints_a_repr():
     """A recommender value with nested dicts and Nones reads as text (issue 15: the pages
     printed `{'generator': ...}` per flag)."""
+    from beamalloc.advice.findings import Bytes
     from beamalloc.webui.filters import show
 
-    text = show({"flag": None, "unused": 3 << 20, "model": {"generator": "stragglers",
-                                                             "events": 12, "params": None},
+    text = show({"flag": None, "unused": Bytes(3 << 20), "model": {
+                 "generator": "stragglers", "events": 12, "params": None},
                  "carriers": [1, 2], "empty": {}})
     assert "{'" not in text and "None" not in text
     assert "unused 3.0 MiB" in text and "model (generator stragglers, events 12)" in text
+    assert show({"unused": 3 << 20}) == "unused 3145728"  # a size by the kind it carries
     assert show(None) == "-" and show([]) == "-" and show(True) == "yes"
 
 

@@ -10,7 +10,8 @@ Session: our own client, or the hidden node's relay over TLS).
 
 Stored in a table of its own, `process_scans`, created by `setup()`, which the store's schema
 setup calls (timeseries/store.py): one row per scan, the ProcessTable as zlib-compressed JSON
-without its per-process activity (one record per process of the node, which a page judging
+behind its tag and format (SCAN_MAGIC, timeseries/blobs.py; a row written before tags reads as
+format 1) without its per-process activity (one record per process of the node, which a page judging
 one scan does not use). Like the store's snapshots, a scan is kept for good every KEEP_EVERY
 seconds; between those only the node's latest stays: a node scanned every 5 minutes costs 24
 kept scans a day (docs/store.md).
@@ -34,6 +35,8 @@ from beamalloc.collector.live import NodeError
 from beamalloc.collector.processes import BUDGET_MS, TOP, Group, Proc, ProcessTable
 from beamalloc.errors import InputError
 from beamalloc.limits import MAX_PROCESSES, PROCESSES_EVERY
+from beamalloc.timeseries import blobs
+from beamalloc.timeseries.frames import NewerFormat
 
 if TYPE_CHECKING:
     from beamalloc.collector.access import Access
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 KEEP_EVERY = 3600.0
 #: The largest scan row decoded (a scan is some tens of kB of JSON; a larger row is damage).
 MAX_SCAN_JSON = 8 << 20
+#: A scan row's first bytes: "BAP" (a process scan) and its format (docs/store.md "Schema").
+SCAN_MAGIC = blobs.magic(b"BAP", 1)
 
 SCHEMA = (
     # t: the scan's time in ms, as the store's samples; kept: 0 for a node's transient latest
@@ -67,9 +72,10 @@ def setup(db: sqlite3.Connection, readonly: bool = False) -> None:
 # ---- encoding ----------------------------------------------------------------------------
 
 def encode(table: ProcessTable) -> bytes:
-    """The table without its activity (one record per process of the node), zlib JSON."""
+    """The table without its activity (one record per process of the node), zlib JSON behind
+    its tag (SCAN_MAGIC)."""
     doc = dataclasses.asdict(dataclasses.replace(table, activity=None))
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+    return blobs.pack(SCAN_MAGIC, json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
 def _fields(cls: type, d: Any) -> dict[str, Any]:
@@ -89,16 +95,18 @@ def table_from_doc(doc: Any) -> ProcessTable:
 
 
 def decode(blob: Any) -> ProcessTable:
-    """encode()'s inverse; ScanError for a row this code did not write."""
+    """encode()'s inverse (or a row written before tags, format 1); ScanError for a row this
+    code did not write, or of a newer format."""
     try:
-        if not isinstance(blob, bytes):
-            raise TypeError("not a blob")
+        stream = blobs.unpack(blob, SCAN_MAGIC, "a stored process scan")
         d = zlib.decompressobj()
-        raw = d.decompress(blob, MAX_SCAN_JSON)
+        raw = d.decompress(stream, MAX_SCAN_JSON)
         if d.unconsumed_tail:
             raise ValueError("a scan row larger than any beamalloc writes")
         return table_from_doc(json.loads(raw))
     except (zlib.error, ValueError, TypeError, RecursionError) as e:
+        if isinstance(e, NewerFormat):
+            raise ScanError(f"{e}: upgrade beamalloc") from None
         raise ScanError(f"a stored process scan cannot be read ({type(e).__name__}): "
                         "damaged, or not beamalloc's") from None
 
@@ -148,14 +156,12 @@ def at_or_before(db: sqlite3.Connection, node: str, t: float) -> StoredScan | No
     """The latest scan of `node` taken at or before `t` (Unix s; or up to FOLLOWS after it,
     the scan of that very poll), or None: none stored, or a store from before scans were
     stored (no table yet)."""
-    try:
-        row = db.execute("SELECT t, data FROM process_scans WHERE node = ? AND t <= ? "
-                         "ORDER BY t DESC LIMIT 1",
-                         (node, round((t + FOLLOWS) * 1000))).fetchone()
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return None
-        raise
+    # a store of before scans has no table: asked of the schema, not read from an error's words
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                  "'process_scans'").fetchone() is None:
+        return None
+    row = db.execute("SELECT t, data FROM process_scans WHERE node = ? AND t <= ? "
+                     "ORDER BY t DESC LIMIT 1", (node, round((t + FOLLOWS) * 1000))).fetchone()
     if row is None:
         return None
     if not isinstance(row[0], int):

@@ -45,7 +45,7 @@ import zstandard
 
 from beamalloc.errors import InputError
 from beamalloc.snapshot import Snapshot
-from beamalloc.timeseries import frames, scans
+from beamalloc.timeseries import blobs, frames, scans
 from beamalloc.timeseries.series import Point, instance_usage
 
 SCHEMA_VERSION = 3
@@ -72,15 +72,18 @@ TRANSIENT_IDS = 1 << 52
 KEY_MAX_AGE_MS = 24 * 3600 * 1000
 
 #: The zlib blobs' first bytes: three letters naming the kind and its format version as one
-#: byte, then the zlib stream (whose first byte, 0x78, no tag starts with: a blob written
-#: before tags is read as format 1, its layout). A snapshot's frame has its own (frames.MAGIC).
+#: byte, then the zlib stream (timeseries/blobs.py: a blob written before tags is read as
+#: format 1, its layout). A snapshot's frame has its own (frames.MAGIC), a process scan its
+#: own (scans.SCAN_MAGIC).
 ROLLUP_PREFIX = b"BAR"  # a chunk's rollup
 CHUNK_PREFIX = b"BAC"  # a chunk's columns
 USAGE_PREFIX = b"BAU"  # a kept snapshot's per-instance usage
-ROLLUP_VERSION = CHUNK_VERSION = USAGE_VERSION = 1
-ROLLUP_MAGIC = ROLLUP_PREFIX + bytes([ROLLUP_VERSION])
-CHUNK_MAGIC = CHUNK_PREFIX + bytes([CHUNK_VERSION])
-USAGE_MAGIC = USAGE_PREFIX + bytes([USAGE_VERSION])
+SHAPE_PREFIX = b"BAS"  # a frame's shape (names, options), stored once for many snapshots
+ROLLUP_VERSION = CHUNK_VERSION = USAGE_VERSION = SHAPE_VERSION = 1
+ROLLUP_MAGIC = blobs.magic(ROLLUP_PREFIX, ROLLUP_VERSION)
+CHUNK_MAGIC = blobs.magic(CHUNK_PREFIX, CHUNK_VERSION)
+USAGE_MAGIC = blobs.magic(USAGE_PREFIX, USAGE_VERSION)
+SHAPE_MAGIC = blobs.magic(SHAPE_PREFIX, SHAPE_VERSION)
 
 # Migration N brings a store from version N-1 to N. auto_vacuum only takes effect before the
 # first table exists, hence its place here.
@@ -278,22 +281,14 @@ def _undelta(deltas: list[int | None]) -> list[int | None]:
 
 def _tagged(magic: bytes, doc: Any) -> bytes:
     """`doc` as compact JSON, zlib, behind its kind's tag (ROLLUP_MAGIC, CHUNK_MAGIC, ...)."""
-    return magic + zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+    return blobs.pack(magic, json.dumps(doc, separators=(",", ":")).encode())
 
 
 def _untagged(blob: Any, magic: bytes, what: str, limit: int = MAX_ROW_JSON) -> Any:
     """The JSON document of a blob `_tagged` wrote with `magic`, or of one written before
     tags (format 1); frames.NewerFormat for a newer format of the kind, ValueError for a tag
-    with no format, so that a future layout is never read as this one."""
-    if isinstance(blob, bytes) and blob.startswith(magic[:-1]):
-        version = blob[len(magic) - 1:len(magic)]
-        if version and version[0] > magic[-1]:
-            raise frames.NewerFormat(f"{what} of format {version[0]} (this beamalloc reads "
-                                     f"format {magic[-1]})")
-        if version != magic[-1:]:
-            raise ValueError(f"{what} of no format")
-        blob = blob[len(magic):]
-    return json.loads(_inflate(blob, limit))
+    with no format, so that a future layout is never read as this one (blobs.unpack)."""
+    return json.loads(_inflate(blobs.unpack(blob, magic, what), limit))
 
 
 def encode_chunk(ts: list[int], points: list[Point]) -> bytes:
@@ -663,7 +658,9 @@ class Store:
         sid = self._shape_ids.get(shape)
         if sid is not None:
             return sid
-        data = zlib.compress(frames.shape_json(shape), 9)
+        # tagged (written before tags: the zlib stream alone, which `_shape` reads as format 1,
+        # and which this lookup does not find: such a shape is stored once more, tagged)
+        data = blobs.pack(SHAPE_MAGIC, frames.shape_json(shape))
         row = self.db.execute("SELECT id FROM shapes WHERE data = ?", (data,)).fetchone()
         sid = int(row[0]) if row else int(
             self.db.execute("INSERT INTO shapes (data) VALUES (?)", (data,)).lastrowid or 0)
@@ -1030,7 +1027,8 @@ class Store:
             if row is None:
                 raise StoreError(f"the store {self.path} is damaged: a snapshot's shape is "
                                  "missing")
-            shape = frames.shape_from_json(_inflate(row[0]))
+            shape = frames.shape_from_json(_inflate(blobs.unpack(row[0], SHAPE_MAGIC,
+                                                                 "a snapshot's shape")))
             if len(self._shapes) >= 64:
                 self._shapes.clear()
             self._shapes[shape_id] = shape

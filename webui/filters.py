@@ -16,6 +16,7 @@ from beamalloc.advice.rules import (
     USAGE_QUIET_UNUSED,
     usage_level,
 )
+from beamalloc.console import clean
 from beamalloc.reporters.recommend import evidence_line
 from beamalloc.units import human, pct
 
@@ -66,9 +67,21 @@ def citation_links(docs: str | None):  # -> the `cites` filter
     return cites
 
 
+def visible(v: Any) -> Any:
+    """Every value a template shows (Jinja's `finalize`), as the terminal shows text from
+    outside (beamalloc/console.py `clean`): a control character (an escape sequence, a bell, a
+    carriage return, a bidi override that reorders what the reader sees) as `\\xNN`, harmless
+    and visible; line breaks kept (HTML shows them as space, a <pre> of ours needs them).
+    Markup (our own HTML: the citations' links, the figures' JSON) is left as it is."""
+    if isinstance(v, str) and not isinstance(v, Markup):
+        return clean(v, limit=0, keep="\n")
+    return v
+
+
 def install(env: Environment, docs: str | None = "/docs") -> None:
     from beamalloc.webui.assets import plotly_version
 
+    env.finalize = visible
     env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show,
                        cites=citation_links(docs))
     env.globals["plotly_version"] = plotly_version()

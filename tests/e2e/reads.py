@@ -1,13 +1,24 @@
-"""Issue 22 item 6, the odd runs kept: fresh nodes of one matrix case, each read twice as
-`recommend NODE` reads it (TURNOVER_SECONDS apart), both reads saved, so that the verdict of a
-run that came out otherwise can be judged again, offline, after a change to the model.
+"""Issue 22 item 6, the odd runs kept: fresh nodes of one matrix case (tests/e2e/matrix.py), each
+read twice, TURNOVER_SECONDS apart, both reads saved, so that the verdict of a run that came out
+otherwise can be judged again, offline, after a change to the model.
 
     .venv/bin/python tests/e2e/reads.py capture 27 churn-load bf --runs 5 --out DIR
     .venv/bin/python tests/e2e/reads.py judge DIR [DIR...]
 
-`capture` writes DIR/otpR-WORKLOAD-SETTING-K.{first,second}.json; `judge` prints, per saved pair,
-the verdict, the figure and how it is known, the calibration error and the fill bands the
-calibration compared (the node's and the model's), then the spread over the runs of each case.
+`capture` starts the runs two at a time and writes two full snapshots of each node,
+DIR/otpR-WORKLOAD-SETTING-K.{first,second}.json. (`recommend NODE` itself no longer reads a
+second snapshot for the turnover: it reads binary_alloc's counters again until they show it, for
+at most TURNOVER_SECONDS without a speed trade, advice/reading.py `Reader.turnover`; the pair
+here is the longest wait it makes.)
+
+`judge` runs the recommender on each saved pair as `recommend()` is called with a turnover:
+the second read judged, with the turnover between the two; no process scan and no carrier-call
+rate, so no holder and no speed-trade flag weighs in. It prints per pair the verdict, the figure
+and how it is known (seeded from / known by), the calibration error, the fill bands the
+calibration compared (the node's and the model's), each future's figure and calibration error,
+and why the history did not fit where it did not; then per case its runs, its verdicts and the
+spread of its figures: "ok" when the runs agree (one verdict, figures within 10 points, a figure
+for every run or for none), else "FAIL", and exit 1 if any case fails.
 """
 
 from __future__ import annotations
