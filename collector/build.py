@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamalloc._refalloc import AllocReply
 from beamalloc.collector import osinfo
 from beamalloc.collector.instrument import add_carriers
 from beamalloc.collector.replies import LIMIT_KEYS
@@ -13,7 +14,7 @@ from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.collector.transport import NodeError
 from beamalloc.errors import InputError
-from beamalloc.snapshot import Snapshot, SnapshotError
+from beamalloc.snapshot import AllocatorInstance, Snapshot, SnapshotError
 
 
 def _str(v: Any) -> str | None:
@@ -46,8 +47,11 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         memory=memory_from_term(p.get("memory", [])),
     )
     allocs = p.get("allocators", [])
+    proven: list[AllocatorInstance] = []
     for entry in allocs if isinstance(allocs, list) else []:
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
+            if type(entry[1]) is AllocReply:  # read by alloc_reply.rs, proven plain there
+                proven += entry[1].instances
             add_system_info(snap, str(entry[0]), entry[1])
     limits = {k: v for k in LIMIT_KEYS if (v := _int(p.get(k))) is not None}
     snap.rss = osinfo.rss(snap.os_pid, node)
@@ -64,7 +68,7 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
     # The ranges every reader checks (docs/robustness.md, "Ranges"): a reply outside them is
     # one line naming the node, as a file would be.
     try:
-        snap.check()
+        snap.check(proven)
     except SnapshotError as e:
         raise SnapshotError(f"{node}: {e}") from None
     return snap
