@@ -122,25 +122,11 @@ def _stat(key: str, sec: Any) -> int:
     return v if _int(v) is not None and v >= 0 and not wrapped(v) else 0
 
 
-def _count(v: int) -> int:
-    """A record's count as _stat reads it from the term: a wrapped one is 0."""
-    return 0 if wrapped(v) else v
-
-
 def _instance_carriers(info: Any) -> list[tuple[Any, int, int]]:
     """(instance, carriers, carrier bytes) of each instance of an allocator's reply, its
-    mbcs, sbcs and pool sections summed: from the records of an AllocReply (alloc_reply.rs read
-    them under the shape _section reads, so the sums are the same), else from the term."""
+    mbcs, sbcs and pool sections summed: alloc_reply.rs sums them as _section reads the term."""
     if type(info) is AllocReply:
-        out = []
-        for i in info.instances:
-            p = i.mbcs_pool
-            n = _count(i.mbcs.carriers.current) + _count(i.sbcs.carriers.current)
-            size = _count(i.mbcs.carriers_size.current) + _count(i.sbcs.carriers_size.current)
-            if p is not None:
-                n, size = n + _count(p.carriers), size + _count(p.carriers_size)
-            out.append((i.instance, n, size))
-        return out
+        return info.carriers
     out = []
     for e in info if isinstance(info, list) else []:
         if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
@@ -287,20 +273,16 @@ def _block_count(props: Any) -> int:
 def _blocks(info: Any) -> int:
     """The blocks of an allocator's reply, every instance and section (what
     instrument:allocations/1 would walk)."""
-    if type(info) is AllocReply:
-        return sum(sum(_count(b.count.current) for b in i.mbcs.blocks.values())
-                   + sum(_count(b.count.current) for b in i.sbcs.blocks.values())
-                   + (sum(_count(c) for c, _ in i.mbcs_pool.blocks.values())
-                      if i.mbcs_pool is not None else 0)
-                   for i in info.instances)
+    if type(info) is AllocReply:  # summed there as _block_count sums the term
+        return info.blocks
     return sum(_block_count(e[2]) for e in info
                if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance")
 
 
 def _atags_on(info: Any) -> bool:
     """Is tagging on in some instance (an option {atags, true})?"""
-    if type(info) is AllocReply:  # alloc_reply.rs reads no option twice, atoms as booleans
-        return any(i.options.get("atags") is True for i in info.instances)
+    if type(info) is AllocReply:
+        return info.atags
     if not isinstance(info, list):
         return False
     for e in info:

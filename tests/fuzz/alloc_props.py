@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from beamalloc.collector import build, etf, system_info
+from beamalloc.collector import build, collect, etf, system_info
 from beamalloc.collector.terms import Atom, format_term
 from beamalloc.errors import InputError
 
@@ -50,6 +50,10 @@ def check(data: bytes, alloc: str = "binary_alloc") -> bool:
         return False
     assert native.end == end
     assert native.text == format_term(term)
+    # what the carrier scan reads of it (collect.py)
+    assert collect._instance_carriers(native) == collect._instance_carriers(term)
+    assert collect._blocks(native) == collect._blocks(term)
+    assert collect._atags_on(native) == collect._atags_on(term)
     assert _outcome(alloc, native) == _outcome(alloc, term)
     return True
 

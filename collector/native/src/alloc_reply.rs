@@ -356,11 +356,11 @@ impl<'a> Parse<'a> {
 }
 
 /// The keys the builder looks for, by index into Build.key (their atom numbers in the reply).
-const KEYS: [&str; 22] = [
+const KEYS: [&str; 23] = [
     "instance", "versions", "options", "mbcs", "sbcs", "mbcs_pool", "calls", "fix_types",
     "raw_blocks", "blocks", "carriers", "carriers_size", "mseg_alloc_carriers",
     "sys_alloc_carriers", "mseg_alloc_carriers_size", "sys_alloc_carriers_size", "count", "size",
-    "blocks_size", "foreign_blocks", "true", "false",
+    "blocks_size", "foreign_blocks", "true", "false", "atags",
 ];
 const K_INSTANCE: usize = 0;
 const K_VERSIONS: usize = 1;
@@ -378,6 +378,10 @@ const K_COUNT: usize = 16;
 const K_SIZE: usize = 17;
 const K_TRUE: usize = 20;
 const K_FALSE: usize = 21;
+const K_ATAGS: usize = 22;
+/// A count this large is a signed counter of the VM gone negative (snapshot.py WRAP): the
+/// carrier scan's sums take it as 0, as collect.py's _stat does.
+const WRAP: u64 = 1 << 63;
 /// What pool_stats leaves out of its counters (system_info.py _POOL_STATS).
 const POOL_STATS: [usize; 6] = [K_BLOCKS, 18, K_RAW_BLOCKS, 19, K_CARRIERS, K_CARRIERS_SIZE];
 
@@ -398,7 +402,13 @@ struct Build<'py, 'a> {
     strs: Vec<Option<Bound<'py, PyString>>>,
     numeric_of: Vec<Option<bool>>,
     /// KEYS' atom numbers (u32::MAX: not in the reply)
-    key: [u32; 22],
+    key: [u32; 23],
+    /// what collect.py's carrier scan needs, summed as its _section and _block_count sum the
+    /// term: this instance's carriers and their bytes, the reply's blocks, and atags
+    carriers: u128,
+    carrier_bytes: u128,
+    blocks: u128,
+    atags: bool,
 }
 
 // The classes, in the order system_info.py passes them.
@@ -565,6 +575,14 @@ impl<'py, 'a> Build<'py, 'a> {
         Ok(Some(self.object(TRIPLE, &f)?))
     }
 
+    /// The first value of a `{K, V, ...}` item read already (0 if absent or wrapped).
+    fn first(&self, t: Option<usize>) -> u128 {
+        match t.and_then(|t| self.count(self.nodes[t + 1].end as usize)) {
+            Some(v) if v < WRAP => v as u128,
+            _ => 0,
+        }
+    }
+
     /// `{K, N}`'s N, 0..2^64-1; a missing one is 0.
     fn single(&self, t: Option<usize>) -> Option<u64> {
         match t {
@@ -618,6 +636,7 @@ impl<'py, 'a> Build<'py, 'a> {
             else {
                 return Ok(None);
             };
+            self.blocks += self.first(self.find(&q, K_COUNT));
             let ty = self.text_of(ty);
             blocks.set_item(ty, self.object(BLOCKS, &[(16, count), (17, size)])?)?;
         }
@@ -627,6 +646,8 @@ impl<'py, 'a> Build<'py, 'a> {
         ) else {
             return Ok(None);
         };
+        self.carriers += self.first(self.find(&p, K_CARRIERS));
+        self.carrier_bytes += self.first(self.find(&p, K_CARRIERS_SIZE));
         let mut f = vec![(9, blocks.into_any().unbind()), (10, carriers), (11, size)];
         // mseg_alloc_carriers .. sys_alloc_carriers_size: fields 12..16, KEYS 12..16
         for k in 12..16 {
@@ -689,6 +710,7 @@ impl<'py, 'a> Build<'py, 'a> {
             else {
                 return Ok(None);
             };
+            self.blocks += self.first(self.find(&q, K_COUNT));
             let pair = PyTuple::new_bound(self.py, [self.int(c)?, self.int(z)?]);
             blocks.set_item(self.text_of(ty), pair)?;
         }
@@ -698,6 +720,8 @@ impl<'py, 'a> Build<'py, 'a> {
         ) else {
             return Ok(None);
         };
+        self.carriers += self.first(self.find(&p, K_CARRIERS));
+        self.carrier_bytes += self.first(self.find(&p, K_CARRIERS_SIZE));
         let Some(counters) = self.calls(&p, &POOL_STATS)? else { return Ok(None) };
         let f = [(9, blocks.into_any().unbind()), (10, self.int(c)?), (11, self.int(z)?),
                  (18, counters.into_any().unbind())];
@@ -727,7 +751,10 @@ impl<'py, 'a> Build<'py, 'a> {
                     None => return Ok(None),
                 },
                 ATOM if numeric => return Ok(None),
-                ATOM if self.is_key(x, K_TRUE) => true.into_py(self.py),
+                ATOM if self.is_key(x, K_TRUE) => {
+                    self.atags |= k == self.key[K_ATAGS];
+                    true.into_py(self.py)
+                }
                 ATOM if self.is_key(x, K_FALSE) => false.into_py(self.py),
                 ATOM => self.text_of(x).into_any().unbind(),
                 STR => return Ok(None), // a str option is kept as is: not this path's
@@ -769,6 +796,7 @@ impl<'py, 'a> Build<'py, 'a> {
         }
         let Some(p) = self.props(self.nodes[ixn].end as usize) else { return Ok(None) };
         let (mbcs, sbcs) = (self.find(&p, K_MBCS), self.find(&p, K_SBCS));
+        (self.carriers, self.carrier_bytes) = (0, 0);
         if mbcs.is_none() && sbcs.is_none() {
             return Ok(None); // not an alloc_util instance: system_info.py keeps it in extra
         }
@@ -857,6 +885,16 @@ pub struct AllocReply {
     /// where the term ends in the input
     #[pyo3(get)]
     pub end: usize,
+    /// (instance, carriers, their bytes) of each instance, its mbcs, sbcs and pool summed,
+    /// wrapped counts as 0 (what collect.py's carrier scan reads of the term)
+    #[pyo3(get)]
+    pub carriers: Vec<(u64, u128, u128)>,
+    /// the blocks of every instance and section (collect.py's _block_count of the term)
+    #[pyo3(get)]
+    pub blocks: u128,
+    /// some instance has the option {atags, true}
+    #[pyo3(get)]
+    pub atags: bool,
 }
 
 #[pymethods]
@@ -926,16 +964,24 @@ pub fn alloc_reply(
             strs: vec![None; n_atoms],
             numeric_of: vec![None; n_atoms],
             key,
+            carriers: 0,
+            carrier_bytes: 0,
+            blocks: 0,
+            atags: false,
         };
         let out = PyList::empty_bound(py);
+        let mut carriers = Vec::with_capacity(p.nodes[0].arity as usize);
         for e in items(&p.nodes, 0) {
             match b.instance(e)? {
                 Some(o) => out.append(o)?,
                 None => return Ok(None),
             }
+            let ix = b.count(b.nodes[e + 1].end as usize).unwrap_or(0);
+            carriers.push((ix, b.carriers, b.carrier_bytes));
         }
+        let (blocks, atags) = (b.blocks, b.atags);
         drop(b);
-        Ok(Some(AllocReply { text: p.out, instances: out.unbind(), end }))
+        Ok(Some(AllocReply { text: p.out, instances: out.unbind(), end, carriers, blocks, atags }))
     });
     std::panic::catch_unwind(run).unwrap_or_else(|_| {
         drop(PyErr::take(py));
