@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 from beamalloc._refalloc import AllocReply
@@ -53,13 +54,16 @@ _FIXED = ("sys_alloc", "mseg_alloc", "erts_mmap", "alloc_util")
 
 
 def collect(conn: Transport, target: str, cap: int, deadline: float,
-            main_us: int, connected_us: int) -> Any:
+            main_us: int, connected_us: int,
+            meanwhile: Callable[[list[Any]], None] | None = None) -> Any:
     """`{ok, [{Key, Value}]}`, what build.build_snapshot() reads, from one request per BIF, all
     in flight at once: each system_info({allocator, A}) gathers every scheduler's instance on
     the target, so the wall time is about the slowest call rather than the sum. The allocator
     list is only known after alloc_util_allocators answers. With `cap` > 0 the carriers are
     read afterwards (carriers()). Every reply is checked for its shape before use (a target
-    could send anything: issue 25), and the deadline between steps."""
+    could send anything: issue 25), and the deadline between steps. `meanwhile(body)`, when
+    carriers are read, is called with the reply but its carriers while the target scans them
+    (live.snapshot_node starts the Snapshot there: build.start_snapshot)."""
     util_key = conn.send("erlang", "system_info", [Atom("alloc_util_allocators")])
     started = us()
     reqs = [(Atom(k), conn.send(m, f, a)) for k, m, f, a in _SIMPLE]
@@ -76,15 +80,15 @@ def collect(conn: Transport, target: str, cap: int, deadline: float,
     scalars = [(k, v) for k, v in results if isinstance(k, Atom)]
     allocs = [(k[1], v) for k, v in results if isinstance(k, tuple)]
     otp = next((v for k, v in scalars if k == "otp_release"), None)
-    carriers_ = carriers(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline, otp)
-    return (Atom("ok"), [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils),
-                         *scalars, (Atom("allocators"), allocs), *carriers_,
-                         (Atom("sampled_at_us"), (started + done) // 2),
-                         (Atom("timings"), [(Atom("main"), main_us),
-                                            (Atom("connected"), connected_us),
-                                            (Atom("calls_sent"), started),
-                                            (Atom("replies_in"), done)]),
-                         (Atom("collect_us"), done - started)])
+    head = [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils), *scalars,
+            (Atom("allocators"), allocs)]
+    tail = [(Atom("sampled_at_us"), (started + done) // 2),
+            (Atom("timings"), [(Atom("main"), main_us), (Atom("connected"), connected_us),
+                               (Atom("calls_sent"), started), (Atom("replies_in"), done)]),
+            (Atom("collect_us"), done - started)]
+    carriers_ = carriers(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline, otp,
+                         None if meanwhile is None else lambda: meanwhile([*head, *tail]))
+    return (Atom("ok"), [*head, *carriers_, *tail])
 
 
 def _reply(conn: Transport, key: Any, v: Any) -> Any:
@@ -143,7 +147,8 @@ def _section(key: str, props: list[Any]) -> tuple[int, int]:
 
 
 def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
-             deadline: float, otp: Any = None) -> list[Any]:
+             deadline: float, otp: Any = None,
+             meanwhile: Callable[[], None] | None = None) -> list[Any]:
     """Per-carrier data through OTP's instrument:carriers/1, one request per allocator instance
     (scheduler id N scans instance N; 0 is the instance of non-scheduler threads and of the
     allocators that have one instance), all in flight at once. Each scan runs as aux work on
@@ -157,7 +162,7 @@ def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
     blocks are then its port's, and the heaviest ports are named by erlang:port_info(Port,
     name) (collector/instrument.py port_origins picks them). The order of the requests and of
     each allocator list is that of the Erlang agent this replaced (the snapshot JSON is the
-    same byte for byte)."""
+    same byte for byte). `meanwhile()` runs once the requests are out, before the answers."""
     if cap <= 0:
         return []
     insts = [(a, ix, n, size) for a, info in allocs
@@ -193,6 +198,10 @@ def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
         if isinstance(otp, str) and otp.isdigit() and int(otp) >= 27:  # OTP-18577
             opts[Atom("flags")] = [Atom("per_port")]
         areq = conn.send("instrument", "allocations", [opts])
+    if meanwhile is not None:
+        if isinstance(conn, dist.Connection):
+            conn.flush()  # our client holds requests until a receive: the target starts now
+        meanwhile()
     got = [(i, instrument_result(conn.receive(r, deadline))) for i, r in reqs]
     tags = instrument_result(conn.receive(areq, deadline)) if type(areq) is str else areq
     ports = port_origins(tags)
