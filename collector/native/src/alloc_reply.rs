@@ -14,6 +14,7 @@
 //!   `{atom, ...}` tuples with no key twice, every number it reads an integer 0..2^64-1;
 //! - Snapshot.check's `_plainly_valid` (beamalloc/snapshot.py): what it declines is not proven
 //!   plain there either, so the records it returns skip that check (build.py says so).
+//!
 //! Within that set it builds exactly what system_info.py builds (the same dataclasses, fields in
 //! the same order, plain str and int values) and writes exactly the text term_text.rs writes of
 //! the decoded term (`AllocReply.text`, the raw term's part). tests/test_alloc_reply.py and the
@@ -187,7 +188,16 @@ impl<'a> Parse<'a> {
         let pos = pos + 1;
         let idx = self.nodes.len();
         let t0 = self.out.len() as u32;
-        let mut node = Node { tag: INT, arity: 0, end: 0, val: 0, at: 0, len: 0, t0, t1: 0 };
+        let mut node = Node {
+            tag: INT,
+            arity: 0,
+            end: 0,
+            val: 0,
+            at: 0,
+            len: 0,
+            t0,
+            t1: 0,
+        };
         self.nodes.push(node);
         let end = match tag {
             97 => {
@@ -232,7 +242,9 @@ impl<'a> Parse<'a> {
                             return None;
                         }
                         let plain = name.first().is_some_and(|c| c.is_ascii_lowercase())
-                            && name.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'@');
+                            && name
+                                .iter()
+                                .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'@');
                         let mut text = String::new();
                         let s = std::str::from_utf8(name).ok()?; // ASCII
                         if plain && !RESERVED.contains(&s) {
@@ -256,7 +268,10 @@ impl<'a> Parse<'a> {
                     (*self.data.get(pos)? as usize, pos + 1)
                 } else {
                     let b = self.get(pos, 4)?;
-                    (u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize, pos + 4)
+                    (
+                        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize,
+                        pos + 4,
+                    )
                 };
                 self.get(p, count)?; // every element takes a byte at least
                 self.charge(cost::CONTAINER.checked_add(count)?)?;
@@ -357,10 +372,29 @@ impl<'a> Parse<'a> {
 
 /// The keys the builder looks for, by index into Build.key (their atom numbers in the reply).
 const KEYS: [&str; 23] = [
-    "instance", "versions", "options", "mbcs", "sbcs", "mbcs_pool", "calls", "fix_types",
-    "raw_blocks", "blocks", "carriers", "carriers_size", "mseg_alloc_carriers",
-    "sys_alloc_carriers", "mseg_alloc_carriers_size", "sys_alloc_carriers_size", "count", "size",
-    "blocks_size", "foreign_blocks", "true", "false", "atags",
+    "instance",
+    "versions",
+    "options",
+    "mbcs",
+    "sbcs",
+    "mbcs_pool",
+    "calls",
+    "fix_types",
+    "raw_blocks",
+    "blocks",
+    "carriers",
+    "carriers_size",
+    "mseg_alloc_carriers",
+    "sys_alloc_carriers",
+    "mseg_alloc_carriers_size",
+    "sys_alloc_carriers_size",
+    "count",
+    "size",
+    "blocks_size",
+    "foreign_blocks",
+    "true",
+    "false",
+    "atags",
 ];
 const K_INSTANCE: usize = 0;
 const K_VERSIONS: usize = 1;
@@ -421,14 +455,31 @@ const FIX: usize = 5;
 
 // Field names (interned once per call), by index into Build.names.
 const FIELDS: [&str; 25] = [
-    "allocator", "instance", "options", "mbcs", "sbcs", "mbcs_pool", "calls", "fix_types",
+    "allocator",
+    "instance",
+    "options",
+    "mbcs",
+    "sbcs",
+    "mbcs_pool",
+    "calls",
+    "fix_types",
     "versions", // AllocatorInstance 0..9
-    "blocks", "carriers", "carriers_size", "mseg_carriers", "sys_carriers", "mseg_carriers_size",
+    "blocks",
+    "carriers",
+    "carriers_size",
+    "mseg_carriers",
+    "sys_carriers",
+    "mseg_carriers_size",
     "sys_carriers_size", // CarrierStats 9..16
-    "count", "size", // BlockStats 16..18
+    "count",
+    "size",     // BlockStats 16..18
     "counters", // PoolStats: blocks, carriers, carriers_size, counters 18
-    "current", "last_max", "max", // Triple 19..22
-    "type", "allocated", "used", // FixType 22..25
+    "current",
+    "last_max",
+    "max", // Triple 19..22
+    "type",
+    "allocated",
+    "used", // FixType 22..25
 ];
 
 /// Items of the container node `i`, by index.
@@ -538,9 +589,14 @@ impl<'py, 'a> Build<'py, 'a> {
         // __init__ starts from), then each field set as object.__setattr__ sets it, which a
         // frozen dataclass's own __setattr__ would refuse (dataclasses do the same).
         unsafe {
-            let new = (*std::ptr::addr_of!(ffi::PyBaseObject_Type)).tp_new.expect("object.__new__");
-            let raw = new(self.cls[cls].as_ptr() as *mut ffi::PyTypeObject, self.empty.as_ptr(),
-                          std::ptr::null_mut());
+            let new = (*std::ptr::addr_of!(ffi::PyBaseObject_Type))
+                .tp_new
+                .expect("object.__new__");
+            let raw = new(
+                self.cls[cls].as_ptr() as *mut ffi::PyTypeObject,
+                self.empty.as_ptr(),
+                std::ptr::null_mut(),
+            );
             if raw.is_null() {
                 return Err(PyErr::fetch(py));
             }
@@ -628,12 +684,15 @@ impl<'py, 'a> Build<'py, 'a> {
                 None => return Ok(None),
             },
         };
-        let Some(typed) = self.typed(&p) else { return Ok(None) };
+        let Some(typed) = self.typed(&p) else {
+            return Ok(None);
+        };
         let blocks = PyDict::new_bound(self.py);
         for (ty, q) in typed {
-            let (Some(count), Some(size)) =
-                (self.triple(self.find(&q, K_COUNT))?, self.triple(self.find(&q, K_SIZE))?)
-            else {
+            let (Some(count), Some(size)) = (
+                self.triple(self.find(&q, K_COUNT))?,
+                self.triple(self.find(&q, K_SIZE))?,
+            ) else {
                 return Ok(None);
             };
             self.blocks += self.first(self.find(&q, K_COUNT));
@@ -651,7 +710,9 @@ impl<'py, 'a> Build<'py, 'a> {
         let mut f = vec![(9, blocks.into_any().unbind()), (10, carriers), (11, size)];
         // mseg_alloc_carriers .. sys_alloc_carriers_size: fields 12..16, KEYS 12..16
         for k in 12..16 {
-            let Some(v) = self.single(self.find(&p, k)) else { return Ok(None) };
+            let Some(v) = self.single(self.find(&p, k)) else {
+                return Ok(None);
+            };
             f.push((k, self.int(v)?));
         }
         Ok(Some(self.object(CARRIERS, &f)?))
@@ -701,13 +762,18 @@ impl<'py, 'a> Build<'py, 'a> {
 
     /// system_info.py pool_stats (blocks per type as {count, N}, {size, N}).
     fn pool(&mut self, s: usize) -> P<PyObject> {
-        let Some(p) = self.props(s) else { return Ok(None) };
-        let Some(typed) = self.typed(&p) else { return Ok(None) };
+        let Some(p) = self.props(s) else {
+            return Ok(None);
+        };
+        let Some(typed) = self.typed(&p) else {
+            return Ok(None);
+        };
         let blocks = PyDict::new_bound(self.py);
         for (ty, q) in typed {
-            let (Some(c), Some(z)) =
-                (self.single(self.find(&q, K_COUNT)), self.single(self.find(&q, K_SIZE)))
-            else {
+            let (Some(c), Some(z)) = (
+                self.single(self.find(&q, K_COUNT)),
+                self.single(self.find(&q, K_SIZE)),
+            ) else {
                 return Ok(None);
             };
             self.blocks += self.first(self.find(&q, K_COUNT));
@@ -722,19 +788,29 @@ impl<'py, 'a> Build<'py, 'a> {
         };
         self.carriers += self.first(self.find(&p, K_CARRIERS));
         self.carrier_bytes += self.first(self.find(&p, K_CARRIERS_SIZE));
-        let Some(counters) = self.calls(&p, &POOL_STATS)? else { return Ok(None) };
-        let f = [(9, blocks.into_any().unbind()), (10, self.int(c)?), (11, self.int(z)?),
-                 (18, counters.into_any().unbind())];
+        let Some(counters) = self.calls(&p, &POOL_STATS)? else {
+            return Ok(None);
+        };
+        let f = [
+            (9, blocks.into_any().unbind()),
+            (10, self.int(c)?),
+            (11, self.int(z)?),
+            (18, counters.into_any().unbind()),
+        ];
         Ok(Some(self.object(POOL, &f)?))
     }
 
     /// system_info.py `options`: each value an integer 0..2^64-1, true/false, an atom's name,
     /// or the text of another term (a number or a text proven plain, as Snapshot.check wants).
     fn options(&mut self, v: usize) -> P<Bound<'py, PyDict>> {
-        let Some(p) = self.props(v) else { return Ok(None) };
+        let Some(p) = self.props(v) else {
+            return Ok(None);
+        };
         let out = PyDict::new_bound(self.py);
         for (k, t) in p {
-            let Some(x) = self.value(t) else { return Ok(None) };
+            let Some(x) = self.value(t) else {
+                return Ok(None);
+            };
             let key = self.text_of(t + 1);
             let numeric = match self.numeric_of[k as usize] {
                 Some(b) => b,
@@ -772,8 +848,13 @@ impl<'py, 'a> Build<'py, 'a> {
     }
 
     /// A `{K, V}` item's V through `f`; absent: `none`; any other shape: decline.
-    fn section<T>(&mut self, p: &[(u32, usize)], k: usize, none: T,
-                  f: impl FnOnce(&mut Self, usize) -> P<T>) -> P<T> {
+    fn section<T>(
+        &mut self,
+        p: &[(u32, usize)],
+        k: usize,
+        none: T,
+        f: impl FnOnce(&mut Self, usize) -> P<T>,
+    ) -> P<T> {
         match self.find(p, k) {
             None => Ok(Some(none)),
             Some(t) => match self.value(t) {
@@ -790,11 +871,15 @@ impl<'py, 'a> Build<'py, 'a> {
             return Ok(None);
         }
         let ixn = self.nodes[e + 1].end as usize;
-        let Some(ix) = self.count(ixn) else { return Ok(None) };
+        let Some(ix) = self.count(ixn) else {
+            return Ok(None);
+        };
         if ix > self.max_instance {
             return Ok(None);
         }
-        let Some(p) = self.props(self.nodes[ixn].end as usize) else { return Ok(None) };
+        let Some(p) = self.props(self.nodes[ixn].end as usize) else {
+            return Ok(None);
+        };
         let (mbcs, sbcs) = (self.find(&p, K_MBCS), self.find(&p, K_SBCS));
         (self.carriers, self.carrier_bytes) = (0, 0);
         if mbcs.is_none() && sbcs.is_none() {
@@ -812,7 +897,9 @@ impl<'py, 'a> Build<'py, 'a> {
             versions = l.into_any().unbind();
         }
         let none = self.py.None();
-        let Some(options) = self.section(&p, K_OPTIONS, PyDict::new_bound(self.py), |b, x| b.options(x))?
+        let Some(options) = self.section(&p, K_OPTIONS, PyDict::new_bound(self.py), |b, x| {
+            b.options(x)
+        })?
         else {
             return Ok(None);
         };
@@ -825,17 +912,20 @@ impl<'py, 'a> Build<'py, 'a> {
                     None => return Ok(None),
                 },
             };
-            let Some(stats) = self.carrier_stats(x)? else { return Ok(None) };
+            let Some(stats) = self.carrier_stats(x)? else {
+                return Ok(None);
+            };
             sections.push(stats);
         }
-        let Some(pool) = self.section(&p, K_POOL, none.clone_ref(self.py), |b, x| b.pool(x))? else {
+        let Some(pool) = self.section(&p, K_POOL, none.clone_ref(self.py), |b, x| b.pool(x))?
+        else {
             return Ok(None);
         };
-        let Some(calls) = self.section(&p, K_CALLS, PyDict::new_bound(self.py), |b, x| {
-            match b.props(x) {
-                Some(q) => b.calls(&q, &[]),
-                None => Ok(None),
-            }
+        let Some(calls) = self.section(&p, K_CALLS, PyDict::new_bound(self.py), |b, x| match b
+            .props(x)
+        {
+            Some(q) => b.calls(&q, &[]),
+            None => Ok(None),
         })?
         else {
             return Ok(None);
@@ -845,9 +935,17 @@ impl<'py, 'a> Build<'py, 'a> {
         };
         let mut it = sections.into_iter();
         let (m, s) = (it.next().expect("mbcs"), it.next().expect("sbcs"));
-        let f = [(0, self.alloc.clone().into_any().unbind()), (1, self.int(ix)?),
-                 (2, options.into_any().unbind()), (3, m), (4, s), (5, pool),
-                 (6, calls.into_any().unbind()), (7, fix), (8, versions)];
+        let f = [
+            (0, self.alloc.clone().into_any().unbind()),
+            (1, self.int(ix)?),
+            (2, options.into_any().unbind()),
+            (3, m),
+            (4, s),
+            (5, pool),
+            (6, calls.into_any().unbind()),
+            (7, fix),
+            (8, versions),
+        ];
         Ok(Some(self.object(INSTANCE, &f)?))
     }
 
@@ -864,9 +962,14 @@ impl<'py, 'a> Build<'py, 'a> {
             }
             let a = self.nodes[ft + 1].end as usize;
             let u = self.nodes[a].end as usize;
-            let (Some(a), Some(u)) = (self.count(a), self.count(u)) else { return Ok(None) };
-            let f = [(22, self.text_of(ft + 1).into_any().unbind()), (23, self.int(a)?),
-                     (24, self.int(u)?)];
+            let (Some(a), Some(u)) = (self.count(a), self.count(u)) else {
+                return Ok(None);
+            };
+            let f = [
+                (22, self.text_of(ft + 1).into_any().unbind()),
+                (23, self.int(a)?),
+                (24, self.int(u)?),
+            ];
             l.append(self.object(FIX, &f)?)?;
         }
         Ok(Some(l.into_any().unbind()))
@@ -937,7 +1040,9 @@ pub fn alloc_reply(
             ids: HashMap::with_hasher(Fx(0)),
             atoms: Vec::new(),
         };
-        let Some(end) = p.term(pos, 1) else { return Ok(None) };
+        let Some(end) = p.term(pos, 1) else {
+            return Ok(None);
+        };
         if p.nodes[0].tag != LIST || p.nodes[0].arity == 0 {
             return Ok(None);
         }
@@ -981,7 +1086,14 @@ pub fn alloc_reply(
         }
         let (blocks, atags) = (b.blocks, b.atags);
         drop(b);
-        Ok(Some(AllocReply { text: p.out, instances: out.unbind(), end, carriers, blocks, atags }))
+        Ok(Some(AllocReply {
+            text: p.out,
+            instances: out.unbind(),
+            end,
+            carriers,
+            blocks,
+            atags,
+        }))
     });
     std::panic::catch_unwind(run).unwrap_or_else(|_| {
         drop(PyErr::take(py));
