@@ -132,3 +132,12 @@ def test_declined_shapes() -> None:
         data = alloc_props.encode([(Atom("instance"), 0, bad)])
         assert system_info.native_info("x_alloc", data, 0, etf.MAX_WORDS) is None, bad
         alloc_props.check(data, "x_alloc")
+
+
+def test_a_reply_of_millions_of_terms_is_declined() -> None:
+    """The decoder's budget charges nothing for a small integer: a peer's list of 2 M of them
+    is declined past alloc_reply.rs MAX_NODES (1 Mi terms, 48 MiB of nodes at most), not read
+    to the end; the decoder then reads it as before."""
+    data = b"\x6c" + (2 << 20).to_bytes(4, "big") + b"\x61\x07" * (2 << 20) + b"\x6a"
+    assert system_info.native_info("x_alloc", data, 0, etf.MAX_WORDS) is None
+    assert len(etf.term_at(data, 0, 1)[0]) == 2 << 20

@@ -40,6 +40,10 @@ const RESERVED: [&str; 28] = [
 const DEPTH: usize = MAX_DEPTH - 16;
 /// call counters are {Name, Giga, Ones} (docs/erts/recon-formulas.md §0)
 const GIGA: u128 = 1_000_000_000;
+/// The most terms a reply may hold here (a +S 1024 node's largest reply has ~0.4 M: 1,025
+/// instances of ~350); past it, decline. The decoder's budget charges nothing for a small
+/// integer, so a peer's list of 16 M of them is within it, and would be 0.8 GB of nodes here.
+const MAX_NODES: usize = 1 << 20;
 /// The longest option text Snapshot.check proves plain (`_plain_str`).
 const MAX_TEXT: usize = 4096;
 
@@ -181,7 +185,7 @@ impl<'a> Parse<'a> {
     /// The term at `pos` (its tag), `depth` deep: its nodes pushed, its text written; the
     /// position after it, or None to decline.
     fn term(&mut self, pos: usize, depth: usize) -> Option<usize> {
-        if depth > DEPTH {
+        if depth > DEPTH || self.nodes.len() >= MAX_NODES {
             return None;
         }
         let tag = *self.data.get(pos)?;
@@ -1034,7 +1038,7 @@ pub fn alloc_reply(
         }
         let mut p = Parse {
             data,
-            nodes: Vec::with_capacity(data.len().saturating_sub(pos) / 5 + 16),
+            nodes: Vec::with_capacity((data.len().saturating_sub(pos) / 5 + 16).min(MAX_NODES)),
             out: String::with_capacity(data.len().saturating_sub(pos) + 16),
             left: budget,
             ids: HashMap::with_hasher(Fx(0)),
