@@ -3,8 +3,11 @@ this host's OS says of the node when it runs here (collector/osinfo.py)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from beamalloc._refalloc import AllocReply
 from beamalloc.collector import osinfo
 from beamalloc.collector.instrument import add_carriers
 from beamalloc.collector.replies import LIMIT_KEYS
@@ -13,7 +16,7 @@ from beamalloc.collector.system_info import add_system_info, memory_from_term
 from beamalloc.collector.terms import Atom, format_term, proplist
 from beamalloc.collector.transport import NodeError
 from beamalloc.errors import InputError
-from beamalloc.snapshot import Snapshot, SnapshotError
+from beamalloc.snapshot import AllocatorInstance, Snapshot, SnapshotError
 
 
 def _str(v: Any) -> str | None:
@@ -30,6 +33,14 @@ def raw_text(term: Any) -> str:
 def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
     """A Snapshot from the `[{Key, Value}]` list collect.collect() builds (a snippet file's
     body has the same keys: collector/snippet.py)."""
+    return finish_snapshot(*start_snapshot(node, term, taken_at), term)
+
+
+def start_snapshot(node: str, term: Any,
+                   taken_at: float | None = None) -> tuple[Snapshot, list[AllocatorInstance]]:
+    """The part of build_snapshot that needs no carriers (the node's facts, its allocators,
+    what this host's OS says of it), and the instances proven plain: what snapshot_node does
+    while the target scans its carriers (collect.collect's `meanwhile`)."""
     p = proplist(term)
     pid = p.get("os_pid")
     sampled = _int(p.get("sampled_at_us"))
@@ -46,8 +57,11 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         memory=memory_from_term(p.get("memory", [])),
     )
     allocs = p.get("allocators", [])
+    proven: list[AllocatorInstance] = []
     for entry in allocs if isinstance(allocs, list) else []:
         if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Atom):
+            if type(entry[1]) is AllocReply:  # read by alloc_reply.rs, proven plain there
+                proven += entry[1].instances
             add_system_info(snap, str(entry[0]), entry[1])
     limits = {k: v for k in LIMIT_KEYS if (v := _int(p.get(k))) is not None}
     snap.rss = osinfo.rss(snap.os_pid, node)
@@ -56,7 +70,12 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
         osinfo.container(snap, limits)
     if limits:
         snap.extra["limits"] = limits
-    add_carriers(snap, p)
+    return snap, proven
+
+
+def finish_snapshot(snap: Snapshot, proven: list[AllocatorInstance], term: Any) -> Snapshot:
+    """start_snapshot's Snapshot completed from the whole `term`: carriers, raw term, check."""
+    add_carriers(snap, proplist(term))
     # Carriers are in snap.carriers, whole; as text they would double the raw term.
     snap.raw = raw_text([x for x in term if not (isinstance(x, tuple) and x
                                                  and x[0] in _CARRIER_KEYS)]
@@ -64,9 +83,9 @@ def build_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snaps
     # The ranges every reader checks (docs/robustness.md, "Ranges"): a reply outside them is
     # one line naming the node, as a file would be.
     try:
-        snap.check()
+        snap.check(proven)
     except SnapshotError as e:
-        raise SnapshotError(f"{node}: {e}") from None
+        raise SnapshotError(f"{snap.node}: {e}") from None
     return snap
 
 
@@ -74,10 +93,25 @@ _CARRIER_KEYS = ("carriers", "carriers_skipped", "carrier_hist", "allocation_tag
                  "port_names")
 
 
-def build_peer_snapshot(node: str, term: Any, taken_at: float | None = None) -> Snapshot:
-    """build_snapshot of what a node sent: out of range there is the peer's fault (exit 3)."""
+def build_peer_snapshot(node: str, term: Any, taken_at: float | None = None,
+                        started: tuple[Snapshot, list[AllocatorInstance]] | None = None
+                        ) -> Snapshot:
+    """build_snapshot of what a node sent (from start_peer_snapshot's part when `started`):
+    out of range there is the peer's fault (exit 3)."""
+    with _peer(node):
+        return finish_snapshot(*(started or start_snapshot(node, term, taken_at)), term)
+
+
+def start_peer_snapshot(node: str, term: Any) -> tuple[Snapshot, list[AllocatorInstance]]:
+    """start_snapshot of what a node sent, its faults the peer's (exit 3)."""
+    with _peer(node):
+        return start_snapshot(node, term)
+
+
+@contextlib.contextmanager
+def _peer(node: str) -> Iterator[None]:
     try:
-        return build_snapshot(node, term, taken_at)
+        yield
     except InputError as e:
         raise NodeError(f"{node} sent a reply no Erlang node sends: "
                         f"{str(e).removeprefix(node + ': ')}") from None

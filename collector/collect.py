@@ -15,9 +15,12 @@ recon_alloc does.
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Callable
 from typing import Any
 
-from beamalloc.collector import dist
+from beamalloc._refalloc import AllocReply
+from beamalloc.collector import dist, etf
 from beamalloc.collector.instrument import port_origins
 from beamalloc.collector.replies import (
     LIMIT_KEYS,
@@ -28,6 +31,7 @@ from beamalloc.collector.replies import (
 from beamalloc.collector.replies import (
     as_int as _int,
 )
+from beamalloc.collector.system_info import native_info
 from beamalloc.collector.terms import Atom, Opaque
 from beamalloc.collector.transport import Transport, result, us
 from beamalloc.snapshot import wrapped
@@ -50,13 +54,16 @@ _FIXED = ("sys_alloc", "mseg_alloc", "erts_mmap", "alloc_util")
 
 
 def collect(conn: Transport, target: str, cap: int, deadline: float,
-            main_us: int, connected_us: int) -> Any:
+            main_us: int, connected_us: int,
+            meanwhile: Callable[[list[Any]], None] | None = None) -> Any:
     """`{ok, [{Key, Value}]}`, what build.build_snapshot() reads, from one request per BIF, all
     in flight at once: each system_info({allocator, A}) gathers every scheduler's instance on
     the target, so the wall time is about the slowest call rather than the sum. The allocator
     list is only known after alloc_util_allocators answers. With `cap` > 0 the carriers are
     read afterwards (carriers()). Every reply is checked for its shape before use (a target
-    could send anything: issue 25), and the deadline between steps."""
+    could send anything: issue 25), and the deadline between steps. `meanwhile(body)`, when
+    carriers are read, is called with the reply but its carriers while the target scans them
+    (live.snapshot_node starts the Snapshot there: build.start_snapshot)."""
     util_key = conn.send("erlang", "system_info", [Atom("alloc_util_allocators")])
     started = us()
     reqs = [(Atom(k), conn.send(m, f, a)) for k, m, f, a in _SIMPLE]
@@ -64,23 +71,43 @@ def collect(conn: Transport, target: str, cap: int, deadline: float,
               conn.send("erlang", "system_info", [(Atom("allocator"), Atom(a))]))
              for a in _FIXED]
     utils = check_utils(result(conn.receive(util_key, deadline)))
+    # their replies are 99 % of the bytes: kept as bytes, read to records in one pass
     reqs += [((Atom("allocator"), a),
-              conn.send("erlang", "system_info", [(Atom("allocator"), a)])) for a in utils]
-    results = [(k, check_reply(k, result(conn.receive(r, deadline)))) for k, r in reqs]
+              conn.send_raw("erlang", "system_info", [(Atom("allocator"), a)])) for a in utils]
+    results = [(k, _reply(conn, k, conn.receive(r, deadline))) for k, r in reqs]
     dist.check_deadline(deadline, "collecting")
     done = us()
     scalars = [(k, v) for k, v in results if isinstance(k, Atom)]
     allocs = [(k[1], v) for k, v in results if isinstance(k, tuple)]
     otp = next((v for k, v in scalars if k == "otp_release"), None)
-    carriers_ = carriers(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline, otp)
-    return (Atom("ok"), [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils),
-                         *scalars, (Atom("allocators"), allocs), *carriers_,
-                         (Atom("sampled_at_us"), (started + done) // 2),
-                         (Atom("timings"), [(Atom("main"), main_us),
-                                            (Atom("connected"), connected_us),
-                                            (Atom("calls_sent"), started),
-                                            (Atom("replies_in"), done)]),
-                         (Atom("collect_us"), done - started)])
+    head = [(Atom("node"), Atom(target)), (Atom("alloc_util_allocators"), utils), *scalars,
+            (Atom("allocators"), allocs)]
+    tail = [(Atom("sampled_at_us"), (started + done) // 2),
+            (Atom("timings"), [(Atom("main"), main_us), (Atom("connected"), connected_us),
+                               (Atom("calls_sent"), started), (Atom("replies_in"), done)]),
+            (Atom("collect_us"), done - started)]
+    carriers_ = carriers(conn, [(a, v) for a, v in allocs if a in utils], cap, deadline, otp,
+                         None if meanwhile is None else lambda: meanwhile([*head, *tail]))
+    return (Atom("ok"), [*head, *carriers_, *tail])
+
+
+def _reply(conn: Transport, key: Any, v: Any) -> Any:
+    """A checked reply; one asked for raw (dist.RawReply) is an allocator's: its records and
+    text when collector/native/src/alloc_reply.rs reads it (an AllocReply), else its term,
+    decoded as any reply is (its errors the transport's "unreadable" line)."""
+    if type(v) is dist.RawReply:
+        t0 = time.perf_counter()
+        info = native_info(str(key[1]), v.data, v.pos, etf.MAX_WORDS)
+        if info is None:
+            try:
+                v = etf.term_at(v.data, v.pos, 1)[0]  # inside {Ref, Result} or {ok, Result}
+            except etf.ETFError as e:
+                what = "message" if isinstance(conn, dist.Connection) else "answer"
+                raise dist.DistError("call_failed", f"unreadable {what}: {e}".encode()) from None
+        conn.stats["decode_s"] += time.perf_counter() - t0
+        if info is not None:
+            return info
+    return check_reply(key, result(v))
 
 
 def _keyfind(key: str, items: Any) -> tuple[Any, ...] | None:
@@ -99,6 +126,19 @@ def _stat(key: str, sec: Any) -> int:
     return v if _int(v) is not None and v >= 0 and not wrapped(v) else 0
 
 
+def _instance_carriers(info: Any) -> list[tuple[Any, int, int]]:
+    """(instance, carriers, carrier bytes) of each instance of an allocator's reply, its
+    mbcs, sbcs and pool sections summed: alloc_reply.rs sums them as _section reads the term."""
+    if type(info) is AllocReply:
+        return info.carriers
+    out = []
+    for e in info if isinstance(info, list) else []:
+        if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
+            sections = [_section(k, e[2]) for k in ("mbcs", "sbcs", "mbcs_pool")]
+            out.append((e[1], sum(c for c, _ in sections), sum(b for _, b in sections)))
+    return out
+
+
 def _section(key: str, props: list[Any]) -> tuple[int, int]:
     it = _keyfind(key, props)
     if it and len(it) == 2 and isinstance(it[1], list):
@@ -107,7 +147,8 @@ def _section(key: str, props: list[Any]) -> tuple[int, int]:
 
 
 def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
-             deadline: float, otp: Any = None) -> list[Any]:
+             deadline: float, otp: Any = None,
+             meanwhile: Callable[[], None] | None = None) -> list[Any]:
     """Per-carrier data through OTP's instrument:carriers/1, one request per allocator instance
     (scheduler id N scans instance N; 0 is the instance of non-scheduler threads and of the
     allocators that have one instance), all in flight at once. Each scan runs as aux work on
@@ -121,17 +162,11 @@ def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
     blocks are then its port's, and the heaviest ports are named by erlang:port_info(Port,
     name) (collector/instrument.py port_origins picks them). The order of the requests and of
     each allocator list is that of the Erlang agent this replaced (the snapshot JSON is the
-    same byte for byte)."""
+    same byte for byte). `meanwhile()` runs once the requests are out, before the answers."""
     if cap <= 0:
         return []
-    insts = []
-    for a, info in allocs:
-        for e in info if isinstance(info, list) else []:
-            if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
-                sections = [_section(k, e[2]) for k in ("mbcs", "sbcs", "mbcs_pool")]
-                n, size = sum(c for c, _ in sections), sum(b for _, b in sections)
-                if n > 0:
-                    insts.append((a, e[1], n, size))
+    insts = [(a, ix, n, size) for a, info in allocs
+             for ix, n, size in _instance_carriers(info) if n > 0]
     # lists:sort with {S1, N1} >= {S2, N2}: largest bytes first, then count; stable otherwise
     insts.sort(key=lambda x: (x[3], x[2]), reverse=True)
     take, skip, left = [], [], cap
@@ -151,9 +186,8 @@ def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
                             Atom("histogram_start"): HIST_START,
                             Atom("histogram_width"): HIST_WIDTH}]))
             for i in sorted(by_inst)]
-    tagged = [a for a, info in allocs if isinstance(info, list) and _atags_on(info)]
-    blocks = sum(_block_count(e[2]) for a, info in allocs if a in tagged
-                 for e in info if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance")
+    tagged = [a for a, info in allocs if _atags_on(info)]
+    blocks = sum(_blocks(info) for a, info in allocs if a in tagged)
     if not tagged:
         areq: Any = Atom("none")
     elif blocks > MAX_TAGGED_BLOCKS:
@@ -164,6 +198,10 @@ def carriers(conn: Transport, allocs: list[tuple[Any, Any]], cap: int,
         if isinstance(otp, str) and otp.isdigit() and int(otp) >= 27:  # OTP-18577
             opts[Atom("flags")] = [Atom("per_port")]
         areq = conn.send("instrument", "allocations", [opts])
+    if meanwhile is not None:
+        if isinstance(conn, dist.Connection):
+            conn.flush()  # our client holds requests until a receive: the target starts now
+        meanwhile()
     got = [(i, instrument_result(conn.receive(r, deadline))) for i, r in reqs]
     tags = instrument_result(conn.receive(areq, deadline)) if type(areq) is str else areq
     ports = port_origins(tags)
@@ -241,7 +279,21 @@ def _block_count(props: Any) -> int:
     return total
 
 
-def _atags_on(info: list[Any]) -> bool:
+def _blocks(info: Any) -> int:
+    """The blocks of an allocator's reply, every instance and section (what
+    instrument:allocations/1 would walk)."""
+    if type(info) is AllocReply:  # summed there as _block_count sums the term
+        return info.blocks
+    return sum(_block_count(e[2]) for e in info
+               if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance")
+
+
+def _atags_on(info: Any) -> bool:
+    """Is tagging on in some instance (an option {atags, true})?"""
+    if type(info) is AllocReply:
+        return info.atags
+    if not isinstance(info, list):
+        return False
     for e in info:
         if isinstance(e, tuple) and len(e) == 3 and e[0] == "instance":
             it = _keyfind("options", e[2])

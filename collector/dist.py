@@ -661,19 +661,24 @@ class Connection:
                 if ref in self._raw and self._pending.get(ref, 1) is None:
                     self._pending[ref] = (RawReply(data, at),)
                     self._raw.discard(ref)
+                    self._count(n, t0)
                     return
             msg, _ = etf.decode_at(data, end, self._atoms)
         except (IndexError, struct.error):
             raise DistError("call_failed", b"unreadable message: truncated term") from None
         except etf.ETFError as e:
             raise DistError("call_failed", f"unreadable message: {e}".encode()) from None
+        self._count(n, t0)
+        if (isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], Opaque)
+                and msg[0] in self._pending and self._pending[msg[0]] is None):
+            self._pending[msg[0]] = (msg[1],)
+
+    def _count(self, n: int, t0: float) -> None:
+        """A reply of `n` bytes read, decoding since `t0` (a raw one's reader adds its own)."""
         st = self.stats
         st["decode_s"] += time.perf_counter() - t0
         st["bytes"] += n
         st["messages"] += 1
-        if (isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], Opaque)
-                and msg[0] in self._pending and self._pending[msg[0]] is None):
-            self._pending[msg[0]] = (msg[1],)
 
     def send_raw(self, m: str, f: str, args: list[Any]) -> str:
         """send(), whose reply receive() gives as a RawReply: its result's bytes, undecoded."""

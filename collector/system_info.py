@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamalloc._refalloc import AllocReply, alloc_reply
 from beamalloc.collector.terms import Atom, Term, format_term, proplist
 from beamalloc.errors import InputError
+from beamalloc.limits import MAX_SCHEDULERS
 from beamalloc.snapshot import (
+    NUMERIC_OPTIONS,
     UINT64_MAX,
     AllocatorInstance,
     BlockStats,
@@ -267,8 +270,30 @@ def add_allocator(snap: Snapshot, alloc: str, ix: int, props: Any) -> None:
         snap.allocators.append(instance_from_props(alloc, ix, props))
 
 
+#: What native_info() builds, in the order alloc_reply.rs takes them.
+_CLASSES = (AllocatorInstance, CarrierStats, BlockStats, PoolStats, Triple, FixType)
+#: Allocators whose replies are not alloc_util instances (mseg_alloc's cache, the others'
+#: options or text): read from their terms only.
+NOT_UTIL = frozenset({"mseg_alloc", "sys_alloc", "erts_mmap", "alloc_util"})
+
+
+def native_info(alloc: str, data: bytes, pos: int, budget: int) -> AllocReply | None:
+    """The reply to `system_info({allocator, alloc})` whose tag is at `data[pos]`, read in one
+    pass to the records add_system_info() would build from its decoded term, and its term text
+    (collector/native/src/alloc_reply.rs); None for a reply of any other shape, which the
+    caller then decodes and reads as before. `budget`: the decoder's (etf.py MAX_WORDS)."""
+    if alloc in NOT_UTIL:
+        return None
+    return alloc_reply(data, pos, alloc, _CLASSES, NUMERIC_OPTIONS, budget,
+                       2 * MAX_SCHEDULERS + 1)
+
+
 def add_system_info(snap: Snapshot, alloc: str, info: Any) -> None:
-    """Add the result of `erlang:system_info({allocator, Alloc})`."""
+    """Add the result of `erlang:system_info({allocator, Alloc})`: its term, or what
+    native_info() read of its bytes."""
+    if type(info) is AllocReply:
+        snap.allocators += info.instances
+        return
     if info is False or info == "false":
         snap.disabled.append(alloc)
         snap.notes.append(f"{alloc} is not enabled on this node")

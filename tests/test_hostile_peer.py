@@ -269,6 +269,14 @@ CASES: dict[str, tuple[dict[str, Any], int, str]] = {
     "wordsize_atom": ({"answers": {"wordsize": _atom("eight")}}, 3, "reply"),
     "allocator_integer": ({"answers": {"alloc_util_allocators": _list([ATOM_BINARY]),
                                        "allocator": b"\x61\x05"}}, 3, "reply"),
+    # an instance list in the shape the native reader reads, but a negative count: declined
+    # there, refused by system_info.py as before (collector/native/src/alloc_reply.rs)
+    "allocator_negative_count": ({"answers": {
+        "alloc_util_allocators": _list([ATOM_BINARY]),
+        "allocator": _list([b"\x68\x03" + _atom("instance") + b"\x61\x00" + _list([
+            b"\x68\x02" + _atom("mbcs") + _list([
+                b"\x68\x04" + _atom("carriers") + b"\x62\xff\xff\xff\xff\x61\x00\x61\x00"])])])}},
+        3, "negative"),
     "release_escape": ({"answers": {"otp_release": _string(ESC + b"25")}}, 3, "reply"),
     "release_long": ({"answers": {"otp_release": _string(b"2" * 60_000)}}, 3, "reply"),
     # escape sequences before authentication

@@ -12,9 +12,12 @@ both alike (read the ratios, not the absolute times):
 
 Each is split into connect (epmd, our name, the handshake; the hidden node: from its main, once
 booted), the calls (in the target, on the wire and decoded as they arrive), decode (of that, our
-decoding), carriers (instrument reads), build (the Snapshot from the reply) and the rest (the
-hidden node's boot and cleanup; for the direct way, closing). Then the same system_info calls
-timed inside the target (timer:tc, sequential), and a watch's sample over a kept connection:
+decoding; the allocator replies are read to records there, collector/native/src/alloc_reply.rs),
+carriers (instrument reads; the Snapshot's start is built meanwhile), build (the Snapshot's
+rest once the reply is in) and the rest (the hidden node's boot and cleanup; for the direct
+way, closing). Then the same system_info calls timed inside the target (timer:tc, sequential;
+once more with every carrier scan, what the snapshot asks on top), and a watch's sample over a
+kept connection:
 the calls in the target plus the decoding of their replies, without the Snapshot build, over a
 collector/session.py Session, our own client's and the relay's (the watch's hidden node).
 
@@ -60,7 +63,9 @@ from beamalloc.collector.transport import Transport
 HOST = socket.gethostname().split(".")[0]
 
 # Runs in the target (its own -eval): answers {From, go} with the microseconds the collected
-# calls take there, called sequentially.
+# calls take there, called sequentially; {From, scans}: the same calls, then the carrier scan
+# of every scheduler's instances of every alloc_util allocator (what a snapshot reading
+# carriers asks on top, one instrument:carriers/1 per scheduler id, as collect.py does).
 TARGET_EVAL = """
 register(bench, self()),
 Calls = fun() ->
@@ -71,7 +76,16 @@ Calls = fun() ->
     os:getpid(),
     [erlang:system_info({allocator, A}) || A <- Allocs]
 end,
-Loop = fun L() -> receive {From, go} -> {T, _} = timer:tc(Calls), From ! {bench, T}, L() end end,
+Scans = fun() ->
+    Calls(),
+    Utils = erlang:system_info(alloc_util_allocators),
+    [instrument:carriers(#{scheduler_ids => [I], allocator_types => Utils,
+                           histogram_start => 128, histogram_width => 18})
+     || I <- lists:seq(0, erlang:system_info(schedulers))]
+end,
+Loop = fun L() -> receive {From, go} -> {T, _} = timer:tc(Calls), From ! {bench, T}, L();
+                          {From, scans} -> {T, _} = timer:tc(Scans), From ! {bench, T}, L()
+                  end end,
 Loop().
 """
 
@@ -88,7 +102,7 @@ erpc:call(N, os, getpid, []),
 halt().
 """
 
-PHASES = ("connect", "calls", "decode", "carriers", "build", "build_cpu", "rest")
+PHASES = ("connect", "calls", "decode", "carriers", "overlapped", "build", "build_cpu", "rest")
 
 
 def _phases(snap, wall: float, lt: dict[str, float]) -> dict[str, float]:
@@ -101,8 +115,10 @@ def _phases(snap, wall: float, lt: dict[str, float]) -> dict[str, float]:
     calls = t["replies_in"] - t["calls_sent"]
     out = {"connect": t["connected"] - t["main"] if "connected" in t else float("nan"),
            "calls": calls, "decode": lt.get("decode_s", 0.0), "carriers": carriers,
+           "overlapped": lt.get("build_overlapped", 0.0),
            "build": lt.get("build", 0.0), "build_cpu": lt.get("build_cpu", 0.0)}
-    out["rest"] = wall - sum(v for k, v in out.items() if k not in ("decode", "build_cpu"))
+    out["rest"] = wall - sum(v for k, v in out.items()
+                             if k not in ("decode", "overlapped", "build_cpu"))
     return out
 
 
@@ -111,8 +127,8 @@ def _registered(name: str) -> bool:
     return f"name {name} at port" in out
 
 
-def _in_target_us(node: str, cookie: str, runs: int) -> list[int]:
-    code = (f"T = '{node}', R = [begin {{bench, T}} ! {{self(), go}}, "
+def _in_target_us(node: str, cookie: str, runs: int, what: str = "go") -> list[int]:
+    code = (f"T = '{node}', R = [begin {{bench, T}} ! {{self(), {what}}}, "
             f"receive {{bench, U}} -> U end end || _ <- lists:seq(1, {runs})], "
             "io:format(\"~w~n\", [R]), halt().")
     out = subprocess.run(
@@ -304,6 +320,7 @@ def main() -> int:
                 wall, ph, snap = _snap(node, cookie, hidden, args.max_carriers)
                 res[hidden].append((wall, ph))
         inside = [u / 1e6 for u in _in_target_us(node, cookie, args.runs)]
+        scans = [u / 1e6 for u in _in_target_us(node, cookie, args.runs, "scans")]
         kept, kept_decode, kept_bytes, kept_whole = _kept(node, cookie, args.runs)
         session = _session(node, cookie, args.runs)
 
@@ -322,6 +339,7 @@ def main() -> int:
             a = statistics.median(p[k] for _, p in res[False]) * 1000
             b = statistics.median(p[k] for _, p in res[True]) * 1000
             label = {"calls": "calls (target+wire)", "decode": "  of which decode",
+                     "overlapped": "  of which build", "build": "build (after)",
                      "build_cpu": "  build's CPU", "rest": "rest (boot, cleanup)"}.get(k, k)
             print(f"  {label:<22} {a:9.1f} {b:9.1f}")
         here = statistics.median(inside)
@@ -336,6 +354,9 @@ def main() -> int:
         connect = statistics.median(p["connect"] for _, p in res[False])
         print(f"direct wall / (in-target + one connection, {connect * 1000:.1f} ms): "
               f"{statistics.median(direct) / (here + connect):.1f}x   goal <= 3x")
+        scanned = statistics.median(direct) / (statistics.median(scans) + connect)
+        print(f"  the calls and every carrier scan inside the target: {_ms(scans)}; direct "
+              f"wall / (that + one connection): {scanned:.1f}x")
         ours, stock = _processes(node, cookie, args.runs)
         print(f"CPU of the whole process, --max-carriers 0: beamalloc snapshot "
               f"{_ms(ours)}; stock erl -hidden, same calls {_ms(stock)}")

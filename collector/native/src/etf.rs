@@ -50,8 +50,8 @@ fn truncated() -> Fail {
 }
 
 /// What each object costs in 8-byte words (header and payload; an element's slot is charged by
-/// its container).
-mod cost {
+/// its container). alloc_reply.rs charges the same.
+pub(crate) mod cost {
     pub const CONTAINER: usize = 8;
     pub const INT: usize = 4;
     pub const FLOAT: usize = 3;

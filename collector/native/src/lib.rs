@@ -2,12 +2,15 @@
 //! from the replay model (refalloc), which reads only traces. One Python extension still:
 //! refalloc's `_refalloc` module registers these functions (`python::register`).
 //!
-//! Modules: `etf` (the external term format decoder behind collector/etf.py), `term_text` (the
+//! Modules: `etf` (the external term format decoder behind collector/etf.py), `alloc_reply`
+//! (an allocator reply's bytes to its records, behind collector/system_info.py), `term_text` (the
 //! term text writer behind collector/terms.py's format_term), `dumpscan` (a crash dump's section
 //! headers and the =proc values, behind collector/dumpscan.py and procdump.py).
 pub mod dumpscan;
 #[cfg(feature = "python")]
 mod python_dumpscan;
+#[cfg(feature = "python")]
+pub mod alloc_reply;
 #[cfg(feature = "python")]
 pub mod etf;
 #[cfg(feature = "python")]
@@ -20,6 +23,8 @@ pub mod python {
     /// Add this crate's functions to the extension module `m`.
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(crate::etf::etf_decode, m)?)?;
+        m.add_function(wrap_pyfunction!(crate::alloc_reply::alloc_reply, m)?)?;
+        m.add_class::<crate::alloc_reply::AllocReply>()?;
         m.add_function(wrap_pyfunction!(crate::term_text::term_text, m)?)?;
         m.add_class::<crate::python_dumpscan::DumpWant>()?;
         m.add_class::<crate::python_dumpscan::DumpScan>()?;

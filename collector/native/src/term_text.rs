@@ -5,7 +5,8 @@
 //! ```text
 //! Atom -> name, quoted when not a plain atom; Opaque -> its text; str -> "..." ([] if
 //! empty); bool -> true/false; int; float -> repr with digits both sides of the point;
-//! bytes -> <<1,2>>; tuple -> {..}; list -> [..]; None -> undefined
+//! bytes -> <<1,2>>; tuple -> {..}; list -> [..]; None -> undefined; an AllocReply (an
+//! allocator reply alloc_reply.rs read) -> the text it wrote of the term
 //! ```
 //!
 //! Anything else raises TypeError. The walk keeps its own stack (no recursion), so any depth
@@ -17,6 +18,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyList, PyLong, PyString, PyStringData, PyTuple};
+use crate::alloc_reply::AllocReply;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -109,6 +111,11 @@ impl<'py> Writer<'py, '_> {
                 Ok(n) => write!(self.out, "{n}").ok(),
                 Err(_) => write!(self.out, "{}", t.str()?).ok(),
             };
+            return Ok(None);
+        }
+        if let Ok(r) = t.downcast::<AllocReply>() {
+            // an allocator reply read by alloc_reply.rs: its text, written there as here
+            self.out.push_str(&r.get().text);
             return Ok(None);
         }
         if let Ok(tuple) = t.downcast::<PyTuple>() {
