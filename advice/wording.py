@@ -30,6 +30,7 @@ from beamalloc.advice.records import (
     Verdict,
 )
 from beamalloc.analyzer.analysis import Analysis, Coverage
+from beamalloc.analyzer.carriers import COMPACT
 from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
@@ -727,11 +728,10 @@ def analysis_lines(a: Analysis, short: bool = False) -> list[str]:
             f"Most of the unused space is in {w.allocator}: {human(w.unused)} unused of "
             f"{human(w.allocated)} (usage {pct(w.usage)})."
         )
-    worst = next((m for m in a.carriers.get("allocators", ())
-                  if m["classification"]["kind"] != "compact"), None)
+    worst = next((m for m in a.carriers.allocators if m.classification.kind != COMPACT), None)
     if worst is not None and not short:
-        cl = worst["classification"]
-        lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
+        cl = worst.classification
+        lines.append(f"Inside {worst.allocator}'s carriers: {cl.kind}: {cl.reason}.")
     if os_.rss is not None:
         gap = os_.rss_minus_allocated
         lines.append(
@@ -756,6 +756,12 @@ def analysis_lines(a: Analysis, short: bool = False) -> list[str]:
                 f"counts in MemAvailable{where} while VmRSS still shows it."
             )
     return lines
+
+
+def byte_range(r: tuple[int, int | None]) -> str:
+    """A byte range of a free-block histogram's bucket, "2.0 MiB-4.0 MiB", open above as
+    "32.0 MiB or more" (the last bucket, analyzer/carriers.py `largest_free`)."""
+    return f"{human(r[0])} or more" if r[1] is None else f"{human(r[0])}-{human(r[1])}"
 
 
 def shorten(s: str, n: int) -> str:

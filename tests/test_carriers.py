@@ -181,7 +181,7 @@ def test_analysis_json_and_terminal_map() -> None:
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in pooled) == 30  # one mark per carrier
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in owned) == 2
     na = analyze(_snap(None))
-    assert na.carriers["available"] is False
+    assert na.carriers.available is False
     out = io.StringIO()
     render(na, Console(file=out, width=80), top=5, details=True)
     assert "no per-carrier data" in out.getvalue()
