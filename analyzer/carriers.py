@@ -259,70 +259,73 @@ def classify(cm: CarrierCounts) -> Classification:
     return Classification(kind, share, why)
 
 
-def _free(cs: list[Carrier]) -> int:
-    return sum(c.size - c.blocks_size for c in cs)
-
-
-def _largest_free(mbcs: list[Carrier]) -> tuple[int, int | None] | None:
-    """The byte range of the top bucket any multiblock carrier's free-block histogram fills
-    (the first carrier to reach it gives the bounds)."""
-    top_bucket, top_hist = -1, None
-    for c in mbcs:
-        counts = c.free_histogram.counts
-        for i in range(len(counts) - 1, top_bucket, -1):
-            if counts[i]:
-                top_bucket, top_hist = i, c.free_histogram
-                break
-    return None if top_hist is None else top_hist.bounds(top_bucket)
-
-
 def allocator_map(snap: Snapshot, allocator: str, carriers: list[Carrier]) -> AllocatorCarrierMap:
-    sbcs = [c for c in carriers if _is_sbc(c)]
-    mbcs = [c for c in carriers if not _is_sbc(c)]
-    sparse = [c for c in mbcs if c.fill < SPARSE]
-    crowded = [c for c in sparse if c.blocks >= max(c.size // PIECE, 1)]
+    # One pass, sums in locals: a node can list a hundred thousand carriers.
+    size = blocks_size = unscanned = pooled = pooled_size = sbcs = sbcs_size = 0
+    mbcs = mbcs_size = mbcs_blocks_size = 0
+    sparse = sparse_size = sparse_pooled = pinning_blocks = pinning_bytes = unused_sparse = 0
+    crowded = unused_crowded = unused_middling = unused_full = 0
     bands = [[0, 0, 0, 0] for _ in FILL_BANDS]  # owned, owned_bytes, pooled, pooled_bytes
-    for c in mbcs:
-        b = bands[_band(c.fill)]
+    top_bucket, top_hist = -1, None
+    pts = []
+    for c in carriers:
+        size += c.size
+        blocks_size += c.blocks_size
+        unscanned += c.unscanned
+        fill = c.fill
+        pts.append((c.size, fill, c.in_pool, c.instance, c.blocks))
+        if c.in_pool:
+            pooled += 1
+            pooled_size += c.size
+        if _is_sbc(c):
+            sbcs += 1
+            sbcs_size += c.size
+            continue
+        mbcs += 1
+        mbcs_size += c.size
+        mbcs_blocks_size += c.blocks_size
+        b = bands[_band(fill)]
         off = 2 if c.in_pool else 0
         b[off] += 1
         b[off + 1] += c.size
-    pooled = [c for c in carriers if c.in_pool]
-    counts = CarrierCounts(
-        allocator=allocator,
-        carriers=len(carriers),
-        size=sum(c.size for c in carriers),
-        blocks_size=sum(c.blocks_size for c in carriers),
-        sbcs=len(sbcs),
-        sbcs_size=sum(c.size for c in sbcs),
-        mbcs=len(mbcs),
-        mbcs_size=sum(c.size for c in mbcs),
-        mbcs_blocks_size=sum(c.blocks_size for c in mbcs),
-        pooled=len(pooled),
-        pooled_size=sum(c.size for c in pooled),
+        free = c.size - c.blocks_size
+        if fill < SPARSE:
+            sparse += 1
+            sparse_size += c.size
+            sparse_pooled += c.in_pool
+            pinning_blocks += c.blocks
+            pinning_bytes += c.blocks_size
+            unused_sparse += free
+            if c.blocks >= max(c.size // PIECE, 1):
+                crowded += 1
+                unused_crowded += free
+        elif fill < FULL:
+            unused_middling += free
+        else:
+            unused_full += free
+        # the largest free block: the top bucket any histogram fills, the first to reach it
+        hist = c.free_histogram.counts
+        for i in range(len(hist) - 1, top_bucket, -1):
+            if hist[i]:
+                top_bucket, top_hist = i, c.free_histogram
+                break
+    counted = CarrierCounts(
+        allocator=allocator, carriers=len(carriers), size=size, blocks_size=blocks_size,
+        sbcs=sbcs, sbcs_size=sbcs_size, mbcs=mbcs, mbcs_size=mbcs_size,
+        mbcs_blocks_size=mbcs_blocks_size, pooled=pooled, pooled_size=pooled_size,
         bands=tuple(FillBand(lo, hi, *b) for (lo, hi), b in zip(FILL_BANDS, bands, strict=True)),
-        sparse=len(sparse),
-        sparse_size=sum(c.size for c in sparse),
-        sparse_pooled=sum(c.in_pool for c in sparse),
-        pinning_blocks=sum(c.blocks for c in sparse),
-        pinning_bytes=sum(c.blocks_size for c in sparse),
-        unused_sparse=_free(sparse),
-        unused_sparse_crowded=_free(crowded),
-        sparse_crowded=len(crowded),
-        unused_middling=_free([c for c in mbcs if SPARSE <= c.fill < FULL]),
-        unused_full=_free([c for c in mbcs if c.fill >= FULL]),
-        largest_free=_largest_free(mbcs),
-        sbct=_option(snap, allocator, "sbct"),
-        lmbcs=_option(snap, allocator, "lmbcs"),
-        unscanned=sum(c.unscanned for c in carriers),
-    )
-    pts = sorted(((c.size, c.fill, c.in_pool, c.instance, c.blocks) for c in carriers),
-                 key=lambda p: (p[2], p[0], p[1]))
-    points = CarrierPoints(tuple(p[0] for p in pts), tuple(round(p[1], 5) for p in pts),
-                           tuple(p[2] for p in pts), tuple(p[3] for p in pts),
-                           tuple(p[4] for p in pts))
-    return AllocatorCarrierMap(**{f.name: getattr(counts, f.name) for f in fields(counts)},
-                               classification=classify(counts), points=points)
+        sparse=sparse, sparse_size=sparse_size, sparse_pooled=sparse_pooled,
+        pinning_blocks=pinning_blocks, pinning_bytes=pinning_bytes, unused_sparse=unused_sparse,
+        unused_sparse_crowded=unused_crowded, sparse_crowded=crowded,
+        unused_middling=unused_middling, unused_full=unused_full,
+        largest_free=None if top_hist is None else top_hist.bounds(top_bucket),
+        sbct=_option(snap, allocator, "sbct"), lmbcs=_option(snap, allocator, "lmbcs"),
+        unscanned=unscanned)
+    pts.sort(key=lambda p: (p[2], p[0], p[1]))
+    cols = tuple(zip(*pts, strict=True)) or ((),) * 5
+    points = CarrierPoints(cols[0], tuple(round(f, 5) for f in cols[1]), *cols[2:])
+    return AllocatorCarrierMap(**{f.name: getattr(counted, f.name) for f in fields(counted)},
+                               classification=classify(counted), points=points)
 
 
 def carrier_map(snap: Snapshot) -> dict[str, AllocatorCarrierMap]:
