@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from beamalloc.advice.diff_records import Numbers, Side, TypeDiff
 from beamalloc.advice.records import (
     CHANGE,
     HEALTHY,
@@ -30,6 +31,7 @@ from beamalloc.advice.records import (
     Verdict,
 )
 from beamalloc.analyzer.analysis import Analysis, Coverage
+from beamalloc.analyzer.carriers import COMPACT
 from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
@@ -745,11 +747,10 @@ def analysis_lines(a: Analysis, short: bool = False) -> list[str]:
             f"Most of the unused space is in {w.allocator}: {human(w.unused)} unused of "
             f"{human(w.allocated)} (usage {pct(w.usage)})."
         )
-    worst = next((m for m in a.carriers.get("allocators", ())
-                  if m["classification"]["kind"] != "compact"), None)
+    worst = next((m for m in a.carriers.allocators if m.classification.kind != COMPACT), None)
     if worst is not None and not short:
-        cl = worst["classification"]
-        lines.append(f"Inside {worst['allocator']}'s carriers: {cl['kind']}: {cl['reason']}.")
+        cl = worst.classification
+        lines.append(f"Inside {worst.allocator}'s carriers: {cl.kind}: {cl.reason}.")
     if os_.rss is not None:
         gap = os_.rss_minus_allocated
         lines.append(
@@ -776,6 +777,103 @@ def analysis_lines(a: Analysis, short: bool = False) -> list[str]:
     return lines
 
 
+def byte_range(r: tuple[int, int | None]) -> str:
+    """A byte range of a free-block histogram's bucket, "2.0 MiB-4.0 MiB", open above as
+    "32.0 MiB or more" (the last bucket, analyzer/carriers.py `largest_free`)."""
+    return f"{human(r[0])} or more" if r[1] is None else f"{human(r[0])}-{human(r[1])}"
+
+
 def shorten(s: str, n: int) -> str:
     """`s` in `n` characters at most, an ellipsis for what is cut (a narrow table cell)."""
     return s if len(s) <= n else s[:n - 1] + "…"
+
+
+# ---- the diff (advice/diff.py): before and after a change -----------------------------------
+
+
+def diff_headline(outcome: str, a: Numbers, b: Numbers, load: float | None,
+                  judged: float | None, per_used: tuple[float | None, float | None],
+                  small: bool) -> str:
+    """The diff's first line: the outcome with the unused bytes A → B, or per used byte where
+    the load moved (`load`, said first); `judged`, the change the outcome weighs; `small`:
+    what B holds unused is too little to matter."""
+    du = b.unused - a.unused
+    still = f"{human(b.unused)} still unused"
+    if load is None:
+        moved = (f"unused {human(a.unused)} → {human(b.unused)}"
+                 + (f" ({change(du / a.unused, 1)})" if a.unused else ""))
+        less = f"{human(-du)} less unused" + (f" ({change(judged, 1)})" if judged is not None
+                                              else "")
+    else:
+        ra, rb = per_used
+        moved = (f"unused per used byte {ra:.2f} → {rb:.2f}"
+                 + (f" ({change(judged, 1)})" if judged is not None else ""))
+        less = moved
+    if outcome == "unchanged":
+        head = (f"no change: {human(b.unused)} unused before and after"
+                + (" (too little to matter)" if small else ""))
+    elif outcome == "worse":
+        head = (f"worse: unused grew by {human(du)} ({moved})" if load is None and du > 0
+                else f"worse: {moved}")
+    elif outcome == "helped":
+        head = f"helped: {moved}"
+    elif outcome == "helped_partly":
+        head = f"helped partly: {less}, but {still}"
+    elif load is None:
+        head = (f"barely helped: {still} (only {human(-du)} less"
+                + (f", {change(judged, 1)})" if judged is not None else ")"))
+    else:
+        head = f"barely helped: {still} ({moved})"
+    if load is not None:  # the load first: then what the flags did for the data held
+        head = (f"the load moved (used {human(a.used)} → {human(b.used)}, {change(load, 1)}); "
+                f"judged per used byte: {head}")
+    return head
+
+
+def diff_lines(a: Numbers, b: Numbers, load: float | None, top: TypeDiff | None,
+               grew: list[TypeDiff], worst: TypeDiff | None, flags_changed: bool) -> list[str]:
+    """The diff's lines under its headline: every allocator A → B, the raw unused bytes where
+    the load moved, the type `top` with most of the change, the types that `grew` while the
+    total did not, the `worst` left in B, and whether any flag changed."""
+    lines = [f"carriers {human(a.carriers_size)} → {human(b.carriers_size)}, used "
+             f"{human(a.used)} → {human(b.used)}, usage "
+             f"{pct(a.usage)} → {pct(b.usage)} (all allocators)"]
+    if load is not None:
+        lines.append(f"raw unused {human(a.unused)} → {human(b.unused)}"
+                     + (f" ({change((b.unused - a.unused) / a.unused, 1)})" if a.unused else "")
+                     + ": not the flags' doing alone, the data held changed too")
+    if top is not None and top.a is not None and top.b is not None:
+        lines.append(f"most of the change is in {top.allocator}: unused "
+                     f"{human(top.a.unused)} → {human(top.b.unused)}, usage "
+                     f"{pct(top.a.usage)} → {pct(top.b.usage)}")
+    for t in grew:
+        if t.a is not None and t.b is not None:
+            lines.append(f"but unused grew in {t.allocator}: {human(t.a.unused)} → "
+                         f"{human(t.b.unused)}")
+    if worst is not None and worst.b is not None:
+        lines.append(f"the most unused in B: {worst.allocator}, {human(worst.b.unused)}"
+                     f" of {human(worst.b.carriers_size)} (usage {pct(worst.b.usage)})")
+    if not flags_changed:
+        lines.append("no +M option differs between A and B: what changed is the workload or "
+                     "the time, not the flags")
+    return lines
+
+
+def diff_notes(sa: Side, sb: Side) -> list[str]:
+    """What makes A and B not a like-for-like pair, said before any number."""
+    notes = []
+    if sa.node != sb.node:
+        notes.append(f"different nodes: A is {sa.node}, B is {sb.node}; the difference "
+                     "mixes their workloads with any flag change")
+    elif sa.os_pid and sb.os_pid and sa.os_pid != sb.os_pid:
+        notes.append(f"{sa.node} restarted between A and B (OS pid {sa.os_pid} → "
+                     f"{sb.os_pid}): B started afresh")
+    va, vb = (sa.otp_release, sa.erts_version), (sb.otp_release, sb.erts_version)
+    if va != vb and all(va) and all(vb):
+        notes.append(f"different OTP versions: A runs OTP {va[0]} (erts {va[1]}), B OTP {vb[0]} "
+                     f"(erts {vb[1]}); defaults and strategies may differ")
+    elif va != vb:
+        which = " and ".join(t for t, v in (("A", va), ("B", vb)) if not all(v))
+        notes.append(f"the OTP version of {which} is unknown (a recon file does not say): "
+                     "a change of OTP between them cannot be ruled out")
+    return notes

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from beamalloc.analyzer import metrics as m
-from beamalloc.analyzer.carriers import analysis_section
+from beamalloc.analyzer.carriers import CarrierSection, analysis_section
 from beamalloc.analyzer.categories import MemoryPicture, picture
 from beamalloc.analyzer.death import Death, death_of
 from beamalloc.analyzer.defects import DefectFinding, defect_findings
@@ -397,8 +397,9 @@ class Analysis:
     """The analysis of one snapshot (docs/analysis-schema.md): `to_json()` is the document
     `beamalloc analyze --json` prints; readers take its fields. The sections with a shape are
     records (totals, the OS's view, type and instance rows with their max and pool, recon_alloc's
-    rows: cache_hit_rates, average_block_sizes, sbcs_to_mbcs, and the picture's parts); the
-    sums by name (allocated_*) are dicts, and `carriers` the carrier maps' JSON."""
+    rows: cache_hit_rates, average_block_sizes, sbcs_to_mbcs, the picture's parts, and the
+    carrier maps: analyzer/carriers.py's CarrierSection); the sums by name (allocated_*) are
+    dicts."""
 
     node: str
     otp_release: str | None
@@ -422,7 +423,7 @@ class Analysis:
     sbcs_to_mbcs: list[SbcsToMbcs]
     allocated_types: dict[str, int]
     allocated_instances: dict[str, int]
-    carriers: dict[str, Any]
+    carriers: CarrierSection
     #: who holds the memory: a Snapshot has no processes; the caller reads them from a live
     #: scan or a crash dump's =proc sections (advice/holders.py, docs/processes.md)
     processes: dict[str, Any] | None
@@ -465,7 +466,7 @@ class Analysis:
             "sbcs_to_mbcs": [r.to_json() for r in self.sbcs_to_mbcs],
             "allocated_types": self.allocated_types,
             "allocated_instances": self.allocated_instances,
-            "carriers": self.carriers,
+            "carriers": self.carriers.to_json(),
             "processes": self.processes,
             "death": None if self.death is None else self.death.to_json(),
             "coverage": self.coverage.to_json(),

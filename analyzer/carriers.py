@@ -8,9 +8,10 @@ apart.
 
 API (what the verdict and the pages import):
 
-    carrier_map(snap) -> dict[str, AllocatorCarrierMap]   # {} when the snapshot has no carriers
-    classify(cmap) -> Classification                      # carrier_map() already calls it
-    AllocatorCarrierMap.to_json() -> dict                 # docs/analysis-schema.md, "carriers"
+    carrier_map(snap) -> dict[str, AllocatorCarrierMap]  # {} when the snapshot has no carriers
+    classify(counts) -> Classification                   # carrier_map() already calls it
+    analysis_section(snap) -> CarrierSection             # the analysis' `carriers` record
+    CarrierSection.to_json()                             # docs/analysis-schema.md, "carriers"
 
 Definitions (multiblock carriers only: a single-block carrier is one block, full by definition):
 
@@ -41,7 +42,7 @@ Definitions (multiblock carriers only: a single-block carrier is one block, full
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from beamalloc.analyzer.options import first_scheduler_instance
@@ -81,6 +82,9 @@ class FillBand:
     pooled: int = 0
     pooled_bytes: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class Classification:
@@ -88,48 +92,77 @@ class Classification:
     share: float  # share of the unused multiblock bytes in the deciding group
     reason: str  # one line, with the numbers
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
-@dataclass
-class AllocatorCarrierMap:
-    """One allocator's carriers, as counted and classified above."""
+
+@dataclass(frozen=True)
+class CarrierPoints:
+    """Every carrier of an allocator, for the map: one column per attribute, owned before
+    pooled, then by size and fill. `fill` is kept to 5 places, as the map (figure, terminal
+    strip and JSON) shows it."""
+
+    size: tuple[int, ...] = ()
+    fill: tuple[float, ...] = ()
+    in_pool: tuple[bool, ...] = ()
+    instance: tuple[int | None, ...] = ()
+    blocks: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": list(self.size), "fill": list(self.fill), "in_pool": list(self.in_pool),
+                "instance": list(self.instance), "blocks": list(self.blocks)}
+
+
+@dataclass(frozen=True)
+class CarrierCounts:
+    """One allocator's carriers, counted by the module docstring's definitions: what `classify`
+    weighs."""
 
     allocator: str
-    carriers: int = 0
-    size: int = 0  # carrier bytes, every carrier
-    blocks_size: int = 0
-    sbcs: int = 0
-    sbcs_size: int = 0
-    mbcs: int = 0
-    mbcs_size: int = 0
-    mbcs_blocks_size: int = 0
-    pooled: int = 0
-    pooled_size: int = 0
-    bands: list[FillBand] = field(default_factory=list)
-    sparse: int = 0  # multiblock carriers below SPARSE fill
-    sparse_size: int = 0  # their carrier bytes
-    sparse_pooled: int = 0
-    pinning_blocks: int = 0  # the blocks in them ...
-    pinning_bytes: int = 0  # ... and their bytes: what would have to move to give them back
-    unused_sparse: int = 0  # unused multiblock bytes in sparse carriers
+    carriers: int
+    size: int  # carrier bytes, every carrier
+    blocks_size: int
+    sbcs: int
+    sbcs_size: int
+    mbcs: int
+    mbcs_size: int
+    mbcs_blocks_size: int
+    pooled: int
+    pooled_size: int
+    bands: tuple[FillBand, ...]
+    sparse: int  # multiblock carriers below SPARSE fill
+    sparse_size: int  # their carrier bytes
+    sparse_pooled: int
+    pinning_blocks: int  # the blocks in them ...
+    pinning_bytes: int  # ... and their bytes: what would have to move to give them back
+    unused_sparse: int  # unused multiblock bytes in sparse carriers
     #: ... of which in sparse carriers crowded with blocks: one or more in every PIECE of them
-    unused_sparse_crowded: int = 0
-    sparse_crowded: int = 0  # those carriers
-    unused_middling: int = 0  # ... in carriers SPARSE to FULL
-    unused_full: int = 0  # ... in carriers at or above FULL
-    largest_free: tuple[int, int | None] | None = None  # byte range, from the histograms
-    sbct: int | None = None
-    lmbcs: int | None = None
-    unscanned: int = 0
-    classification: Classification | None = None
-    #: One entry per carrier, for the map: (size, fill, in_pool, instance, blocks), sorted.
-    points: list[tuple[int, float, bool, int | None, int]] = field(default_factory=list)
+    unused_sparse_crowded: int
+    sparse_crowded: int  # those carriers
+    unused_middling: int  # ... in carriers SPARSE to FULL
+    unused_full: int  # ... in carriers at or above FULL
+    largest_free: tuple[int, int | None] | None  # byte range, from the histograms
+    sbct: int | None
+    lmbcs: int | None
+    unscanned: int
 
     @property
     def unused(self) -> int:
         return self.mbcs_size - self.mbcs_blocks_size
 
+
+@dataclass(frozen=True)
+class AllocatorCarrierMap(CarrierCounts):
+    """One allocator's carriers, as counted and classified above, and every carrier for the
+    map."""
+
+    classification: Classification
+    points: CarrierPoints
+
     def to_json(self) -> dict[str, Any]:
-        c = self.classification
         return {
             "allocator": self.allocator,
             "carriers": self.carriers,
@@ -143,11 +176,7 @@ class AllocatorCarrierMap:
             "mbcs_unused": self.unused,
             "pooled": self.pooled,
             "pooled_size": self.pooled_size,
-            "fill_bands": [
-                {"lo": b.lo, "hi": b.hi, "owned": b.owned, "owned_bytes": b.owned_bytes,
-                 "pooled": b.pooled, "pooled_bytes": b.pooled_bytes}
-                for b in self.bands
-            ],
+            "fill_bands": [b.to_json() for b in self.bands],
             "sparse": {"carriers": self.sparse, "size": self.sparse_size,
                        "pooled": self.sparse_pooled, "pinning_blocks": self.pinning_blocks,
                        "pinning_bytes": self.pinning_bytes},
@@ -158,16 +187,26 @@ class AllocatorCarrierMap:
             "sbct": self.sbct,
             "lmbcs": self.lmbcs,
             "unscanned": self.unscanned,
-            "classification": None if c is None else
-            {"kind": c.kind, "share": c.share, "reason": c.reason},
-            "map": {
-                "size": [p[0] for p in self.points],
-                "fill": [round(p[1], 5) for p in self.points],
-                "in_pool": [p[2] for p in self.points],
-                "instance": [p[3] for p in self.points],
-                "blocks": [p[4] for p in self.points],
-            },
+            "classification": self.classification.to_json(),
+            "map": self.points.to_json(),
         }
+
+
+@dataclass(frozen=True)
+class CarrierSection:
+    """The `carriers` section of the analysis (docs/analysis-schema.md): whether the snapshot
+    has per-carrier data, and per allocator its map, most unused multiblock bytes first."""
+
+    available: bool
+    unavailable: str | None  # why not, where a live node was asked and could not answer
+    skipped: int  # carriers the VM reported and the collector did not read (its cap)
+    count: int
+    allocators: tuple[AllocatorCarrierMap, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"available": self.available, "unavailable": self.unavailable,
+                "skipped": self.skipped, "count": self.count,
+                "allocators": [m.to_json() for m in self.allocators]}
 
 
 def _is_sbc(c: Carrier) -> bool:
@@ -189,7 +228,7 @@ def _option(snap: Snapshot, allocator: str, key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def classify(cm: AllocatorCarrierMap) -> Classification:
+def classify(cm: CarrierCounts) -> Classification:
     """The class of an allocator's unused multiblock bytes (the module docstring's rules)."""
     unused = cm.unused
     if unused < COMPACT_BYTES or (cm.mbcs_size and unused < COMPACT_SHARE * cm.mbcs_size):
@@ -221,58 +260,72 @@ def classify(cm: AllocatorCarrierMap) -> Classification:
 
 
 def allocator_map(snap: Snapshot, allocator: str, carriers: list[Carrier]) -> AllocatorCarrierMap:
-    cm = AllocatorCarrierMap(allocator, sbct=_option(snap, allocator, "sbct"),
-                             lmbcs=_option(snap, allocator, "lmbcs"))
+    # One pass, sums in locals: a node can list a hundred thousand carriers.
+    size = blocks_size = unscanned = pooled = pooled_size = sbcs = sbcs_size = 0
+    mbcs = mbcs_size = mbcs_blocks_size = 0
+    sparse = sparse_size = sparse_pooled = pinning_blocks = pinning_bytes = unused_sparse = 0
+    crowded = unused_crowded = unused_middling = unused_full = 0
     bands = [[0, 0, 0, 0] for _ in FILL_BANDS]  # owned, owned_bytes, pooled, pooled_bytes
-    top_bucket = -1
-    top_hist = None
+    top_bucket, top_hist = -1, None
+    pts = []
     for c in carriers:
-        cm.carriers += 1
-        cm.size += c.size
-        cm.blocks_size += c.blocks_size
-        cm.unscanned += c.unscanned
+        size += c.size
+        blocks_size += c.blocks_size
+        unscanned += c.unscanned
         fill = c.fill
-        cm.points.append((c.size, fill, c.in_pool, c.instance, c.blocks))
+        pts.append((c.size, fill, c.in_pool, c.instance, c.blocks))
         if c.in_pool:
-            cm.pooled += 1
-            cm.pooled_size += c.size
+            pooled += 1
+            pooled_size += c.size
         if _is_sbc(c):
-            cm.sbcs += 1
-            cm.sbcs_size += c.size
+            sbcs += 1
+            sbcs_size += c.size
             continue
-        cm.mbcs += 1
-        cm.mbcs_size += c.size
-        cm.mbcs_blocks_size += c.blocks_size
+        mbcs += 1
+        mbcs_size += c.size
+        mbcs_blocks_size += c.blocks_size
         b = bands[_band(fill)]
         off = 2 if c.in_pool else 0
         b[off] += 1
         b[off + 1] += c.size
         free = c.size - c.blocks_size
         if fill < SPARSE:
-            cm.sparse += 1
-            cm.sparse_size += c.size
-            cm.sparse_pooled += c.in_pool
-            cm.pinning_blocks += c.blocks
-            cm.pinning_bytes += c.blocks_size
-            cm.unused_sparse += free
+            sparse += 1
+            sparse_size += c.size
+            sparse_pooled += c.in_pool
+            pinning_blocks += c.blocks
+            pinning_bytes += c.blocks_size
+            unused_sparse += free
             if c.blocks >= max(c.size // PIECE, 1):
-                cm.sparse_crowded += 1
-                cm.unused_sparse_crowded += free
+                crowded += 1
+                unused_crowded += free
         elif fill < FULL:
-            cm.unused_middling += free
+            unused_middling += free
         else:
-            cm.unused_full += free
-        counts = c.free_histogram.counts
-        for i in range(len(counts) - 1, top_bucket, -1):
-            if counts[i]:
+            unused_full += free
+        # the largest free block: the top bucket any histogram fills, the first to reach it
+        hist = c.free_histogram.counts
+        for i in range(len(hist) - 1, top_bucket, -1):
+            if hist[i]:
                 top_bucket, top_hist = i, c.free_histogram
                 break
-    cm.bands = [FillBand(lo, hi, *b) for (lo, hi), b in zip(FILL_BANDS, bands, strict=True)]
-    if top_hist is not None:
-        cm.largest_free = top_hist.bounds(top_bucket)
-    cm.points.sort(key=lambda p: (p[2], p[0], p[1]))
-    cm.classification = classify(cm)
-    return cm
+    counted = CarrierCounts(
+        allocator=allocator, carriers=len(carriers), size=size, blocks_size=blocks_size,
+        sbcs=sbcs, sbcs_size=sbcs_size, mbcs=mbcs, mbcs_size=mbcs_size,
+        mbcs_blocks_size=mbcs_blocks_size, pooled=pooled, pooled_size=pooled_size,
+        bands=tuple(FillBand(lo, hi, *b) for (lo, hi), b in zip(FILL_BANDS, bands, strict=True)),
+        sparse=sparse, sparse_size=sparse_size, sparse_pooled=sparse_pooled,
+        pinning_blocks=pinning_blocks, pinning_bytes=pinning_bytes, unused_sparse=unused_sparse,
+        unused_sparse_crowded=unused_crowded, sparse_crowded=crowded,
+        unused_middling=unused_middling, unused_full=unused_full,
+        largest_free=None if top_hist is None else top_hist.bounds(top_bucket),
+        sbct=_option(snap, allocator, "sbct"), lmbcs=_option(snap, allocator, "lmbcs"),
+        unscanned=unscanned)
+    pts.sort(key=lambda p: (p[2], p[0], p[1]))
+    cols = tuple(zip(*pts, strict=True)) or ((),) * 5
+    points = CarrierPoints(cols[0], tuple(round(f, 5) for f in cols[1]), *cols[2:])
+    return AllocatorCarrierMap(**{f.name: getattr(counted, f.name) for f in fields(counted)},
+                               classification=classify(counted), points=points)
 
 
 def carrier_map(snap: Snapshot) -> dict[str, AllocatorCarrierMap]:
@@ -285,12 +338,12 @@ def carrier_map(snap: Snapshot) -> dict[str, AllocatorCarrierMap]:
     return {m.allocator: m for m in maps}
 
 
-def analysis_section(snap: Snapshot) -> dict[str, Any]:
-    """The `carriers` key of the analysis document (docs/analysis-schema.md)."""
-    return {
-        "available": snap.carriers is not None,
-        "unavailable": snap.carriers_unavailable,
-        "skipped": snap.carriers_skipped,
-        "count": len(snap.carriers or ()),
-        "allocators": [m.to_json() for m in carrier_map(snap).values()],
-    }
+def analysis_section(snap: Snapshot) -> CarrierSection:
+    """The `carriers` section of the analysis (docs/analysis-schema.md)."""
+    return CarrierSection(
+        available=snap.carriers is not None,
+        unavailable=snap.carriers_unavailable,
+        skipped=snap.carriers_skipped,
+        count=len(snap.carriers or ()),
+        allocators=tuple(carrier_map(snap).values()),
+    )

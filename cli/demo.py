@@ -156,17 +156,17 @@ def _measured(out: Any, before: Any, after: Any, allocator: str,
     from beamalloc.units import human
 
     d = diff(before, after, ("stale setting", "advised flags"))
-    row = next((t for t in d["types"] if t["allocator"] == allocator), None)
-    if row is None or row["a"] is None or row["b"] is None or not row["a"]["unused"]:
+    row = next((t for t in d.types if t.allocator == allocator), None)
+    if row is None or row.a is None or row.b is None or not row.a.unused:
         out.print(f"Measured: {allocator} is not on both nodes.", markup=False)
         return
-    a, b = row["a"]["unused"], row["b"]["unused"]
+    a, b = row.a.unused, row.b.unused
     line = (f"Measured on the second node: {allocator} unused {human(a)} -> {human(b)} "
             f"({wording.change((b - a) / a)})")
     if run is not None:
         line += f"; predicted {wording.figure(Prediction.from_dict(run))}"
     out.print(line + ".", markup=False, soft_wrap=False)
-    out.print(f"diff: {d['verdict']['headline']}", markup=False)
+    out.print(f"diff: {d.verdict.headline}", markup=False)
 
 
 def run_demo(term: Terminal, report_path: str = "demo-report.html",

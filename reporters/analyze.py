@@ -18,6 +18,7 @@ from beamalloc.advice import wording
 from beamalloc.advice.records import Verdict
 from beamalloc.advice.rules import usage_level
 from beamalloc.analyzer.analysis import Analysis
+from beamalloc.analyzer.carriers import COMPACT, FREE_INSIDE, CarrierSection
 from beamalloc.analyzer.categories import MemoryPicture
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters import holders
@@ -365,35 +366,33 @@ def _strip(fills: list[float], width: int) -> tuple[list[Text], int]:
     return lines, k
 
 
-def _carriers(c: dict[str, Any], console: Console) -> None:
+def _carriers(c: CarrierSection, console: Console) -> None:
     console.print(Text("Inside the carriers (instrument:carriers/1)", style="bold italic"))
-    if not c["available"]:
-        why = c["unavailable"] or "the source has no per-carrier data (only a live node does)"
+    if not c.available:
+        why = c.unavailable or "the source has no per-carrier data (only a live node does)"
         prose(console, f"no per-carrier data: {why}", "dim")
         console.print()
         return
-    if c["skipped"]:
-        prose(console, f"{c['skipped']} carriers were not read (the collector's cap); "
+    if c.skipped:
+        prose(console, f"{c.skipped} carriers were not read (the collector's cap); "
               "the maps below leave them out", "yellow")
-    shown = [m for m in c["allocators"] if m["classification"]["kind"] != "compact"]
-    quiet = [m["allocator"] for m in c["allocators"] if m["classification"]["kind"] == "compact"]
+    shown = [m for m in c.allocators if m.classification.kind != COMPACT]
+    quiet = [m.allocator for m in c.allocators if m.classification.kind == COMPACT]
     width = max(20, console.width - 16)
     for m in shown:
-        cl = m["classification"]
+        cl = m.classification
         head = Text()
-        head.append(f"{m['allocator']}: ", style="bold")
-        head.append(cl["kind"], style="bold red" if cl["kind"] != "free inside carriers"
-                    else "bold yellow")
-        head.append(f" - {cl['reason']}")
+        head.append(f"{m.allocator}: ", style="bold")
+        head.append(cl.kind, style="bold red" if cl.kind != FREE_INSIDE else "bold yellow")
+        head.append(f" - {cl.reason}")
         console.print(head)
-        lf = m["largest_free"]
-        if lf is not None:
-            rng = f"{human(lf[0])} or more" if lf[1] is None else f"{human(lf[0])}-{human(lf[1])}"
-            prose(console, f"largest free block {rng}; sbct {format_option('sbct', m['sbct'])}, "
-                  f"lmbcs {format_option('lmbcs', m['lmbcs'])}", "dim")
-        pts = m["map"]
+        if m.largest_free is not None:
+            prose(console, f"largest free block {wording.byte_range(m.largest_free)}; sbct "
+                  f"{format_option('sbct', m.sbct)}, lmbcs {format_option('lmbcs', m.lmbcs)}",
+                  "dim")
+        pts = m.points
         for pooled, label in ((False, "owned"), (True, "pooled")):
-            fills = [f for f, p in zip(pts["fill"], pts["in_pool"], strict=True) if p == pooled]
+            fills = [f for f, p in zip(pts.fill, pts.in_pool, strict=True) if p == pooled]
             if not fills:
                 continue
             lines, k = _strip(fills, width)
@@ -408,15 +407,14 @@ def _carriers(c: dict[str, Any], console: Console) -> None:
         print_table(console, None, [
             Col("mbcs fill", "left", key=True), Col("owned"), Col("owned bytes"), Col("pooled"),
             Col("pooled bytes")],
-            [[f"{pct(b['lo'], 0)}-{pct(b['hi'], 0)}", str(b["owned"]), human(b["owned_bytes"]),
-              str(b["pooled"]), human(b["pooled_bytes"])]
-             for b in m["fill_bands"] if b["owned"] or b["pooled"]],
+            [[f"{pct(b.lo, 0)}-{pct(b.hi, 0)}", str(b.owned), human(b.owned_bytes),
+              str(b.pooled), human(b.pooled_bytes)]
+             for b in m.bands if b.owned or b.pooled],
             box=None, padding=(0, 1), show_edge=False)
-        sp = m["sparse"]
-        if sp["carriers"]:
-            prose(console, f"to give back the {sp['carriers']} sparse carriers "
-                  f"({human(sp['size'])}), {sp['pinning_blocks']} blocks "
-                  f"({human(sp['pinning_bytes'])}) would have to move", "dim")
+        if m.sparse:
+            prose(console, f"to give back the {m.sparse} sparse carriers "
+                  f"({human(m.sparse_size)}), {m.pinning_blocks} blocks "
+                  f"({human(m.pinning_bytes)}) would have to move", "dim")
     if quiet:
         prose(console, f"compact (little unused in multiblock carriers): {', '.join(quiet)}",
               "dim")

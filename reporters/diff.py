@@ -9,11 +9,11 @@ widest cell, so no number is ever cut whatever the terminal.
 from __future__ import annotations
 
 import textwrap
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.advice.diff_records import Diff, Numbers, Side, TypeDiff
 from beamalloc.reporters.table import UNIT_GLUE
 from beamalloc.units import around, human, pct
 
@@ -50,20 +50,19 @@ def usage_delta(u: float | None, missing: str = "-") -> str:
     return missing if u is None else f"{100 * u:+.1f} pt" if round(100 * u, 1) else "="
 
 
-def _cells(side: dict[str, Any] | None) -> list[str]:
+def _cells(side: Numbers | None) -> list[str]:
     if side is None:
         return ["-"] * 6
-    return [f"{side['mbcs_carriers']:,}", f"{side['sbcs_carriers']:,}",
-            human(side["carriers_size"]), human(side["used"]), human(side["unused"]),
-            _usage(side["usage"])]
+    return [f"{side.mbcs_carriers:,}", f"{side.sbcs_carriers:,}", human(side.carriers_size),
+            human(side.used), human(side.unused), _usage(side.usage)]
 
 
-def _delta_cells(d: dict[str, Any] | None) -> list[str]:
+def _delta_cells(d: Numbers | None) -> list[str]:
     if d is None:
         return ["-"] * 6
-    return [count_delta(d["mbcs_carriers"]), count_delta(d["sbcs_carriers"]),
-            signed_bytes(d["carriers_size"]), signed_bytes(d["used"]), signed_bytes(d["unused"]),
-            usage_delta(d["usage"])]
+    return [count_delta(d.mbcs_carriers), count_delta(d.sbcs_carriers),
+            signed_bytes(d.carriers_size), signed_bytes(d.used), signed_bytes(d.unused),
+            usage_delta(d.usage)]
 
 
 HEADER = ["", "", "mbcs", "sbcs", "carriers", "used", "unused", "usage"]
@@ -74,28 +73,28 @@ HEADER = ["", "", "mbcs", "sbcs", "carriers", "used", "unused", "usage"]
 SMALL_ROW = 1 << 20
 
 
-def shown_types(d: dict[str, Any]) -> list[dict[str, Any]]:
-    def big(r: dict[str, Any]) -> bool:
-        sides = [s for s in (r["a"], r["b"]) if s is not None]
-        moved = r["delta"] is None or abs(r["delta"]["carriers_size"]) >= SMALL_ROW \
-            or abs(r["delta"]["unused"]) >= SMALL_ROW
-        return moved or any(s["unused"] >= SMALL_ROW for s in sides)
-    return [r for r in d["types"] if big(r)]
+def shown_types(d: Diff) -> list[TypeDiff]:
+    def big(r: TypeDiff) -> bool:
+        sides = [s for s in (r.a, r.b) if s is not None]
+        moved = r.delta is None or abs(r.delta.carriers_size) >= SMALL_ROW \
+            or abs(r.delta.unused) >= SMALL_ROW
+        return moved or any(s.unused >= SMALL_ROW for s in sides)
+    return [r for r in d.types if big(r)]
 
 
-def table_rows(d: dict[str, Any]) -> list[tuple[list[str], str | None]]:
+def table_rows(d: Diff) -> list[tuple[list[str], str | None]]:
     """(cells, style) of the table: per row of advice/diff.py's `total` and shown `types`,
     the A, B and change lines; B's line is coloured by what it still holds unused."""
     out: list[tuple[list[str], str | None]] = []
-    for r in [d["total"], *shown_types(d)]:
-        name = "all allocators" if r["allocator"] == "total" else r["allocator"]
-        out.append(([name, "A", *_cells(r["a"])], None))
-        out.append((["", "B", *_cells(r["b"])], STYLE.get(r["level"]) if r["b"] else None))
-        out.append((["", "Δ", *_delta_cells(r["delta"])], "dim"))
+    for r in [d.total, *shown_types(d)]:
+        name = "all allocators" if r.allocator == "total" else r.allocator
+        out.append(([name, "A", *_cells(r.a)], None))
+        out.append((["", "B", *_cells(r.b)], STYLE.get(r.level) if r.b else None))
+        out.append((["", "Δ", *_delta_cells(r.delta)], "dim"))
     return out
 
 
-def table_lines(d: dict[str, Any]) -> list[tuple[str, str | None]]:
+def table_lines(d: Diff) -> list[tuple[str, str | None]]:
     rows = table_rows(d)
     widths = [max(len(c[i]) for c in [HEADER, *(r for r, _ in rows)]) for i in range(len(HEADER))]
 
@@ -111,50 +110,49 @@ def table_lines(d: dict[str, Any]) -> list[tuple[str, str | None]]:
     return out
 
 
-def _side_line(tag: str, s: dict[str, Any]) -> list[str]:
-    where = f"{s['source']}, {s['taken_at'] or 'no time'}, OTP {s['otp_release'] or '?'}"
-    text = f"{s['node']} ({where})"
-    if s["label"] and s["label"] != s["node"]:
-        text += f" from {s['label']}"
+def _side_line(tag: str, s: Side) -> list[str]:
+    where = f"{s.source}, {s.taken_at or 'no time'}, OTP {s.otp_release or '?'}"
+    text = f"{s.node} ({where})"
+    if s.label and s.label != s.node:
+        text += f" from {s.label}"
     return _wrap(text, indent="   ", first=f"{tag}  ")
 
 
-def lines(d: dict[str, Any]) -> list[tuple[str, str | None]]:
+def lines(d: Diff) -> list[tuple[str, str | None]]:
     """Every line of the report with its style, none wider than WIDTH (the table's lines
     excepted only if a number is wider than any real one: numbers are never cut)."""
-    v = d["verdict"]
+    v = d.verdict
     out: list[tuple[str, str | None]] = []
-    out += [(x, "bold") for x in _side_line("A", d["a"])]
-    out += [(x, "bold") for x in _side_line("B", d["b"])]
-    for n in d["notes"]:
+    out += [(x, "bold") for x in _side_line("A", d.a)]
+    out += [(x, "bold") for x in _side_line("B", d.b)]
+    for n in d.notes:
         out += [(x, "yellow") for x in _wrap(n, "      ", "note: ")]
     out.append(("", None))
-    out += [(x, STYLE[v["level"]]) for x in _wrap(v["headline"], "  ")]
-    for x in v["lines"]:
+    out += [(x, STYLE[v.level]) for x in _wrap(v.headline, "  ")]
+    for x in v.lines:
         out += [(y, None) for y in _wrap(x, "    ", "  - ")]
-    rss = d["rss"]
+    rss = d.rss
     if rss is not None:
-        out.append((f"  - RSS {human(rss['a'])} → {human(rss['b'])} ({signed_bytes(rss['delta'])})",
-                    None))
+        out.append((f"  - RSS {human(rss.a)} → {human(rss.b)} ({signed_bytes(rss.delta)})", None))
     else:
-        missing = " or ".join(t for t in ("A", "B") if d[t.lower()]["rss"] is None)
+        missing = " or ".join(t for t, s in (("A", d.a), ("B", d.b)) if s.rss is None)
         out += [(y, "dim") for y in _wrap(f"no RSS in {missing} (only a live node or a "
                                           "snippet file has it)", "    ", "  - ")]
     out.append(("", None))
-    if d["flags"]:
+    if d.flags:
         out.append(("+M options that changed (first scheduler instance, as the VMs report "
                     "them)", "bold"))
-        wf = max(len(f["flag"]) for f in d["flags"])
-        for f in d["flags"]:
-            out += [(y, None) for y in _wrap(f"{f['a_text']} → {f['b_text']}",
-                                             " " * (wf + 4), f"  {f['flag']:<{wf}}  ")]
+        wf = max(len(f.flag) for f in d.flags)
+        for f in d.flags:
+            out += [(y, None) for y in _wrap(f"{f.a_text} → {f.b_text}",
+                                             " " * (wf + 4), f"  {f.flag:<{wf}}  ")]
     else:
         out.append(("No +M option differs between A and B.", "dim"))
     out.append(("", None))
     out.append(("Per allocator type: A, B and the change (Δ); carriers are counts, then "
                 "sizes", "bold"))
     out += table_lines(d)
-    hidden = len(d["types"]) - len(shown_types(d))
+    hidden = len(d.types) - len(shown_types(d))
     if hidden:
         out.append(("", None))
         out += [(y, "dim") for y in _wrap(f"{hidden} more allocator types hold less than "
@@ -163,7 +161,7 @@ def lines(d: dict[str, Any]) -> list[tuple[str, str | None]]:
     return out
 
 
-def render(d: dict[str, Any], console: Console) -> None:
+def render(d: Diff, console: Console) -> None:
     for text, style in lines(d):
         console.print(Text(text, style=style or ""), overflow="ignore", crop=False,
                       soft_wrap=True)

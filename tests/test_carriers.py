@@ -10,7 +10,7 @@ import re
 
 import pytest
 from rich.console import Console
-from support import DATA
+from support import DATA, ROOT
 
 from beamalloc.analyzer.analysis import analyze
 from beamalloc.analyzer.carriers import (
@@ -18,6 +18,11 @@ from beamalloc.analyzer.carriers import (
     FREE_INSIDE,
     SCATTERED,
     STRAGGLERS,
+    AllocatorCarrierMap,
+    CarrierPoints,
+    CarrierSection,
+    Classification,
+    FillBand,
     carrier_map,
 )
 from beamalloc.collector.instrument import add_carriers
@@ -181,7 +186,7 @@ def test_analysis_json_and_terminal_map() -> None:
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in pooled) == 30  # one mark per carrier
         assert sum(ch in "▁▂▃▄▅▆▇█" for ch in owned) == 2
     na = analyze(_snap(None))
-    assert na.carriers["available"] is False
+    assert na.carriers.available is False
     out = io.StringIO()
     render(na, Console(file=out, width=80), top=5, details=True)
     assert "no per-carrier data" in out.getvalue()
@@ -206,3 +211,34 @@ def test_carrier_map_figure_is_valid_plotly(n) -> None:
         assert "scatter" not in kinds
         hm = next(t for t in f["data"] if t["type"] == "heatmap")
         assert sum(v for row in hm["z"] for v in row if v) == n
+
+
+def test_terminal_pages_and_report_render_the_carrier_records_not_their_json(monkeypatch) -> None:
+    """Issue 27 item 1: every reader of the carriers section takes the records' attributes.
+    With every carrier record's JSON emptied, the terminal map, the page data, the figures and
+    the HTML report come out the same (a reader of the dict would fail or change them)."""
+    from beamalloc.advice import wording
+    from beamalloc.htmlreport.html import render_report
+    from beamalloc.webui import figures, pagedata
+
+    strag = [_c(8 * MIB, 0.012, True, 8) for _ in range(30)] + [_c(4 * MIB, 0.87)] * 2
+    analyses = [analyze(_snap(strag)),
+                analyze(read_file(str(ROOT / "samples/workloads/snapshots/churn_kept.json")))]
+
+    def rendered() -> list[str]:
+        out = []
+        for a in analyses:
+            term = io.StringIO()
+            render(a, Console(file=term, width=100), top=5, details=True)
+            out += [term.getvalue(), json.dumps(pagedata.carrier_view(a)),
+                    json.dumps(figures.carrier_maps(a)), *wording.analysis_lines(a),
+                    re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "WHEN", render_report([a]))]
+        return out
+
+    before = rendered()
+    assert re.search(r"\s+pooled\s+30 ", before[0]) and "or more" in before[0]  # open range
+    assert any("Inside binary_alloc's carriers: scattered" in x for x in before)
+    for cls in (CarrierSection, AllocatorCarrierMap, CarrierPoints, FillBand, Classification):
+        monkeypatch.setattr(cls, "to_json", lambda self: {})
+    assert analyses[0].to_json()["carriers"] == {}  # emptied indeed
+    assert rendered() == before

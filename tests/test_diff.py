@@ -99,9 +99,8 @@ def test_an_option_change_below_the_display_rounding_is_a_change() -> None:
     for inst in a.instances("binary_alloc"):
         inst.options["mmbcs"] = 32768 * 1024
     d = diff(a, b)
-    assert [(f["option"], f["a"], f["b"]) for f in d["flags"]] == [
-        ("mmbcs", 32768 * 1024, 32800 * 1024)]
-    assert not any("no +M option differs" in ln for ln in d["verdict"]["lines"])
+    assert [(f.option, f.a, f.b) for f in d.flags] == [("mmbcs", 32768 * 1024, 32800 * 1024)]
+    assert not any("no +M option differs" in ln for ln in d.verdict.lines)
 
 
 def test_three_percent_drop_is_barely_helped() -> None:
@@ -111,33 +110,34 @@ def test_three_percent_drop_is_barely_helped() -> None:
     unused = analyze(a).totals_all.unused
     b = shrunk(a, "binary_alloc", int(0.03 * unused) // 4096 * 4096)
     d = diff(a, b)
-    v = d["verdict"]
-    left = d["total"]["b"]["unused"]
-    assert v["outcome"] == "barely_helped" and v["level"] in ("warn", "bad")
-    assert v["headline"].startswith(f"barely helped: {human(left)} still unused (only ")
-    assert "-3.0 %" in v["headline"]
-    assert d["total"]["level"] == "bad"  # 167 MiB unused at 7.7 % usage
+    v = d.verdict
+    assert d.total.b is not None
+    left = d.total.b.unused
+    assert v.outcome == "barely_helped" and v.level in ("warn", "bad")
+    assert v.headline.startswith(f"barely helped: {human(left)} still unused (only ")
+    assert "-3.0 %" in v.headline
+    assert d.total.level == "bad"  # 167 MiB unused at 7.7 % usage
 
 
 def test_grew_and_helped_wording() -> None:
     a = read_file(str(SNAPS / "binspike.json"))
     worse = diff(shrunk(a, "binary_alloc", 40 * MiB), a)  # B holds 40 MiB more, all unused
-    assert worse["verdict"]["outcome"] == "worse" and worse["verdict"]["level"] == "bad"
-    assert worse["verdict"]["headline"].startswith("worse: unused grew by 40.0 MiB")
+    assert worse.verdict.outcome == "worse" and worse.verdict.level == "bad"
+    assert worse.verdict.headline.startswith("worse: unused grew by 40.0 MiB")
     half = diff(a, shrunk(a, "binary_alloc", 60 * MiB))
-    assert half["verdict"]["outcome"] == "helped_partly"
-    assert "but 112.3 MiB still unused" in half["verdict"]["headline"]
-    assert half["verdict"]["level"] != "ok"
-    assert not any(x.startswith("but unused grew") for x in half["verdict"]["lines"])
+    assert half.verdict.outcome == "helped_partly"
+    assert "but 112.3 MiB still unused" in half.verdict.headline
+    assert half.verdict.level != "ok"
+    assert not any(x.startswith("but unused grew") for x in half.verdict.lines)
     # the total falls by 60 MiB while ets_alloc gains 10 MiB of empty carriers: that is said
     mixed = shrunk(a, "binary_alloc", 60 * MiB)
     ets = max(mixed.instances("ets_alloc"), key=lambda i: i.mbcs.carriers_size.current)
     ets.mbcs.carriers_size = replace(ets.mbcs.carriers_size,
                                      current=ets.mbcs.carriers_size.current + 10 * MiB)
-    lines = diff(a, mixed)["verdict"]["lines"]
+    lines = diff(a, mixed).verdict.lines
     assert any(x.startswith("but unused grew in ets_alloc: ") for x in lines), lines
     same = diff(a, a)
-    assert same["verdict"]["outcome"] == "unchanged" and not same["notes"]
+    assert same.verdict.outcome == "unchanged" and not same.notes
 
 
 def test_a_lighter_load_is_not_credited_to_the_flags() -> None:
@@ -148,16 +148,17 @@ def test_a_lighter_load_is_not_credited_to_the_flags() -> None:
 
     a = _numbers(int(166.0 * MiB), int(9.46 * MiB), 40, 0)
     b = _numbers(int(94.1 * MiB), int(6.3 * MiB), 22, 0)
-    v = verdict({"a": a, "b": b}, True, [])
-    assert v["outcome"] == "barely_helped" and round(v["load_change"], 2) == -0.33
-    assert v["headline"].startswith("the load moved (used 9.5 MiB → 6.3 MiB, -33.4 %); judged "
-                                    "per used byte: barely helped: 87.8 MiB still unused")
-    assert "unused per used byte 16.55 → 13.94 (-15.8 %)" in v["headline"]
-    assert any(x.startswith("raw unused 156.5 MiB → 87.8 MiB (-43.9 %)") for x in v["lines"])
+    v = verdict(a, b, True, [])
+    assert v.outcome == "barely_helped" and v.load_change is not None
+    assert round(v.load_change, 2) == -0.33
+    assert v.headline.startswith("the load moved (used 9.5 MiB → 6.3 MiB, -33.4 %); judged "
+                                 "per used byte: barely helped: 87.8 MiB still unused")
+    assert "unused per used byte 16.55 → 13.94 (-15.8 %)" in v.headline
+    assert any(x.startswith("raw unused 156.5 MiB → 87.8 MiB (-43.9 %)") for x in v.lines)
     # the same raw drop with the load held still is the flags' doing: helped partly
-    same = verdict({"a": a, "b": _numbers(int(97.25 * MiB), int(9.46 * MiB), 22, 0)}, True, [])
-    assert same["outcome"] == "helped_partly" and same["load_change"] is None
-    assert same["headline"].startswith("helped partly: 68.8 MiB less unused (-43.9 %)")
+    same = verdict(a, _numbers(int(97.25 * MiB), int(9.46 * MiB), 22, 0), True, [])
+    assert same.outcome == "helped_partly" and same.load_change is None
+    assert same.headline.startswith("helped partly: 68.8 MiB less unused (-43.9 %)")
 
 
 def test_restart_and_otp_notes() -> None:
@@ -165,14 +166,14 @@ def test_restart_and_otp_notes() -> None:
     b = Snapshot.from_json(a.to_json())
     b.os_pid = (a.os_pid or 1) + 1
     b.otp_release, b.erts_version = "26", "14.2"
-    notes = diff(a, b)["notes"]
+    notes = diff(a, b).notes
     assert any("restarted between A and B" in n for n in notes)
     assert any(n.startswith("different OTP versions: A runs OTP 25 (erts 13.1.5), B OTP 26")
                for n in notes)
     recon = diff(read_file(str(SAMPLES / "recon_snapshot.txt")),
                  read_file(str(SAMPLES / "erl_crash.dump")))
-    assert any("OTP version of A is unknown" in n for n in recon["notes"])
-    assert recon["rss"] is None
+    assert any("OTP version of A is unknown" in n for n in recon.notes)
+    assert recon.rss is None
 
 
 @pytest.mark.parametrize("cols", ["80", "100"])
@@ -243,3 +244,38 @@ def test_unknown_node_in_a_real_store(cli, tmp_path: Path) -> None:
     assert r.returncode == 2 and "no node 'nobody@nowhere'" in r.stderr
     r = cli("diff", "--node", a.node, "--store", str(db))
     assert r.returncode == 2 and "1 stored snapshot" in r.stderr
+
+
+def test_terminal_and_compare_render_the_diff_records_not_their_json(monkeypatch) -> None:
+    """Issue 27 item 1: the terminal reporter and the compare partial (page and HTML report)
+    read the Diff record's attributes. With every diff record's JSON emptied they come out the
+    same; a reader of the dict would fail or change them."""
+    from beamalloc.advice import diff_records as dr
+    from beamalloc.htmlreport.html import _env
+    from beamalloc.reporters.diff import lines
+    from beamalloc.webui.compare import compare_view
+
+    a = read_file(str(SNAPS / "binspike.json"))
+    pairs = [(a, shrunk(a, "binary_alloc", 60 * MiB)),  # helped partly, same node: no notes
+             (read_file(str(SNAPS / "binspike_bf.json")), a),  # flags changed
+             (read_file(str(SAMPLES / "recon_snapshot.txt")),
+              read_file(str(SAMPLES / "erl_crash.dump")))]  # notes, no RSS
+    analyses = [(analyze(x), analyze(y)) for x, y in pairs]
+
+    def rendered() -> list[object]:
+        out: list[object] = []
+        for (x, y), (ax, ay) in zip(pairs, analyses, strict=True):
+            out.append(lines(diff(x, y, ("A", "B"), analyses=(ax, ay))))
+            c = compare_view([x, y], [ax, ay], ["ra", "rb"])
+            out.append(_env().get_template("_compare.html").render(c=c, p="cmp-",
+                                                                   with_links=True))
+        return out
+
+    before = rendered()
+    assert any("helped partly" in str(x) for x in before)
+    assert any("+MBas" in str(x) for x in before) and any("OTP version" in str(x) for x in before)
+    for cls in (dr.Diff, dr.DiffVerdict, dr.Side, dr.Numbers, dr.TypeDiff, dr.OptionChange,
+                dr.RssChange):
+        monkeypatch.setattr(cls, "to_json", lambda self: {})
+    assert diff(*pairs[0], analyses=analyses[0]).to_json() == {}  # emptied indeed
+    assert rendered() == before

@@ -1,5 +1,5 @@
-"""The compare page: `beamalloc diff` in the browser (advice/diff.py's result, laid out), with a
-picker across the store's nodes and their stored snapshots and this server's uploads.
+"""The compare page: `beamalloc diff` in the browser (advice/diff.py's Diff record, laid out),
+with a picker across the store's nodes and their stored snapshots and this server's uploads.
 
 `/compare?a=REF&b=REF` compares two snapshots (A before, B after); `/compare?r=REF&r=REF...`
 (the node page's ticks, a multi-file upload) compares the earliest and the latest of two to
@@ -16,6 +16,7 @@ from typing import Any
 from flask import Blueprint, abort, current_app, render_template, request
 
 from beamalloc.advice.diff import diff
+from beamalloc.advice.diff_records import Numbers, TypeDiff
 from beamalloc.advice.rules import MIN_UNUSED
 from beamalloc.analyzer.analysis import Analysis
 from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
@@ -55,28 +56,28 @@ def _signed(n: int | None) -> str:
     return signed_bytes(n, missing="")
 
 
-def _side_cells(s: dict[str, Any] | None) -> dict[str, str]:
+def _side_cells(s: Numbers | None) -> dict[str, str]:
     if s is None:
         return dict.fromkeys(("mbcs", "sbcs", "size", "used", "unused", "usage"), "-")
-    return {"mbcs": _count(s["mbcs_carriers"]), "sbcs": _count(s["sbcs_carriers"]),
-            "size": human(s["carriers_size"]), "used": human(s["used"]),
-            "unused": human(s["unused"]), "usage": pct(s["usage"])}
+    return {"mbcs": _count(s.mbcs_carriers), "sbcs": _count(s.sbcs_carriers),
+            "size": human(s.carriers_size), "used": human(s.used),
+            "unused": human(s.unused), "usage": pct(s.usage)}
 
 
-def _delta_cells(d: dict[str, Any] | None) -> dict[str, str]:
+def _delta_cells(d: Numbers | None) -> dict[str, str]:
     if d is None:
         return dict.fromkeys(("mbcs", "sbcs", "size", "used", "unused", "usage"), "")
-    return {"mbcs": count_delta(d["mbcs_carriers"]), "sbcs": count_delta(d["sbcs_carriers"]),
-            "size": _signed(d["carriers_size"]), "used": _signed(d["used"]),
-            "unused": _signed(d["unused"]), "usage": usage_delta(d["usage"], missing="")}
+    return {"mbcs": count_delta(d.mbcs_carriers), "sbcs": count_delta(d.sbcs_carriers),
+            "size": _signed(d.carriers_size), "used": _signed(d.used),
+            "unused": _signed(d.unused), "usage": usage_delta(d.usage, missing="")}
 
 
-def _type_row(r: dict[str, Any]) -> dict[str, Any]:
+def _type_row(r: TypeDiff) -> dict[str, Any]:
     """One allocator's A, B and change, B's cells coloured by what B still holds unused
     (advice/diff.py's level), so 384 KiB unused is never as red as 155 MiB."""
-    return {"allocator": "all allocators" if r["allocator"] == "total" else r["allocator"],
-            "a": _side_cells(r["a"]), "b": _side_cells(r["b"]), "d": _delta_cells(r["delta"]),
-            "level": r["level"]}
+    return {"allocator": "all allocators" if r.allocator == "total" else r.allocator,
+            "a": _side_cells(r.a), "b": _side_cells(r.b), "d": _delta_cells(r.delta),
+            "level": r.level}
 
 
 def _totals_table(analyses: list[Analysis]) -> list[dict[str, Any]]:
@@ -113,16 +114,15 @@ def compare_view(snaps: list[Snapshot] | None, analyses: list[Analysis],
                f"{human(ta.unused)} → {human(tb.unused)}, usage "
                f"{pct(ta.usage)} → {pct(tb.usage)}.")
     rss = None
-    if d is not None and d["rss"] is not None:
-        rss = (f"RSS {human(d['rss']['a'])} → {human(d['rss']['b'])} "
-               f"({_signed(d['rss']['delta'])})")
+    if d is not None and d.rss is not None:
+        rss = f"RSS {human(d.rss.a)} → {human(d.rss.b)} ({_signed(d.rss.delta)})"
     return {
         "labels": labels, "refs": refs, "summary": summary, "diff": d,
-        "verdict": d["verdict"] if d else None,
-        "notes": d["notes"] if d else [],
+        "verdict": d.verdict if d else None,
+        "notes": d.notes if d else [],
         "rss": rss,
-        "flags": d["flags"] if d else [],
-        "rows": [_type_row(r) for r in ([d["total"], *d["types"]] if d else [])],
+        "flags": d.flags if d else [],
+        "rows": [_type_row(r) for r in ([d.total, *d.types] if d else [])],
         "small": human(MIN_UNUSED),
         "totals": _totals_table(analyses) if len(analyses) > 2 else [],
         "figures": figures.compare_figures(analyses, labels),

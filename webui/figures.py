@@ -23,6 +23,7 @@ from typing import Any
 
 from beamalloc.advice.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.analyzer.analysis import Analysis, InstanceRow
+from beamalloc.analyzer.carriers import COMPACT, AllocatorCarrierMap, CarrierPoints
 from beamalloc.flags import UINT_MAX
 from beamalloc.timeseries.series import instance_key, types_of
 from beamalloc.units import byte_unit, human, pct, tick_label
@@ -337,8 +338,8 @@ _PHI = 0.6180339887498949
 MAP_MARKS = 6000
 
 
-def carrier_map(m: dict[str, Any]) -> Figure:
-    """One allocator's carriers (analysis `carriers.allocators[i]`): size against fill, owned
+def carrier_map(m: AllocatorCarrierMap) -> Figure:
+    """One allocator's carriers (the analysis' `carriers.allocators[i]`): size against fill, owned
     and pooled apart, with the fill's distribution beside (counts per 5 % of fill).
 
     Up to MAP_MARKS carriers, every carrier is one mark. Carrier sizes repeat (a few size
@@ -346,28 +347,28 @@ def carrier_map(m: dict[str, Any]) -> Figure:
     one size; marks shrink and fade as their number grows, so thousands read as a density.
     Above MAP_MARKS, a heatmap counts carriers per size (powers of two) and 5 % of fill.
     """
-    pts = m["map"]
-    n = len(pts["size"])
+    pts = m.points
+    n = len(pts)
     size, opacity = (9, 0.85) if n <= 60 else (6, 0.6) if n <= 1000 else (4, 0.4)
     traces: list[dict[str, Any]] = []
     if n > MAP_MARKS:
         traces.append(_carrier_density(pts))
     for pooled, name, color in ((False, "owned by an instance", USED),
                                 (True, "in the carrier pool", POOL)):
-        idx = [i for i in range(n) if pts["in_pool"][i] == pooled]
+        idx = [i for i in range(n) if pts.in_pool[i] == pooled]
         if not idx:
             continue
-        ys = [100 * pts["fill"][i] for i in idx]
+        ys = [100 * pts.fill[i] for i in idx]
         if n <= MAP_MARKS:
-            xs = [pts["size"][i] * (1 + 0.24 * (((k * _PHI) % 1.0) - 0.5))
+            xs = [pts.size[i] * (1 + 0.24 * (((k * _PHI) % 1.0) - 0.5))
                   for k, i in enumerate(idx)]
             traces.append({
                 "type": "scatter", "mode": "markers", "name": f"{name} ({len(idx)})",
                 "x": xs, "y": ys, "legendgroup": name,
                 "marker": {"color": color, "size": size, "opacity": opacity,
                            "line": {"width": 0}},
-                "customdata": [[human(pts["size"][i]), pts["blocks"][i],
-                                "-" if pts["instance"][i] is None else pts["instance"][i]]
+                "customdata": [[human(pts.size[i]), pts.blocks[i],
+                                "-" if pts.instance[i] is None else pts.instance[i]]
                                for i in idx],
                 "hovertemplate": "carrier %{customdata[0]}, %{y:.1f} % full, %{customdata[1]} "
                                  "blocks, instance %{customdata[2]}<extra>" + _t(name)
@@ -380,12 +381,11 @@ def carrier_map(m: dict[str, Any]) -> Figure:
             "opacity": 0.8,
             "hovertemplate": "%{x} carriers %{y} % full<extra>" + _t(name) + "</extra>",
         })
-    cl = m["classification"]
-    title = f"{_t(m['allocator'])}: {n} carriers, {_t(cl['kind'])}"
+    title = f"{_t(m.allocator)}: {n} carriers, {_t(m.classification.kind)}"
     # Ticks at powers of two (carrier sizes are multiples of 64 KiB or of pages): plotly's
     # log ticks would crowd 50k, 60k, ... together.
-    lo = max(1, min(pts["size"], default=1) * 0.8)
-    hi = max(pts["size"], default=1) * 1.25
+    lo = max(1, min(pts.size, default=1) * 0.8)
+    hi = max(pts.size, default=1) * 1.25
     ticks = _pow2_ticks(lo, hi)
     shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 0.78, "yref": "y", "y0": 10,
                "y1": 10, "line": {"color": "#b2182b", "width": 1, "dash": "dot"}}]
@@ -404,11 +404,11 @@ def carrier_map(m: dict[str, Any]) -> Figure:
     }
 
 
-def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
+def _carrier_density(pts: CarrierPoints) -> dict[str, Any]:
     """Counts of carriers per size (powers of two, drawn at the bin's geometric middle) and
     5 % of fill: the map of more carriers than marks can show."""
     bins: dict[tuple[int, int], int] = {}
-    for sz, f in zip(pts["size"], pts["fill"], strict=True):
+    for sz, f in zip(pts.size, pts.fill, strict=True):
         key = (max(1, sz).bit_length() - 1, min(19, int(f * 20)))
         bins[key] = bins.get(key, 0) + 1
     ks = sorted({k for k, _ in bins})
@@ -422,11 +422,11 @@ def _carrier_density(pts: dict[str, list[Any]]) -> dict[str, Any]:
                              "<extra></extra>"}
 
 
-def shown_carrier_maps(a: Analysis) -> list[dict[str, Any]]:
+def shown_carrier_maps(a: Analysis) -> list[AllocatorCarrierMap]:
     """The allocators whose carrier map a page shows: those worth a class, else the one with
     the most unused bytes; none without carrier data."""
-    ms = a.carriers["allocators"]
-    return [m for m in ms if m["classification"]["kind"] != "compact"] or ms[:1]
+    ms = list(a.carriers.allocators)
+    return [m for m in ms if m.classification.kind != COMPACT] or ms[:1]
 
 
 def carrier_maps(a: Analysis) -> dict[str, Figure]:

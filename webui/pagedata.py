@@ -121,30 +121,28 @@ def carrier_view(a: Analysis) -> dict[str, Any]:
     """The carrier section: why there is none, or per allocator shown (the same selection as
     figures.carrier_maps, so `cmap-<i>` is maps[i]'s figure) its class and fill bands."""
     c = a.carriers
-    ms = c["allocators"]
     shown = figures.shown_carrier_maps(a)
     return {
-        "available": c["available"],
-        "unavailable": c.get("unavailable") or "the source has no per-carrier data (only a "
-                                               "snapshot of a live node has)",
-        "skipped": c.get("skipped", 0),
-        "compact": [m["allocator"] for m in ms if m not in shown],
+        "available": c.available,
+        "unavailable": c.unavailable or "the source has no per-carrier data (only a "
+                                        "snapshot of a live node has)",
+        "skipped": c.skipped,
+        "compact": [m.allocator for m in c.allocators if m not in shown],
         "maps": [{
-            "allocator": m["allocator"],
-            "kind": m["classification"]["kind"],
-            "reason": m["classification"]["reason"],
-            "largest_free": "-" if m["largest_free"] is None else
-            f"{human(m['largest_free'][0])} or more" if m["largest_free"][1] is None else
-            f"{human(m['largest_free'][0])}-{human(m['largest_free'][1])}",
-            "sbct": format_option("sbct", m["sbct"]),
-            "lmbcs": format_option("lmbcs", m["lmbcs"]),
-            "bands": [{"fill": f"{pct(b['lo'], 0)}-{pct(b['hi'], 0)}", "owned": b["owned"],
-                       "owned_bytes": human(b["owned_bytes"]), "pooled": b["pooled"],
-                       "pooled_bytes": human(b["pooled_bytes"])}
-                      for b in m["fill_bands"] if b["owned"] or b["pooled"]],
-            "sparse": m["sparse"],
-            "sparse_size": human(m["sparse"]["size"]),
-            "pinning_bytes": human(m["sparse"]["pinning_bytes"]),
+            "allocator": m.allocator,
+            "kind": m.classification.kind,
+            "reason": m.classification.reason,
+            "largest_free": "-" if m.largest_free is None else wording.byte_range(m.largest_free),
+            "sbct": format_option("sbct", m.sbct),
+            "lmbcs": format_option("lmbcs", m.lmbcs),
+            "bands": [{"fill": f"{pct(b.lo, 0)}-{pct(b.hi, 0)}", "owned": b.owned,
+                       "owned_bytes": human(b.owned_bytes), "pooled": b.pooled,
+                       "pooled_bytes": human(b.pooled_bytes)}
+                      for b in m.bands if b.owned or b.pooled],
+            "sparse_carriers": m.sparse,
+            "sparse_size": human(m.sparse_size),
+            "pinning_blocks": m.pinning_blocks,
+            "pinning_bytes": human(m.pinning_bytes),
         } for m in shown],
     }
 

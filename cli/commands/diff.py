@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         la, lb = args.sources
     result = diff(a, b, (la, lb))
     if args.json:
-        ctx.write(None, json.dumps(result, indent=1))
+        ctx.write(None, json.dumps(result.to_json(), indent=1))
         return 0
     from beamalloc.reporters.diff import render
 
