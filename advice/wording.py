@@ -805,8 +805,8 @@ def diff_headline(outcome: str, a: Numbers, b: Numbers, load: float | None,
         less = f"{human(-du)} less unused" + (f" ({change(judged, 1)})" if judged is not None
                                               else "")
     else:
-        ra, rb = per_used
-        moved = (f"unused per used byte {ra:.2f} → {rb:.2f}"
+        ra, rb = (f"{r:.2f}" if r is not None else "nothing used" for r in per_used)
+        moved = (f"unused per used byte {ra} → {rb}"
                  + (f" ({change(judged, 1)})" if judged is not None else ""))
         less = moved
     if outcome == "unchanged":

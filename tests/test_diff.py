@@ -279,3 +279,16 @@ def test_terminal_and_compare_render_the_diff_records_not_their_json(monkeypatch
         monkeypatch.setattr(cls, "to_json", lambda self: {})
     assert diff(*pairs[0], analyses=analyses[0]).to_json() == {}  # emptied indeed
     assert rendered() == before
+
+
+def test_headline_of_a_side_using_nothing_is_one_line() -> None:
+    """Where the load moved to nothing used on B, the per-used-byte figure is absent (None): the
+    headline says so instead of failing to format it (a traceback before)."""
+    from beamalloc.advice.diff import verdict
+    from beamalloc.advice.diff_records import Numbers
+
+    a = Numbers(10, 0, 100 << 20, 60 << 20, 40 << 20, 0.6)
+    b = Numbers(4, 0, 32 << 20, 0, 32 << 20, 0.0)
+    v = verdict(a, b, True, [])
+    assert v.headline.startswith("the load moved (used 60.0 MiB → 0 B")
+    assert "nothing used" in v.headline and "\n" not in v.headline
