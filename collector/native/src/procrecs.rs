@@ -13,6 +13,7 @@
 #![allow(clippy::useless_conversion)]
 
 use crate::dumpscan::{py_space, Want};
+use memchr::memmem;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 use std::collections::HashMap;
@@ -219,7 +220,11 @@ pub struct ProcSink {
     derive: PyObject,
     name_of: PyObject,
     cache: HashMap<Vec<u8>, Arc<Derived>>,
+    /// name_of of each Name value seen (registered names repeat in a dump only so far)
+    names: HashMap<Vec<u8>, Option<Arc<Str>>>,
     none: Arc<Derived>,
+    /// "State: " and "\nMemory: " (DumpTables._passed_over's finds)
+    finders: Box<(memmem::Finder<'static>, memmem::Finder<'static>)>,
     #[pyo3(get, set)]
     ws: u64,
     keep: Option<Keep>,
@@ -321,6 +326,19 @@ impl ProcSink {
         Ok(d)
     }
 
+    /// procdump.valid_name of a Name value (stripped, not empty), once per distinct value.
+    fn name(&mut self, py: Python<'_>, n: &[u8]) -> PyResult<Option<Arc<Str>>> {
+        if let Some(x) = self.names.get(n) {
+            return Ok(x.clone());
+        }
+        if self.names.len() > MAX_CACHE {
+            self.names.clear();
+        }
+        let x = py_str(py, self.name_of.call1(py, (latin1(py, n),))?.bind(py))?;
+        self.names.insert(n.to_vec(), x.clone());
+        Ok(x)
+    }
+
     /// ProcSections.feed of a =proc section, with DumpMembers.add of its process.
     fn proc_section(&mut self, py: Python<'_>, header: &[u8], body: Option<&[u8]>, offset: u64)
                     -> PyResult<()> {
@@ -343,8 +361,7 @@ impl ProcSink {
         let pc = self.derived(py, v.text[PCX - INTS])?;
         let state = self.derived(py, v.text[STATE - INTS])?;
         let name = match v.text[NAME - INTS] {
-            Some(n) if !n.is_empty() => py_str(py, self.name_of.call1(py, (latin1(py, n),))?
-                                                      .bind(py))?,
+            Some(n) if !n.is_empty() => self.name(py, n)?,
             _ => None,
         };
         let ws = u128::from(self.ws);
@@ -417,7 +434,9 @@ impl ProcSink {
         let seq = t.seq;
         let neg = -(seq as i64);
         let min = t.top.iter().map(|x| (x.0, x.1)).min();
-        if t.top.len() >= TOP_PROCS && passed_over(text, neg, min.unwrap_or((0, 0))) {
+        if t.top.len() >= TOP_PROCS
+            && passed_over(&self.finders, text, neg, min.unwrap_or((0, 0)))
+        {
             return;
         }
         let v = vals(&self.values, text, TABLE_VALUE);
@@ -458,11 +477,9 @@ fn active(state: &[u8]) -> bool {
 
 /// DumpTables._passed_over: ranked below the kept by its Memory line, and neither running nor
 /// collecting, by two finds (not a line's start: "State: " anywhere).
-fn passed_over(text: &[u8], neg: i64, min: (u128, i64)) -> bool {
-    let find = |n: &[u8], from: usize| {
-        memchr::memmem::find(text.get(from..).unwrap_or(&[]), n).map(|i| from + i)
-    };
-    let (Some(i), Some(k)) = (find(b"State: ", 0), find(b"\nMemory: ", 0)) else { return false };
+fn passed_over(finders: &(memmem::Finder<'_>, memmem::Finder<'_>), text: &[u8], neg: i64,
+               min: (u128, i64)) -> bool {
+    let (Some(i), Some(k)) = (finders.0.find(text), finders.1.find(text)) else { return false };
     let line = |a: usize| {
         let a = a.min(text.len());
         let e = memchr::memchr(b'\n', &text[a..]).map_or(text.len(), |j| a + j);
@@ -596,7 +613,9 @@ impl ProcSink {
         };
         Ok(ProcSink {
             values: Want::new(keys.into_iter().map(|k| ((k + ": ").into_bytes(), false)).collect()),
-            derive, name_of, cache: HashMap::new(), none: Arc::new(Derived::default()), ws: 8,
+            derive, name_of, cache: HashMap::new(), names: HashMap::new(),
+            finders: Box::new((memmem::Finder::new(b"State: "), memmem::Finder::new(b"\nMemory: "))),
+            none: Arc::new(Derived::default()), ws: 8,
             keep, sections: 0, read: 0, skipped: Vec::new(), sums: [0; 5],
             groups: HashMap::new(), group_list: Vec::new(), seq: 0, t: Tables::default(),
             ets: Ets::default(), words: Want::new(vec![(b"Words: ".to_vec(), false)]),
