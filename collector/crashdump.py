@@ -23,6 +23,7 @@ from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import ProcSections, printable
 from beamalloc.console import clean
 from beamalloc.errors import InputError
+from beamalloc.gcpause import paused_gc
 from beamalloc.snapshot import (
     UINT64_MAX,
     AllocatorInstance,
@@ -269,7 +270,8 @@ def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"",
     if sink is not None:
         sink.whole = procs is None or procs.native is not None
     secs = scan(f, WANT, stats, head, sink)
-    return read_sections(secs, stats, name, procs, tables)
+    with paused_gc():  # a Snapshot and its sections: many objects, no cycle
+        return read_sections(secs, stats, name, procs, tables)
 
 
 def read_sections(secs: Iterable[Section], stats: Stats, name: str,
