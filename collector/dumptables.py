@@ -3,12 +3,14 @@ owner and size) and, of the `=proc:` sections, the few processes that say who he
 when the node died (docs/erts/memory-categories.md §2).
 
 collector/crashdump.py feeds these sections, each as one text, in the pass that reads the
-allocators (collector/dumpscan.py), so the whole file is still read once. What is kept is
-bounded whatever the dump holds: the TOP_ETS largest tables with the count and bytes of all of
-them, the TOP_PROCS largest processes and up to MAX_ACTIVE that were running or collecting
-garbage (the one that asked for memory at an out-of-memory crash is among them). A malformed
-section (a size that is not a number, an absurd size) is left out of every total and counted;
-the Snapshot gets one note per kind of fault, never a traceback.
+allocators (collector/dumpscan.py), so the whole file is still read once. Read from a file, they
+are counted and ranked natively (`native`, collector/native/src/procrecs.rs: the scan hands them
+over) and only the few kept come back here, to be made rows as this class makes them. What
+is kept is bounded whatever the dump holds: the TOP_ETS largest tables with the count and bytes
+of all of them, the TOP_PROCS largest processes and up to MAX_ACTIVE that were running or
+collecting garbage (the one that asked for memory at an out-of-memory crash is among them). A
+malformed section (a size that is not a number, an absurd size) is left out of every total and
+counted; the Snapshot gets one note per kind of fault, never a traceback.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Read separately from collector/crashdump.py (the allocator sections): the file i
 and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
 pass, a section's keys found natively (dumpscan.Keys); its memory is its processes' records,
 or, with a `keep` (advice/holders.DumpMembers: the analyze and recommend commands), what that
-keeps of them and the groups summed as read.
+keeps of them and the groups summed as read. With DumpMembers the sections are read natively
+(collector/native/src/procrecs.rs: the scan hands them over, no Python object or call per
+process; the Python classes are its reference, tests/test_dump_native.py).
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
 
