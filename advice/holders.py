@@ -618,6 +618,21 @@ class DumpMembers:
         if p.idle and p.current_function:
             g.waits[p.current_function] += 1
 
+    def native(self) -> tuple[Any, ...]:
+        """What the native reader of a dump's processes keeps in place of `add`
+        (collector/native/src/procrecs.rs): system names and modules, the ranks of _tops by
+        measure (_pinned: a dump's binaries, none known exclusive), MIN_IDLE_HEAP."""
+        tops = [("binary_bytes", TOP_ROWS, False), ("total_heap_bytes", TOP_ROWS, False),
+                ("message_queue_len", max(TOP_ROWS, 20), False), ("binary_bytes", 50, True)]
+        return sorted(SYSTEM_NAMES), sorted(SYSTEM_MODULES), tops, MIN_IDLE_HEAP
+
+    def absorb(self, members: list[Any], kept: list[Proc]) -> None:
+        """What the native reader kept: each group's sums, and the processes `kept` gives."""
+        for key, otp_count, otp_memory, largest, otp_idle, otp_idle_heap, names, waits in members:
+            self.groups[key] = _GroupSums(otp_count, otp_memory, largest, otp_idle,
+                                          otp_idle_heap, names, Counter(dict(waits)))
+        self._big, self._tops = [(i, p) for i, p in enumerate(kept)], []
+
     def kept(self) -> list[Proc]:
         """The processes kept, in the dump's order."""
         seen: dict[int, Proc] = dict(self._big)

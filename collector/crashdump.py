@@ -23,6 +23,7 @@ from beamalloc.collector.dumptables import DumpTables
 from beamalloc.collector.procdump import ProcSections, printable
 from beamalloc.console import clean
 from beamalloc.errors import InputError
+from beamalloc.gcpause import paused_gc
 from beamalloc.snapshot import (
     UINT64_MAX,
     AllocatorInstance,
@@ -262,11 +263,20 @@ def read_crashdump_file(f: BinaryIO, name: str, head: bytes = b"",
     found at byte level (collector/dumpscan.py): one pass, memory bounded by what is kept.
     `procs` is fed its =proc sections in the same pass (the holders: cli/inputs.py)."""
     stats = Stats()
-    return read_sections(scan(f, WANT, stats, head), stats, name, procs)
+    tables = DumpTables()
+    # the =proc sections read natively (collector/native/src/procrecs.rs), the scan handing
+    # them over unseen here where that reader serves every reader of them
+    sink = tables.native_procs(procs.native if procs is not None else None)
+    if sink is not None:
+        sink.whole = procs is None or procs.native is not None
+    secs = scan(f, WANT, stats, head, sink)
+    with paused_gc():  # a Snapshot and its sections: many objects, no cycle
+        return read_sections(secs, stats, name, procs, tables)
 
 
 def read_sections(secs: Iterable[Section], stats: Stats, name: str,
-                  procs: ProcSections | None = None) -> Snapshot:
+                  procs: ProcSections | None = None,
+                  tables: DumpTables | None = None) -> Snapshot:
     """The Snapshot of a dump's sections (the first line and header block, then the sections
     WANT matches; `stats` counts all of them once they are read). `procs`, where given, is fed
     the first section, =node and every =proc section, those after =end included (as
@@ -289,7 +299,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
     alloc: _Section | None = None
     ended = False
     raw: list[str] = []
-    tables = DumpTables()
+    tables = tables or DumpTables()
     kinds: Kinds = {}  # the allocator lines' keys (_line_kind)
     for sec in it:
         line, body, _, complete = sec
@@ -298,6 +308,7 @@ def read_sections(secs: Iterable[Section], stats: Stats, name: str,
         section = line[1:]
         if section == "end":
             ended = True
+            tables.end()
             break
         if line.startswith(("=proc:", "=ets:")):  # most of the sections kept: not split
             tables.section(section, body, complete)  # (always ours: both are its kinds)

@@ -162,7 +162,7 @@ def _text(body: bytes) -> str | None:
 
 
 def scan(f: BinaryIO, want: Headers, stats: Stats,
-         head: bytes = b"") -> Iterator[Section]:
+         head: bytes = b"", sink: Any = None) -> Iterator[Section]:
     """The sections of the dump read from `f` (after the bytes `head` already read from it)
     whose header `want` keeps, and its first one. The others are passed over by `want.search`,
     the last of them noted in `stats`, never decoded. Where a section starts is given as its
@@ -171,7 +171,9 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
 
     Natively where the extension is built (collector/native/src/dumpscan.rs `Scanner`: the
     loop, the reads and the search with no Python step a block or a section passed over; a
-    regular file read at its offsets into one buffer), else scan_py, its reference."""
+    regular file read at its offsets into one buffer), else scan_py, its reference. `sink`
+    (procdump.proc_sink), where given, is handed the complete =proc sections instead of them
+    being given (natively only: the caller still reads what scan_py gives)."""
     try:
         from beamalloc._refalloc import DumpScan
     except ImportError:  # pragma: no cover - `make setup` builds it
@@ -182,8 +184,11 @@ def scan(f: BinaryIO, want: Headers, stats: Stats,
             fd, offset = f.fileno(), f.tell()
     except (OSError, ValueError, AttributeError):  # io.BytesIO, a pipe: read through f.read
         pass
-    return DumpScan(want.specs, f, fd, offset, head, stats,  # type: ignore[no-any-return]
-                    (CHUNK, MAX_LINE, MAX_SECTION, MAX_HEADER, _EDGE))
+    it = DumpScan(want.specs, f, fd, offset, head, stats,
+                  (CHUNK, MAX_LINE, MAX_SECTION, MAX_HEADER, _EDGE))
+    if sink is not None:
+        it.attach(sink)
+    return it  # type: ignore[no-any-return]
 
 
 def scan_py(f: BinaryIO, want: Headers, stats: Stats,

@@ -3,12 +3,14 @@ owner and size) and, of the `=proc:` sections, the few processes that say who he
 when the node died (docs/erts/memory-categories.md §2).
 
 collector/crashdump.py feeds these sections, each as one text, in the pass that reads the
-allocators (collector/dumpscan.py), so the whole file is still read once. What is kept is
-bounded whatever the dump holds: the TOP_ETS largest tables with the count and bytes of all of
-them, the TOP_PROCS largest processes and up to MAX_ACTIVE that were running or collecting
-garbage (the one that asked for memory at an out-of-memory crash is among them). A malformed
-section (a size that is not a number, an absurd size) is left out of every total and counted;
-the Snapshot gets one note per kind of fault, never a traceback.
+allocators (collector/dumpscan.py), so the whole file is still read once. Read from a file, they
+are counted and ranked natively (`native`, collector/native/src/procrecs.rs: the scan hands them
+over) and only the few kept come back here, to be made rows as this class makes them. What
+is kept is bounded whatever the dump holds: the TOP_ETS largest tables with the count and bytes
+of all of them, the TOP_PROCS largest processes and up to MAX_ACTIVE that were running or
+collecting garbage (the one that asked for memory at an out-of-memory crash is among them). A
+malformed section (a size that is not a number, an absurd size) is left out of every total and
+counted; the Snapshot gets one note per kind of fault, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from beamalloc.collector.procdump import KEYS, VALUES, SkipSection, printable, proc_of
+from beamalloc.collector.procdump import KEYS, VALUES, SkipSection, printable, proc_of, proc_sink
 from beamalloc.snapshot import UINT64_MAX
 
 #: ETS tables kept by size (the count and total cover them all).
@@ -60,6 +62,22 @@ class DumpTables:
     #: the current section's text (joined with "\n" at close)
     lines: list[str] = field(default_factory=list)
     _seq: int = 0
+    #: the native reader of the =proc sections (collector/native/src/procrecs.rs), `native`
+    native: Any = None
+
+    def native_procs(self, sink: Any = None) -> Any:
+        """Have the =proc sections read natively, by `sink` (a ProcSections' own: one reader
+        for both) or a reader of its own; that reader, or None without the extension. Its
+        rows are made here, of the few processes it keeps (`store`)."""
+        self.native = sink if sink is not None else proc_sink()
+        if self.native is not None:
+            self.native.tables = True
+        return self.native
+
+    def end(self) -> None:
+        """=end is read: no section after it is this dump's (the native reader stops)."""
+        if self.native is not None:
+            self.native.tables = False
 
     def start(self, section: str) -> bool:
         """A new section begins (`section` without its '='); True if it is one of ours."""
@@ -127,6 +145,10 @@ class DumpTables:
         """A section of `kind` ("ets" or "proc") read whole: counted, and kept if it ranks."""
         self._arg = arg
         self._seq += 1
+        if kind == "ets" and self.native is not None:  # (as =proc below)
+            self.native.feed_ets(arg.encode("latin-1", "replace"),
+                                 text.encode("latin-1", "replace"), cut)
+            return
         if kind == "ets":
             kv = self._parse(text)
             self.ets_count += 1
@@ -134,14 +156,12 @@ class DumpTables:
             if cut or not _UINT.match(words) or int(words) > UINT64_MAX // 8:
                 self.ets_bad += 1
                 return
-            w = int(words)
-            self.ets_words += w
-            row = {"owner": printable(self._arg[:64]), "name": printable(kv.get("Name", "?")),
-                   "table": printable(kv.get("Table", "?")), "type": printable(kv.get("Type")),
-                   "protection": printable(kv.get("Protection")), "words": w,
-                   "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", ""))
-                   else None}
-            _push(self.ets, TOP_ETS, (w, -self._seq, row))
+            self.ets_words += int(words)
+            self._ets(arg, kv, self._seq)
+            return
+        if self.native is not None:  # text decoded from the dump's bytes as latin-1 (dumpscan)
+            self.native.feed_table(arg.encode("latin-1", "replace"),
+                                   text.encode("latin-1", "replace"), cut)
             return
         self.proc_count += 1
         if cut or not _PID.match(self._arg):
@@ -149,9 +169,22 @@ class DumpTables:
             return
         if self._passed_over(text):
             return
+        self._proc(self._arg, text, self._seq)
+
+    def _ets(self, arg: str, kv: dict[str, str], seq: int) -> None:
+        """An =ets section of a count of words ranked: its row kept among the largest."""
+        w = int(kv["Words"])
+        row = {"owner": printable(arg[:64]), "name": printable(kv.get("Name", "?")),
+               "table": printable(kv.get("Table", "?")), "type": printable(kv.get("Type")),
+               "protection": printable(kv.get("Protection")), "words": w,
+               "objects": int(kv["Objects"]) if _UINT.match(kv.get("Objects", "")) else None}
+        _push(self.ets, TOP_ETS, (w, -seq, row))
+
+    def _proc(self, arg: str, text: str, seq: int) -> None:
+        """A =proc section ranked: its row kept among the largest and the active ones."""
         vals = [None if v is None else v[:200] for v in VALUES.values(text)]
         try:
-            p = proc_of(self._arg, vals, 1)  # words; bytes once the word size is known
+            p = proc_of(arg, vals, 1)  # words; bytes once the word size is known
         except SkipSection:
             self.proc_bad += 1
             return
@@ -162,10 +195,20 @@ class DumpTables:
                "binary": p.binary_bytes, "message_queue_len": p.message_queue_len}
         if p.status in ACTIVE_STATES and len(self.active) < MAX_ACTIVE:
             self.active.append(row)
-        _push(self.procs, TOP_PROCS, (p.memory, -self._seq, row))
+        _push(self.procs, TOP_PROCS, (p.memory, -seq, row))
 
     def store(self, extra: dict[str, Any], notes: list[str], wordsize: int) -> None:
         """Write what was read into a Snapshot's `extra` (bytes, by the dump's word size)."""
+        if self.native is not None:
+            # the native reader's counts, and the rows of those it kept, in the dump's order
+            # (the largest of them and the first active ones are the largest and first of all)
+            self.proc_count, self.proc_bad, kept = self.native.table_result()
+            for seq, arg, text in kept:
+                self._proc(arg, text, seq)
+            self.ets_count, self.ets_bad, self.ets_words, kept = self.native.ets_result()
+            for seq, arg, text in kept:
+                self._ets(arg, self._parse(text), seq)
+            self.native = None
         if self.ets_count:
             tables = [dict(r, bytes=r.pop("words") * wordsize)
                       for _, _, r in sorted(self.ets, reverse=True)]

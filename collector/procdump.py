@@ -4,7 +4,9 @@ Read separately from collector/crashdump.py (the allocator sections): the file i
 and only its =proc sections are decoded (collector/dumpscan.py), so a dump of any size costs one
 pass, a section's keys found natively (dumpscan.Keys); its memory is its processes' records,
 or, with a `keep` (advice/holders.DumpMembers: the analyze and recommend commands), what that
-keeps of them and the groups summed as read.
+keeps of them and the groups summed as read. With DumpMembers the sections are read natively
+(collector/native/src/procrecs.rs: the scan hands them over, no Python object or call per
+process; the Python classes are its reference, tests/test_dump_native.py).
 A section is `Key: Value` lines up to the next line that starts with `=`. What each key holds
 (erts' own crash dump writer, OTP 20-27):
 
@@ -86,6 +88,21 @@ def _derived(v: str | None) -> tuple[str | None, str | None, str | None]:
             printable(v.lower()) or None)
 
 
+def valid_name(name: str | None) -> str | None:
+    """A Name value as proc_of keeps it: a registered name's characters, or None."""
+    return name if name and name.replace("_", "").isalnum() else None
+
+
+def proc_sink(keep: Any = None) -> Any:
+    """The native reader of a dump's =proc sections (collector/native/src/procrecs.rs), with
+    `keep`'s part (DumpMembers.native()) where given; None where the extension is not built."""
+    try:
+        from beamalloc._refalloc import ProcSink
+    except ImportError:  # pragma: no cover - `make setup` builds it
+        return None
+    return ProcSink(list(KEYS), _derived, valid_name, keep)
+
+
 def proc_of(pid: str, vals: list[Any], ws: int, cache: dict[Any, Any] | None = None,
             bad: int | None = None) -> Proc:
     """A process from its section's values: VALUES.parsed's (KEYS' order, stripped, the sizes
@@ -122,7 +139,7 @@ def proc_of(pid: str, vals: list[Any], ws: int, cache: dict[Any, Any] | None = N
     # the same size is one int object however many processes have it
     setdefault = cache.setdefault
     return Proc(
-        pid, name if name and name.replace("_", "").isalnum() else None, sp[0], sp[0],
+        pid, valid_name(name), sp[0], sp[0],
         pcx[1] if pcx is not None else None, state[2] if state is not None else None,
         # dumps before OTP 17 have no Memory line: the heap is most of it
         setdefault(reds, reds) if reds is not None else None,
@@ -178,9 +195,11 @@ class ProcSections:
     sections are said when the table is taken, so a caller that never takes it says nothing.
     Groups and totals are summed as the sections come; every process is kept in `procs`, or
     given to `keep`, which keeps what it needs (the memory of a dump's processes is then what
-    it keeps)."""
+    it keeps). A `keep` that has a native part (holders.DumpMembers) has the =proc sections read
+    natively (`native`, collector/native/src/procrecs.rs: no Python step a process; the scan
+    hands them over unseen here, collector/crashdump.py); the others are read here."""
 
-    def __init__(self, keep: Keep | None = None) -> None:
+    def __init__(self, keep: Keep | None = None, native: bool = True) -> None:
         self.node, self.ws = "?", 8
         self.procs: list[Proc] = []
         self.keep = keep
@@ -193,6 +212,10 @@ class ProcSections:
         self._groups: dict[str, Group] = {}
         #: memory, total heap, message queues, idle processes and their total heap
         self._sums = [0, 0, 0, 0, 0]
+        self.native = None
+        if native and keep is not None and hasattr(keep, "native"):  # (native=False: tests)
+            self.native = proc_sink(keep.native())
+        self._absorbed = False
 
     def feed(self, sec: Section) -> None:
         header, body, start, _ = sec
@@ -200,7 +223,12 @@ class ProcSections:
         self.fed += 1
         if header.startswith("=node:"):
             self.node = header[6:].strip().strip("'") or self.node
-        if header.startswith("=proc:"):
+        if header.startswith("=proc:") and self.native is not None:
+            # text decoded from the dump's bytes as latin-1 (dumpscan): encoded back the same
+            self.native.feed_proc(header.encode("latin-1", "replace"),
+                                  None if body is None else body.encode("latin-1", "replace"),
+                                  start)
+        elif header.startswith("=proc:"):
             self.sections += 1
             pid = header[6:].strip()
             if not _PID.match(pid):
@@ -218,6 +246,8 @@ class ProcSections:
                 if line.startswith("System version:"):
                     m = _WORDSIZE.search(line)
                     self.ws = int(m.group(1)) // 8 if m else self.ws
+            if self.native is not None:
+                self.native.ws = self.ws
 
     def _add(self, p: Proc) -> None:
         self.read += 1
@@ -249,10 +279,29 @@ class ProcSections:
         else:
             self.procs.append(p)
 
+    def _absorb(self) -> None:
+        """What the native reader read (once): the counts, skips, sums and groups here, what
+        `keep` keeps in it."""
+        if self.native is None or self._absorbed:
+            return
+        self._absorbed = True
+        self.sections, self.read, skipped, sums, groups, members, kept = self.native.proc_result()
+        self.skipped += skipped
+        self._sums = sums
+        for (key, count, memory, heap, queues, binary, names, idle, idle_heap) in groups:
+            self._groups[key] = Group(initial_call=key, count=count, memory=memory,
+                                      total_heap_bytes=heap, message_queue_len=queues,
+                                      binary_bytes=binary, names=names, idle_count=idle,
+                                      idle_total_heap_bytes=idle_heap)
+        procs = [Proc(*s, r[0], r[1], r[2], r[3], r[4], r[5], None, None, heap_used_bytes=r[6],
+                      heap_unused_bytes=r[7]) for s, r in kept]
+        self.keep.absorb(members, procs)  # type: ignore[union-attr]
+
     def table(self, err: TextIO | None = None,
               line_at: Callable[[int], int] = int) -> ProcessTable:
         """The table, each skipped section said in one line on `err` (stderr)."""
         err = err or sys.stderr
+        self._absorb()
         for start, why in self.skipped:
             print(f"beamalloc: skipped the process section at line {line_at(start)}{why}",
                   file=err)

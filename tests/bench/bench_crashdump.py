@@ -4,6 +4,7 @@ item 1: within 5x, under 100 MiB of peak memory).
     .venv/bin/python tests/bench/bench_crashdump.py [--mib 500] [--runs 3] [--keep PATH]
     .venv/bin/python tests/bench/bench_crashdump.py --dump PATH   # a dump --keep wrote
     .venv/bin/python tests/bench/bench_crashdump.py --procs 262144 --keep PATH  # many processes
+    .venv/bin/python tests/bench/bench_crashdump.py --dump PATH --base ../main/.venv/bin/beamalloc
 
 The dump is made from the largest real dump of ../shared/samples/real-dumps: its header, memory
 and allocator sections once, its other sections (processes, their stacks, heaps and messages,
@@ -11,8 +12,10 @@ ETS tables, binaries, modules, atoms) repeated until the file holds --mib MiB, t
 Each run times `wc -l FILE`, `beamalloc analyze --json FILE` (which also reads the processes)
 and `beamalloc analyze --json --no-processes FILE`, alternated, from the page cache (one read
 of each before timing); the ratios are of minima measured in this run, of wall and of CPU time
-(user + system), and the peak RSS is the child's own (os.wait4's rusage). A plain script, not a
-test: tests never assert wall-clock times.
+(user + system), and the peak RSS is the child's own (os.wait4's rusage). `analyze SMALL` is the
+same command on the real dump the big one was made from: what any dump costs (start-up, imports,
+its allocators), whatever its size. `--base EXE` alternates another build's `beamalloc` (a base
+commit's) in the same run. A plain script, not a test: tests never assert wall-clock times.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="write the dump here and keep it")
     ap.add_argument("--dump", type=Path, help="time this dump (one --keep wrote) instead")
     ap.add_argument("--procs", type=int, help="make a dump of this many =proc sections instead")
+    ap.add_argument("--base", help="another beamalloc executable to time alike (a base's)")
     args = ap.parse_args()
     if not DUMPS.is_dir():
         print(f"skipped: {DUMPS} is absent")
@@ -105,10 +109,14 @@ def main() -> int:
         procs = (count_procs(path) if args.dump else make_proc_dump(path, args.procs)
                  if args.procs else make_dump(path, args.mib))
         size = path.stat().st_size
+        small = str(max(DUMPS.glob("*.dump"), key=lambda p: p.stat().st_size))
         cmds = {"wc -l": ["wc", "-l", str(path)],
                 "analyze": [exe, "analyze", "--json", str(path)],
                 "analyze --no-processes": [exe, "analyze", "--json", "--no-processes",
-                                           str(path)]}
+                                           str(path)],
+                "analyze SMALL": [exe, "analyze", "--json", small]}
+        if args.base:
+            cmds |= {f"base {k}": [args.base, *c[1:]] for k, c in list(cmds.items())[1:]}
         for cmd in cmds.values():  # into the page cache, and a check that each one works
             run(cmd)
         times: dict[str, list[float]] = {k: [] for k in cmds}

@@ -138,12 +138,14 @@ def _blocks_as_lines(data: bytes) -> None:
         assert json.dumps(one, default=vars) == json.dumps(alone, default=vars), \
             "the one-pass process table differs from procdump's"
         assert said.getvalue() == said_by_lines.getvalue()
-        _kept_as_all(data, one)
+        _kept_as_all(data, one, blocks, said.getvalue())
 
 
-def _kept_as_all(data: bytes, every: ProcessTable) -> None:
+def _kept_as_all(data: bytes, every: ProcessTable, snap: str, said: str) -> None:
     """The processes holders.DumpMembers keeps give the `processes` section all of them give,
-    and each =proc section's values read natively are the regex's (dumpscan.Keys)."""
+    read natively (collector/native/src/procrecs.rs: the scan hands it the =proc and =ets
+    sections) the same Snapshot `snap` and skipped sections `said`, and each =proc section's
+    values read natively are the regex's (dumpscan.Keys)."""
     for body in data.split(b"\n=proc:")[1:]:
         text = body.decode("latin-1")
         assert VALUES.parsed(text, len(PROC_INTS), MAX_WORDS) == dumpscan.parse(
@@ -152,8 +154,12 @@ def _kept_as_all(data: bytes, every: ProcessTable) -> None:
     if len(set(pids)) < len(pids):  # a dump names a process once; the sums count each section
         return
     kept = ProcSections(keep=(sums := DumpMembers()))
-    read_crashdump_file(io.BytesIO(data), "fz", procs=kept)
-    assert json.dumps(processes_json(kept.table(io.StringIO()), sums=sums), default=str) == \
+    assert read_crashdump_file(io.BytesIO(data), "fz", procs=kept).to_json() == snap, \
+        "the native sections' Snapshot differs"
+    told = io.StringIO()
+    table = kept.table(told, lambda at: data.count(b"\n", 0, at) + 1)
+    assert told.getvalue() == said, "the native sections' skips differ"
+    assert json.dumps(processes_json(table, sums=sums), default=str) == \
         json.dumps(processes_json(every), default=str), "the kept processes' section differs"
 
 

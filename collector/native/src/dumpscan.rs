@@ -77,7 +77,16 @@ impl Want {
         while left > 0 && start <= text.len() {
             let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |i| start + i);
             let line = &text[start..end];
+            // most lines start with no name's first byte: no compare for them (a =proc
+            // section's dozens of lines, fourteen names each)
+            if line.first().is_some_and(|&c| !self.starts[c as usize]) {
+                start = end + 1;
+                continue;
+            }
             for (slot, (name, _)) in out.iter_mut().zip(&self.specs) {
+                if name.first().is_some_and(|c| line.first() != Some(c)) {
+                    continue;
+                }
                 if line.starts_with(name) {
                     if slot.is_none() {
                         *slot = Some((start + name.len(), end));

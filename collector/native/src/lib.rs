@@ -28,6 +28,7 @@ pub mod python {
         m.add_function(wrap_pyfunction!(crate::term_text::term_text, m)?)?;
         m.add_class::<crate::python_dumpscan::DumpWant>()?;
         m.add_class::<crate::python_dumpscan::DumpScan>()?;
+        m.add_class::<crate::python_dumpscan::ProcSink>()?;
         Ok(())
     }
 }

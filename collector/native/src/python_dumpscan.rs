@@ -5,6 +5,9 @@
 #![allow(clippy::useless_conversion)]
 
 use crate::dumpscan::{self, Limits, Scanner, Want};
+#[path = "procrecs.rs"]
+mod procrecs;
+pub use procrecs::ProcSink;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::{ffi, intern};
@@ -82,10 +85,12 @@ pub struct DumpScan {
     scan: Scanner,
     source: Source,
     stats: PyObject,
+    /// where the complete =proc sections go instead of Python (`attach`)
+    sink: Option<Py<ProcSink>>,
 }
 
 /// `s` as a str, each byte one character (what bytes.decode("latin-1") gives).
-fn latin1(py: Python<'_>, s: &[u8]) -> PyObject {
+pub(crate) fn latin1(py: Python<'_>, s: &[u8]) -> PyObject {
     // SAFETY: a pointer and length of a live slice; PyUnicode_DecodeLatin1 copies them and
     // cannot fail on any bytes but by lack of memory (then the NULL becomes that error)
     unsafe {
@@ -149,18 +154,34 @@ impl DumpScan {
         } else {
             Source::Py(f)
         };
-        DumpScan { scan: Scanner::new(specs, lim, head), source, stats }
+        DumpScan { scan: Scanner::new(specs, lim, head), source, stats, sink: None }
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
+    /// Hand the complete =proc and =ets sections after the first line that `sink` takes
+    /// (procrecs.rs `ProcSink::takes`) to it instead of yielding them.
+    fn attach(&mut self, sink: Py<ProcSink>) {
+        self.sink = Some(sink);
+    }
+
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<PyObject>> {
         let source = &mut self.source;
-        let found = self.scan.next(&mut |buf: &mut Vec<u8>, n: usize| fill(py, source, buf, n));
+        let found = loop {
+            let found = self.scan.next(&mut |buf: &mut Vec<u8>, n: usize| fill(py, source, buf, n))?;
+            match (&found, &self.sink) {
+                (Some(f), Some(sink)) if f.complete && !f.first
+                                         && sink.borrow(py).takes(&self.scan.header) => {
+                    let body = f.has_body.then_some(self.scan.body.as_slice());
+                    sink.borrow_mut(py).section(py, &self.scan.header, body, f.offset)?;
+                }
+                _ => break found,
+            }
+        };
         let stats = self.stats.bind(py);
-        let Some(found) = found? else {
+        let Some(found) = found else {
             stats.setattr(intern!(py, "last"), latin1(py, &self.scan.last))?;
             stats.setattr(intern!(py, "sections"), self.scan.sections)?;
             return Ok(None);
