@@ -6,37 +6,85 @@
 //! smallest size, then lowest address, §4.2) ask on every alloc and free. The answers are those
 //! of a balanced search tree (`tree::MaxTree`, `BTreeSet`); the layout is what makes it fast:
 //! a lookup is a binary search over the chunks' first keys and one inside a chunk, an insertion
-//! or removal moves at most `2 * CHUNK` entries of one contiguous array, and the first-fit
-//! search scans the chunk maxima (contiguous u64s) and then one chunk's values, instead of a
-//! pointer chase through a tree per operation. The scan of the maxima is linear in
-//! `len / CHUNK`: free blocks per carrier (aoff) or per instance (aobf) number in the thousands.
+//! or removal moves at most `2 * CHUNK` entries of one chunk, and the first-fit search scans
+//! the chunk maxima (contiguous u64s) and then one chunk's values, instead of a pointer chase
+//! through a tree per operation. The scan of the maxima is linear in `len / CHUNK`: free blocks
+//! per carrier (aoff) or per instance (aobf) number in the thousands.
+//!
+//! A chunk is one fixed-size record (keys, values and payloads as arrays, the count beside
+//! them) in a slab, placed in order by a directory of slot numbers: reaching an entry is one
+//! indexed load from the directory, not a `Vec` header and then its buffer per array, and a
+//! split or merge moves directory entries (4 bytes), never chunks.
 
 /// Target chunk length: a chunk splits at twice this and merges with a neighbour under a quarter.
 /// 32 rather than 64 since the aoff sets key by u64 with a payload: shorter moves on insert and
 /// removal outweigh the longer scan of the maxima (aoff, ageffcaoff, aobf 5-9% faster; 16 gains
 /// little more and lengthens that scan for carriers with many free blocks).
 const CHUNK: usize = 32;
+/// Room of a chunk: it splits when an insertion fills it.
+const CAP: usize = 2 * CHUNK;
 
 use std::cell::Cell;
 
 #[derive(Clone, Debug)]
 struct Chunk<K, P> {
-    keys: Vec<K>,
-    vals: Vec<u64>,
+    len: u32,
+    keys: [K; CAP],
+    vals: [u64; CAP],
     /// A payload per entry, moved with it (`()`: none, and no cost).
-    pays: Vec<P>,
+    pays: [P; CAP],
 }
 
-impl<K: Copy, P: Copy> Chunk<K, P> {
+impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
     fn new() -> Self {
         Chunk {
-            keys: Vec::new(),
-            vals: Vec::new(),
-            pays: Vec::new(),
+            len: 0,
+            keys: [K::default(); CAP],
+            vals: [0; CAP],
+            pays: [P::default(); CAP],
         }
     }
+    #[inline(always)]
+    fn keys(&self) -> &[K] {
+        &self.keys[..self.len as usize]
+    }
+    #[inline(always)]
+    fn vals(&self) -> &[u64] {
+        &self.vals[..self.len as usize]
+    }
     fn max(&self) -> u64 {
-        self.vals.iter().copied().max().unwrap_or(0)
+        self.vals().iter().copied().max().unwrap_or(0)
+    }
+    /// Open a gap at `p` and put the entry there (the chunk has room).
+    #[inline(always)]
+    fn insert(&mut self, p: usize, key: K, val: u64, pay: P) {
+        let n = self.len as usize;
+        self.keys.copy_within(p..n, p + 1);
+        self.vals.copy_within(p..n, p + 1);
+        self.pays.copy_within(p..n, p + 1);
+        self.keys[p] = key;
+        self.vals[p] = val;
+        self.pays[p] = pay;
+        self.len += 1;
+    }
+    /// Close the entry at `p`; returns its value.
+    #[inline(always)]
+    fn remove(&mut self, p: usize) -> u64 {
+        let n = self.len as usize;
+        let val = self.vals[p];
+        self.keys.copy_within(p + 1..n, p);
+        self.vals.copy_within(p + 1..n, p);
+        self.pays.copy_within(p + 1..n, p);
+        self.len -= 1;
+        val
+    }
+    /// Append entries [from, from + n) of `other`.
+    fn extend_from(&mut self, other: &Self, from: usize, n: usize) {
+        let at = self.len as usize;
+        self.keys[at..at + n].copy_from_slice(&other.keys[from..from + n]);
+        self.vals[at..at + n].copy_from_slice(&other.vals[from..from + n]);
+        self.pays[at..at + n].copy_from_slice(&other.pays[from..from + n]);
+        self.len += n as u32;
     }
 }
 
@@ -46,7 +94,11 @@ impl<K: Copy, P: Copy> Chunk<K, P> {
 /// and carry the block there, rather than keying by (address, block) as a u128.
 #[derive(Clone, Debug)]
 pub struct ChunkMap<K, P = ()> {
-    chunks: Vec<Chunk<K, P>>,
+    /// The chunks' records; `order` says which slot holds the i-th chunk, `spare` which are
+    /// unused.
+    slots: Vec<Chunk<K, P>>,
+    spare: Vec<u32>,
+    order: Vec<u32>,
     /// First key of each chunk. Chunks are never empty, but for a sole chunk, kept with its
     /// room when the map empties (stale first key, maximum 0).
     firsts: Vec<K>,
@@ -66,7 +118,9 @@ pub struct ChunkMap<K, P = ()> {
 impl<K, P> Default for ChunkMap<K, P> {
     fn default() -> Self {
         ChunkMap {
-            chunks: Vec::new(),
+            slots: Vec::new(),
+            spare: Vec::new(),
+            order: Vec::new(),
             firsts: Vec::new(),
             maxes: Vec::new(),
             top: 0,
@@ -76,13 +130,38 @@ impl<K, P> Default for ChunkMap<K, P> {
     }
 }
 
-impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
+impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     pub fn len(&self) -> usize {
         self.len
     }
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The i-th chunk in order.
+    #[inline(always)]
+    fn chunk(&self, i: usize) -> &Chunk<K, P> {
+        &self.slots[self.order[i] as usize]
+    }
+
+    #[inline(always)]
+    fn chunk_mut(&mut self, i: usize) -> &mut Chunk<K, P> {
+        &mut self.slots[self.order[i] as usize]
+    }
+
+    /// A fresh empty chunk's slot.
+    fn new_slot(&mut self) -> u32 {
+        match self.spare.pop() {
+            Some(s) => {
+                self.slots[s as usize].len = 0;
+                s
+            }
+            None => {
+                self.slots.push(Chunk::new());
+                (self.slots.len() - 1) as u32
+            }
+        }
     }
 
     /// The chunk that holds `key` or would: the last whose first key is <= key (0 if none).
@@ -95,13 +174,16 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     #[inline(always)]
     fn locate(&self, key: K) -> Option<(usize, usize)> {
         let (hi, hp) = self.hint.get();
-        if let Some(c) = self.chunks.get(hi as usize) {
-            if c.keys.get(hp as usize) == Some(&key) {
-                return Some((hi as usize, hp as usize));
-            }
+        if (hi as usize) < self.order.len()
+            && self.chunk(hi as usize).keys().get(hp as usize) == Some(&key)
+        {
+            return Some((hi as usize, hp as usize));
+        }
+        if self.order.is_empty() {
+            return None;
         }
         let i = self.chunk_for(key);
-        let p = self.chunks.get(i)?.keys.binary_search(&key).ok()?;
+        let p = self.chunk(i).keys().binary_search(&key).ok()?;
         Some((i, p))
     }
 
@@ -116,48 +198,58 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     pub fn insert_p(&mut self, key: K, val: u64, pay: P) {
         self.len += 1;
         self.top = self.top.max(val);
-        if self.chunks.is_empty() {
-            let mut c = Chunk::new();
-            c.keys.push(key);
-            c.vals.push(val);
-            c.pays.push(pay);
-            self.chunks.push(c);
+        if self.order.is_empty() {
+            let s = self.new_slot();
+            self.slots[s as usize].insert(0, key, val, pay);
+            self.order.push(s);
             self.firsts.push(key);
             self.maxes.push(val);
             return;
         }
         let i = self.chunk_for(key);
-        let c = &mut self.chunks[i];
-        if c.keys.is_empty() {
-            self.maxes[i] = 0; // the kept sole chunk
-        }
-        let p = c.keys.partition_point(|k| *k < key);
-        debug_assert!(c.keys.get(p) != Some(&key), "insert of a present key");
-        c.keys.insert(p, key);
-        c.vals.insert(p, val);
-        c.pays.insert(p, pay);
+        let c = self.chunk_mut(i);
+        let p = c.keys().partition_point(|k| *k < key);
+        debug_assert!(c.keys().get(p) != Some(&key), "insert of a present key");
+        let was_empty = c.len == 0; // the kept sole chunk
+        c.insert(p, key, val, pay);
+        let full = c.len as usize == CAP;
         if p == 0 {
             self.firsts[i] = key;
         }
-        self.maxes[i] = self.maxes[i].max(val);
-        if c.keys.len() >= 2 * CHUNK {
-            let mut upper = Chunk::new();
-            upper.keys.extend(c.keys.drain(CHUNK..));
-            upper.vals.extend(c.vals.drain(CHUNK..));
-            upper.pays.extend(c.pays.drain(CHUNK..));
-            self.maxes[i] = c.max();
-            self.firsts.insert(i + 1, upper.keys[0]);
-            self.maxes.insert(i + 1, upper.max());
-            self.chunks.insert(i + 1, upper);
+        self.maxes[i] = if was_empty {
+            val
+        } else {
+            self.maxes[i].max(val)
+        };
+        if full {
+            self.split(i);
         }
+    }
+
+    /// Chunk `i` (full) gives its upper half to a new chunk after it.
+    fn split(&mut self, i: usize) {
+        let s = self.new_slot();
+        let o = self.order[i] as usize;
+        // Two distinct slots of the slab, borrowed at once.
+        let (lo, hi) = if o < s as usize {
+            let (a, b) = self.slots.split_at_mut(s as usize);
+            (&mut a[o], &mut b[0])
+        } else {
+            let (a, b) = self.slots.split_at_mut(o);
+            (&mut b[0], &mut a[s as usize])
+        };
+        hi.extend_from(lo, CHUNK, CAP - CHUNK);
+        lo.len = CHUNK as u32;
+        let (lmax, hmax, hfirst) = (lo.max(), hi.max(), hi.keys[0]);
+        self.maxes[i] = lmax;
+        self.order.insert(i + 1, s);
+        self.firsts.insert(i + 1, hfirst);
+        self.maxes.insert(i + 1, hmax);
     }
 
     /// Remove `key`; returns its value if it was present.
     #[inline]
     pub fn remove(&mut self, key: K) -> Option<u64> {
-        if self.chunks.is_empty() {
-            return None;
-        }
         let (i, p) = self.locate(key)?;
         let val = self.remove_at(i, p);
         if val == self.top {
@@ -169,32 +261,34 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     /// Remove the entry at (chunk, index); returns its value. Leaves `top` to the caller.
     #[inline(always)]
     fn remove_at(&mut self, i: usize, p: usize) -> u64 {
-        let c = &mut self.chunks[i];
-        c.keys.remove(p);
-        let val = c.vals.remove(p);
-        c.pays.remove(p);
         self.len -= 1;
-        if c.keys.is_empty() {
-            if self.chunks.len() == 1 {
+        let mi = self.maxes[i];
+        let c = self.chunk_mut(i);
+        let val = c.remove(p);
+        let n = c.len as usize;
+        if n == 0 {
+            if self.order.len() == 1 {
                 self.maxes[0] = 0;
                 return val;
             }
-            self.chunks.remove(i);
+            let s = self.order.remove(i);
+            self.spare.push(s);
             self.firsts.remove(i);
             self.maxes.remove(i);
             return val;
         }
-        if p == 0 {
-            self.firsts[i] = c.keys[0];
-        }
-        if val == self.maxes[i] {
+        let first = c.keys[0];
+        if val == mi {
             self.maxes[i] = c.max();
         }
-        if c.keys.len() < CHUNK / 4 {
+        if p == 0 {
+            self.firsts[i] = first;
+        }
+        if n < CHUNK / 4 {
             // Merge with a neighbour that has room, so chunks stay long.
-            if i + 1 < self.chunks.len() && self.chunks[i + 1].keys.len() <= CHUNK {
+            if i + 1 < self.order.len() && self.chunk(i + 1).len as usize <= CHUNK {
                 self.merge_next(i);
-            } else if i > 0 && self.chunks[i - 1].keys.len() <= CHUNK {
+            } else if i > 0 && self.chunk(i - 1).len as usize <= CHUNK {
                 self.merge_next(i - 1);
             }
         }
@@ -203,26 +297,37 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
 
     /// Chunk `i` takes over chunk `i + 1`.
     fn merge_next(&mut self, i: usize) {
-        let next = self.chunks.remove(i + 1);
+        let s = self.order.remove(i + 1);
         self.firsts.remove(i + 1);
         let m = self.maxes.remove(i + 1);
-        let c = &mut self.chunks[i];
-        c.keys.extend_from_slice(&next.keys);
-        c.vals.extend_from_slice(&next.vals);
-        c.pays.extend_from_slice(&next.pays);
+        let o = self.order[i] as usize;
+        let (a, b) = (o, s as usize);
+        let (dst, src) = if a < b {
+            let (x, y) = self.slots.split_at_mut(b);
+            (&mut x[a], &y[0])
+        } else {
+            let (x, y) = self.slots.split_at_mut(a);
+            (&mut y[0], &x[b])
+        };
+        dst.extend_from(src, 0, src.len as usize);
+        self.spare.push(s);
         self.maxes[i] = self.maxes[i].max(m);
     }
 
     /// Set the value of a present key.
     pub fn update(&mut self, key: K, val: u64) {
         let (i, p) = self.locate(key).expect("update of an absent key");
-        let c = &mut self.chunks[i];
+        let mi = self.maxes[i];
+        let c = self.chunk_mut(i);
         let old = std::mem::replace(&mut c.vals[p], val);
-        if val >= self.maxes[i] {
-            self.maxes[i] = val;
-        } else if old == self.maxes[i] {
-            self.maxes[i] = c.max();
-        }
+        let m = if val >= mi {
+            val
+        } else if old == mi {
+            c.max()
+        } else {
+            mi
+        };
+        self.maxes[i] = m;
         self.retop(old, val);
     }
 
@@ -238,26 +343,32 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     #[inline]
     pub fn replace_p(&mut self, old: K, new: K, val: u64, pay: P) {
         let (i, p) = self.locate(old).expect("replace of an absent key");
-        let c = &mut self.chunks[i];
-        c.pays[p] = pay;
+        let next_first = self.firsts.get(i + 1).copied();
+        let mi = self.maxes[i];
+        let c = self.chunk_mut(i);
         debug_assert!(p == 0 || c.keys[p - 1] < new, "replace out of order");
         debug_assert!(
-            c.keys.get(p + 1).is_none_or(|k| new < *k),
+            c.keys().get(p + 1).is_none_or(|k| new < *k),
             "replace out of order"
         );
         debug_assert!(
-            p + 1 < c.keys.len() || self.firsts.get(i + 1).is_none_or(|k| new < *k),
+            p + 1 < c.len as usize || next_first.is_none_or(|k| new < k),
             "replace out of order"
         );
+        let _ = next_first;
+        c.pays[p] = pay;
         c.keys[p] = new;
         let was = std::mem::replace(&mut c.vals[p], val);
+        let m = if val >= mi {
+            val
+        } else if was == mi {
+            c.max()
+        } else {
+            mi
+        };
+        self.maxes[i] = m;
         if p == 0 {
             self.firsts[i] = new;
-        }
-        if val >= self.maxes[i] {
-            self.maxes[i] = val;
-        } else if was == self.maxes[i] {
-            self.maxes[i] = c.max();
         }
         self.retop(was, val);
     }
@@ -274,8 +385,11 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: K) -> Option<u64> {
-        let c = self.chunks.get(self.chunk_for(key))?;
-        let p = c.keys.binary_search(&key).ok()?;
+        if self.order.is_empty() {
+            return None;
+        }
+        let c = self.chunk(self.chunk_for(key));
+        let p = c.keys().binary_search(&key).ok()?;
         Some(c.vals[p])
     }
 
@@ -295,8 +409,8 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     #[inline]
     pub fn first_at_least_p(&self, x: u64) -> Option<(K, u64, P)> {
         let i = self.maxes.iter().position(|&m| m >= x)?;
-        let c = &self.chunks[i];
-        let p = c.vals.iter().position(|&v| v >= x)?;
+        let c = self.chunk(i);
+        let p = c.vals().iter().position(|&v| v >= x)?;
         self.hint.set((i as u32, p as u32));
         Some((c.keys[p], c.vals[p], c.pays[p]))
     }
@@ -304,13 +418,18 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     /// First entry whose key is >= `key`.
     #[inline]
     pub fn first_from(&self, key: K) -> Option<(K, u64)> {
+        if self.order.is_empty() {
+            return None;
+        }
         let i = self.chunk_for(key);
-        let c = self.chunks.get(i)?;
-        let p = c.keys.partition_point(|k| *k < key);
-        let (c, p) = if p < c.keys.len() {
+        let c = self.chunk(i);
+        let p = c.keys().partition_point(|k| *k < key);
+        let (c, p) = if p < c.len as usize {
             (c, p)
+        } else if i + 1 < self.order.len() {
+            (self.chunk(i + 1), 0)
         } else {
-            (self.chunks.get(i + 1)?, 0)
+            return None;
         };
         Some((c.keys[p], c.vals[p]))
     }
@@ -318,17 +437,23 @@ impl<K: Ord + Copy, P: Copy + Default> ChunkMap<K, P> {
     /// The entry with the smallest key.
     #[inline]
     pub fn first(&self) -> Option<(K, u64)> {
-        let c = self.chunks.first()?;
-        let k = *c.keys.first()?;
+        if self.order.is_empty() {
+            return None;
+        }
+        let c = self.chunk(0);
+        if c.len == 0 {
+            return None;
+        }
         self.hint.set((0, 0)); // aobf takes the block it found next
-        Some((k, c.vals[0]))
+        Some((c.keys[0], c.vals[0]))
     }
 
     /// The entry with the largest key.
     #[inline]
     pub fn last(&self) -> Option<(K, u64)> {
-        let c = self.chunks.last()?;
-        Some((*c.keys.last()?, *c.vals.last()?))
+        let c = self.chunk(self.order.len().checked_sub(1)?);
+        let n = (c.len as usize).checked_sub(1)?;
+        Some((c.keys[n], c.vals[n]))
     }
 }
 
@@ -393,10 +518,12 @@ mod tests {
             assert_eq!(m.first(), want.iter().next().map(|(&k, &v)| (k, v)));
             assert_eq!(m.get(k), want.get(&k).copied());
         }
-        for (i, c) in m.chunks.iter().enumerate() {
-            assert!(!c.keys.is_empty() || m.chunks.len() == 1);
-            assert!(c.keys.len() < 2 * CHUNK);
-            if c.keys.is_empty() {
+        assert_eq!(m.order.len() + m.spare.len(), m.slots.len());
+        for i in 0..m.order.len() {
+            let c = m.chunk(i);
+            assert!(c.len > 0 || m.order.len() == 1);
+            assert!((c.len as usize) < CAP);
+            if c.len == 0 {
                 continue;
             }
             assert_eq!(m.firsts[i], c.keys[0]);
