@@ -5,16 +5,18 @@
 //! is >= x: address-ordered first fit, docs/erts/alloc_util.md §4.3) and `aobf` (first key >= k:
 //! smallest size, then lowest address, §4.2) ask on every alloc and free. The answers are those
 //! of a balanced search tree (`tree::MaxTree`, `BTreeSet`); the layout is what makes it fast:
-//! a lookup is a binary search over the chunks' first keys and one inside a chunk, an insertion
-//! or removal moves at most `2 * CHUNK` entries of one chunk, and the first-fit search scans
-//! the chunk maxima (contiguous u64s) and then one chunk's values, instead of a pointer chase
-//! through a tree per operation. The scan of the maxima is linear in `len / CHUNK`: free blocks
-//! per carrier (aoff) or per instance (aobf) number in the thousands.
+//! a lookup is a binary search over the chunks' first keys and a count inside a chunk, an
+//! insertion or removal moves at most `2 * CHUNK` entries of one chunk, and the first-fit
+//! search scans the chunk maxima (contiguous u64s) and then one chunk's values, instead of a
+//! pointer chase through a tree per operation. The scan of the maxima is linear in
+//! `len / CHUNK`: free blocks per carrier (aoff) or per instance (aobf) number in the thousands.
 //!
-//! A chunk is one fixed-size record (keys, values and payloads as arrays, the count beside
-//! them) in a slab, placed in order by a directory of slot numbers: reaching an entry is one
-//! indexed load from the directory, not a `Vec` header and then its buffer per array, and a
-//! split or merge moves directory entries (4 bytes), never chunks.
+//! A chunk is one fixed-size record (keys, values and payloads as arrays) in a slab, placed in
+//! order by a directory of (slot, length) pairs: reaching an entry is one load from the
+//! directory and then the arrays themselves (no `Vec` header per array, no length stored in the
+//! record to wait for), and a split or merge moves directory entries, never chunks. Inside a
+//! chunk a key's rank is a count of the smaller keys, not a binary search: its loads do not
+//! depend on one another, so the cache misses of a cold chunk overlap.
 
 /// Target chunk length: a chunk splits at twice this and merges with a neighbour under a quarter.
 /// 32 rather than 64 since the aoff sets key by u64 with a payload: shorter moves on insert and
@@ -28,63 +30,72 @@ use std::cell::Cell;
 
 #[derive(Clone, Debug)]
 struct Chunk<K, P> {
-    len: u32,
     keys: [K; CAP],
     vals: [u64; CAP],
     /// A payload per entry, moved with it (`()`: none, and no cost).
     pays: [P; CAP],
 }
 
+/// Where the i-th chunk is and how many entries it holds.
+#[derive(Clone, Copy, Debug)]
+struct Dir {
+    slot: u32,
+    len: u32,
+}
+
+/// Rank of `key` among sorted `keys`: how many are smaller.
+#[inline(always)]
+fn rank<K: Ord>(keys: &[K], key: &K) -> usize {
+    keys.iter().map(|k| usize::from(k < key)).sum()
+}
+
 impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
     fn new() -> Self {
         Chunk {
-            len: 0,
             keys: [K::default(); CAP],
             vals: [0; CAP],
             pays: [P::default(); CAP],
         }
     }
-    #[inline(always)]
-    fn keys(&self) -> &[K] {
-        &self.keys[..self.len as usize]
+    fn max(&self, n: usize) -> u64 {
+        self.vals[..n].iter().copied().max().unwrap_or(0)
     }
+    /// Open a gap at `p` of the `n` entries and put the entry there (the chunk has room).
     #[inline(always)]
-    fn vals(&self) -> &[u64] {
-        &self.vals[..self.len as usize]
-    }
-    fn max(&self) -> u64 {
-        self.vals().iter().copied().max().unwrap_or(0)
-    }
-    /// Open a gap at `p` and put the entry there (the chunk has room).
-    #[inline(always)]
-    fn insert(&mut self, p: usize, key: K, val: u64, pay: P) {
-        let n = self.len as usize;
+    fn insert(&mut self, n: usize, p: usize, key: K, val: u64, pay: P) {
         self.keys.copy_within(p..n, p + 1);
         self.vals.copy_within(p..n, p + 1);
         self.pays.copy_within(p..n, p + 1);
         self.keys[p] = key;
         self.vals[p] = val;
         self.pays[p] = pay;
-        self.len += 1;
     }
-    /// Close the entry at `p`; returns its value.
+    /// Close the entry at `p` of the `n` entries; returns its value.
     #[inline(always)]
-    fn remove(&mut self, p: usize) -> u64 {
-        let n = self.len as usize;
+    fn remove(&mut self, n: usize, p: usize) -> u64 {
         let val = self.vals[p];
         self.keys.copy_within(p + 1..n, p);
         self.vals.copy_within(p + 1..n, p);
         self.pays.copy_within(p + 1..n, p);
-        self.len -= 1;
         val
     }
-    /// Append entries [from, from + n) of `other`.
-    fn extend_from(&mut self, other: &Self, from: usize, n: usize) {
-        let at = self.len as usize;
+    /// Put entries [from, from + n) of `other` at `at`.
+    fn copy_from(&mut self, at: usize, other: &Self, from: usize, n: usize) {
         self.keys[at..at + n].copy_from_slice(&other.keys[from..from + n]);
         self.vals[at..at + n].copy_from_slice(&other.vals[from..from + n]);
         self.pays[at..at + n].copy_from_slice(&other.pays[from..from + n]);
-        self.len += n as u32;
+    }
+}
+
+/// Two distinct slots of a slab, borrowed at once.
+fn two<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&mut x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&mut y[0], &mut x[b])
     }
 }
 
@@ -94,11 +105,11 @@ impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
 /// and carry the block there, rather than keying by (address, block) as a u128.
 #[derive(Clone, Debug)]
 pub struct ChunkMap<K, P = ()> {
-    /// The chunks' records; `order` says which slot holds the i-th chunk, `spare` which are
+    /// The chunks' records; `dir` says which slot holds the i-th chunk, `spare` which are
     /// unused.
     slots: Vec<Chunk<K, P>>,
     spare: Vec<u32>,
-    order: Vec<u32>,
+    dir: Vec<Dir>,
     /// First key of each chunk. Chunks are never empty, but for a sole chunk, kept with its
     /// room when the map empties (stale first key, maximum 0).
     firsts: Vec<K>,
@@ -111,7 +122,7 @@ pub struct ChunkMap<K, P = ()> {
     len: usize,
     /// (chunk, index) of the last `first_at_least` or `first` answer: the allocation that asked
     /// for it cuts or takes that very entry next (`replace`, `remove`), which then skips both
-    /// binary searches. Checked against the key before use, so a stale hint costs nothing.
+    /// searches. Checked against the key before use, so a stale hint costs nothing.
     hint: Cell<(u32, u32)>,
 }
 
@@ -120,7 +131,7 @@ impl<K, P> Default for ChunkMap<K, P> {
         ChunkMap {
             slots: Vec::new(),
             spare: Vec::new(),
-            order: Vec::new(),
+            dir: Vec::new(),
             firsts: Vec::new(),
             maxes: Vec::new(),
             top: 0,
@@ -139,29 +150,25 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         self.len == 0
     }
 
-    /// The i-th chunk in order.
+    /// The i-th chunk in order and its length.
     #[inline(always)]
-    fn chunk(&self, i: usize) -> &Chunk<K, P> {
-        &self.slots[self.order[i] as usize]
+    fn chunk(&self, i: usize) -> (&Chunk<K, P>, usize) {
+        let d = self.dir[i];
+        (&self.slots[d.slot as usize], d.len as usize)
     }
 
     #[inline(always)]
-    fn chunk_mut(&mut self, i: usize) -> &mut Chunk<K, P> {
-        &mut self.slots[self.order[i] as usize]
+    fn chunk_mut(&mut self, i: usize) -> (&mut Chunk<K, P>, usize) {
+        let d = self.dir[i];
+        (&mut self.slots[d.slot as usize], d.len as usize)
     }
 
-    /// A fresh empty chunk's slot.
+    /// A fresh chunk's slot.
     fn new_slot(&mut self) -> u32 {
-        match self.spare.pop() {
-            Some(s) => {
-                self.slots[s as usize].len = 0;
-                s
-            }
-            None => {
-                self.slots.push(Chunk::new());
-                (self.slots.len() - 1) as u32
-            }
-        }
+        self.spare.pop().unwrap_or_else(|| {
+            self.slots.push(Chunk::new());
+            (self.slots.len() - 1) as u32
+        })
     }
 
     /// The chunk that holds `key` or would: the last whose first key is <= key (0 if none).
@@ -174,17 +181,18 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     #[inline(always)]
     fn locate(&self, key: K) -> Option<(usize, usize)> {
         let (hi, hp) = self.hint.get();
-        if (hi as usize) < self.order.len()
-            && self.chunk(hi as usize).keys().get(hp as usize) == Some(&key)
-        {
-            return Some((hi as usize, hp as usize));
+        if let Some(d) = self.dir.get(hi as usize) {
+            if hp < d.len && self.slots[d.slot as usize].keys[hp as usize] == key {
+                return Some((hi as usize, hp as usize));
+            }
         }
-        if self.order.is_empty() {
+        if self.dir.is_empty() {
             return None;
         }
         let i = self.chunk_for(key);
-        let p = self.chunk(i).keys().binary_search(&key).ok()?;
-        Some((i, p))
+        let (c, n) = self.chunk(i);
+        let p = rank(&c.keys[..n], &key);
+        (p < n && c.keys[p] == key).then_some((i, p))
     }
 
     /// Insert a key that is not present.
@@ -198,30 +206,26 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     pub fn insert_p(&mut self, key: K, val: u64, pay: P) {
         self.len += 1;
         self.top = self.top.max(val);
-        if self.order.is_empty() {
+        if self.dir.is_empty() {
             let s = self.new_slot();
-            self.slots[s as usize].insert(0, key, val, pay);
-            self.order.push(s);
+            self.slots[s as usize].insert(0, 0, key, val, pay);
+            self.dir.push(Dir { slot: s, len: 1 });
             self.firsts.push(key);
             self.maxes.push(val);
             return;
         }
         let i = self.chunk_for(key);
-        let c = self.chunk_mut(i);
-        let p = c.keys().partition_point(|k| *k < key);
-        debug_assert!(c.keys().get(p) != Some(&key), "insert of a present key");
-        let was_empty = c.len == 0; // the kept sole chunk
-        c.insert(p, key, val, pay);
-        let full = c.len as usize == CAP;
+        let (c, n) = self.chunk_mut(i);
+        let p = rank(&c.keys[..n], &key);
+        debug_assert!(p == n || c.keys[p] != key, "insert of a present key");
+        c.insert(n, p, key, val, pay);
+        self.dir[i].len += 1;
         if p == 0 {
             self.firsts[i] = key;
         }
-        self.maxes[i] = if was_empty {
-            val
-        } else {
-            self.maxes[i].max(val)
-        };
-        if full {
+        // n == 0: the kept sole chunk, whose maximum is 0 already.
+        self.maxes[i] = self.maxes[i].max(val);
+        if n + 1 == CAP {
             self.split(i);
         }
     }
@@ -229,20 +233,17 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     /// Chunk `i` (full) gives its upper half to a new chunk after it.
     fn split(&mut self, i: usize) {
         let s = self.new_slot();
-        let o = self.order[i] as usize;
-        // Two distinct slots of the slab, borrowed at once.
-        let (lo, hi) = if o < s as usize {
-            let (a, b) = self.slots.split_at_mut(s as usize);
-            (&mut a[o], &mut b[0])
-        } else {
-            let (a, b) = self.slots.split_at_mut(o);
-            (&mut b[0], &mut a[s as usize])
-        };
-        hi.extend_from(lo, CHUNK, CAP - CHUNK);
-        lo.len = CHUNK as u32;
-        let (lmax, hmax, hfirst) = (lo.max(), hi.max(), hi.keys[0]);
+        let o = self.dir[i].slot as usize;
+        let (lo, hi) = two(&mut self.slots, o, s as usize);
+        hi.copy_from(0, lo, CHUNK, CAP - CHUNK);
+        let (lmax, hmax, hfirst) = (lo.max(CHUNK), hi.max(CAP - CHUNK), hi.keys[0]);
+        self.dir[i].len = CHUNK as u32;
         self.maxes[i] = lmax;
-        self.order.insert(i + 1, s);
+        let d = Dir {
+            slot: s,
+            len: (CAP - CHUNK) as u32,
+        };
+        self.dir.insert(i + 1, d);
         self.firsts.insert(i + 1, hfirst);
         self.maxes.insert(i + 1, hmax);
     }
@@ -263,32 +264,34 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     fn remove_at(&mut self, i: usize, p: usize) -> u64 {
         self.len -= 1;
         let mi = self.maxes[i];
-        let c = self.chunk_mut(i);
-        let val = c.remove(p);
-        let n = c.len as usize;
+        let (c, n) = self.chunk_mut(i);
+        let val = c.remove(n, p);
+        let n = n - 1;
         if n == 0 {
-            if self.order.len() == 1 {
+            self.dir[i].len = 0;
+            if self.dir.len() == 1 {
                 self.maxes[0] = 0;
                 return val;
             }
-            let s = self.order.remove(i);
-            self.spare.push(s);
+            let d = self.dir.remove(i);
+            self.spare.push(d.slot);
             self.firsts.remove(i);
             self.maxes.remove(i);
             return val;
         }
         let first = c.keys[0];
         if val == mi {
-            self.maxes[i] = c.max();
+            self.maxes[i] = c.max(n);
         }
+        self.dir[i].len = n as u32;
         if p == 0 {
             self.firsts[i] = first;
         }
         if n < CHUNK / 4 {
             // Merge with a neighbour that has room, so chunks stay long.
-            if i + 1 < self.order.len() && self.chunk(i + 1).len as usize <= CHUNK {
+            if i + 1 < self.dir.len() && self.dir[i + 1].len as usize <= CHUNK {
                 self.merge_next(i);
-            } else if i > 0 && self.chunk(i - 1).len as usize <= CHUNK {
+            } else if i > 0 && self.dir[i - 1].len as usize <= CHUNK {
                 self.merge_next(i - 1);
             }
         }
@@ -297,20 +300,14 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
 
     /// Chunk `i` takes over chunk `i + 1`.
     fn merge_next(&mut self, i: usize) {
-        let s = self.order.remove(i + 1);
+        let d = self.dir.remove(i + 1);
         self.firsts.remove(i + 1);
         let m = self.maxes.remove(i + 1);
-        let o = self.order[i] as usize;
-        let (a, b) = (o, s as usize);
-        let (dst, src) = if a < b {
-            let (x, y) = self.slots.split_at_mut(b);
-            (&mut x[a], &y[0])
-        } else {
-            let (x, y) = self.slots.split_at_mut(a);
-            (&mut y[0], &x[b])
-        };
-        dst.extend_from(src, 0, src.len as usize);
-        self.spare.push(s);
+        let at = self.dir[i].len as usize;
+        let (dst, src) = two(&mut self.slots, self.dir[i].slot as usize, d.slot as usize);
+        dst.copy_from(at, src, 0, d.len as usize);
+        self.dir[i].len += d.len;
+        self.spare.push(d.slot);
         self.maxes[i] = self.maxes[i].max(m);
     }
 
@@ -318,16 +315,15 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     pub fn update(&mut self, key: K, val: u64) {
         let (i, p) = self.locate(key).expect("update of an absent key");
         let mi = self.maxes[i];
-        let c = self.chunk_mut(i);
+        let (c, n) = self.chunk_mut(i);
         let old = std::mem::replace(&mut c.vals[p], val);
-        let m = if val >= mi {
+        self.maxes[i] = if val >= mi {
             val
         } else if old == mi {
-            c.max()
+            c.max(n)
         } else {
             mi
         };
-        self.maxes[i] = m;
         self.retop(old, val);
     }
 
@@ -345,28 +341,24 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         let (i, p) = self.locate(old).expect("replace of an absent key");
         let next_first = self.firsts.get(i + 1).copied();
         let mi = self.maxes[i];
-        let c = self.chunk_mut(i);
+        let (c, n) = self.chunk_mut(i);
         debug_assert!(p == 0 || c.keys[p - 1] < new, "replace out of order");
+        debug_assert!(p + 1 >= n || new < c.keys[p + 1], "replace out of order");
         debug_assert!(
-            c.keys().get(p + 1).is_none_or(|k| new < *k),
-            "replace out of order"
-        );
-        debug_assert!(
-            p + 1 < c.len as usize || next_first.is_none_or(|k| new < k),
+            p + 1 < n || next_first.is_none_or(|k| new < k),
             "replace out of order"
         );
         let _ = next_first;
         c.pays[p] = pay;
         c.keys[p] = new;
         let was = std::mem::replace(&mut c.vals[p], val);
-        let m = if val >= mi {
+        self.maxes[i] = if val >= mi {
             val
         } else if was == mi {
-            c.max()
+            c.max(n)
         } else {
             mi
         };
-        self.maxes[i] = m;
         if p == 0 {
             self.firsts[i] = new;
         }
@@ -385,12 +377,8 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: K) -> Option<u64> {
-        if self.order.is_empty() {
-            return None;
-        }
-        let c = self.chunk(self.chunk_for(key));
-        let p = c.keys().binary_search(&key).ok()?;
-        Some(c.vals[p])
+        let (i, p) = self.locate(key)?;
+        Some(self.chunk(i).0.vals[p])
     }
 
     /// Largest value (0 when empty).
@@ -409,8 +397,8 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     #[inline]
     pub fn first_at_least_p(&self, x: u64) -> Option<(K, u64, P)> {
         let i = self.maxes.iter().position(|&m| m >= x)?;
-        let c = self.chunk(i);
-        let p = c.vals().iter().position(|&v| v >= x)?;
+        let (c, n) = self.chunk(i);
+        let p = c.vals[..n].iter().position(|&v| v >= x)?;
         self.hint.set((i as u32, p as u32));
         Some((c.keys[p], c.vals[p], c.pays[p]))
     }
@@ -418,16 +406,16 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     /// First entry whose key is >= `key`.
     #[inline]
     pub fn first_from(&self, key: K) -> Option<(K, u64)> {
-        if self.order.is_empty() {
+        if self.dir.is_empty() {
             return None;
         }
         let i = self.chunk_for(key);
-        let c = self.chunk(i);
-        let p = c.keys().partition_point(|k| *k < key);
-        let (c, p) = if p < c.len as usize {
+        let (c, n) = self.chunk(i);
+        let p = rank(&c.keys[..n], &key);
+        let (c, p) = if p < n {
             (c, p)
-        } else if i + 1 < self.order.len() {
-            (self.chunk(i + 1), 0)
+        } else if i + 1 < self.dir.len() {
+            (self.chunk(i + 1).0, 0)
         } else {
             return None;
         };
@@ -437,13 +425,11 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     /// The entry with the smallest key.
     #[inline]
     pub fn first(&self) -> Option<(K, u64)> {
-        if self.order.is_empty() {
+        let d = self.dir.first()?;
+        if d.len == 0 {
             return None;
         }
-        let c = self.chunk(0);
-        if c.len == 0 {
-            return None;
-        }
+        let c = &self.slots[d.slot as usize];
         self.hint.set((0, 0)); // aobf takes the block it found next
         Some((c.keys[0], c.vals[0]))
     }
@@ -451,8 +437,8 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     /// The entry with the largest key.
     #[inline]
     pub fn last(&self) -> Option<(K, u64)> {
-        let c = self.chunk(self.order.len().checked_sub(1)?);
-        let n = (c.len as usize).checked_sub(1)?;
+        let (c, n) = self.chunk(self.dir.len().checked_sub(1)?);
+        let n = n.checked_sub(1)?;
         Some((c.keys[n], c.vals[n]))
     }
 }
@@ -518,16 +504,17 @@ mod tests {
             assert_eq!(m.first(), want.iter().next().map(|(&k, &v)| (k, v)));
             assert_eq!(m.get(k), want.get(&k).copied());
         }
-        assert_eq!(m.order.len() + m.spare.len(), m.slots.len());
-        for i in 0..m.order.len() {
-            let c = m.chunk(i);
-            assert!(c.len > 0 || m.order.len() == 1);
-            assert!((c.len as usize) < CAP);
-            if c.len == 0 {
+        assert_eq!(m.dir.len() + m.spare.len(), m.slots.len());
+        for i in 0..m.dir.len() {
+            let (c, n) = m.chunk(i);
+            assert!(n > 0 || m.dir.len() == 1);
+            assert!(n < CAP);
+            if n == 0 {
                 continue;
             }
+            assert!(c.keys[..n].windows(2).all(|w| w[0] < w[1]));
             assert_eq!(m.firsts[i], c.keys[0]);
-            assert_eq!(m.maxes[i], c.max());
+            assert_eq!(m.maxes[i], c.max(n));
         }
         assert_eq!(m.top, m.maxes.iter().copied().max().unwrap_or(0));
     }

@@ -30,7 +30,11 @@ impl Want {
                 None => starts = [true; 256], // an empty name matches whatever follows
             }
         }
-        Want { specs, starts, finder: Box::new(memmem::Finder::new(b"\n=")) }
+        Want {
+            specs,
+            starts,
+            finder: Box::new(memmem::Finder::new(b"\n=")),
+        }
     }
 
     /// Whether the header whose name starts at `data[at..]` (just after "\n=") is kept.
@@ -156,7 +160,10 @@ fn rstrip_cr(s: &[u8]) -> &[u8] {
 impl Scanner {
     /// A scan of `head` and then what `fill` reads.
     pub fn new(specs: Vec<(Vec<u8>, bool)>, lim: Limits, head: &[u8]) -> Scanner {
-        let lim = Limits { chunk: lim.chunk.max(1), ..lim };
+        let lim = Limits {
+            chunk: lim.chunk.max(1),
+            ..lim
+        };
         Scanner {
             want: Want::new(specs),
             lim,
@@ -178,9 +185,7 @@ impl Scanner {
 
     /// Read a block; the bytes before `drop` are dropped. The shift, or None at the end (then
     /// nothing is dropped).
-    fn more<E>(&mut self, drop: usize,
-               fill: &mut Fill<'_, E>)
-               -> Result<Option<usize>, E> {
+    fn more<E>(&mut self, drop: usize, fill: &mut Fill<'_, E>) -> Result<Option<usize>, E> {
         if self.eof {
             return Ok(None);
         }
@@ -211,7 +216,9 @@ impl Scanner {
         // search; few '='s are not a header's, and the last header is near the block's end)
         let mut hi = end;
         let r = loop {
-            let Some(i) = memchr::memrchr(b'=', &self.data[a + 1..hi]) else { return b };
+            let Some(i) = memchr::memrchr(b'=', &self.data[a + 1..hi]) else {
+                return b;
+            };
             let i = a + 1 + i;
             if self.data[i - 1] == b'\n' {
                 break i;
@@ -252,8 +259,7 @@ impl Scanner {
     }
 
     /// The next section the scan keeps (the first line first), or None at the end.
-    pub fn next<E>(&mut self, fill: &mut Fill<'_, E>)
-                   -> Result<Option<Found>, E> {
+    pub fn next<E>(&mut self, fill: &mut Fill<'_, E>) -> Result<Option<Found>, E> {
         if self.done {
             return Ok(None);
         }
@@ -270,7 +276,9 @@ impl Scanner {
             let mut pos = self.pos;
             let mut e = memchr::memchr(b'\n', &self.data[pos..]).map(|k| pos + k);
             while e.is_none() && self.data.len() - pos <= lim.max_line {
-                let Some(s) = self.more(pos, fill)? else { break };
+                let Some(s) = self.more(pos, fill)? else {
+                    break;
+                };
                 pos -= s;
                 e = memchr::memchr(b'\n', &self.data[pos..]).map(|k| pos + k);
             }
@@ -279,7 +287,8 @@ impl Scanner {
             let offset = self.base + pos as u64;
             if !self.first {
                 self.last.clear();
-                self.last.extend_from_slice(&header[..header.len().min(lim.max_header)]);
+                self.last
+                    .extend_from_slice(&header[..header.len().min(lim.max_header)]);
             }
             let kept = header.first() == Some(&b'=') && self.want.matches(header, 1);
             if !self.first && !kept {
@@ -297,7 +306,11 @@ impl Scanner {
                     }
                     let drop = a.max(self.data.len().saturating_sub(lim.edge));
                     let drop = self.passed(a, drop);
-                    a = if self.more(drop, fill)?.is_some() { 0 } else { drop };
+                    a = if self.more(drop, fill)?.is_some() {
+                        0
+                    } else {
+                        drop
+                    };
                 };
                 let Some(k) = m else {
                     self.passed(a, self.data.len());
@@ -320,7 +333,9 @@ impl Scanner {
                     // the section's lines run from e + 1 up to the next "\n=" or the end
                     n = self.find_nl_eq(e);
                     while n.is_none() && self.data.len() - e <= lim.max_section + 1 {
-                        let Some(s) = self.more(pos, fill)? else { break };
+                        let Some(s) = self.more(pos, fill)? else {
+                            break;
+                        };
                         pos -= s;
                         e -= s;
                         n = self.find_nl_eq(e);
@@ -354,17 +369,24 @@ impl Scanner {
             while n.is_none() {
                 // pass over the rest
                 let drop = pos.max(self.data.len() - 1);
-                let Some(s) = self.more(drop, fill)? else { break };
+                let Some(s) = self.more(drop, fill)? else {
+                    break;
+                };
                 pos = pos.saturating_sub(s);
-                let from = pos.max((self.data.len() as u64).saturating_sub(lim.chunk as u64 + 1)
-                                   as usize);
+                let from =
+                    pos.max((self.data.len() as u64).saturating_sub(lim.chunk as u64 + 1) as usize);
                 n = self.find_nl_eq(from);
             }
             match n {
                 Some(k) => self.pos = k + 1,
                 None => self.done = true,
             }
-            return Ok(Some(Found { offset, complete: n.is_some(), has_body, first }));
+            return Ok(Some(Found {
+                offset,
+                complete: n.is_some(),
+                has_body,
+                first,
+            }));
         }
     }
 }
@@ -390,7 +412,12 @@ mod tests {
 
     fn want() -> Want {
         let s = |n: &str, l: bool| (n.as_bytes().to_vec(), l);
-        Want::new(vec![s("allocator:", false), s("ets:", false), s("ets", true), s("end", true)])
+        Want::new(vec![
+            s("allocator:", false),
+            s("ets:", false),
+            s("ets", true),
+            s("end", true),
+        ])
     }
 
     #[test]
@@ -416,12 +443,28 @@ mod tests {
     #[test]
     fn line_values_first_of_each_at_a_line_start() {
         let s = |n: &str| (n.as_bytes().to_vec(), false);
-        let w = Want::new(vec![s("OldHeap: "), s("OldHeap unused: "), s("State: "), s("Name: ")]);
+        let w = Want::new(vec![
+            s("OldHeap: "),
+            s("OldHeap unused: "),
+            s("State: "),
+            s("Name: "),
+        ]);
         let t: &[u8] = b"State: Waiting\nInternal State: X\nOldHeap unused: 3\n\
                          OldHeap: 5\nState: Y\nOldHeap: ";
-        let v: Vec<Option<&[u8]>> =
-            w.line_values(t).into_iter().map(|r| r.map(|(a, b)| &t[a..b])).collect();
-        assert_eq!(v, vec![Some(&b"5"[..]), Some(&b"3"[..]), Some(&b"Waiting"[..]), None]);
+        let v: Vec<Option<&[u8]>> = w
+            .line_values(t)
+            .into_iter()
+            .map(|r| r.map(|(a, b)| &t[a..b]))
+            .collect();
+        assert_eq!(
+            v,
+            vec![
+                Some(&b"5"[..]),
+                Some(&b"3"[..]),
+                Some(&b"Waiting"[..]),
+                None
+            ]
+        );
         assert_eq!(w.line_values(b""), vec![None; 4]);
     }
 
@@ -434,7 +477,10 @@ mod tests {
         assert_eq!(count("", 100), None);
         assert_eq!(count("1 2", 100), None);
         assert_eq!(count("\u{663}", 100), None); // another script's digit
-        assert_eq!(count(&"9".repeat(20), u128::MAX), Some(99_999_999_999_999_999_999));
+        assert_eq!(
+            count(&"9".repeat(20), u128::MAX),
+            Some(99_999_999_999_999_999_999)
+        );
         assert_eq!(count(&"1".repeat(21), u128::MAX), None);
     }
 

@@ -88,7 +88,9 @@ impl<'py, 'a> Dec<'py, 'a> {
     }
 
     fn fixed(&self, pos: usize, k: usize) -> R<&'a [u8]> {
-        self.data.get(pos..pos.saturating_add(k)).ok_or_else(truncated)
+        self.data
+            .get(pos..pos.saturating_add(k))
+            .ok_or_else(truncated)
     }
 
     fn u16(&self, pos: usize) -> R<usize> {
@@ -170,7 +172,13 @@ impl<'py, 'a> Dec<'py, 'a> {
     /// intermediate Vec: allocator data is about 40,000 of them). A known atom in a row is not
     /// charged again. A container dropped half-filled is freed safely: CPython's tuple and list
     /// deallocators skip the NULL slots.
-    fn seq(&mut self, mut pos: usize, count: usize, depth: usize, tuple: bool) -> R<(PyObject, usize)> {
+    fn seq(
+        &mut self,
+        mut pos: usize,
+        count: usize,
+        depth: usize,
+        tuple: bool,
+    ) -> R<(PyObject, usize)> {
         self.need(pos, count)?; // every element takes at least one byte
         self.charge(cost::CONTAINER.saturating_add(count))?;
         let n = count as pyo3::ffi::Py_ssize_t;
@@ -194,7 +202,10 @@ impl<'py, 'a> Dec<'py, 'a> {
                 97 => (self.u8(pos + 1)?.into_py(self.py), pos + 2),
                 100 | 119 => {
                     let (start, k) = if tag == 100 {
-                        (pos + 3, (self.u8(pos + 1)? as usize) << 8 | self.u8(pos + 2)? as usize)
+                        (
+                            pos + 3,
+                            (self.u8(pos + 1)? as usize) << 8 | self.u8(pos + 2)? as usize,
+                        )
                     } else {
                         (pos + 2, self.u8(pos + 1)? as usize)
                     };
@@ -285,7 +296,10 @@ impl<'py, 'a> Dec<'py, 'a> {
                 let pos = pos + 4;
                 self.need(pos, k)?;
                 self.charge(cost::bytes(k))?;
-                (PyBytes::new_bound(py, &self.data[pos..pos + k]).into_py(py), pos + k)
+                (
+                    PyBytes::new_bound(py, &self.data[pos..pos + k]).into_py(py),
+                    pos + k,
+                )
             }
             70 => {
                 // NEW_FLOAT_EXT
@@ -375,7 +389,10 @@ impl<'py, 'a> Dec<'py, 'a> {
                 let pos = pos + 5;
                 self.need(pos, k)?;
                 self.charge(cost::bytes(k))?;
-                (PyBytes::new_bound(py, &self.data[pos..pos + k]).into_py(py), pos + k)
+                (
+                    PyBytes::new_bound(py, &self.data[pos..pos + k]).into_py(py),
+                    pos + k,
+                )
             }
             _ => self.opaque(tag, pos, depth)?,
         })
@@ -447,7 +464,12 @@ impl<'py, 'a> Dec<'py, 'a> {
                 let (f, p) = self.term(p, depth + 1)?;
                 let (a, p) = self.term(p, depth + 1)?;
                 let py = self.py;
-                let text = format!("#Fun<{}.{}.{}>", m.bind(py).str()?, f.bind(py).str()?, a.bind(py).str()?);
+                let text = format!(
+                    "#Fun<{}.{}.{}>",
+                    m.bind(py).str()?,
+                    f.bind(py).str()?,
+                    a.bind(py).str()?
+                );
                 Ok((self.make_opaque(text)?, p))
             }
             112 => {

@@ -7,9 +7,9 @@
 //! headers and the =proc values, behind collector/dumpscan.py and procdump.py).
 pub mod dumpscan;
 #[cfg(feature = "python")]
-mod python_dumpscan;
-#[cfg(feature = "python")]
 pub mod etf;
+#[cfg(feature = "python")]
+mod python_dumpscan;
 #[cfg(feature = "python")]
 pub mod term_text;
 

@@ -23,7 +23,9 @@ pub struct DumpWant {
 impl DumpWant {
     #[new]
     fn new(specs: Vec<(Vec<u8>, bool)>) -> DumpWant {
-        DumpWant { want: Want::new(specs) }
+        DumpWant {
+            want: Want::new(specs),
+        }
     }
 
     /// The index of the '\n' of the first kept "\n=HEADER" at or after `start`, or -1.
@@ -38,7 +40,10 @@ impl DumpWant {
     /// (dumpscan.rs `line_values`).
     fn values<'a>(&self, text: &'a str) -> Vec<Option<&'a str>> {
         // the names are ASCII and lines end at '\n': every bound is a char boundary
-        self.want.line_values(text.as_bytes()).into_iter().map(|r| r.map(|(a, b)| &text[a..b]))
+        self.want
+            .line_values(text.as_bytes())
+            .into_iter()
+            .map(|r| r.map(|(a, b)| &text[a..b]))
             .collect()
     }
 
@@ -47,19 +52,24 @@ impl DumpWant {
     /// no such count, or -1) (dumpscan.Keys.parsed).
     fn parsed(&self, py: Python<'_>, text: &str, ints: usize, max: u128) -> (Vec<PyObject>, i64) {
         let mut bad = -1;
-        let out = self.want.line_values(text.as_bytes()).into_iter().enumerate().map(|(i, r)| {
-            let Some((a, b)) = r else { return py.None() };
-            let v = &text[a..b];
-            if i < ints {
-                if let Some(x) = dumpscan::count(v, max) {
-                    return x.into_py(py);
+        let out = self
+            .want
+            .line_values(text.as_bytes())
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let Some((a, b)) = r else { return py.None() };
+                let v = &text[a..b];
+                if i < ints {
+                    if let Some(x) = dumpscan::count(v, max) {
+                        return x.into_py(py);
+                    }
+                    if bad < 0 {
+                        bad = i as i64;
+                    }
                 }
-                if bad < 0 {
-                    bad = i as i64;
-                }
-            }
-            v.trim_matches(dumpscan::py_space).into_py(py)
-        });
+                v.trim_matches(dumpscan::py_space).into_py(py)
+            });
         (out.collect(), bad)
     }
 }
@@ -70,7 +80,11 @@ impl DumpWant {
 enum Source {
     /// ManuallyDrop: the descriptor is the Python file's (`_file` keeps it open), never closed
     /// here
-    File { file: ManuallyDrop<File>, at: u64, _file: PyObject },
+    File {
+        file: ManuallyDrop<File>,
+        at: u64,
+        _file: PyObject,
+    },
     Py(PyObject),
 }
 
@@ -89,8 +103,11 @@ fn latin1(py: Python<'_>, s: &[u8]) -> PyObject {
     // SAFETY: a pointer and length of a live slice; PyUnicode_DecodeLatin1 copies them and
     // cannot fail on any bytes but by lack of memory (then the NULL becomes that error)
     unsafe {
-        let p = ffi::PyUnicode_DecodeLatin1(s.as_ptr().cast(), s.len() as ffi::Py_ssize_t,
-                                            std::ptr::null());
+        let p = ffi::PyUnicode_DecodeLatin1(
+            s.as_ptr().cast(),
+            s.len() as ffi::Py_ssize_t,
+            std::ptr::null(),
+        );
         PyObject::from_owned_ptr(py, p)
     }
 }
@@ -137,19 +154,40 @@ impl DumpScan {
     /// `fd` >= 0: a regular file read from `offset` on (`f` keeps it open), else f.read.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    fn new(specs: Vec<(Vec<u8>, bool)>, f: PyObject, fd: i32, offset: u64, head: &[u8],
-           stats: PyObject, limits: (usize, usize, usize, usize, usize)) -> DumpScan {
+    fn new(
+        specs: Vec<(Vec<u8>, bool)>,
+        f: PyObject,
+        fd: i32,
+        offset: u64,
+        head: &[u8],
+        stats: PyObject,
+        limits: (usize, usize, usize, usize, usize),
+    ) -> DumpScan {
         let (chunk, max_line, max_section, max_header, edge) = limits;
-        let lim = Limits { chunk, max_line, max_section, max_header, edge };
+        let lim = Limits {
+            chunk,
+            max_line,
+            max_section,
+            max_header,
+            edge,
+        };
         let source = if fd >= 0 {
             // SAFETY: the caller's open file `f` owns `fd` and is kept alive by `_file`; the
             // File is never dropped (ManuallyDrop), so the descriptor is never closed here
             let file = ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
-            Source::File { file, at: offset, _file: f }
+            Source::File {
+                file,
+                at: offset,
+                _file: f,
+            }
         } else {
             Source::Py(f)
         };
-        DumpScan { scan: Scanner::new(specs, lim, head), source, stats }
+        DumpScan {
+            scan: Scanner::new(specs, lim, head),
+            source,
+            stats,
+        }
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -158,7 +196,9 @@ impl DumpScan {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<PyObject>> {
         let source = &mut self.source;
-        let found = self.scan.next(&mut |buf: &mut Vec<u8>, n: usize| fill(py, source, buf, n));
+        let found = self
+            .scan
+            .next(&mut |buf: &mut Vec<u8>, n: usize| fill(py, source, buf, n));
         let stats = self.stats.bind(py);
         let Some(found) = found? else {
             stats.setattr(intern!(py, "last"), latin1(py, &self.scan.last))?;
@@ -168,12 +208,21 @@ impl DumpScan {
         let header = latin1(py, &self.scan.header);
         if !found.first {
             let max = self.scan.last.len();
-            let last = if max == self.scan.header.len() { header.clone_ref(py) }
-                       else { latin1(py, &self.scan.last) };
+            let last = if max == self.scan.header.len() {
+                header.clone_ref(py)
+            } else {
+                latin1(py, &self.scan.last)
+            };
             stats.setattr(intern!(py, "last"), last)?;
             stats.setattr(intern!(py, "sections"), self.scan.sections)?;
         }
-        let body = if found.has_body { latin1(py, &self.scan.body) } else { py.None() };
-        Ok(Some((header, body, found.offset, found.complete).into_py(py)))
+        let body = if found.has_body {
+            latin1(py, &self.scan.body)
+        } else {
+            py.None()
+        };
+        Ok(Some(
+            (header, body, found.offset, found.complete).into_py(py),
+        ))
     }
 }

@@ -58,7 +58,9 @@ impl<'py> Writer<'py, '_> {
         if let Some(&p) = self.printable.get(&c) {
             return Ok(p);
         }
-        let p = char_of(self.py, c)?.call_method0("isprintable")?.extract::<bool>()?;
+        let p = char_of(self.py, c)?
+            .call_method0("isprintable")?
+            .extract::<bool>()?;
         self.printable.insert(c, p);
         Ok(p)
     }
@@ -94,7 +96,8 @@ impl<'py> Writer<'py, '_> {
         if let Ok(name) = s.to_str() {
             let b = name.as_bytes();
             let plain = b.first().is_some_and(|c| c.is_ascii_lowercase())
-                && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'@');
+                && b.iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'@');
             if plain && !RESERVED.contains(&name) {
                 return Ok(name.to_owned());
             }
@@ -113,11 +116,21 @@ impl<'py> Writer<'py, '_> {
         }
         if let Ok(tuple) = t.downcast::<PyTuple>() {
             self.out.push('{');
-            return Ok(Some(Frame { items: t.clone(), tuple: true, next: 0, len: tuple.len() }));
+            return Ok(Some(Frame {
+                items: t.clone(),
+                tuple: true,
+                next: 0,
+                len: tuple.len(),
+            }));
         }
         if let Ok(list) = t.downcast::<PyList>() {
             self.out.push('[');
-            return Ok(Some(Frame { items: t.clone(), tuple: false, next: 0, len: list.len() }));
+            return Ok(Some(Frame {
+                items: t.clone(),
+                tuple: false,
+                next: 0,
+                len: list.len(),
+            }));
         }
         if let Ok(s) = t.downcast::<PyString>() {
             let key = t.as_ptr() as usize;
@@ -139,7 +152,8 @@ impl<'py> Writer<'py, '_> {
             return Ok(None);
         }
         if let Ok(b) = t.downcast::<PyBool>() {
-            self.out.push_str(if b.is_true() { "true" } else { "false" });
+            self.out
+                .push_str(if b.is_true() { "true" } else { "false" });
         } else if t.is_instance_of::<PyLong>() {
             write!(self.out, "{}", t.str()?).ok();
         } else if t.is_instance_of::<PyFloat>() {
@@ -168,7 +182,9 @@ impl<'py> Writer<'py, '_> {
             self.out.push_str("undefined");
         } else {
             let name = t.get_type().name()?;
-            return Err(PyTypeError::new_err(format!("cannot format {name} as an Erlang term")));
+            return Err(PyTypeError::new_err(format!(
+                "cannot format {name} as an Erlang term"
+            )));
         }
         Ok(None)
     }
