@@ -25,15 +25,34 @@
 const CHUNK: usize = 32;
 /// Room of a chunk: it splits when an insertion fills it.
 const CAP: usize = 2 * CHUNK;
+/// Places past `CAP`: a shift moves a whole window of 8, 16 or 32 entries rather than the exact
+/// count, a copy of fixed size (8 and 16: a few vector moves, no `memmove` call); what lands
+/// past the entries is junk, never read. 1-3 % faster on aoff and aobf (bench CPU, 4M events,
+/// alternated), for chunks half as large again.
+const SLACK: usize = 32;
+const ROOM: usize = CAP + SLACK;
 
 use std::cell::Cell;
 
 #[derive(Clone, Debug)]
 struct Chunk<K, P> {
-    keys: [K; CAP],
-    vals: [u64; CAP],
+    keys: [K; ROOM],
+    vals: [u64; ROOM],
     /// A payload per entry, moved with it (`()`: none, and no cost).
-    pays: [P; CAP],
+    pays: [P; ROOM],
+}
+
+/// Move the `m` entries at `from` to `to` (one place apart), as a window of fixed size when
+/// it fits in the slack.
+#[inline(always)]
+fn shift<T: Copy>(a: &mut [T; ROOM], from: usize, to: usize, m: usize) {
+    match m {
+        0 => {}
+        1..=8 => a.copy_within(from..from + 8, to),
+        9..=16 => a.copy_within(from..from + 16, to),
+        17..=32 => a.copy_within(from..from + 32, to),
+        _ => a.copy_within(from..from + m, to),
+    }
 }
 
 /// Where the i-th chunk is and how many entries it holds.
@@ -52,9 +71,9 @@ fn rank<K: Ord>(keys: &[K], key: &K) -> usize {
 impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
     fn new() -> Self {
         Chunk {
-            keys: [K::default(); CAP],
-            vals: [0; CAP],
-            pays: [P::default(); CAP],
+            keys: [K::default(); ROOM],
+            vals: [0; ROOM],
+            pays: [P::default(); ROOM],
         }
     }
     fn max(&self, n: usize) -> u64 {
@@ -63,9 +82,9 @@ impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
     /// Open a gap at `p` of the `n` entries and put the entry there (the chunk has room).
     #[inline(always)]
     fn insert(&mut self, n: usize, p: usize, key: K, val: u64, pay: P) {
-        self.keys.copy_within(p..n, p + 1);
-        self.vals.copy_within(p..n, p + 1);
-        self.pays.copy_within(p..n, p + 1);
+        shift(&mut self.keys, p, p + 1, n - p);
+        shift(&mut self.vals, p, p + 1, n - p);
+        shift(&mut self.pays, p, p + 1, n - p);
         self.keys[p] = key;
         self.vals[p] = val;
         self.pays[p] = pay;
@@ -74,9 +93,9 @@ impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
     #[inline(always)]
     fn remove(&mut self, n: usize, p: usize) -> u64 {
         let val = self.vals[p];
-        self.keys.copy_within(p + 1..n, p);
-        self.vals.copy_within(p + 1..n, p);
-        self.pays.copy_within(p + 1..n, p);
+        shift(&mut self.keys, p + 1, p, n - p - 1);
+        shift(&mut self.vals, p + 1, p, n - p - 1);
+        shift(&mut self.pays, p + 1, p, n - p - 1);
         val
     }
     /// Put entries [from, from + n) of `other` at `at`.
