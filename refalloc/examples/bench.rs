@@ -16,9 +16,9 @@
 mod common;
 
 use _refalloc::config::{Globals, Strategy};
-use common::configs;
 use _refalloc::replay::Replay;
 use _refalloc::trace::{Event, Op, TraceReader, TraceWriter};
+use common::configs;
 use std::io::BufWriter;
 use std::time::Instant;
 

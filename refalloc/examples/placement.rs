@@ -5,9 +5,9 @@
 mod common;
 
 use _refalloc::config::{Globals, Strategy};
-use common::configs;
 use _refalloc::replay::Replay;
 use _refalloc::trace::TraceReader;
+use common::configs;
 
 fn fnv(h: u64, v: u64) -> u64 {
     v.to_le_bytes().iter().fold(h, |h, &b| {

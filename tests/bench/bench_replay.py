@@ -14,6 +14,10 @@ Each replay runs REPEAT times (default 3), alternating programs, and the fastest
 shared machine the slower runs measure the other jobs. Both wall time and the thread's CPU time
 are shown (CPU time leaves out the time other processes held the core; cache contention stays).
 
+A before/after of a model change: build `bench` at the base commit, copy the binary away and
+name it in BENCH_REPLAY_BASE; its replays then alternate with the current ones and each strategy
+gets a second line, the base's figures against the same glibc runs.
+
 Usage: python tests/bench/bench_replay.py [EVENTS] [MAX_LIVE] [REPEAT] [STRATEGY,...]
 """
 
@@ -56,10 +60,12 @@ def main() -> int:
         print(f"trace: {events} events, up to {max_live} live blocks, "
               f"{big.stat().st_size / 1e6:.0f} MB; best of {repeat} runs each")  # fmt: skip
         runs: dict[str, list[tuple[float, float, list[str]]]] = {}
+        base = os.environ.get("BENCH_REPLAY_BASE")
         cmds = {
             "glibc": [glibc, big],
             "decode": [BENCH, "decode", big],
             **{s: [BENCH, "replay", big, s] for s in strategies},
+            **({f"base {s}": [base, "replay", big, s] for s in strategies} if base else {}),
         }
         for _ in range(repeat):
             for name, cmd in cmds.items():
@@ -86,6 +92,11 @@ def main() -> int:
                 f"peak RSS {rss // 1024} MiB ({events} events) vs {rss_small // 1024} MiB "
                 f"({events // 10} events)"
             )
+            if base:
+                b = cpu[f"base {strategy}"]
+                print(f"    base ({base}): {events / b / 1e6:6.2f} M events/s CPU ({b:.2f} s, "
+                      f"{cpu['glibc'] / b:4.2f}x glibc); base time / now: "
+                      f"{b / cpu[strategy]:4.2f}")  # fmt: skip
         below = [s for s in strategies if cpu["glibc"] / cpu[s] < 1.5]
         print(f"below 1.5x glibc (CPU): {', '.join(below) or 'none'}")
     return 0
