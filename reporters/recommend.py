@@ -182,12 +182,11 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     for note in rec.notes:
         say(f"note: {note}", indent=2)
     if v.advised:
-        whole = rec.prediction
         say(f"Predicted for all the flags together (node's flags in force: "
             f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
-        if whole:
-            for run in whole["runs"]:
-                say(predicted_line(Prediction.from_dict(run)), indent=2)
+        if rec.proposal is not None:
+            for run in rec.proposal.runs:
+                say(predicted_line(run), indent=2)
         else:
             say(f"{rec.not_predicted}", indent=2)
     if cited:
