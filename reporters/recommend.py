@@ -122,7 +122,7 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         for held in e.held_back:
             say(f"held back: {said(wording.reason, held)}", indent=2)
         if e.flags_in_force:
-            say(f"already in force: {' '.join(e.flags_in_force)}", indent=2)
+            say(f"already in force: {wording.flags_text(e.flags_in_force)}", indent=2)
         say(f"why: {said(wording.entry_why, e)}", indent=2)
         for rem in e.remedies:
             bound = "up to " if rem.bound else ""
