@@ -1,11 +1,14 @@
-"""The one home of the words: advice/records.py's records and the analysis of a snapshot
-(analyzer/analysis.py) into sentences, for the terminal (reporters/recommend.py,
-reporters/analyze.py), the web pages (webui/pagedata.py) and the HTML report alike.
+"""The one home of the words: advice/records.py's records, advice/diff_records.py's (the diff's
+headline, lines and notes) and the analysis of a snapshot (analyzer/analysis.py) into sentences,
+for the terminal (reporters/recommend.py, reporters/analyze.py, reporters/diff.py), the web pages
+(webui/pagedata.py, webui/compare.py) and the HTML report alike.
 
 The verdict reads as a first line that stands alone (at most HEADLINE_MAX characters: the state,
 the bytes at stake, the one thing to do) and at most WHY_MAX short lines of why (issue 26 item 1).
 Every predicted figure carries its calibration error beside it. One formatter per kind of
-number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change.
+number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change,
+`count` for a count of things; flags are rendered here too (`flags_text`), kept typed in the
+records (beamalloc/flags.py).
 """
 
 from __future__ import annotations
