@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
-from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
+from beamalloc.collector.processes import MFA, Group, ProbeResult, Proc, ProcessTable
 from beamalloc.units import human
 
 #: Rows per top list in the JSON and the reports.
@@ -119,12 +119,14 @@ def _references_survived(p: Proc, ws: int) -> int | None:
     return min(p.binary_count, p.survived_bytes // (PROCBIN_WORDS * ws))
 
 
-def is_system(name: str | None, initial_call: str | None) -> bool:
-    """One of OTP's own processes (SYSTEM_NAMES, SYSTEM_MODULES), not the application's."""
+def is_system(name: str | None, initial_call: MFA | str | None) -> bool:
+    """One of OTP's own processes (SYSTEM_NAMES, SYSTEM_MODULES), not the application's. Its
+    module is the call's own part (every source reads calls typed: collector/processes.py MFA);
+    text that is no call (a group's "?") names no module."""
     if name in SYSTEM_NAMES:
         return True
-    mod = (initial_call or "").split(":", 1)[0]
-    return mod in SYSTEM_MODULES or mod.startswith("erts_")
+    mod = initial_call.module if isinstance(initial_call, MFA) else None
+    return mod is not None and (mod in SYSTEM_MODULES or mod.startswith("erts_"))
 
 
 @dataclass(frozen=True)

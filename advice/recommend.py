@@ -229,8 +229,7 @@ def _reverts(pr: Predictor, f: Facts, running: _Running, issues: list[LintIssue]
         fs = FlagSet(to, otp=running.base.otp)
         p, err = _predict(pr, i.allocator, _PLACEMENT_RULE.get(i.allocator, "R9"), fs)
         ok = p is not None and _memory_reason(p) is None
-        out.append((Revert(i.allocator, i.check, tuple(x.render() for x in was),
-                           tuple(x.render() for x in to), p, err, ok), to))  # fmt: skip
+        out.append((Revert(i.allocator, i.check, tuple(was), tuple(to), p, err, ok), to))
     return out
 
 
@@ -446,7 +445,7 @@ def _waste(f: Facts, advised: set[str]) -> list[AllocFacts]:
 
 
 def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: list[HeldBack],
-             in_force_flags: dict[str, list[str]]) -> list[NoFlagEntry]:  # fmt: skip
+             in_force_flags: dict[str, list[Flag]]) -> list[NoFlagEntry]:  # fmt: skip
     entries = []
     for a in waste:
         # Two rules held back for one reason (--no-predict, no release) say it once.
@@ -457,7 +456,7 @@ def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: l
         if a.name not in in_force_flags and not why:  # the right flags may be set already
             own = placement_flags(a)
             if own and all(running.runs(x) for x in own):
-                in_force_flags[a.name] = [x.flag.render() for x in own]
+                in_force_flags[a.name] = [x.flag for x in own]
         cls = classification(snap, a.name)
         cause = (Reason("carrier_map", {"kind": cls["kind"], "detail": cls["reason"]})
                  if cls is not None else Reason("no_carrier_data"))
@@ -465,7 +464,7 @@ def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: l
                 if a.pool_carriers else None)  # fmt: skip
         entries.append(NoFlagEntry(
             a.name, a.unused, a.allocated, round(a.usage, 4),
-            tuple(x.render() for x in running.base.for_allocator(a.letter or ""))
+            tuple(running.base.for_allocator(a.letter or ""))
             if a.name in in_force_flags else (),
             why, cls and cls["kind"], cause, pool, tuple(remedies(a, cls))))  # fmt: skip
     return entries
@@ -493,7 +492,7 @@ def _reasons(state: str, f: Facts, entries: list[NoFlagEntry], recs: list[Recomm
             rv = next((x for x in reverts if x.allocator == top.allocator and x.advised), None)
             return [Reason("reverts" if rv is not None and top.rule == "lint" else "frees",
                            {"allocator": top.allocator, "unused": unused,
-                            "flags_in_force": " ".join(rv.flags_in_force) if rv else None,
+                            "flags_in_force": wording.flags_text(rv.flags_in_force) if rv else None,
                             "saving": p.unused_saving,
                             "calibration_error": p.calibration_error})]
         return [Reason("speed_trade", {"trades": _trades(snap, recs, rate)})]
@@ -675,7 +674,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
                                                    wording.flags_in_force(v.flags_in_force)),
         "no_flag_helps": [{
             "allocator": e.allocator, "unused": e.unused, "allocated": e.allocated,
-            "usage": e.usage, "flags_in_force": list(e.flags_in_force),
+            "usage": e.usage, "flags_in_force": [x.render() for x in e.flags_in_force],
             "flags_held_back": [wording.reason(r) for r in e.held_back],
             "held_back_reasons": [r.to_json() for r in e.held_back],
             "classification": e.classification, "why": wording.entry_why(e),
@@ -684,7 +683,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
             **({"held_by": list(e.held_by)} if e.held_by is not None else {}),
         } for e in v.no_flag_helps],
         "reverts": [{"allocator": r.allocator, "check": r.check,
-                     "flags_in_force": " ".join(r.flags_in_force), "flags": " ".join(r.flags),
+                     "flags_in_force": wording.flags_text(r.flags_in_force),
+                     "flags": wording.flags_text(r.flags),
                      "advised": r.advised, "text": wording.revert(r),
                      "predicted": r.prediction.to_json() if r.prediction else None,
                      "not_predicted": r.not_predicted} for r in v.reverts],
@@ -715,12 +715,12 @@ def verdict(
     found = evaluate(f)
     runaway = next((x for x in found if x.rule == "OOM" and x.evidence.get("runaway")), None)
     running = _Running(snap)
-    in_force_flags: dict[str, list[str]] = {}
+    in_force_flags: dict[str, list[Flag]] = {}
     staged: list[Finding] = []
     for fnd in found:  # a flag the node already runs with is no advice
         runs = [a for a in fnd.advice if running.runs(a)]
         for a in runs:
-            in_force_flags.setdefault(a.allocator, []).append(a.flag.render())
+            in_force_flags.setdefault(a.allocator, []).append(a.flag)
         rest = [a for a in fnd.advice if a not in runs]
         if fnd.level == "action" and not rest:
             staged.append(replace(

@@ -344,7 +344,7 @@ class NoFlagEntry:
     unused: int
     allocated: int
     usage: float
-    flags_in_force: tuple[str, ...]  # the node's own flags for it, where the rules' are set
+    flags_in_force: tuple[Flag, ...]  # the node's own flags for it, where the rules' are set
     held_back: tuple[Reason, ...]
     classification: str | None
     cause: Reason  # carrier_map (kind, detail) or no_carrier_data
@@ -360,8 +360,8 @@ class Revert:
 
     allocator: str
     check: str  # the lint check (migration-off, lmbcs-sbct)
-    flags_in_force: tuple[str, ...]
-    flags: tuple[str, ...]  # the revert, rendered
+    flags_in_force: tuple[Flag, ...]  # typed; rendered by the wording (wording.flags_text)
+    flags: tuple[Flag, ...]  # the revert: OTP's defaults for them
     prediction: Prediction | None
     not_predicted: str | None
     advised: bool
@@ -395,7 +395,7 @@ class Verdict:
     reasons: tuple[Reason, ...]  # first is the one the headline states
     advised: tuple[Recommendation, ...]
     held_back: tuple[HeldBack, ...]
-    in_force: dict[str, tuple[str, ...]]  # allocator -> the rules' flags it already runs
+    in_force: dict[str, tuple[Flag, ...]]  # allocator -> the rules' flags it already runs
     flags_in_force: FlagsInForce
     no_flag_helps: tuple[NoFlagEntry, ...]
     reverts: tuple[Revert, ...]

@@ -1,16 +1,20 @@
-"""The one home of the words: advice/records.py's records and the analysis of a snapshot
-(analyzer/analysis.py) into sentences, for the terminal (reporters/recommend.py,
-reporters/analyze.py), the web pages (webui/pagedata.py) and the HTML report alike.
+"""The one home of the words: advice/records.py's records, advice/diff_records.py's (the diff's
+headline, lines and notes) and the analysis of a snapshot (analyzer/analysis.py) into sentences,
+for the terminal (reporters/recommend.py, reporters/analyze.py, reporters/diff.py), the web pages
+(webui/pagedata.py, webui/compare.py) and the HTML report alike.
 
 The verdict reads as a first line that stands alone (at most HEADLINE_MAX characters: the state,
 the bytes at stake, the one thing to do) and at most WHY_MAX short lines of why (issue 26 item 1).
 Every predicted figure carries its calibration error beside it. One formatter per kind of
-number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change.
+number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change,
+`count` for a count of things; flags are rendered here too (`flags_text`), kept typed in the
+records (beamalloc/flags.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from beamalloc.advice.diff_records import Numbers, Side, TypeDiff
 from beamalloc.advice.records import (
@@ -36,6 +40,9 @@ from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_f
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
 from beamalloc.units import around, human, pct
+
+if TYPE_CHECKING:
+    from beamalloc.flags import Flag
 
 HEADLINE_MAX = 100
 WHY_MAX = 3
@@ -269,9 +276,14 @@ def entry_why(e: NoFlagEntry) -> str:
 REVERT_COST = "none beyond a restart: OTP's own default"
 
 
+def flags_text(flags: Iterable[Flag]) -> str:
+    """Flags as pasted, one after the other ("+MBas aobf +MBacul 0")."""
+    return " ".join(x.render() for x in flags)
+
+
 def revert_reason(r: Revert) -> str:
     """Why a revert is advised (a recommendation's `reason`)."""
-    return f"reverts {' '.join(r.flags_in_force)} ({r.check}) to OTP's default"
+    return f"reverts {flags_text(r.flags_in_force)} ({r.check}) to OTP's default"
 
 
 def trades(n: dict[str, Any]) -> str:
@@ -293,7 +305,7 @@ def trades(n: dict[str, Any]) -> str:
 
 def revert_short(r: Revert) -> str:
     """A revert in a why line: the setting, its default, the figure and the floor."""
-    was, to = " ".join(r.flags_in_force), " ".join(r.flags)
+    was, to = flags_text(r.flags_in_force), flags_text(r.flags)
     if r.prediction is None or not r.prediction.reproduces:
         return f"reverting `{was}` to `{to}` is not predicted ({r.not_predicted or 'no model'})"
     verdict = "advised" if r.advised else f"below the {share(MIN_GAIN)} floor"
@@ -302,7 +314,7 @@ def revert_short(r: Revert) -> str:
 
 def revert(r: Revert) -> str:
     """A setting the lint calls wrong, and what reverting it is predicted to do."""
-    was, to = " ".join(r.flags_in_force), " ".join(r.flags)
+    was, to = flags_text(r.flags_in_force), flags_text(r.flags)
     head = f"`{was}` ({r.check}) reverted to OTP's default `{to}`"
     if r.prediction is None:
         return f"{head}: not predicted ({r.not_predicted})"
@@ -471,7 +483,7 @@ def why(v: Verdict) -> list[str]:
                        + ", ".join(e.allocator for e in v.no_flag_helps) + " (below).")
     elif v.state == IN_FORCE:
         e = v.no_flag_helps[0]
-        out.append(f"{e.allocator} already runs {' '.join(e.flags_in_force)}: {entry_why(e)}")
+        out.append(f"{e.allocator} already runs {flags_text(e.flags_in_force)}: {entry_why(e)}")
         if v.rss_lazyfree:
             out.append(f"Of {human(v.rss)} resident, {human(v.rss_lazyfree)} is lazily freed "
                        "(MADV_FREE): the OS takes it back when it needs memory.")

@@ -33,6 +33,7 @@ from beamalloc.errors import InputError
 from beamalloc.files import atomic_write_text
 
 if TYPE_CHECKING:
+    from beamalloc.advice.records import Prediction
     from beamalloc.console import Terminal
 
 #: Where the workloads live: beside the package in a checkout.
@@ -148,11 +149,10 @@ def _node_step(console: Any, module: str, args: list[str], what: str,
 
 
 def _measured(out: Any, before: Any, after: Any, allocator: str,
-              run: dict[str, Any] | None) -> None:
+              run: Prediction | None) -> None:
     """The measured change of `allocator`'s unused bytes beside the predicted one."""
     from beamalloc.advice import wording
     from beamalloc.advice.diff import diff
-    from beamalloc.advice.records import Prediction
     from beamalloc.units import human
 
     d = diff(before, after, ("stale setting", "advised flags"))
@@ -164,7 +164,7 @@ def _measured(out: Any, before: Any, after: Any, allocator: str,
     line = (f"Measured on the second node: {allocator} unused {human(a)} -> {human(b)} "
             f"({wording.change((b - a) / a)})")
     if run is not None:
-        line += f"; predicted {wording.figure(Prediction.from_dict(run))}"
+        line += f"; predicted {wording.figure(run)}"
     out.print(line + ".", markup=False, soft_wrap=False)
     out.print(f"diff: {d.verdict.headline}", markup=False)
 
@@ -210,8 +210,8 @@ def run_demo(term: Terminal, report_path: str = "demo-report.html",
         atomic_write_text(after_path, after.to_json())
         top = next((r for r in v.advised if r.prediction is not None and not r.trade_off), None)
         if top is not None:
-            run = next((x for x in (rec.prediction or {}).get("runs", [])
-                        if x.get("allocator") == top.allocator), None)  # fmt: skip
+            runs = rec.proposal.runs if rec.proposal is not None else ()
+            run = next((x for x in runs if x.allocator == top.allocator), None)
             _measured(out, snap, after, top.allocator, run)
         analyses.append(analyze(after))
         snaps.append(after)

@@ -43,7 +43,7 @@ from beamalloc.collector.dumpscan import (
     parse,
     scan,
 )
-from beamalloc.collector.processes import Group, Proc, ProcessTable
+from beamalloc.collector.processes import MFA, Group, Proc, ProcessTable
 
 _PID = re.compile(r"<\d+\.\d+\.\d+>\Z")
 # module and function names of printable characters only: a control character is no name
@@ -78,13 +78,13 @@ class SkipSection(ValueError):
     """A =proc section that says nothing reliable (collector/dumptables.py skips it too)."""
 
 
-def _derived(v: str | None) -> tuple[str | None, str | None, str | None]:
+def _derived(v: str | None) -> tuple[MFA | None, str | None, str | None]:
     """Of a `Spawned as`, `Program counter` or `State` value (stripped): what proc_of keeps of
     it as each."""
     if v is None:
         return None, None, None
     pc = _PC.search(v)
-    return (v if v and _MFA.match(v) else None, pc.group(1) if pc else None,
+    return (MFA.read(v) if v and _MFA.match(v) else None, pc.group(1) if pc else None,
             printable(v.lower()) or None)
 
 

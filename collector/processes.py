@@ -51,8 +51,8 @@ class Proc:
 
     pid: str
     name: str | None
-    initial_call: str | None  # proc_lib's '$initial_call' where known, else the spawn call
-    spawned_as: str | None  # the initial_call process_info gives (proc_lib:init_p/5 for OTP's)
+    initial_call: MFA | None  # proc_lib's '$initial_call' where known, else the spawn call
+    spawned_as: MFA | None  # the initial_call process_info gives (proc_lib:init_p/5 for OTP's)
     current_function: str | None
     status: str | None
     reductions: int | None
@@ -84,7 +84,7 @@ class Proc:
 
 @dataclass
 class Group:
-    initial_call: str
+    initial_call: MFA | str  # "?" for the processes with none
     count: int
     memory: int
     total_heap_bytes: int
@@ -154,11 +154,43 @@ class ProbeResult:
 
 # ---- the scan ----------------------------------------------------------------------------
 
-def mfa(v: Any) -> str | None:
-    """`{M, F, Arity}` as "m:f/arity" (None for undefined or any other shape)."""
+class MFA(str):
+    """A call `{Module, Function, Arity}` with its parts typed, rendered "m:f/arity": a str, so
+    the JSON, the tables and the pages show the text as before, while whoever needs a part
+    (advice/holders.py `is_system`: the module) reads it without splitting the text."""
+
+    module: str
+    function: str
+    arity: int
+
+    def __new__(cls, module: str, function: str, arity: int) -> MFA:
+        self = super().__new__(cls, f"{module}:{function}/{arity}")
+        self.module, self.function, self.arity = module, function, arity
+        return self
+
+    def __getnewargs__(self) -> tuple[str, str, int]:  # type: ignore[override]
+        # copy, deepcopy (dataclasses.asdict) and pickle rebuild it from its parts
+        return self.module, self.function, self.arity
+
+    @classmethod
+    def read(cls, text: str | None) -> MFA | None:
+        """The call a source gives as text (a crash dump's `Spawned as`, a stored scan's JSON),
+        read once where it is read; None where it is not "m:f/arity" (procdump.py `_MFA`)."""
+        if not text:
+            return None
+        module, colon, rest = text.partition(":")
+        function, slash, arity = rest.rpartition("/")
+        if not (module and colon and function and slash and arity.isdigit()):
+            return None
+        return cls(module, function, int(arity))
+
+
+def mfa(v: Any) -> MFA | None:
+    """`{M, F, Arity}` typed (None for undefined or any other shape)."""
     if isinstance(v, tuple) and len(v) == 3 and all(isinstance(x, str) for x in v[:2]):
         arity = len(v[2]) if isinstance(v[2], list) else v[2]
-        return f"{v[0]}:{v[1]}/{arity}"
+        if isinstance(arity, int) and not isinstance(arity, bool):  # a term no node sends else
+            return MFA(f"{v[0]}", f"{v[1]}", arity)
     return None
 
 

@@ -256,7 +256,7 @@ def render(a: Analysis, console: Console, top: int = 20,
             Col("cached segments")],
             # no rate of zero calls: a 100 % of nothing reads as a healthy cache
             [[str(r.instance), pct(r.hit_rate) if r.calls else "no calls",
-              f"{r.hits:,}", f"{r.calls:,}", str(r.cached_segments)]
+              wording.count(r.hits), wording.count(r.calls), str(r.cached_segments)]
              for r in a.cache_hit_rates])
     if a.processes:
         console.print()

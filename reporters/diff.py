@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice.diff_records import Diff, Numbers, Side, TypeDiff
+from beamalloc.advice.wording import count
 from beamalloc.reporters.table import UNIT_GLUE
 from beamalloc.units import around, human, pct
 
@@ -53,7 +54,7 @@ def usage_delta(u: float | None, missing: str = "-") -> str:
 def _cells(side: Numbers | None) -> list[str]:
     if side is None:
         return ["-"] * 6
-    return [f"{side.mbcs_carriers:,}", f"{side.sbcs_carriers:,}", human(side.carriers_size),
+    return [count(side.mbcs_carriers), count(side.sbcs_carriers), human(side.carriers_size),
             human(side.used), human(side.unused), _usage(side.usage)]
 
 

@@ -11,12 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from beamalloc.advice.wording import count
 from beamalloc.reporters.table import Col, print_table, prose
 from beamalloc.units import around, human
-
-
-def _n(v: int | None) -> str:
-    return "-" if v is None else f"{v:,}"
 
 
 def _h(v: int | None) -> str:
@@ -28,11 +25,12 @@ def _who(row: dict[str, Any]) -> str:
 
 
 def summary_line(p: dict[str, Any]) -> str:
-    read = (f"all {p['count']:,} processes" if p["complete"]
-            else f"{p['scanned']:,} of {p['count']:,} processes (a fair sample)")
+    read = (f"all {count(p['count'])} processes" if p["complete"]
+            else f"{count(p['scanned'])} of {count(p['count'])} processes (a fair sample)")
     bins = ("" if p.get("binary_bytes") is None else
             f"; they reference {_h(p['binary_bytes'])} of refc binaries"
-            + (f" ({_n(p['binary_count'])} distinct)" if p.get("binary_count") is not None else "")
+            + (f" ({count(p['binary_count'])} distinct)"
+               if p.get("binary_count") is not None else "")
             + (f", of {_h(p['memory_binary'])} the node counts"
                if p.get("memory_binary") is not None else ""))
     return (f"Processes ({p['source']}): read {read}; {_h(p['memory'])} in them, "
@@ -52,7 +50,7 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
     _table(console, "Refc binaries by holder: bytes of the distinct binaries each references; "
            "exclusive: referenced by nothing else, freed when it collects them dead",
            p.get("top_binary") or [], top,
-           [("binary", "binary_bytes", _h), ("count", "binary_count", _n),
+           [("binary", "binary_bytes", _h), ("count", "binary_count", count),
             ("exclusive", "binary_exclusive_bytes", _h), ("heap", "total_heap_bytes", _h)])
     _table(console, "Heaps by holder: total heap (young + old + fragments) and the words in use; "
            "an idle process keeps its heap until it collects or hibernates",
@@ -62,7 +60,7 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
     boxes = [r for r in p.get("mailboxes") or [] if r["message_queue_len"]]
     if boxes:
         _table(console, "Mailboxes: messages not yet handled", boxes, top,
-               [("messages", "message_queue_len", _n), ("memory", "memory", _h)])
+               [("messages", "message_queue_len", count), ("memory", "memory", _h)])
     _idle_table(console, p.get("idle_heaps"), top)
     groups = p.get("groups") or []
     if groups:
@@ -70,8 +68,8 @@ def render(p: dict[str, Any], console: Console, top: int = 10) -> None:
         for g in groups[:top]:
             names = g["names"][0] + (f" +{len(g['names']) - 1}" if len(g["names"]) > 1 else "") \
                 if g["names"] else ""
-            rows.append([g["initial_call"], _n(g["count"]), _h(g["memory"]),
-                         _h(g["total_heap_bytes"]), _n(g.get("idle_count")),
+            rows.append([g["initial_call"], count(g["count"]), _h(g["memory"]),
+                         _h(g["total_heap_bytes"]), count(g.get("idle_count")),
                          _h(g["binary_bytes"]), names])
         print_table(console, "By initial call (groups; binaries summed per member)", [
             Col("initial call", "left", key=True, wrap=True), Col("count"), Col("memory"),
@@ -122,7 +120,7 @@ def _idle_table(console: Console, ih: dict[str, Any] | None, top: int) -> None:
         return
     idle = ("idle between two reads" if ih["idle_by"] == "two reads"
             else "idle at one instant (one read)")
-    out = [[g["initial_call"], _n(g["count"]), _h(g["total_heap_bytes"]),
+    out = [[g["initial_call"], count(g["count"]), _h(g["total_heap_bytes"]),
             around("~" if g["how"] == "probe" else "up to ", human(g["releases"])),
             f"GC probe on {g['probed']}" if g["how"] == "probe" else "bound"]
            for g in rows[:top]]

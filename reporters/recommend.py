@@ -122,7 +122,7 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
         for held in e.held_back:
             say(f"held back: {said(wording.reason, held)}", indent=2)
         if e.flags_in_force:
-            say(f"already in force: {' '.join(e.flags_in_force)}", indent=2)
+            say(f"already in force: {wording.flags_text(e.flags_in_force)}", indent=2)
         say(f"why: {said(wording.entry_why, e)}", indent=2)
         for rem in e.remedies:
             bound = "up to " if rem.bound else ""
@@ -182,12 +182,11 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     for note in rec.notes:
         say(f"note: {note}", indent=2)
     if v.advised:
-        whole = rec.prediction
         say(f"Predicted for all the flags together (node's flags in force: "
             f"{said(wording.flags_in_force, v.flags_in_force)}):", para=True)
-        if whole:
-            for run in whole["runs"]:
-                say(predicted_line(Prediction.from_dict(run)), indent=2)
+        if rec.proposal is not None:
+            for run in rec.proposal.runs:
+                say(predicted_line(run), indent=2)
         else:
             say(f"{rec.not_predicted}", indent=2)
     if cited:

@@ -15,14 +15,15 @@ from beamalloc.advice import holders as h
 from beamalloc.advice import predict as pr
 from beamalloc.advice.findings import facts
 from beamalloc.advice.reading import idleness_matters
-from beamalloc.collector.processes import Proc, ProcessTable
+from beamalloc.collector.processes import MFA, Proc, ProcessTable
 from beamalloc.flags import parse
 
+MF0 = MFA("m", "f", 0)
 KB = 1 << 10
 
 
 def proc(pid: str, heap: int = 20 * KB, excl: int | None = 0, bins: int | None = 0) -> Proc:
-    return Proc(pid=pid, name=None, initial_call="m:f/0", spawned_as="m:f/0",
+    return Proc(pid=pid, name=None, initial_call=MF0, spawned_as=MF0,
                 current_function="m:loop/1", status="waiting", reductions=1, memory=heap + 800,
                 heap_bytes=heap, total_heap_bytes=heap, message_queue_len=0, binary_bytes=bins,
                 binary_count=0, binary_exclusive_bytes=excl)  # fmt: skip

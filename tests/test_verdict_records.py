@@ -24,6 +24,7 @@ from beamalloc.advice.records import (
     Total,
 )
 from beamalloc.collector.sources import read_file
+from beamalloc.flags import parse
 
 _CACHE: dict[str, object] = {}
 
@@ -163,7 +164,9 @@ def test_lint_wrong_setting_is_never_left_standing() -> None:
     r = rec("binspike_bf")
     v, doc = r.verdict, r.to_json()
     (rv,) = v.reverts
-    assert rv.flags_in_force == ("+MBas bf",) and rv.flags == ("+MBas aoffcbf", "+MBacul de")
+    # typed flags (beamalloc/flags.py), rendered only by the wording and the JSON
+    assert rv.flags_in_force == tuple(parse("+MBas bf"))
+    assert rv.flags == tuple(parse("+MBas aoffcbf +MBacul de"))
     assert rv.prediction is not None and rv.prediction.flags == "+MBas aoffcbf +MBacul de"
     said = wording.revert(rv)
     if rv.advised:  # then it is the advice, and the paste has it

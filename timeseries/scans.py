@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from beamalloc.collector.live import NodeError
-from beamalloc.collector.processes import BUDGET_MS, TOP, Group, Proc, ProcessTable
+from beamalloc.collector.processes import BUDGET_MS, MFA, TOP, Group, Proc, ProcessTable
 from beamalloc.errors import InputError
 from beamalloc.limits import MAX_PROCESSES, PROCESSES_EVERY
 from beamalloc.timeseries import blobs
@@ -85,12 +85,23 @@ def _fields(cls: type, d: Any) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k in known}
 
 
+#: The fields that hold a call, kept as text in the JSON.
+_CALLS = frozenset({"initial_call", "spawned_as"})
+
+
+def _calls(d: dict[str, Any]) -> dict[str, Any]:
+    """`d` with its calls read back typed (collector/processes.py MFA), once, here; a value that
+    is no call as it was."""
+    return {k: (MFA.read(v) or v) if k in _CALLS and isinstance(v, str) else v
+            for k, v in d.items()}
+
+
 def table_from_doc(doc: Any) -> ProcessTable:
     """A ProcessTable from its JSON document (encode's, uncompressed); TypeError if it is not
     one."""
     d = _fields(ProcessTable, doc)
-    d["procs"] = [Proc(**_fields(Proc, p)) for p in d.get("procs") or []]
-    d["groups"] = [Group(**_fields(Group, g)) for g in d.get("groups") or []]
+    d["procs"] = [Proc(**_calls(_fields(Proc, p))) for p in d.get("procs") or []]
+    d["groups"] = [Group(**_calls(_fields(Group, g))) for g in d.get("groups") or []]
     return ProcessTable(**d)
 
 

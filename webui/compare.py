@@ -18,6 +18,7 @@ from flask import Blueprint, abort, current_app, render_template, request
 from beamalloc.advice.diff import diff
 from beamalloc.advice.diff_records import Numbers, TypeDiff
 from beamalloc.advice.rules import MIN_UNUSED
+from beamalloc.advice.wording import count
 from beamalloc.analyzer.analysis import Analysis
 from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
 from beamalloc.snapshot import Snapshot
@@ -48,10 +49,6 @@ def label(i: int, a: Analysis) -> str:
            f"{a.taken_at or 'no time'})"
 
 
-def _count(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
-
-
 def _signed(n: int | None) -> str:
     return signed_bytes(n, missing="")
 
@@ -59,7 +56,7 @@ def _signed(n: int | None) -> str:
 def _side_cells(s: Numbers | None) -> dict[str, str]:
     if s is None:
         return dict.fromkeys(("mbcs", "sbcs", "size", "used", "unused", "usage"), "-")
-    return {"mbcs": _count(s.mbcs_carriers), "sbcs": _count(s.sbcs_carriers),
+    return {"mbcs": count(s.mbcs_carriers), "sbcs": count(s.sbcs_carriers),
             "size": human(s.carriers_size), "used": human(s.used),
             "unused": human(s.unused), "usage": pct(s.usage)}
 

@@ -9,6 +9,7 @@ from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from beamalloc import citations
+from beamalloc.advice import wording
 from beamalloc.advice.rules import (
     MIN_UNUSED,
     R2_MBCS_USAGE_PROBLEM,
@@ -82,8 +83,9 @@ def install(env: Environment, docs: str | None = "/docs") -> None:
     from beamalloc.webui.assets import plotly_version
 
     env.finalize = visible
+    # `tally`, not `count`: Jinja's own `count` is `length`
     env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show,
-                       cites=citation_links(docs))
+                       cites=citation_links(docs), tally=wording.count)
     env.globals["plotly_version"] = plotly_version()
     env.globals["usage_bad_pct"] = round(100 * R2_MBCS_USAGE_PROBLEM)
     env.globals["usage_warn_pct"] = round(100 * R2_USAGE_SUSPECT)

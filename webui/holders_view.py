@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from beamalloc.advice.wording import count
 from beamalloc.reporters.analyze import holder_rows
 from beamalloc.units import human
 from beamalloc.webui.data import Data, NotFound
@@ -28,8 +29,8 @@ def node_holders(d: Data, ref: str | None) -> dict[str, Any] | None:
         return None
     return {
         "scan": p.get("scan"),
-        "summary": f"{p['scanned']:,} of {p['count']:,} processes read; {human(p['memory'])} "
-                   "in them" + ("" if p.get("binary_bytes") is None else
+        "summary": f"{count(p['scanned'])} of {count(p['count'])} processes read; "
+                   f"{human(p['memory'])} in them" + ("" if p.get("binary_bytes") is None else
                                 f"; they reference {human(p['binary_bytes'])} of refc binaries"),
         "rows": [{"process": r["name"] or r["pid"], "initial_call": r["initial_call"] or "?",
                   "memory": human(r["memory"]), "heap": human(r["total_heap_bytes"]),

@@ -190,7 +190,7 @@ def verdict_view(rec: Document | None) -> dict[str, Any]:
         "healthy": v.state == HEALTHY,
         "no_flag_helps": [{
             "e": e, "held_back": [said(wording.reason, r) for r in e.held_back],
-            "why": said(wording.entry_why, e),
+            "why": said(wording.entry_why, e), "in_force": wording.flags_text(e.flags_in_force),
             "remedies": [{"r": r, "action": said(wording.remedy, r)} for r in e.remedies],
         } for e in v.no_flag_helps],
         "reverts": [{"rv": rv, "text": said(wording.revert, rv)} for rv in v.reverts],

@@ -69,8 +69,9 @@ PICKER_SNAPSHOTS = 20
 CACHE_SIZE = 128
 #: Words of the page's notice; the figures are the predictor's own constants.
 BOUNDS = (f"at most {MAX_TYPED} typed flag sets per request; traces of at most "
-          f"{MAX_EVENTS:,} events (carrier-seeded: at most {CARRIER_BLOCKS['fitted']:,} blocks "
-          "rebuilt); one replay at a time; results cached per snapshot and flags")
+          f"{wording.count(MAX_EVENTS)} events (carrier-seeded: at most "
+          f"{wording.count(CARRIER_BLOCKS['fitted'])} blocks rebuilt); one replay at a time; "
+          "results cached per snapshot and flags")
 
 
 class BadFlags(ValueError):

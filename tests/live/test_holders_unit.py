@@ -9,7 +9,9 @@ import dataclasses
 from beamalloc.advice import holders as h
 from beamalloc.advice import wording
 from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
-from beamalloc.collector.processes import Group, ProbeResult, Proc, ProcessTable
+from beamalloc.collector.processes import MFA, Group, ProbeResult, Proc, ProcessTable
+
+MF0 = MFA("m", "f", 0)
 
 MB = 1 << 20
 
@@ -17,7 +19,7 @@ MB = 1 << 20
 def proc(pid: str, name: str | None = None, *, status: str = "waiting", mq: int = 0,
          heap: int = 2000, used: int = 1000, survived: int = 0, bins: int = 0, count: int = 0,
          excl: int | None = None) -> Proc:
-    return Proc(pid=pid, name=name, initial_call="m:f/0", spawned_as="m:f/0",
+    return Proc(pid=pid, name=name, initial_call=MF0, spawned_as=MF0,
                 current_function="m:loop/1", status=status, reductions=1, memory=heap + 800,
                 heap_bytes=heap, total_heap_bytes=heap, message_queue_len=mq,
                 binary_bytes=bins, binary_count=count,
@@ -31,7 +33,7 @@ def table(*procs: Proc, idle_heap: int | None = None,
     idle = [p for p in ps if p.idle]
     return ProcessTable(
         node="n@h", source="live", count=len(ps), scanned=len(ps), complete=True, procs=ps,
-        groups=[Group("m:f/0", len(ps), sum(p.memory for p in ps),
+        groups=[Group(MFA("m", "f", 0), len(ps), sum(p.memory for p in ps),
                       sum(p.total_heap_bytes for p in ps), 0, 0, [],
                       len(idle), sum(p.total_heap_bytes for p in idle))],
         wordsize=8, binary_bytes=sum(p.binary_bytes or 0 for p in ps),
@@ -153,14 +155,14 @@ MIN = h.MIN_HEAP_WORDS * WS
 def worker(i: int, *, heap: int = 32 * 1024, status: str = "waiting", call: str = "w:loop/0",
            name: str | None = None) -> Proc:
     return dataclasses.replace(proc(f"<0.{100 + i}.0>", name, status=status, heap=heap),
-                               initial_call=call, spawned_as=call)
+                               initial_call=MFA.read(call), spawned_as=MFA.read(call))
 
 
 def fleet(procs: list[Proc], count: int, heap_each: int, *, call: str = "w:loop/0",
           activity: dict[str, tuple[int, int]] | None = None,
           extra_groups: tuple[Group, ...] = ()) -> ProcessTable:
     """`count` idle members of one group, `procs` among them reported, plus other groups."""
-    g = Group(call, count, count * (heap_each + 800), count * heap_each, 0, 0, [],
+    g = Group(MFA.read(call) or call, count, count * (heap_each + 800), count * heap_each, 0, 0, [],
               count, count * heap_each)
     groups = [g, *extra_groups]
     return ProcessTable(
@@ -215,11 +217,13 @@ def test_otp_processes_are_apart() -> None:
     application's way, erlang:apply/2 on OTP 25) or by the module of their initial call."""
     code = worker(0, name="code_server", heap=400_000, call="erlang:apply/2")
     app = worker(1, heap=400_000, call="erlang:apply/2")
-    purger = Group("erts_code_purger:start/0", 1, 3000, 2000, 0, 0, [], 1, 2000)
+    purger = Group(MFA("erts_code_purger", "start", 0), 1, 3000, 2000, 0, 0, [], 1, 2000)
     t = fleet([code, app], 2, 400_000, call="erlang:apply/2", extra_groups=(purger,))
-    assert h.is_system("code_server", "erlang:apply/2")
-    assert h.is_system(None, "erts_literal_area_collector:start/0")
-    assert not h.is_system("my_server", "my_server:init/1")
+    assert h.is_system("code_server", MFA("erlang", "apply", 2))
+    assert h.is_system(None, MFA("erts_literal_area_collector", "start", 0))
+    assert not h.is_system("my_server", MFA("my_server", "init", 1))
+    # the module is the call's typed part: text is never split for it (issue 27 item 1)
+    assert not h.is_system(None, "erts_literal_area_collector:start/0")
     j = h.processes_json(t)
     ih = j["idle_heaps"]
     assert ih["count"] == 1 and ih["total_heap_bytes"] == 400_000

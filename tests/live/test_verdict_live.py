@@ -9,6 +9,7 @@ from beamalloc.advice import wording
 from beamalloc.advice.recommend import verdict
 from beamalloc.cli.demo import WorkloadNode
 from beamalloc.collector.live import snapshot_node
+from beamalloc.flags import parse
 from beamalloc.reporters.recommend import paste_of
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
@@ -31,7 +32,9 @@ def test_scattered_under_bf_weighs_the_revert() -> None:
     (lint,) = [i for i in doc["lint"] if i["check"] == "migration-off"]
     assert lint["allocator"] == "binary_alloc" and lint["where"] == "in force"
     (rv,) = v.reverts
-    assert rv.flags_in_force == ("+MBas bf",) and rv.flags == ("+MBas aoffcbf", "+MBacul de")
+    # typed flags (beamalloc/flags.py), rendered only by the wording and the JSON
+    assert rv.flags_in_force == tuple(parse("+MBas bf"))
+    assert rv.flags == tuple(parse("+MBas aoffcbf +MBacul de"))
     assert rv.prediction is not None and rv.prediction.seeded_from in ("history", "carriers")
     assert lint["verdict"] == wording.revert(rv)
     if rv.advised:
