@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
+from beamalloc.advice.wording import count
 from beamalloc.collector.processes import MFA, Group, ProbeResult, Proc, ProcessTable
 from beamalloc.units import human
 
@@ -322,12 +323,12 @@ def binary_holder(p: Proc, ws: int, probe: ProbeResult | None) -> dict[str, Any]
     n = p.binary_count or 0
     if survived < n // 2:
         return {"kind": "probably dead", "measured": False, "released": None,
-                "why": f"at most {survived:,} of its {n:,} references survived its last "
+                "why": f"at most {count(survived)} of its {count(n)} references survived its last "
                        f"collection ({human(p.survived_bytes)} did): the rest arrived since and "
                        "have not been through one; --gc-probe measures what a collection frees"}
     return {"kind": "probably live", "measured": False, "released": None,
             "why": f"{human(p.survived_bytes)} survived its last collection, room for its "
-                   f"{n:,} references: they were live then (a cache or a queue?); --gc-probe "
+                   f"{count(n)} references: they were live then (a cache or a queue?); --gc-probe "
                    "measures it"}
 
 
@@ -358,7 +359,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
             out.append(_finding(
                 "H1", "action", p, f"{p.label()} pins {human(p.binary_exclusive_bytes)} of refc "
                 f"binaries and does not collect",
-                f"{p.label()} is idle and alone references {p.binary_count:,} refc binaries "
+                f"{p.label()} is idle and alone references {count(p.binary_count)} refc binaries "
                 f"({human(p.binary_exclusive_bytes)}); {h['why']}. {verb} {human(frees)}: "
                 "garbage-collect or hibernate it after a burst, or fix the code that keeps it "
                 "idle with references (recon:bin_leak/1 does the same collection)",
@@ -368,7 +369,7 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
             out.append(_finding(
                 "H1", "info", p, f"{p.label()} keeps {human(p.binary_exclusive_bytes)} of live "
                 "refc binaries",
-                f"{p.label()} references {p.binary_count:,} refc binaries "
+                f"{p.label()} references {count(p.binary_count)} refc binaries "
                 f"({human(p.binary_exclusive_bytes)}) that are live: {h['why']}. A collection "
                 "does not release them; it is a cache or a queue: bound it (size, length, "
                 "expiry) or keep the data elsewhere (ETS, disk)",
@@ -381,11 +382,11 @@ def findings(t: ProcessTable, probe: list[ProbeResult] | None = None,
         if p.message_queue_len < MIN_MAILBOX:
             break
         out.append(_finding(
-            "H3", "action", p, f"{p.label()} has {p.message_queue_len:,} messages queued",
-            f"{p.label()} has {p.message_queue_len:,} messages in its mailbox ({human(p.memory)} "
-            f"in all, current function {p.current_function or '?'}): it receives faster than it "
-            "handles, or waits in a receive that skips them. The queue is data it has not "
-            "handled; a collection releases none of it",
+            "H3", "action", p, f"{p.label()} has {count(p.message_queue_len)} messages queued",
+            f"{p.label()} has {count(p.message_queue_len)} messages in its mailbox "
+            f"({human(p.memory)} in all, current function {p.current_function or '?'}): it "
+            "receives faster than it handles, or waits in a receive that skips them. The queue "
+            "is data it has not handled; a collection releases none of it",
             {"message_queue_len": p.message_queue_len, "memory": p.memory}, (SRC_PI, SRC_EIA)))
     return out
 
@@ -398,29 +399,30 @@ def _idle_finding(t: ProcessTable, idle: Idleness, ih: dict[str, Any]) -> dict[s
     n, heap, rel = ih["count"], ih["total_heap_bytes"], ih["releases"]
     if not big and rel < MIN_IDLE_HEAP_TOTAL:
         return None
-    partial = ("" if t.complete else f" (scaled from the {t.scanned:,} of {t.count:,} read)"
+    partial = ("" if t.complete
+               else f" (scaled from the {count(t.scanned)} of {count(t.count)} read)"
                if ih.get("scaled") else " of those read")
-    where = "; ".join(f"{g['initial_call']}: {g['count']:,} idle, "
+    where = "; ".join(f"{g['initial_call']}: {count(g['count'])} idle, "
                       f"{human(g['total_heap_bytes'])}, releases {_release(g)}"
                       + (f" ({', '.join(g['names'][:2])}, ...)" if g["names"] else "")
                       for g in ih["groups"][:3])
     names = ", ".join(p.label() for p in _top(big, lambda p: p.total_heap_bytes, 3))
     apart = ih["system"]
-    system = (f"; OTP's own processes are apart ({apart['count']:,} idle, "
+    system = (f"; OTP's own processes are apart ({count(apart['count'])} idle, "
               f"{human(apart['total_heap_bytes'])})" if apart["count"] else "")
     if idle.by == "two reads":
         secs = f" {idle.seconds:.1f} s apart" if idle.seconds is not None else ""
-        title = (f"{n:,} idle processes hold {human(heap)} of heap; a collection releases "
+        title = (f"{count(n)} idle processes hold {human(heap)} of heap; a collection releases "
                  f"{_release(ih)}")
-        head = (f"{n:,} processes{partial} did nothing between two reads{secs} (no reductions "
+        head = (f"{count(n)} processes{partial} did nothing between two reads{secs} (no reductions "
                 f"beyond the scan's own, no message waiting) and hold {human(heap)} of heap")
         tail = ("Hibernation candidates: erlang:hibernate/3 (gen_server: the `hibernate` "
                 "return or {hibernate_after, Ms}) shrinks each to its live data; it costs a "
                 "full collection per hibernation and a heap rebuilt on the next message")
     else:
-        title = f"{n:,} processes idle at one instant hold {human(heap)} of heap"
-        head = (f"{n:,} processes{partial} were waiting with an empty mailbox when read, once, "
-                f"and hold {human(heap)} of heap")
+        title = f"{count(n)} processes idle at one instant hold {human(heap)} of heap"
+        head = (f"{count(n)} processes{partial} were waiting with an empty mailbox when read, "
+                f"once, and hold {human(heap)} of heap")
         tail = ("Idle at one instant only: a process between two messages looks the same; "
                 "two reads (`recommend NODE` reads the node twice) tell which stay idle")
     return {
@@ -792,7 +794,7 @@ def verdict_holders(processes: dict[str, Any], entries: list[NoFlagEntry]
                     extra.append(Remedy("hibernate_idle", ev["releases"],
                                         "estimated from the GC probe's collections" if probed
                                         else "at most: their heaps beyond the minimum",
-                                        tuple(f["sources"]), not probed, f"{ev['count']:,}"))
+                                        tuple(f["sources"]), not probed, count(ev['count'])))
         out.append(replace(e, remedies=tuple(extra + rest), held_by=held_by))
     return said, out
 

@@ -32,6 +32,7 @@ from beamalloc.advice.findings import (
     Level,
     Share,
 )
+from beamalloc.advice.wording import count
 from beamalloc.flags import NO_MIGRATION, Flag
 from beamalloc.units import human, pct
 from beamalloc.versions import erts_tuple
@@ -667,11 +668,11 @@ def r16_pool_unusable(f: Facts) -> list[Finding]:
               **{k: a.pool_counters.get(k, 0) for k in FETCH_FAILURES}, **skips,
               "skip_size_share": Share.of(round(size_share, 4))}  # fmt: skip
         msg = (f"{a.name}: {a.pool_carriers} pooled carriers ({human(a.pool_allocated)}, "
-               f"{human(a.pool_used)} of blocks in them); fetches failed {failed:,} times "
-               f"against {fetched:,} taken")  # fmt: skip
+               f"{human(a.pool_used)} of blocks in them); fetches failed {count(failed)} times "
+               f"against {count(fetched)} taken")  # fmt: skip
         if size_share >= R16_SIZE_SHARE:
             sbct = a.sbct or 512 * KB
-            msg += (f", and {too_small:,} of the carriers passed over had no free block large "
+            msg += (f", and {count(too_small)} of the carriers passed over had no free block large "
                     "enough: the pool holds carriers too full for any instance's blocks. "
                     f"+M{a.letter}acfml {sbct} (bytes) lets a carrier into the pool only with a "
                     f"free block of sbct ({human(sbct)}), so every pooled carrier can serve any "

@@ -452,9 +452,9 @@ def idle_why(n: dict[str, Any], total: Total) -> list[str]:
     idle = ("did nothing between two reads" if n["idle_by"] == "two reads"
             else "were idle when read")
     return [f"Why: the allocators use {pct(total.usage)} of {human(total.allocated)}, but "
-            f"{n['count']:,} processes {idle} and keep heaps that grew once: words in use "
+            f"{count(n['count'])} processes {idle} and keep heaps that grew once: words in use "
             "since a collection are not live data.",
-            f"What does: collect or hibernate {n['group']} ({n['group_count']:,} idle"
+            f"What does: collect or hibernate {n['group']} ({count(n['group_count'])} idle"
             + (f", waiting in {n['waiting_in']}" if n.get("waiting_in") else "") + "): "
             f"{_idle_release(n, 'group_releases')}, {how}."]
 
@@ -737,10 +737,10 @@ def holder_label(h: CategoryHolder, short: bool = False) -> str:
     if h.kind != "process_group":
         return str(h.name)
     if short:
-        return f"{shorten(str(h.name), 16)} ×{h.members:,}"
+        return f"{shorten(str(h.name), 16)} ×{count(h.members)}"
     if h.spawned_as is not None:  # named by where the members read wait, mostly
-        return f"{h.members:,} processes spawned as {h.spawned_as}, most waiting in {h.name}"
-    return f"{h.members:,} processes of {h.name}"
+        return f"{count(h.members)} processes spawned as {h.spawned_as}, most waiting in {h.name}"
+    return f"{count(h.members)} processes of {h.name}"
 
 
 def analysis_lines(a: Analysis, short: bool = False) -> list[str]:

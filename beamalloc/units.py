@@ -87,8 +87,14 @@ def human(n: int | float | None, nb: bool = False) -> str:
             text = f"{sign}{v:.1f}{sp}{unit}"
             if not _EXACT.get():
                 return text
-            return f"{text}{sp}({n:,.0f}{sp}B)" if nb else Sized(text, f"{n:,.0f} B")
+            return f"{text}{sp}({exact(n)}{sp}B)" if nb else Sized(text, f"{exact(n)} B")
     raise AssertionError
+
+
+def exact(n: int | float) -> str:
+    """A size in exact bytes, thousands separated, no unit: the figure a reader copies into a
+    calculation ("in bytes: 1,536"); `human` writes it beside a size under `exact_bytes`."""
+    return f"{n:,.0f}"
 
 
 @contextmanager

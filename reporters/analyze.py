@@ -23,7 +23,7 @@ from beamalloc.analyzer.categories import MemoryPicture
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import around, exact_bytes, human, pct
+from beamalloc.units import around, exact, exact_bytes, human, pct
 
 
 def _usage_style(u: float, unused: int) -> str:
@@ -173,9 +173,9 @@ def render(a: Analysis, console: Console, top: int = 20,
         human(os_.rss),
         human(os_.rss_minus_allocated),
     ]])
-    exact = [("erlang:memory(total)", os_.erlang_memory_total), ("allocated", t.allocated),
+    in_bytes = [("erlang:memory(total)", os_.erlang_memory_total), ("allocated", t.allocated),
              ("used", t.used), ("unused", t.unused), ("RSS", os_.rss)]
-    prose(console, "In bytes: " + ", ".join(f"{k} {v:,}" for k, v in exact if v is not None)
+    prose(console, "In bytes: " + ", ".join(f"{k} {exact(v)}" for k, v in in_bytes if v is not None)
           + ".", "dim")
     prose(console, "recon counts 9 allocator types; 'all' adds literal_alloc. "
         "max (an upper bound: peaks summed across instances): "

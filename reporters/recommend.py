@@ -32,7 +32,7 @@ from beamalloc.reporters.paste import paste_note as paste_note
 from beamalloc.reporters.paste import paste_of as paste_of
 from beamalloc.reporters.paste import said as said
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import human, pct
+from beamalloc.units import exact, human, pct
 
 if TYPE_CHECKING:
     from beamalloc.advice.recommend import Document, Recommended
@@ -117,8 +117,8 @@ def render(r: Document, console: Console, fmt: str = "vm.args",
     say(f"Flags in force: {flags_line(rec)}", style="dim")
     for e in v.no_flag_helps:
         say(f"No flag shown to help {e.allocator} ({human(e.unused)} unused of "
-            f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {e.unused:,} of "
-            f"{e.allocated:,}):", style="bold", para=True)
+            f"{human(e.allocated)}, usage {pct(e.usage)}; in bytes {exact(e.unused)} of "
+            f"{exact(e.allocated)}):", style="bold", para=True)
         for held in e.held_back:
             say(f"held back: {said(wording.reason, held)}", indent=2)
         if e.flags_in_force:
