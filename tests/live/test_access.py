@@ -194,9 +194,9 @@ def test_tls_option_file_ssl_refuses(tmp_path, tls_target, marker):
 
 # ---- IPv6 and long names ------------------------------------------------------------------
 
-def _written(path: Path) -> list[str]:
+def _written(path: Path, wait: float = 10) -> list[str]:
     """What a probe wrote: it writes on nodeup, which may come after our snapshot returns."""
-    end = time.monotonic() + 10
+    end = time.monotonic() + wait
     while not (path.exists() and path.read_text()) and time.monotonic() < end:
         time.sleep(0.05)
     return path.read_text().split()
@@ -246,7 +246,17 @@ def test_ipv6_distribution(nodes, tmp_path, marker, way):
             time.sleep(0.5)
         assert set(got) == {"{0,0,0,0,0,0,0,1}"}  # ::1, our loopback
     else:
-        assert _written(seen) == ["{0,0,0,0,0,0,0,1}"]
+        # The relay's hidden node halts once the snapshot is read: a nodeup the target handles
+        # after that finds no address ("gone", nothing written; 2 runs in 10 since the snapshot
+        # got faster). Read once more then: each read is a new hidden node's connection.
+        got = _written(seen, wait=3)
+        for _ in range(3):
+            if got:
+                break
+            _check(live.snapshot_node(t.node, t.cookie, timeout=30, max_carriers=0,
+                                      access=Access(proto_dist="inet6_tcp")), t.node)
+            got = _written(seen, wait=3)
+        assert set(got) == {"{0,0,0,0,0,0,0,1}"}
 
 
 def test_ipv6_long_names(nodes, marker, way):
