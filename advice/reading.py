@@ -416,9 +416,10 @@ class _Ahead:
         """The command's way out (an ExitStack's, before the Predictor's own exit): having
         worked, wait for the replays, whose files the Predictor holds until then. On an error
         (the node failed after its first read: exit 3; an interrupt) leave at once, the
-        replays abandoned: their files are removed now, which ends the thread at its next
-        step (its errors are dropped; a daemon, it dies with the process) and leaves nothing
-        for the interpreter's exit to clean while it runs."""
+        replays abandoned: the files the Predictor holds (a recorded trace's) are removed now,
+        which ends a replay of them at its next step, and a native history replay (no file)
+        is left to the thread; its errors are dropped, and a daemon, it dies with the
+        process (tests/test_recommend_abandon.py: exit 3, promptly)."""
         if exc_type is None:
             self.join()
         else:
