@@ -44,7 +44,7 @@ from beamalloc.advice.records import (
 )
 from beamalloc.advice.rules import MIN_UNUSED, R6_MCS, evaluate, placement_flags
 from beamalloc.analyzer.analysis import Coverage, carrier_bytes, coverage, type_rows
-from beamalloc.analyzer.carriers import carrier_map
+from beamalloc.analyzer.carriers import AllocatorCarrierMap, carrier_map
 from beamalloc.analyzer.categories import MemoryPicture, picture
 from beamalloc.analyzer.death import Death, death_of
 from beamalloc.analyzer.options import first_scheduler_options
@@ -372,12 +372,11 @@ def _futures_numbers(p: Prediction) -> dict[str, Any]:
 # --- what does help when no flag does (issue 17, item 6) -----------------------------------------
 
 
-def classification(snap: Snapshot, allocator: str) -> dict[str, Any] | None:
-    """The carrier map's class of `allocator` (analyzer/carriers.py): `kind` ("stragglers",
+def classification(cmap: AllocatorCarrierMap | None) -> dict[str, Any] | None:
+    """An allocator's carrier map's class (analyzer/carriers.py): `kind` ("stragglers",
     "scattered", "free inside carriers", "compact"), `reason`, `sparse_size` (carrier bytes of
     the sparse carriers) and `pinning_bytes` (the data that pins them); None without carrier
     data."""
-    cmap = carrier_map(snap).get(allocator)
     if cmap is None or cmap.classification is None:
         return None
     c = cmap.classification
@@ -447,6 +446,7 @@ def _waste(f: Facts, advised: set[str]) -> list[AllocFacts]:
 def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: list[HeldBack],
              in_force_flags: dict[str, list[Flag]]) -> list[NoFlagEntry]:  # fmt: skip
     entries = []
+    maps = carrier_map(snap) if waste else {}  # every allocator's map, built once
     for a in waste:
         # Two rules held back for one reason (--no-predict, no release) say it once.
         why: tuple[Reason, ...] = ()
@@ -457,7 +457,7 @@ def _entries(snap: Snapshot, running: _Running, waste: list[AllocFacts], held: l
             own = placement_flags(a)
             if own and all(running.runs(x) for x in own):
                 in_force_flags[a.name] = [x.flag for x in own]
-        cls = classification(snap, a.name)
+        cls = classification(maps.get(a.name))
         cause = (Reason("carrier_map", {"kind": cls["kind"], "detail": cls["reason"]})
                  if cls is not None else Reason("no_carrier_data"))
         pool = ({"carriers": a.pool_carriers, "allocated": a.pool_allocated, "used": a.pool_used}
