@@ -26,9 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from beamalloc.advice.records import NoFlagEntry, Reason, Remedy
-from beamalloc.advice.wording import count
 from beamalloc.collector.processes import MFA, Group, ProbeResult, Proc, ProcessTable
-from beamalloc.units import human
+from beamalloc.units import count, human
 
 #: Rows per top list in the JSON and the reports.
 TOP_ROWS = 10

@@ -32,9 +32,8 @@ from beamalloc.advice.findings import (
     Level,
     Share,
 )
-from beamalloc.advice.wording import count
 from beamalloc.flags import NO_MIGRATION, Flag
-from beamalloc.units import human, pct
+from beamalloc.units import count, human, pct
 from beamalloc.versions import erts_tuple
 
 KB = 1024

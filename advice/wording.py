@@ -7,7 +7,7 @@ The verdict reads as a first line that stands alone (at most HEADLINE_MAX charac
 the bytes at stake, the one thing to do) and at most WHY_MAX short lines of why (issue 26 item 1).
 Every predicted figure carries its calibration error beside it. One formatter per kind of
 number: `units.human` for bytes, `units.pct` for a share, `change` for a signed change,
-`count` for a count of things; flags are rendered here too (`flags_text`), kept typed in the
+`units.count` for a count of things; flags are rendered here too (`flags_text`), kept typed in the
 records (beamalloc/flags.py).
 """
 
@@ -39,7 +39,7 @@ from beamalloc.analyzer.carriers import COMPACT
 from beamalloc.analyzer.categories import CategoryHolder, MemoryPicture, group_facts
 from beamalloc.analyzer.death import Death
 from beamalloc.analyzer.options import format_option
-from beamalloc.units import around, human, pct
+from beamalloc.units import around, count, human, pct
 
 if TYPE_CHECKING:
     from beamalloc.flags import Flag
@@ -58,11 +58,6 @@ def change(x: float | None, digits: int = 0) -> str:
 def share(x: float) -> str:
     """A share of bytes a flag frees or adds, unsigned: 0.85 -> "85 %" (units.pct, whole)."""
     return pct(x, 0)
-
-
-def count(n: int | None) -> str:
-    """A count of things (events, carrier calls): thousands separated, "-" where unknown."""
-    return "-" if n is None else f"{n:,}"
 
 
 def flag_count(n: int) -> str:

@@ -91,6 +91,12 @@ def human(n: int | float | None, nb: bool = False) -> str:
     raise AssertionError
 
 
+def count(n: int | None) -> str:
+    """A count of things (events, carrier calls, processes): thousands separated, "-" where
+    unknown. The one count format (advice/wording.py says it through this)."""
+    return "-" if n is None else f"{n:,}"
+
+
 def exact(n: int | float) -> str:
     """A size in exact bytes, thousands separated, no unit: the figure a reader copies into a
     calculation ("in bytes: 1,536"); `human` writes it beside a size under `exact_bytes`."""

@@ -23,7 +23,7 @@ from beamalloc.analyzer.categories import MemoryPicture
 from beamalloc.analyzer.options import format_option
 from beamalloc.reporters import holders
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import around, exact, exact_bytes, human, pct
+from beamalloc.units import around, count, exact, exact_bytes, human, pct
 
 
 def _usage_style(u: float, unused: int) -> str:
@@ -256,7 +256,7 @@ def render(a: Analysis, console: Console, top: int = 20,
             Col("cached segments")],
             # no rate of zero calls: a 100 % of nothing reads as a healthy cache
             [[str(r.instance), pct(r.hit_rate) if r.calls else "no calls",
-              wording.count(r.hits), wording.count(r.calls), str(r.cached_segments)]
+              count(r.hits), count(r.calls), str(r.cached_segments)]
              for r in a.cache_hit_rates])
     if a.processes:
         console.print()

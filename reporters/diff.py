@@ -14,9 +14,8 @@ from rich.console import Console
 from rich.text import Text
 
 from beamalloc.advice.diff_records import Diff, Numbers, Side, TypeDiff
-from beamalloc.advice.wording import count
 from beamalloc.reporters.table import UNIT_GLUE
-from beamalloc.units import around, human, pct
+from beamalloc.units import around, count, human, pct
 
 WIDTH = 80
 STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red"}

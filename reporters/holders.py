@@ -11,9 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from beamalloc.advice.wording import count
 from beamalloc.reporters.table import Col, print_table, prose
-from beamalloc.units import around, human
+from beamalloc.units import around, count, human
 
 
 def _h(v: int | None) -> str:

@@ -18,11 +18,10 @@ from flask import Blueprint, abort, current_app, render_template, request
 from beamalloc.advice.diff import diff
 from beamalloc.advice.diff_records import Numbers, TypeDiff
 from beamalloc.advice.rules import MIN_UNUSED
-from beamalloc.advice.wording import count
 from beamalloc.analyzer.analysis import Analysis
 from beamalloc.reporters.diff import count_delta, signed_bytes, usage_delta
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import human, pct
+from beamalloc.units import count, human, pct
 from beamalloc.webui import figures
 from beamalloc.webui.data import Data, NotFound
 from beamalloc.webui.pagedata import figures_json

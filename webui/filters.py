@@ -9,7 +9,6 @@ from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from beamalloc import citations
-from beamalloc.advice import wording
 from beamalloc.advice.rules import (
     MIN_UNUSED,
     R2_MBCS_USAGE_PROBLEM,
@@ -19,7 +18,7 @@ from beamalloc.advice.rules import (
 )
 from beamalloc.console import clean
 from beamalloc.reporters.recommend import evidence_line
-from beamalloc.units import human, pct
+from beamalloc.units import count, human, pct
 
 
 def usage_class(u: float | None, unused: int | None = None) -> str:
@@ -85,7 +84,7 @@ def install(env: Environment, docs: str | None = "/docs") -> None:
     env.finalize = visible
     # `tally`, not `count`: Jinja's own `count` is `length`
     env.filters.update(human=human, pct=pct, usage_class=usage_class, show=show,
-                       cites=citation_links(docs), tally=wording.count)
+                       cites=citation_links(docs), tally=count)
     env.globals["plotly_version"] = plotly_version()
     env.globals["usage_bad_pct"] = round(100 * R2_MBCS_USAGE_PROBLEM)
     env.globals["usage_warn_pct"] = round(100 * R2_USAGE_SUSPECT)

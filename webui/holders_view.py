@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from beamalloc.advice.wording import count
 from beamalloc.reporters.analyze import holder_rows
-from beamalloc.units import human
+from beamalloc.units import count, human
 from beamalloc.webui.data import Data, NotFound
 
 #: Processes the node page lists (the snapshot page lists every table).

@@ -14,7 +14,7 @@ from beamalloc.advice import wording
 from beamalloc.advice.records import Prediction
 from beamalloc.reporters.recommend import FORMATS, predicted_line
 from beamalloc.snapshot import Snapshot
-from beamalloc.units import exact_bytes, human
+from beamalloc.units import count, exact_bytes, human
 from beamalloc.webui.data import Data
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
     runs = [("fitted", p.replayed)] + ([("best case", p.best_case)] if p.best_case else [])
     rows = []
     for label, key, sized in _MEASURES:
-        fmt = human if sized else wording.count
+        fmt = human if sized else count
         cells = []
         for _, r in runs:
             ch = r.change_pct.get(key)
@@ -94,7 +94,7 @@ def prediction_view(p: Prediction | None) -> dict[str, Any] | None:
                           "good": ch is not None and ch < 0})
         rows.append({"name": label, "cells": cells})
     m = p.replayed.model
-    how = (f"replay of {m.generator} ({wording.count(m.events)} events), seeded from "
+    how = (f"replay of {m.generator} ({count(m.events)} events), seeded from "
            f"{p.seeded_from or '?'}, workload {p.workload or '?'}, {wording.calibration(p)}")
     return {"summary": predicted_line(p), "how": how, "runs": [r for r, _ in runs],
             "rows": rows, "fitted_to": m.fitted_to, "not_modelled": p.not_modelled,

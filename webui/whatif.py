@@ -49,7 +49,7 @@ from beamalloc.flags import ALLOCATORS, FlagError, FlagSet, effective_config, pa
 from beamalloc.reporters.recommend import said, verdict
 from beamalloc.snapshot import Snapshot
 from beamalloc.timeseries.store import StoreError
-from beamalloc.units import human, pct
+from beamalloc.units import count, human, pct
 from beamalloc.versions import erts_of
 from beamalloc.webui import figures
 from beamalloc.webui.data import _LRU, MAX_POINTS, Data, NotFound
@@ -69,8 +69,8 @@ PICKER_SNAPSHOTS = 20
 CACHE_SIZE = 128
 #: Words of the page's notice; the figures are the predictor's own constants.
 BOUNDS = (f"at most {MAX_TYPED} typed flag sets per request; traces of at most "
-          f"{wording.count(MAX_EVENTS)} events (carrier-seeded: at most "
-          f"{wording.count(CARRIER_BLOCKS['fitted'])} blocks rebuilt); one replay at a time; "
+          f"{count(MAX_EVENTS)} events (carrier-seeded: at most "
+          f"{count(CARRIER_BLOCKS['fitted'])} blocks rebuilt); one replay at a time; "
           "results cached per snapshot and flags")
 
 
