@@ -36,6 +36,7 @@ the recommender never fails because of the replay.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -787,8 +788,12 @@ class Predictor:
     seed: int = SEED
     #: The node's own allocation stream (`beamalloc trace -o`), replayed instead of a fitted one.
     trace: Path | None = None
-    _tmp: Any = None  # a tempfile.TemporaryDirectory, made for the first trace written
+    _tmp: Path | None = None  # a directory made for the first trace written, removed on exit
     _entered: bool = False
+    #: Guards `_tmp` against an exit from another thread: recommend's replays run in a thread
+    #: that an error abandons (advice/reading.py `_Ahead.end`), so a trace written as the
+    #: Predictor exits must not leave its directory behind.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _traces: dict[Any, tuple[Path, int]] = field(default_factory=dict)
     _runs: dict[Any, Any] = field(default_factory=dict)  # ReplayResult by (model, flags)
     _base: FlagSet | None = None
@@ -808,10 +813,18 @@ class Predictor:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._entered = False
+            self._drop_tmp()
+
+    def _drop_tmp(self) -> None:
         if self._tmp is not None:
-            self._tmp.cleanup()
+            import shutil
+
+            # Errors ignored: a file a replay thread writes meanwhile would make it fail; the
+            # writer removes what it wrote after an exit (`_trace`).
+            shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-        self._entered = False
 
     @property
     def base(self) -> FlagSet:
@@ -821,13 +834,22 @@ class Predictor:
 
     def _trace(self, model: Model) -> tuple[Path, int]:
         if model.key not in self._traces:
-            assert self._entered, "use Predictor as a context manager"
-            if self._tmp is None:  # the histories write none: tempfile only where needed
-                import tempfile
+            with self._lock:
+                if not self._entered:  # never entered, or exited (an abandoned thread)
+                    raise RuntimeError("use Predictor as a context manager")
+                if self._tmp is None:  # the histories write none: tempfile only where needed
+                    import tempfile
 
-                self._tmp = tempfile.TemporaryDirectory(prefix="beamalloc-predict-")
-            path = Path(self._tmp.name) / f"t{len(self._traces)}.batr"
-            self._traces[model.key] = (path, _write(model, self.snap, path, self.seed))
+                    self._tmp = Path(tempfile.mkdtemp(prefix="beamalloc-predict-"))
+                path = self._tmp / f"t{len(self._traces)}.batr"
+            written = _write(model, self.snap, path, self.seed)
+            with self._lock:
+                if not self._entered:  # exited while writing: what was written goes too
+                    import shutil
+
+                    shutil.rmtree(path.parent, ignore_errors=True)
+                    raise RuntimeError("the Predictor exited while a trace was written")
+                self._traces[model.key] = (path, written)
         return self._traces[model.key]
 
     def _replay(self, model: Model, flags: FlagSet) -> Snapshot:

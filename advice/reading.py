@@ -423,8 +423,8 @@ class _Ahead:
         if exc_type is None:
             self.join()
         else:
-            with contextlib.suppress(OSError):  # a file the thread makes meanwhile: left
-                self._pr.__exit__(None, None, None)
+            # A trace the thread writes meanwhile is removed by the thread (Predictor._trace).
+            self._pr.__exit__(None, None, None)
         return False
 
 

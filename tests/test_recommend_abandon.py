@@ -113,3 +113,53 @@ def test_the_command_says_one_line_and_exits_3(peer: hp.FakePeer, tmp_path: Path
     assert rc == 3, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("beamalloc: ") and "reply" in lines[0], err
     assert "Traceback" not in err and not out
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_a_trace_written_as_the_predictor_exits_is_removed(
+        again: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the test above once lost: the replay thread makes the Predictor's directory
+    and writes a trace while the command's exit removes it. Whatever the order, nothing is
+    left, and the thread is told (an error, dropped by the abandoned thread): its writes fail
+    in the removed directory, or it finds the Predictor exited once its trace is written."""
+    from recommend_fixtures import load
+
+    from beamalloc.advice import predict as pr
+    from beamalloc.advice.findings import facts
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    writing, exited = threading.Event(), threading.Event()
+
+    def slow_write(model: Any, snap: Any, path: Path, seed: int) -> int:
+        path.write_bytes(b"half a trace")
+        writing.set()
+        assert exited.wait(30)
+        if again:  # the writer made its file again after the exit (mkdir included)
+            path.parent.mkdir(exist_ok=True)
+        path.with_suffix(".more").write_bytes(b"the rest")
+        return 1
+
+    monkeypatch.setattr(pr, "_write", slow_write)
+    snap = load("frag")
+    model = pr.Model("stationary_mix", (("n", 1),), 1.0, "a test")
+    p = pr.Predictor(snap, facts(snap)).__enter__()
+    errors: list[BaseException] = []
+
+    def replay() -> None:
+        try:
+            p._trace(model)
+        except (RuntimeError, OSError) as e:
+            errors.append(e)
+
+    t = threading.Thread(target=replay)
+    t.start()
+    assert writing.wait(30)
+    p.__exit__(None, None, None)
+    exited.set()
+    t.join(30)
+    assert len(errors) == 1
+    assert isinstance(errors[0], OSError if not again else RuntimeError), errors
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(RuntimeError, match="context manager"):  # after the exit: refused
+        p._trace(model)
+    assert not list(tmp_path.iterdir())
