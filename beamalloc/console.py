@@ -40,9 +40,12 @@ def _progress_after() -> float:
 #: The longest line we print that holds text from outside (a peer's reply, a file's name,
 #: epmd's list): epmd's name list once made one line of 436,956 bytes (issue 25).
 MAX_LINE = 1000
-# C0 controls, DEL, C1 controls (ESC and CSI start terminal escape sequences), and the
-# Unicode bidirectional overrides and isolates that reorder what the reader sees.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls, DEL, C1 controls (ESC and CSI start terminal escape sequences), the Unicode
+# bidirectional marks, embeddings, overrides and isolates that reorder what the reader sees,
+# and the zero-width and invisible characters (and the line and paragraph separators) that
+# hide or split it.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                      "\u2060-\u2069\ufeff]")
 
 
 def _escaped(m: re.Match[str]) -> str:

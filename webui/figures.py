@@ -2,8 +2,12 @@
 
 Figures are plain `{"data", "layout"}` dicts, the JSON plotly.js takes: building them is cheap
 (no graph_objects validation on a 10k-point series) and they serialize as they are. Every string
-that came from a snapshot goes through `_t()`: plotly.js reads a subset of HTML in labels and
-hover text, so `<`, `>` and `&` must arrive as entities.
+that came from outside (a snapshot, a file, the store, a peer) goes through `_t()`, the one place
+a figure's outside strings are made safe: their control, bidi and zero-width characters shown as
+`\\xNN` (beamalloc/console.py `clean`, as the pages show every value: webui/filters.py
+`visible`), since plotly.js draws a label's characters as they are and a U+202E would reorder
+it; and `<`, `>` and `&` as entities, since plotly.js reads a subset of HTML in labels and hover
+text.
 
 Snapshot figures read the analysis (analyzer/analysis.py `Analysis`); node figures read the store's
 `series()` columns (timeseries/series.py keys) and a few sampled snapshots; compare figures read a
@@ -24,6 +28,7 @@ from typing import Any
 from beamalloc.advice.rules import R2_MBCS_USAGE_PROBLEM, R2_USAGE_SUSPECT, usage_level
 from beamalloc.analyzer.analysis import Analysis, InstanceRow
 from beamalloc.analyzer.carriers import COMPACT, AllocatorCarrierMap, CarrierPoints
+from beamalloc.console import clean
 from beamalloc.flags import UINT_MAX
 from beamalloc.timeseries.series import instance_key, types_of
 from beamalloc.units import byte_unit, human, pct, tick_label
@@ -48,7 +53,7 @@ TOP_TYPES = 8
 
 
 def _t(s: Any) -> str:
-    return html.escape(str(s), quote=True)
+    return html.escape(clean(str(s), limit=0), quote=True)
 
 
 #: Height of plotly's toolbar (the modebar) at a figure's top: titles start below it, and the
@@ -604,7 +609,7 @@ def carrier_history(series: dict[str, Any], allocator: str | None,
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
                        "x0": round(at * 1000), "x1": round(at * 1000),
                        "line": {"color": "#1f2d3d", "width": 1, "dash": "dash"}})
-    who = allocator or "all allocators"
+    who = _t(allocator) if allocator else "all allocators"
     return {"data": traces,
             "layout": _time_layout(f"{who}: measured carrier size and unused bytes", height=300,
                                    yaxis=_bytes_axis(_max(alloc), room=0.08), shapes=shapes)}
@@ -632,8 +637,9 @@ def allocators_over_time(series: dict[str, Any], breaks: list[int]) -> Figure:
     for i, name in enumerate(shown):
         alloc, used = col(name, "allocated"), col(name, "used")
         color = PALETTE[i % len(PALETTE)]
-        layers.append((f"{_t(name)} used", name, used, color, 0.9))
-        layers.append((f"{_t(name)} unused", name, _minus(alloc, used), color, 0.3))
+        label = _t(name)  # its legend group too: a figure holds no outside string raw
+        layers.append((f"{label} used", label, used, color, 0.9))
+        layers.append((f"{label} unused", label, _minus(alloc, used), color, 0.3))
     if rest:
         alloc = _sum_cols([col(n, "allocated") for n in rest])
         used = _sum_cols([col(n, "used") for n in rest])
