@@ -1,13 +1,22 @@
 """Bench: what reading a crash dump's =ets and =proc sections (collector/dumptables.py) adds to
-reading its allocators.
+reading its allocators, by both readers of a dump.
 
     .venv/bin/python tests/bench/bench_dump_tables.py [--runs N] [--copies K]
 
 The ETS-heavy real dump of ../shared/samples/real-dumps with its =proc sections repeated K times
-(default 200, distinct pids: about 27,000 processes, 14 MiB), read with the tables and with a
-reader whose table collector takes no section (the floor), alternated, N runs each: minima and
-their ratio, both measured in this run (goal: at most 1.5x the floor). A plain script, not a
-test: tests never assert wall-clock times.
+(default 200, distinct pids: about 27,000 processes, 14 MiB), N runs of each case alternated,
+by each reader of a dump against its own floor measured in this run:
+
+- the Python line reader (`read_crashdump_lines`, text in memory: the tests' and the fuzzers'):
+  with the tables, and with a table collector that takes no section (its floor);
+- the native one every file goes through (`read_crashdump_file` of a file on disk: the byte
+  scan hands the =proc and =ets sections to collector/native/src/procrecs.rs): the dump, and
+  its floor, the same dump without its =proc and =ets sections (the allocators alone: handed
+  to it, the native reader reads them whatever the collector takes).
+
+Minima and their ratios (goal: at most 1.5x the floor), and the native reader's time with the
+tables against the line reader's. A plain script, not a test: tests never assert wall-clock
+times.
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from beamalloc.collector import crashdump, dumptables
 
@@ -25,8 +37,44 @@ DUMP = (Path(__file__).resolve().parents[3] / "shared" / "samples" / "real-dumps
 
 
 class _NoTables(dumptables.DumpTables):
+    """The line reader's floor: no section is a table's."""
+
     def start(self, section: str) -> bool:
         return False
+
+
+def _run(runs: int, lines: list[str], full: Path, alone: Path) -> dict[tuple[str, str], float]:
+    """Minimum seconds per (reader, tables or floor), alternated run by run."""
+    def native(path: Path) -> Callable[[], Any]:
+        def read() -> Any:
+            with path.open("rb") as f:  # a regular file: read at its offsets, as every file
+                return crashdump.read_crashdump_file(f, str(path))
+        return read
+
+    def line_reader(cls: type) -> Callable[[], Any]:
+        def read() -> Any:
+            crashdump.DumpTables = cls  # type: ignore[misc]
+            try:
+                return crashdump.read_crashdump_lines(iter(lines))
+            finally:
+                crashdump.DumpTables = real  # type: ignore[misc]
+        return read
+
+    real = crashdump.DumpTables
+    cases = {("lines", "tables"): line_reader(real), ("lines", "floor"): line_reader(_NoTables),
+             ("native", "tables"): native(full), ("native", "floor"): native(alone)}
+    times: dict[tuple[str, str], list[float]] = {k: [] for k in cases}
+    procs = {}
+    for _ in range(runs):
+        for k, read in cases.items():
+            t = time.perf_counter()
+            snap = read()
+            times[k].append(time.perf_counter() - t)
+            procs[k] = snap.extra.get("dump_procs", {}).get("count", 0)
+    # both readers read every =proc section; the native floor has none to read
+    assert procs[("lines", "tables")] == procs[("native", "tables")] > 0, procs
+    assert procs[("native", "floor")] == 0, procs
+    return {k: min(v) for k, v in times.items()}
 
 
 def main() -> int:
@@ -44,20 +92,21 @@ def main() -> int:
         re.sub(r"=proc:<0\.(\d+)\.0>", lambda m, k=k: f"=proc:<0.{m.group(1)}.{k}>", procs)
         for k in range(1, args.copies)) + text[j:]
     lines = big.splitlines(True)
-    real = crashdump.DumpTables
-    times: dict[str, list[float]] = {"tables": [], "floor": []}
-    try:
-        for _ in range(args.runs):
-            for name, cls in (("tables", real), ("floor", _NoTables)):
-                crashdump.DumpTables = cls  # type: ignore[misc]
-                t = time.perf_counter()
-                crashdump.read_crashdump_lines(iter(lines))
-                times[name].append(time.perf_counter() - t)
-    finally:
-        crashdump.DumpTables = real  # type: ignore[misc]
-    t, f = min(times["tables"]), min(times["floor"])
-    print(f"{len(big) >> 20} MiB, {big.count(chr(10) + '=proc:')} =proc sections: "
-          f"with tables {t:.3f} s, floor {f:.3f} s, ratio {t / f:.2f}")
+    # the native reader's floor: the allocators alone, the dump without its =proc and =ets
+    # sections (handed to it, it reads them whatever the table collector takes)
+    bare = re.sub(r"^=(?:proc|ets):.*?(?=^=)", "", big, flags=re.S | re.M)
+    with tempfile.TemporaryDirectory() as tmp:
+        full, alone = Path(tmp) / "tables.dump", Path(tmp) / "floor.dump"
+        full.write_bytes(big.encode("latin-1"))
+        alone.write_bytes(bare.encode("latin-1"))
+        times = _run(args.runs, lines, full, alone)
+    print(f"{len(big) >> 20} MiB, {big.count(chr(10) + '=proc:')} =proc sections; the floor "
+          f"without them {len(bare) >> 10} KiB; minima of {args.runs} runs")
+    for reader in ("lines", "native"):
+        t, f = times[(reader, "tables")], times[(reader, "floor")]
+        print(f"  {reader:6} reader: with tables {t:.3f} s, floor {f:.3f} s, ratio {t / f:.2f}")
+    print(f"  native against lines, with tables: "
+          f"{times[('native', 'tables')] / times[('lines', 'tables')]:.2f}")
     return 0
 
 
