@@ -179,10 +179,7 @@ def _hold_back(fnd: Finding, why: Reason, p: Prediction | None) -> tuple[Finding
     """`fnd` as information (a new finding: its flags leave the proposal, and it says why)."""
     held = HeldBack(fnd.rule, fnd.allocator, tuple(a.flag for a in fnd.advice), why,
                     fnd.rule in SPEED_RULES, p)  # fmt: skip
-    return replace(fnd, level="info", title=fnd.title + " (not advised)",
-                   topic=None if fnd.topic is None else fnd.topic + " (not advised)",
-                   message=fnd.message + f" Not advised: {wording.reason(why)}.",
-                   advice=[]), held  # fmt: skip
+    return replace(fnd, level="info", advice=[], **wording.not_advised(fnd, why)), held
 
 
 def _predict_whole(pr: Predictor, targets: list[tuple[str | None, str]],

@@ -42,6 +42,7 @@ from beamalloc.analyzer.options import format_option
 from beamalloc.units import around, count, human, pct
 
 if TYPE_CHECKING:
+    from beamalloc.advice.findings import Finding
     from beamalloc.flags import Flag
 
 HEADLINE_MAX = 100
@@ -186,6 +187,18 @@ def reason_short(r: Reason) -> str:
 
 def held_back(h: HeldBack) -> str:
     return reason(h.reason)
+
+
+#: Said after the title (and the topic) of a finding whose flags are held back.
+NOT_ADVISED = " (not advised)"
+
+
+def not_advised(f: Finding, why: Reason) -> dict[str, str | None]:
+    """The title, topic and message of `f` once its flags are held back for `why`
+    (advice/recommend.py makes it information with these words): each says so."""
+    return {"title": f.title + NOT_ADVISED,
+            "topic": None if f.topic is None else f.topic + NOT_ADVISED,
+            "message": f.message + f" Not advised: {reason(why)}."}
 
 
 # --- remedies --------------------------------------------------------------------------------

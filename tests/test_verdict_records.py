@@ -91,6 +91,27 @@ def test_findings_are_not_mutated_in_place() -> None:
     assert r3.level == "info" and r3.title.endswith("(not advised)") and r3.advice == []
 
 
+def test_held_back_finding_is_worded_by_the_wording_module() -> None:
+    """A held-back finding's title, topic and message are composed in advice/wording.py (the
+    one home of sentences), not by the recommender: `_hold_back` returns wording's words."""
+    from beamalloc.advice.recommend import _hold_back
+
+    f = Finding("R3", "action", "binary_alloc: mostly empty carriers", "Carriers sit empty.",
+                {}, ("docs/erts/tuning.md",), allocator="binary_alloc",
+                topic="mostly empty carriers", about="binary_alloc")
+    why = Reason("rate_low", {"rate": 2.0, "seconds": 10.0, "min_rate": 5000.0})
+    words = wording.not_advised(f, why)
+    assert words == {
+        "title": "binary_alloc: mostly empty carriers (not advised)",
+        "topic": "mostly empty carriers (not advised)",
+        "message": "Carriers sit empty. Not advised: " + wording.reason(why) + ".",
+    }
+    assert wording.not_advised(replace(f, topic=None), why)["topic"] is None
+    held, h = _hold_back(f, why, None)
+    assert (held.title, held.topic, held.message) == tuple(words.values())
+    assert held.level == "info" and held.advice == [] and h.reason == why
+
+
 def _prediction(base: dict, **extra) -> Prediction:
     return Prediction.from_dict({**base, **extra})
 
