@@ -374,21 +374,31 @@ class Snapshot:
         return doc
 
     def to_json(self, indent: int | None = None) -> str:
-        if indent is not None or not self.carriers:
+        if indent is not None:
             return json.dumps(self.to_dict(), indent=indent)
-        # Compact, with carriers (up to 20,000 by default): the document is encoded with a
-        # placeholder of a random name where the carriers go, then their text (_carriers_json,
-        # exactly what json.dumps writes for them) takes its place.
-        mark = f"carriers-{os.urandom(8).hex()}"
+        # Compact: the document is encoded with placeholders of a random name where the
+        # allocator instances and the carriers go (a +S 64 node: ~600 instances, up to 20,000
+        # carriers by default), then their text, written directly (_instances_json,
+        # _carriers_json: exactly what json.dumps writes for them), takes their places.
+        mark = f"-{os.urandom(8).hex()}"
         doc = {"schema": SCHEMA}
         for n in _fields_of(Snapshot):
             v = getattr(self, n)
             if n == "disabled" and not v:  # as to_dict leaves it out
                 continue
-            doc[n] = mark if n == "carriers" else v if type(v) in _PLAIN else _encode(v)
+            doc[n] = (n + mark if n == "allocators" or (n == "carriers" and v)
+                      else v if type(v) in _PLAIN else _encode(v))
         text = json.dumps(doc)
-        at = text.rindex(f'"carriers": "{mark}"') + len('"carriers": ')
-        return text[:at] + _carriers_json(self.carriers) + text[at + len(mark) + 2:]
+        # allocators come early, carriers late (after the raw term): each found from its end
+        i = text.index(f'"allocators": "allocators{mark}"') + len('"allocators": ')
+        out = [text[:i], _instances_json(self.allocators)]
+        at = i + len("allocators" + mark) + 2
+        if self.carriers:
+            i = text.rindex(f'"carriers": "carriers{mark}"') + len('"carriers": ')
+            out += [text[at:i], _carriers_json(self.carriers)]
+            at = i + len("carriers" + mark) + 2
+        out.append(text[at:])
+        return "".join(out)
 
     @classmethod
     def from_dict(cls, doc: Any) -> Snapshot:
@@ -880,6 +890,118 @@ def _instance(inst: AllocatorInstance) -> dict[str, Any]:
             {"type": f.type, "allocated": f.allocated, "used": f.used} for f in inst.fix_types],
         "versions": None if inst.versions is None else list(inst.versions),
     }  # fmt: skip
+
+
+#: What json.dumps writes for a str (ensure_ascii, its default): the same C function.
+_esc = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
+class _NotPlain(Exception):
+    """A value `_instance_json` does not write itself (a bool or a str where counts are
+    ints, a key that is not a str): that instance is written by json.dumps."""
+
+
+#: Values whose equal ones json.dumps writes alike: a text written once serves them all.
+_SAME_TEXT = frozenset({int, str, bool, type(None)})
+_INT, _STR = frozenset({int}), frozenset({str})
+
+
+def _dict_text(d: Any, enc: Any, memo: dict[Any, str]) -> str:
+    """json.dumps(d) of an options or calls dict, written once per distinct dict (a +S 64
+    node's 586 instances have 16 distinct options and 47 distinct calls: idle instances)."""
+    if type(d) is not dict:
+        raise _NotPlain
+    vals = tuple(d.values())
+    types = tuple(map(type, vals))
+    if not _SAME_TEXT.issuperset(types) or not _STR.issuperset(map(type, d)):
+        raise _NotPlain
+    key = (tuple(d), vals, types)  # the types too: True == 1, and json.dumps tells them apart
+    text = memo.get(key)
+    if text is None:
+        text = memo[key] = "".join(enc(d, 0))
+    return text
+
+
+def _stats_text(cs: CarrierStats, memo: dict[Any, str]) -> str:
+    """_carrier_stats(cs) as json.dumps writes it, once per distinct one (most instances of a
+    large node are idle: three distinct sbcs sections of 586 on a +S 64 node)."""
+    c, z = cs.carriers, cs.carriers_size
+    nums = (c.current, c.last_max, c.max, z.current, z.last_max, z.max, cs.mseg_carriers,
+            cs.sys_carriers, cs.mseg_carriers_size, cs.sys_carriers_size)
+    names = tuple(cs.blocks)
+    for b in cs.blocks.values():
+        n, sz = b.count, b.size
+        nums += (n.current, n.last_max, n.max, sz.current, sz.last_max, sz.max)
+    if not _INT.issuperset(map(type, nums)) or not _STR.issuperset(map(type, names)):
+        raise _NotPlain
+    key = (names, nums)
+    text = memo.get(key)
+    if text is None:
+        blocks = ", ".join(f'{_esc(t)}: {{"count": [{nums[i]}, {nums[i + 1]}, {nums[i + 2]}], '
+                           f'"size": [{nums[i + 3]}, {nums[i + 4]}, {nums[i + 5]}]}}'
+                           for t, i in zip(names, range(10, len(nums), 6), strict=True))
+        text = memo[key] = (
+            f'{{"blocks": {{{blocks}}}, "carriers": [{nums[0]}, {nums[1]}, {nums[2]}], '
+            f'"carriers_size": [{nums[3]}, {nums[4]}, {nums[5]}], "mseg_carriers": {nums[6]}, '
+            f'"sys_carriers": {nums[7]}, "mseg_carriers_size": {nums[8]}, '
+            f'"sys_carriers_size": {nums[9]}}}')
+    return text
+
+
+def _instance_json(inst: AllocatorInstance, enc: Any, memo: dict[Any, str]) -> str:
+    """`json.dumps(_instance(inst))`, written directly: the dicts `_instance` builds and
+    json.dumps' walk of them were most of a +S 64 snapshot's `to_json`, and most of an idle
+    instance's text is another's (tests/test_snapshot_encoding.py compares the two)."""
+    if type(inst.allocator) is not str or type(inst.instance) is not int:
+        raise _NotPlain
+    p = inst.mbcs_pool
+    pool = "null" if p is None else "".join(enc({
+        "blocks": {t: list(v) for t, v in p.blocks.items()}, "carriers": p.carriers,
+        "carriers_size": p.carriers_size, "counters": dict(p.counters)}, 0))
+    fix = "null" if inst.fix_types is None else "".join(enc(
+        [{"type": f.type, "allocated": f.allocated, "used": f.used} for f in inst.fix_types], 0))
+    v = inst.versions
+    if v is None:
+        versions = "null"
+    else:  # every instance has them (the allocator's and alloc_util's version): once
+        key = tuple(v) if type(v) is list and _STR.issuperset(map(type, v)) else None
+        versions = memo.get(key) if key is not None else None
+        if versions is None:
+            versions = "".join(enc(list(v), 0))
+            if key is not None:
+                memo[key] = versions
+    return (f'{{"allocator": {_esc(inst.allocator)}, "instance": {inst.instance}, '
+            f'"options": {_dict_text(inst.options, enc, memo)}, '
+            f'"mbcs": {_stats_text(inst.mbcs, memo)}, "sbcs": {_stats_text(inst.sbcs, memo)}, '
+            f'"mbcs_pool": {pool}, "calls": {_dict_text(inst.calls, enc, memo)}, '
+            f'"fix_types": {fix}, "versions": {versions}}}')
+
+
+def _no_default(o: Any) -> Any:
+    raise _NotPlain  # what json.dumps cannot write: it says so, for the whole instance
+
+
+def _instances_json(allocators: Any) -> str:
+    """`json.dumps(_encode(allocators))`: each instance by `_instance_json` with json.dumps'
+    own encoder (its C part, built once here: json.dumps builds one per call), or by
+    json.dumps where one holds a value it does not write itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or type(allocators) is not list:
+        return json.dumps(_encode(allocators))
+    # json.dumps' own settings: a dict of markers (circular references), separators ", "
+    # and ": ", ASCII only, keys as given, NaN allowed
+    enc = make({}, _no_default, _esc, None, ": ", ", ", False, False, True)
+    memo: dict[Any, str] = {}
+    out = []
+    for inst in allocators:
+        try:
+            if type(inst) is not AllocatorInstance:
+                raise _NotPlain
+            out.append(_instance_json(inst, enc, memo))
+        except (_NotPlain, AttributeError, TypeError, ValueError):
+            enc = make({}, _no_default, _esc, None, ": ", ", ", False, False, True)
+            out.append(json.dumps(_encode(inst)))
+    return "[" + ", ".join(out) + "]"
 
 
 def _encode(obj: Any) -> Any:

@@ -188,3 +188,99 @@ def test_calls_and_options_read_the_list_as_proplist_does(items: Any) -> None:
     got = si.options(items)
     assert got == want and [type(v) for v in got.values()] == [type(v) for v in want.values()]
     assert all(type(k) is str for k in got)
+
+
+# ---- instances: written directly by to_json, each distinct part once ------------------------
+
+
+def _snap_of(insts: list[AllocatorInstance]) -> Any:
+    from beamalloc.snapshot import Snapshot
+
+    return Snapshot(node="a@b", source="live", allocators=insts)
+
+
+def test_sample_snapshots_are_written_as_json_dumps_writes_them() -> None:
+    """The compact document (instances and carriers written directly) is json.dumps' own,
+    byte for byte, on every sample, and with carriers (the format does not change)."""
+    from browser.synth import with_carriers
+
+    files = [p for p in SAMPLES.glob("*") if p.name != "README.md"]
+    files += sorted((SAMPLES.parents[0] / "workloads" / "snapshots").glob("*.json"))
+    for p in files:
+        snap = read_file(str(p))
+        assert snap.to_json() == json.dumps(snap.to_dict()), p.name
+        with_carriers(snap, 30)
+        assert snap.to_json() == json.dumps(snap.to_dict()), p.name
+        assert snap.to_json(indent=1) == json.dumps(snap.to_dict(), indent=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(instances, min_size=1, max_size=6))
+def test_generated_instances_are_written_as_json_dumps_writes_them(
+        insts: list[AllocatorInstance]) -> None:
+    snap = _snap_of(insts + [dataclasses.replace(i, instance=i.instance + 1) for i in insts])
+    assert snap.to_json() == json.dumps(snap.to_dict())
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances, st.sampled_from(["options", "calls", "mbcs.carriers", "mbcs.blocks",
+                                   "sbcs.mseg_carriers", "allocator", "instance", "pool",
+                                   "versions", "fix"]),
+       st.sampled_from([*ODD, 0.0, -0.0, float("nan"), 1, 0, False, (1, 2), Triple()]))
+def test_odd_values_are_written_as_json_dumps_writes_them(
+        inst: AllocatorInstance, where: str, odd: Any) -> None:
+    """An odd value in any part (a bool where an int was, -0.0 beside 0.0, a tuple) is written
+    as json.dumps writes it, and never takes the text of an equal plain value (True == 1):
+    the same instance, plain, stands beside it."""
+    from beamalloc.snapshot import FixType, PoolStats
+
+    odd_inst = dataclasses.replace(inst, options=dict(inst.options), calls=dict(inst.calls),
+                                   mbcs=dataclasses.replace(inst.mbcs,
+                                                            blocks=dict(inst.mbcs.blocks)),
+                                   sbcs=dataclasses.replace(inst.sbcs))
+    if where == "options":
+        odd_inst.options["sbct"] = odd
+    elif where == "calls":
+        odd_inst.calls["alloc"] = odd
+    elif where == "mbcs.carriers":
+        odd_inst.mbcs.carriers = Triple(1, odd, 2)
+    elif where == "mbcs.blocks":
+        odd_inst.mbcs.blocks[odd if isinstance(odd, str) else "t"] = BlockStats(
+            Triple(1 if isinstance(odd, str) else odd, 1, 1), Triple(8, 8, 8))
+    elif where == "sbcs.mseg_carriers":
+        odd_inst.sbcs.mseg_carriers = odd
+    elif where == "allocator":
+        odd_inst.allocator = odd
+    elif where == "instance":
+        odd_inst.instance = odd
+    elif where == "pool":
+        odd_inst.mbcs_pool = PoolStats({"t": (1, odd)}, 1, 2, {"fetch": odd})
+    elif where == "versions":
+        odd_inst.versions = ["0.9", odd]
+    else:
+        odd_inst.fix_types = [FixType("proc", odd, 1)]
+    plain = dataclasses.replace(inst, allocator=inst.allocator)
+    for order in ([plain, odd_inst, plain], [odd_inst, plain, odd_inst]):
+        snap = _snap_of(order)
+        try:
+            want = json.dumps(snap.to_dict())
+        except (TypeError, ValueError) as e:  # what json.dumps cannot write, nor to_json
+            with pytest.raises(type(e)):
+                snap.to_json()
+            continue
+        assert snap.to_json() == want
+
+
+def test_equal_values_of_other_types_keep_their_own_text() -> None:
+    """True == 1 and -0.0 == 0.0: the text written once per distinct part is per type."""
+    a = AllocatorInstance("x_alloc", 1, options={"e": True}, calls={"alloc": 1})
+    b = AllocatorInstance("x_alloc", 2, options={"e": 1}, calls={"alloc": True})
+    c = AllocatorInstance("x_alloc", 3, options={"e": 0.0}, calls={"alloc": -0.0})
+    d = AllocatorInstance("x_alloc", 4, options={"e": -0.0}, calls={"alloc": 0.0})
+    b.mbcs.carriers = Triple(True, 0, 0)
+    a.mbcs.carriers = Triple(1, 0, 0)
+    snap = _snap_of([a, b, c, d, a, b])
+    text = snap.to_json()
+    assert text == json.dumps(snap.to_dict())
+    assert '"options": {"e": true}' in text and '"options": {"e": 1}' in text
+    assert '"options": {"e": -0.0}' in text and '"carriers": [true, 0, 0]' in text
