@@ -3,10 +3,13 @@ and replay on every sample and workload trace, and store or compare the outputs 
 
     .venv/bin/python tests/tools/byte_identity.py capture DIR   # at the base commit
     .venv/bin/python tests/tools/byte_identity.py check DIR     # after: exit 1 on any difference
+    .venv/bin/python tests/tools/byte_identity.py check DIR recon   # the outputs so named only
 
 To capture a base commit without checking it out, lay its packages out as the installed namespace
 (beamalloc/, beamalloc/collector/, ...; the built beamalloc/_refalloc*.so copied in) and pass that
-folder in BYTE_IDENTITY_PYTHONPATH: it is put first on the path of every command run.
+folder in BYTE_IDENTITY_PYTHONPATH: every command runs on it, under `python -S` so that the
+editable install cannot lend it the checkout's modules (tests/tools/identity.py, which also masks
+what differs between two checkouts: times taken from a sample file's modification time).
 
 Not part of `make test` (it takes minutes: each recommend replays its predictions). The traces
 are generated once, at capture time, into DIR/traces and replayed from there on check, so a
@@ -16,15 +19,16 @@ Live nodes are not used: their snapshots change from run to run.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import identity
+
+ROOT = identity.ROOT
 SHARED = ROOT.parent / "shared" / "samples" / "otp25"
-PY = str(ROOT / ".venv" / "bin" / "python")
 #: Commands run outside the repository, so `-m` imports the installed (or given) package, not the
 #: folder under the current directory.
 RUN_IN = "/"
@@ -53,10 +57,8 @@ tracegen.ets_churn(d / "ets.batr", rows=5000, cycles=2)
 snap = Snapshot.from_json(Path({str(ROOT / "samples/workloads/snapshots/frag.json")!r}).read_text())
 tracegen.stationary_mix(snap, d / "frag_mix.batr", max_live=5000, max_events=20000)
 """
-    env = dict(os.environ)
-    if os.environ.get("BYTE_IDENTITY_PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["BYTE_IDENTITY_PYTHONPATH"]
-    subprocess.run([PY, "-c", code], check=True, cwd=RUN_IN, env=env)
+    argv, env = identity.python(["-c", code])
+    subprocess.run(argv, check=True, cwd=RUN_IN, env=env)
     return sorted(tdir.glob("*.batr"))
 
 
@@ -79,35 +81,31 @@ def runs(traces: list[Path]) -> list[tuple[str, list[str]]]:
 
 
 def run_one(args: list[str]) -> bytes:
-    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb"}
-    if os.environ.get("BYTE_IDENTITY_PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["BYTE_IDENTITY_PYTHONPATH"]
-    p = subprocess.run([PY, "-m", "beamalloc.cli", *args], capture_output=True, env=env,
-                       cwd=RUN_IN)
+    argv, env = identity.python(["-m", "beamalloc.cli", *args])
+    env.update(COLUMNS="100", TERM="dumb")
+    p = subprocess.run(argv, capture_output=True, env=env, cwd=RUN_IN)
     return b"rc=%d\n--stdout--\n%s--stderr--\n%s" % (p.returncode, p.stdout, p.stderr)
 
 
 def main() -> int:
     mode, d = sys.argv[1], Path(sys.argv[2])
-    if mode == "capture":
-        traces = make_traces(d / "traces")
-    else:
-        traces = sorted((d / "traces").glob("*.batr"))
-    bad = 0
-    for name, args in runs(traces):
-        got = run_one(args)
-        ref = d / "out" / name
-        if mode == "capture":
-            ref.parent.mkdir(parents=True, exist_ok=True)
-            ref.write_bytes(got)
-        elif not ref.exists() or ref.read_bytes() != got:
-            bad += 1
-            (d / "diff").mkdir(exist_ok=True)
-            (d / "diff" / name).write_bytes(got)
-            print(f"DIFFERS: {name} ({' '.join(args)})")
-    total = len(runs(traces))
-    digest = hashlib.sha256(b"".join((d / "out" / n).read_bytes() for n, _ in runs(traces)
-                                     if (d / "out" / n).exists())).hexdigest()[:16]
+    here = str(Path(__file__).parent)
+    argv, env = identity.python(["-c", f"import sys; sys.path.insert(0, {here!r}); "
+                                 "import identity; identity.check_base()"])
+    if subprocess.run(argv, env=env, cwd=RUN_IN).returncode:
+        return 2
+    traces = make_traces(d / "traces") if mode == "capture" else sorted(
+        (d / "traces").glob("*.batr"))
+    masks = identity.mtime_masks(sources()) + identity.path_masks()
+
+    only = sys.argv[3] if len(sys.argv) > 3 else ""
+
+    def outputs() -> Iterator[tuple[str, bytes]]:
+        for name, args in runs(traces):
+            if only in name:
+                yield name, identity.masked(run_one(args), masks)
+
+    total, bad, digest = identity.compare(mode, d, outputs(), "out", "diff")
     print(f"{mode}: {total} outputs, {bad} differ; baseline digest {digest}")
     return 1 if bad else 0
 

@@ -5,19 +5,27 @@ PARTIAL line), and the node pages of a synthetic store, stored or compared byte 
     .venv/bin/python tests/tools/page_identity.py capture DIR   # at the base commit
     .venv/bin/python tests/tools/page_identity.py check DIR     # after: exit 1 on any difference
 
-Upload refs, times of reading and the report's writing time are masked before comparing.
+Upload refs, times of reading and the report's writing time are masked before comparing, and
+so is what differs between two checkouts (tests/tools/identity.py: a time taken from a sample
+file's modification time, the checkout's path in the report's links to the docs). With
+BYTE_IDENTITY_PYTHONPATH (the base's packages laid out as byte_identity.py says) the tool runs
+itself again on them, under `python -S`.
 Not part of `make test` (what-if replays take seconds per sample).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import identity
+
+identity.reexec_on_base()
+identity.check_base()
+ROOT = identity.ROOT
 sys.path[:0] = [str(ROOT / "tests")]
 
 from browser.synth import build_store  # noqa: E402
@@ -80,20 +88,12 @@ def mask(page: bytes) -> bytes:
 def main() -> int:
     mode, d = sys.argv[1], Path(sys.argv[2])
     (d / "tmp").mkdir(parents=True, exist_ok=True)
-    bad = 0
-    got = {n: mask(b) for n, b in outputs(d / "tmp").items()}
-    for name, data in got.items():
-        ref = d / "pages" / name
-        if mode == "capture":
-            ref.parent.mkdir(parents=True, exist_ok=True)
-            ref.write_bytes(data)
-        elif not ref.exists() or ref.read_bytes() != data:
-            bad += 1
-            (d / "pdiff").mkdir(exist_ok=True)
-            (d / "pdiff" / name).write_bytes(data)
-            print(f"DIFFERS: {name}")
-    digest = hashlib.sha256(b"".join(got[n] for n in sorted(got))).hexdigest()[:16]
-    print(f"{mode}: {len(got)} pages, {bad} differ; digest {digest}")
+    # the cut dump is written in tmp each run, and a dump's time is its own, never the file's
+    files = [p for p in sources(d / "tmp") if d / "tmp" not in p.parents]
+    masks = identity.mtime_masks(files) + identity.path_masks()
+    got = {n: identity.masked(mask(b), masks) for n, b in outputs(d / "tmp").items()}
+    total, bad, digest = identity.compare(mode, d, sorted(got.items()), "pages", "pdiff")
+    print(f"{mode}: {total} pages, {bad} differ; digest {digest}")
     return 1 if bad else 0
 
 
