@@ -1,10 +1,11 @@
 """The fast paths of a snapshot's checking and encoding say what the general ones say
 (beamalloc/snapshot.py `_instance`, `_plainly_valid`; collector/terms.py `proplist`).
 
-`to_json` writes allocator instances out field by field and `check` proves plain instances valid
-without building messages: both must agree with the dataclass walk and with `_check_instance`
-on every instance, the odd ones (negative, boolean or out-of-range numbers, text in numeric
-options, non-ASCII names, lone surrogates) included.
+`to_json` writes allocator instances out field by field (`_instances_json`: straight to text,
+each distinct part once) and `check` proves plain instances valid without building messages:
+both must agree with the dataclass walk and json.dumps, and with `_check_instance`, on every
+instance, the odd ones (negative, boolean or out-of-range numbers, text in numeric options,
+non-ASCII names, lone surrogates) included.
 """
 
 from __future__ import annotations
