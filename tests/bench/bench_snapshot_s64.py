@@ -121,6 +121,8 @@ def _phases(snap, wall: float, lt: dict[str, float]) -> dict[str, float]:
            "build": lt.get("build", 0.0), "build_cpu": lt.get("build_cpu", 0.0)}
     out["rest"] = wall - sum(v for k, v in out.items()
                              if k not in ("decode", "overlapped", "build_cpu"))
+    # the whole build's CPU: its start while the carriers were scanned, and its rest after
+    out["build_all_cpu"] = lt.get("build_cpu", 0.0) + lt.get("build_overlapped_cpu", 0.0)
     return out
 
 
@@ -364,11 +366,11 @@ def main() -> int:
               f"{_ms(ours)}; stock erl -hidden, same calls {_ms(stock)}")
         print(f"  ratio (medians): {statistics.median(ours) / statistics.median(stock):.2f}"
               f"   goal <= 1")
-        build_cpu = statistics.median(p["build_cpu"] for _, p in res[False])
+        build_cpu = statistics.median(p["build_all_cpu"] for _, p in res[False])
         enc = _best(snap.to_json)
         print(f"Snapshot.to_json (compact) of the last snapshot: {enc * 1000:.1f} ms CPU, best "
-              f"of 5; its build's CPU once the reply is in (median) {build_cpu * 1000:.1f} ms: "
-              f"ratio {enc / build_cpu:.2f}" if build_cpu else "")
+              f"of 5; its whole build's CPU (median) {build_cpu * 1000:.1f} ms: ratio "
+              f"{enc / build_cpu:.2f}" if build_cpu else "")
         n, b_us, e_us = _per_carrier(node, cookie, args.per_carrier)
         print(f"per carrier, {n} carriers (this node's, repeated): build {b_us:.2f} us, "
               f"encode {e_us:.2f} us; against the issue's 8 + 6 us: {b_us / 8:.2f}x and "
