@@ -512,6 +512,16 @@ class Store:
         self.db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
         (nid,) = self.db.execute("SELECT id FROM nodes WHERE name = ?", (name,)).fetchone()
         st = _NodeState(nid)
+        self._node_state(st)
+        self._state[name] = st
+        return st
+
+    @_reading
+    def _node_state(self, st: _NodeState) -> None:
+        """The writer's state of a node, read from its rows: through `_reading` so a row the
+        writer cannot decode (a newer format's shape or frame, a damaged key) is one
+        StoreError line, as on every read, not a traceback from `watch`'s writer."""
+        nid = st.id
         st.recent = self.db.execute("SELECT count(*) FROM recent WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
         key = self.db.execute("SELECT id, t, data, shape FROM snapshots WHERE node_id = ? AND "
@@ -534,8 +544,6 @@ class Store:
         st.transient = tr[0] if tr else None
         st.snap_t = self.db.execute("SELECT coalesce(max(t), 0) FROM snapshots WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
-        self._state[name] = st
-        return st
 
     def _keep(self, st: _NodeState, t: int, point: Point, force: bool) -> bool:
         if force or st.kept_t is None or t - st.kept_t >= self.keep_every_ms:
