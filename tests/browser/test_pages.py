@@ -53,9 +53,8 @@ def test_nodes_page(browser, server, store_path):
     assert acting and all(a in head for a in acting) and "needs a look" in head
 
 
-#: The verdict requests a page's script made (app.js awaitVerdicts).
-ASKED = ("return performance.getEntriesByType('resource').map(e => e.name)"
-         ".filter(n => n.includes('/api/verdict?ref='));")
+#: The parts of a page its script swapped in once the verdicts arrived (app.js awaitVerdicts).
+SWAPPED = "return [...document.querySelectorAll('[data-swapped]')].map(e => e.id);"
 
 
 @pytest.mark.parametrize("page", ["node", "nodes"])
@@ -67,12 +66,14 @@ def test_verdicts_arrive_on_a_fresh_server(browser, fresh_server, store_path, pa
         listed = st.list_nodes()
     url = f"/node?n={quote('app@web1')}" if page == "node" else "/"
     visit(browser, fresh_server + url)
-    assert browser.execute_script(ASKED), "no verdict was asked for: it was not pending"
+    swapped = browser.execute_script(SWAPPED)
     if page == "node":
+        assert swapped == ["node-summary"], swapped
         lines = [browser.find_element(By.ID, "node-verdict").text]
         refs = [next(f"s{n['latest_snapshot']}" for n in listed if n["node"] == "app@web1")]
         assert browser.find_element(By.ID, "node-headline").get_attribute("class") == "dim"
     else:
+        assert set(swapped) == {"nodes-summary", "nodes-rows"}, swapped
         subs = browser.find_elements(By.CSS_SELECTOR, "#nodes tr.sub")
         assert all(s.get_attribute("data-verdict") for s in subs)
         lines, refs = [s.text for s in subs], [f"s{n['latest_snapshot']}" for n in listed]

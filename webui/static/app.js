@@ -178,7 +178,10 @@
           var doc = new DOMParser().parseFromString(html, "text/html");
           document.querySelectorAll("[data-swap]").forEach(function (el) {
             var fresh = el.id && doc.getElementById(el.id);
-            if (fresh) el.replaceWith(document.importNode(fresh, true));
+            if (!fresh) return;
+            fresh = document.importNode(fresh, true);
+            fresh.setAttribute("data-swapped", String(round + 1));  // came by this script
+            el.replaceWith(fresh);
           });
           if (last) awaitVerdicts(round + 1);
         });
