@@ -350,7 +350,7 @@ def nodes_last() -> Response:
     st = data().store()
     if st is None:
         return jsonify({"last": None, "live": False})
-    refresh, last = _fleet_refresh(st.list_nodes())
+    refresh, last = _fleet_refresh(st.list_nodes(findings=False, point_keys=()))  # times only
     return jsonify({"last": last, "live": refresh is not None})
 
 
