@@ -512,6 +512,16 @@ class Store:
         self.db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
         (nid,) = self.db.execute("SELECT id FROM nodes WHERE name = ?", (name,)).fetchone()
         st = _NodeState(nid)
+        self._node_state(st)
+        self._state[name] = st
+        return st
+
+    @_reading
+    def _node_state(self, st: _NodeState) -> None:
+        """The writer's state of a node, read from its rows: through `_reading` so a row the
+        writer cannot decode (a newer format's shape or frame, a damaged key) is one
+        StoreError line, as on every read, not a traceback from `watch`'s writer."""
+        nid = st.id
         st.recent = self.db.execute("SELECT count(*) FROM recent WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
         key = self.db.execute("SELECT id, t, data, shape FROM snapshots WHERE node_id = ? AND "
@@ -534,8 +544,6 @@ class Store:
         st.transient = tr[0] if tr else None
         st.snap_t = self.db.execute("SELECT coalesce(max(t), 0) FROM snapshots WHERE node_id = ?",
                                     (nid,)).fetchone()[0]
-        self._state[name] = st
-        return st
 
     def _keep(self, st: _NodeState, t: int, point: Point, force: bool) -> bool:
         if force or st.kept_t is None or t - st.kept_t >= self.keep_every_ms:
@@ -766,13 +774,16 @@ class Store:
         return row[0] if row else None
 
     @_reading
-    def list_nodes(self, only: str | None = None, findings: bool = True
-                   ) -> list[dict[str, Any]]:
+    def list_nodes(self, only: str | None = None, findings: bool = True,
+                   point_keys: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Every node: number of samples, first and last sample time, open gap, its last
         sample's derived numbers (`point`), the watcher's last rule evaluation (`findings`,
         or None) and its latest stored snapshot's id. A few grouped queries, whatever the
         number of nodes (the nodes page reads it on every view). `only`: that node alone;
-        `findings=False`: every node's `findings` None, not decoded (the nodes page shows none)."""
+        `findings=False`: every node's `findings` None, not decoded (the nodes page shows none);
+        `point_keys`: `point` holds only these node-wide keys, read by SQLite from the stored
+        JSON (a point is ~2 kB: decoding 4,000 of them in Python was most of a cold nodes
+        page, issue 28 item 5); `last_points` gives the whole ones of the rows shown."""
         db = self.db
         nid_only = self._node_id(only) if only is not None else None
         if only is not None and nid_only is None:
@@ -790,8 +801,14 @@ class Store:
         gaps = {nid: (start, reason) for nid, start, reason in db.execute(
             "SELECT node_id, start, reason FROM gaps WHERE end IS NULL"
             + (" AND node_id = ?" if w else ""), args)}
+        keys = list(point_keys) if point_keys is not None else None
+        cols = "point"
+        if keys is not None:  # a node-wide key is a word: never SQL
+            if not all(k.isidentifier() for k in keys):
+                raise TypeError(f"point keys that are not node-wide keys: {keys}")
+            cols = "json_array(" + ", ".join(f"json_extract(point, '$.{k}')" for k in keys) + ")"
         last = {nid: (t, point, findings) for nid, t, point, findings in db.execute(
-            f"SELECT node_id, t, point, findings FROM last {w}", args)}
+            f"SELECT node_id, t, {cols}, findings FROM last {w}", args)}
         snaps = {nid: sid for nid, sid, _ in db.execute(
             f"SELECT node_id, id, max(t) FROM snapshots {w} GROUP BY node_id", args)}
         out = []
@@ -801,7 +818,11 @@ class Store:
             n, lo, hi = counts.get(nid, (0, None, None))
             gap = gaps.get(nid)
             row = last.get(nid)
-            point = _point(row[1]) if row and row[0] == hi else None
+            point = None
+            if row and row[0] == hi:
+                point = (_point(row[1]) if keys is None else _point(
+                    {k: v for k, v in zip(keys, json.loads(row[1]), strict=True)
+                     if v is not None}))
             if point is None and hi is not None:  # a store of schema 1: from the series
                 s = self.series(name, hi / 1000, hi / 1000, max_points=None)
                 point = {k: v[-1] for k, v in s["columns"].items() if v and v[-1] is not None}
@@ -816,6 +837,20 @@ class Store:
                 "findings": _findings(row[2]) if findings and row and row[2] else None,
                 "latest_snapshot": snaps.get(nid),
             })
+        return out
+
+    @_reading
+    def last_points(self, nodes: Collection[str]) -> dict[str, dict[str, Any]]:
+        """The whole last point of each node named that has one (`list_nodes(point_keys=...)`
+        read only a few of its keys)."""
+        names = list(dict.fromkeys(nodes))
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(names), 500):  # SQLite's bound on a statement's parameters
+            part = names[i:i + 500]
+            for name, point in self.db.execute(
+                    "SELECT n.name, l.point FROM last l JOIN nodes n ON n.id = l.node_id "
+                    f"WHERE n.name IN ({', '.join('?' * len(part))})", part):
+                out[name] = _point(point)
         return out
 
     @_reading

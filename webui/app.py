@@ -64,7 +64,15 @@ def create_app(store_path: str | os.PathLike[str] | None = None, token: str | No
     app.register_error_handler(InputError, _bad_input)
     app.jinja_env.globals["upload_limit"] = upload_limit
     filters.install(app.jinja_env)
+    # the pages an operator opens first, compiled now rather than in their first request
+    # (~80 ms of a cold nodes page on a loaded machine, issue 28 item 5)
+    for name in FIRST_PAGES:
+        app.jinja_env.get_template(name)
     return app
+
+
+#: Templates compiled when the app is made (the first pages and what they extend or include).
+FIRST_PAGES = ("base.html", "nodes.html", "node.html", "_node_holders.html")
 
 
 def _hostname(host: str) -> str:

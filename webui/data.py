@@ -45,23 +45,52 @@ class NotFound(LookupError):
     """A ref, node or snapshot that does not exist (HTTP 404)."""
 
 
+#: What `_LRU.peek` returns for a key not cached (None is a value: "no verdict").
+MISSING = object()
+
+
 class _LRU(OrderedDict):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
         self.lock = threading.Lock()
+        #: Keys being made, each with the lock its maker holds: a second request for the same
+        #: key waits for the first's value (a verdict replays for a second: the page's own
+        #: script and a reload asking at once must not replay twice).
+        self._making: dict[Any, threading.Lock] = {}
 
-    def get_or(self, key: Any, make: Any) -> Any:
+    def peek(self, key: Any) -> Any:
+        """The cached value, or MISSING (nothing is made)."""
         with self.lock:
             if key in self:
                 self.move_to_end(key)
                 return self[key]
-        value = make()
-        with self.lock:
-            self[key] = value
-            while len(self) > self.size:
-                self.popitem(last=False)
-        return value
+        return MISSING
+
+    def get_or(self, key: Any, make: Any) -> Any:
+        while True:
+            with self.lock:
+                if key in self:
+                    self.move_to_end(key)
+                    return self[key]
+                making = self._making.get(key)
+                if making is None:
+                    making = self._making[key] = threading.Lock()
+                    making.acquire()
+                    break
+            with making:  # another thread makes it: wait, then read what it made
+                pass
+        try:
+            value = make()
+            with self.lock:
+                self[key] = value
+                while len(self) > self.size:
+                    self.popitem(last=False)
+            return value
+        finally:  # a maker that raised lets the next one try
+            with self.lock:
+                del self._making[key]
+            making.release()
 
 
 class Data:
@@ -76,6 +105,9 @@ class Data:
         self._samples: _LRU = _LRU(4096)
         # the recommender's answers (webui/recommend_view.py, ~100 KB each): fewer of them
         self.verdicts: _LRU = _LRU(128)
+        #: Refs of the verdicts a background thread is to compute (webui/nodes.py).
+        self.queued: set[str] = set()
+        self.lock = threading.Lock()
 
     # ---- the store ---------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -15,12 +17,13 @@ from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
-from beamalloc.webui.data import MAX_POINTS, Data, NotFound
+from beamalloc.webui.data import MAX_POINTS, MISSING, Data, NotFound
 from beamalloc.webui.holders_view import node_holders
 from beamalloc.webui.pagedata import figures_json, severity
 from beamalloc.webui.recommend_view import recommendations_of
 
 bp = Blueprint("nodes", __name__)
+log = logging.getLogger(__name__)
 
 #: The range buttons of a node page: label, seconds (None: everything).
 RANGES = (("1 h", 3600), ("6 h", 6 * 3600), ("1 day", 86400), ("7 days", 7 * 86400),
@@ -57,6 +60,8 @@ CHART_NODES = 50
 #: Rows of the nodes table per page: a fleet of 4,000 nodes renders in one page of them
 #: (issue 28 item 5); the headline and the chart summarise every node.
 PAGE_ROWS = 100
+#: The keys of a node's last point every row of the nodes page reads (list_nodes' point_keys).
+ROW_KEYS = ("allocated", "used")
 #: Node names a headline lists before "and N more".
 HEADLINE_NAMES = 10
 
@@ -68,11 +73,11 @@ def nodes_page() -> str:
     now = time.time()
     rows: list[dict[str, Any]] = []
     nodes: list[dict[str, Any]] = []
+    st = d.store() if problem is None else None
     try:
-        if problem is None:
-            st = d.store()
-            assert st is not None
-            nodes = st.list_nodes(findings=False)
+        if st is not None:
+            # the numbers every row needs (order, headline, chart); the rest for those shown
+            nodes = st.list_nodes(findings=False, point_keys=ROW_KEYS)
             rows = _rows(d, nodes)
     except StoreError as e:  # a damaged store: its one line, as a store that does not open
         problem, rows = str(e), []
@@ -81,14 +86,26 @@ def nodes_page() -> str:
     shown = rows[(page - 1) * PAGE_ROWS:page * PAGE_ROWS]
     charted = sorted((r for r in rows if r["allocated"] is not None),
                      key=lambda r: r["allocated"] - r["used"], reverse=True)[:CHART_NODES]
+    # a point of ROW_KEYS alone was read from `last`: the whole one for the rows drawn (one
+    # the store's series gave, a store of schema 1, is whole already)
+    part = [r["node"] for r in (*shown, *charted)
+            if r["point"] and set(r["point"]) <= set(ROW_KEYS)]
+    try:
+        whole = st.last_points(part) if st is not None and part else {}
+    except StoreError as e:
+        problem, whole = str(e), {}
     for r in (*shown, *charted):
+        r["point"] = whole.get(r["node"], r["point"])
         _details(r)
     figs = {"nodes": figures.nodes_unused(charted)} if rows else {}
     refresh, last = _fleet_refresh(nodes, now)
-    return render_template("nodes.html", rows=shown, summary=_summary(rows), problem=problem,
-                           store=str(d.store_path or ""), figures=figures_json(figs),
-                           refresh=refresh, last=last, page=page, pages=pages,
-                           first=(page - 1) * PAGE_ROWS + 1, total=len(rows))
+    summary = _summary(rows)
+    page_html = render_template(
+        "nodes.html", rows=shown, summary=summary, problem=problem,
+        store=str(d.store_path or ""), figures=figures_json(figs), refresh=refresh, last=last,
+        page=page, pages=pages, first=(page - 1) * PAGE_ROWS + 1, total=len(rows))
+    _compute_later(d, summary["pending"])
+    return page_html
 
 
 def _page_arg() -> int:
@@ -102,7 +119,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     acting = [r for r in judged if r["state"] != "HEALTHY"]
     bad = [r["node"] for r in rows if r.get("severity") == "bad"]
     more = len(bad) - HEADLINE_NAMES
+    pending = [r["pending"] for r in rows if r.get("pending")]
     return {"total": len(rows), "judged": len(judged), "acting": acting, "bad": len(bad),
+            "pending": pending,
             "bad_names": ", ".join(bad[:HEADLINE_NAMES]) + (f" and {more} more" if more > 0
                                                              else "")}
 
@@ -139,7 +158,7 @@ def _rows(d: Data, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     judged = sorted((r for r in rows if r["latest_ref"]),
                     key=lambda r: (r["allocated"] or 0) - (r.get("used") or 0), reverse=True)
     for r in judged[:VERDICT_NODES]:
-        r.update(_verdict(d, r["latest_ref"]))
+        r.update(_verdict(d, r["latest_ref"], wait=False))
     return rows
 
 
@@ -162,10 +181,17 @@ def _details(row: dict[str, Any]) -> None:
 VERDICT_NODES = 16
 
 
-def _verdict(d: Data, ref: str) -> dict[str, Any]:
+def _verdict(d: Data, ref: str, wait: bool = True) -> dict[str, Any]:
     """The verdict of a node's latest snapshot as its snapshot page gives it (its first line,
-    recommend_view.recommendations_of): the same words, never bare rule codes."""
+    recommend_view.recommendations_of): the same words, never bare rule codes.
+
+    `wait=False` (the pages): only a verdict computed already; else {"pending": ref}, and the
+    page's script asks /api/verdict for it. A verdict replays the advised flags (~0.8 s at
+    28 days' store, issue 28 item 5): a page opened first after the server starts shows its
+    numbers at once and the verdict a second later, rather than nothing for a second."""
     try:
+        if not wait and d.verdicts.peek(ref) is MISSING:
+            return {"pending": ref}
         rec = recommendations_of(d, ref)
     except NotFound:  # replaced by the writer since: shown on the next view
         return {}
@@ -174,6 +200,29 @@ def _verdict(d: Data, ref: str) -> dict[str, Any]:
     v = rec.records.verdict
     return {"verdict": verdict(rec.records), "state": v.state, "why": said(wording.why, v),
             "severity": severity(0, 1.0, v.state)}
+
+
+def _compute_later(d: Data, refs: list[str]) -> None:
+    """Compute the verdicts a page showed as pending, one after the other in one thread
+    started once the page is rendered (not to slow it): a reload finds them without the
+    page's script, and the script's /api/verdict waits for the one being made (data._LRU)."""
+    with d.lock:
+        refs = [r for r in refs if r not in d.queued]
+        d.queued.update(refs)
+    if not refs:
+        return
+
+    def run() -> None:
+        for ref in refs:
+            try:
+                _verdict(d, ref)
+            except Exception:  # a damaged row (StoreError): its page says it when asked
+                log.exception("verdict of %s", ref)
+            finally:
+                with d.lock:
+                    d.queued.discard(ref)
+
+    threading.Thread(target=run, name="verdicts", daemon=True).start()
 
 
 def _range() -> tuple[float | None, float | None]:
@@ -239,12 +288,13 @@ def node_page() -> str:
         p = point_view({k: v[-1] for k, v in series["columns"].items() if v[-1] is not None})
         summary = {"headline": headline(p), "severity": severity(p["unused"], p["usage"])}
     # the first line: the latest stored snapshot's verdict, as its snapshot page says it
+    # (once computed: else the page's script asks for it, and swaps it in)
     latest = st.snapshots(node)
-    verdict = _verdict(d, f"s{latest[-1]['id']}") if latest else {}
+    verdict = _verdict(d, f"s{latest[-1]['id']}", wait=False) if latest else {}
     if verdict.get("state") and summary is not None:
         summary["severity"] = verdict["severity"]
     ranges = [(label, None if secs is None else last - secs) for label, secs in RANGES]
-    return render_template(
+    page_html = render_template(
         "node.html", node=node, info=info, first=when(info["first"]), last=when(info["last"]),
         summary=summary, verdict=verdict, latest_ref=f"s{latest[-1]['id']}" if latest else None,
         holders=node_holders(d, f"s{latest[-1]['id']}" if latest else None),
@@ -253,6 +303,21 @@ def node_page() -> str:
         snapshots=[{"ref": f"s{s['id']}", "when": when(s["t"]), "kept": s["kept"]}
                    for s in snaps[-200:]][::-1],
         when=when, figures=figures_json(figs), refresh=live_refresh(info, now))
+    _compute_later(d, [verdict["pending"]] if verdict.get("pending") else [])
+    return page_html
+
+
+@bp.get("/api/verdict")
+def verdict_api() -> Response:
+    """A stored snapshot's verdict, computed here if no page has yet (the pages ask for the
+    verdicts they showed as pending, then fetch themselves again to show them)."""
+    ref = request.args.get("ref", "")
+    if not (ref[:1] == "s" and ref[1:].isdigit() and len(ref) < 20):
+        abort(404, description=f"no snapshot {ref!r} in the store")
+    v = _verdict(data(), ref)
+    if not v:  # replaced by the writer since (a transient latest), or never there
+        abort(404, description=f"no snapshot {ref!r} in the store")
+    return jsonify({k: v.get(k) for k in ("verdict", "state", "why", "severity")})
 
 
 @bp.get("/api/node/last")
@@ -285,7 +350,7 @@ def nodes_last() -> Response:
     st = data().store()
     if st is None:
         return jsonify({"last": None, "live": False})
-    refresh, last = _fleet_refresh(st.list_nodes())
+    refresh, last = _fleet_refresh(st.list_nodes(findings=False, point_keys=()))  # times only
     return jsonify({"last": last, "live": refresh is not None})
 
 

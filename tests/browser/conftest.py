@@ -80,6 +80,19 @@ def server(store_path: Path) -> Iterator[str]:
     stop()
 
 
+@pytest.fixture
+def fresh_server(store_path: Path) -> Iterator[str]:
+    """A server started now over the same store: no verdict computed yet (issue 28 item 5)."""
+    from waitress.server import create_server
+
+    from beamalloc.webui.app import create_app
+
+    srv = create_server(create_app(store_path), host="127.0.0.1", port=0, threads=4)
+    stop = serve_in_thread(srv)
+    yield f"http://127.0.0.1:{srv.socket.getsockname()[1]}"
+    stop()
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     _need("/usr/bin/chromium")

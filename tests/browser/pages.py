@@ -125,6 +125,10 @@ return figs.length > 0 && figs.every(f => f.classList.contains('fig-note') ||
 """
 
 
+#: No verdict left pending (data-pending: one the page's script is fetching).
+VERDICTS_IN = "return !document.querySelector('[data-pending]');"
+
+
 def wait_for(drv: Any, script: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -144,6 +148,9 @@ def visit(drv: Any, url: str, charts: bool = True) -> None:
     drv.get(url)
     if charts:
         wait_for(drv, ALL_DRAWN)
+    # a verdict the server had not computed arrives by the page's script (app.js
+    # awaitVerdicts): the page as its reader sees it a second later
+    wait_for(drv, VERDICTS_IN, timeout=120)
     # an error page's own status (404) is what it should answer, not an error of the page
     errors = [e for e in console_errors(drv) if not e.startswith(url + " - Failed to load")]
     assert not errors, f"console errors on {url}: {errors}"

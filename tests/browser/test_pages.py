@@ -53,6 +53,36 @@ def test_nodes_page(browser, server, store_path):
     assert acting and all(a in head for a in acting) and "needs a look" in head
 
 
+#: The parts of a page its script swapped in once the verdicts arrived (app.js awaitVerdicts).
+SWAPPED = "return [...document.querySelectorAll('[data-swapped]')].map(e => e.id);"
+
+
+@pytest.mark.parametrize("page", ["node", "nodes"])
+def test_verdicts_arrive_on_a_fresh_server(browser, fresh_server, store_path, page):
+    """A page opened first after the server starts (issue 28 item 5) is sent without the
+    verdicts not computed yet; its script asks for them and swaps them in (visit waits until
+    no verdict is pending): the same lines the snapshot pages say."""
+    with Store(store_path, readonly=True) as st:
+        listed = st.list_nodes()
+    url = f"/node?n={quote('app@web1')}" if page == "node" else "/"
+    visit(browser, fresh_server + url)
+    swapped = browser.execute_script(SWAPPED)
+    if page == "node":
+        assert swapped == ["node-summary"], swapped
+        lines = [browser.find_element(By.ID, "node-verdict").text]
+        refs = [next(f"s{n['latest_snapshot']}" for n in listed if n["node"] == "app@web1")]
+        assert browser.find_element(By.ID, "node-headline").get_attribute("class") == "dim"
+    else:
+        assert set(swapped) == {"nodes-summary", "nodes-rows"}, swapped
+        subs = browser.find_elements(By.CSS_SELECTOR, "#nodes tr.sub")
+        assert all(s.get_attribute("data-verdict") for s in subs)
+        lines, refs = [s.text for s in subs], [f"s{n['latest_snapshot']}" for n in listed]
+        assert "needs a look" in browser.find_element(By.ID, "nodes-headline").text
+    for line, ref in zip(lines, refs, strict=True):
+        visit(browser, f"{fresh_server}/snapshot/{ref}", charts=False)
+        assert line == browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
+
+
 def test_node_page_series(browser, server, store_path):
     visit(browser, f"{server}/node?n={quote('app@web1')}")
     head = browser.find_element(By.CSS_SELECTOR, ".verdict .headline").text
