@@ -4,7 +4,7 @@
 //! set and a few stragglers evenly spread over the spike), then churn after the drop that
 //! replaces blocks at random or each live block once per pass. The recommender writes several
 //! such histories per prediction (advice/predict.py), so they are generated here, not in Python.
-use crate::replay::{Lookahead, Replay};
+use crate::replay::{prefetch, Lookahead, Replay};
 use crate::trace::{Event, Op, TraceError, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
@@ -39,6 +39,9 @@ pub struct Params {
     pub instances: u64,
     pub seed: u64,
 }
+
+/// How many frees ahead the generator asks for the slot a free reads (`Gen::rest`).
+const AHEAD: usize = 16;
 
 /// splitmix64: small, deterministic for a seed, good enough to draw sizes and victims.
 #[derive(Clone)]
@@ -96,7 +99,11 @@ impl Gen {
             },
             t: 0,
             next_id: 1,
-            live: vec![Vec::new(); p.instances.max(1) as usize],
+            // each list grows to the peak: made that large at once, not copied as it grows
+            live: vec![
+                Vec::with_capacity(p.peak.min(1 << 24) as usize);
+                p.instances.max(1) as usize
+            ],
         }
     }
 
@@ -171,12 +178,26 @@ impl Gen {
         let (p, n) = (self.p, self.live.len());
         let stragglers = p.stragglers.min(p.live) as usize;
         if stragglers == 0 {
-            for _ in p.live..p.peak {
-                for k in 0..n {
-                    let j = self.rng.below(self.live[k].len());
-                    let (id, size) = self.live[k].swap_remove(j);
-                    self.event(s, Op::Free, k, size, id)?;
+            // The victims drawn up front (the draws are all this loop takes of the generator)
+            // so that each one's slot is asked for AHEAD frees before it is read: the live
+            // lists outgrow the caches, and a miss per free was a tenth of the calibration.
+            let lens: Vec<usize> = self.live.iter().map(Vec::len).collect();
+            let steps = (p.peak - p.live) as usize;
+            let mut victims = Vec::with_capacity(steps * n);
+            for step in 0..steps {
+                for len in &lens {
+                    victims.push(self.rng.below(len - step));
                 }
+            }
+            for (i, &j) in victims.iter().enumerate() {
+                if let Some(&ahead) = victims.get(i + AHEAD) {
+                    if let Some(b) = self.live[(i + AHEAD) % n].get(ahead) {
+                        prefetch(b);
+                    }
+                }
+                let k = i % n;
+                let (id, size) = self.live[k].swap_remove(j);
+                self.event(s, Op::Free, k, size, id)?;
             }
         } else {
             // Slots in allocation order: the base set (its slots keep their place through the
@@ -200,6 +221,9 @@ impl Gen {
             }
             for i in 0..freed.iter().map(Vec::len).max().unwrap_or(0) {
                 for (k, list) in freed.iter().enumerate() {
+                    if let Some(b) = list.get(i + AHEAD) {
+                        prefetch(b); // read in order, but evicted by the model since made
+                    }
                     if let Some(&(id, size)) = list.get(i) {
                         self.event(s, Op::Free, k, size, id)?;
                     }
@@ -271,6 +295,14 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     let count = w.count;
     w.finish()?;
     Ok(count)
+}
+
+/// Feed the whole history to `s` (a bench measures the generator alone through a sink that
+/// drops the events: refalloc/examples/history.rs).
+pub fn generate(p: Params, s: &mut impl Sink) -> std::io::Result<()> {
+    let mut g = Gen::new(p);
+    g.prefix(s)?;
+    g.rest(s)
 }
 
 /// What the prefix of a history reads: histories equal in it share their events up to the drop.
@@ -444,47 +476,72 @@ pub fn replay(
             Ok((rp, g))
         },
     );
-    // a model is not Sync (its caches are Cells): each job copies its prefix under a lock
-    let prefixes: Vec<std::sync::Mutex<(Replay, Gen)>> = prefixes
+    // A model is not Sync (its caches are Cells): each job copies its prefix under a lock, but
+    // the last job of a prefix takes it: a copy is fresh pages, faulted in, then grown again
+    // by the history after the fork (a proposal's one pass, 660,006 events of the bench node:
+    // 0.124 s CPU with the copy, 0.097 s without). A copy equals what it copies: which job
+    // takes the prefix changes no result.
+    type Shared = std::sync::Mutex<(Option<(Replay, Gen)>, usize)>;
+    let prefixes: Vec<Shared> = prefixes
         .into_iter()
-        .map(|r| r.map(std::sync::Mutex::new))
+        .map(|r| r.map(|x| std::sync::Mutex::new((Some(x), 0))))
         .collect::<Result<_, _>>()?;
     let mut jobs = Vec::new();
     for ((_, members), prefix) in groups.iter().zip(&prefixes) {
+        let events = prefix
+            .lock()
+            .unwrap()
+            .0
+            .as_ref()
+            .map_or(0, |(rp, _)| rp.events);
         for &i in members {
             // the checkpoints past the prefix; those within it were met in it
             let cps = &histories[i].1;
-            let from = cps.partition_point(|&c| c <= prefix.lock().unwrap().0.events);
+            let from = cps.partition_point(|&c| c <= events);
             if from < cps.len() {
                 jobs.push((i, prefix, from));
+                prefix.lock().unwrap().1 += 1;
             }
         }
     }
-    let ends = parallel(jobs, workers, |(i, prefix, from)| {
-        let (p, cps) = &histories[i];
-        let cps = &cps[from..];
-        let (mut rp, mut g) = prefix.lock().unwrap().clone();
-        g.p = Gen::new(*p).p;
-        let mut feed = Feed {
-            rp: &mut rp,
-            ahead: Lookahead::new(),
-            checkpoints: cps,
-            next: 0,
-            at: |rp: &Replay| at(i, rp),
-        };
-        let done = g.rest(&mut feed);
-        if !feed.finished() {
-            feed.drain();
-        }
-        let met = feed.next;
-        fed(done)?;
-        match cps.get(met) {
-            None => Ok(()),
-            Some(c) => Err(TraceError(rp.failure.clone().unwrap_or_else(|| {
-                format!("history {i}: checkpoint {c} past its {} events", rp.events)
-            }))),
-        }
-    });
+    let ends = parallel(
+        jobs,
+        workers,
+        |(i, prefix, from): (usize, &Shared, usize)| {
+            let (p, cps) = &histories[i];
+            let cps = &cps[from..];
+            let (mut rp, mut g) = {
+                let mut shared = prefix.lock().unwrap();
+                shared.1 -= 1;
+                if shared.1 == 0 {
+                    shared.0.take()
+                } else {
+                    shared.0.clone()
+                }
+                .expect("a prefix is taken by its last job only")
+            };
+            g.p = Gen::new(*p).p;
+            let mut feed = Feed {
+                rp: &mut rp,
+                ahead: Lookahead::new(),
+                checkpoints: cps,
+                next: 0,
+                at: |rp: &Replay| at(i, rp),
+            };
+            let done = g.rest(&mut feed);
+            if !feed.finished() {
+                feed.drain();
+            }
+            let met = feed.next;
+            fed(done)?;
+            match cps.get(met) {
+                None => Ok(()),
+                Some(c) => Err(TraceError(rp.failure.clone().unwrap_or_else(|| {
+                    format!("history {i}: checkpoint {c} past its {} events", rp.events)
+                }))),
+            }
+        },
+    );
     ends.into_iter().collect()
 }
 
