@@ -889,24 +889,41 @@ class Predictor:
         pass per family with its prefixes as checkpoints, none written to a file, the families
         forked from one replay of the events they share (refalloc/replay.py
         `replay_histories`), on both cores."""
-        from beamalloc.refalloc.replay import replay_histories
+        self._history_replays_under([(points, flags)], instances)
 
-        rendered = flags.render()
-        todo: dict[History, set[int]] = {}
-        for family, events in points:
-            if (family, events, rendered) not in self._history_runs:
-                todo.setdefault(family, set()).add(events)
+    def _history_replays_under(self, runs: list[tuple[list[tuple[History, int]], FlagSet]],
+                               instances: int) -> None:  # fmt: skip
+        """`_history_replays` of several flag sets in one call, their passes side by side on
+        both cores (refalloc/replay.py `replay_histories_under`)."""
+        from beamalloc.refalloc.replay import replay_histories_under
+
+        wanted: dict[str, tuple[FlagSet, dict[History, set[int]]]] = {}
+        for points, flags in runs:
+            rendered = flags.render()
+            mine = wanted.setdefault(rendered, (flags, {}))[1]
+            for family, events in points:
+                if (family, events, rendered) not in self._history_runs:
+                    mine.setdefault(family, set()).add(events)
+        todo = [(flags, [(family, sorted(counts)) for family, counts in mine.items()])
+                for flags, mine in wanted.values() if mine]  # fmt: skip
         if not todo:
             return
-        jobs = [(family, sorted(counts)) for family, counts in todo.items()]
-        runs = replay_histories([(*self._families[family], cps) for family, cps in jobs], flags,
-                                instances)  # fmt: skip
-        for (family, cps), results in zip(jobs, runs, strict=True):
-            for events, r in zip(cps, results, strict=True):
-                self._history_runs[(family, events, rendered)] = r
+        got = replay_histories_under([(flags, [(*self._families[family], cps)
+                                               for family, cps in jobs])
+                                      for flags, jobs in todo], instances)  # fmt: skip
+        for (flags, jobs), runs_of in zip(todo, got, strict=True):
+            rendered = flags.render()
+            for (family, cps), results in zip(jobs, runs_of, strict=True):
+                for events, r in zip(cps, results, strict=True):
+                    self._history_runs[(family, events, rendered)] = r
 
-    def _history(self, target: str) -> _Histories | None:
-        """The calibrated histories of `target`, or None where it shows no spike to replay."""
+    def _history(self, target: str, ahead: FlagSet | None = None) -> _Histories | None:
+        """The calibrated histories of `target`, or None where it shows no spike to replay.
+        With `ahead` (a proposal's flags after the node's), the pass a prediction under them
+        is all but sure to need (the base family to the turnover's end, the kept history on
+        the way) runs beside the calibration: alone after it, it would leave a core idle. Its
+        results are cached as any pass's; where no history reproduces the node they go unused
+        (each checkpoint is the same replay whichever pass reaches it)."""
         if target in self._histories:
             return self._histories[target]
         from beamalloc.refalloc.tracegen import history_params
@@ -948,7 +965,10 @@ class Predictor:
 
         # the turnover's end (every survivor replaced) in the same pass as the histories tried
         end = point(dataclasses.replace(base, after=fit.live))
-        self._history_replays([point(h) for _, h in tried] + [end], self.base, fit.modelled)
+        runs = [([point(h) for _, h in tried] + [end], self.base)]
+        if ahead is not None:
+            runs.append(([point(base), end], ahead))
+        self._history_replays_under(runs, fit.modelled)
         candidates = []
         for future, h in tried:
             family, events = point(h)
@@ -1011,7 +1031,7 @@ class Predictor:
         """The restart-true prediction (issue 22), or None where no history of `target`
         reproduces the node and one future is ruled out (the caller falls back on its carriers,
         and says so)."""
-        h = self._history(target)
+        h = self._history(target, FlagSet(self.base.flags + flags.flags, otp=self.base.otp))
         if h is None:
             return None
         # Where no history reproduces the node but both futures come within RULES_OUT, the node

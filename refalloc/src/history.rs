@@ -427,31 +427,50 @@ pub fn replay(
     workers: usize,
     at: impl Fn(usize, &Replay) + Sync,
 ) -> Result<(), TraceError> {
+    let hs: Vec<_> = histories.iter().map(|(p, c)| (0, *p, c.clone())).collect();
+    replay_under(vec![model], &hs, workers, at)
+}
+
+/// `replay` of histories each in one of `models` (`(model, params, checkpoints)`; several flag
+/// sets): the passes of every model share the threads, so a calibration and a proposal's pass
+/// (advice/predict.py) run side by side where each alone would leave a core idle.
+pub fn replay_under(
+    models: Vec<Replay>,
+    histories: &[(usize, Params, Vec<u64>)],
+    workers: usize,
+    at: impl Fn(usize, &Replay) + Sync,
+) -> Result<(), TraceError> {
     if histories
         .iter()
-        .any(|(_, cps)| cps.windows(2).any(|w| w[0] > w[1]))
+        .any(|(m, _, cps)| *m >= models.len() || cps.windows(2).any(|w| w[0] > w[1]))
     {
-        return Err(TraceError("checkpoints must be in ascending order".into()));
+        return Err(TraceError(
+            "checkpoints must be in ascending order, each history in a model given".into(),
+        ));
     }
-    // the groups of one prefix, in order of first appearance
-    let mut groups: Vec<([u64; 9], Vec<usize>)> = Vec::new();
-    for (i, (p, _)) in histories.iter().enumerate() {
-        let key = prefix_key(p);
+    // the groups of one model and prefix, in order of first appearance
+    let mut groups: Vec<((usize, [u64; 9]), Vec<usize>)> = Vec::new();
+    for (i, (m, p, _)) in histories.iter().enumerate() {
+        let key = (*m, prefix_key(p));
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, members)) => members.push(i),
             None => groups.push((key, vec![i])),
         }
     }
     // The prefix of each group once, with the checkpoints its members place inside it.
-    let items: Vec<_> = groups.iter().map(|(_, m)| (m, model.clone())).collect();
+    let items: Vec<_> = groups
+        .iter()
+        .map(|((m, _), members)| (members, models[*m].clone()))
+        .collect();
+    drop(models);
     let prefixes = parallel(
         items,
         workers,
         |(members, mut rp): (&Vec<usize>, Replay)| {
-            let mut g = Gen::new(histories[members[0]].0);
+            let mut g = Gen::new(histories[members[0]].1);
             let mut cps: Vec<u64> = members
                 .iter()
-                .flat_map(|&i| histories[i].1.iter().copied())
+                .flat_map(|&i| histories[i].2.iter().copied())
                 .collect();
             cps.sort_unstable();
             cps.dedup();
@@ -462,7 +481,7 @@ pub fn replay(
                 next: 0,
                 at: |rp: &Replay| {
                     for &i in members {
-                        if histories[i].1.contains(&rp.events) {
+                        if histories[i].2.contains(&rp.events) {
                             at(i, rp);
                         }
                     }
@@ -496,7 +515,7 @@ pub fn replay(
             .map_or(0, |(rp, _)| rp.events);
         for &i in members {
             // the checkpoints past the prefix; those within it were met in it
-            let cps = &histories[i].1;
+            let cps = &histories[i].2;
             let from = cps.partition_point(|&c| c <= events);
             if from < cps.len() {
                 jobs.push((i, prefix, from));
@@ -508,7 +527,7 @@ pub fn replay(
         jobs,
         workers,
         |(i, prefix, from): (usize, &Shared, usize)| {
-            let (p, cps) = &histories[i];
+            let (_, p, cps) = &histories[i];
             let cps = &cps[from..];
             let (mut rp, mut g) = {
                 let mut shared = prefix.lock().unwrap();
