@@ -807,6 +807,10 @@ class Predictor:
     _families: dict[History, tuple[Any, dict[str, int]]] = field(default_factory=dict)
     #: Set by a prediction whose futures disagree (FUTURES_AGREE): the turnover decides it.
     turnover_decides: bool = False
+    #: Flag sets the verdict will propose per allocator (advice/reading.py `_asked`, a verdict
+    #: that replays nothing): a history prediction replays their passes beside its own. A hint
+    #: only: a flag set never asked costs a pass, never a figure.
+    ahead: dict[str, list[FlagSet]] = field(default_factory=dict)
 
     def __enter__(self) -> Predictor:
         self._entered = True
@@ -917,13 +921,8 @@ class Predictor:
                 for events, r in zip(cps, results, strict=True):
                     self._history_runs[(family, events, rendered)] = r
 
-    def _history(self, target: str, ahead: FlagSet | None = None) -> _Histories | None:
-        """The calibrated histories of `target`, or None where it shows no spike to replay.
-        With `ahead` (a proposal's flags after the node's), the pass a prediction under them
-        is all but sure to need (the base family to the turnover's end, the kept history on
-        the way) runs beside the calibration: alone after it, it would leave a core idle. Its
-        results are cached as any pass's; where no history reproduces the node they go unused
-        (each checkpoint is the same replay whichever pass reaches it)."""
+    def _history(self, target: str) -> _Histories | None:
+        """The calibrated histories of `target`, or None where it shows no spike to replay."""
         if target in self._histories:
             return self._histories[target]
         from beamalloc.refalloc.tracegen import history_params
@@ -965,10 +964,7 @@ class Predictor:
 
         # the turnover's end (every survivor replaced) in the same pass as the histories tried
         end = point(dataclasses.replace(base, after=fit.live))
-        runs = [([point(h) for _, h in tried] + [end], self.base)]
-        if ahead is not None:
-            runs.append(([point(base), end], ahead))
-        self._history_replays_under(runs, fit.modelled)
+        self._history_replays([point(h) for _, h in tried] + [end], self.base, fit.modelled)
         candidates = []
         for future, h in tried:
             family, events = point(h)
@@ -1031,7 +1027,7 @@ class Predictor:
         """The restart-true prediction (issue 22), or None where no history of `target`
         reproduces the node and one future is ruled out (the caller falls back on its carriers,
         and says so)."""
-        h = self._history(target, FlagSet(self.base.flags + flags.flags, otp=self.base.otp))
+        h = self._history(target)
         if h is None:
             return None
         # Where no history reproduces the node but both futures come within RULES_OUT, the node
@@ -1047,12 +1043,17 @@ class Predictor:
         names = [name for name in ("turnover", "kept")
                  if h.best[name].calibration["error"] <= RULES_OUT]  # fmt: skip
         # every history these futures replay under the proposal, in as few passes as there are
-        # traces (the futures' ends and bands are prefixes of one or two)
-        self._history_replays([p for name in names
-                               for p in [h.ends[name]] + [(c.family, c.events)
-                                                          for c in self._band_fits(h, name)]],
-                              FlagSet(self.base.flags + flags.flags, otp=self.base.otp),
-                              h.fit.modelled)  # fmt: skip
+        # traces (the futures' ends and bands are prefixes of one or two); the same points
+        # under the flag sets the verdict proposes next for `target` (`ahead`: they take this
+        # path, with these points, whatever their flags), their passes side by side on both
+        # cores where one after the other each left a core idle (issue 28 item 3)
+        points = [p for name in names
+                  for p in [h.ends[name]] + [(c.family, c.events)
+                                             for c in self._band_fits(h, name)]]  # fmt: skip
+        self._history_replays_under([(points, FlagSet(self.base.flags + fs.flags,
+                                                      otp=self.base.otp))
+                                     for fs in [flags, *self.ahead.get(target, ())]],
+                                    h.fit.modelled)  # fmt: skip
         futures = [self._future(h, name, flags, target) for name in names]
         if len(futures) > 1 and abs(futures[0]["unused_saving"]
                                     - futures[1]["unused_saving"]) >= FUTURES_AGREE:  # fmt: skip

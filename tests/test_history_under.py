@@ -44,24 +44,38 @@ def test_flag_sets_replayed_together_are_each_replayed_alone() -> None:
 
 
 @pytest.mark.parametrize("name", ["churn_bf", "binspike_bf"])
-def test_a_proposal_run_beside_the_calibration_is_the_same_prediction(name: str) -> None:
-    """`_history(target, ahead)` replays the proposal's likely pass with the calibration; the
-    prediction is the one of a calibration alone followed by the proposal's own pass."""
+def test_a_proposal_replayed_ahead_is_the_same_prediction(name: str) -> None:
+    """A flag set the verdict will ask (Predictor.ahead) is replayed beside the first proposal,
+    at the same points: asked next, it replays nothing more, and its prediction and the first
+    one are a fresh Predictor's."""
     snap = load(name)
     f = facts(snap)
-    flags = parse("+MBas ageffcbf +MBlmbcs 512 +MBacul de", otp=pr.otp_of(snap))
-    with pr.Predictor(snap, f) as p:
-        got = p.predict("binary_alloc", "R3", flags)
-        h = p._histories["binary_alloc"]
-    with pr.Predictor(snap, f) as q:
-        q._history("binary_alloc")  # the calibration alone, nothing ahead
-        want = q.predict("binary_alloc", "R3", flags)
+    otp = pr.otp_of(snap)
+    first = parse("+MBas ageffcbf +MBlmbcs 512 +MBacul de", otp=otp)
+    then = parse("+MBas aoffcbf +MBacul de", otp=otp)
+    with pr.Predictor(snap, f, ahead={"binary_alloc": [then]}) as p:
+        got = [p.predict("binary_alloc", "R3", first)]
+        runs = set(p._history_runs)
+        got.append(p.predict("binary_alloc", "R3", then))
+        assert set(p._history_runs) == runs  # nothing replayed for the second
+    want = []
+    for fs in (first, then):
+        with pr.Predictor(snap, f) as q:
+            want.append(q.predict("binary_alloc", "R3", fs))
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
-    if h is None:  # binspike: no history fits (no carrier bands), nothing ran ahead
-        assert not p._history_runs
-        return
-    # the pass ahead: the kept history and the turnover's end under the proposal, cached
-    family = dataclasses.replace(h.fit.base(), after=0)
-    end = dataclasses.replace(h.fit.base(), after=h.fit.live).events(h.fit.modelled)
-    after = pr.FlagSet(p.base.flags + flags.flags, otp=p.base.otp).render()
-    assert (family, end, after) in p._history_runs
+    if got[0]["seeded_from"] == "history":
+        assert got[1]["seeded_from"] == "history"
+
+
+def test_the_flags_a_verdict_asks_are_gathered_without_a_replay() -> None:
+    """reading._asked: the verdict's proposals (R3's, and the revert a held-back R3 leaves
+    to ask on a node that runs bf with acul 0), with nothing replayed."""
+    from beamalloc.advice.reading import _asked
+
+    snap = load("churn_bf")
+    with pr.Predictor(snap, facts(snap)) as p:
+        asked = _asked(p, None)
+        assert not p._history_runs and not p._runs
+    flags = [fs.render() for fs in asked["binary_alloc"]]
+    assert any("ageffcbf" in x for x in flags), flags
+    assert len(flags) == len(set(flags))
