@@ -3,7 +3,7 @@
 //! MODE [REPEAT]` on the calibration of the bench node (tests/bench/bench_recommend.py: churn x
 //! 160,000 under `+MBas bf`, scaled to 0.125: one prefix, the turnover family and four
 //! stragglers families). Modes: `gen` (the generator into a sink that drops the events), `cal`
-//! (the calibration, forked, on 2 threads), `one STRATEGY` (one proposal's pass: the turnover
+//! (the calibration, forked, on 2 threads; `cal1`: on one), `one STRATEGY` (one proposal's pass: the turnover
 //! family to its 660,006th event under STRATEGY). Prints `EVENTS SECONDS CPU_SECONDS NS_PER_EVENT`.
 use _refalloc::config::{Globals, InstanceConfig, Strategy};
 use _refalloc::history::{generate, replay, Params, Sink};
@@ -107,7 +107,7 @@ fn main() {
             eprintln!("checksum {}", s.1);
             s.0
         }
-        "cal" => {
+        "cal" | "cal1" => {
             let mut jobs = vec![(
                 base(),
                 vec![620_002, 640_002, 660_006, 700_010, 780_018, 869_462],
@@ -123,7 +123,8 @@ fn main() {
                 jobs.push((p, vec![700_010]));
             }
             let seen = std::sync::Mutex::new(Vec::new());
-            replay(model(strategy), &jobs, 2, |i, rp| {
+            let workers = if mode == "cal1" { 1 } else { 2 };
+            replay(model(strategy), &jobs, workers, |i, rp| {
                 seen.lock().unwrap().push((i, rp.events, rp.live_blocks()))
             })
             .unwrap();
