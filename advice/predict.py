@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -807,10 +807,11 @@ class Predictor:
     _families: dict[History, tuple[Any, dict[str, int]]] = field(default_factory=dict)
     #: Set by a prediction whose futures disagree (FUTURES_AGREE): the turnover decides it.
     turnover_decides: bool = False
-    #: Flag sets the verdict will propose per allocator (advice/reading.py `_asked`, a verdict
-    #: that replays nothing): a history prediction replays their passes beside its own. A hint
-    #: only: a flag set never asked costs a pass, never a figure.
-    ahead: dict[str, list[FlagSet]] = field(default_factory=dict)
+    #: The flag sets the verdict will propose, per allocator (advice/reading.py `_asked`, a
+    #: verdict that replays nothing, in a thread beside the calibration): called when a history
+    #: prediction needs them, it replays their passes beside its own. A hint only: a flag set
+    #: never asked costs a pass, never a figure.
+    ahead: Callable[[], dict[str, list[FlagSet]]] | None = None
 
     def __enter__(self) -> Predictor:
         self._entered = True
@@ -1052,7 +1053,8 @@ class Predictor:
                                              for c in self._band_fits(h, name)]]  # fmt: skip
         self._history_replays_under([(points, FlagSet(self.base.flags + fs.flags,
                                                       otp=self.base.otp))
-                                     for fs in [flags, *self.ahead.get(target, ())]],
+                                     for fs in [flags, *(self.ahead().get(target, ())
+                                                         if self.ahead else ())]],
                                     h.fit.modelled)  # fmt: skip
         futures = [self._future(h, name, flags, target) for name in names]
         if len(futures) > 1 and abs(futures[0]["unused_saving"]

@@ -424,8 +424,23 @@ class _Ahead:
     def _run(self, pr: Predictor, given_flags: str | None) -> None:
         from beamalloc.advice.recommend import verdict
 
+        # the flag sets the verdict proposes, gathered in Python while its calibration replays
+        # with the GIL released; its first proposal waits for them (Predictor.ahead)
+        asked: dict[str, list[FlagSet]] = {}
+
+        def gather() -> None:
+            with contextlib.suppress(Exception):  # a hint: the verdict meets any error itself
+                asked.update(_asked(pr, given_flags))
+
+        hints = threading.Thread(target=gather, daemon=True, name="beamalloc-flags-asked")
+        hints.start()
+
+        def ahead() -> dict[str, list[FlagSet]]:
+            hints.join()
+            return asked
+
+        pr.ahead = ahead
         with contextlib.suppress(Exception):
-            pr.ahead = _asked(pr, given_flags)
             verdict(pr.snap, given_flags, trace=pr.trace, predictor=pr)
             self._ok = True
 

@@ -53,7 +53,7 @@ def test_a_proposal_replayed_ahead_is_the_same_prediction(name: str) -> None:
     otp = pr.otp_of(snap)
     first = parse("+MBas ageffcbf +MBlmbcs 512 +MBacul de", otp=otp)
     then = parse("+MBas aoffcbf +MBacul de", otp=otp)
-    with pr.Predictor(snap, f, ahead={"binary_alloc": [then]}) as p:
+    with pr.Predictor(snap, f, ahead=lambda: {"binary_alloc": [then]}) as p:
         got = [p.predict("binary_alloc", "R3", first)]
         runs = set(p._history_runs)
         got.append(p.predict("binary_alloc", "R3", then))
