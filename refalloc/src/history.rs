@@ -838,4 +838,53 @@ mod tests {
         let past = vec![(base, vec![10_000_000])];
         assert!(replay(model(), &past, 1, |_, _| {}).is_err());
     }
+
+    /// Histories under several models in one call give what each model's own call gives, and
+    /// a history naming no model given is refused.
+    #[test]
+    fn models_replayed_together_are_each_replayed_alone() {
+        use crate::config::{Globals, InstanceConfig, Strategy};
+        let model = |strategy| {
+            let cfgs = (0..3)
+                .map(|ix| {
+                    let mut c = InstanceConfig::default_for(10, ix);
+                    c.strategy = strategy;
+                    c
+                })
+                .collect();
+            Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+        };
+        let base = params(true);
+        let strag = Params {
+            stragglers: 10,
+            rebuild: true,
+            ..base
+        };
+        let end = |p: &Params| 2 * (2 * p.peak - p.live + 2 * p.before + 2 * p.after);
+        let hs = [
+            (0, base, vec![1_000, end(&base)]),
+            (1, base, vec![end(&base)]),
+            (1, strag, vec![500, end(&strag)]),
+        ];
+        let strategies = [Strategy::Bf, Strategy::Ageffcbf];
+        let seen = std::sync::Mutex::new(vec![Vec::new(); hs.len()]);
+        replay_under(strategies.map(model).to_vec(), &hs, 2, |i, rp| {
+            seen.lock().unwrap()[i].push(state(rp))
+        })
+        .unwrap();
+        for (i, (m, p, cps)) in hs.iter().enumerate() {
+            let alone = std::sync::Mutex::new(Vec::new());
+            replay(model(strategies[*m]), &[(*p, cps.clone())], 1, |_, rp| {
+                alone.lock().unwrap().push(state(rp))
+            })
+            .unwrap();
+            assert!(
+                seen.lock().unwrap()[i] == alone.into_inner().unwrap(),
+                "history {i}"
+            );
+        }
+        assert!(seen.into_inner().unwrap()[1] != Vec::<String>::new());
+        let stray = [(2, base, vec![1_000])];
+        assert!(replay_under(strategies.map(model).to_vec(), &stray, 1, |_, _| {}).is_err());
+    }
 }
