@@ -449,7 +449,8 @@ pub fn replay_under(
         ));
     }
     // the groups of one model and prefix, in order of first appearance
-    let mut groups: Vec<((usize, [u64; 9]), Vec<usize>)> = Vec::new();
+    type Key = (usize, [u64; 9]);
+    let mut groups: Vec<(Key, Vec<usize>)> = Vec::new();
     for (i, (m, p, _)) in histories.iter().enumerate() {
         let key = (*m, prefix_key(p));
         match groups.iter_mut().find(|(k, _)| *k == key) {
