@@ -1047,15 +1047,17 @@ class Predictor:
         # traces (the futures' ends and bands are prefixes of one or two); the same points
         # under the flag sets the verdict proposes next for `target` (`ahead`: they take this
         # path, with these points, whatever their flags), their passes side by side on both
-        # cores where one after the other each left a core idle (issue 28 item 3)
+        # cores where one after the other each left a core idle (issue 28 item 3). Only where
+        # two futures stand and no turnover tells them apart: a revert is asked next where
+        # this finding is held back, as such a finding mostly is (else its pass is wasted).
         points = [p for name in names
                   for p in [h.ends[name]] + [(c.family, c.events)
                                              for c in self._band_fits(h, name)]]  # fmt: skip
+        undecided = len(names) > 1 and self.turnover is None
+        nexts = self.ahead().get(target, []) if self.ahead and undecided else []
         self._history_replays_under([(points, FlagSet(self.base.flags + fs.flags,
                                                       otp=self.base.otp))
-                                     for fs in [flags, *(self.ahead().get(target, ())
-                                                         if self.ahead else ())]],
-                                    h.fit.modelled)  # fmt: skip
+                                     for fs in [flags, *nexts]], h.fit.modelled)  # fmt: skip
         futures = [self._future(h, name, flags, target) for name in names]
         if len(futures) > 1 and abs(futures[0]["unused_saving"]
                                     - futures[1]["unused_saving"]) >= FUTURES_AGREE:  # fmt: skip

@@ -63,8 +63,15 @@ def test_a_proposal_replayed_ahead_is_the_same_prediction(name: str) -> None:
         with pr.Predictor(snap, f) as q:
             want.append(q.predict("binary_alloc", "R3", fs))
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
-    if got[0]["seeded_from"] == "history":
-        assert got[1]["seeded_from"] == "history"
+    if got[0]["seeded_from"] != "history":
+        return
+    assert got[1]["seeded_from"] == "history"
+    # the turnover known, the finding is decided: what would be asked next is not replayed
+    busy = pr.Turnover("binary_alloc", 5.0, 200_000, 20_000)
+    with pr.Predictor(snap, f, turnover=busy, ahead=lambda: {"binary_alloc": [then]}) as p:
+        p.predict("binary_alloc", "R3", first)
+        after = pr.FlagSet(p.base.flags + then.flags, otp=p.base.otp).render()
+        assert not [k for k in p._history_runs if k[2] == after]
 
 
 def test_the_flags_a_verdict_asks_are_gathered_without_a_replay() -> None:
