@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -807,6 +807,11 @@ class Predictor:
     _families: dict[History, tuple[Any, dict[str, int]]] = field(default_factory=dict)
     #: Set by a prediction whose futures disagree (FUTURES_AGREE): the turnover decides it.
     turnover_decides: bool = False
+    #: The flag sets the verdict will propose, per allocator (advice/reading.py `_asked`, a
+    #: verdict that replays nothing, in a thread beside the calibration): called when a history
+    #: prediction needs them, it replays their passes beside its own. A hint only: a flag set
+    #: never asked costs a pass, never a figure.
+    ahead: Callable[[], dict[str, list[FlagSet]]] | None = None
 
     def __enter__(self) -> Predictor:
         self._entered = True
@@ -889,21 +894,33 @@ class Predictor:
         pass per family with its prefixes as checkpoints, none written to a file, the families
         forked from one replay of the events they share (refalloc/replay.py
         `replay_histories`), on both cores."""
-        from beamalloc.refalloc.replay import replay_histories
+        self._history_replays_under([(points, flags)], instances)
 
-        rendered = flags.render()
-        todo: dict[History, set[int]] = {}
-        for family, events in points:
-            if (family, events, rendered) not in self._history_runs:
-                todo.setdefault(family, set()).add(events)
+    def _history_replays_under(self, runs: list[tuple[list[tuple[History, int]], FlagSet]],
+                               instances: int) -> None:  # fmt: skip
+        """`_history_replays` of several flag sets in one call, their passes side by side on
+        both cores (refalloc/replay.py `replay_histories_under`)."""
+        from beamalloc.refalloc.replay import replay_histories_under
+
+        wanted: dict[str, tuple[FlagSet, dict[History, set[int]]]] = {}
+        for points, flags in runs:
+            rendered = flags.render()
+            mine = wanted.setdefault(rendered, (flags, {}))[1]
+            for family, events in points:
+                if (family, events, rendered) not in self._history_runs:
+                    mine.setdefault(family, set()).add(events)
+        todo = [(flags, [(family, sorted(counts)) for family, counts in mine.items()])
+                for flags, mine in wanted.values() if mine]  # fmt: skip
         if not todo:
             return
-        jobs = [(family, sorted(counts)) for family, counts in todo.items()]
-        runs = replay_histories([(*self._families[family], cps) for family, cps in jobs], flags,
-                                instances)  # fmt: skip
-        for (family, cps), results in zip(jobs, runs, strict=True):
-            for events, r in zip(cps, results, strict=True):
-                self._history_runs[(family, events, rendered)] = r
+        got = replay_histories_under([(flags, [(*self._families[family], cps)
+                                               for family, cps in jobs])
+                                      for flags, jobs in todo], instances)  # fmt: skip
+        for (flags, jobs), runs_of in zip(todo, got, strict=True):
+            rendered = flags.render()
+            for (family, cps), results in zip(jobs, runs_of, strict=True):
+                for events, r in zip(cps, results, strict=True):
+                    self._history_runs[(family, events, rendered)] = r
 
     def _history(self, target: str) -> _Histories | None:
         """The calibrated histories of `target`, or None where it shows no spike to replay."""
@@ -1027,12 +1044,20 @@ class Predictor:
         names = [name for name in ("turnover", "kept")
                  if h.best[name].calibration["error"] <= RULES_OUT]  # fmt: skip
         # every history these futures replay under the proposal, in as few passes as there are
-        # traces (the futures' ends and bands are prefixes of one or two)
-        self._history_replays([p for name in names
-                               for p in [h.ends[name]] + [(c.family, c.events)
-                                                          for c in self._band_fits(h, name)]],
-                              FlagSet(self.base.flags + flags.flags, otp=self.base.otp),
-                              h.fit.modelled)  # fmt: skip
+        # traces (the futures' ends and bands are prefixes of one or two); the same points
+        # under the flag sets the verdict proposes next for `target` (`ahead`: they take this
+        # path, with these points, whatever their flags), their passes side by side on both
+        # cores where one after the other each left a core idle (issue 28 item 3). Only where
+        # two futures stand and no turnover tells them apart: a revert is asked next where
+        # this finding is held back, as such a finding mostly is (else its pass is wasted).
+        points = [p for name in names
+                  for p in [h.ends[name]] + [(c.family, c.events)
+                                             for c in self._band_fits(h, name)]]  # fmt: skip
+        undecided = len(names) > 1 and self.turnover is None
+        nexts = self.ahead().get(target, []) if self.ahead and undecided else []
+        self._history_replays_under([(points, FlagSet(self.base.flags + fs.flags,
+                                                      otp=self.base.otp))
+                                     for fs in [flags, *nexts]], h.fit.modelled)  # fmt: skip
         futures = [self._future(h, name, flags, target) for name in names]
         if len(futures) > 1 and abs(futures[0]["unused_saving"]
                                     - futures[1]["unused_saving"]) >= FUTURES_AGREE:  # fmt: skip

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from beamalloc.collector.procdump import ProcSections
     from beamalloc.collector.processes import ProcessTable
     from beamalloc.console import Terminal
+    from beamalloc.flags import FlagSet
     from beamalloc.snapshot import Snapshot
 
 
@@ -383,6 +384,29 @@ class _Beside:
         return value
 
 
+def _asked(pr: Predictor, given_flags: str | None) -> dict[str, list[FlagSet]]:
+    """The flag sets, per allocator, that a verdict on `pr`'s snapshot proposes, found by one
+    that replays nothing (every prediction refused, so every finding held back and every
+    revert of a wasteful allocator asked: what the verdict on the first read asks, or more).
+    `pr` replays each one's passes beside the first proposal's (Predictor.ahead): the verdict
+    asked them one after the other, each pass on one core (issue 28 item 3)."""
+    from beamalloc.advice.predict import PredictionError, Predictor
+    from beamalloc.advice.recommend import verdict
+
+    asked: dict[str, list[FlagSet]] = {}
+
+    class Dry(Predictor):
+        def predict(self, allocator: str | None, rule: str, flags: FlagSet) -> dict[str, Any]:
+            mine = asked.setdefault(allocator or "", [])
+            if all(x.render() != flags.render() for x in mine):
+                mine.append(flags)
+            raise PredictionError("not replayed: the flags asked are gathered")
+
+    with Dry(pr.snap, pr.facts, trace=pr.trace) as dry:
+        verdict(pr.snap, given_flags, trace=pr.trace, predictor=dry)
+    return asked
+
+
 class _Ahead:
     """The verdict on the first read alone, in a thread while the command waits for the second:
     it replays every flag set the rules propose into `pr`'s caches (refalloc releases the GIL),
@@ -400,6 +424,22 @@ class _Ahead:
     def _run(self, pr: Predictor, given_flags: str | None) -> None:
         from beamalloc.advice.recommend import verdict
 
+        # the flag sets the verdict proposes, gathered in Python while its calibration replays
+        # with the GIL released; its first proposal waits for them (Predictor.ahead)
+        asked: dict[str, list[FlagSet]] = {}
+
+        def gather() -> None:
+            with contextlib.suppress(Exception):  # a hint: the verdict meets any error itself
+                asked.update(_asked(pr, given_flags))
+
+        hints = threading.Thread(target=gather, daemon=True, name="beamalloc-flags-asked")
+        hints.start()
+
+        def ahead() -> dict[str, list[FlagSet]]:
+            hints.join()
+            return asked
+
+        pr.ahead = ahead
         with contextlib.suppress(Exception):
             verdict(pr.snap, given_flags, trace=pr.trace, predictor=pr)
             self._ok = True

@@ -48,7 +48,7 @@ from beamalloc.trace import (
 from beamalloc.versions import modelled_otp
 
 __all__ = ["SERIES_COLUMNS", "ReplayResult", "replay_checkpoints", "replay_histories",
-           "replay_snapshot", "run", "snapshot_from"]
+           "replay_histories_under", "replay_snapshot", "run", "snapshot_from"]
 
 SERIES_COLUMNS = ("t_ns", "carriers_size", "blocks_size", "mseg_cached")
 #: The model's version string is recorded in each snapshot (which model produced it).
@@ -349,23 +349,43 @@ def replay_histories(
     same to the byte, without writing them: the events go straight into the model, histories
     that share their events up to the drop replay them once and go on from copies of that model
     (refalloc/src/history.rs `replay`), on both cores with the GIL released."""
+    return replay_histories_under([(flags, histories)], schedulers,
+                                  sample_every_ns=sample_every_ns)[0]  # fmt: skip
+
+
+def replay_histories_under(
+    runs: Sequence[tuple[FlagSet, Sequence[tuple[TraceHeader, dict[str, int], Sequence[int]]]]],
+    schedulers: int,
+    *,
+    sample_every_ns: int = 100_000_000,
+) -> list[list[list[ReplayResult]]]:
+    """:func:`replay_histories` of each (flags, histories) of `runs` in one call: the passes of
+    every flag set share both cores (history.rs `replay_under`), where one flag set's single
+    pass would leave one idle."""
     from beamalloc import _refalloc
 
     try:
-        config = replay_config(flags, schedulers, otp=flags.otp)
-        natives = _refalloc.history_replays([(p, list(cps)) for _, p, cps in histories],
-                                            config, schedulers, sample_every_ns)  # fmt: skip
+        configs = [replay_config(flags, schedulers, otp=flags.otp) for flags, _ in runs]
+        natives = _refalloc.history_replays([(m, p, list(cps)) for m, (_, hs) in enumerate(runs)
+                                             for _, p, cps in hs],
+                                            configs, schedulers, sample_every_ns)  # fmt: skip
     except (FlagError, ValueError) as e:
         raise InputError(str(e)) from None
-    given, shown = _given(flags, flags)
     out = []
-    for (header, _, _), cps in zip(histories, natives, strict=True):
-        runs = []
-        for cp in cps:
-            snap = snapshot_from(cp, flags, schedulers, header)
-            series = _series(cp)
-            runs.append(ReplayResult(given, snap, _peak(snap, series), series, cp, shown))
-        out.append(runs)
+    first = 0
+    for flags, histories in runs:
+        given, shown = _given(flags, flags)
+        per = []
+        mine = natives[first:first + len(histories)]
+        first += len(histories)
+        for (header, _, _), cps in zip(histories, mine, strict=True):
+            results = []
+            for cp in cps:
+                snap = snapshot_from(cp, flags, schedulers, header)
+                series = _series(cp)
+                results.append(ReplayResult(given, snap, _peak(snap, series), series, cp, shown))
+            per.append(results)
+        out.append(per)
     return out
 
 

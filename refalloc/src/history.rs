@@ -4,7 +4,7 @@
 //! set and a few stragglers evenly spread over the spike), then churn after the drop that
 //! replaces blocks at random or each live block once per pass. The recommender writes several
 //! such histories per prediction (advice/predict.py), so they are generated here, not in Python.
-use crate::replay::{Lookahead, Replay};
+use crate::replay::{prefetch, Lookahead, Replay};
 use crate::trace::{Event, Op, TraceError, TraceWriter};
 use std::fs::File;
 use std::io::BufWriter;
@@ -39,6 +39,9 @@ pub struct Params {
     pub instances: u64,
     pub seed: u64,
 }
+
+/// How many frees ahead the generator asks for the slot a free reads (`Gen::rest`).
+const AHEAD: usize = 16;
 
 /// splitmix64: small, deterministic for a seed, good enough to draw sizes and victims.
 #[derive(Clone)]
@@ -96,7 +99,11 @@ impl Gen {
             },
             t: 0,
             next_id: 1,
-            live: vec![Vec::new(); p.instances.max(1) as usize],
+            // each list grows to the peak: made that large at once, not copied as it grows
+            live: vec![
+                Vec::with_capacity(p.peak.min(1 << 24) as usize);
+                p.instances.max(1) as usize
+            ],
         }
     }
 
@@ -171,12 +178,26 @@ impl Gen {
         let (p, n) = (self.p, self.live.len());
         let stragglers = p.stragglers.min(p.live) as usize;
         if stragglers == 0 {
-            for _ in p.live..p.peak {
-                for k in 0..n {
-                    let j = self.rng.below(self.live[k].len());
-                    let (id, size) = self.live[k].swap_remove(j);
-                    self.event(s, Op::Free, k, size, id)?;
+            // The victims drawn up front (the draws are all this loop takes of the generator)
+            // so that each one's slot is asked for AHEAD frees before it is read: the live
+            // lists outgrow the caches, and a miss per free was a tenth of the calibration.
+            let lens: Vec<usize> = self.live.iter().map(Vec::len).collect();
+            let steps = (p.peak - p.live) as usize;
+            let mut victims = Vec::with_capacity(steps * n);
+            for step in 0..steps {
+                for len in &lens {
+                    victims.push(self.rng.below(len - step));
                 }
+            }
+            for (i, &j) in victims.iter().enumerate() {
+                if let Some(&ahead) = victims.get(i + AHEAD) {
+                    if let Some(b) = self.live[(i + AHEAD) % n].get(ahead) {
+                        prefetch(b);
+                    }
+                }
+                let k = i % n;
+                let (id, size) = self.live[k].swap_remove(j);
+                self.event(s, Op::Free, k, size, id)?;
             }
         } else {
             // Slots in allocation order: the base set (its slots keep their place through the
@@ -200,6 +221,9 @@ impl Gen {
             }
             for i in 0..freed.iter().map(Vec::len).max().unwrap_or(0) {
                 for (k, list) in freed.iter().enumerate() {
+                    if let Some(b) = list.get(i + AHEAD) {
+                        prefetch(b); // read in order, but evicted by the model since made
+                    }
                     if let Some(&(id, size)) = list.get(i) {
                         self.event(s, Op::Free, k, size, id)?;
                     }
@@ -271,6 +295,14 @@ pub fn write(path: &str, header_json: &str, p: Params) -> std::io::Result<u64> {
     let count = w.count;
     w.finish()?;
     Ok(count)
+}
+
+/// Feed the whole history to `s` (a bench measures the generator alone through a sink that
+/// drops the events: refalloc/examples/history.rs).
+pub fn generate(p: Params, s: &mut impl Sink) -> std::io::Result<()> {
+    let mut g = Gen::new(p);
+    g.prefix(s)?;
+    g.rest(s)
 }
 
 /// What the prefix of a history reads: histories equal in it share their events up to the drop.
@@ -395,31 +427,51 @@ pub fn replay(
     workers: usize,
     at: impl Fn(usize, &Replay) + Sync,
 ) -> Result<(), TraceError> {
+    let hs: Vec<_> = histories.iter().map(|(p, c)| (0, *p, c.clone())).collect();
+    replay_under(vec![model], &hs, workers, at)
+}
+
+/// `replay` of histories each in one of `models` (`(model, params, checkpoints)`; several flag
+/// sets): the passes of every model share the threads, so a calibration and a proposal's pass
+/// (advice/predict.py) run side by side where each alone would leave a core idle.
+pub fn replay_under(
+    models: Vec<Replay>,
+    histories: &[(usize, Params, Vec<u64>)],
+    workers: usize,
+    at: impl Fn(usize, &Replay) + Sync,
+) -> Result<(), TraceError> {
     if histories
         .iter()
-        .any(|(_, cps)| cps.windows(2).any(|w| w[0] > w[1]))
+        .any(|(m, _, cps)| *m >= models.len() || cps.windows(2).any(|w| w[0] > w[1]))
     {
-        return Err(TraceError("checkpoints must be in ascending order".into()));
+        return Err(TraceError(
+            "checkpoints must be in ascending order, each history in a model given".into(),
+        ));
     }
-    // the groups of one prefix, in order of first appearance
-    let mut groups: Vec<([u64; 9], Vec<usize>)> = Vec::new();
-    for (i, (p, _)) in histories.iter().enumerate() {
-        let key = prefix_key(p);
+    // the groups of one model and prefix, in order of first appearance
+    type Key = (usize, [u64; 9]);
+    let mut groups: Vec<(Key, Vec<usize>)> = Vec::new();
+    for (i, (m, p, _)) in histories.iter().enumerate() {
+        let key = (*m, prefix_key(p));
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, members)) => members.push(i),
             None => groups.push((key, vec![i])),
         }
     }
     // The prefix of each group once, with the checkpoints its members place inside it.
-    let items: Vec<_> = groups.iter().map(|(_, m)| (m, model.clone())).collect();
+    let items: Vec<_> = groups
+        .iter()
+        .map(|((m, _), members)| (members, models[*m].clone()))
+        .collect();
+    drop(models);
     let prefixes = parallel(
         items,
         workers,
         |(members, mut rp): (&Vec<usize>, Replay)| {
-            let mut g = Gen::new(histories[members[0]].0);
+            let mut g = Gen::new(histories[members[0]].1);
             let mut cps: Vec<u64> = members
                 .iter()
-                .flat_map(|&i| histories[i].1.iter().copied())
+                .flat_map(|&i| histories[i].2.iter().copied())
                 .collect();
             cps.sort_unstable();
             cps.dedup();
@@ -430,7 +482,7 @@ pub fn replay(
                 next: 0,
                 at: |rp: &Replay| {
                     for &i in members {
-                        if histories[i].1.contains(&rp.events) {
+                        if histories[i].2.contains(&rp.events) {
                             at(i, rp);
                         }
                     }
@@ -444,47 +496,72 @@ pub fn replay(
             Ok((rp, g))
         },
     );
-    // a model is not Sync (its caches are Cells): each job copies its prefix under a lock
-    let prefixes: Vec<std::sync::Mutex<(Replay, Gen)>> = prefixes
+    // A model is not Sync (its caches are Cells): each job copies its prefix under a lock, but
+    // the last job of a prefix takes it: a copy is fresh pages, faulted in, then grown again
+    // by the history after the fork (a proposal's one pass, 660,006 events of the bench node:
+    // 0.124 s CPU with the copy, 0.097 s without). A copy equals what it copies: which job
+    // takes the prefix changes no result.
+    type Shared = std::sync::Mutex<(Option<(Replay, Gen)>, usize)>;
+    let prefixes: Vec<Shared> = prefixes
         .into_iter()
-        .map(|r| r.map(std::sync::Mutex::new))
+        .map(|r| r.map(|x| std::sync::Mutex::new((Some(x), 0))))
         .collect::<Result<_, _>>()?;
     let mut jobs = Vec::new();
     for ((_, members), prefix) in groups.iter().zip(&prefixes) {
+        let events = prefix
+            .lock()
+            .unwrap()
+            .0
+            .as_ref()
+            .map_or(0, |(rp, _)| rp.events);
         for &i in members {
             // the checkpoints past the prefix; those within it were met in it
-            let cps = &histories[i].1;
-            let from = cps.partition_point(|&c| c <= prefix.lock().unwrap().0.events);
+            let cps = &histories[i].2;
+            let from = cps.partition_point(|&c| c <= events);
             if from < cps.len() {
                 jobs.push((i, prefix, from));
+                prefix.lock().unwrap().1 += 1;
             }
         }
     }
-    let ends = parallel(jobs, workers, |(i, prefix, from)| {
-        let (p, cps) = &histories[i];
-        let cps = &cps[from..];
-        let (mut rp, mut g) = prefix.lock().unwrap().clone();
-        g.p = Gen::new(*p).p;
-        let mut feed = Feed {
-            rp: &mut rp,
-            ahead: Lookahead::new(),
-            checkpoints: cps,
-            next: 0,
-            at: |rp: &Replay| at(i, rp),
-        };
-        let done = g.rest(&mut feed);
-        if !feed.finished() {
-            feed.drain();
-        }
-        let met = feed.next;
-        fed(done)?;
-        match cps.get(met) {
-            None => Ok(()),
-            Some(c) => Err(TraceError(rp.failure.clone().unwrap_or_else(|| {
-                format!("history {i}: checkpoint {c} past its {} events", rp.events)
-            }))),
-        }
-    });
+    let ends = parallel(
+        jobs,
+        workers,
+        |(i, prefix, from): (usize, &Shared, usize)| {
+            let (_, p, cps) = &histories[i];
+            let cps = &cps[from..];
+            let (mut rp, mut g) = {
+                let mut shared = prefix.lock().unwrap();
+                shared.1 -= 1;
+                if shared.1 == 0 {
+                    shared.0.take()
+                } else {
+                    shared.0.clone()
+                }
+                .expect("a prefix is taken by its last job only")
+            };
+            g.p = Gen::new(*p).p;
+            let mut feed = Feed {
+                rp: &mut rp,
+                ahead: Lookahead::new(),
+                checkpoints: cps,
+                next: 0,
+                at: |rp: &Replay| at(i, rp),
+            };
+            let done = g.rest(&mut feed);
+            if !feed.finished() {
+                feed.drain();
+            }
+            let met = feed.next;
+            fed(done)?;
+            match cps.get(met) {
+                None => Ok(()),
+                Some(c) => Err(TraceError(rp.failure.clone().unwrap_or_else(|| {
+                    format!("history {i}: checkpoint {c} past its {} events", rp.events)
+                }))),
+            }
+        },
+    );
     ends.into_iter().collect()
 }
 
@@ -761,5 +838,54 @@ mod tests {
         // a checkpoint past a history's end is an error, not a silent short answer
         let past = vec![(base, vec![10_000_000])];
         assert!(replay(model(), &past, 1, |_, _| {}).is_err());
+    }
+
+    /// Histories under several models in one call give what each model's own call gives, and
+    /// a history naming no model given is refused.
+    #[test]
+    fn models_replayed_together_are_each_replayed_alone() {
+        use crate::config::{Globals, InstanceConfig, Strategy};
+        let model = |strategy| {
+            let cfgs = (0..3)
+                .map(|ix| {
+                    let mut c = InstanceConfig::default_for(10, ix);
+                    c.strategy = strategy;
+                    c
+                })
+                .collect();
+            Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+        };
+        let base = params(true);
+        let strag = Params {
+            stragglers: 10,
+            rebuild: true,
+            ..base
+        };
+        let end = |p: &Params| 2 * (2 * p.peak - p.live + 2 * p.before + 2 * p.after);
+        let hs = [
+            (0, base, vec![1_000, end(&base)]),
+            (1, base, vec![end(&base)]),
+            (1, strag, vec![500, end(&strag)]),
+        ];
+        let strategies = [Strategy::Bf, Strategy::Ageffcbf];
+        let seen = std::sync::Mutex::new(vec![Vec::new(); hs.len()]);
+        replay_under(strategies.map(model).to_vec(), &hs, 2, |i, rp| {
+            seen.lock().unwrap()[i].push(state(rp))
+        })
+        .unwrap();
+        for (i, (m, p, cps)) in hs.iter().enumerate() {
+            let alone = std::sync::Mutex::new(Vec::new());
+            replay(model(strategies[*m]), &[(*p, cps.clone())], 1, |_, rp| {
+                alone.lock().unwrap().push(state(rp))
+            })
+            .unwrap();
+            assert!(
+                seen.lock().unwrap()[i] == alone.into_inner().unwrap(),
+                "history {i}"
+            );
+        }
+        assert!(seen.into_inner().unwrap()[1] != Vec::<String>::new());
+        let stray = [(2, base, vec![1_000])];
+        assert!(replay_under(strategies.map(model).to_vec(), &stray, 1, |_, _| {}).is_err());
     }
 }

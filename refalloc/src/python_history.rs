@@ -1,7 +1,7 @@
 //! The pyo3 surface of `history.rs`: `history_trace(path, header_json, params) -> events`
-//! writes one history; `history_replays(histories, config, schedulers)` replays several
-//! without writing them, forked where they part.
-use crate::history::{replay, write, Params};
+//! writes one history; `history_replays(histories, configs, schedulers)` replays several,
+//! under one or more flag sets, without writing them, forked where they part.
+use crate::history::{replay_under, write, Params};
 use crate::python::{new_replay, result};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -53,25 +53,32 @@ pub fn history_trace(
         .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))
 }
 
-/// Replay histories under `config` (`beamalloc.flags.replay_config`) without writing them:
-/// `histories` is a list of (params as for `history_trace`, checkpoints: ascending event
-/// counts); the result, per history, the `replay(..., checkpoints=...)` result of its trace
-/// at each checkpoint, equal to it (history.rs `replay`). The GIL is released while the
-/// models run, on up to `workers` threads (0: one per core), and taken for each result.
+/// Replay histories without writing them: `histories` is a list of (the index of its config in
+/// `configs`, each a `beamalloc.flags.replay_config`; params as for `history_trace`;
+/// checkpoints: ascending event counts); the result, per history, the `replay(...,
+/// checkpoints=...)` result of its trace under its config at each checkpoint, equal to it
+/// (history.rs `replay_under`). The GIL is released while the models run, on up to `workers`
+/// threads (0: one per core), and taken for each result.
 #[pyfunction]
-#[pyo3(signature = (histories, config, schedulers, sample_every_ns = 1_000_000_000, workers = 0))]
+#[pyo3(signature = (histories, configs, schedulers, sample_every_ns = 1_000_000_000, workers = 0))]
 pub fn history_replays(
     py: Python<'_>,
-    histories: Vec<(Bound<'_, PyDict>, Vec<u64>)>,
-    config: &Bound<'_, PyDict>,
+    histories: Vec<(usize, Bound<'_, PyDict>, Vec<u64>)>,
+    configs: Vec<Bound<'_, PyDict>>,
     schedulers: usize,
     sample_every_ns: u64,
     workers: usize,
 ) -> PyResult<PyObject> {
-    let (model, names) = new_replay(config, schedulers, sample_every_ns)?;
-    let jobs: Vec<(Params, Vec<u64>)> = histories
+    let mut models = Vec::with_capacity(configs.len());
+    let mut names = Vec::with_capacity(configs.len());
+    for config in &configs {
+        let (model, n) = new_replay(config, schedulers, sample_every_ns)?;
+        models.push(model);
+        names.push(n);
+    }
+    let jobs: Vec<(usize, Params, Vec<u64>)> = histories
         .iter()
-        .map(|(p, cps)| Ok((params(p)?, cps.clone())))
+        .map(|(m, p, cps)| Ok((*m, params(p)?, cps.clone())))
         .collect::<PyResult<_>>()?;
     let workers = if workers == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -82,8 +89,9 @@ pub fn history_replays(
         Mutex::new((0..jobs.len()).map(|_| Vec::new()).collect());
     let (jobs_ref, out_ref, names_ref) = (&jobs, &out, &names);
     py.allow_threads(move || {
-        replay(model, jobs_ref, workers, |i, rp| {
-            let r = Python::with_gil(|py| result(py, rp, names_ref));
+        replay_under(models, jobs_ref, workers, |i, rp| {
+            let names = names_ref.get(jobs_ref[i].0).map_or(&[][..], Vec::as_slice);
+            let r = Python::with_gil(|py| result(py, rp, names));
             out_ref.lock().unwrap()[i].push(r);
         })
     })

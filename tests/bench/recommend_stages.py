@@ -91,8 +91,8 @@ def main() -> int:
     reading._Ahead._run = _timed("ahead", reading._Ahead._run, threads=True)
     reading.Reader.turnover = _timed("turnover", reading.Reader.turnover)
     predict.Predictor._history = _timed("history", predict.Predictor._history, threads=True)
-    predict.Predictor._history_replays = _timed("replays", predict.Predictor._history_replays,
-                                                threads=True)  # fmt: skip
+    predict.Predictor._history_replays_under = _timed(
+        "replays", predict.Predictor._history_replays_under, threads=True)  # fmt: skip
     src = reading.recommend_source
     done: list[float] = []
 
