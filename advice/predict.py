@@ -142,6 +142,9 @@ def node_flags(snap: Snapshot) -> FlagSet:
     otp = otp_of(snap)
     opts = first_scheduler_options(snap)
     flags: list[Flag] = []
+    # the options `flags` give so far: recomputed only when a flag is added (every option of
+    # every allocator is checked against them: hundreds of checks, a few flags)
+    now = effective_config(FlagSet((), otp=otp), schedulers, otp=otp)
     for name, o in sorted(opts.items()):
         letter = ALLOCATOR_LETTERS.get(name)
         if letter is None or letter == "Z":
@@ -152,17 +155,18 @@ def node_flags(snap: Snapshot) -> FlagSet:
             want = o[param]
             if param == "t" and isinstance(want, int) and not isinstance(want, bool):
                 want = want > 0  # a crash dump prints `t` as its instance count, live `true`
-            cfg = effective_config(FlagSet(tuple(flags), otp=otp), schedulers, otp=otp)[name]
-            if getattr(cfg, attr) == want:
+            if getattr(now[name], attr) == want:
                 continue
             if param in _KB_PARAMS and isinstance(want, int) and want % 1024:
                 continue  # not a KiB value: no flag gives it
             candidate = Flag(letter, param, want)
             try:
-                effective_config(FlagSet((*flags, candidate), otp=otp), schedulers, otp=otp)
+                then = effective_config(FlagSet((*flags, candidate), otp=otp), schedulers,
+                                        otp=otp)  # fmt: skip
             except ValueError:
                 continue
             flags.append(candidate)
+            now = then
     defaults = GlobalConfig()
     for inst in snap.mseg[:1]:
         for param in ("mcs", "rmcbf", "amcbf"):
