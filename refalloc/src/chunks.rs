@@ -456,8 +456,11 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
     /// The entry with the largest key.
     #[inline]
     pub fn last(&self) -> Option<(K, u64)> {
-        let (c, n) = self.chunk(self.dir.len().checked_sub(1)?);
+        let i = self.dir.len().checked_sub(1)?;
+        let (c, n) = self.chunk(i);
         let n = n.checked_sub(1)?;
+        // aobf takes the block it found next: its removal then moves no entry.
+        self.hint.set((i as u32, n as u32));
         Some((c.keys[n], c.vals[n]))
     }
 }

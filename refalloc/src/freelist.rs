@@ -291,6 +291,12 @@ impl BfTree {
 /// returns: no map is read on a search) and the others, if any, ordered by address in a
 /// `ChunkMap` (address -> block) of a pool, so emptied maps are reused with their room. Most
 /// sizes hold a single free block and never touch a map.
+///
+/// A map keys its blocks by `rest_key` (descending address): the lowest address, which an
+/// allocation takes from the map whenever the inline block goes, is then the map's last
+/// entry, and taking it moves no other entry (by ascending address it was the first, and its
+/// removal shifted the whole first chunk); a block freed below the inline one joins at the
+/// end too.
 #[derive(Clone, Debug, Default)]
 pub struct AobfTree {
     sizes: SizeTable<AobfClass>,
@@ -316,6 +322,12 @@ impl Default for AobfClass {
     }
 }
 
+/// The key of an address in an `AobfTree` map: higher addresses first.
+#[inline(always)]
+fn rest_key(addr: u64) -> u64 {
+    u64::MAX - addr
+}
+
 impl AobfTree {
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
@@ -338,10 +350,10 @@ impl AobfTree {
         let map = &mut self.maps[cl.rest as usize];
         if x.addr < cl.addr {
             // The new block is the lowest: the inline one joins the rest.
-            map.insert(cl.addr, cl.block as u64);
+            map.insert(rest_key(cl.addr), cl.block as u64);
             (cl.addr, cl.block) = (x.addr, b);
         } else {
-            map.insert(x.addr, b as u64);
+            map.insert(rest_key(x.addr), b as u64);
         }
     }
     #[inline(always)]
@@ -359,11 +371,11 @@ impl AobfTree {
         let map = &mut self.maps[cl.rest as usize];
         if cl.block == b {
             // The lowest of the rest comes inline.
-            let (addr, nb) = map.first().expect("a size's rest map is never empty");
-            map.remove(addr);
-            (cl.addr, cl.block) = (addr, nb as u32);
+            let (key, nb) = map.last().expect("a size's rest map is never empty");
+            map.remove(key);
+            (cl.addr, cl.block) = (rest_key(key), nb as u32);
         } else {
-            map.remove(x.addr);
+            map.remove(rest_key(x.addr));
         }
         if map.is_empty() {
             self.spare.push(cl.rest);
