@@ -54,6 +54,19 @@ impl LiveMap {
     /// Insert; returns the previous value for this id (a reused id).
     #[inline]
     pub fn insert(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
+        // A dense id with no sparse ids about (an id can be in `sparse` with the vector grown
+        // past it since): one slot read and written.
+        if self.sparse.is_empty() {
+            if let Some(x) = self.dense.get_mut(id as usize) {
+                let old = *x;
+                *x = Self::pack(v);
+                if old == 0 {
+                    self.len += 1;
+                    return None;
+                }
+                return Some(Self::unpack(old));
+            }
+        }
         let old = self.remove(id);
         self.len += 1;
         let i = id as usize;
