@@ -6,6 +6,7 @@ use crate::chunks::ChunkMap;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
 use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
+use crate::replay::Ahead;
 use crate::stats::InstStats;
 
 /// SBC header (§3.2).
@@ -1120,6 +1121,24 @@ impl Heap {
     }
 
     // --- inspection --------------------------------------------------------------------------
+
+    /// Ask for block `b`'s record, or (`neighbours`) those of the blocks beside it (a hint:
+    /// replay.rs AHEAD).
+    #[inline(always)]
+    pub(crate) fn prefetch_block(&self, b: u32, what: Ahead) {
+        let Some(x) = self.blocks.get(b as usize) else {
+            return;
+        };
+        if what == Ahead::Block {
+            crate::replay::prefetch(x);
+            return;
+        }
+        for n in [x.prev, x.next] {
+            if let Some(y) = self.blocks.get(n as usize) {
+                crate::replay::prefetch(y);
+            }
+        }
+    }
 
     pub fn block(&self, b: u32) -> &Block {
         &self.blocks[b as usize]
