@@ -440,7 +440,7 @@ pub fn replay_rows<R: Read + Send>(
     types: &mut Types,
     where_: &str,
 ) -> Result<Result<(), Declined>, TraceError> {
-    let mut ahead = Lookahead::new();
+    let mut ahead = Lookahead::for_model(rp);
     let read = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
         // Replayed batches go back to the reader to be filled again: a fresh 1 MB batch each

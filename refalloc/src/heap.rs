@@ -261,12 +261,13 @@ impl Heap {
         ((primary as u128) << 32) | c as u128
     }
 
-    /// The free set that holds block `b`'s free neighbours: its carrier's own (aoff family) or
-    /// its owner instance's (one set per instance for the other strategies). Returned beside
-    /// the block table so the caller can hand both to the set.
+    /// The free set of carrier `c`'s free blocks: its own (aoff family) or its owner
+    /// instance's (one set per instance for the other strategies). Returned beside the block
+    /// table so the caller can hand both to the set. Callers pass the carrier they already
+    /// hold rather than have it read again from the block.
     #[inline(always)]
-    fn free_set_of(&mut self, b: u32) -> (&mut FreeSet, &mut Vec<Block>) {
-        let c = self.blocks[b as usize].carrier as usize;
+    fn free_set_in(&mut self, c: u32) -> (&mut FreeSet, &mut Vec<Block>) {
+        let c = c as usize;
         let fs = match self.carrier_free[c].as_mut() {
             Some(fs) => fs,
             None => {
@@ -277,16 +278,20 @@ impl Heap {
         (fs, &mut self.blocks)
     }
 
+    /// Link free block `b` of carrier `c`.
     #[inline(always)]
-    fn link(&mut self, b: u32) {
+    fn link(&mut self, c: u32, b: u32) {
+        debug_assert_eq!(self.blocks[b as usize].carrier, c);
         self.blocks[b as usize].free = true;
-        let (fs, blocks) = self.free_set_of(b);
+        let (fs, blocks) = self.free_set_in(c);
         fs.link(blocks, b)
     }
 
+    /// Unlink free block `b` of carrier `c`.
     #[inline(always)]
-    fn unlink(&mut self, b: u32) {
-        let (fs, blocks) = self.free_set_of(b);
+    fn unlink(&mut self, c: u32, b: u32) {
+        debug_assert_eq!(self.blocks[b as usize].carrier, c);
+        let (fs, blocks) = self.free_set_in(c);
         fs.unlink(blocks, b)
     }
 
@@ -377,7 +382,7 @@ impl Heap {
             let key = self.carrier_key(c);
             self.instances[ix as usize].ctree.insert(key, 0);
         }
-        self.link(b);
+        self.link(c, b);
         self.refresh(c);
         let st = &mut self.instances[ix as usize].stats;
         st.mbcs.add_carrier(size, mseg);
@@ -592,7 +597,7 @@ impl Heap {
         let min = self.cfg(owner).strategy.min_block_size();
         if size - blk >= min {
             let r = self.split_tail(b, blk);
-            self.link(r);
+            self.link(c, r);
         }
         self.blocks[b as usize].free = false;
         let got = self.blocks[b as usize].size;
@@ -623,7 +628,7 @@ impl Heap {
             (x.addr, x.size, x.carrier)
         };
         if !self.addr_ordered(c) {
-            self.unlink(b);
+            self.unlink(c, b);
             self.carve(b, blk);
             return;
         }
@@ -635,7 +640,7 @@ impl Heap {
             let (t, blocks) = self.addr_set(c);
             t.replace(blocks, old, r);
         } else {
-            self.unlink(b);
+            self.unlink(c, b);
         }
         self.blocks[b as usize].free = false;
         let got = self.blocks[b as usize].size;
@@ -743,12 +748,13 @@ impl Heap {
         let c = self.blocks[b as usize].carrier;
         let owner = self.carriers[c as usize].owner;
         self.instances[owner as usize].stats.calls.free += 1;
-        self.free_inner(env, b);
+        self.free_inner(env, c, b);
     }
 
+    /// Free block `b` of carrier `c` (the caller has read the carrier already).
     #[inline]
-    fn free_inner(&mut self, env: &mut Env, b: u32) {
-        let c = self.blocks[b as usize].carrier;
+    fn free_inner(&mut self, env: &mut Env, c: u32, b: u32) {
+        debug_assert_eq!(self.blocks[b as usize].carrier, c);
         if self.carriers[c as usize].sbc {
             let owner = self.carriers[c as usize].owner as usize;
             let size = self.blocks[b as usize].size;
@@ -766,7 +772,7 @@ impl Heap {
         let b = if linked {
             self.coalesce_linked(b)
         } else {
-            self.coalesce(b)
+            self.coalesce(c, b)
         };
         let cr = &self.carriers[c as usize];
         let whole = self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL;
@@ -775,7 +781,7 @@ impl Heap {
             return;
         }
         if !linked {
-            self.link(b);
+            self.link(c, b);
         }
         self.refresh(c);
         let owner = self.carriers[c as usize].owner as usize;
@@ -784,17 +790,18 @@ impl Heap {
         self.check_abandon(c);
     }
 
-    /// Merge free block `b` (not linked) with free neighbours; returns the merged block.
+    /// Merge free block `b` (not linked) of carrier `c` with free neighbours; returns the
+    /// merged block.
     #[inline(always)]
-    fn coalesce(&mut self, mut b: u32) -> u32 {
+    fn coalesce(&mut self, c: u32, mut b: u32) -> u32 {
         let next = self.blocks[b as usize].next;
         if next != NIL && self.blocks[next as usize].free {
-            self.unlink(next);
+            self.unlink(c, next);
             self.absorb_next(b);
         }
         let prev = self.blocks[b as usize].prev;
         if prev != NIL && self.blocks[prev as usize].free {
-            self.unlink(prev);
+            self.unlink(c, prev);
             self.absorb_next(prev);
             b = prev;
         }
@@ -825,7 +832,7 @@ impl Heap {
         let blk = cfg.block_size(user);
         let moved = |h: &mut Heap, env: &mut Env| {
             let nb = h.alloc_inner(env, ix, user);
-            h.free_inner(env, b);
+            h.free_inner(env, c, b);
             nb
         };
         if cfg.ramv {
@@ -889,7 +896,7 @@ impl Heap {
         }
         if next_free > 0 && old + next_free >= blk {
             // Grow in place into the free successor.
-            self.unlink(next);
+            self.unlink(c, next);
             self.absorb_next(b);
             let total = self.blocks[b as usize].size;
             self.account(c, (total - old) as i64, 0);
@@ -931,7 +938,7 @@ impl Heap {
         let c = self.blocks[b as usize].carrier;
         let old = self.blocks[b as usize].size;
         self.account(c, -(old as i64), -1);
-        let m = self.coalesce(b);
+        let m = self.coalesce(c, b);
         self.carve(m, blk);
         self.refresh(c);
         m
@@ -955,13 +962,13 @@ impl Heap {
             return;
         }
         if next_free {
-            self.unlink(next);
+            self.unlink(c, next);
         }
         let r = self.split_tail(b, blk);
         if next_free {
             self.absorb_next(r);
         }
-        self.link(r);
+        self.link(c, r);
         self.account(c, -(tail as i64), 0);
         self.refresh(c);
     }
