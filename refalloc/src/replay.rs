@@ -492,7 +492,14 @@ impl Replay {
 /// carrier's address tree, so their records are wanted early. Elsewhere, with the model's data in the last-level cache, the asking costs more than
 /// it hides (12 to 17 ns an event with everything in cache; on 20 M events, 50 000 live, CPU:
 /// bf 1.46 -> 1.33 s, af 1.41 -> 1.38 s without it, aoff 2.70 -> 3.22 s), and `for_model`
-/// turns it off: then each event is applied as it is pushed.
+/// turns it off: then each event is applied as it is pushed, until the live set outgrows
+/// `READ_AHEAD_LIVE`.
+/// Live blocks above which every strategy reads ahead: the recommender's histories (up to
+/// advice/predict.py HISTORY_BLOCKS, 300,000 peak blocks; refalloc/examples/history.rs `cal1`,
+/// the bench node's calibration under bf) take 120-133 ns an event reading ahead against
+/// 228-255 without it; bench_replay's 50,000 live blocks are faster without.
+const READ_AHEAD_LIVE: usize = 1 << 16;
+
 pub(crate) struct Lookahead {
     ring: [Event; AHEAD],
     n: usize,
@@ -530,6 +537,9 @@ impl Lookahead {
         self.last = ev.t_ns;
         if !self.read_ahead {
             rp.apply(ev);
+            // Past the last-level cache reading ahead pays again, whatever the strategy: once
+            // on, it stays on (the ring starts empty, so the switch changes no event's order).
+            self.read_ahead = rp.live.len() > READ_AHEAD_LIVE;
             return;
         }
         let n = self.n;
@@ -751,55 +761,60 @@ mod tests {
         use crate::config::Strategy;
         use crate::history::{write, Params};
         use crate::trace::TraceReader;
-        let path = std::env::temp_dir().join(format!("refalloc-ra-{}.batr", std::process::id()));
-        let path = path.to_str().unwrap().to_owned();
-        let p = Params {
-            live: 300,
-            peak: 4_000,
-            before: 300,
-            after: 2_000,
-            passes: true,
-            stragglers: 0,
-            rebuild: false,
-            phase: 500,
-            lo: 560,
-            hi: 1_040,
-            allocator: 10,
-            type_: 214,
-            instances: 2,
-            seed: 5,
-        };
-        write(&path, "{\"schedulers\":2}", p).unwrap();
-        for strategy in Strategy::ALL {
-            let rp = || {
-                let cfgs = (0..3)
-                    .map(|i| {
-                        let mut c = InstanceConfig::default_for(10, i);
-                        c.strategy = strategy;
-                        c.lmbcs = 256 << 10;
-                        c
-                    })
-                    .collect();
-                Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+        // a small live set (never read ahead but for aoff), and one past READ_AHEAD_LIVE at
+        // its peak (every strategy switches to reading ahead mid-stream)
+        for (k, peak) in [(0, 4_000), (1, super::READ_AHEAD_LIVE as u64 + 4_000)] {
+            let path =
+                std::env::temp_dir().join(format!("refalloc-ra-{}-{k}.batr", std::process::id()));
+            let path = path.to_str().unwrap().to_owned();
+            let p = Params {
+                live: 300,
+                peak,
+                before: 300,
+                after: 2_000,
+                passes: true,
+                stragglers: 0,
+                rebuild: false,
+                phase: 500,
+                lo: 560,
+                hi: 1_040,
+                allocator: 10,
+                type_: 214,
+                instances: 2,
+                seed: 5,
             };
-            let mut direct = rp();
-            direct
-                .run_reader(&mut TraceReader::open(&path).unwrap())
-                .unwrap();
-            let mut ahead = rp();
-            let mut la = Lookahead::new();
-            TraceReader::open(&path)
-                .unwrap()
-                .for_each_event_while(|ev| {
-                    la.push(&mut ahead, ev);
-                    true
-                })
-                .unwrap();
-            la.drain(&mut ahead);
-            assert!(ahead.events > 2_000);
-            assert_eq!(state(&ahead), state(&direct), "{strategy:?}");
+            write(&path, "{\"schedulers\":2}", p).unwrap();
+            for strategy in Strategy::ALL {
+                let rp = || {
+                    let cfgs = (0..3)
+                        .map(|i| {
+                            let mut c = InstanceConfig::default_for(10, i);
+                            c.strategy = strategy;
+                            c.lmbcs = 256 << 10;
+                            c
+                        })
+                        .collect();
+                    Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+                };
+                let mut direct = rp();
+                direct
+                    .run_reader(&mut TraceReader::open(&path).unwrap())
+                    .unwrap();
+                let mut ahead = rp();
+                let mut la = Lookahead::new();
+                TraceReader::open(&path)
+                    .unwrap()
+                    .for_each_event_while(|ev| {
+                        la.push(&mut ahead, ev);
+                        true
+                    })
+                    .unwrap();
+                la.drain(&mut ahead);
+                assert!(ahead.events > 2_000);
+                assert_eq!(state(&ahead), state(&direct), "{strategy:?} peak {peak}");
+            }
+            std::fs::remove_file(path).unwrap();
         }
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
