@@ -655,6 +655,20 @@ mod tests {
 
     /// What a checkpoint and an end state are compared on: per instance its stats and live
     /// carriers, the mseg caches, the live blocks.
+    /// A model of allocator 10 on three instances under `strategy`, with 256 KiB largest
+    /// multiblock carriers so that a test's few thousand blocks fill many.
+    fn three_instances(strategy: crate::config::Strategy) -> Replay {
+        let cfgs = (0..3)
+            .map(|i| {
+                let mut c = InstanceConfig::default_for(10, i);
+                c.strategy = strategy;
+                c.lmbcs = 256 << 10;
+                c
+            })
+            .collect();
+        Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
+    }
+
     fn state(rp: &Replay) -> String {
         let mut out = format!("events {} live {}\n", rp.events, rp.live_blocks());
         for h in rp.heaps.iter().flatten() {
@@ -716,17 +730,7 @@ mod tests {
             Strategy::Ageffcbf,
             Strategy::Aoff,
         ] {
-            let rp = || {
-                let cfgs = (0..3)
-                    .map(|i| {
-                        let mut c = InstanceConfig::default_for(10, i);
-                        c.strategy = strategy;
-                        c.lmbcs = 256 << 10;
-                        c
-                    })
-                    .collect();
-                Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
-            };
+            let rp = || three_instances(strategy);
             let mut at = Vec::new();
             let mut long = rp();
             let mut reader = TraceReader::open(&path(1_200)).unwrap();
@@ -785,17 +789,7 @@ mod tests {
             };
             write(&path, "{\"schedulers\":2}", p).unwrap();
             for strategy in Strategy::ALL {
-                let rp = || {
-                    let cfgs = (0..3)
-                        .map(|i| {
-                            let mut c = InstanceConfig::default_for(10, i);
-                            c.strategy = strategy;
-                            c.lmbcs = 256 << 10;
-                            c
-                        })
-                        .collect();
-                    Replay::new(Globals::default(), 3, vec![cfgs], 1_000_000)
-                };
+                let rp = || three_instances(strategy);
                 let mut direct = rp();
                 direct
                     .run_reader(&mut TraceReader::open(&path).unwrap())
