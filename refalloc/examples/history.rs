@@ -59,6 +59,17 @@ fn base() -> Params {
     }
 }
 
+/// The four straggler families the calibration tries beside the base history.
+fn stragglers() -> impl Iterator<Item = Params> {
+    [0, 250, 500, 750].into_iter().map(|phase| Params {
+        stragglers: 76,
+        rebuild: true,
+        phase,
+        after: 20_002,
+        ..base()
+    })
+}
+
 fn model(strategy: Strategy) -> Replay {
     let cfgs = (0..3)
         .map(|ix| {
@@ -94,14 +105,7 @@ fn main() {
         "gen" => {
             let mut s = Count(0, 0);
             generate(base(), &mut s).unwrap();
-            for ph in [0, 250, 500, 750] {
-                let p = Params {
-                    stragglers: 76,
-                    rebuild: true,
-                    phase: ph,
-                    after: 20_002,
-                    ..base()
-                };
+            for p in stragglers() {
                 generate(p, &mut s).unwrap();
             }
             eprintln!("checksum {}", s.1);
@@ -112,14 +116,7 @@ fn main() {
                 base(),
                 vec![620_002, 640_002, 660_006, 700_010, 780_018, 869_462],
             )];
-            for ph in [0, 250, 500, 750] {
-                let p = Params {
-                    stragglers: 76,
-                    rebuild: true,
-                    phase: ph,
-                    after: 20_002,
-                    ..base()
-                };
+            for p in stragglers() {
                 jobs.push((p, vec![700_010]));
             }
             let seen = std::sync::Mutex::new(Vec::new());
