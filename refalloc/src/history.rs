@@ -566,6 +566,30 @@ pub fn replay_under(
 }
 
 #[cfg(test)]
+impl Params {
+    /// A small history for tests (history.rs's and replay.rs's): 300 blocks live, a spike to
+    /// 4,000, passes, no stragglers, blocks of 560-1,040 bytes of allocator 10 on 2 instances.
+    pub(crate) fn small(seed: u64) -> Params {
+        Params {
+            live: 300,
+            peak: 4_000,
+            before: 300,
+            after: 2_000,
+            passes: true,
+            stragglers: 0,
+            rebuild: false,
+            phase: 500,
+            lo: 560,
+            hi: 1_040,
+            allocator: 10,
+            type_: 214,
+            instances: 2,
+            seed,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::trace::TraceReader;
@@ -578,15 +602,7 @@ mod tests {
             before: 100,
             after: 400,
             passes,
-            stragglers: 0,
-            rebuild: false,
-            phase: 500,
-            lo: 560,
-            hi: 1_040,
-            allocator: 10,
-            type_: 214,
-            instances: 2,
-            seed: 7,
+            ..Params::small(7)
         }
     }
 

@@ -704,20 +704,8 @@ mod tests {
             p.to_str().unwrap().to_owned()
         };
         let p = |after| Params {
-            live: 300,
-            peak: 4_000,
-            before: 300,
             after,
-            passes: true,
-            stragglers: 0,
-            rebuild: false,
-            phase: 500,
-            lo: 560,
-            hi: 1_040,
-            allocator: 10,
-            type_: 214,
-            instances: 2,
-            seed: 3,
+            ..Params::small(3)
         };
         let counts: Vec<u64> = [0, 150, 300, 1_200]
             .iter()
@@ -772,20 +760,8 @@ mod tests {
                 std::env::temp_dir().join(format!("refalloc-ra-{}-{k}.batr", std::process::id()));
             let path = path.to_str().unwrap().to_owned();
             let p = Params {
-                live: 300,
                 peak,
-                before: 300,
-                after: 2_000,
-                passes: true,
-                stragglers: 0,
-                rebuild: false,
-                phase: 500,
-                lo: 560,
-                hi: 1_040,
-                allocator: 10,
-                type_: 214,
-                instances: 2,
-                seed: 5,
+                ..Params::small(5)
             };
             write(&path, "{\"schedulers\":2}", p).unwrap();
             for strategy in Strategy::ALL {
