@@ -41,6 +41,11 @@ MAX_POINTS = 1000
 _REF = re.compile(r"^(s[0-9]{1,18}|u[0-9a-f]{32})$")
 
 
+def is_stored_ref(ref: str) -> bool:
+    """A stored snapshot's ref ("s" and its id), as `Data.snapshot` takes it."""
+    return ref[:1] == "s" and _REF.match(ref) is not None
+
+
 class NotFound(LookupError):
     """A ref, node or snapshot that does not exist (HTTP 404)."""
 

@@ -17,7 +17,7 @@ from beamalloc.timeseries.series import view as point_view
 from beamalloc.timeseries.store import StoreError
 from beamalloc.units import human, pct, unix_time
 from beamalloc.webui import figures
-from beamalloc.webui.data import MAX_POINTS, MISSING, Data, NotFound
+from beamalloc.webui.data import MAX_POINTS, MISSING, Data, NotFound, is_stored_ref
 from beamalloc.webui.holders_view import node_holders
 from beamalloc.webui.pagedata import figures_json, severity
 from beamalloc.webui.recommend_view import recommendations_of
@@ -312,7 +312,7 @@ def verdict_api() -> Response:
     """A stored snapshot's verdict, computed here if no page has yet (the pages ask for the
     verdicts they showed as pending, then fetch themselves again to show them)."""
     ref = request.args.get("ref", "")
-    if not (ref[:1] == "s" and ref[1:].isdigit() and len(ref) < 20):
+    if not is_stored_ref(ref):
         abort(404, description=f"no snapshot {ref!r} in the store")
     v = _verdict(data(), ref)
     if not v:  # replaced by the writer since (a transient latest), or never there
