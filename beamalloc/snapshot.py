@@ -988,9 +988,12 @@ def _instances_json(allocators: Any) -> str:
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None or type(allocators) is not list:
         return json.dumps(_encode(allocators))
-    # json.dumps' own settings: a dict of markers (circular references), separators ", "
-    # and ": ", ASCII only, keys as given, NaN allowed
-    enc = make({}, _no_default, _esc, None, ": ", ", ", False, False, True)
+    def encoder() -> Any:
+        # json.dumps' own settings: a dict of markers (circular references), separators ", "
+        # and ": ", ASCII only, keys as given, NaN allowed
+        return make({}, _no_default, _esc, None, ": ", ", ", False, False, True)
+
+    enc = encoder()
     memo: dict[Any, str] = {}
     out = []
     for inst in allocators:
@@ -999,7 +1002,7 @@ def _instances_json(allocators: Any) -> str:
                 raise _NotPlain
             out.append(_instance_json(inst, enc, memo))
         except (_NotPlain, AttributeError, TypeError, ValueError):
-            enc = make({}, _no_default, _esc, None, ": ", ", ", False, False, True)
+            enc = encoder()  # a fresh one: the failed walk may have left its markers behind
             out.append(json.dumps(_encode(inst)))
     return "[" + ", ".join(out) + "]"
 
