@@ -143,9 +143,16 @@ def console_errors(drv: Any) -> list[str]:
             and "favicon" not in e["message"]]
 
 
-def visit(drv: Any, url: str, charts: bool = True) -> None:
+def visit(drv: Any, url: str, charts: bool = True, watch: str = "") -> None:
+    """Open url and wait until its charts are drawn and no verdict is pending; watch: a
+    script run before the page's own."""
     drv.get_log("browser")  # drop what earlier pages logged
+    if watch:
+        added = drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": watch})
     drv.get(url)
+    if watch:
+        drv.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                            {"identifier": added["identifier"]})
     if charts:
         wait_for(drv, ALL_DRAWN)
     # a verdict the server had not computed arrives by the page's script (app.js

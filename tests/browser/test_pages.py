@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -55,6 +56,16 @@ def test_nodes_page(browser, server, store_path):
 
 #: The parts of a page its script swapped in once the verdicts arrived (app.js awaitVerdicts).
 SWAPPED = "return [...document.querySelectorAll('[data-swapped]')].map(e => e.id);"
+#: Run before the page's own scripts: records, for each swap of the page's parts by its script,
+#: how many parts are still pending after it.
+SWAPS = """
+window.beamallocSwaps = [];
+new MutationObserver(records => {
+  const swapped = n => n.hasAttribute && n.hasAttribute('data-swapped');
+  if (records.some(r => [...r.addedNodes].some(swapped)))
+    window.beamallocSwaps.push(document.querySelectorAll('[data-pending]').length);
+}).observe(document, {childList: true, subtree: true});
+"""
 
 
 @pytest.mark.parametrize("page", ["node", "nodes"])
@@ -65,8 +76,13 @@ def test_verdicts_arrive_on_a_fresh_server(browser, fresh_server, store_path, pa
     with Store(store_path, readonly=True) as st:
         listed = st.list_nodes()
     url = f"/node?n={quote('app@web1')}" if page == "node" else "/"
-    visit(browser, fresh_server + url)
+    visit(browser, fresh_server + url, watch=SWAPS)
     swapped = browser.execute_script(SWAPPED)
+    # Once nothing is pending the page holds still: no later swap replaces what its reader
+    # reads (the thread computes every pending verdict, so an early swap can bring them all).
+    time.sleep(3)
+    swaps = browser.execute_script("return window.beamallocSwaps;")
+    assert swaps and swaps[-1] == 0 and 0 not in swaps[:-1], swaps
     if page == "node":
         assert swapped == ["node-summary"], swapped
         lines = [browser.find_element(By.ID, "node-verdict").text]

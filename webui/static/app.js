@@ -161,14 +161,20 @@
   // snapshot refs; a thread computes them): ask for each (/api/verdict waits for it), then
   // fetch the page again and swap its [data-swap] parts in, so its words are the template's.
   // Swapped after the first verdict and then at most every 2 s; a few rounds at most (a
-  // live store's latest snapshot moves on).
-  function awaitVerdicts(round) {
+  // live store's latest snapshot moves on). The thread computes every pending verdict, not
+  // only those asked for: once a swap leaves nothing pending the chain stops, so the page
+  // does not change again under its reader.
+  function pendingRefs() {
     var refs = [];
     document.querySelectorAll("[data-pending]").forEach(function (el) {
       el.getAttribute("data-pending").split(" ").forEach(function (r) {
         if (r && refs.indexOf(r) < 0) refs.push(r);
       });
     });
+    return refs;
+  }
+  function awaitVerdicts(round) {
+    var refs = pendingRefs();
     if (!refs.length || round > 3 || !window.fetch || !window.DOMParser) return;
     var swapped = 0;
     function swap(last) {
@@ -189,9 +195,11 @@
     var chain = Promise.resolve();
     refs.forEach(function (ref, i) {
       chain = chain.then(function () {
+        if (pendingRefs().indexOf(ref) < 0) return false;  // an earlier swap brought it
         return fetch("/api/verdict?ref=" + encodeURIComponent(ref), { credentials: "same-origin" });
-      }).then(function () {
-        var last = i === refs.length - 1;
+      }).then(function (asked) {
+        if (!asked) return;
+        var last = i === refs.length - 1 || !pendingRefs().some(function (r) { return r !== ref; });
         if (last || !swapped || Date.now() - swapped > 2000) return swap(last);
       });
     });
