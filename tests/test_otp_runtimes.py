@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import otp
@@ -143,6 +144,25 @@ def test_the_lint_release_gate_is_what_the_node_does(release: str, flags: str) -
 MADTN_TOLERANCE = 0.25
 
 
+def _rollup(pid: int) -> tuple[int, int]:
+    """(Rss, LazyFree) of a process in KiB, from its smaps_rollup."""
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup}
+    return kb["Rss"], kb["LazyFree"]
+
+
+def _settled(pid: int, timeout: float = 20.0) -> None:
+    """Wait until the node's RSS and LazyFree hold still for a second: "ready" comes once the
+    workers collected, but the carriers they emptied reach the pool, and have their free pages
+    discarded, as their schedulers get to them (a snapshot read before had no LazyFree yet)."""
+    deadline, last, still = time.monotonic() + timeout, None, 0
+    while time.monotonic() < deadline and still < 4:
+        now = _rollup(pid)
+        still = still + 1 if now == last else 0
+        last = now
+        time.sleep(0.25)
+
+
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.parametrize("release", otp.release_params(("29",)))
@@ -158,13 +178,12 @@ def test_madtn_gives_acful_pages_back_at_once(release: str) -> None:
                                flags=["+MBacul", "60", "+MBacful", "50", "+Mumadtn", madtn])
         try:
             n.wait_ready()
+            _settled(n.pid)
             if madtn == "false":
                 f = facts(live.snapshot_node(n.node, n.cookie, timeout=60.0, max_carriers=0))
                 [x] = [x for x in rules.r10_pool_bloat(f) if "rss_with_madtn" in x.evidence]
                 predicted = x.evidence["rss_with_madtn"] >> 10
-            rollup = Path(f"/proc/{n.pid}/smaps_rollup").read_text().splitlines()[1:]
-            kb = {ln.split(":")[0]: int(ln.split()[1]) for ln in rollup}
-            seen[madtn] = (kb["Rss"], kb["LazyFree"])
+            seen[madtn] = _rollup(n.pid)
         finally:
             n.stop()
     (rss_free, lazy_free), (rss_dontneed, lazy_dontneed) = seen["false"], seen["true"]
