@@ -426,11 +426,33 @@ class Local:
         self.node = _atom(self.name)
 
     def close(self) -> None:
-        for s in (self._epmd, self._listen):
-            if s is not None:
-                with contextlib.suppress(OSError):
-                    s.close()
-        self._epmd = None
+        if self._epmd is not None:
+            _give_back(self._epmd)
+            self._epmd = None
+        with contextlib.suppress(OSError):
+            self._listen.close()
+
+
+#: How long closing waits for epmd to let our name go (it takes well under a millisecond).
+GIVE_BACK_WAIT = 1.0
+
+
+def _give_back(s: socket.socket) -> None:
+    """Close the socket that holds our name once epmd has let the name go. epmd unregisters a
+    name when it reads the end of its socket, then closes its side (epmd_srv.c do_read), so
+    the end of our stream means the name is free. Closing alone was not enough: epmd reads a
+    connection it has just accepted only in its next select round, then in slot order, so the
+    next run's ALIVE2 could be read first and take beamalloc_2, one more atom on every target
+    (docs/robustness.md, "What we change on a target")."""
+    end = time.monotonic() + GIVE_BACK_WAIT
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_WR)
+        while (left := end - time.monotonic()) > 0:
+            s.settimeout(left)
+            if not s.recv(64):  # epmd sends nothing on this socket; bounded all the same
+                break
+    with contextlib.suppress(OSError):
+        s.close()
 
 
 class Connection:

@@ -14,9 +14,11 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -406,3 +408,33 @@ def test_prepare_tls_rewrites_every_file_option(tmp_path):
     assert len(files) == 3 and all(Path(f).parent == tmp_path / "tls" for f in files)
     assert sorted(Path(f).read_text() for f in files) == sorted(
         f"-----{n}-----\n" for n in ("a.pem", "b.key", "c.pem"))
+
+
+def test_a_name_given_back_is_the_next_runs(private_epmd):
+    """A run's name is free once the run has closed (collector/dist.py Local.close): the next
+    run on the host takes the same name, not the next one, which would be one more atom on
+    every target it reaches (tests/live/test_target_growth.py). epmd reads a connection it has
+    just accepted only in its next select round, and then in slot order, so the next run's
+    ALIVE2 can be read before the end of the last run's socket: made certain here by a lower
+    free slot and epmd stopped across the close."""
+    port = private_epmd
+    access = Access(epmd_port=port)
+    [pid] = [int(p) for p in subprocess.run(["pgrep", "-f", f"epmd -port {port} "],
+                                            capture_output=True, text=True).stdout.split()]
+    low = socket.create_connection(("127.0.0.1", port))  # takes the lowest free slot
+    first = dist.Local(access, time.monotonic() + 10, live.NAME_POOL, False)
+    low.close()
+    time.sleep(0.3)  # epmd frees that slot: the next run's connection gets it
+    os.kill(pid, signal.SIGSTOP)
+    woken = threading.Timer(0.3, os.kill, (pid, signal.SIGCONT))
+    woken.start()
+    try:
+        first.close()  # its end and the next run's ALIVE2 wait for epmd together
+        second = dist.Local(access, time.monotonic() + 10, live.NAME_POOL, False)
+    finally:
+        woken.join()
+        os.kill(pid, signal.SIGCONT)
+    try:
+        assert second.name == first.name, (first.name, second.name)
+    finally:
+        second.close()
