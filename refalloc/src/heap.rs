@@ -623,13 +623,12 @@ impl Heap {
     /// entries moved.
     #[inline(always)]
     fn take(&mut self, b: u32, blk: u64) {
-        let (addr, size, c) = {
+        let (addr, size, c, next) = {
             let x = &self.blocks[b as usize];
-            (x.addr, x.size, x.carrier)
+            (x.addr, x.size, x.carrier, x.next)
         };
         if !self.addr_ordered(c) {
-            self.unlink(c, b);
-            self.carve(b, blk);
+            self.take_unordered(b, blk, (addr, size, c, next));
             return;
         }
         let owner = self.carriers[c as usize].owner;
@@ -645,6 +644,59 @@ impl Heap {
         self.blocks[b as usize].free = false;
         let got = self.blocks[b as usize].size;
         self.account(c, got as i64, 1);
+    }
+
+    /// `take` where the set is not by address: `unlink`, then `carve` (`split_tail` and `link`
+    /// of the remainder), with the free set and the block table looked up once. The
+    /// remainder's record is made first (it may grow the table), then the same set operations
+    /// in the same order.
+    #[inline(always)]
+    fn take_unordered(&mut self, b: u32, blk: u64, (addr, size, c, next): (u64, u64, u32, u32)) {
+        let owner = self.carriers[c as usize].owner;
+        let min = self.cfg(owner).strategy.min_block_size();
+        let split = size - blk >= min;
+        let r = if split {
+            self.new_block(Block {
+                addr: addr + blk,
+                size: size - blk,
+                carrier: c,
+                prev: b,
+                next,
+                free: true,
+                lprev: NIL,
+                lnext: NIL,
+            })
+        } else {
+            NIL
+        };
+        let Heap {
+            blocks,
+            carrier_free,
+            instances,
+            ..
+        } = self;
+        let fs = match carrier_free[c as usize].as_mut() {
+            Some(fs) => fs,
+            None => instances[owner as usize]
+                .free
+                .as_mut()
+                .expect("instance free set"),
+        };
+        let bl = &mut blocks[..];
+        fs.unlink(bl, b);
+        if split {
+            if next != NIL {
+                bl[next as usize].prev = r;
+            }
+            let x = &mut bl[b as usize];
+            x.next = r;
+            x.size = blk;
+            fs.link(bl, r);
+        }
+        let x = &mut bl[b as usize];
+        x.free = false;
+        let got = x.size;
+        self.account_alloc(c, got);
     }
 
     /// `coalesce` then `link` in an address-ordered carrier: the merged block takes the place
@@ -697,6 +749,40 @@ impl Heap {
             let m = &mut self.instances[owner].stats.mbcs;
             apply(&mut m.blocks_size, bytes);
             apply(&mut m.blocks, count);
+        }
+    }
+
+    /// `account(c, size, 1)`: a block of `size` bytes enters carrier `c`.
+    #[inline(always)]
+    fn account_alloc(&mut self, c: u32, size: u64) {
+        let cr = &mut self.carriers[c as usize];
+        cr.used += size;
+        cr.nblocks += 1;
+        if cr.in_pool {
+            let p = &mut self.instances[cr.creator as usize].stats.pool;
+            p.blocks_size += size;
+            p.blocks += 1;
+        } else {
+            let m = &mut self.instances[cr.owner as usize].stats.mbcs;
+            m.blocks_size.add(size);
+            m.blocks.add(1);
+        }
+    }
+
+    /// `account(c, -size, -1)`: a block of `size` bytes leaves carrier `c`.
+    #[inline(always)]
+    fn account_free(&mut self, c: u32, size: u64) {
+        let cr = &mut self.carriers[c as usize];
+        cr.used -= size;
+        cr.nblocks -= 1;
+        if cr.in_pool {
+            let p = &mut self.instances[cr.creator as usize].stats.pool;
+            p.blocks_size -= size;
+            p.blocks -= 1;
+        } else {
+            let m = &mut self.instances[cr.owner as usize].stats.mbcs;
+            m.blocks_size.sub(size);
+            m.blocks.sub(1);
         }
     }
 
@@ -765,23 +851,18 @@ impl Heap {
             return;
         }
         let size = self.blocks[b as usize].size;
-        self.account(c, -(size as i64), -1);
+        self.account_free(c, size);
         // Address-ordered carriers merge and link in one step (`coalesce_linked`); a carrier
         // left whole is destroyed with its free set either way.
-        let linked = self.addr_ordered(c);
-        let b = if linked {
-            self.coalesce_linked(b)
+        let whole = if self.addr_ordered(c) {
+            let b = self.coalesce_linked(b);
+            self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL
         } else {
-            self.coalesce(c, b)
+            self.coalesce_link(c, b)
         };
-        let cr = &self.carriers[c as usize];
-        let whole = self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL;
-        if whole && !cr.main {
+        if whole && !self.carriers[c as usize].main {
             self.destroy_carrier(env, c);
             return;
-        }
-        if !linked {
-            self.link(c, b);
         }
         self.refresh(c);
         let owner = self.carriers[c as usize].owner as usize;
@@ -807,6 +888,48 @@ impl Heap {
         }
         self.blocks[b as usize].free = true;
         b
+    }
+
+    /// `coalesce` then, unless the merged block is its carrier whole (returns true, nothing
+    /// linked: the caller destroys a carrier left whole, or links a main carrier's block),
+    /// `link`: one lookup of the free set and of the block table for the whole free, which
+    /// the compiler then keeps in registers.
+    #[inline(always)]
+    fn coalesce_link(&mut self, c: u32, mut b: u32) -> bool {
+        let Heap {
+            blocks,
+            carrier_free,
+            instances,
+            carriers,
+            spare_blocks,
+            ..
+        } = self;
+        let fs = match carrier_free[c as usize].as_mut() {
+            Some(fs) => fs,
+            None => {
+                let o = carriers[c as usize].owner as usize;
+                instances[o].free.as_mut().expect("instance free set")
+            }
+        };
+        let bl = &mut blocks[..];
+        let next = bl[b as usize].next;
+        if next != NIL && bl[next as usize].free {
+            fs.unlink(bl, next);
+            absorb_next(bl, spare_blocks, b);
+        }
+        let prev = bl[b as usize].prev;
+        if prev != NIL && bl[prev as usize].free {
+            fs.unlink(bl, prev);
+            absorb_next(bl, spare_blocks, prev);
+            b = prev;
+        }
+        let x = &mut bl[b as usize];
+        x.free = true;
+        if x.prev == NIL && x.next == NIL && !carriers[c as usize].main {
+            return true;
+        }
+        fs.link(bl, b);
+        false
     }
 
     /// Block `b` takes over its physical successor.
@@ -1186,6 +1309,20 @@ impl Heap {
             })
             .sum()
     }
+}
+
+/// `Heap::absorb_next` on the block table alone (for callers that hold a free set too).
+#[inline(always)]
+fn absorb_next(bl: &mut [Block], spare: &mut Vec<u32>, b: u32) {
+    let n = bl[b as usize].next;
+    let (nsize, nnext) = (bl[n as usize].size, bl[n as usize].next);
+    bl[b as usize].size += nsize;
+    bl[b as usize].next = nnext;
+    if nnext != NIL {
+        bl[nnext as usize].prev = b;
+    }
+    bl[n as usize].free = false;
+    spare.push(n);
 }
 
 fn apply(cm: &mut crate::stats::Cm, delta: i64) {

@@ -52,7 +52,7 @@ impl LiveMap {
         ((x >> 32) as u8, x as u32)
     }
     /// Insert; returns the previous value for this id (a reused id).
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
         // A dense id with no sparse ids about (an id can be in `sparse` with the vector grown
         // past it since): one slot read and written.
@@ -67,6 +67,12 @@ impl LiveMap {
                 return Some(Self::unpack(old));
             }
         }
+        self.insert_slow(id, v)
+    }
+
+    /// `insert` of an id past the vector or with sparse ids about.
+    #[inline(never)]
+    fn insert_slow(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
         let old = self.remove(id);
         self.len += 1;
         let i = id as usize;
@@ -81,7 +87,7 @@ impl LiveMap {
         }
         old
     }
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, id: u64) -> Option<(u8, u32)> {
         if let Some(x) = self.dense.get_mut(id as usize) {
             if *x != 0 {
@@ -94,6 +100,11 @@ impl LiveMap {
         if self.sparse.is_empty() {
             return None;
         }
+        self.remove_sparse(id)
+    }
+
+    #[inline(never)]
+    fn remove_sparse(&mut self, id: u64) -> Option<(u8, u32)> {
         let v = self.sparse.remove(&id);
         if v.is_some() {
             self.len -= 1;
