@@ -179,6 +179,11 @@ pub struct Heap {
     births: u64,
     /// Carrier pool of this allocator (`cp` = own letter): index 0 is the head (§5).
     pool: Vec<u32>,
+    /// Whether some instance keeps free sets per carrier (aoff family), by address (aoff,
+    /// ageffcaoff), or has the pool on: when not, every event skips the tests they guard.
+    carrier_sets: bool,
+    addr_sets: bool,
+    pool_on: bool,
 }
 
 impl Heap {
@@ -194,6 +199,11 @@ impl Heap {
             spare_carriers: Vec::new(),
             births: 0,
             pool: Vec::new(),
+            carrier_sets: configs.iter().any(|c| c.strategy.is_aoff_family()),
+            addr_sets: configs
+                .iter()
+                .any(|c| c.strategy.block_order() == Some(BlockOrder::Addr)),
+            pool_on: configs.iter().any(|c| c.pool_enabled()),
         };
         for cfg in configs {
             h.instances.push(Instance {
@@ -298,6 +308,9 @@ impl Heap {
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
     #[inline(always)]
     fn refresh(&mut self, c: u32) {
+        if !self.carrier_sets {
+            return;
+        }
         if let Some(fs) = self.carrier_free[c as usize].as_ref() {
             let largest = fs.largest();
             if largest != self.carriers[c as usize].tree_largest {
@@ -607,7 +620,7 @@ impl Heap {
     /// Whether carrier `c` keeps its free blocks by address (aoff, ageffcaoff).
     #[inline(always)]
     fn addr_ordered(&self, c: u32) -> bool {
-        matches!(self.carrier_free[c as usize], Some(FreeSet::Addr(_)))
+        self.addr_sets && matches!(self.carrier_free[c as usize], Some(FreeSet::Addr(_)))
     }
 
     #[inline(always)]
@@ -1133,6 +1146,9 @@ impl Heap {
 
     #[inline(always)]
     fn check_abandon(&mut self, c: u32) {
+        if !self.pool_on {
+            return;
+        }
         let cr = &self.carriers[c as usize];
         if cr.main || cr.in_pool || cr.sbc || !cr.live {
             return;
