@@ -818,8 +818,11 @@ impl Heap {
         self.take(b, blk);
         let c = self.blocks[b as usize].carrier;
         self.refresh(c);
-        let inst = &mut self.instances[ix as usize];
-        inst.disable_abandon = (inst.disable_abandon + 8).min(DISABLE_ABANDON);
+        if self.pool_on {
+            // only `check_abandon` reads it, and only with the pool on
+            let inst = &mut self.instances[ix as usize];
+            inst.disable_abandon = (inst.disable_abandon + 8).min(DISABLE_ABANDON);
+        }
         b
     }
 
@@ -878,10 +881,12 @@ impl Heap {
             return;
         }
         self.refresh(c);
-        let owner = self.carriers[c as usize].owner as usize;
-        let inst = &mut self.instances[owner];
-        inst.disable_abandon = inst.disable_abandon.saturating_sub(10);
-        self.check_abandon(c);
+        if self.pool_on {
+            let owner = self.carriers[c as usize].owner as usize;
+            let inst = &mut self.instances[owner];
+            inst.disable_abandon = inst.disable_abandon.saturating_sub(10);
+            self.check_abandon(c);
+        }
     }
 
     /// Merge free block `b` (not linked) of carrier `c` with free neighbours; returns the
