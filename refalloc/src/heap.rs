@@ -179,6 +179,11 @@ pub struct Heap {
     births: u64,
     /// Carrier pool of this allocator (`cp` = own letter): index 0 is the head (§5).
     pool: Vec<u32>,
+    /// Whether some instance keeps free sets per carrier (aoff family), by address (aoff,
+    /// ageffcaoff), or has the pool on: when not, every event skips the tests they guard.
+    carrier_sets: bool,
+    addr_sets: bool,
+    pool_on: bool,
 }
 
 impl Heap {
@@ -194,6 +199,11 @@ impl Heap {
             spare_carriers: Vec::new(),
             births: 0,
             pool: Vec::new(),
+            carrier_sets: configs.iter().any(|c| c.strategy.is_aoff_family()),
+            addr_sets: configs
+                .iter()
+                .any(|c| c.strategy.block_order() == Some(BlockOrder::Addr)),
+            pool_on: configs.iter().any(|c| c.pool_enabled()),
         };
         for cfg in configs {
             h.instances.push(Instance {
@@ -298,6 +308,9 @@ impl Heap {
     /// Keep the owner's carrier tree in step with the carrier's largest free block.
     #[inline(always)]
     fn refresh(&mut self, c: u32) {
+        if !self.carrier_sets {
+            return;
+        }
         if let Some(fs) = self.carrier_free[c as usize].as_ref() {
             let largest = fs.largest();
             if largest != self.carriers[c as usize].tree_largest {
@@ -607,7 +620,7 @@ impl Heap {
     /// Whether carrier `c` keeps its free blocks by address (aoff, ageffcaoff).
     #[inline(always)]
     fn addr_ordered(&self, c: u32) -> bool {
-        matches!(self.carrier_free[c as usize], Some(FreeSet::Addr(_)))
+        self.addr_sets && matches!(self.carrier_free[c as usize], Some(FreeSet::Addr(_)))
     }
 
     #[inline(always)]
@@ -623,13 +636,12 @@ impl Heap {
     /// entries moved.
     #[inline(always)]
     fn take(&mut self, b: u32, blk: u64) {
-        let (addr, size, c) = {
+        let (addr, size, c, next) = {
             let x = &self.blocks[b as usize];
-            (x.addr, x.size, x.carrier)
+            (x.addr, x.size, x.carrier, x.next)
         };
         if !self.addr_ordered(c) {
-            self.unlink(c, b);
-            self.carve(b, blk);
+            self.take_unordered(b, blk, (addr, size, c, next));
             return;
         }
         let owner = self.carriers[c as usize].owner;
@@ -645,6 +657,59 @@ impl Heap {
         self.blocks[b as usize].free = false;
         let got = self.blocks[b as usize].size;
         self.account(c, got as i64, 1);
+    }
+
+    /// `take` where the set is not by address: `unlink`, then `carve` (`split_tail` and `link`
+    /// of the remainder), with the free set and the block table looked up once. The
+    /// remainder's record is made first (it may grow the table), then the same set operations
+    /// in the same order.
+    #[inline(always)]
+    fn take_unordered(&mut self, b: u32, blk: u64, (addr, size, c, next): (u64, u64, u32, u32)) {
+        let owner = self.carriers[c as usize].owner;
+        let min = self.cfg(owner).strategy.min_block_size();
+        let split = size - blk >= min;
+        let r = if split {
+            self.new_block(Block {
+                addr: addr + blk,
+                size: size - blk,
+                carrier: c,
+                prev: b,
+                next,
+                free: true,
+                lprev: NIL,
+                lnext: NIL,
+            })
+        } else {
+            NIL
+        };
+        let Heap {
+            blocks,
+            carrier_free,
+            instances,
+            ..
+        } = self;
+        let fs = match carrier_free[c as usize].as_mut() {
+            Some(fs) => fs,
+            None => instances[owner as usize]
+                .free
+                .as_mut()
+                .expect("instance free set"),
+        };
+        let bl = &mut blocks[..];
+        fs.unlink(bl, b);
+        if split {
+            if next != NIL {
+                bl[next as usize].prev = r;
+            }
+            let x = &mut bl[b as usize];
+            x.next = r;
+            x.size = blk;
+            fs.link(bl, r);
+        }
+        let x = &mut bl[b as usize];
+        x.free = false;
+        let got = x.size;
+        self.account_alloc(c, got);
     }
 
     /// `coalesce` then `link` in an address-ordered carrier: the merged block takes the place
@@ -700,6 +765,40 @@ impl Heap {
         }
     }
 
+    /// `account(c, size, 1)`: a block of `size` bytes enters carrier `c`.
+    #[inline(always)]
+    fn account_alloc(&mut self, c: u32, size: u64) {
+        let cr = &mut self.carriers[c as usize];
+        cr.used += size;
+        cr.nblocks += 1;
+        if cr.in_pool {
+            let p = &mut self.instances[cr.creator as usize].stats.pool;
+            p.blocks_size += size;
+            p.blocks += 1;
+        } else {
+            let m = &mut self.instances[cr.owner as usize].stats.mbcs;
+            m.blocks_size.add(size);
+            m.blocks.add(1);
+        }
+    }
+
+    /// `account(c, -size, -1)`: a block of `size` bytes leaves carrier `c`.
+    #[inline(always)]
+    fn account_free(&mut self, c: u32, size: u64) {
+        let cr = &mut self.carriers[c as usize];
+        cr.used -= size;
+        cr.nblocks -= 1;
+        if cr.in_pool {
+            let p = &mut self.instances[cr.creator as usize].stats.pool;
+            p.blocks_size -= size;
+            p.blocks -= 1;
+        } else {
+            let m = &mut self.instances[cr.owner as usize].stats.mbcs;
+            m.blocks_size.sub(size);
+            m.blocks.sub(1);
+        }
+    }
+
     /// `mbc_alloc_block`: strategy, then pool fetch or a new carrier (block at its start).
     #[inline]
     fn mbc_alloc(&mut self, env: &mut Env, ix: u32, blk: u64) -> u32 {
@@ -719,8 +818,11 @@ impl Heap {
         self.take(b, blk);
         let c = self.blocks[b as usize].carrier;
         self.refresh(c);
-        let inst = &mut self.instances[ix as usize];
-        inst.disable_abandon = (inst.disable_abandon + 8).min(DISABLE_ABANDON);
+        if self.pool_on {
+            // only `check_abandon` reads it, and only with the pool on
+            let inst = &mut self.instances[ix as usize];
+            inst.disable_abandon = (inst.disable_abandon + 8).min(DISABLE_ABANDON);
+        }
         b
     }
 
@@ -765,29 +867,26 @@ impl Heap {
             return;
         }
         let size = self.blocks[b as usize].size;
-        self.account(c, -(size as i64), -1);
+        self.account_free(c, size);
         // Address-ordered carriers merge and link in one step (`coalesce_linked`); a carrier
         // left whole is destroyed with its free set either way.
-        let linked = self.addr_ordered(c);
-        let b = if linked {
-            self.coalesce_linked(b)
+        let whole = if self.addr_ordered(c) {
+            let b = self.coalesce_linked(b);
+            self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL
         } else {
-            self.coalesce(c, b)
+            self.coalesce_link(c, b)
         };
-        let cr = &self.carriers[c as usize];
-        let whole = self.blocks[b as usize].prev == NIL && self.blocks[b as usize].next == NIL;
-        if whole && !cr.main {
+        if whole && !self.carriers[c as usize].main {
             self.destroy_carrier(env, c);
             return;
         }
-        if !linked {
-            self.link(c, b);
-        }
         self.refresh(c);
-        let owner = self.carriers[c as usize].owner as usize;
-        let inst = &mut self.instances[owner];
-        inst.disable_abandon = inst.disable_abandon.saturating_sub(10);
-        self.check_abandon(c);
+        if self.pool_on {
+            let owner = self.carriers[c as usize].owner as usize;
+            let inst = &mut self.instances[owner];
+            inst.disable_abandon = inst.disable_abandon.saturating_sub(10);
+            self.check_abandon(c);
+        }
     }
 
     /// Merge free block `b` (not linked) of carrier `c` with free neighbours; returns the
@@ -807,6 +906,48 @@ impl Heap {
         }
         self.blocks[b as usize].free = true;
         b
+    }
+
+    /// `coalesce` then, unless the merged block is its carrier whole (returns true, nothing
+    /// linked: the caller destroys a carrier left whole, or links a main carrier's block),
+    /// `link`: one lookup of the free set and of the block table for the whole free, which
+    /// the compiler then keeps in registers.
+    #[inline(always)]
+    fn coalesce_link(&mut self, c: u32, mut b: u32) -> bool {
+        let Heap {
+            blocks,
+            carrier_free,
+            instances,
+            carriers,
+            spare_blocks,
+            ..
+        } = self;
+        let fs = match carrier_free[c as usize].as_mut() {
+            Some(fs) => fs,
+            None => {
+                let o = carriers[c as usize].owner as usize;
+                instances[o].free.as_mut().expect("instance free set")
+            }
+        };
+        let bl = &mut blocks[..];
+        let next = bl[b as usize].next;
+        if next != NIL && bl[next as usize].free {
+            fs.unlink(bl, next);
+            absorb_next(bl, spare_blocks, b);
+        }
+        let prev = bl[b as usize].prev;
+        if prev != NIL && bl[prev as usize].free {
+            fs.unlink(bl, prev);
+            absorb_next(bl, spare_blocks, prev);
+            b = prev;
+        }
+        let x = &mut bl[b as usize];
+        x.free = true;
+        if x.prev == NIL && x.next == NIL && !carriers[c as usize].main {
+            return true;
+        }
+        fs.link(bl, b);
+        false
     }
 
     /// Block `b` takes over its physical successor.
@@ -1010,6 +1151,9 @@ impl Heap {
 
     #[inline(always)]
     fn check_abandon(&mut self, c: u32) {
+        if !self.pool_on {
+            return;
+        }
         let cr = &self.carriers[c as usize];
         if cr.main || cr.in_pool || cr.sbc || !cr.live {
             return;
@@ -1186,6 +1330,20 @@ impl Heap {
             })
             .sum()
     }
+}
+
+/// `Heap::absorb_next` on the block table alone (for callers that hold a free set too).
+#[inline(always)]
+fn absorb_next(bl: &mut [Block], spare: &mut Vec<u32>, b: u32) {
+    let n = bl[b as usize].next;
+    let (nsize, nnext) = (bl[n as usize].size, bl[n as usize].next);
+    bl[b as usize].size += nsize;
+    bl[b as usize].next = nnext;
+    if nnext != NIL {
+        bl[nnext as usize].prev = b;
+    }
+    bl[n as usize].free = false;
+    spare.push(n);
 }
 
 fn apply(cm: &mut crate::stats::Cm, delta: i64) {

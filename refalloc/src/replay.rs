@@ -52,7 +52,7 @@ impl LiveMap {
         ((x >> 32) as u8, x as u32)
     }
     /// Insert; returns the previous value for this id (a reused id).
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
         // A dense id with no sparse ids about (an id can be in `sparse` with the vector grown
         // past it since): one slot read and written.
@@ -67,6 +67,12 @@ impl LiveMap {
                 return Some(Self::unpack(old));
             }
         }
+        self.insert_slow(id, v)
+    }
+
+    /// `insert` of an id past the vector or with sparse ids about.
+    #[inline(never)]
+    fn insert_slow(&mut self, id: u64, v: (u8, u32)) -> Option<(u8, u32)> {
         let old = self.remove(id);
         self.len += 1;
         let i = id as usize;
@@ -81,7 +87,7 @@ impl LiveMap {
         }
         old
     }
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, id: u64) -> Option<(u8, u32)> {
         if let Some(x) = self.dense.get_mut(id as usize) {
             if *x != 0 {
@@ -94,6 +100,11 @@ impl LiveMap {
         if self.sparse.is_empty() {
             return None;
         }
+        self.remove_sparse(id)
+    }
+
+    #[inline(never)]
+    fn remove_sparse(&mut self, id: u64) -> Option<(u8, u32)> {
         let v = self.sparse.remove(&id);
         if v.is_some() {
             self.len -= 1;
@@ -190,6 +201,8 @@ pub struct Replay {
     sample_every_ns: u64,
     next_sample: u64,
     next_tick: u64,
+    /// The first trace time at which `clock` has work: min(next_tick, next_sample).
+    next_due: u64,
 }
 
 impl Replay {
@@ -221,6 +234,7 @@ impl Replay {
             sample_every_ns,
             next_sample: 0,
             next_tick: CACHE_TICK_NS,
+            next_due: 0,
         }
     }
 
@@ -233,34 +247,55 @@ impl Replay {
         }
     }
 
+    #[inline(always)]
     pub fn apply(&mut self, ev: &Event) {
         if self.failure.is_some() {
             return;
         }
         self.events += 1;
         if ev.size > MAX_BLOCK_SIZE && ev.op != Op::Free {
-            self.failure = Some(format!(
-                "event {}: {} bytes asked for, more than the 128 TiB a 64-bit process can map",
-                self.events, ev.size
-            ));
+            self.too_large(ev);
             return;
+        }
+        // One compare on the per-event path: the mseg ticks and footprint samples are due
+        // every second / `sample_every_ns` of trace time, not every event.
+        if ev.t_ns >= self.next_due {
+            self.clock(ev.t_ns);
         }
         self.apply_placed(ev);
         if self.env.space.exhausted {
-            self.failure = Some(format!(
-                "event {}: the live carriers outgrow the 128 TiB a 64-bit process can map \
-                 (a real VM aborts here: \"Cannot allocate\")",
-                self.events
-            ));
+            self.out_of_space();
         }
     }
 
-    fn apply_placed(&mut self, ev: &Event) {
-        while ev.t_ns >= self.next_tick {
+    #[cold]
+    #[inline(never)]
+    fn too_large(&mut self, ev: &Event) {
+        self.failure = Some(format!(
+            "event {}: {} bytes asked for, more than the 128 TiB a 64-bit process can map",
+            self.events, ev.size
+        ));
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_space(&mut self) {
+        self.failure = Some(format!(
+            "event {}: the live carriers outgrow the 128 TiB a 64-bit process can map \
+             (a real VM aborts here: \"Cannot allocate\")",
+            self.events
+        ));
+    }
+
+    /// Age the mseg caches (§3.7) and take the footprint samples due at `t_ns`, then set
+    /// `next_due` to the first trace time that needs this again.
+    #[inline(never)]
+    fn clock(&mut self, t_ns: u64) {
+        while t_ns >= self.next_tick {
             if self.env.msegs.iter().all(|m| m.cached_segments() == 0) {
                 // Nothing left to age: the remaining ticks up to this event only count
                 // (a long gap in trace time must not cost a loop turn per second).
-                let ticks = (ev.t_ns - self.next_tick) / CACHE_TICK_NS + 1;
+                let ticks = (t_ns - self.next_tick) / CACHE_TICK_NS + 1;
                 for m in self.env.msegs.iter_mut() {
                     m.stats.check_cache += ticks;
                 }
@@ -275,11 +310,20 @@ impl Replay {
             }
             self.next_tick = self.next_tick.saturating_add(CACHE_TICK_NS);
         }
-        if self.sample_every_ns > 0 && ev.t_ns >= self.next_sample {
-            self.sample(ev.t_ns);
+        if self.sample_every_ns > 0 && t_ns >= self.next_sample {
+            self.sample(t_ns);
             self.next_sample =
-                (ev.t_ns - ev.t_ns % self.sample_every_ns).saturating_add(self.sample_every_ns);
+                (t_ns - t_ns % self.sample_every_ns).saturating_add(self.sample_every_ns);
         }
+        self.next_due = if self.sample_every_ns > 0 {
+            self.next_tick.min(self.next_sample)
+        } else {
+            self.next_tick
+        };
+    }
+
+    #[inline(always)]
+    fn apply_placed(&mut self, ev: &Event) {
         let a = ev.allocator as usize;
         let Some(heap) = self.heaps.get_mut(a).and_then(|h| h.as_mut()) else {
             self.anomalies.no_allocator += 1;
@@ -400,16 +444,24 @@ impl Replay {
             return Ok(());
         }
         let mut ahead = Lookahead::for_model(self);
-        let read = reader.for_each_event_while(|ev| {
-            let before = self.events;
-            ahead.push(self, ev);
-            if self.events != before && next.peek() == Some(&self.events) {
-                while next.next_if_eq(&self.events).is_some() {}
-                at(self);
-                return next.peek().is_some();
-            }
-            true
-        });
+        let read = if checkpoints.is_empty() {
+            // The plain replay: no checkpoint to look for after each event.
+            reader.for_each_event_while(|ev| {
+                ahead.push(self, ev);
+                true
+            })
+        } else {
+            reader.for_each_event_while(|ev| {
+                let before = self.events;
+                ahead.push(self, ev);
+                if self.events != before && next.peek() == Some(&self.events) {
+                    while next.next_if_eq(&self.events).is_some() {}
+                    at(self);
+                    return next.peek().is_some();
+                }
+                true
+            })
+        };
         // The events still held by the lookahead, one by one for the checkpoints among them.
         let last = ahead.drain_each(self, |rp| {
             if next.peek() == Some(&rp.events) {

@@ -297,23 +297,20 @@ impl<R: Read> TraceReader<R> {
             if self.end - self.pos < MAX_RECORD {
                 self.fill(MAX_RECORD)?;
             }
-            if let Some(e) = self.next_buffered() {
-                if !f(&e) {
-                    return Ok(());
-                }
-                continue;
-            }
-            match self.next_checked() {
-                Ok(Some(e)) => {
-                    if !f(&e) {
-                        return Ok(());
+            // One call site of `f`, so that the compiler inlines it into this loop.
+            let e = match self.next_buffered() {
+                Some(e) => e,
+                None => match self.next_checked() {
+                    Ok(Some(e)) => e,
+                    Ok(None) => return Ok(()),
+                    Err(e) => {
+                        self.done = true;
+                        return Err(e);
                     }
-                }
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    self.done = true;
-                    return Err(e);
-                }
+                },
+            };
+            if !f(&e) {
+                return Ok(());
             }
         }
     }
