@@ -55,6 +55,24 @@ fn shift<T: Copy>(a: &mut [T; ROOM], from: usize, to: usize, m: usize) {
     }
 }
 
+/// Largest of the first `n` of `v` (0 if none): four scalar running maxima (`cmov`s) over
+/// groups of four, the last group's places past `n` read as 0, rather than the vector loop the
+/// compiler makes (SSE2 has no unsigned 64-bit maximum: several instructions a pair) and its
+/// tail loop (one more exit to mispredict).
+#[inline(always)]
+fn max_of(v: &[u64; ROOM], n: usize) -> u64 {
+    let mut m = [0u64; 4];
+    let mut j = 0;
+    while j < n {
+        for k in 0..4 {
+            let x = if j + k < n { v[j + k] } else { 0 };
+            m[k] = m[k].max(x);
+        }
+        j += 4;
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
 /// Where the i-th chunk is and how many entries it holds.
 #[derive(Clone, Copy, Debug)]
 struct Dir {
@@ -77,7 +95,7 @@ impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
         }
     }
     fn max(&self, n: usize) -> u64 {
-        self.vals[..n].iter().copied().max().unwrap_or(0)
+        max_of(&self.vals, n)
     }
     /// Open a gap at `p` of the `n` entries and put the entry there (the chunk has room).
     #[inline(always)]
