@@ -559,6 +559,27 @@ mod tests {
         assert_eq!(m.top, m.maxes.iter().copied().max().unwrap_or(0));
     }
 
+    /// `max_of` reads only the first `n` places: larger junk past them (what a shift leaves
+    /// in a chunk's slack) never counts.
+    #[test]
+    fn max_of_ignores_the_places_past_n() {
+        let mut s = 99u64;
+        for n in 0..=CAP {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let mut v = [u64::MAX; ROOM];
+            for (j, x) in v[..n].iter_mut().enumerate() {
+                *x = (s >> (j % 40)) % 100_000;
+            }
+            assert_eq!(
+                max_of(&v, n),
+                v[..n].iter().copied().max().unwrap_or(0),
+                "n {n}"
+            );
+        }
+    }
+
     /// The aoff family's carrier index was a `MaxTree` (treap) before it was a `ChunkMap`: on
     /// random streams of carrier keys ((primary << 32) | carrier) both give the same first fit.
     #[test]
