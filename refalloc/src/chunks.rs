@@ -73,6 +73,23 @@ fn max_of(v: &[u64; ROOM], n: usize) -> u64 {
     m[0].max(m[1]).max(m[2].max(m[3]))
 }
 
+/// Largest of `v` (0 if empty), as `max_of` (the chunks' maxima: a `Vec`, so the last group
+/// is a short loop).
+#[inline(always)]
+fn top_of(v: &[u64]) -> u64 {
+    let mut m = [0u64; 4];
+    let mut q = v.chunks_exact(4);
+    for c in &mut q {
+        for k in 0..4 {
+            m[k] = m[k].max(c[k]);
+        }
+    }
+    for (k, &x) in q.remainder().iter().enumerate() {
+        m[k] = m[k].max(x);
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
 /// Where the i-th chunk is and how many entries it holds.
 #[derive(Clone, Copy, Debug)]
 struct Dir {
@@ -291,7 +308,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         let (i, p) = self.locate(key)?;
         let val = self.remove_at(i, p);
         if val == self.top {
-            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+            self.top = top_of(&self.maxes);
         }
         Some(val)
     }
@@ -408,7 +425,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         if val >= self.top {
             self.top = val;
         } else if was == self.top {
-            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+            self.top = top_of(&self.maxes);
         }
     }
 
