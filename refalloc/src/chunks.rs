@@ -55,6 +55,41 @@ fn shift<T: Copy>(a: &mut [T; ROOM], from: usize, to: usize, m: usize) {
     }
 }
 
+/// Largest of the first `n` of `v` (0 if none): four scalar running maxima (`cmov`s) over
+/// groups of four, the last group's places past `n` read as 0, rather than the vector loop the
+/// compiler makes (SSE2 has no unsigned 64-bit maximum: several instructions a pair) and its
+/// tail loop (one more exit to mispredict).
+#[inline(always)]
+fn max_of(v: &[u64; ROOM], n: usize) -> u64 {
+    let mut m = [0u64; 4];
+    let mut j = 0;
+    while j < n {
+        for k in 0..4 {
+            let x = if j + k < n { v[j + k] } else { 0 };
+            m[k] = m[k].max(x);
+        }
+        j += 4;
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
+/// Largest of `v` (0 if empty), as `max_of` (the chunks' maxima: a `Vec`, so the last group
+/// is a short loop).
+#[inline(always)]
+fn top_of(v: &[u64]) -> u64 {
+    let mut m = [0u64; 4];
+    let mut q = v.chunks_exact(4);
+    for c in &mut q {
+        for k in 0..4 {
+            m[k] = m[k].max(c[k]);
+        }
+    }
+    for (k, &x) in q.remainder().iter().enumerate() {
+        m[k] = m[k].max(x);
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
 /// Where the i-th chunk is and how many entries it holds.
 #[derive(Clone, Copy, Debug)]
 struct Dir {
@@ -77,7 +112,7 @@ impl<K: Copy + Default, P: Copy + Default> Chunk<K, P> {
         }
     }
     fn max(&self, n: usize) -> u64 {
-        self.vals[..n].iter().copied().max().unwrap_or(0)
+        max_of(&self.vals, n)
     }
     /// Open a gap at `p` of the `n` entries and put the entry there (the chunk has room).
     #[inline(always)]
@@ -273,7 +308,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         let (i, p) = self.locate(key)?;
         let val = self.remove_at(i, p);
         if val == self.top {
-            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+            self.top = top_of(&self.maxes);
         }
         Some(val)
     }
@@ -390,7 +425,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
         if val >= self.top {
             self.top = val;
         } else if was == self.top {
-            self.top = self.maxes.iter().copied().max().unwrap_or(0);
+            self.top = top_of(&self.maxes);
         }
     }
 
@@ -539,6 +574,27 @@ mod tests {
             assert_eq!(m.maxes[i], c.max(n));
         }
         assert_eq!(m.top, m.maxes.iter().copied().max().unwrap_or(0));
+    }
+
+    /// `max_of` reads only the first `n` places: larger junk past them (what a shift leaves
+    /// in a chunk's slack) never counts.
+    #[test]
+    fn max_of_ignores_the_places_past_n() {
+        let mut s = 99u64;
+        for n in 0..=CAP {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let mut v = [u64::MAX; ROOM];
+            for (j, x) in v[..n].iter_mut().enumerate() {
+                *x = (s >> (j % 40)) % 100_000;
+            }
+            assert_eq!(
+                max_of(&v, n),
+                v[..n].iter().copied().max().unwrap_or(0),
+                "n {n}"
+            );
+        }
     }
 
     /// The aoff family's carrier index was a `MaxTree` (treap) before it was a `ChunkMap`: on
