@@ -783,6 +783,42 @@ pub fn replay_rows<R: Read + Send>(
     Ok(Ok(()))
 }
 
+/// The replay's reader agrees with the whole reader's full path (the fuzz target `read_csv`,
+/// and `csv_reader_survives_mutations`): `read_rows`, from where the header ends, gives the
+/// events the full path gives, up to the row it declines, and when it declines none the full
+/// path ends without an error, having numbered the same new types.
+#[cfg(any(test, fuzzing))]
+pub fn rows_agree(data: &[u8]) {
+    let Ok(mut full) = CsvReader::new(data, "fz") else {
+        return;
+    };
+    if full.read_columns().is_err() {
+        return;
+    }
+    full.checked_only = true;
+    let (offset, line) = full.rows_at;
+    let mut want = Vec::new();
+    let failed = loop {
+        match full.next_event() {
+            Ok(Some(e)) => want.push(e),
+            Ok(None) => break false,
+            Err(_) => break true,
+        }
+    };
+    let mut types = Types::new(HashMap::new(), 0x10000);
+    let mut got = Vec::new();
+    let read = read_rows(&data[offset as usize..], line, &mut types, |e| {
+        got.push(*e);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got.len() <= want.len() && got[..] == want[..got.len()]);
+    if read.is_ok() {
+        assert!(!failed && got.len() == want.len());
+        assert_eq!(types.added, full.types.added);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1142,6 +1178,7 @@ mod tests {
                 }
             }
             crate::fuzzing::read_csv(&b);
+            rows_agree(&b);
         }
         if secs > 0 {
             eprintln!("csv_reader_survives_mutations: {cases} cases in {secs} s");
