@@ -727,6 +727,23 @@ pub fn read_rows<R: Read>(
 /// batches in flight (up to 7) cost few page faults and stay in the shared cache.
 const BATCH: usize = 1 << 12;
 
+/// Send the full `batch` to the replay, leaving an empty one (a replayed batch back, if there
+/// is one, for a fresh one would cost its page faults, a third of the reading).
+#[inline(never)]
+fn hand_over(
+    batch: &mut Vec<Event>,
+    tx: &std::sync::mpsc::SyncSender<Vec<Event>>,
+    back: &std::sync::mpsc::Receiver<Vec<Event>>,
+) -> std::io::Result<()> {
+    let empty = back
+        .try_recv()
+        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+    let full = std::mem::replace(batch, empty);
+    // The replay stopped listening only if it panicked: stop reading too.
+    tx.send(full)
+        .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+}
+
 /// Replay the rows of `r` (as `read_rows`) straight into `rp`, with no binary file between:
 /// one thread reads and parses rows while this one replays the previous batch, so a CSV costs
 /// about what the slower of the two costs. Ok(Err(declined)) leaves `rp` half-fed, for the
@@ -741,21 +758,16 @@ pub fn replay_rows<R: Read + Send>(
     let mut ahead = Lookahead::for_model(rp);
     let read = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
-        // Replayed batches go back to the reader to be filled again: a fresh batch each time
-        // would cost its page faults, a third of the reading.
+        // Replayed batches go back to the reader to be filled again (`hand_over`).
         let (back_tx, back) = std::sync::mpsc::channel::<Vec<Event>>();
         let reader = s.spawn(move || {
-            let fresh = || {
-                back.try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BATCH))
-            };
-            let mut batch = fresh();
+            let mut batch = Vec::with_capacity(BATCH);
+            // A push per row, inlined into the parsing (an event handed over through memory
+            // cost a stall per row: its op byte stored, then read back by wider loads).
             let read = read_rows(r, line, types, |ev| {
                 batch.push(*ev);
                 if batch.len() == BATCH {
-                    let full = std::mem::replace(&mut batch, fresh());
-                    // The replay stopped listening only if it panicked: stop reading too.
-                    tx.send(full).map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+                    hand_over(&mut batch, &tx, &back)?;
                 }
                 Ok(())
             });
