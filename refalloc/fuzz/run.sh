@@ -20,7 +20,7 @@ fi
 "$python" ../tests/fuzz/reader_seeds.py fuzz/seeds
 pids=()
 for t in "${targets[@]}"; do
-  mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t" fuzz/logs
+  mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t" "fuzz/regressions/$t" fuzz/logs
   if [[ $readers == *" $t "* ]]; then
     # What a reader fuzzer once found is kept in tests/corpus/fuzz/<reader>/ and read again.
     mkdir -p "../tests/corpus/fuzz/$t"

@@ -49,7 +49,7 @@ def trace(seed: int, n: int) -> bytes:
 
 
 def main(out: Path) -> None:
-    for target in ("read_trace", "replay_trace", "python_reader", "csv_fast"):
+    for target in ("read_trace", "replay_trace", "python_reader", "csv_fast", "read_csv"):
         (out / target).mkdir(parents=True, exist_ok=True)
     for i, n in enumerate((0, 1, 5, 20, 60, 150)):
         data = trace(i, n)
@@ -64,6 +64,7 @@ def main(out: Path) -> None:
             events = list(r)
             write_csv(out / "python_reader" / f"seed{i}.csv", r.header, events)
             write_csv(out / "csv_fast" / f"seed{i}.csv", r.header, events)
+            write_csv(out / "read_csv" / f"seed{i}.csv", r.header, events)
 
 
 if __name__ == "__main__":

@@ -287,15 +287,309 @@ fn comma(line: &[u8], p: &mut usize) -> Option<()> {
 }
 
 /// `row` for the shape `write_csv` writes, read straight from the buffer: decimal numbers, a
-/// numbered type, no blanks, no quotes, 8 or 9 fields, then `\n` or `\r\n`. One pass that
-/// reads each number as it finds its comma and the row's end as it gets there, where
-/// `read_rows` otherwise finds the line end first (memchr) and `row` cuts the line and reads
-/// the fields after. Returns the event and the bytes the row took with its line end. Anything
-/// else (a name for a type, `0x`, a blank, a comment, a bad row, a row the buffer cuts) is
-/// None, and the line goes the slow way: so the events taken here are those `row` takes
-/// (csv.rs tests `fast_rows_are_rows`).
-#[inline]
+/// numbered type, no blanks, no quotes, 8 or 9 fields, then `\n` or `\r\n`. Returns the event
+/// and the bytes the row took with its line end. Anything else (a name for a type, `0x`, a
+/// blank, a comment, a bad row, a row the buffer cuts) is None, and the line goes the slow way:
+/// so the events taken here are those `row` takes (csv.rs tests `fast_rows_are_rows`).
+///
+/// `wide_row` reads a row that ends within its window; `narrow_row`, the same shape byte by
+/// byte, the rows it leaves undecided (longer, or near the end of what is buffered).
+#[inline(always)]
 fn fast_row(buf: &[u8]) -> Option<(Event, usize)> {
+    if let Some(win) = buf.first_chunk::<WIDE>() {
+        if let Ok(r) = wide_row(win) {
+            return r;
+        }
+    }
+    narrow_row(buf)
+}
+
+/// The rows `wide_row` judges end within the first `WINDOW` bytes; the 16 after them let it
+/// load 8 bytes at any field's start without a bounds check.
+const WINDOW: usize = 128;
+const WIDE: usize = WINDOW + 16;
+
+/// Per 16 bytes of `chunk`, a bit per byte: [commas, line ends (`\n`), not ASCII digits].
+#[inline(always)]
+fn classes(chunk: &[u8; 16]) -> [u32; 3] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+            _mm_set1_epi8, _mm_sub_epi8,
+        };
+        // SAFETY: SSE2 is part of x86_64's baseline, and the load reads the 16 bytes of
+        // `chunk` (unaligned loads allowed).
+        unsafe {
+            let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+            let bits = |m| _mm_movemask_epi8(m) as u32;
+            let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
+            // A digit is a byte whose distance from '0' is at most 9, unsigned.
+            let digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+            [
+                bits(_mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8))),
+                bits(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8))),
+                !bits(digit) & 0xffff,
+            ]
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut out = [0u32; 3];
+        for (i, &b) in chunk.iter().enumerate() {
+            out[0] |= ((b == b',') as u32) << i;
+            out[1] |= ((b == b'\n') as u32) << i;
+            out[2] |= (!b.is_ascii_digit() as u32) << i;
+        }
+        out
+    }
+}
+
+/// A bit per byte of the window: u64 for a row within its first 64 bytes, u128 past them.
+trait Bits: Copy + Eq + std::ops::BitAnd<Output = Self> + std::ops::BitOr<Output = Self> {
+    const ZERO: Self;
+    /// Bits 0..n.
+    fn below(n: usize) -> Self;
+    fn lowest(self) -> usize;
+    fn without_lowest(self) -> Self;
+    fn not(self) -> Self;
+}
+
+macro_rules! bits {
+    ($t:ty) => {
+        impl Bits for $t {
+            const ZERO: Self = 0;
+            #[inline(always)]
+            fn below(n: usize) -> Self {
+                !<$t>::MAX.checked_shl(n as u32).unwrap_or(0)
+            }
+            #[inline(always)]
+            fn lowest(self) -> usize {
+                self.trailing_zeros() as usize
+            }
+            #[inline(always)]
+            fn without_lowest(self) -> Self {
+                self & self.wrapping_sub(1)
+            }
+            #[inline(always)]
+            fn not(self) -> Self {
+                !self
+            }
+        }
+    };
+}
+bits!(u64);
+bits!(u128);
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The value of 8 digit bytes (the first digit in the lowest byte; zero bytes count as
+/// leading zeros): pairs, then quads, then the eight, each step one multiply.
+#[inline(always)]
+fn eight_digits(w: u64) -> u64 {
+    let w = ((w & (0x0f * ONES)).wrapping_mul(10 << 8 | 1)) >> 8;
+    let w = ((w & 0x00ff_00ff_00ff_00ff).wrapping_mul(100 << 16 | 1)) >> 16;
+    ((w & 0x0000_ffff_0000_ffff).wrapping_mul(10_000 << 32 | 1)) >> 32
+}
+
+/// 8 bytes of the window from `at` (at most `WINDOW`), the first in the lowest byte.
+#[inline(always)]
+fn word(win: &[u8; WIDE], at: usize) -> u64 {
+    u64::from_le_bytes(*win[at..].first_chunk::<8>().unwrap())
+}
+
+/// The number `win[s..s + n]`, whose bytes are known to be digits; 0 for an empty field, None
+/// past 19 digits (`number` reads those).
+#[inline(always)]
+fn value(win: &[u8; WIDE], s: usize, n: usize) -> Option<u64> {
+    if n <= 8 {
+        // The digits shifted to the top of the word: the bytes below them are leading zeros.
+        return Some(eight_digits(
+            word(win, s).checked_shl(64 - 8 * n as u32).unwrap_or(0),
+        ));
+    }
+    if n <= 16 {
+        let hi = eight_digits(word(win, s) << (128 - 8 * n as u32));
+        return Some(hi * 100_000_000 + eight_digits(word(win, s + n - 8)));
+    }
+    if n > 19 {
+        return None;
+    }
+    // Below 10^19: no overflow.
+    Some(
+        win[s..s + n]
+            .iter()
+            .fold(0, |v, &b| v * 10 + (b - b'0') as u64),
+    )
+}
+
+/// An allocator's name (8 to 13 bytes) as a key: its first 8 bytes, then the rest with its
+/// length in the top byte.
+const fn name_key(name: &[u8]) -> (u64, u64) {
+    let mut k = (0u64, (name.len() as u64) << 56);
+    let mut i = 0;
+    while i < name.len() {
+        if i < 8 {
+            k.0 |= (name[i] as u64) << (8 * i);
+        } else {
+            k.1 |= (name[i] as u64) << (8 * (i - 8));
+        }
+        i += 1;
+    }
+    k
+}
+
+/// `allocator_number` of `win[s..s + n]` by its key: compares of words, not of bytes.
+#[inline(always)]
+fn allocator_by_key(win: &[u8; WIDE], s: usize, n: usize) -> Option<u64> {
+    const NAMES: [((u64, u64), u64); 12] = [
+        (name_key(b"binary_alloc"), 10),
+        (name_key(b"eheap_alloc"), 6),
+        (name_key(b"ets_alloc"), 7),
+        (name_key(b"driver_alloc"), 11),
+        (name_key(b"std_alloc"), 4),
+        (name_key(b"sl_alloc"), 3),
+        (name_key(b"temp_alloc"), 2),
+        (name_key(b"ll_alloc"), 5),
+        (name_key(b"fix_alloc"), 8),
+        (name_key(b"literal_alloc"), 9),
+        (name_key(b"sys_alloc"), 1),
+        (name_key(b"test_alloc"), 12),
+    ];
+    // Every name is "..._alloc", 8 to 13 bytes.
+    if !(8..=13).contains(&n) {
+        return None;
+    }
+    let key = (
+        word(win, s),
+        word(win, s + 8) & low_bytes(n - 8) | (n as u64) << 56,
+    );
+    NAMES.iter().find(|&&(k, _)| k == key).map(|&(_, a)| a)
+}
+
+/// The low `n` bytes of a word (n <= 8).
+#[inline(always)]
+fn low_bytes(n: usize) -> u64 {
+    !u64::MAX.checked_shl(8 * n as u32).unwrap_or(0)
+}
+
+/// `narrow_row` for a row that ends within the window, without a branch per byte: its
+/// commas, line end and bytes other than digits are found 16 bytes at a time, then each
+/// number is read where it lies, by words. Ok(None): a row the fast paths decline; Err(()):
+/// no line end in the window, the row is `narrow_row`'s to judge.
+#[inline(always)]
+fn wide_row(win: &[u8; WIDE]) -> Result<Option<(Event, usize)>, ()> {
+    let classes_at = |i: usize| classes(win[16 * i..].first_chunk::<16>().unwrap());
+    let (a, b, c) = (classes_at(0), classes_at(1), classes_at(2));
+    let first = |k: usize| (a[k] | b[k] << 16) as u64 | (c[k] as u64) << 32;
+    if first(1) != 0 {
+        // Most rows end in the first 48 bytes (those write_csv writes for an allocator
+        // trace of a few hours) or 64.
+        return Ok(wide_fields(win, first(0), first(2), first(1).lowest()));
+    }
+    let d = classes_at(3);
+    let low = |k: usize| first(k) | (d[k] as u64) << 48;
+    if low(1) != 0 {
+        return Ok(wide_fields(win, low(0), low(2), low(1).lowest()));
+    }
+    let (e, f, g, h) = (classes_at(4), classes_at(5), classes_at(6), classes_at(7));
+    let high = |k: usize| (e[k] | f[k] << 16) as u128 | ((g[k] | h[k] << 16) as u128) << 32;
+    if high(1) == 0 {
+        return Err(());
+    }
+    let wide = |k: usize| low(k) as u128 | high(k) << 64;
+    Ok(wide_fields(win, wide(0), wide(2), 64 + high(1).lowest()))
+}
+
+/// The row of `win` ending at its line end `end`, given the bits of its commas and of its
+/// bytes that are not digits.
+#[inline(always)]
+fn wide_fields<M: Bits>(
+    win: &[u8; WIDE],
+    commas: M,
+    others: M,
+    end: usize,
+) -> Option<(Event, usize)> {
+    let row = M::below(end);
+    let mut rest = commas & row;
+    // c[i]: the comma after field i; the last field ends at the line end, before a \r there.
+    let mut c = [0usize; 9];
+    for at in &mut c[..7] {
+        if rest == M::ZERO {
+            return None;
+        }
+        *at = rest.lowest();
+        rest = rest.without_lowest();
+    }
+    let n_commas = if rest == M::ZERO {
+        7
+    } else {
+        c[7] = rest.lowest();
+        rest = rest.without_lowest();
+        if rest != M::ZERO {
+            return None;
+        }
+        8
+    };
+    let last_end = end - (win[end - 1] == b'\r') as usize;
+    c[n_commas] = last_end;
+    // Bytes other than digits may be commas, the op and allocator fields' (checked below)
+    // and that \r: every other field is digits.
+    let text = M::below(c[2]) & M::below(c[0] + 1).not();
+    if others & row & (commas | text | M::below(last_end).not()).not() != M::ZERO {
+        return None;
+    }
+    let start = |i: usize| c[i - 1] + 1;
+    let len = |i: usize| c[i] - start(i);
+    // t_ns, instance, type and id are never empty; size, new_id and thread may be.
+    if c[0] == 0 || len(3) == 0 || len(4) == 0 || len(6) == 0 {
+        return None;
+    }
+    let n = len(1);
+    let w = word(win, start(1)) & low_bytes(n.min(8));
+    let op = match (n, w) {
+        (5, 0x63_6f6c_6c61) => Op::Alloc,        // "alloc"
+        (4, 0x6565_7266) => Op::Free,            // "free"
+        (7, 0x63_6f6c_6c61_6572) => Op::Realloc, // "realloc"
+        _ => return None,
+    };
+    if (op == Op::Realloc) == (len(7) == 0) {
+        return None;
+    }
+    let (s, n) = (start(2), len(2));
+    let allocator = if win[s].is_ascii_digit() {
+        if others & M::below(s + n) & M::below(s).not() != M::ZERO {
+            return None;
+        }
+        value(win, s, n)?
+    } else {
+        allocator_by_key(win, s, n)?
+    };
+    let thread = if n_commas == 8 {
+        value(win, start(8), len(8))?
+    } else {
+        0
+    };
+    Some((
+        Event {
+            t_ns: value(win, 0, c[0])?,
+            op,
+            allocator,
+            instance: value(win, start(3), len(3))?,
+            type_: value(win, start(4), len(4))?,
+            size: value(win, start(5), len(5))?,
+            id: value(win, start(6), len(6))?,
+            new_id: value(win, start(7), len(7))?,
+            thread,
+        },
+        end + 1,
+    ))
+}
+
+/// `fast_row` one byte after another: reads each number as it finds its comma and the row's
+/// end as it gets there.
+#[inline]
+fn narrow_row(buf: &[u8]) -> Option<(Event, usize)> {
     let mut p = 0;
     let (t_ns, n) = digits(buf, &mut p)?;
     if n == 0 {
@@ -375,7 +669,10 @@ pub fn read_rows<R: Read>(
     types: &mut Types,
     mut emit: impl FnMut(&Event) -> std::io::Result<()>,
 ) -> std::io::Result<Result<u64, Declined>> {
-    let mut buf = vec![0u8; 1 << 20];
+    // Twice the field limit: a longer line is declined whether it fits or not (by `row`, or
+    // below), and a small buffer stays in the core's own cache between the copy and the
+    // parse, and costs fewer page faults.
+    let mut buf = vec![0u8; 2 * FIELD_LIMIT];
     let (mut start, mut end, mut eof) = (0, 0, false);
     let mut count = 0u64;
     loop {
@@ -395,8 +692,8 @@ pub fn read_rows<R: Read>(
                 (start..end, end, false)
             }
             None => {
-                // Keep the partial line and read more; a line longer than the buffer is far
-                // past the field limit, so the buffer never needs to grow.
+                // Keep the partial line and read more; a line longer than the buffer is past the
+                // field limit, so the buffer never needs to grow.
                 buf.copy_within(start..end, 0);
                 end -= start;
                 start = 0;
@@ -426,8 +723,26 @@ pub fn read_rows<R: Read>(
     }
 }
 
-/// Events handed from the reading thread to the replaying one at a time.
-const BATCH: usize = 1 << 14;
+/// Events handed from the reading thread to the replaying one at a time: 300 KB, so that the
+/// batches in flight (up to 7) cost few page faults and stay in the shared cache.
+const BATCH: usize = 1 << 12;
+
+/// Send the full `batch` to the replay, leaving an empty one (a replayed batch back, if there
+/// is one, for a fresh one would cost its page faults, a third of the reading).
+#[inline(never)]
+fn hand_over(
+    batch: &mut Vec<Event>,
+    tx: &std::sync::mpsc::SyncSender<Vec<Event>>,
+    back: &std::sync::mpsc::Receiver<Vec<Event>>,
+) -> std::io::Result<()> {
+    let empty = back
+        .try_recv()
+        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+    let full = std::mem::replace(batch, empty);
+    // The replay stopped listening only if it panicked: stop reading too.
+    tx.send(full)
+        .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+}
 
 /// Replay the rows of `r` (as `read_rows`) straight into `rp`, with no binary file between:
 /// one thread reads and parses rows while this one replays the previous batch, so a CSV costs
@@ -443,21 +758,16 @@ pub fn replay_rows<R: Read + Send>(
     let mut ahead = Lookahead::for_model(rp);
     let read = std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
-        // Replayed batches go back to the reader to be filled again: a fresh 1 MB batch each
-        // time would cost its page faults, a third of the reading.
+        // Replayed batches go back to the reader to be filled again (`hand_over`).
         let (back_tx, back) = std::sync::mpsc::channel::<Vec<Event>>();
         let reader = s.spawn(move || {
-            let fresh = || {
-                back.try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BATCH))
-            };
-            let mut batch = fresh();
+            let mut batch = Vec::with_capacity(BATCH);
+            // A push per row, inlined into the parsing (an event handed over through memory
+            // cost a stall per row: its op byte stored, then read back by wider loads).
             let read = read_rows(r, line, types, |ev| {
                 batch.push(*ev);
                 if batch.len() == BATCH {
-                    let full = std::mem::replace(&mut batch, fresh());
-                    // The replay stopped listening only if it panicked: stop reading too.
-                    tx.send(full).map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+                    hand_over(&mut batch, &tx, &back)?;
                 }
                 Ok(())
             });
@@ -483,6 +793,42 @@ pub fn replay_rows<R: Read + Send>(
     // As for a binary trace, the model's failure (an outgrown address space) is the error.
     rp.finish(last, where_)?;
     Ok(Ok(()))
+}
+
+/// The replay's reader agrees with the whole reader's full path (the fuzz target `read_csv`,
+/// and `csv_reader_survives_mutations`): `read_rows`, from where the header ends, gives the
+/// events the full path gives, up to the row it declines, and when it declines none the full
+/// path ends without an error, having numbered the same new types.
+#[cfg(any(test, fuzzing))]
+pub fn rows_agree(data: &[u8]) {
+    let Ok(mut full) = CsvReader::new(data, "fz") else {
+        return;
+    };
+    if full.read_columns().is_err() {
+        return;
+    }
+    full.checked_only = true;
+    let (offset, line) = full.rows_at;
+    let mut want = Vec::new();
+    let failed = loop {
+        match full.next_event() {
+            Ok(Some(e)) => want.push(e),
+            Ok(None) => break false,
+            Err(_) => break true,
+        }
+    };
+    let mut types = Types::new(HashMap::new(), 0x10000);
+    let mut got = Vec::new();
+    let read = read_rows(&data[offset as usize..], line, &mut types, |e| {
+        got.push(*e);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got.len() <= want.len() && got[..] == want[..got.len()]);
+    if read.is_ok() {
+        assert!(!failed && got.len() == want.len());
+        assert_eq!(types.added, full.types.added);
+    }
 }
 
 #[cfg(test)]
@@ -568,8 +914,12 @@ mod tests {
         let mut taken = 0;
         for line in lines {
             for end in ["\n", "\r\n", "\nmore", ""] {
+                // Alone, `narrow_row` reads it; with bytes after it, `wide_row` (the same).
                 let text = format!("{line}{end}");
-                let Some((ev, used)) = fast_row(text.as_bytes()) else {
+                let wide = format!("{text}{}", "x".repeat(WIDE));
+                let got = fast_row(text.as_bytes());
+                assert_eq!(got, fast_row(wide.as_bytes()), "{text:?}");
+                let Some((ev, used)) = got else {
                     continue;
                 };
                 // What read_rows hands `row`: the line without its end (\r\n or \n).
@@ -588,6 +938,125 @@ mod tests {
         assert_eq!(taken, 8 * 3 + 2);
         let (r, ev, _) = read("1,alloc,10,0,1,8,9,,1\n2,free,10,0,1,,9,,1");
         assert_eq!((r, ev.len()), (Ok(2), 2));
+    }
+
+    /// `wide_row` takes a row, with the same event and length, exactly when `narrow_row` does,
+    /// on random rows near the plain shape (fields of 0 to 21 digits, names, blanks, quotes,
+    /// CRs, missing or extra fields; rows past 64 and past 128 bytes), whatever follows them.
+    #[test]
+    fn wide_rows_are_narrow_rows() {
+        let mut s = 0x5EED_u64;
+        let mut rng = move |n: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % n
+        };
+        let noise: &[&[u8]] = &[
+            b" ",
+            b"\r",
+            b"\"",
+            b"x",
+            b"0x1",
+            b"-",
+            b"+",
+            b"\t",
+            b"\x00",
+            b"\xc3\xa4",
+            b",",
+            b"\n",
+        ];
+        let (mut taken, mut declined, mut long) = (0, 0, 0);
+        for case in 0..200_000 {
+            let mut row: Vec<u8> = Vec::new();
+            let n_fields = [8, 9, 9, 8, 9, 8, 7, 10][rng(8) as usize];
+            let op = [
+                &b"alloc"[..],
+                b"free",
+                b"realloc",
+                b"alloc",
+                b"free",
+                b"Alloc",
+                b"",
+            ][rng(7) as usize];
+            for f in 0..n_fields {
+                if f > 0 {
+                    row.push(b',');
+                }
+                match f {
+                    1 => row.extend_from_slice(op),
+                    2 if rng(2) == 0 => {
+                        let names = [
+                            &b"binary_alloc"[..],
+                            b"eheap_alloc",
+                            b"literal_alloc",
+                            b"sl_alloc",
+                            b"test_alloc",
+                            b"sys_alloc",
+                            b"temp_alloc",
+                            b"std_alloc",
+                            b"ll_alloc",
+                            b"ets_alloc",
+                            b"fix_alloc",
+                            b"driver_alloc",
+                            b"sl_alloc\x00",
+                            b"binary_allo",
+                            b"binary_alloc_",
+                            b"x",
+                        ];
+                        row.extend_from_slice(names[rng(names.len() as u64) as usize]);
+                    }
+                    // new_id: empty for alloc and free, mostly
+                    7 if rng(4) != 0 && op != b"realloc" => {}
+                    _ => {
+                        let len = if rng(16) == 0 {
+                            [0, 20, 21][rng(3) as usize]
+                        } else {
+                            [1, 2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 19][rng(12) as usize]
+                        };
+                        for _ in 0..len {
+                            row.push(b'0' + rng(10) as u8);
+                        }
+                        if len == 20 && rng(2) == 0 {
+                            let at = row.len() - 20;
+                            row[at..].copy_from_slice(b"18446744073709551615");
+                        }
+                    }
+                }
+            }
+            if rng(8) == 0 {
+                let at = rng(row.len() as u64 + 1) as usize;
+                let bad = noise[rng(noise.len() as u64) as usize];
+                row.splice(at..at, bad.iter().copied());
+            }
+            row.extend_from_slice([&b"\n"[..], b"\r\n", b"\r\r\n", b""][rng(4) as usize]);
+            // Whatever follows: more rows, digits, commas.
+            for _ in 0..WIDE {
+                row.push(b"0123456789,\n\r "[rng(14) as usize]);
+            }
+            let win: &[u8; WIDE] = row.first_chunk().unwrap();
+            let Ok(wide) = wide_row(win) else {
+                assert!(!win[..WINDOW].contains(&b'\n'), "case {case}");
+                continue;
+            };
+            assert_eq!(
+                wide,
+                narrow_row(&row),
+                "case {case}: {:?}",
+                String::from_utf8_lossy(&row)
+            );
+            if let Some((_, used)) = wide {
+                taken += 1;
+                long += (used > 64) as u32;
+            } else {
+                declined += 1;
+            }
+        }
+        // Both outcomes are common, and rows past 64 bytes, so the comparison covers each.
+        assert!(
+            taken > 20_000 && declined > 20_000 && long > 5_000,
+            "{taken} taken ({long} past 64 bytes), {declined} declined"
+        );
     }
 
     /// The whole reader on rows only its full path reads: Python's csv, strip and int() as
@@ -721,6 +1190,7 @@ mod tests {
                 }
             }
             crate::fuzzing::read_csv(&b);
+            rows_agree(&b);
         }
         if secs > 0 {
             eprintln!("csv_reader_survives_mutations: {cases} cases in {secs} s");

@@ -9,20 +9,28 @@ and keeps the fastest. Both clocks are printed: the CSV path reads rows on one t
 model replays on another, so wall time is what a user waits (with a second core free) and CPU
 time, the sum of both threads, is the work done (the figure that holds on a busy machine).
 
-Usage: python tests/bench/bench_csv.py [EVENTS] [MAX_LIVE] [REPEAT]
+`--base SO`: a copy of an earlier build's extension (beamalloc/_refalloc*.so) whose CSV path
+is timed too, alternating with this build's, so a change is measured against its base in one run
+(the machine's load then weighs on both alike).
+
+Usage: python tests/bench/bench_csv.py [--base SO] [EVENTS] [MAX_LIVE] [REPEAT]
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Callable
 from unittest import mock
 
-from beamalloc import trace
+import beamalloc
+from beamalloc import _refalloc, trace
 from beamalloc.refalloc import replay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,10 +45,36 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w, time.process_time() - c
 
 
+def load_base(so: str) -> ModuleType:
+    """Another build of the extension, beside this one (a separate file: its own module)."""
+    spec = importlib.util.spec_from_file_location("beamalloc._refalloc", so)
+    assert spec is not None and spec.loader is not None, so
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def under(mod: ModuleType, fn: Callable[[], object]) -> Callable[[], None]:
+    """`fn` with `mod` as beamalloc._refalloc (replay.py imports it from the package per call,
+    and this build's `_refalloc` is already the package's attribute, imported above)."""
+    assert beamalloc._refalloc is _refalloc
+
+    def run() -> None:
+        with mock.patch.object(beamalloc, "_refalloc", mod):
+            fn()
+
+    return run
+
+
 def main() -> int:
-    events = int(sys.argv[1]) if len(sys.argv) > 1 else 900_000
-    max_live = int(sys.argv[2]) if len(sys.argv) > 2 else 50_000
-    repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    args = sys.argv[1:]
+    base = None
+    if args[:1] == ["--base"]:
+        base = load_base(args[1])
+        args = args[2:]
+    events = int(args[0]) if len(args) > 0 else 900_000
+    max_live = int(args[1]) if len(args) > 1 else 50_000
+    repeat = int(args[2]) if len(args) > 2 else 3
     subprocess.run(["cargo", "build", "-q", "--release", "--no-default-features", "--example",
                     "bench", "--manifest-path", str(CRATE / "Cargo.toml")],
                    check=True, env=ENV)  # fmt: skip
@@ -60,18 +94,27 @@ def main() -> int:
         runs: dict[str, list[tuple[float, float]]] = {}
         paths = {"csv": lambda: replay.replay_snapshot(csv),
                  "binary": lambda: replay.replay_snapshot(binary)}  # fmt: skip
+        if base is not None:
+            paths["csv-base"] = under(base, paths["csv"])
         for i in range(repeat):
             for name, fn in paths.items():
                 runs.setdefault(name, []).append(timed(fn))
             if i == 0:  # the reference path is slow: one run is enough for its ratio
                 runs["reference"] = [timed(reference)]
         best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in runs.items()}
-        for name in ("csv", "binary", "reference"):
+        for name in ("csv", "csv-base", "binary", "reference"):
+            if name not in best:
+                continue
             w, c = best[name]
             print(f"{name:9s} {events / c / 1e6:6.2f} M events/s CPU ({c:.3f} s), "
                   f"{events / w / 1e6:6.2f} M events/s wall ({w:.3f} s)")
-        print(f"CSV / binary time (CPU): {best['csv'][1] / best['binary'][1]:.2f}; "
-              f"reference / native CSV: {best['reference'][1] / best['csv'][1]:.0f}x")
+        bw, bc = best["binary"]
+        for name in ("csv", "csv-base"):
+            if name in best:
+                w, c = best[name]
+                print(f"{name:9s} / binary time: CPU {c / bc:.2f} ({bc / c:.2f}x of .batr), "
+                      f"wall {w / bw:.2f}")
+        print(f"reference / native CSV: {best['reference'][1] / best['csv'][1]:.0f}x")
     return 0
 
 
