@@ -16,23 +16,28 @@ use std::collections::HashMap;
 use std::io::Read;
 
 /// Allocator names a CSV may use instead of numbers (ERTS_ALC_A_*, docs/erts/alloc_util.md §1;
-/// the same table as `beamalloc.trace.ALLOCATOR_NAMES`).
+/// the same table as `beamalloc.trace.ALLOCATOR_NAMES`), the most frequent in traces first:
+/// `allocator_by_key` tries them in this order.
+const ALLOCATORS: [(&[u8], u64); 12] = [
+    (b"binary_alloc", 10),
+    (b"eheap_alloc", 6),
+    (b"ets_alloc", 7),
+    (b"driver_alloc", 11),
+    (b"std_alloc", 4),
+    (b"sl_alloc", 3),
+    (b"temp_alloc", 2),
+    (b"ll_alloc", 5),
+    (b"fix_alloc", 8),
+    (b"literal_alloc", 9),
+    (b"sys_alloc", 1),
+    (b"test_alloc", 12),
+];
+
 fn allocator_number(name: &[u8]) -> Option<u64> {
-    Some(match name {
-        b"sys_alloc" => 1,
-        b"temp_alloc" => 2,
-        b"sl_alloc" => 3,
-        b"std_alloc" => 4,
-        b"ll_alloc" => 5,
-        b"eheap_alloc" => 6,
-        b"ets_alloc" => 7,
-        b"fix_alloc" => 8,
-        b"literal_alloc" => 9,
-        b"binary_alloc" => 10,
-        b"driver_alloc" => 11,
-        b"test_alloc" => 12,
-        _ => return None,
-    })
+    ALLOCATORS
+        .iter()
+        .find(|&&(n, _)| n == name)
+        .map(|&(_, a)| a)
 }
 
 /// Python's `csv.field_size_limit()` default: a longer field is an error there.
@@ -442,20 +447,15 @@ const fn name_key(name: &[u8]) -> (u64, u64) {
 /// `allocator_number` of `win[s..s + n]` by its key: compares of words, not of bytes.
 #[inline(always)]
 fn allocator_by_key(win: &[u8; WIDE], s: usize, n: usize) -> Option<u64> {
-    const NAMES: [((u64, u64), u64); 12] = [
-        (name_key(b"binary_alloc"), 10),
-        (name_key(b"eheap_alloc"), 6),
-        (name_key(b"ets_alloc"), 7),
-        (name_key(b"driver_alloc"), 11),
-        (name_key(b"std_alloc"), 4),
-        (name_key(b"sl_alloc"), 3),
-        (name_key(b"temp_alloc"), 2),
-        (name_key(b"ll_alloc"), 5),
-        (name_key(b"fix_alloc"), 8),
-        (name_key(b"literal_alloc"), 9),
-        (name_key(b"sys_alloc"), 1),
-        (name_key(b"test_alloc"), 12),
-    ];
+    const NAMES: [((u64, u64), u64); 12] = {
+        let mut out = [((0, 0), 0); 12];
+        let mut i = 0;
+        while i < out.len() {
+            out[i] = (name_key(ALLOCATORS[i].0), ALLOCATORS[i].1);
+            i += 1;
+        }
+        out
+    };
     // Every name is "..._alloc", 8 to 13 bytes.
     if !(8..=13).contains(&n) {
         return None;

@@ -580,16 +580,7 @@ impl Heap {
             let x = &self.blocks[b as usize];
             (x.addr, x.size, x.carrier, x.next)
         };
-        let r = self.new_block(Block {
-            addr: addr + blk,
-            size: size - blk,
-            carrier: c,
-            prev: b,
-            next,
-            free: true,
-            lprev: NIL,
-            lnext: NIL,
-        });
+        let r = self.new_block(remainder(b, blk, (addr, size, c, next)));
         if next != NIL {
             self.blocks[next as usize].prev = r;
         }
@@ -669,16 +660,7 @@ impl Heap {
         let min = self.cfg(owner).strategy.min_block_size();
         let split = size - blk >= min;
         let r = if split {
-            self.new_block(Block {
-                addr: addr + blk,
-                size: size - blk,
-                carrier: c,
-                prev: b,
-                next,
-                free: true,
-                lprev: NIL,
-                lnext: NIL,
-            })
+            self.new_block(remainder(b, blk, (addr, size, c, next)))
         } else {
             NIL
         };
@@ -1351,5 +1333,21 @@ fn apply(cm: &mut crate::stats::Cm, delta: i64) {
         cm.add(delta as u64)
     } else {
         cm.sub((-delta) as u64)
+    }
+}
+
+/// The free block left after the first `blk` bytes of block `b` (at `addr`, `size` bytes, in
+/// carrier `c`, followed by `next`): in no free set yet.
+#[inline(always)]
+fn remainder(b: u32, blk: u64, (addr, size, c, next): (u64, u64, u32, u32)) -> Block {
+    Block {
+        addr: addr + blk,
+        size: size - blk,
+        carrier: c,
+        prev: b,
+        next,
+        free: true,
+        lprev: NIL,
+        lnext: NIL,
     }
 }
