@@ -176,7 +176,7 @@
   function awaitVerdicts(round) {
     var refs = pendingRefs();
     if (!refs.length || round > 3 || !window.fetch || !window.DOMParser) return;
-    var swapped = 0;
+    var swapped = 0, closed = false;
     function swap(last) {
       swapped = Date.now();
       return fetch(window.location.href, { credentials: "same-origin" })
@@ -189,7 +189,10 @@
             fresh.setAttribute("data-swapped", String(round + 1));  // came by this script
             el.replaceWith(fresh);
           });
-          if (last) awaitVerdicts(round + 1);
+          if (last) {
+            closed = true;
+            awaitVerdicts(round + 1);
+          }
         });
     }
     var chain = Promise.resolve();
@@ -203,7 +206,11 @@
         if (last || !swapped || Date.now() - swapped > 2000) return swap(last);
       });
     });
-    chain.catch(function () { /* the page says a reload shows them */ });
+    // Steps skipped to the end (their verdicts came by earlier swaps) leave a verdict asked but
+    // not swapped in, or one a swap newly brought pending: another round takes them.
+    chain.then(function () {
+      if (!closed && pendingRefs().length) awaitVerdicts(round + 1);
+    }).catch(function () { /* the page says a reload shows them */ });
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { awaitVerdicts(0); });
