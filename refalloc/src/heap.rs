@@ -277,14 +277,12 @@ impl Heap {
     /// hold rather than have it read again from the block.
     #[inline(always)]
     fn free_set_in(&mut self, c: u32) -> (&mut FreeSet, &mut Vec<Block>) {
-        let c = c as usize;
-        let fs = match self.carrier_free[c].as_mut() {
-            Some(fs) => fs,
-            None => {
-                let o = self.carriers[c].owner as usize;
-                self.instances[o].free.as_mut().expect("instance free set")
-            }
-        };
+        let fs = free_set_of(
+            &mut self.carrier_free,
+            &mut self.instances,
+            &self.carriers,
+            c,
+        );
         (fs, &mut self.blocks)
     }
 
@@ -664,19 +662,7 @@ impl Heap {
         } else {
             NIL
         };
-        let Heap {
-            blocks,
-            carrier_free,
-            instances,
-            ..
-        } = self;
-        let fs = match carrier_free[c as usize].as_mut() {
-            Some(fs) => fs,
-            None => instances[owner as usize]
-                .free
-                .as_mut()
-                .expect("instance free set"),
-        };
+        let (fs, blocks) = self.free_set_in(c);
         let bl = &mut blocks[..];
         fs.unlink(bl, b);
         if split {
@@ -904,13 +890,7 @@ impl Heap {
             spare_blocks,
             ..
         } = self;
-        let fs = match carrier_free[c as usize].as_mut() {
-            Some(fs) => fs,
-            None => {
-                let o = carriers[c as usize].owner as usize;
-                instances[o].free.as_mut().expect("instance free set")
-            }
-        };
+        let fs = free_set_of(carrier_free, instances, carriers, c);
         let bl = &mut blocks[..];
         let next = bl[b as usize].next;
         if next != NIL && bl[next as usize].free {
@@ -935,15 +915,7 @@ impl Heap {
     /// Block `b` takes over its physical successor.
     #[inline(always)]
     fn absorb_next(&mut self, b: u32) {
-        let n = self.blocks[b as usize].next;
-        let (nsize, nnext) = (self.blocks[n as usize].size, self.blocks[n as usize].next);
-        self.blocks[b as usize].size += nsize;
-        self.blocks[b as usize].next = nnext;
-        if nnext != NIL {
-            self.blocks[nnext as usize].prev = b;
-        }
-        self.blocks[n as usize].free = false;
-        self.spare_blocks.push(n);
+        absorb_next(&mut self.blocks, &mut self.spare_blocks, b);
     }
 
     /// realloc (§3.6); returns the block that now holds the data.
@@ -1311,6 +1283,23 @@ impl Heap {
                     + i.stats.pool.blocks_size
             })
             .sum()
+    }
+}
+
+/// `Heap::free_set_in` on the fields it needs (for callers that hold other fields too).
+#[inline(always)]
+fn free_set_of<'a>(
+    carrier_free: &'a mut [Option<FreeSet>],
+    instances: &'a mut [Instance],
+    carriers: &[Carrier],
+    c: u32,
+) -> &'a mut FreeSet {
+    match carrier_free[c as usize].as_mut() {
+        Some(fs) => fs,
+        None => {
+            let o = carriers[c as usize].owner as usize;
+            instances[o].free.as_mut().expect("instance free set")
+        }
     }
 }
 
