@@ -986,25 +986,14 @@ mod tests {
                 match f {
                     1 => row.extend_from_slice(op),
                     2 if rng(2) == 0 => {
-                        let names = [
-                            &b"binary_alloc"[..],
-                            b"eheap_alloc",
-                            b"literal_alloc",
-                            b"sl_alloc",
-                            b"test_alloc",
-                            b"sys_alloc",
-                            b"temp_alloc",
-                            b"std_alloc",
-                            b"ll_alloc",
-                            b"ets_alloc",
-                            b"fix_alloc",
-                            b"driver_alloc",
-                            b"sl_alloc\x00",
-                            b"binary_allo",
-                            b"binary_alloc_",
-                            b"x",
-                        ];
-                        row.extend_from_slice(names[rng(names.len() as u64) as usize]);
+                        // every allocator name, and near misses
+                        let misses: [&[u8]; 4] =
+                            [b"sl_alloc\x00", b"binary_allo", b"binary_alloc_", b"x"];
+                        let k = rng((ALLOCATORS.len() + misses.len()) as u64) as usize;
+                        row.extend_from_slice(match ALLOCATORS.get(k) {
+                            Some(&(name, _)) => name,
+                            None => misses[k - ALLOCATORS.len()],
+                        });
                     }
                     // new_id: empty for alloc and free, mostly
                     7 if rng(4) != 0 && op != b"realloc" => {}
