@@ -130,7 +130,14 @@ pub fn replay_trace(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    /// Every input a fuzzer failed on, kept under fuzz/regressions/<target>/.
+    /// The read_csv target's two checks (fuzz/fuzz_targets/read_csv.rs).
+    fn read_csv(data: &[u8]) {
+        super::read_csv(data);
+        crate::csv::rows_agree(data);
+    }
+
+    /// Every input a fuzzer failed on, kept under fuzz/regressions/<target>/ (read_csv's also
+    /// holds hand-made rows at the edges of its fast paths).
     #[test]
     fn fuzz_regressions_pass() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
@@ -138,6 +145,7 @@ mod tests {
         for (target, run) in [
             ("read_trace", super::read_trace as fn(&[u8])),
             ("replay_trace", super::replay_trace),
+            ("read_csv", read_csv),
         ] {
             for f in std::fs::read_dir(root.join(target)).unwrap() {
                 let path = f.unwrap().path();
