@@ -12,7 +12,9 @@
 
 use crate::replay::{Lookahead, Replay};
 use crate::trace::{Event, Op, TraceError};
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 
 /// Allocator names a CSV may use instead of numbers (ERTS_ALC_A_*, docs/erts/alloc_util.md §1;
@@ -43,13 +45,65 @@ fn allocator_number(name: &[u8]) -> Option<u64> {
 /// Python's `csv.field_size_limit()` default: a longer field is an error there.
 const FIELD_LIMIT: usize = 131_072;
 
+/// The fast paths look a type name up per row, and names are a few bytes long, where the
+/// standard SipHash (or FNV, a dependent multiply per byte) costs about what the rest of the
+/// row does: this hashes a word at a time (FxHash's step).
+#[derive(Default)]
+pub struct NameHasher(u64);
+
+impl NameHasher {
+    #[inline(always)]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+}
+
+impl Hasher for NameHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().unwrap()));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Type name -> number.
+pub type Names = HashMap<Vec<u8>, u64, BuildHasherDefault<NameHasher>>;
+
 /// Type names seen so far: the header's table, then the names rows introduce, numbered from
 /// `next` on in order of first appearance (as the full path numbers them).
 pub struct Types {
-    pub known: HashMap<Vec<u8>, u64>,
+    pub known: Names,
     pub next: u64,
     /// (name, number, allocator of the row that introduced it)
     pub added: Vec<(String, u64, u64)>,
+    /// The name the fast paths found last: rows of one trace repeat a few types, so most rows
+    /// compare their name with it instead of hashing it.
+    pub last: NameMemo,
+}
+
+/// A known type name up to 16 bytes and its number (`len` 0: none yet). Cells: the fast paths
+/// read `Types` shared. A name once known keeps its number, so the memo never goes stale.
+#[derive(Default)]
+pub struct NameMemo {
+    key: Cell<[u8; 16]>,
+    len: Cell<usize>,
+    n: Cell<u64>,
 }
 
 impl Types {
@@ -61,6 +115,7 @@ impl Types {
                 .collect(),
             next,
             added: Vec::new(),
+            last: NameMemo::default(),
         }
     }
 }
@@ -149,6 +204,41 @@ fn type_number(f: &[u8], alloc: u64, types: &mut Types) -> Option<u64> {
         .added
         .push((String::from_utf8_lossy(f).into_owned(), n, alloc));
     Some(n)
+}
+
+/// The number of type name `f`, a fast path's raw field, where `row` would take the row with
+/// that number: a name already known (a new one is numbered by `row`, so that names get their
+/// numbers in row order), nothing `strip` would cut at either end, not a number (a leading
+/// digit), no special byte (a header may declare names the rows cannot use plainly).
+#[inline(always)]
+fn known_type(f: &[u8], types: &Types) -> Option<u64> {
+    let memo = &types.last;
+    let len = memo.len.get();
+    if len != 0 && f.len() == len && f == &memo.key.get()[..len] {
+        return Some(memo.n.get());
+    }
+    let n = new_known_type(f, &types.known)?;
+    if f.len() <= 16 {
+        let mut k = [0u8; 16];
+        k[..f.len()].copy_from_slice(f);
+        memo.key.set(k);
+        memo.len.set(f.len());
+        memo.n.set(n);
+    }
+    Some(n)
+}
+
+/// `known_type` past the memo.
+#[inline(never)]
+fn new_known_type(f: &[u8], known: &Names) -> Option<u64> {
+    let (&first, &last) = (f.first()?, f.last()?);
+    if first.is_ascii_digit() || matches!(first, b' ' | b'\t') || matches!(last, b' ' | b'\t') {
+        return None;
+    }
+    if special(f) {
+        return None;
+    }
+    known.get(f).copied()
 }
 
 /// Whether `f` has a byte the full path must judge: a quote, NUL or another control but
@@ -292,21 +382,22 @@ fn comma(line: &[u8], p: &mut usize) -> Option<()> {
 }
 
 /// `row` for the shape `write_csv` writes, read straight from the buffer: decimal numbers, a
-/// numbered type, no blanks, no quotes, 8 or 9 fields, then `\n` or `\r\n`. Returns the event
-/// and the bytes the row took with its line end. Anything else (a name for a type, `0x`, a
-/// blank, a comment, a bad row, a row the buffer cuts) is None, and the line goes the slow way:
-/// so the events taken here are those `row` takes (csv.rs tests `fast_rows_are_rows`).
+/// numbered type or one of the `known` names (`known_type`), no blanks, no quotes, 8 or 9
+/// fields, then `\n` or `\r\n`. Returns the event and the bytes the row took with its line
+/// end. Anything else (a new type name, `0x`, a blank, a comment, a bad row, a row the buffer
+/// cuts) is None, and the line goes the slow way: so the events taken here are those `row`
+/// takes (csv.rs tests `fast_rows_are_rows`).
 ///
 /// `wide_row` reads a row that ends within its window; `narrow_row`, the same shape byte by
 /// byte, the rows it leaves undecided (longer, or near the end of what is buffered).
 #[inline(always)]
-fn fast_row(buf: &[u8]) -> Option<(Event, usize)> {
+fn fast_row(buf: &[u8], types: &Types) -> Option<(Event, usize)> {
     if let Some(win) = buf.first_chunk::<WIDE>() {
-        if let Ok(r) = wide_row(win) {
+        if let Ok(r) = wide_row(win, types) {
             return r;
         }
     }
-    narrow_row(buf)
+    narrow_row(buf, types)
 }
 
 /// The rows `wide_row` judges end within the first `WINDOW` bytes; the 16 after them let it
@@ -478,19 +569,19 @@ fn low_bytes(n: usize) -> u64 {
 /// number is read where it lies, by words. Ok(None): a row the fast paths decline; Err(()):
 /// no line end in the window, the row is `narrow_row`'s to judge.
 #[inline(always)]
-fn wide_row(win: &[u8; WIDE]) -> Result<Option<(Event, usize)>, ()> {
+fn wide_row(win: &[u8; WIDE], types: &Types) -> Result<Option<(Event, usize)>, ()> {
     let classes_at = |i: usize| classes(win[16 * i..].first_chunk::<16>().unwrap());
     let (a, b, c) = (classes_at(0), classes_at(1), classes_at(2));
     let first = |k: usize| (a[k] | b[k] << 16) as u64 | (c[k] as u64) << 32;
     if first(1) != 0 {
         // Most rows end in the first 48 bytes (those write_csv writes for an allocator
         // trace of a few hours) or 64.
-        return Ok(wide_fields(win, first(0), first(2), first(1).lowest()));
+        return Ok(wide_fields(win, first(0), first(2), first(1).lowest(), types));
     }
     let d = classes_at(3);
     let low = |k: usize| first(k) | (d[k] as u64) << 48;
     if low(1) != 0 {
-        return Ok(wide_fields(win, low(0), low(2), low(1).lowest()));
+        return Ok(wide_fields(win, low(0), low(2), low(1).lowest(), types));
     }
     let (e, f, g, h) = (classes_at(4), classes_at(5), classes_at(6), classes_at(7));
     let high = |k: usize| (e[k] | f[k] << 16) as u128 | ((g[k] | h[k] << 16) as u128) << 32;
@@ -498,7 +589,7 @@ fn wide_row(win: &[u8; WIDE]) -> Result<Option<(Event, usize)>, ()> {
         return Err(());
     }
     let wide = |k: usize| low(k) as u128 | high(k) << 64;
-    Ok(wide_fields(win, wide(0), wide(2), 64 + high(1).lowest()))
+    Ok(wide_fields(win, wide(0), wide(2), 64 + high(1).lowest(), types))
 }
 
 /// The row of `win` ending at its line end `end`, given the bits of its commas and of its
@@ -509,6 +600,7 @@ fn wide_fields<M: Bits>(
     commas: M,
     others: M,
     end: usize,
+    types: &Types,
 ) -> Option<(Event, usize)> {
     let row = M::below(end);
     let mut rest = commas & row;
@@ -533,14 +625,15 @@ fn wide_fields<M: Bits>(
     };
     let last_end = end - (win[end - 1] == b'\r') as usize;
     c[n_commas] = last_end;
-    // Bytes other than digits may be commas, the op and allocator fields' (checked below)
-    // and that \r: every other field is digits.
-    let text = M::below(c[2]) & M::below(c[0] + 1).not();
-    if others & row & (commas | text | M::below(last_end).not()).not() != M::ZERO {
-        return None;
-    }
     let start = |i: usize| c[i - 1] + 1;
     let len = |i: usize| c[i] - start(i);
+    // Bytes other than digits may be commas, the op, allocator and type fields' (checked
+    // below) and that \r: every other field is digits.
+    let text = M::below(c[2]) & M::below(c[0] + 1).not();
+    let type_field = M::below(c[4]) & M::below(start(4)).not();
+    if others & row & (commas | text | type_field | M::below(last_end).not()).not() != M::ZERO {
+        return None;
+    }
     // t_ns, instance, type and id are never empty; size, new_id and thread may be.
     if c[0] == 0 || len(3) == 0 || len(4) == 0 || len(6) == 0 {
         return None;
@@ -576,7 +669,11 @@ fn wide_fields<M: Bits>(
             op,
             allocator,
             instance: value(win, start(3), len(3))?,
-            type_: value(win, start(4), len(4))?,
+            type_: if others & type_field == M::ZERO {
+                value(win, start(4), len(4))?
+            } else {
+                known_type(&win[start(4)..c[4]], types)?
+            },
             size: value(win, start(5), len(5))?,
             id: value(win, start(6), len(6))?,
             new_id: value(win, start(7), len(7))?,
@@ -589,7 +686,7 @@ fn wide_fields<M: Bits>(
 /// `fast_row` one byte after another: reads each number as it finds its comma and the row's
 /// end as it gets there.
 #[inline]
-fn narrow_row(buf: &[u8]) -> Option<(Event, usize)> {
+fn narrow_row(buf: &[u8], types: &Types) -> Option<(Event, usize)> {
     let mut p = 0;
     let (t_ns, n) = digits(buf, &mut p)?;
     if n == 0 {
@@ -624,7 +721,15 @@ fn narrow_row(buf: &[u8]) -> Option<(Event, usize)> {
     };
     let (instance, _) = field(&mut p, false)?;
     comma(buf, &mut p)?;
-    let (type_, _) = field(&mut p, false)?;
+    let type_ = if buf.get(p).is_some_and(u8::is_ascii_digit) {
+        field(&mut p, false)?.0
+    } else {
+        // A name: up to its comma, which a row this path takes has within the field limit.
+        let name = &buf[p..buf.len().min(p + FIELD_LIMIT)];
+        let len = memchr::memchr(b',', name)?;
+        p += len;
+        known_type(&name[..len], types)?
+    };
     comma(buf, &mut p)?;
     let (size, _) = field(&mut p, true)?;
     comma(buf, &mut p)?;
@@ -676,7 +781,7 @@ pub fn read_rows<R: Read>(
     let (mut start, mut end, mut eof) = (0, 0, false);
     let mut count = 0u64;
     loop {
-        if let Some((ev, used)) = fast_row(&buf[start..end]) {
+        if let Some((ev, used)) = fast_row(&buf[start..end], types) {
             line += 1;
             emit(&ev)?;
             count += 1;
@@ -837,9 +942,14 @@ mod tests {
 
     fn types() -> Types {
         Types {
-            known: HashMap::from([(b"binary".to_vec(), 7)]),
+            known: Names::from_iter([
+                (b"binary".to_vec(), 7),
+                (b" padded".to_vec(), 8),
+                (b"b\"q".to_vec(), 9),
+            ]),
             next: 0x10000,
             added: Vec::new(),
+            last: NameMemo::default(),
         }
     }
 
@@ -894,6 +1004,16 @@ mod tests {
             "99999999999999999999,alloc,10,0,1,8,9,,1",
             "1,alloc,10,0,1,8,09,,1",
             "1,alloc,10,0,binary,8,9,,1",
+            "1,alloc,binary_alloc,0,binary,8,9,,1",
+            "1,alloc,10,0,binary ,8,9,,1",
+            "1,alloc,10,0, padded,8,9,,1",
+            "1,alloc,10,0,b\"q,8,9,,1",
+            "1,alloc,10,0,unknown,8,9,,1",
+            "1,alloc,10,0,bin,8,9,,1",
+            "1,alloc,10,0,7binary,8,9,,1",
+            // after a known name (the fast paths' memo holds it): an empty or longer one
+            "1,alloc,10,0,,8,9,,1",
+            "1,alloc,10,0,binaryx,8,9,,1",
             "1,alloc,10,0,1,8,0x9,,1",
             "1, alloc,10,0,1,8,9,,1",
             "1,alloc,10,0,1,8,9,,1 ",
@@ -912,13 +1032,14 @@ mod tests {
             "",
         ];
         let mut taken = 0;
+        let known = types();
         for line in lines {
             for end in ["\n", "\r\n", "\nmore", ""] {
                 // Alone, `narrow_row` reads it; with bytes after it, `wide_row` (the same).
                 let text = format!("{line}{end}");
                 let wide = format!("{text}{}", "x".repeat(WIDE));
-                let got = fast_row(text.as_bytes());
-                assert_eq!(got, fast_row(wide.as_bytes()), "{text:?}");
+                let got = fast_row(text.as_bytes(), &known);
+                assert_eq!(got, fast_row(wide.as_bytes(), &known), "{text:?}");
                 let Some((ev, used)) = got else {
                     continue;
                 };
@@ -933,16 +1054,18 @@ mod tests {
                 taken += 1;
             }
         }
-        // The 8 plain rows with each of the 3 line ends, and the one whose CR meets a \n (twice);
-        // never a row the buffer may still cut.
-        assert_eq!(taken, 8 * 3 + 2);
+        // The 10 plain rows (2 with a known type name) with each of the 3 line ends, and the one
+        // whose CR meets a \n (twice); never a row the buffer may still cut, a new type name, or
+        // one `row` would strip, read as a number or decline.
+        assert_eq!(taken, 10 * 3 + 2);
         let (r, ev, _) = read("1,alloc,10,0,1,8,9,,1\n2,free,10,0,1,,9,,1");
         assert_eq!((r, ev.len()), (Ok(2), 2));
     }
 
     /// `wide_row` takes a row, with the same event and length, exactly when `narrow_row` does,
-    /// on random rows near the plain shape (fields of 0 to 21 digits, names, blanks, quotes,
-    /// CRs, missing or extra fields; rows past 64 and past 128 bytes), whatever follows them.
+    /// on random rows near the plain shape (fields of 0 to 21 digits, allocator and type names,
+    /// blanks, quotes, CRs, missing or extra fields; rows past 64 and past 128 bytes), whatever
+    /// follows them.
     #[test]
     fn wide_rows_are_narrow_rows() {
         let mut s = 0x5EED_u64;
@@ -966,7 +1089,8 @@ mod tests {
             b",",
             b"\n",
         ];
-        let (mut taken, mut declined, mut long) = (0, 0, 0);
+        let known = types();
+        let (mut taken, mut declined, mut long, mut named) = (0, 0, 0, 0);
         for case in 0..200_000 {
             let mut row: Vec<u8> = Vec::new();
             let n_fields = [8, 9, 9, 8, 9, 8, 7, 10][rng(8) as usize];
@@ -994,6 +1118,12 @@ mod tests {
                             Some(&(name, _)) => name,
                             None => misses[k - ALLOCATORS.len()],
                         });
+                    }
+                    4 if rng(4) == 0 => {
+                        // known type names, and names the fast paths leave to `row`
+                        let names: [&[u8]; 6] =
+                            [b"binary", b"binary", b"bin", b" padded", b"b\"q", b"binary "];
+                        row.extend_from_slice(names[rng(6) as usize]);
                     }
                     // new_id: empty for alloc and free, mostly
                     7 if rng(4) != 0 && op != b"realloc" => {}
@@ -1024,27 +1154,28 @@ mod tests {
                 row.push(b"0123456789,\n\r "[rng(14) as usize]);
             }
             let win: &[u8; WIDE] = row.first_chunk().unwrap();
-            let Ok(wide) = wide_row(win) else {
+            let Ok(wide) = wide_row(win, &known) else {
                 assert!(!win[..WINDOW].contains(&b'\n'), "case {case}");
                 continue;
             };
             assert_eq!(
                 wide,
-                narrow_row(&row),
+                narrow_row(&row, &known),
                 "case {case}: {:?}",
                 String::from_utf8_lossy(&row)
             );
-            if let Some((_, used)) = wide {
+            if let Some((ev, used)) = wide {
                 taken += 1;
                 long += (used > 64) as u32;
+                named += (ev.type_ == 7 && row.windows(6).any(|w| w == b"binary")) as u32;
             } else {
                 declined += 1;
             }
         }
         // Both outcomes are common, and rows past 64 bytes, so the comparison covers each.
         assert!(
-            taken > 20_000 && declined > 20_000 && long > 5_000,
-            "{taken} taken ({long} past 64 bytes), {declined} declined"
+            taken > 20_000 && declined > 20_000 && long > 5_000 && named > 2_000,
+            "{taken} taken ({long} past 64 bytes, {named} with a type name), {declined} declined"
         );
     }
 
@@ -1883,7 +2014,7 @@ impl<R: Read> CsvReader<R> {
     /// The plain row at pos through `fast_row` or `row`, if they take it: Some(event or a
     /// skipped row), having stepped over it.
     fn plain(&mut self) -> Result<Option<Option<Event>>, TraceError> {
-        if let Some((ev, used)) = fast_row(&self.buf[self.pos..self.end]) {
+        if let Some((ev, used)) = fast_row(&self.buf[self.pos..self.end], &self.types) {
             self.pos += used;
             return Ok(Some(Some(ev)));
         }
