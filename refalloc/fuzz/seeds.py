@@ -14,7 +14,7 @@ import struct
 import sys
 from pathlib import Path
 
-from beamalloc.trace import MAGIC, Event, Op, TraceWriter, open_trace, write_csv
+from beamalloc.trace import MAGIC, Event, Op, TraceWriter, TypeInfo, open_trace, write_csv
 
 SIZES = (8, 24, 100, 700, 3_000, 40_000, 300_000, 2_000_000)
 
@@ -65,6 +65,11 @@ def main(out: Path) -> None:
             write_csv(out / "python_reader" / f"seed{i}.csv", r.header, events)
             write_csv(out / "csv_fast" / f"seed{i}.csv", r.header, events)
             write_csv(out / "read_csv" / f"seed{i}.csv", r.header, events)
+            # Rows with type names, as a traced node's CSV has them (the fast paths read known
+            # names too).
+            r.header.types = [TypeInfo(214, "binary", 10)]
+            write_csv(out / "csv_fast" / f"named{i}.csv", r.header, events)
+            write_csv(out / "read_csv" / f"named{i}.csv", r.header, events)
 
 
 if __name__ == "__main__":
