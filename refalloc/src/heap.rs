@@ -2,8 +2,8 @@
 //! carrier pool between its instances (docs/erts/alloc_util.md §3, §4, §5).
 
 use crate::addr::AddrSpace;
-use crate::chunks::ChunkMap;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
+use crate::ctree::CarrierTree;
 use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
 use crate::replay::Ahead;
@@ -160,9 +160,9 @@ pub struct Instance {
     pub stats: InstStats,
     free: Option<FreeSet>,
     /// aoff family: carriers by address or (birth, address), valued by largest free block: the
-    /// first fit over carriers (§4.3). A flat `ChunkMap` (an instance has a few to a few hundred
-    /// carriers: a scan of contiguous maxima) answers as the treap did, with no pointer chase.
-    ctree: ChunkMap<u128>,
+    /// first fit over carriers (§4.3). A sorted array with each carrier's position kept
+    /// (ctree.rs): a value update, about one event in ten, is a store with no key search.
+    ctree: CarrierTree,
     disable_abandon: u64,
     pooled_own: u64,
 }
@@ -213,7 +213,7 @@ impl Heap {
                 free: FreeSet::for_instance(&cfg),
                 cfg,
                 stats: InstStats::default(),
-                ctree: ChunkMap::default(),
+                ctree: CarrierTree::default(),
                 disable_abandon: 0,
                 pooled_own: 0,
             });
@@ -325,9 +325,8 @@ impl Heap {
         if cr.in_pool || !cr.live {
             return; // not in a carrier tree; pool_fetch enters it afresh
         }
-        let key = self.carrier_key(c);
         let o = cr.owner as usize;
-        self.instances[o].ctree.update(key, largest);
+        self.instances[o].ctree.update(c, largest);
         self.carriers[c as usize].tree_largest = largest;
     }
 
@@ -345,8 +344,7 @@ impl Heap {
         let inst = &self.instances[ix as usize];
         let s = inst.cfg.strategy;
         if s.is_aoff_family() {
-            let (key, _) = inst.ctree.first_at_least(blk)?;
-            let c = (key & 0xffff_ffff) as u32;
+            let c = inst.ctree.first_at_least(blk)?;
             self.carrier_free[c as usize]
                 .as_ref()?
                 .find(&self.blocks, blk, true)
