@@ -108,9 +108,14 @@ impl CarrierTree {
     /// First carrier in key order whose value is >= `x` (first fit over carriers, §4.3).
     #[inline(always)]
     pub fn first_at_least(&self, x: u64) -> Option<u32> {
-        let g = self.gmax.iter().position(|&m| m >= x)?;
-        let base = g * G;
-        let end = (base + G).min(self.vals.len());
+        let n = self.vals.len();
+        // One group (most instances): its maximum would only repeat the scan's answer.
+        let (base, end) = if n <= G {
+            (0, n)
+        } else {
+            let g = self.gmax.iter().position(|&m| m >= x)?;
+            (g * G, ((g + 1) * G).min(n))
+        };
         let p = self.vals[base..end].iter().position(|&v| v >= x)?;
         Some(self.keys[base + p] as u32)
     }

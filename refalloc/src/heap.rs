@@ -165,6 +165,8 @@ pub struct Instance {
     ctree: CarrierTree,
     disable_abandon: u64,
     pooled_own: u64,
+    /// `cfg.pool_enabled()`, known when the heap is built: `check_abandon` asks on every free.
+    pool: bool,
 }
 
 /// One allocator with all its instances.
@@ -211,6 +213,7 @@ impl Heap {
         for cfg in configs {
             h.instances.push(Instance {
                 free: FreeSet::for_instance(&cfg),
+                pool: cfg.pool_enabled(),
                 cfg,
                 stats: InstStats::default(),
                 ctree: CarrierTree::default(),
@@ -1110,11 +1113,13 @@ impl Heap {
             return;
         }
         let cr = &self.carriers[c as usize];
-        if cr.main || cr.in_pool || cr.sbc || !cr.live {
+        let inst = &self.instances[cr.owner as usize];
+        // The instance's tests first, as one branch: they end most calls (pure reads, so the
+        // order does not change the answer).
+        if !inst.pool | (inst.disable_abandon > 0) {
             return;
         }
-        let inst = &self.instances[cr.owner as usize];
-        if !inst.cfg.pool_enabled() || inst.disable_abandon > 0 {
+        if cr.main || cr.in_pool || cr.sbc || !cr.live {
             return;
         }
         self.check_abandon_carrier(c);
