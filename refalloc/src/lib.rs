@@ -1,8 +1,9 @@
 //! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
-//! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
-//! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
+//! with their maxima), `ctree` (the aoff family's carrier tree), `freelist` (strategy
+//! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
+//! carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (the binary format: reader, writer), `csv` (the CSV reader), `replay`, `fuzzing` (the fuzz
 //! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
 //! dump scanner) are their own crate, collector/native (beamalloc-formats), a member of this
@@ -10,6 +11,7 @@
 pub mod addr;
 pub mod chunks;
 pub mod config;
+pub mod ctree;
 pub mod csv;
 pub mod freelist;
 #[cfg(any(test, fuzzing))]
