@@ -9,31 +9,59 @@
 //! the lowest two; no set held more than 127 blocks. So a set is a "run": a short array sorted
 //! by descending address, lowest last, in a slab of 64-byte lines. Taking the lowest is
 //! `len -= 1`; an insertion or removal moves only the entries below its address, found from
-//! the low end. A run is one allocation of 2^k 16-byte entries (the first a header: length
-//! and class), so a run of up to 3 blocks is one cache line, and freed runs are reused per
-//! class (LIFO, so they stay warm). This replaced a `ChunkMap` per set (a 1.5 KB chunk, a
+//! the low end. A run is one allocation of 2^k 16-byte entries (a run of up to 4 blocks is
+//! one cache line); its place, length and class are packed into the set's id, kept by the
+//! caller, so taking or adding the lowest touches only the run's low end. Freed runs are
+//! reused per class (LIFO, so they stay warm). This replaced a `ChunkMap` per set (a 1.5 KB chunk, a
 //! directory and a slot table per set: 3-4 dependent cache lines to reach the lowest entry).
 //!
 //! Sets past `RUN_MAX` blocks become a `ChunkMap` (pooled) so that a size with thousands of
 //! free blocks (other traces) keeps O(log n + chunk) operations rather than O(n) moves; they
-//! become a run again when they shrink to `RUN_BACK`.
+//! become a run again when they shrink to `RUN_BACK`. So do sets that find the slab full (the
+//! id's line offset has 21 bits: 128 MB of runs).
 
 use crate::chunks::ChunkMap;
 
+/// The empty set.
 pub const NIL: u32 = u32::MAX;
 
-/// A set id with this bit is a `ChunkMap` (index below it), else a run (its header's entry).
-const MAP: u32 = 1 << 31;
-/// Run classes: class k holds 2^k entries (header included), k in MIN_K..=MAX_K.
+/// A run's id: line offset (bits 0-20), length - 1 (bits 21-28), class - MIN_K (bits 29-31).
+/// Class field 7 marks a map (its index below). NIL is none of them.
+const OFF_BITS: u32 = 21;
+const LEN_SHIFT: u32 = OFF_BITS;
+const K_SHIFT: u32 = 29;
+const MAP_TAG: u32 = 7 << K_SHIFT;
+/// Run classes: class k holds 2^k entries, k in MIN_K..=MAX_K.
 const MIN_K: u32 = 2;
 const MAX_K: u32 = 8;
 /// A run holds at most this many blocks (then the set becomes a map).
-const RUN_MAX: usize = (1 << MAX_K) - 1;
+const RUN_MAX: usize = 1 << MAX_K;
 /// A map shrunk to this many blocks becomes a run again (a quarter of `RUN_MAX`: a set that
 /// hovers around the limit does not convert back and forth).
 const RUN_BACK: usize = RUN_MAX / 4;
 
-/// Four entries: (address, block) each, or a run's header ([length | class << 32, next free]).
+#[inline(always)]
+fn is_map(id: u32) -> bool {
+    id & MAP_TAG == MAP_TAG
+}
+
+/// (line offset, length, class) of a run's id.
+#[inline(always)]
+fn unpack(id: u32) -> (usize, usize, u32) {
+    (
+        (id & ((1 << OFF_BITS) - 1)) as usize,
+        ((id >> LEN_SHIFT) & 0xff) as usize + 1,
+        (id >> K_SHIFT) + MIN_K,
+    )
+}
+
+#[inline(always)]
+fn pack(off: usize, len: usize, k: u32) -> u32 {
+    debug_assert!(off < 1 << OFF_BITS && (1..=RUN_MAX).contains(&len) && k <= MAX_K);
+    off as u32 | ((len - 1) as u32) << LEN_SHIFT | (k - MIN_K) << K_SHIFT
+}
+
+/// Four entries: (address, block) each; a free run's first holds the next free run.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 struct Line([[u64; 2]; 4]);
@@ -41,10 +69,12 @@ struct Line([[u64; 2]; 4]);
 #[derive(Clone, Debug)]
 pub struct AddrRuns {
     slab: Vec<Line>,
-    /// Head of each class's free runs (linked through the header's second word).
+    /// Line offset of each class's first free run (linked through their first entry).
     free: [u32; MAX_K as usize + 1],
     maps: Vec<ChunkMap<u64>>,
     spare_maps: Vec<u32>,
+    /// Lines the slab may hold: what an id addresses (a test sets less).
+    line_limit: usize,
 }
 
 impl Default for AddrRuns {
@@ -54,6 +84,7 @@ impl Default for AddrRuns {
             free: [NIL; MAX_K as usize + 1],
             maps: Vec::new(),
             spare_maps: Vec::new(),
+            line_limit: 1 << OFF_BITS,
         }
     }
 }
@@ -66,199 +97,230 @@ fn map_key(addr: u64) -> u64 {
 }
 
 impl AddrRuns {
+    /// Entry i of the run at line offset `off`.
     #[inline(always)]
-    fn at(&self, i: usize) -> [u64; 2] {
-        self.slab[i >> 2].0[i & 3]
+    fn at(&self, off: usize, i: usize) -> [u64; 2] {
+        self.slab[off + (i >> 2)].0[i & 3]
     }
 
     #[inline(always)]
-    fn at_mut(&mut self, i: usize) -> &mut [u64; 2] {
-        &mut self.slab[i >> 2].0[i & 3]
+    fn at_mut(&mut self, off: usize, i: usize) -> &mut [u64; 2] {
+        &mut self.slab[off + (i >> 2)].0[i & 3]
     }
 
-    /// (length, class) of the run at `s`.
+    /// Line offset of a free run of class k, or None when the id could not address it.
     #[inline(always)]
-    fn header(&self, s: u32) -> (usize, u32) {
-        let h = self.at(s as usize)[0];
-        (h as u32 as usize, (h >> 32) as u32)
-    }
-
-    #[inline(always)]
-    fn set_len(&mut self, s: u32, len: usize, k: u32) {
-        self.at_mut(s as usize)[0] = len as u64 | (k as u64) << 32;
-    }
-
-    /// A free run of class k (its header not yet written).
-    #[inline(always)]
-    fn alloc(&mut self, k: u32) -> u32 {
-        let s = self.free[k as usize];
-        if s != NIL {
-            self.free[k as usize] = self.at(s as usize)[1] as u32;
-            return s;
+    fn alloc(&mut self, k: u32) -> Option<usize> {
+        let off = self.free[k as usize];
+        if off != NIL {
+            self.free[k as usize] = self.slab[off as usize].0[0][0] as u32;
+            return Some(off as usize);
         }
-        let s = self.slab.len() * 4;
-        assert!(s + (1 << k) < MAP as usize, "run slab past 2^31 entries");
-        self.slab
-            .resize(self.slab.len() + (1 << k) / 4, Line::default());
-        s as u32
+        let off = self.slab.len();
+        let lines = (1 << k) / 4;
+        if off + lines > self.line_limit {
+            return None;
+        }
+        self.slab.resize(off + lines, Line::default());
+        Some(off)
     }
 
     #[inline(always)]
-    fn release(&mut self, s: u32, k: u32) {
-        self.at_mut(s as usize)[1] = self.free[k as usize] as u64;
-        self.free[k as usize] = s;
+    fn release(&mut self, off: usize, k: u32) {
+        self.slab[off].0[0][0] = self.free[k as usize] as u64;
+        self.free[k as usize] = off as u32;
     }
 
-    /// Number of blocks in set `s` (NIL: the empty set).
-    pub fn len(&self, s: u32) -> usize {
-        if s == NIL {
+    #[inline(always)]
+    fn map(&mut self, id: u32) -> &mut ChunkMap<u64> {
+        &mut self.maps[(id & !MAP_TAG) as usize]
+    }
+
+    /// Number of blocks in set `id`.
+    pub fn len(&self, id: u32) -> usize {
+        if id == NIL {
             0
-        } else if s & MAP != 0 {
-            self.maps[(s & !MAP) as usize].len()
+        } else if is_map(id) {
+            self.maps[(id & !MAP_TAG) as usize].len()
         } else {
-            self.header(s).0
+            unpack(id).1
         }
     }
 
-    /// Add a block at an address not in set `s` (NIL: the empty set); returns the set's id,
-    /// which changes when the set moves.
-    #[inline(never)]
-    pub fn insert(&mut self, s: u32, addr: u64, block: u32) -> u32 {
-        if s == NIL {
-            let s = self.alloc(MIN_K);
-            self.set_len(s, 1, MIN_K);
-            *self.at_mut(s as usize + 1) = [addr, block as u64];
-            return s;
-        }
-        if s & MAP != 0 {
-            self.maps[(s & !MAP) as usize].insert(map_key(addr), block as u64);
-            return s;
-        }
-        let (len, mut k) = self.header(s);
-        let mut s = s;
-        if len + 1 == 1 << k {
-            if k == MAX_K {
-                let m = self.to_map(s, len);
-                self.maps[(m & !MAP) as usize].insert(map_key(addr), block as u64);
-                return m;
+    /// Add a block at an address below every address of set `id` (NIL: the empty set);
+    /// returns the set's new id.
+    #[inline(always)]
+    pub fn push_lowest(&mut self, id: u32, addr: u64, block: u32) -> u32 {
+        if id != NIL && !is_map(id) {
+            let (off, len, k) = unpack(id);
+            if len < 1 << k {
+                debug_assert!(self.at(off, len - 1)[0] > addr);
+                *self.at_mut(off, len) = [addr, block as u64];
+                return pack(off, len + 1, k);
             }
-            s = self.grow(s, len, k);
-            k += 1;
         }
-        // Entries s+1..=s+len by descending address: those below `addr` move up one place
-        // (an insertion sort step from the low end, where most insertions land).
-        let mut j = s as usize + len;
-        while j > s as usize && self.at(j)[0] < addr {
-            *self.at_mut(j + 1) = self.at(j);
+        self.insert_slow(id, addr, block)
+    }
+
+    /// Add a block at an address not in set `id` (NIL: the empty set); returns the set's new
+    /// id. Most land at the low end: that is done here, the rest out of line.
+    #[inline(always)]
+    pub fn insert(&mut self, id: u32, addr: u64, block: u32) -> u32 {
+        if id != NIL && !is_map(id) {
+            let (off, len, k) = unpack(id);
+            if len < 1 << k && self.at(off, len - 1)[0] > addr {
+                *self.at_mut(off, len) = [addr, block as u64];
+                return pack(off, len + 1, k);
+            }
+        }
+        self.insert_slow(id, addr, block)
+    }
+
+    #[inline(never)]
+    fn insert_slow(&mut self, id: u32, addr: u64, block: u32) -> u32 {
+        if id == NIL {
+            let Some(off) = self.alloc(MIN_K) else {
+                return self.new_map(addr, block);
+            };
+            *self.at_mut(off, 0) = [addr, block as u64];
+            return pack(off, 1, MIN_K);
+        }
+        if is_map(id) {
+            self.map(id).insert(map_key(addr), block as u64);
+            return id;
+        }
+        let (mut off, len, mut k) = unpack(id);
+        if len == 1 << k {
+            let grown = if k < MAX_K { self.alloc(k + 1) } else { None };
+            let Some(to) = grown else {
+                let id = self.to_map(off, len, k);
+                self.map(id).insert(map_key(addr), block as u64);
+                return id;
+            };
+            for i in 0..len {
+                *self.at_mut(to, i) = self.at(off, i);
+            }
+            self.release(off, k);
+            (off, k) = (to, k + 1);
+        }
+        // Entries 0..len by descending address: those below `addr` move up one place (an
+        // insertion sort step from the low end).
+        let mut j = len;
+        while j > 0 && self.at(off, j - 1)[0] < addr {
+            *self.at_mut(off, j) = self.at(off, j - 1);
             j -= 1;
         }
-        *self.at_mut(j + 1) = [addr, block as u64];
-        self.set_len(s, len + 1, k);
-        s
+        *self.at_mut(off, j) = [addr, block as u64];
+        pack(off, len + 1, k)
     }
 
-    /// Move a full run of class k into one of class k + 1.
+    /// A new map holding one block; returns its id.
     #[cold]
-    fn grow(&mut self, s: u32, len: usize, k: u32) -> u32 {
-        let t = self.alloc(k + 1);
-        for i in 1..=len {
-            *self.at_mut(t as usize + i) = self.at(s as usize + i);
-        }
-        self.release(s, k);
-        t
-    }
-
-    /// Move a full run into a map; returns the map's set id.
-    #[cold]
-    fn to_map(&mut self, s: u32, len: usize) -> u32 {
+    fn new_map(&mut self, addr: u64, block: u32) -> u32 {
         let m = self.spare_maps.pop().unwrap_or_else(|| {
             self.maps.push(ChunkMap::default());
             (self.maps.len() - 1) as u32
         });
-        for i in 1..=len {
-            let [addr, block] = self.at(s as usize + i);
-            // Descending addresses: ascending keys, each appended at the map's end.
-            self.maps[m as usize].insert(map_key(addr), block);
-        }
-        self.release(s, MAX_K);
-        m | MAP
+        assert!(m < !MAP_TAG, "more maps than set ids");
+        self.maps[m as usize].insert(map_key(addr), block as u64);
+        m | MAP_TAG
     }
 
-    /// Move a shrunk map into a run; returns the run's id.
+    /// Move a run into a map; returns the map's id.
     #[cold]
-    fn to_run(&mut self, m: u32) -> u32 {
-        let map = &mut self.maps[m as usize];
-        let len = map.len();
-        debug_assert!(len > 0 && len < 1 << (MAX_K - 1));
+    fn to_map(&mut self, off: usize, len: usize, k: u32) -> u32 {
+        let [addr, block] = self.at(off, 0);
+        let id = self.new_map(addr, block as u32);
+        for i in 1..len {
+            let [addr, block] = self.at(off, i);
+            // Descending addresses: ascending keys, each appended at the map's end.
+            self.map(id).insert(map_key(addr), block);
+        }
+        self.release(off, k);
+        id
+    }
+
+    /// After a removal from map `id`: a run again if it shrank to `RUN_BACK` (and one can be
+    /// had); returns the set's id.
+    #[inline(always)]
+    fn shrunk_map(&mut self, id: u32) -> u32 {
+        let len = self.map(id).len();
+        if len > RUN_BACK {
+            return id;
+        }
+        self.to_run(id, len)
+    }
+
+    #[cold]
+    fn to_run(&mut self, id: u32, len: usize) -> u32 {
         let k = MAX_K - 1;
-        let s = self.alloc(k);
-        for i in (1..=len).rev() {
-            let map = &mut self.maps[m as usize];
+        if len == 0 {
+            self.spare_maps.push(id & !MAP_TAG);
+            return NIL;
+        }
+        let Some(off) = self.alloc(k) else {
+            return id;
+        };
+        for i in (0..len).rev() {
+            let map = self.map(id);
             let (key, block) = map.last().expect("a map of len entries");
             map.remove(key);
-            *self.at_mut(s as usize + i) = [map_key(key), block];
+            *self.at_mut(off, i) = [map_key(key), block];
         }
-        self.spare_maps.push(m);
-        self.set_len(s, len, k);
-        s
+        self.spare_maps.push(id & !MAP_TAG);
+        pack(off, len, k)
     }
 
-    /// Remove the lowest address of a non-empty set: (address, block, the set's id or NIL
+    /// Remove the lowest address of a non-empty set: (address, block, the set's new id, NIL
     /// when it emptied).
     #[inline(always)]
-    pub fn pop_lowest(&mut self, s: u32) -> (u64, u32, u32) {
-        if s & MAP != 0 {
-            let map = &mut self.maps[(s & !MAP) as usize];
-            let (key, block) = map.last().expect("a set is never empty");
-            map.remove(key);
-            let s = if map.len() <= RUN_BACK {
-                self.to_run(s & !MAP)
-            } else {
-                s
-            };
-            return (map_key(key), block as u32, s);
+    pub fn pop_lowest(&mut self, id: u32) -> (u64, u32, u32) {
+        if is_map(id) {
+            return self.pop_map(id);
         }
-        let (len, k) = self.header(s);
-        let [addr, block] = self.at(s as usize + len);
-        let s = if len == 1 {
-            self.release(s, k);
+        let (off, len, k) = unpack(id);
+        let [addr, block] = self.at(off, len - 1);
+        let id = if len == 1 {
+            self.release(off, k);
             NIL
         } else {
-            self.set_len(s, len - 1, k);
-            s
+            pack(off, len - 1, k)
         };
-        (addr, block as u32, s)
+        (addr, block as u32, id)
     }
 
-    /// Remove an address present in set `s`; returns the set's id or NIL when it emptied.
+    #[cold]
+    fn pop_map(&mut self, id: u32) -> (u64, u32, u32) {
+        let map = self.map(id);
+        let (key, block) = map.last().expect("a set is never empty");
+        map.remove(key);
+        (map_key(key), block as u32, self.shrunk_map(id))
+    }
+
+    /// Remove an address present in set `id`; returns the set's new id (NIL when it emptied).
     #[inline(never)]
-    pub fn remove(&mut self, s: u32, addr: u64) -> u32 {
-        if s & MAP != 0 {
-            let map = &mut self.maps[(s & !MAP) as usize];
-            map.remove(map_key(addr))
+    pub fn remove(&mut self, id: u32, addr: u64) -> u32 {
+        if is_map(id) {
+            self.map(id)
+                .remove(map_key(addr))
                 .expect("removal of an absent address");
-            return if map.len() <= RUN_BACK {
-                self.to_run(s & !MAP)
-            } else {
-                s
-            };
+            return self.shrunk_map(id);
         }
-        let (len, k) = self.header(s);
+        let (off, len, k) = unpack(id);
         if len == 1 {
-            debug_assert_eq!(self.at(s as usize + 1)[0], addr);
-            self.release(s, k);
+            debug_assert_eq!(self.at(off, 0)[0], addr);
+            self.release(off, k);
             return NIL;
         }
         // Find it from the low end, moving the lower entries up over it.
-        let mut j = s as usize + len;
-        let mut carry = self.at(j);
+        let mut j = len - 1;
+        let mut carry = self.at(off, j);
         while carry[0] != addr {
+            assert!(j > 0, "removal of an absent address");
             j -= 1;
-            assert!(j > s as usize, "removal of an absent address");
-            carry = std::mem::replace(self.at_mut(j), carry);
+            carry = std::mem::replace(self.at_mut(off, j), carry);
         }
-        self.set_len(s, len - 1, k);
-        s
+        pack(off, len - 1, k)
     }
 }
 
@@ -277,15 +339,13 @@ mod tests {
     /// Random streams of insertions, removals and pops on many sets at once (so runs are
     /// freed, reused and grown in between), some sets growing past `RUN_MAX` into maps and
     /// shrinking back, each checked against an ordered set of (address, block).
-    #[test]
-    fn runs_agree_with_ordered_sets() {
-        let mut r = 99u64;
-        let mut pool = AddrRuns::default();
+    fn check(mut pool: AddrRuns, seed: u64) -> AddrRuns {
+        let mut r = seed;
         let nsets = 40;
         let mut ids = vec![NIL; nsets];
         let mut want: Vec<BTreeSet<(u64, u32)>> = vec![BTreeSet::new(); nsets];
         let mut next_block = 0u32;
-        for step in 0..400_000u64 {
+        for step in 0..300_000u64 {
             let i = (rnd(&mut r) % nsets as u64) as usize;
             // Set i's target size: small for most, past RUN_MAX for a few, in phases.
             let phase = step / 50_000;
@@ -298,19 +358,20 @@ mod tests {
             let n = want[i].len();
             let op = rnd(&mut r) % 8;
             if n == 0 || (n < target && op < 5) {
-                // Addresses: the low end of the set often, anywhere otherwise.
-                let addr = if op < 2 {
-                    want[i]
-                        .first()
-                        .map_or(1 << 20, |&(a, _)| a)
-                        .saturating_sub(8 * (1 + rnd(&mut r) % 4))
-                } else {
-                    8 * (rnd(&mut r) % (1 << 18))
+                // Addresses: below the set's lowest often, anywhere otherwise.
+                let low = want[i].first().map(|&(a, _)| a);
+                let addr = match low {
+                    Some(a) if op < 2 && a > 64 => a - 8 * (1 + rnd(&mut r) % 4),
+                    _ => 8 * (rnd(&mut r) % (1 << 18)),
                 };
                 if want[i].iter().any(|&(a, _)| a == addr) {
                     continue;
                 }
-                ids[i] = pool.insert(ids[i], addr, next_block);
+                ids[i] = if low.is_some_and(|a| addr < a) && op < 1 {
+                    pool.push_lowest(ids[i], addr, next_block)
+                } else {
+                    pool.insert(ids[i], addr, next_block)
+                };
                 want[i].insert((addr, next_block));
                 next_block += 1;
             } else if op < 6 {
@@ -335,6 +396,24 @@ mod tests {
             }
             assert_eq!(ids[i], NIL);
         }
+        pool
+    }
+
+    #[test]
+    fn runs_agree_with_ordered_sets() {
+        let pool = check(AddrRuns::default(), 99);
         assert!(pool.maps.len() >= 2, "some sets became maps");
+    }
+
+    /// With a slab that fills up, sets that cannot have a run are maps.
+    #[test]
+    fn runs_agree_with_ordered_sets_when_the_slab_is_full() {
+        let pool = AddrRuns {
+            line_limit: 100,
+            ..AddrRuns::default()
+        };
+        let pool = check(pool, 7);
+        assert!(pool.slab.len() <= 100);
+        assert!(pool.maps.len() > 8, "sets the slab had no room for became maps");
     }
 }

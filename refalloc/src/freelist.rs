@@ -332,7 +332,7 @@ impl AobfTree {
         };
         if x.addr < cl.addr {
             // The new block is the lowest: the inline one joins the rest, below all of them.
-            cl.rest = self.rest.insert(cl.rest, cl.addr, cl.block);
+            cl.rest = self.rest.push_lowest(cl.rest, cl.addr, cl.block);
             (cl.addr, cl.block) = (x.addr, b);
         } else {
             cl.rest = self.rest.insert(cl.rest, x.addr, b);
