@@ -70,20 +70,25 @@ struct Line([[u64; 2]; 4]);
 pub struct AddrRuns {
     slab: Vec<Line>,
     /// Line offset of each class's first free run (linked through their first entry).
-    free: [u32; MAX_K as usize + 1],
-    maps: Vec<ChunkMap<u64>>,
-    spare_maps: Vec<u32>,
+    free: [u32; (MAX_K - MIN_K + 1) as usize],
+    /// The sets past `RUN_MAX` (rare: boxed, so that a carrier's free set stays small).
+    maps: Option<Box<Maps>>,
     /// Lines the slab may hold: what an id addresses (a test sets less).
-    line_limit: usize,
+    line_limit: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Maps {
+    maps: Vec<ChunkMap<u64>>,
+    spare: Vec<u32>,
 }
 
 impl Default for AddrRuns {
     fn default() -> Self {
         AddrRuns {
             slab: Vec::new(),
-            free: [NIL; MAX_K as usize + 1],
-            maps: Vec::new(),
-            spare_maps: Vec::new(),
+            free: [NIL; (MAX_K - MIN_K + 1) as usize],
+            maps: None,
             line_limit: 1 << OFF_BITS,
         }
     }
@@ -111,14 +116,14 @@ impl AddrRuns {
     /// Line offset of a free run of class k, or None when the id could not address it.
     #[inline(always)]
     fn alloc(&mut self, k: u32) -> Option<usize> {
-        let off = self.free[k as usize];
+        let off = self.free[(k - MIN_K) as usize];
         if off != NIL {
-            self.free[k as usize] = self.slab[off as usize].0[0][0] as u32;
+            self.free[(k - MIN_K) as usize] = self.slab[off as usize].0[0][0] as u32;
             return Some(off as usize);
         }
         let off = self.slab.len();
         let lines = (1 << k) / 4;
-        if off + lines > self.line_limit {
+        if off + lines > self.line_limit as usize {
             return None;
         }
         self.slab.resize(off + lines, Line::default());
@@ -127,13 +132,13 @@ impl AddrRuns {
 
     #[inline(always)]
     fn release(&mut self, off: usize, k: u32) {
-        self.slab[off].0[0][0] = self.free[k as usize] as u64;
-        self.free[k as usize] = off as u32;
+        self.slab[off].0[0][0] = self.free[(k - MIN_K) as usize] as u64;
+        self.free[(k - MIN_K) as usize] = off as u32;
     }
 
     #[inline(always)]
     fn map(&mut self, id: u32) -> &mut ChunkMap<u64> {
-        &mut self.maps[(id & !MAP_TAG) as usize]
+        &mut self.maps.as_mut().expect("a map's pool").maps[(id & !MAP_TAG) as usize]
     }
 
     /// Number of blocks in set `id`.
@@ -141,7 +146,7 @@ impl AddrRuns {
         if id == NIL {
             0
         } else if is_map(id) {
-            self.maps[(id & !MAP_TAG) as usize].len()
+            self.maps.as_ref().expect("a map's pool").maps[(id & !MAP_TAG) as usize].len()
         } else {
             unpack(id).1
         }
@@ -205,24 +210,30 @@ impl AddrRuns {
         }
         // Entries 0..len by descending address: those below `addr` move up one place (an
         // insertion sort step from the low end).
+        let run = &mut self.slab[off..off + (1 << k) / 4];
         let mut j = len;
-        while j > 0 && self.at(off, j - 1)[0] < addr {
-            *self.at_mut(off, j) = self.at(off, j - 1);
+        while j > 0 {
+            let e = run[(j - 1) >> 2].0[(j - 1) & 3];
+            if e[0] > addr {
+                break;
+            }
+            run[j >> 2].0[j & 3] = e;
             j -= 1;
         }
-        *self.at_mut(off, j) = [addr, block as u64];
+        run[j >> 2].0[j & 3] = [addr, block as u64];
         pack(off, len + 1, k)
     }
 
     /// A new map holding one block; returns its id.
     #[cold]
     fn new_map(&mut self, addr: u64, block: u32) -> u32 {
-        let m = self.spare_maps.pop().unwrap_or_else(|| {
-            self.maps.push(ChunkMap::default());
-            (self.maps.len() - 1) as u32
+        let pool = self.maps.get_or_insert_default();
+        let m = pool.spare.pop().unwrap_or_else(|| {
+            pool.maps.push(ChunkMap::default());
+            (pool.maps.len() - 1) as u32
         });
         assert!(m < !MAP_TAG, "more maps than set ids");
-        self.maps[m as usize].insert(map_key(addr), block as u64);
+        pool.maps[m as usize].insert(map_key(addr), block as u64);
         m | MAP_TAG
     }
 
@@ -255,7 +266,11 @@ impl AddrRuns {
     fn to_run(&mut self, id: u32, len: usize) -> u32 {
         let k = MAX_K - 1;
         if len == 0 {
-            self.spare_maps.push(id & !MAP_TAG);
+            self.maps
+                .as_mut()
+                .expect("a map's pool")
+                .spare
+                .push(id & !MAP_TAG);
             return NIL;
         }
         let Some(off) = self.alloc(k) else {
@@ -267,7 +282,11 @@ impl AddrRuns {
             map.remove(key);
             *self.at_mut(off, i) = [map_key(key), block];
         }
-        self.spare_maps.push(id & !MAP_TAG);
+        self.maps
+            .as_mut()
+            .expect("a map's pool")
+            .spare
+            .push(id & !MAP_TAG);
         pack(off, len, k)
     }
 
@@ -401,8 +420,10 @@ mod tests {
 
     #[test]
     fn runs_agree_with_ordered_sets() {
+        // A carrier's free set (`heap::FreeSet`) is as large as its largest kind.
+        assert!(std::mem::size_of::<crate::freelist::AobfTree>() <= 144);
         let pool = check(AddrRuns::default(), 99);
-        assert!(pool.maps.len() >= 2, "some sets became maps");
+        assert!(pool.maps.unwrap().maps.len() >= 2, "some sets became maps");
     }
 
     /// With a slab that fills up, sets that cannot have a run are maps.
@@ -414,6 +435,9 @@ mod tests {
         };
         let pool = check(pool, 7);
         assert!(pool.slab.len() <= 100);
-        assert!(pool.maps.len() > 8, "sets the slab had no room for became maps");
+        assert!(
+            pool.maps.unwrap().maps.len() > 8,
+            "sets the slab had no room for became maps"
+        );
     }
 }
