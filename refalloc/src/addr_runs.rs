@@ -7,18 +7,18 @@
 //! many removals; 94 % of the removals take the lowest address (an allocation takes what `find`
 //! gave), 46 % of the insertions land below every other address and the median lands within
 //! the lowest two; no set held more than 127 blocks. So a set is a "run": a short array sorted
-//! by descending address, lowest last, in a slab of 64-byte lines. Taking the lowest is
-//! `len -= 1`; an insertion or removal moves only the entries below its address, found from
-//! the low end. A run is one allocation of 2^k 16-byte entries (a run of up to 4 blocks is
-//! one cache line); its place, length and class are packed into the set's id, kept by the
-//! caller, so taking or adding the lowest touches only the run's low end. Freed runs are
-//! reused per class (LIFO, so they stay warm). This replaced a `ChunkMap` per set (a 1.5 KB chunk, a
-//! directory and a slot table per set: 3-4 dependent cache lines to reach the lowest entry).
+//! by descending address, lowest last. Taking the lowest is `len -= 1`; an insertion or a
+//! removal moves only the entries below its address, found from the low end. A run is 2^k
+//! 16-byte entries in a slab of cache lines (up to 4 blocks: one line); its place, length and
+//! class are packed into the set's id, which the caller keeps, so taking or adding the lowest
+//! touches only the run's low end. Freed runs are reused per class (LIFO: they stay warm).
+//! This replaced a pooled `ChunkMap` per set (a 1.5 KB chunk, its directory and the map's
+//! record: 3-4 dependent cache lines to reach the lowest entry).
 //!
-//! Sets past `RUN_MAX` blocks become a `ChunkMap` (pooled) so that a size with thousands of
-//! free blocks (other traces) keeps O(log n + chunk) operations rather than O(n) moves; they
-//! become a run again when they shrink to `RUN_BACK`. So do sets that find the slab full (the
-//! id's line offset has 21 bits: 128 MB of runs).
+//! A set past `RUN_MAX` blocks becomes a `ChunkMap`, so that a size with thousands of free
+//! blocks (other traces) keeps O(log n + chunk) operations rather than O(n) moves, and a run
+//! again when it shrinks to `RUN_BACK`. A set that finds the slab full (the id's line offset
+//! has 21 bits: 128 MB of runs) is a map too.
 
 use crate::chunks::ChunkMap;
 
@@ -33,7 +33,7 @@ const K_SHIFT: u32 = 29;
 const MAP_TAG: u32 = 7 << K_SHIFT;
 /// Run classes: class k holds 2^k entries, k in MIN_K..=MAX_K.
 const MIN_K: u32 = 2;
-const MAX_K: u32 = 8;
+const MAX_K: u32 = 7;
 /// A run holds at most this many blocks (then the set becomes a map).
 const RUN_MAX: usize = 1 << MAX_K;
 /// A map shrunk to this many blocks becomes a run again (a quarter of `RUN_MAX`: a set that
@@ -61,14 +61,14 @@ fn pack(off: usize, len: usize, k: u32) -> u32 {
     off as u32 | ((len - 1) as u32) << LEN_SHIFT | (k - MIN_K) << K_SHIFT
 }
 
-/// Four entries: (address, block) each; a free run's first holds the next free run.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(64))]
-struct Line([[u64; 2]; 4]);
-
 #[derive(Clone, Debug)]
 pub struct AddrRuns {
-    slab: Vec<Line>,
+    /// Entries (address, block), four to a 64-byte line from `skew` on; a free run's first
+    /// entry holds the next free run.
+    slab: Vec<[u64; 2]>,
+    /// Entries before the first line, so that lines are cache lines (kept so when the slab
+    /// moves; only speed depends on it).
+    skew: u8,
     /// Line offset of each class's first free run (linked through their first entry).
     free: [u32; (MAX_K - MIN_K + 1) as usize],
     /// The sets past `RUN_MAX` (rare: boxed, so that a carrier's free set stays small).
@@ -87,6 +87,7 @@ impl Default for AddrRuns {
     fn default() -> Self {
         AddrRuns {
             slab: Vec::new(),
+            skew: 0,
             free: [NIL; (MAX_K - MIN_K + 1) as usize],
             maps: None,
             line_limit: 1 << OFF_BITS,
@@ -102,15 +103,28 @@ fn map_key(addr: u64) -> u64 {
 }
 
 impl AddrRuns {
-    /// Entry i of the run at line offset `off`.
+    /// Index of entry i of the run at line offset `off`.
+    #[inline(always)]
+    fn ix(&self, off: usize, i: usize) -> usize {
+        self.skew as usize + 4 * off + i
+    }
+
     #[inline(always)]
     fn at(&self, off: usize, i: usize) -> [u64; 2] {
-        self.slab[off + (i >> 2)].0[i & 3]
+        self.slab[self.ix(off, i)]
     }
 
     #[inline(always)]
     fn at_mut(&mut self, off: usize, i: usize) -> &mut [u64; 2] {
-        &mut self.slab[off + (i >> 2)].0[i & 3]
+        let i = self.ix(off, i);
+        &mut self.slab[i]
+    }
+
+    /// The entries of a run of class k.
+    #[inline(always)]
+    fn run_mut(&mut self, off: usize, k: u32) -> &mut [[u64; 2]] {
+        let i = self.ix(off, 0);
+        &mut self.slab[i..i + (1 << k)]
     }
 
     /// Line offset of a free run of class k, or None when the id could not address it.
@@ -118,21 +132,34 @@ impl AddrRuns {
     fn alloc(&mut self, k: u32) -> Option<usize> {
         let off = self.free[(k - MIN_K) as usize];
         if off != NIL {
-            self.free[(k - MIN_K) as usize] = self.slab[off as usize].0[0][0] as u32;
+            self.free[(k - MIN_K) as usize] = self.at(off as usize, 0)[0] as u32;
             return Some(off as usize);
         }
-        let off = self.slab.len();
+        self.new_run(k)
+    }
+
+    /// A run of class k past the last line: the slab grows (3 spare entries, room for any
+    /// skew), and if it moved to another place in a cache line, its lines move with it.
+    #[cold]
+    fn new_run(&mut self, k: u32) -> Option<usize> {
+        let off = self.slab.len().saturating_sub(3) / 4;
         let lines = (1 << k) / 4;
         if off + lines > self.line_limit as usize {
             return None;
         }
-        self.slab.resize(off + lines, Line::default());
+        let old = self.skew as usize;
+        self.slab.resize(4 * (off + lines) + 3, [0; 2]);
+        let new = (64 - self.slab.as_ptr() as usize % 64) % 64 / 16;
+        if new != old {
+            self.slab.copy_within(old..old + 4 * off, new);
+            self.skew = new as u8;
+        }
         Some(off)
     }
 
     #[inline(always)]
     fn release(&mut self, off: usize, k: u32) {
-        self.slab[off].0[0][0] = self.free[(k - MIN_K) as usize] as u64;
+        *self.at_mut(off, 0) = [self.free[(k - MIN_K) as usize] as u64, 0];
         self.free[(k - MIN_K) as usize] = off as u32;
     }
 
@@ -210,17 +237,13 @@ impl AddrRuns {
         }
         // Entries 0..len by descending address: those below `addr` move up one place (an
         // insertion sort step from the low end).
-        let run = &mut self.slab[off..off + (1 << k) / 4];
+        let run = self.run_mut(off, k);
         let mut j = len;
-        while j > 0 {
-            let e = run[(j - 1) >> 2].0[(j - 1) & 3];
-            if e[0] > addr {
-                break;
-            }
-            run[j >> 2].0[j & 3] = e;
+        while j > 0 && run[j - 1][0] < addr {
+            run[j] = run[j - 1];
             j -= 1;
         }
-        run[j >> 2].0[j & 3] = [addr, block as u64];
+        run[j] = [addr, block as u64];
         pack(off, len + 1, k)
     }
 
@@ -332,12 +355,13 @@ impl AddrRuns {
             return NIL;
         }
         // Find it from the low end, moving the lower entries up over it.
+        let run = self.run_mut(off, k);
         let mut j = len - 1;
-        let mut carry = self.at(off, j);
+        let mut carry = run[j];
         while carry[0] != addr {
             assert!(j > 0, "removal of an absent address");
             j -= 1;
-            carry = std::mem::replace(self.at_mut(off, j), carry);
+            carry = std::mem::replace(&mut run[j], carry);
         }
         pack(off, len - 1, k)
     }
@@ -434,7 +458,7 @@ mod tests {
             ..AddrRuns::default()
         };
         let pool = check(pool, 7);
-        assert!(pool.slab.len() <= 100);
+        assert!(pool.slab.len() <= 4 * 100 + 3, "lines past the limit");
         assert!(
             pool.maps.unwrap().maps.len() > 8,
             "sets the slab had no room for became maps"
