@@ -3,6 +3,7 @@
 //! Blocks live in an arena (`Vec<Block>`); lists of equal-size blocks and gf/af buckets are
 //! intrusive (`lprev`/`lnext` in the block), so unlinking any free block is O(1) plus the tree.
 
+use crate::addr_runs::AddrRuns;
 use crate::chunks::ChunkMap;
 use std::collections::BTreeMap;
 
@@ -288,23 +289,17 @@ impl BfTree {
 
 /// (size, address) order: `aobf` and the `caobf` block order (§4.2). The sizes are a
 /// `SizeTable` like bf's. Each size keeps its lowest-addressed block inline (what `find`
-/// returns: no map is read on a search) and the others, if any, ordered by address in a
-/// `ChunkMap` (address -> block) of a pool, so emptied maps are reused with their room. Most
-/// sizes hold a single free block and never touch a map.
-///
-/// A map keys its blocks by `rest_key` (descending address): the lowest address, which an
-/// allocation takes from the map whenever the inline block goes, is then the map's last
-/// entry, and taking it moves no other entry (by ascending address it was the first, and its
-/// removal shifted the whole first chunk); a block freed below the inline one joins at the
-/// end too.
+/// returns: nothing else is read on a search) and the others, if any, in a set of `rest` (an
+/// `AddrRuns` pool: a short array by address, src/addr_runs.rs says why). Most sizes hold a
+/// single free block and never touch the pool.
 #[derive(Clone, Debug, Default)]
 pub struct AobfTree {
     sizes: SizeTable<AobfClass>,
-    maps: Vec<ChunkMap<u64>>,
-    spare: Vec<u32>,
+    rest: AddrRuns,
 }
 
-/// The free blocks of one size: the lowest-addressed inline, the rest in map `rest` (NIL: none).
+/// The free blocks of one size: the lowest-addressed inline, the rest in set `rest` (NIL:
+/// none).
 #[derive(Clone, Copy, Debug)]
 struct AobfClass {
     addr: u64,
@@ -322,12 +317,6 @@ impl Default for AobfClass {
     }
 }
 
-/// The key of an address in an `AobfTree` map: higher addresses first.
-#[inline(always)]
-fn rest_key(addr: u64) -> u64 {
-    u64::MAX - addr
-}
-
 impl AobfTree {
     #[inline(always)]
     pub fn link(&mut self, bl: &[Block], b: u32) {
@@ -341,19 +330,12 @@ impl AobfTree {
             self.sizes.insert(x.size, cl);
             return;
         };
-        if cl.rest == NIL {
-            cl.rest = self.spare.pop().unwrap_or_else(|| {
-                self.maps.push(ChunkMap::default());
-                (self.maps.len() - 1) as u32
-            });
-        }
-        let map = &mut self.maps[cl.rest as usize];
         if x.addr < cl.addr {
-            // The new block is the lowest: the inline one joins the rest.
-            map.insert(rest_key(cl.addr), cl.block as u64);
+            // The new block is the lowest: the inline one joins the rest, below all of them.
+            cl.rest = self.rest.push_lowest(cl.rest, cl.addr, cl.block);
             (cl.addr, cl.block) = (x.addr, b);
         } else {
-            map.insert(rest_key(x.addr), b as u64);
+            cl.rest = self.rest.insert(cl.rest, x.addr, b);
         }
     }
     #[inline(always)]
@@ -366,20 +348,11 @@ impl AobfTree {
         if cl.rest == NIL {
             debug_assert_eq!(cl.block, b, "unlink of an unlinked block");
             self.sizes.remove(x.size);
-            return;
-        }
-        let map = &mut self.maps[cl.rest as usize];
-        if cl.block == b {
+        } else if cl.block == b {
             // The lowest of the rest comes inline.
-            let (key, nb) = map.last().expect("a size's rest map is never empty");
-            map.remove(key);
-            (cl.addr, cl.block) = (rest_key(key), nb as u32);
+            (cl.addr, cl.block, cl.rest) = self.rest.pop_lowest(cl.rest);
         } else {
-            map.remove(rest_key(x.addr));
-        }
-        if map.is_empty() {
-            self.spare.push(cl.rest);
-            cl.rest = NIL;
+            cl.rest = self.rest.remove(cl.rest, x.addr);
         }
     }
     #[inline(always)]

@@ -1,14 +1,15 @@
 //! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
-//! with their maxima), `ctree` (the aoff family's carrier tree), `freelist` (strategy
-//! structures), `addr` (top-down address model), `mseg` (segment cache), `heap` (blocks,
-//! carriers, alloc/free/realloc, pool), `stats`,
+//! with their maxima), `ctree` (the aoff family's carrier tree), `addr_runs` (aobf's
+//! equal-size blocks), `freelist` (strategy structures), `addr` (top-down address model),
+//! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (the binary format: reader, writer), `csv` (the CSV reader), `replay`, `fuzzing` (the fuzz
 //! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
 //! dump scanner) are their own crate, collector/native (beamalloc-formats), a member of this
 //! workspace: the one extension module below registers its functions too.
 pub mod addr;
+pub mod addr_runs;
 pub mod chunks;
 pub mod config;
 pub mod ctree;
