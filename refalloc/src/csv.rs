@@ -576,7 +576,13 @@ fn wide_row(win: &[u8; WIDE], types: &Types) -> Result<Option<(Event, usize)>, (
     if first(1) != 0 {
         // Most rows end in the first 48 bytes (those write_csv writes for an allocator
         // trace of a few hours) or 64.
-        return Ok(wide_fields(win, first(0), first(2), first(1).lowest(), types));
+        return Ok(wide_fields(
+            win,
+            first(0),
+            first(2),
+            first(1).lowest(),
+            types,
+        ));
     }
     let d = classes_at(3);
     let low = |k: usize| first(k) | (d[k] as u64) << 48;
@@ -589,7 +595,13 @@ fn wide_row(win: &[u8; WIDE], types: &Types) -> Result<Option<(Event, usize)>, (
         return Err(());
     }
     let wide = |k: usize| low(k) as u128 | high(k) << 64;
-    Ok(wide_fields(win, wide(0), wide(2), 64 + high(1).lowest(), types))
+    Ok(wide_fields(
+        win,
+        wide(0),
+        wide(2),
+        64 + high(1).lowest(),
+        types,
+    ))
 }
 
 /// The row of `win` ending at its line end `end`, given the bits of its commas and of its
@@ -1121,8 +1133,9 @@ mod tests {
                     }
                     4 if rng(4) == 0 => {
                         // known type names, and names the fast paths leave to `row`
-                        let names: [&[u8]; 6] =
-                            [b"binary", b"binary", b"bin", b" padded", b"b\"q", b"binary "];
+                        let names: [&[u8]; 6] = [
+                            b"binary", b"binary", b"bin", b" padded", b"b\"q", b"binary ",
+                        ];
                         row.extend_from_slice(names[rng(6) as usize]);
                     }
                     // new_id: empty for alloc and free, mostly

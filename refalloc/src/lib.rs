@@ -12,8 +12,8 @@ pub mod addr;
 pub mod addr_runs;
 pub mod chunks;
 pub mod config;
-pub mod ctree;
 pub mod csv;
+pub mod ctree;
 pub mod freelist;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
