@@ -1,13 +1,15 @@
 //! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
-//! with their maxima), `freelist` (strategy structures), `addr` (top-down address model),
+//! with their maxima), `addrset` (an aoff carrier's free blocks), `freelist` (strategy
+//! structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (the binary format: reader, writer), `csv` (the CSV reader), `replay`, `fuzzing` (the fuzz
 //! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
 //! dump scanner) are their own crate, collector/native (beamalloc-formats), a member of this
 //! workspace: the one extension module below registers its functions too.
 pub mod addr;
+pub mod addrset;
 pub mod chunks;
 pub mod config;
 pub mod csv;
