@@ -29,14 +29,34 @@ const FAN: usize = 16;
 struct Line([u32; FAN]);
 
 impl Line {
-    /// Index of the first entry >= `x` (16 if none): compares and a mask, no branch.
+    /// Index of the first entry >= `x` (16 if none): four compares, two packs and a mask,
+    /// no branch. Entries and `x` are below 2^31 (`sat`), so SSE2's signed compare serves.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn first_at_least(&self, x: u32) -> usize {
-        let mut m = 0u32;
-        for (j, &v) in self.0.iter().enumerate() {
-            m |= u32::from(v >= x) << j;
-        }
-        m.trailing_zeros() as usize
+        use std::arch::x86_64::*;
+        let v = &self.0;
+        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        let m = unsafe {
+            let q = |j: usize| {
+                _mm_set_epi32(
+                    v[j + 3] as i32,
+                    v[j + 2] as i32,
+                    v[j + 1] as i32,
+                    v[j] as i32,
+                )
+            };
+            let y = _mm_set1_epi32(x as i32 - 1); // v >= x: v > x - 1
+            let a = _mm_packs_epi32(_mm_cmpgt_epi32(q(0), y), _mm_cmpgt_epi32(q(4), y));
+            let b = _mm_packs_epi32(_mm_cmpgt_epi32(q(8), y), _mm_cmpgt_epi32(q(12), y));
+            _mm_movemask_epi8(_mm_packs_epi16(a, b)) as u32
+        };
+        (m | 1 << FAN).trailing_zeros() as usize
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn first_at_least(&self, x: u32) -> usize {
+        self.0.iter().position(|&v| v >= x).unwrap_or(FAN)
     }
     #[inline(always)]
     fn max(&self) -> u32 {
@@ -50,11 +70,14 @@ impl Line {
     }
 }
 
-/// A size as the tree keeps it: saturated at u32::MAX (sizes of 4 GB and more take the exact
-/// slow paths, `find_slow` and `largest`).
+/// The tree's sizes saturate here (sizes of 2 GB and more take the exact slow paths,
+/// `find_slow` and `largest_slow`).
+const SAT: u32 = i32::MAX as u32;
+
+/// A size as the tree keeps it.
 #[inline(always)]
 fn sat(s: u64) -> u32 {
-    s.min(u64::from(u32::MAX)) as u32
+    s.min(u64::from(SAT)) as u32
 }
 
 /// What `replace` and `unlink_key` need of a linked block before its record changes.
@@ -135,7 +158,10 @@ impl AddrSet {
         let mut i = k;
         for l in 0..self.off.len() {
             let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
-            *e = (*e).max(s);
+            if *e >= s {
+                return; // so are the ones above
+            }
+            *e = s;
             i /= FAN;
         }
     }
@@ -150,22 +176,32 @@ impl AddrSet {
             m = m.max(x.size);
             h = x.lnext;
         }
-        self.lines[k / FAN].0[k % FAN] = sat(m);
+        // Up to the first entry that keeps its value (below the saturation, where equal
+        // entries may hide a change of the exact largest size).
+        let e = &mut self.lines[k / FAN].0[k % FAN];
+        if *e == sat(m) && *e < SAT {
+            return;
+        }
+        *e = sat(m);
         let mut i = k / FAN; // line of level l - 1 just changed
         for l in 1..self.off.len() {
             let v = self.lines[self.off[l - 1] as usize + i].max();
-            self.lines[self.off[l] as usize + i / FAN].0[i % FAN] = v;
+            let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
+            if *e == v && v < SAT {
+                return;
+            }
+            *e = v;
             i /= FAN;
         }
         let top = self.lines[*self.off.last().unwrap() as usize].max();
-        self.top = if top < u32::MAX {
+        self.top = if top < SAT {
             u64::from(top)
         } else {
             self.largest_slow(bl)
         };
     }
 
-    /// The largest size by every list (the tree saturates at 4 GB).
+    /// The largest size by every list (the tree saturates at 2 GB).
     #[cold]
     fn largest_slow(&self, bl: &[Block]) -> u64 {
         let mut m = 0;
@@ -296,7 +332,7 @@ impl AddrSet {
     /// The lowest-addressed free block of at least `x` bytes.
     #[inline(always)]
     pub fn find(&self, bl: &[Block], x: u64) -> Option<u32> {
-        if x >= u64::from(u32::MAX) {
+        if x >= u64::from(SAT) {
             return self.find_slow(bl, x);
         }
         if self.top < x {
