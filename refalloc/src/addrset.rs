@@ -58,15 +58,37 @@ impl Line {
     fn first_at_least(&self, x: u32) -> usize {
         self.0.iter().position(|&v| v >= x).unwrap_or(FAN)
     }
+    /// Largest entry: SSE2 has no unsigned (nor signed 32-bit) maximum, so compare and blend
+    /// (entries are below 2^31, `sat`).
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn max(&self) -> u32 {
-        let mut m = [0u32; 4];
-        for g in self.0.chunks_exact(4) {
-            for k in 0..4 {
-                m[k] = m[k].max(g[k]);
-            }
+        use std::arch::x86_64::*;
+        let v = &self.0;
+        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        unsafe {
+            let q = |j: usize| {
+                _mm_set_epi32(
+                    v[j + 3] as i32,
+                    v[j + 2] as i32,
+                    v[j + 1] as i32,
+                    v[j] as i32,
+                )
+            };
+            let mx = |a, b| {
+                let g = _mm_cmpgt_epi32(a, b);
+                _mm_or_si128(_mm_and_si128(g, a), _mm_andnot_si128(g, b))
+            };
+            let m = mx(mx(q(0), q(4)), mx(q(8), q(12)));
+            let m = mx(m, _mm_shuffle_epi32::<0b0100_1110>(m));
+            let m = mx(m, _mm_shuffle_epi32::<0b1011_0001>(m));
+            _mm_cvtsi128_si32(m) as u32
         }
-        m[0].max(m[1]).max(m[2].max(m[3]))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn max(&self) -> u32 {
+        self.0.iter().copied().max().unwrap_or(0)
     }
 }
 
@@ -176,21 +198,29 @@ impl AddrSet {
             m = m.max(x.size);
             h = x.lnext;
         }
-        // Up to the first entry that keeps its value (below the saturation, where equal
-        // entries may hide a change of the exact largest size).
+        // A rescan only lowers (a block left or shrank): up to the first entry that keeps its
+        // value, or whose changed child was not the largest of its line. Below the saturation
+        // only, where equal entries may hide a change of the exact largest size.
         let e = &mut self.lines[k / FAN].0[k % FAN];
-        if *e == sat(m) && *e < SAT {
+        let mut was = *e;
+        debug_assert!(sat(m) <= was, "rescan raised a bucket");
+        if was == sat(m) && was < SAT {
             return;
         }
         *e = sat(m);
         let mut i = k / FAN; // line of level l - 1 just changed
         for l in 1..self.off.len() {
-            let v = self.lines[self.off[l - 1] as usize + i].max();
-            let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
-            if *e == v && v < SAT {
+            let at = self.off[l] as usize + i / FAN;
+            let p = self.lines[at].0[i % FAN];
+            if was < p {
                 return;
             }
-            *e = v;
+            let v = self.lines[self.off[l - 1] as usize + i].max();
+            if p == v && v < SAT {
+                return;
+            }
+            self.lines[at].0[i % FAN] = v;
+            was = p;
             i /= FAN;
         }
         let top = self.lines[*self.off.last().unwrap() as usize].max();
