@@ -1,15 +1,16 @@
 //! An ordered map from unique keys to u64 values, kept as a list of short sorted arrays
 //! ("chunks") with each chunk's largest value beside it.
 //!
-//! It answers what the free-block sets of `aoff`, `ageffcaoff` (first key in order whose value
-//! is >= x: address-ordered first fit, docs/erts/alloc_util.md §4.3) and `aobf` (first key >= k:
-//! smallest size, then lowest address, §4.2) ask on every alloc and free. The answers are those
+//! It answers what the carrier trees of the aoff family (first key in order whose value is >= x:
+//! address-ordered first fit, docs/erts/alloc_util.md §4.3) and the free-block sets of `aobf`
+//! (first key >= k: smallest size, then lowest address, §4.2) ask on every alloc and free (the
+//! free blocks inside an aoff carrier were a `ChunkMap` too, now src/addrset.rs). The answers are those
 //! of a balanced search tree (`tree::MaxTree`, `BTreeSet`); the layout is what makes it fast:
 //! a lookup is a binary search over the chunks' first keys and a count inside a chunk, an
 //! insertion or removal moves at most `2 * CHUNK` entries of one chunk, and the first-fit
 //! search scans the chunk maxima (contiguous u64s) and then one chunk's values, instead of a
 //! pointer chase through a tree per operation. The scan of the maxima is linear in
-//! `len / CHUNK`: free blocks per carrier (aoff) or per instance (aobf) number in the thousands.
+//! `len / CHUNK`: free blocks per instance (aobf) number in the thousands.
 //!
 //! A chunk is one fixed-size record (keys, values and payloads as arrays) in a slab, placed in
 //! order by a directory of (slot, length) pairs: reaching an entry is one load from the
@@ -383,7 +384,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
 
     /// Put `new` (with `val`) in the place of the present key `old`. `new` must sort where
     /// `old` did (no other key between them), so nothing moves: a free block that is cut or
-    /// merged keeps its place in address order (freelist.rs `AddrTree::replace`).
+    /// merged keeps its place in address order (what `AddrTree::replace` relies on).
     #[inline]
     pub fn replace(&mut self, old: K, new: K, val: u64) {
         self.replace_p(old, new, val, P::default())

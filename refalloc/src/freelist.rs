@@ -4,7 +4,7 @@
 //! intrusive (`lprev`/`lnext` in the block), so unlinking any free block is O(1) plus the tree.
 
 use crate::addr_runs::AddrRuns;
-use crate::chunks::ChunkMap;
+use crate::addrset::{AddrKey, AddrSet};
 use std::collections::BTreeMap;
 
 pub const NIL: u32 = u32::MAX;
@@ -365,49 +365,48 @@ impl AobfTree {
     }
 }
 
-/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`): free blocks by address
-/// (unique among a carrier's free blocks), valued by their size, the block as payload.
+/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`, §4.3): the carrier's free
+/// blocks in an `AddrSet` (src/addrset.rs: buckets by address under a tree of maxima, lists
+/// through `lprev`/`lnext`).
 #[derive(Clone, Debug, Default)]
 pub struct AddrTree {
-    tree: ChunkMap<u64, u32>,
+    set: AddrSet,
 }
 
 impl AddrTree {
     #[inline(always)]
-    pub fn link(&mut self, bl: &[Block], b: u32) {
-        let x = &bl[b as usize];
-        self.tree.insert_p(x.addr, x.size, b);
+    pub fn link(&mut self, bl: &mut [Block], b: u32) {
+        self.set.link(bl, b);
     }
     #[inline(always)]
-    pub fn unlink(&mut self, bl: &[Block], b: u32) {
-        self.tree.remove(bl[b as usize].addr);
+    pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
+        self.set.unlink(bl, b);
     }
-    /// `unlink` of the block that had key `key` (`key_at`), after its record changed.
+    /// `unlink` of the block that had key `key` (`key_at`), after its record changed (its
+    /// size may have, its list links not).
     #[inline(always)]
-    pub fn unlink_key(&mut self, key: u64) {
-        self.tree.remove(key);
+    pub fn unlink_key(&mut self, bl: &mut [Block], key: AddrKey) {
+        self.set.unlink_key(bl, key);
     }
     /// Free block `new` takes the place in address order of the linked block that had key
     /// `old` (`AddrTree::key_at`): a block cut at its end or merged with a free neighbour keeps
-    /// its rank among the carrier's free blocks, so this is `unlink` and `link` with no entries
-    /// moved.
+    /// its rank among the carrier's free blocks.
     #[inline(always)]
-    pub fn replace(&mut self, bl: &[Block], old: u64, new: u32) {
-        let x = &bl[new as usize];
-        self.tree.replace_p(old, x.addr, x.size, new);
+    pub fn replace(&mut self, bl: &mut [Block], old: AddrKey, new: u32) {
+        self.set.replace(bl, old, new);
     }
     /// The key block `b` has while it sits at `addr` (taken before the block changes).
     #[inline(always)]
-    pub fn key_at(addr: u64, _b: u32) -> u64 {
-        addr
+    pub fn key_at(addr: u64, b: u32) -> AddrKey {
+        AddrSet::key_at(addr, b)
     }
     #[inline(always)]
-    pub fn find(&self, size: u64) -> Option<u32> {
-        self.tree.first_at_least_p(size).map(|(_, _, b)| b)
+    pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
+        self.set.find(bl, size)
     }
     #[inline(always)]
     pub fn largest(&self) -> u64 {
-        self.tree.max()
+        self.set.largest()
     }
 }
 

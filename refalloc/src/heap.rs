@@ -119,7 +119,7 @@ impl FreeSet {
         match self {
             FreeSet::Bf(t) => t.find(size, node_first),
             FreeSet::Aobf(t) => t.find(size),
-            FreeSet::Addr(t) => t.find(size),
+            FreeSet::Addr(t) => t.find(bl, size),
             FreeSet::Gf(t) => t.find(bl, size),
             FreeSet::Af(t) => t.find(bl, size),
         }
@@ -699,7 +699,8 @@ impl Heap {
         }
         let m = if prev_free {
             if let Some(k) = next_key {
-                self.addr_set(c).0.unlink_key(k);
+                let (t, blocks) = self.addr_set(c);
+                t.unlink_key(blocks, k);
             }
             self.absorb_next(prev);
             let key = AddrTree::key_at(self.blocks[prev as usize].addr, prev);

@@ -2,7 +2,8 @@
 //!
 //! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
 //! with their maxima), `ctree` (the aoff family's carrier tree), `addr_runs` (aobf's
-//! equal-size blocks), `freelist` (strategy structures), `addr` (top-down address model),
+//! equal-size blocks), `addrset` (an aoff carrier's free blocks), `freelist` (strategy
+//! structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
 //! `trace` (the binary format: reader, writer), `csv` (the CSV reader), `replay`, `fuzzing` (the fuzz
 //! targets' bodies). The collector's formats (the ETF decoder, the term text writer, the crash
@@ -10,6 +11,7 @@
 //! workspace: the one extension module below registers its functions too.
 pub mod addr;
 pub mod addr_runs;
+pub mod addrset;
 pub mod chunks;
 pub mod config;
 pub mod csv;

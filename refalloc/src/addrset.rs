@@ -1,0 +1,501 @@
+//! The free blocks of one address-ordered carrier (`aoff`, `ageffcaoff`: the lowest-addressed
+//! free block whose size fits, docs/erts/alloc_util.md §4.3), kept so that first fit is a fixed
+//! number of steps.
+//!
+//! The carrier's address range is cut into buckets of equal size (up to 4,096; 2 KB in an 8 MB
+//! carrier). A tree of maxima over them, 16 to a cache line, holds the largest free block that
+//! starts in each bucket, each line of buckets, and so on up to one line. First fit descends it
+//! from the top: per level one line, the first entry that fits found by compares and a mask,
+//! with no data-dependent branch, where a sorted structure's search loops mispredict their exit
+//! (the `ChunkMap` this replaces: ~1.5 of aoff's 10 mispredictions an event). Inside a bucket
+//! the free blocks are a list in address order through the block records' `lprev`/`lnext`
+//! (unused by address-ordered carriers), so a link or unlink never shifts an array; on
+//! bench_replay's trace (8 MB carriers, ~1,000 free blocks each) a bucket holds ~0.25 free
+//! blocks, so its walks are short.
+
+use crate::freelist::{Block, NIL};
+
+/// At most 2^MAX_DEPTH buckets per carrier (4,096: 2 KB buckets in an 8 MB carrier).
+const MAX_DEPTH: u32 = 12;
+/// At least 16 buckets (one line); buckets span at least 2^MIN_SHIFT bytes.
+const MIN_DEPTH: u32 = 4;
+const MIN_SHIFT: u32 = 8;
+/// Fan-out of the tree of maxima: one line of 16 u32.
+const FAN: usize = 16;
+
+/// Sixteen maxima, one cache line: a descent step reads one line.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
+struct Line([u32; FAN]);
+
+impl Line {
+    /// Index of the first entry >= `x` (16 if none): four compares, two packs and a mask,
+    /// no branch. Entries and `x` are below 2^31 (`sat`), so SSE2's signed compare serves.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn first_at_least(&self, x: u32) -> usize {
+        use std::arch::x86_64::*;
+        let v = &self.0;
+        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        let m = unsafe {
+            let q = |j: usize| {
+                _mm_set_epi32(
+                    v[j + 3] as i32,
+                    v[j + 2] as i32,
+                    v[j + 1] as i32,
+                    v[j] as i32,
+                )
+            };
+            let y = _mm_set1_epi32(x as i32 - 1); // v >= x: v > x - 1
+            let a = _mm_packs_epi32(_mm_cmpgt_epi32(q(0), y), _mm_cmpgt_epi32(q(4), y));
+            let b = _mm_packs_epi32(_mm_cmpgt_epi32(q(8), y), _mm_cmpgt_epi32(q(12), y));
+            _mm_movemask_epi8(_mm_packs_epi16(a, b)) as u32
+        };
+        (m | 1 << FAN).trailing_zeros() as usize
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn first_at_least(&self, x: u32) -> usize {
+        self.0.iter().position(|&v| v >= x).unwrap_or(FAN)
+    }
+    /// Largest entry: SSE2 has no unsigned (nor signed 32-bit) maximum, so compare and blend
+    /// (entries are below 2^31, `sat`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn max(&self) -> u32 {
+        use std::arch::x86_64::*;
+        let v = &self.0;
+        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        unsafe {
+            let q = |j: usize| {
+                _mm_set_epi32(
+                    v[j + 3] as i32,
+                    v[j + 2] as i32,
+                    v[j + 1] as i32,
+                    v[j] as i32,
+                )
+            };
+            let mx = |a, b| {
+                let g = _mm_cmpgt_epi32(a, b);
+                _mm_or_si128(_mm_and_si128(g, a), _mm_andnot_si128(g, b))
+            };
+            let m = mx(mx(q(0), q(4)), mx(q(8), q(12)));
+            let m = mx(m, _mm_shuffle_epi32::<0b0100_1110>(m));
+            let m = mx(m, _mm_shuffle_epi32::<0b1011_0001>(m));
+            _mm_cvtsi128_si32(m) as u32
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn max(&self) -> u32 {
+        self.0.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The tree's sizes saturate here (sizes of 2 GB and more take the exact slow paths,
+/// `find_slow` and `largest_slow`).
+const SAT: u32 = i32::MAX as u32;
+
+/// A size as the tree keeps it.
+#[inline(always)]
+fn sat(s: u64) -> u32 {
+    s.min(u64::from(SAT)) as u32
+}
+
+/// What `replace` and `unlink_key` need of a linked block before its record changes.
+#[derive(Clone, Copy, Debug)]
+pub struct AddrKey {
+    addr: u64,
+    b: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AddrSet {
+    /// Address of bucket 0's start (the first block linked: a fresh carrier's sole free block).
+    base: u64,
+    /// Bucket k holds the free blocks that start in [base + k << shift, base + (k+1) << shift);
+    /// addresses past the last bucket go to it (still in order, so still exact).
+    shift: u32,
+    /// Lowest-addressed free block of each bucket (NIL: none).
+    heads: Vec<u32>,
+    /// The tree of maxima, level by level from the buckets up: level 0 is the buckets' largest
+    /// free sizes, an entry of level l + 1 the largest of a line of level l; the top level is
+    /// one line. `off[l]` is level l's first line.
+    lines: Vec<Line>,
+    off: Vec<u32>,
+    /// Largest free size (0 when empty), exact where the tree saturates.
+    top: u64,
+}
+
+impl AddrSet {
+    /// The key of block `b` while it sits at `addr`.
+    #[inline(always)]
+    pub fn key_at(addr: u64, b: u32) -> AddrKey {
+        AddrKey { addr, b }
+    }
+
+    /// Buckets for `span` bytes from `base`.
+    fn init(&mut self, base: u64, span: u64) {
+        let bits = 64 - span.max(1).leading_zeros(); // span < 2^bits
+        let depth = bits.saturating_sub(MIN_SHIFT).clamp(MIN_DEPTH, MAX_DEPTH);
+        self.base = base;
+        self.shift = bits.saturating_sub(depth);
+        let nb = 1usize << depth;
+        self.heads = vec![NIL; nb];
+        let (mut n, mut at) = (nb.div_ceil(FAN), 0);
+        loop {
+            self.off.push(at as u32);
+            at += n;
+            if n == 1 {
+                break;
+            }
+            n = n.div_ceil(FAN);
+        }
+        self.lines = vec![Line::default(); at];
+    }
+
+    #[inline(always)]
+    fn bucket(&self, addr: u64) -> usize {
+        let k = addr.saturating_sub(self.base) >> self.shift;
+        k.min(self.heads.len() as u64 - 1) as usize
+    }
+
+    /// Bucket `k`'s entry in the tree.
+    #[inline(always)]
+    fn leaf(&self, k: usize) -> u32 {
+        self.lines[k / FAN].0[k % FAN]
+    }
+
+    /// Largest free size (0 when empty).
+    #[inline(always)]
+    pub fn largest(&self) -> u64 {
+        self.top
+    }
+
+    /// Bucket `k`'s largest size grew to at least `s`: raise it and its ancestors.
+    #[inline(always)]
+    fn raise(&mut self, k: usize, s: u64) {
+        self.top = self.top.max(s);
+        let s = sat(s);
+        let mut i = k;
+        for l in 0..self.off.len() {
+            let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
+            if *e >= s {
+                return; // so are the ones above
+            }
+            *e = s;
+            i /= FAN;
+        }
+    }
+
+    /// Recompute bucket `k`'s largest size from its list, then its ancestors.
+    #[inline(always)]
+    fn rescan(&mut self, bl: &[Block], k: usize) {
+        let mut m = 0;
+        let mut h = self.heads[k];
+        while h != NIL {
+            let x = &bl[h as usize];
+            m = m.max(x.size);
+            h = x.lnext;
+        }
+        // A rescan only lowers (a block left or shrank): up to the first entry that keeps its
+        // value, or whose changed child was not the largest of its line. Below the saturation
+        // only, where equal entries may hide a change of the exact largest size.
+        let e = &mut self.lines[k / FAN].0[k % FAN];
+        let mut was = *e;
+        debug_assert!(sat(m) <= was, "rescan raised a bucket");
+        if was == sat(m) && was < SAT {
+            return;
+        }
+        *e = sat(m);
+        let mut i = k / FAN; // line of level l - 1 just changed
+        for l in 1..self.off.len() {
+            let at = self.off[l] as usize + i / FAN;
+            let p = self.lines[at].0[i % FAN];
+            if was < p {
+                return;
+            }
+            let v = self.lines[self.off[l - 1] as usize + i].max();
+            if p == v && v < SAT {
+                return;
+            }
+            self.lines[at].0[i % FAN] = v;
+            was = p;
+            i /= FAN;
+        }
+        let top = self.lines[*self.off.last().unwrap() as usize].max();
+        self.top = if top < SAT {
+            u64::from(top)
+        } else {
+            self.largest_slow(bl)
+        };
+    }
+
+    /// The largest size by every list (the tree saturates at 2 GB).
+    #[cold]
+    fn largest_slow(&self, bl: &[Block]) -> u64 {
+        let mut m = 0;
+        for &h in &self.heads {
+            let mut h = h;
+            while h != NIL {
+                m = m.max(bl[h as usize].size);
+                h = bl[h as usize].lnext;
+            }
+        }
+        m
+    }
+
+    /// Put `b` in bucket `k`'s list, in address order.
+    #[inline(always)]
+    fn list_insert(&mut self, bl: &mut [Block], k: usize, b: u32) {
+        let a = bl[b as usize].addr;
+        let h = self.heads[k];
+        if h == NIL || bl[h as usize].addr > a {
+            bl[b as usize].lprev = NIL;
+            bl[b as usize].lnext = h;
+            if h != NIL {
+                bl[h as usize].lprev = b;
+            }
+            self.heads[k] = b;
+            return;
+        }
+        let mut p = h;
+        loop {
+            let n = bl[p as usize].lnext;
+            if n == NIL || bl[n as usize].addr > a {
+                bl[b as usize].lprev = p;
+                bl[b as usize].lnext = n;
+                bl[p as usize].lnext = b;
+                if n != NIL {
+                    bl[n as usize].lprev = b;
+                }
+                return;
+            }
+            p = n;
+        }
+    }
+
+    /// Take `b` out of bucket `k`'s list.
+    #[inline(always)]
+    fn list_remove(&mut self, bl: &mut [Block], k: usize, b: u32) {
+        let (p, n) = (bl[b as usize].lprev, bl[b as usize].lnext);
+        if p == NIL {
+            self.heads[k] = n;
+        } else {
+            bl[p as usize].lnext = n;
+        }
+        if n != NIL {
+            bl[n as usize].lprev = p;
+        }
+    }
+
+    /// Add free block `b`. The first block linked sets the buckets: heap.rs `attach_mbc` links
+    /// a fresh carrier's sole free block first, so they cover the carrier.
+    #[inline(always)]
+    pub fn link(&mut self, bl: &mut [Block], b: u32) {
+        let (a, s) = (bl[b as usize].addr, bl[b as usize].size);
+        if self.heads.is_empty() {
+            self.init(a, s);
+        }
+        let k = self.bucket(a);
+        self.list_insert(bl, k, b);
+        if sat(s) > self.leaf(k) {
+            self.raise(k, s);
+        }
+    }
+
+    /// Remove linked block `b` (its record as when linked).
+    #[inline(always)]
+    pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
+        let (a, s) = (bl[b as usize].addr, bl[b as usize].size);
+        let k = self.bucket(a);
+        self.list_remove(bl, k, b);
+        if sat(s) >= self.leaf(k) {
+            self.rescan(bl, k);
+        }
+    }
+
+    /// Remove the block of `key` (its size may have changed since; its list links have not).
+    #[inline(always)]
+    pub fn unlink_key(&mut self, bl: &mut [Block], key: AddrKey) {
+        let k = self.bucket(key.addr);
+        self.list_remove(bl, k, key.b);
+        self.rescan(bl, k);
+    }
+
+    /// Free block `new` takes the place in address order of the block of `old` (cut at its end
+    /// or merged with a free neighbour: no free block lies between the two addresses).
+    #[inline(always)]
+    pub fn replace(&mut self, bl: &mut [Block], old: AddrKey, new: u32) {
+        let (a, s) = (bl[new as usize].addr, bl[new as usize].size);
+        let (ko, k) = (self.bucket(old.addr), self.bucket(a));
+        if ko != k {
+            self.list_remove(bl, ko, old.b);
+            self.rescan(bl, ko);
+            self.list_insert(bl, k, new);
+            if sat(s) > self.leaf(k) {
+                self.raise(k, s);
+            }
+            return;
+        }
+        if old.b != new {
+            let (p, n) = (bl[old.b as usize].lprev, bl[old.b as usize].lnext);
+            bl[new as usize].lprev = p;
+            bl[new as usize].lnext = n;
+            if p == NIL {
+                self.heads[k] = new;
+            } else {
+                bl[p as usize].lnext = new;
+            }
+            if n != NIL {
+                bl[n as usize].lprev = new;
+            }
+        }
+        if sat(s) >= self.leaf(k) {
+            self.raise(k, s);
+        } else {
+            // The old size may have been the bucket's largest.
+            self.rescan(bl, k);
+        }
+    }
+
+    /// The lowest-addressed free block of at least `x` bytes.
+    #[inline(always)]
+    pub fn find(&self, bl: &[Block], x: u64) -> Option<u32> {
+        if x >= u64::from(SAT) {
+            return self.find_slow(bl, x);
+        }
+        if self.top < x {
+            return None;
+        }
+        let x = x as u32;
+        let mut i = 0;
+        for l in (0..self.off.len()).rev() {
+            i = i * FAN + self.lines[self.off[l] as usize + i].first_at_least(x);
+        }
+        let mut h = self.heads[i];
+        while bl[h as usize].size < u64::from(x) {
+            h = bl[h as usize].lnext;
+        }
+        Some(h)
+    }
+
+    /// `find` for sizes the tree cannot tell apart: every list in order.
+    #[cold]
+    fn find_slow(&self, bl: &[Block], x: u64) -> Option<u32> {
+        for &h in &self.heads {
+            let mut h = h;
+            while h != NIL {
+                if bl[h as usize].size >= x {
+                    return Some(h);
+                }
+                h = bl[h as usize].lnext;
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn block(addr: u64, size: u64) -> Block {
+        Block {
+            addr,
+            size,
+            carrier: 0,
+            prev: NIL,
+            next: NIL,
+            free: true,
+            lprev: NIL,
+            lnext: NIL,
+        }
+    }
+
+    /// Random links, unlinks (by record and by key), replaces (same block grown, another block
+    /// at an address of the same rank, across buckets too) and first fits, against a map from
+    /// address to (size, block) searched linearly.
+    #[test]
+    fn first_fit_agrees_with_a_linear_search() {
+        for (span, seed) in [
+            (1u64 << 23, 7u64),
+            (1 << 12, 11),
+            (300, 13),
+            (1 << 30, 17),
+            (1 << 34, 19),
+        ] {
+            let mut s = seed;
+            let mut rnd = move || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s
+            };
+            let base = 0x7f00_0000_0000u64;
+            let mut bl = vec![block(base, span)];
+            let mut set = AddrSet::default();
+            set.link(&mut bl, 0);
+            let mut want: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+            want.insert(base, (span, 0));
+            for step in 0..60_000u64 {
+                let r = rnd();
+                // Addresses a little past the range too (the last bucket takes them).
+                let addr = base + (r >> 8) % (span + span / 8 + 1);
+                match r % 8 {
+                    0..=2 if !want.contains_key(&addr) => {
+                        let size = 1 + rnd() % [64, 4096, span][(step / 7_000 % 3) as usize];
+                        bl.push(block(addr, size));
+                        let b = (bl.len() - 1) as u32;
+                        set.link(&mut bl, b);
+                        want.insert(addr, (size, b));
+                    }
+                    3 | 4 => {
+                        if let Some((&a, &(_, b))) = want.range(addr..).next() {
+                            if r % 2 == 0 {
+                                set.unlink(&mut bl, b);
+                            } else {
+                                let key = AddrSet::key_at(a, b);
+                                bl[b as usize].size = rnd(); // changed since: not read
+                                set.unlink_key(&mut bl, key);
+                            }
+                            want.remove(&a);
+                        }
+                    }
+                    5 => {
+                        // Replace: a new address between the neighbours in order.
+                        if let Some((&a, &(_, b))) = want.range(addr..).next() {
+                            let lo = want.range(..a).next_back().map_or(base, |(&p, _)| p + 1);
+                            let hi = want
+                                .range(a + 1..)
+                                .next()
+                                .map_or(base + 2 * span, |(&n, _)| n);
+                            let na = lo + rnd() % (hi - lo);
+                            let size = 1 + rnd() % span;
+                            let key = AddrSet::key_at(a, b);
+                            let nb = if rnd() % 2 == 0 {
+                                bl[b as usize].addr = na;
+                                bl[b as usize].size = size;
+                                b
+                            } else {
+                                bl[b as usize].size = rnd(); // cut: changed, not read
+                                bl.push(block(na, size));
+                                (bl.len() - 1) as u32
+                            };
+                            set.replace(&mut bl, key, nb);
+                            want.remove(&a);
+                            want.insert(na, (size, nb));
+                        }
+                    }
+                    _ => {}
+                }
+                let x = 1 + rnd() % [8, 600, span, 2 * span][(r >> 40) as usize % 4];
+                let exp = want.values().find(|v| v.0 >= x).map(|v| v.1);
+                assert_eq!(set.find(&bl, x), exp, "span {span} step {step} x {x}");
+                let top = want.values().map(|v| v.0).max().unwrap_or(0);
+                assert_eq!(set.largest(), top, "span {span} step {step}");
+            }
+        }
+    }
+}
