@@ -299,7 +299,8 @@ impl AddrSet {
         }
         let k = self.bucket(a);
         self.list_insert(bl, k, b);
-        if sat(s) > self.leaf(k) {
+        // `s > top`: past the saturation a bucket's entry no longer shows a larger size.
+        if sat(s) > self.leaf(k) || s > self.top {
             self.raise(k, s);
         }
     }
@@ -333,7 +334,7 @@ impl AddrSet {
             self.list_remove(bl, ko, old.b);
             self.rescan(bl, ko);
             self.list_insert(bl, k, new);
-            if sat(s) > self.leaf(k) {
+            if sat(s) > self.leaf(k) || s > self.top {
                 self.raise(k, s);
             }
             return;
@@ -353,6 +354,11 @@ impl AddrSet {
         }
         if sat(s) >= self.leaf(k) {
             self.raise(k, s);
+            if sat(s) == SAT {
+                // A saturated block may have been cut and stayed saturated, which the tree
+                // cannot show: the exact largest again (blocks of 2 GB and more only).
+                self.top = self.largest_slow(bl);
+            }
         } else {
             // The old size may have been the bucket's largest.
             self.rescan(bl, k);
@@ -414,17 +420,51 @@ mod tests {
         }
     }
 
+    /// Sizes past the tree's saturation (2^31): a block cut but still saturated, and a larger
+    /// block linked into a bucket that holds a saturated one (buckets of 2^31 bytes and more,
+    /// carriers of 8 TiB), leave `largest` exact (the review's two cases).
+    #[test]
+    fn saturated_sizes_keep_the_largest_exact() {
+        let base = 0x7f00_0000_0000u64;
+        // A 16 GiB carrier (4 MiB buckets): the sole free block cut, twice, in place.
+        let mut bl = vec![block(base, 1 << 34)];
+        let mut set = AddrSet::default();
+        set.link(&mut bl, 0);
+        for size in [3 << 32, 1 << 32, 1 << 20] {
+            let key = AddrSet::key_at(base, 0);
+            bl[0].size = size;
+            set.replace(&mut bl, key, 0);
+            assert_eq!(set.largest(), size);
+            assert_eq!(set.find(&bl, size + 1), None);
+        }
+        // A 16 TiB carrier (4 GiB buckets): a 3 GiB block, then a 3.5 GiB one in its bucket.
+        let mut bl = vec![block(base, 1 << 44)];
+        let mut set = AddrSet::default();
+        set.link(&mut bl, 0);
+        let key = AddrSet::key_at(base, 0);
+        bl[0].size = 3 << 30;
+        set.replace(&mut bl, key, 0);
+        bl.push(block(base + (1 << 31) + (1 << 30), 7 << 29));
+        set.link(&mut bl, 1);
+        assert_eq!(set.largest(), 7 << 29);
+        assert_eq!(set.find(&bl, 7 << 29), Some(1));
+    }
+
     /// Random links, unlinks (by record and by key), replaces (same block grown, another block
     /// at an address of the same rank, across buckets too) and first fits, against a map from
     /// address to (size, block) searched linearly.
     #[test]
     fn first_fit_agrees_with_a_linear_search() {
-        for (span, seed) in [
-            (1u64 << 23, 7u64),
-            (1 << 12, 11),
-            (300, 13),
-            (1 << 30, 17),
-            (1 << 34, 19),
+        // (span, seed, most free blocks at once): few blocks past 2^31 bytes make the one cut
+        // or merged often the largest; buckets of 2^31 and more hold several saturated sizes.
+        for (span, seed, cap) in [
+            (1u64 << 23, 7u64, usize::MAX),
+            (1 << 12, 11, usize::MAX),
+            (300, 13, usize::MAX),
+            (1 << 30, 17, usize::MAX),
+            (1 << 34, 19, usize::MAX),
+            (1 << 36, 23, 6),
+            (1 << 44, 29, 6),
         ] {
             let mut s = seed;
             let mut rnd = move || {
@@ -444,7 +484,7 @@ mod tests {
                 // Addresses a little past the range too (the last bucket takes them).
                 let addr = base + (r >> 8) % (span + span / 8 + 1);
                 match r % 8 {
-                    0..=2 if !want.contains_key(&addr) => {
+                    0..=2 if !want.contains_key(&addr) && want.len() < cap => {
                         let size = 1 + rnd() % [64, 4096, span][(step / 7_000 % 3) as usize];
                         bl.push(block(addr, size));
                         let b = (bl.len() - 1) as u32;
@@ -471,7 +511,12 @@ mod tests {
                                 .range(a + 1..)
                                 .next()
                                 .map_or(base + 2 * span, |(&n, _)| n);
-                            let na = lo + rnd() % (hi - lo);
+                            // Half the time at the same address: a block cut at its end.
+                            let na = if rnd() % 2 == 0 {
+                                a
+                            } else {
+                                lo + rnd() % (hi - lo)
+                            };
                             let size = 1 + rnd() % span;
                             let key = AddrSet::key_at(a, b);
                             let nb = if rnd() % 2 == 0 {
