@@ -13,7 +13,7 @@
 //! bench_replay's trace (8 MB carriers, ~1,000 free blocks each) a bucket holds ~0.25 free
 //! blocks, so its walks are short.
 
-use crate::freelist::{Block, NIL};
+use crate::freelist::{list_insert_after, list_push_head, list_remove, Block, NIL};
 
 /// At most 2^MAX_DEPTH buckets per carrier (4,096: 2 KB buckets in an 8 MB carrier).
 const MAX_DEPTH: u32 = 12;
@@ -251,24 +251,14 @@ impl AddrSet {
         let a = bl[b as usize].addr;
         let h = self.heads[k];
         if h == NIL || bl[h as usize].addr > a {
-            bl[b as usize].lprev = NIL;
-            bl[b as usize].lnext = h;
-            if h != NIL {
-                bl[h as usize].lprev = b;
-            }
-            self.heads[k] = b;
+            list_push_head(bl, &mut self.heads[k], b);
             return;
         }
         let mut p = h;
         loop {
             let n = bl[p as usize].lnext;
             if n == NIL || bl[n as usize].addr > a {
-                bl[b as usize].lprev = p;
-                bl[b as usize].lnext = n;
-                bl[p as usize].lnext = b;
-                if n != NIL {
-                    bl[n as usize].lprev = b;
-                }
+                list_insert_after(bl, p, b);
                 return;
             }
             p = n;
@@ -278,15 +268,7 @@ impl AddrSet {
     /// Take `b` out of bucket `k`'s list.
     #[inline(always)]
     fn list_remove(&mut self, bl: &mut [Block], k: usize, b: u32) {
-        let (p, n) = (bl[b as usize].lprev, bl[b as usize].lnext);
-        if p == NIL {
-            self.heads[k] = n;
-        } else {
-            bl[p as usize].lnext = n;
-        }
-        if n != NIL {
-            bl[n as usize].lprev = p;
-        }
+        list_remove(bl, &mut self.heads[k], b);
     }
 
     /// Add free block `b`. The first block linked sets the buckets: heap.rs `attach_mbc` links

@@ -30,8 +30,9 @@ pub struct SizeClass {
     pub head: u32,
 }
 
+/// Intrusive lists of free blocks through `lprev`/`lnext` (also addrset.rs's buckets).
 #[inline(always)]
-fn list_push_head(bl: &mut [Block], head: &mut u32, b: u32) {
+pub(crate) fn list_push_head(bl: &mut [Block], head: &mut u32, b: u32) {
     bl[b as usize].lprev = NIL;
     bl[b as usize].lnext = *head;
     if *head != NIL {
@@ -40,7 +41,8 @@ fn list_push_head(bl: &mut [Block], head: &mut u32, b: u32) {
     *head = b;
 }
 
-fn list_insert_after(bl: &mut [Block], after: u32, b: u32) {
+#[inline(always)]
+pub(crate) fn list_insert_after(bl: &mut [Block], after: u32, b: u32) {
     let n = bl[after as usize].lnext;
     bl[b as usize].lprev = after;
     bl[b as usize].lnext = n;
@@ -51,7 +53,7 @@ fn list_insert_after(bl: &mut [Block], after: u32, b: u32) {
 }
 
 #[inline(always)]
-fn list_remove(bl: &mut [Block], head: &mut u32, b: u32) {
+pub(crate) fn list_remove(bl: &mut [Block], head: &mut u32, b: u32) {
     let (p, n) = (bl[b as usize].lprev, bl[b as usize].lnext);
     if p != NIL {
         bl[p as usize].lnext = n;
