@@ -260,13 +260,7 @@ mod tests {
 
     #[test]
     fn gap_tree_places_like_the_linear_scan() {
-        let mut s = 0x5ca9_u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rnd = crate::tests::xorshift(0x5ca9_u64);
         let mut a = AddrSpace::new(false);
         let mut live: Vec<(u64, u64)> = Vec::new();
         for _ in 0..4000 {

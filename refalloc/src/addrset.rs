@@ -448,13 +448,7 @@ mod tests {
             (1 << 36, 23, 6),
             (1 << 44, 29, 6),
         ] {
-            let mut s = seed;
-            let mut rnd = move || {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s
-            };
+            let mut rnd = crate::tests::xorshift(seed);
             let base = 0x7f00_0000_0000u64;
             let mut bl = vec![block(base, span)];
             let mut set = AddrSet::default();

@@ -511,12 +511,10 @@ mod tests {
         // The payload of key k is k * 7: it must move with its entry through every change.
         let mut m: ChunkMap<u64, u32> = ChunkMap::default();
         let mut want: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut s = 4242u64;
+        let mut next = crate::tests::xorshift(4242u64);
         // Key ranges small enough to fill, split, empty and merge chunks many times.
         for step in 0..40_000u64 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             let span = [3000, 300, 3000, 3][(step / 10_000 % 4) as usize];
             let k = s % span;
             let v = (s >> 20) % 1000;
@@ -581,11 +579,9 @@ mod tests {
     /// in a chunk's slack) never counts.
     #[test]
     fn max_of_ignores_the_places_past_n() {
-        let mut s = 99u64;
+        let mut next = crate::tests::xorshift(99u64);
         for n in 0..=CAP {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             let mut v = [u64::MAX; ROOM];
             for (j, x) in v[..n].iter_mut().enumerate() {
                 *x = (s >> (j % 40)) % 100_000;
@@ -606,11 +602,9 @@ mod tests {
         let mut m: ChunkMap<u128> = ChunkMap::default();
         let mut t = MaxTree::new();
         let mut live: BTreeMap<u128, u64> = BTreeMap::new();
-        let mut s = 77u64;
+        let mut next = crate::tests::xorshift(77u64);
         for step in 0..60_000u64 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             // Up to ~300 carriers, as in a large node; more churn in the second half.
             let c = s % if step < 30_000 { 40 } else { 300 };
             let key = (((s >> 12) % 1_000_000) as u128) << 32 | c as u128;

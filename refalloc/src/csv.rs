@@ -1080,13 +1080,8 @@ mod tests {
     /// follows them.
     #[test]
     fn wide_rows_are_narrow_rows() {
-        let mut s = 0x5EED_u64;
-        let mut rng = move |n: u64| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s % n
-        };
+        let mut next = crate::tests::xorshift(0x5EED);
+        let mut rng = move |n: u64| next() % n;
         let noise: &[&[u8]] = &[
             b" ",
             b"\r",
@@ -1274,13 +1269,7 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        let mut s = 0xC5F_u64 ^ secs;
-        let mut rng = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rng = crate::tests::xorshift(0xC5F_u64 ^ secs);
         let base: String = "# beamalloc-trace 1 {}\nt_ns,op,allocator,instance,type,size,id,new_id,thread\n"
             .to_string()
             + &(1..12)

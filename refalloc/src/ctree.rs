@@ -129,13 +129,7 @@ mod tests {
     /// (key, value) searched linearly.
     #[test]
     fn carrier_tree_agrees_with_a_sorted_list() {
-        let mut s = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rnd = crate::tests::xorshift(0x9e37_79b9_7f4a_7c15_u64);
         for round in 0..40 {
             let (mut t, mut r) = (CarrierTree::default(), Vec::<(u128, u64)>::new());
             // Up to a few hundred carriers: several groups, partial last groups.

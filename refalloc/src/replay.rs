@@ -843,11 +843,9 @@ mod tests {
     fn live_map_agrees_with_a_hash_map_for_dense_and_sparse_ids() {
         let mut m = LiveMap::default();
         let mut want: HashMap<u64, (u8, u32)> = HashMap::new();
-        let mut s = 99u64;
+        let mut next = crate::tests::xorshift(99u64);
         for i in 0..200_000u32 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             // dense small ids, counters that outgrow the vector, and pointer-like ids
             let id = match s % 3 {
                 0 => s % 5000,

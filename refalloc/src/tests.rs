@@ -6,6 +6,16 @@ use crate::heap::{Env, Heap, SBC_HEADER};
 use crate::replay::Replay;
 use crate::trace::{Event, Op};
 
+/// The randomized tests' generator (xorshift64, Marsaglia): each test seeds its own stream.
+pub(crate) fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
 fn cfg(strategy: Strategy) -> InstanceConfig {
     let mut c = InstanceConfig::default_for(10, 0);
     c.strategy = strategy;

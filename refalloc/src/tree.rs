@@ -289,11 +289,9 @@ mod tests {
     fn matches_naive_model() {
         let mut t = MaxTree::new();
         let mut naive: std::collections::BTreeMap<u128, u64> = Default::default();
-        let mut s = 12345u64;
+        let mut next = crate::tests::xorshift(12345u64);
         for _ in 0..20_000 {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             let k = (s % 500) as u128;
             let v = (s >> 20) % 1000;
             match s % 3 {
