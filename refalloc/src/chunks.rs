@@ -384,7 +384,7 @@ impl<K: Ord + Copy + Default, P: Copy + Default> ChunkMap<K, P> {
 
     /// Put `new` (with `val`) in the place of the present key `old`. `new` must sort where
     /// `old` did (no other key between them), so nothing moves: a free block that is cut or
-    /// merged keeps its place in address order (what `AddrTree::replace` relies on).
+    /// merged keeps its place in address order.
     #[inline]
     pub fn replace(&mut self, old: K, new: K, val: u64) {
         self.replace_p(old, new, val, P::default())

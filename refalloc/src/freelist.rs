@@ -4,7 +4,6 @@
 //! intrusive (`lprev`/`lnext` in the block), so unlinking any free block is O(1) plus the tree.
 
 use crate::addr_runs::AddrRuns;
-use crate::addrset::{AddrKey, AddrSet};
 use std::collections::BTreeMap;
 
 pub const NIL: u32 = u32::MAX;
@@ -364,51 +363,6 @@ impl AobfTree {
     #[inline(always)]
     pub fn largest(&self) -> u64 {
         self.sizes.largest
-    }
-}
-
-/// Address-ordered first fit inside a carrier (`aoff`, `ageffcaoff`, §4.3): the carrier's free
-/// blocks in an `AddrSet` (src/addrset.rs: buckets by address under a tree of maxima, lists
-/// through `lprev`/`lnext`).
-#[derive(Clone, Debug, Default)]
-pub struct AddrTree {
-    set: AddrSet,
-}
-
-impl AddrTree {
-    #[inline(always)]
-    pub fn link(&mut self, bl: &mut [Block], b: u32) {
-        self.set.link(bl, b);
-    }
-    #[inline(always)]
-    pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
-        self.set.unlink(bl, b);
-    }
-    /// `unlink` of the block that had key `key` (`key_at`), after its record changed (its
-    /// size may have, its list links not).
-    #[inline(always)]
-    pub fn unlink_key(&mut self, bl: &mut [Block], key: AddrKey) {
-        self.set.unlink_key(bl, key);
-    }
-    /// Free block `new` takes the place in address order of the linked block that had key
-    /// `old` (`AddrTree::key_at`): a block cut at its end or merged with a free neighbour keeps
-    /// its rank among the carrier's free blocks.
-    #[inline(always)]
-    pub fn replace(&mut self, bl: &mut [Block], old: AddrKey, new: u32) {
-        self.set.replace(bl, old, new);
-    }
-    /// The key block `b` has while it sits at `addr` (taken before the block changes).
-    #[inline(always)]
-    pub fn key_at(addr: u64, b: u32) -> AddrKey {
-        AddrSet::key_at(addr, b)
-    }
-    #[inline(always)]
-    pub fn find(&self, bl: &[Block], size: u64) -> Option<u32> {
-        self.set.find(bl, size)
-    }
-    #[inline(always)]
-    pub fn largest(&self) -> u64 {
-        self.set.largest()
     }
 }
 

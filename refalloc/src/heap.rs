@@ -2,9 +2,10 @@
 //! carrier pool between its instances (docs/erts/alloc_util.md §3, §4, §5).
 
 use crate::addr::AddrSpace;
+use crate::addrset::AddrSet;
 use crate::config::{ceil, BlockOrder, Globals, InstanceConfig, Strategy};
 use crate::ctree::CarrierTree;
-use crate::freelist::{AFit, AddrTree, AobfTree, BfTree, Block, GoodFit, NIL};
+use crate::freelist::{AFit, AobfTree, BfTree, Block, GoodFit, NIL};
 use crate::mseg::{Mseg, SACRR_UNIT};
 use crate::replay::Ahead;
 use crate::stats::InstStats;
@@ -71,7 +72,7 @@ impl Env {
 enum FreeSet {
     Bf(BfTree),
     Aobf(AobfTree),
-    Addr(AddrTree),
+    Addr(AddrSet),
     Gf(GoodFit),
     Af(AFit),
 }
@@ -79,7 +80,7 @@ enum FreeSet {
 impl FreeSet {
     fn for_order(o: BlockOrder) -> FreeSet {
         match o {
-            BlockOrder::Addr => FreeSet::Addr(AddrTree::default()),
+            BlockOrder::Addr => FreeSet::Addr(AddrSet::default()),
             BlockOrder::SizeAddr => FreeSet::Aobf(AobfTree::default()),
             BlockOrder::Bf => FreeSet::Bf(BfTree::default()),
         }
@@ -617,7 +618,7 @@ impl Heap {
     }
 
     #[inline(always)]
-    fn addr_set(&mut self, c: u32) -> (&mut AddrTree, &mut Vec<Block>) {
+    fn addr_set(&mut self, c: u32) -> (&mut AddrSet, &mut Vec<Block>) {
         match self.carrier_free[c as usize].as_mut() {
             Some(FreeSet::Addr(t)) => (t, &mut self.blocks),
             _ => unreachable!("not an address-ordered carrier"),
@@ -625,7 +626,7 @@ impl Heap {
     }
 
     /// `unlink` then `carve` of a linked free block. In an address-ordered carrier the
-    /// remainder takes the block's place in the set (`AddrTree::replace`): same set, no
+    /// remainder takes the block's place in the set (`AddrSet::replace`): same set, no
     /// entries moved.
     #[inline(always)]
     fn take(&mut self, b: u32, blk: u64) {
@@ -639,7 +640,7 @@ impl Heap {
         }
         let owner = self.carriers[c as usize].owner;
         let min = self.cfg(owner).strategy.min_block_size();
-        let old = AddrTree::key_at(addr, b);
+        let old = AddrSet::key_at(addr, b);
         if size - blk >= min {
             let r = self.split_tail(b, blk);
             let (t, blocks) = self.addr_set(c);
@@ -685,7 +686,7 @@ impl Heap {
     }
 
     /// `coalesce` then `link` in an address-ordered carrier: the merged block takes the place
-    /// of the free neighbour it grows from (`AddrTree::replace`), so only a free block with
+    /// of the free neighbour it grows from (`AddrSet::replace`), so only a free block with
     /// free blocks on both sides costs a removal. Same merges, same block records reused.
     #[inline(always)]
     fn coalesce_linked(&mut self, b: u32) -> u32 {
@@ -693,7 +694,7 @@ impl Heap {
         let next_free = next != NIL && self.blocks[next as usize].free;
         let prev_free = prev != NIL && self.blocks[prev as usize].free;
         let c = self.blocks[b as usize].carrier;
-        let next_key = next_free.then(|| AddrTree::key_at(self.blocks[next as usize].addr, next));
+        let next_key = next_free.then(|| AddrSet::key_at(self.blocks[next as usize].addr, next));
         if next_free {
             self.absorb_next(b);
         }
@@ -703,7 +704,7 @@ impl Heap {
                 t.unlink_key(blocks, k);
             }
             self.absorb_next(prev);
-            let key = AddrTree::key_at(self.blocks[prev as usize].addr, prev);
+            let key = AddrSet::key_at(self.blocks[prev as usize].addr, prev);
             let (t, blocks) = self.addr_set(c);
             t.replace(blocks, key, prev);
             prev
