@@ -12,15 +12,16 @@
 //! 16-byte entries in a slab of cache lines (up to 4 blocks: one line); its place, length and
 //! class are packed into the set's id, which the caller keeps, so taking or adding the lowest
 //! touches only the run's low end. Freed runs are reused per class (LIFO: they stay warm).
-//! This replaced a pooled `ChunkMap` per set (a 1.5 KB chunk, its directory and the map's
-//! record: 3-4 dependent cache lines to reach the lowest entry).
+//! This replaced a pooled chunked sorted map per set (a 1.5 KB chunk, its directory and the
+//! map's record: 3-4 dependent cache lines to reach the lowest entry).
 //!
-//! A set past `RUN_MAX` blocks becomes a `ChunkMap`, so that a size with thousands of free
-//! blocks (other traces) keeps O(log n + chunk) operations rather than O(n) moves, and a run
-//! again when it shrinks to `RUN_BACK`. A set that finds the slab full (the id's line offset
-//! has 21 bits: 128 MB of runs) is a map too.
+//! A set past `RUN_MAX` blocks becomes an ordered map (`BTreeMap`), so that a size with
+//! thousands of free blocks (other traces) keeps O(log n) operations rather than O(n) moves,
+//! and a run again when it shrinks to `RUN_BACK`. A set that finds the slab full (the id's line
+//! offset has 21 bits: 128 MB of runs) is a map too. Maps are rare (no set of bench_replay's
+//! trace reaches one), so they are the standard library's.
 
-use crate::chunks::ChunkMap;
+use std::collections::BTreeMap;
 
 /// The empty set.
 pub const NIL: u32 = u32::MAX;
@@ -79,7 +80,8 @@ pub struct AddrRuns {
 
 #[derive(Clone, Debug, Default)]
 struct Maps {
-    maps: Vec<ChunkMap<u64>>,
+    /// Address -> block.
+    maps: Vec<BTreeMap<u64, u32>>,
     spare: Vec<u32>,
 }
 
@@ -93,13 +95,6 @@ impl Default for AddrRuns {
             line_limit: 1 << OFF_BITS,
         }
     }
-}
-
-/// A map's key of an address: higher addresses first, so the lowest is the map's last entry
-/// and taking it moves no other entry.
-#[inline(always)]
-fn map_key(addr: u64) -> u64 {
-    u64::MAX - addr
 }
 
 impl AddrRuns {
@@ -164,7 +159,7 @@ impl AddrRuns {
     }
 
     #[inline(always)]
-    fn map(&mut self, id: u32) -> &mut ChunkMap<u64> {
+    fn map(&mut self, id: u32) -> &mut BTreeMap<u64, u32> {
         &mut self.maps.as_mut().expect("a map's pool").maps[(id & !MAP_TAG) as usize]
     }
 
@@ -218,7 +213,7 @@ impl AddrRuns {
             return pack(off, 1, MIN_K);
         }
         if is_map(id) {
-            self.map(id).insert(map_key(addr), block as u64);
+            self.map(id).insert(addr, block);
             return id;
         }
         let (mut off, len, mut k) = unpack(id);
@@ -226,7 +221,7 @@ impl AddrRuns {
             let grown = if k < MAX_K { self.alloc(k + 1) } else { None };
             let Some(to) = grown else {
                 let id = self.to_map(off, len, k);
-                self.map(id).insert(map_key(addr), block as u64);
+                self.map(id).insert(addr, block);
                 return id;
             };
             for i in 0..len {
@@ -252,11 +247,11 @@ impl AddrRuns {
     fn new_map(&mut self, addr: u64, block: u32) -> u32 {
         let pool = self.maps.get_or_insert_default();
         let m = pool.spare.pop().unwrap_or_else(|| {
-            pool.maps.push(ChunkMap::default());
+            pool.maps.push(BTreeMap::new());
             (pool.maps.len() - 1) as u32
         });
         assert!(m < !MAP_TAG, "more maps than set ids");
-        pool.maps[m as usize].insert(map_key(addr), block as u64);
+        pool.maps[m as usize].insert(addr, block);
         m | MAP_TAG
     }
 
@@ -267,8 +262,7 @@ impl AddrRuns {
         let id = self.new_map(addr, block as u32);
         for i in 1..len {
             let [addr, block] = self.at(off, i);
-            // Descending addresses: ascending keys, each appended at the map's end.
-            self.map(id).insert(map_key(addr), block);
+            self.map(id).insert(addr, block as u32);
         }
         self.release(off, k);
         id
@@ -299,11 +293,10 @@ impl AddrRuns {
         let Some(off) = self.alloc(k) else {
             return id;
         };
+        // Lowest first: a run's entries are by descending address, lowest last.
         for i in (0..len).rev() {
-            let map = self.map(id);
-            let (key, block) = map.last().expect("a map of len entries");
-            map.remove(key);
-            *self.at_mut(off, i) = [map_key(key), block];
+            let (addr, block) = self.map(id).pop_first().expect("a map of len entries");
+            *self.at_mut(off, i) = [addr, block as u64];
         }
         self.maps
             .as_mut()
@@ -333,10 +326,8 @@ impl AddrRuns {
 
     #[cold]
     fn pop_map(&mut self, id: u32) -> (u64, u32, u32) {
-        let map = self.map(id);
-        let (key, block) = map.last().expect("a set is never empty");
-        map.remove(key);
-        (map_key(key), block as u32, self.shrunk_map(id))
+        let (addr, block) = self.map(id).pop_first().expect("a set is never empty");
+        (addr, block, self.shrunk_map(id))
     }
 
     /// Remove an address present in set `id`; returns the set's new id (NIL when it emptied).
@@ -344,7 +335,7 @@ impl AddrRuns {
     pub fn remove(&mut self, id: u32, addr: u64) -> u32 {
         if is_map(id) {
             self.map(id)
-                .remove(map_key(addr))
+                .remove(&addr)
                 .expect("removal of an absent address");
             return self.shrunk_map(id);
         }

@@ -1,7 +1,7 @@
 //! refalloc: a reference model of OTP's alloc_util (docs/erts/alloc_util.md).
 //!
-//! Modules: `config` (resolved options), `tree` (augmented treap), `chunks` (sorted chunks
-//! with their maxima), `ctree` (the aoff family's carrier tree), `addr_runs` (aobf's
+//! Modules: `config` (resolved options), `tree` (augmented treap), `ctree` (the aoff
+//! family's carrier tree), `addr_runs` (aobf's
 //! equal-size blocks), `addrset` (an aoff carrier's free blocks), `freelist` (strategy
 //! structures), `addr` (top-down address model),
 //! `mseg` (segment cache), `heap` (blocks, carriers, alloc/free/realloc, pool), `stats`,
@@ -12,7 +12,6 @@
 pub mod addr;
 pub mod addr_runs;
 pub mod addrset;
-pub mod chunks;
 pub mod config;
 pub mod csv;
 pub mod ctree;

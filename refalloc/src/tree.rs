@@ -2,8 +2,8 @@
 //!
 //! It answers "first key (in order) whose value is >= x" in O(log n): the address space's gaps
 //! by address with their length (addr.rs). The aoff family's carrier trees
-//! (docs/erts/alloc_util.md §4.3) gave the same answers from it; they were `chunks::ChunkMap`s
-//! then, and are `ctree::CarrierTree`s now.
+//! (docs/erts/alloc_util.md §4.3) gave the same answers from it, then a chunked sorted map;
+//! they are `ctree::CarrierTree`s now.
 
 const NIL: u32 = u32::MAX;
 
