@@ -161,10 +161,12 @@ $(STAMP): setup.cfg pyproject.toml refalloc/Cargo.toml $(wildcard refalloc/src/*
 demo: setup
 	$(BIN)/beamalloc demo
 
+# The slowest tests are listed at the end of every run (CI included): the suite must stay under
+# 30 minutes of wall time, and this is where its time goes.
 test: setup
 	$(BIN)/ruff check .
 	cd refalloc && cargo test -q --workspace --no-default-features
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 # The inner loop: no BEAM, no browser, nothing over a few seconds (tests/conftest.py fails a test
 # that starts one without its mark, docs/architecture.md "Test tiers"). About 4 minutes of CPU,
