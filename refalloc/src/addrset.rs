@@ -22,6 +22,8 @@ const MIN_DEPTH: u32 = 4;
 const MIN_SHIFT: u32 = 8;
 /// Fan-out of the tree of maxima: one line of 16 u32.
 const FAN: usize = 16;
+/// Levels of the tree at most: FAN^LEVELS >= 2^MAX_DEPTH buckets.
+const LEVELS: usize = 3;
 
 /// Sixteen maxima, one cache line: a descent step reads one line.
 #[derive(Clone, Copy, Debug, Default)]
@@ -117,12 +119,17 @@ pub struct AddrSet {
     /// addresses past the last bucket go to it (still in order, so still exact).
     shift: u32,
     /// Lowest-addressed free block of each bucket (NIL: none).
-    heads: Vec<u32>,
+    /// 16 to a line, in lines like the tree's: a leaf line's heads are one line too.
+    heads: Vec<Line>,
+    /// Buckets - 1.
+    last: u32,
     /// The tree of maxima, level by level from the buckets up: level 0 is the buckets' largest
     /// free sizes, an entry of level l + 1 the largest of a line of level l; the top level is
-    /// one line. `off[l]` is level l's first line.
+    /// one line. `off[l]` is level l's first line, for the `levels` levels (at most 3: 16^3
+    /// buckets); an array in the set itself, so a descent step does not load it from the heap.
     lines: Vec<Line>,
-    off: Vec<u32>,
+    off: [u32; LEVELS],
+    levels: u32,
     /// Largest free size (0 when empty), exact where the tree saturates.
     top: u64,
 }
@@ -141,10 +148,13 @@ impl AddrSet {
         self.base = base;
         self.shift = bits.saturating_sub(depth);
         let nb = 1usize << depth;
-        self.heads = vec![NIL; nb];
+        self.heads = vec![Line([NIL; FAN]); nb / FAN];
+        self.last = nb as u32 - 1;
         let (mut n, mut at) = (nb.div_ceil(FAN), 0);
+        self.levels = 0;
         loop {
-            self.off.push(at as u32);
+            self.off[self.levels as usize] = at as u32;
+            self.levels += 1;
             at += n;
             if n == 1 {
                 break;
@@ -157,7 +167,18 @@ impl AddrSet {
     #[inline(always)]
     fn bucket(&self, addr: u64) -> usize {
         let k = addr.saturating_sub(self.base) >> self.shift;
-        k.min(self.heads.len() as u64 - 1) as usize
+        k.min(u64::from(self.last)) as usize
+    }
+
+    /// Bucket `k`'s first block.
+    #[inline(always)]
+    fn head(&self, k: usize) -> u32 {
+        self.heads[k / FAN].0[k % FAN]
+    }
+
+    #[inline(always)]
+    fn head_mut(&mut self, k: usize) -> &mut u32 {
+        &mut self.heads[k / FAN].0[k % FAN]
     }
 
     /// Bucket `k`'s entry in the tree.
@@ -178,7 +199,7 @@ impl AddrSet {
         self.top = self.top.max(s);
         let s = sat(s);
         let mut i = k;
-        for l in 0..self.off.len() {
+        for l in 0..self.levels as usize {
             let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
             if *e >= s {
                 return; // so are the ones above
@@ -192,7 +213,7 @@ impl AddrSet {
     #[inline(always)]
     fn rescan(&mut self, bl: &[Block], k: usize) {
         let mut m = 0;
-        let mut h = self.heads[k];
+        let mut h = self.head(k);
         while h != NIL {
             let x = &bl[h as usize];
             m = m.max(x.size);
@@ -209,7 +230,7 @@ impl AddrSet {
         }
         *e = sat(m);
         let mut i = k / FAN; // line of level l - 1 just changed
-        for l in 1..self.off.len() {
+        for l in 1..self.levels as usize {
             let at = self.off[l] as usize + i / FAN;
             let p = self.lines[at].0[i % FAN];
             if was < p {
@@ -223,7 +244,11 @@ impl AddrSet {
             was = p;
             i /= FAN;
         }
-        let top = self.lines[*self.off.last().unwrap() as usize].max();
+        // The top line's entry `was` lowered: unless it was the largest, so is the top line's.
+        if was < SAT && u64::from(was) < self.top {
+            return;
+        }
+        let top = self.lines[self.off[self.levels as usize - 1] as usize].max();
         self.top = if top < SAT {
             u64::from(top)
         } else {
@@ -235,7 +260,7 @@ impl AddrSet {
     #[cold]
     fn largest_slow(&self, bl: &[Block]) -> u64 {
         let mut m = 0;
-        for &h in &self.heads {
+        for &h in self.heads.iter().flat_map(|l| &l.0) {
             let mut h = h;
             while h != NIL {
                 m = m.max(bl[h as usize].size);
@@ -249,9 +274,9 @@ impl AddrSet {
     #[inline(always)]
     fn list_insert(&mut self, bl: &mut [Block], k: usize, b: u32) {
         let a = bl[b as usize].addr;
-        let h = self.heads[k];
+        let h = self.head(k);
         if h == NIL || bl[h as usize].addr > a {
-            list_push_head(bl, &mut self.heads[k], b);
+            list_push_head(bl, self.head_mut(k), b);
             return;
         }
         let mut p = h;
@@ -268,7 +293,7 @@ impl AddrSet {
     /// Take `b` out of bucket `k`'s list.
     #[inline(always)]
     fn list_remove(&mut self, bl: &mut [Block], k: usize, b: u32) {
-        list_remove(bl, &mut self.heads[k], b);
+        list_remove(bl, self.head_mut(k), b);
     }
 
     /// Add free block `b`. The first block linked sets the buckets: heap.rs `attach_mbc` links
@@ -276,7 +301,7 @@ impl AddrSet {
     #[inline(always)]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let (a, s) = (bl[b as usize].addr, bl[b as usize].size);
-        if self.heads.is_empty() {
+        if self.lines.is_empty() {
             self.init(a, s);
         }
         let k = self.bucket(a);
@@ -326,7 +351,7 @@ impl AddrSet {
             bl[new as usize].lprev = p;
             bl[new as usize].lnext = n;
             if p == NIL {
-                self.heads[k] = new;
+                *self.head_mut(k) = new;
             } else {
                 bl[p as usize].lnext = new;
             }
@@ -358,10 +383,14 @@ impl AddrSet {
         }
         let x = x as u32;
         let mut i = 0;
-        for l in (0..self.off.len()).rev() {
+        for l in (1..self.levels as usize).rev() {
             i = i * FAN + self.lines[self.off[l] as usize + i].first_at_least(x);
         }
-        let mut h = self.heads[i];
+        // Leaf line i's heads are one line too, known now: ask for it beside the leaf line
+        // rather than after it.
+        crate::replay::prefetch(&self.heads[i]);
+        i = i * FAN + self.lines[i].first_at_least(x);
+        let mut h = self.head(i);
         while bl[h as usize].size < u64::from(x) {
             h = bl[h as usize].lnext;
         }
@@ -371,7 +400,7 @@ impl AddrSet {
     /// `find` for sizes the tree cannot tell apart: every list in order.
     #[cold]
     fn find_slow(&self, bl: &[Block], x: u64) -> Option<u32> {
-        for &h in &self.heads {
+        for &h in self.heads.iter().flat_map(|l| &l.0) {
             let mut h = h;
             while h != NIL {
                 if bl[h as usize].size >= x {
