@@ -3,7 +3,9 @@
 //! number of steps.
 //!
 //! The carrier's address range is cut into buckets of equal size (up to 4,096; 2 KB in an 8 MB
-//! carrier). A tree of maxima over them, 16 to a cache line, holds the largest free block that
+//! carrier). A tree of maxima over them, 32 u16 to a cache line (sizes in 8-byte units,
+//! saturated at 256 KB; the few blocks past it are also listed in `big`, which keeps the
+//! largest size and first fits past the saturation exact), holds the largest free block that
 //! starts in each bucket, each line of buckets, and so on up to one line. First fit descends it
 //! from the top: per level one line, the first entry that fits found by compares and a mask,
 //! with no data-dependent branch, where a sorted structure's search loops mispredict their exit
@@ -17,89 +19,82 @@ use crate::freelist::{list_insert_after, list_push_head, list_remove, Block, NIL
 
 /// At most 2^MAX_DEPTH buckets per carrier (4,096: 2 KB buckets in an 8 MB carrier).
 const MAX_DEPTH: u32 = 12;
-/// At least 16 buckets (one line); buckets span at least 2^MIN_SHIFT bytes.
-const MIN_DEPTH: u32 = 4;
+/// At least 32 buckets (one line); buckets span at least 2^MIN_SHIFT bytes.
+const MIN_DEPTH: u32 = 5;
 const MIN_SHIFT: u32 = 8;
-/// Fan-out of the tree of maxima: one line of 16 u32.
-const FAN: usize = 16;
+/// Fan-out of the tree of maxima: one line of 32 u16.
+const FAN: usize = 32;
+/// Levels of the tree at most: FAN^LEVELS >= 2^MAX_DEPTH buckets.
+const LEVELS: usize = 3;
 
-/// Sixteen maxima, one cache line: a descent step reads one line.
+/// Thirty-two maxima, one cache line: a descent step reads one line. Entries are sizes in
+/// 8-byte units (block sizes are multiples of 8, docs/erts/alloc_util.md §3.1), saturated at
+/// `SAT`, so SSE2's signed 16-bit compare and maximum serve.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(align(64))]
-struct Line([u32; FAN]);
+struct Line([u16; FAN]);
 
 impl Line {
-    /// Index of the first entry >= `x` (16 if none): four compares, two packs and a mask,
-    /// no branch. Entries and `x` are below 2^31 (`sat`), so SSE2's signed compare serves.
+    /// Index of the first entry >= `x` (32 if none): four compares, two packs, two masks,
+    /// no branch.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn first_at_least(&self, x: u32) -> usize {
+    fn first_at_least(&self, x: u16) -> usize {
         use std::arch::x86_64::*;
-        let v = &self.0;
-        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        let p = self.0.as_ptr() as *const __m128i;
+        // SAFETY: SSE2 is part of every x86_64 target; the four loads read this line's 64
+        // aligned bytes.
         let m = unsafe {
-            let q = |j: usize| {
-                _mm_set_epi32(
-                    v[j + 3] as i32,
-                    v[j + 2] as i32,
-                    v[j + 1] as i32,
-                    v[j] as i32,
-                )
-            };
-            let y = _mm_set1_epi32(x as i32 - 1); // v >= x: v > x - 1
-            let a = _mm_packs_epi32(_mm_cmpgt_epi32(q(0), y), _mm_cmpgt_epi32(q(4), y));
-            let b = _mm_packs_epi32(_mm_cmpgt_epi32(q(8), y), _mm_cmpgt_epi32(q(12), y));
-            _mm_movemask_epi8(_mm_packs_epi16(a, b)) as u32
+            let y = _mm_set1_epi16(x as i16 - 1); // v >= x: v > x - 1 (x >= 1)
+            let q = |j: usize| _mm_cmpgt_epi16(_mm_load_si128(p.add(j)), y);
+            let a = _mm_movemask_epi8(_mm_packs_epi16(q(0), q(1))) as u32;
+            let b = _mm_movemask_epi8(_mm_packs_epi16(q(2), q(3))) as u32;
+            u64::from(a | b << 16)
         };
         (m | 1 << FAN).trailing_zeros() as usize
     }
     #[cfg(not(target_arch = "x86_64"))]
     #[inline(always)]
-    fn first_at_least(&self, x: u32) -> usize {
+    fn first_at_least(&self, x: u16) -> usize {
         self.0.iter().position(|&v| v >= x).unwrap_or(FAN)
     }
-    /// Largest entry: SSE2 has no unsigned (nor signed 32-bit) maximum, so compare and blend
-    /// (entries are below 2^31, `sat`).
+    /// Largest entry (SSE2's signed 16-bit maximum: entries are at most `SAT`).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn max(&self) -> u32 {
+    fn max(&self) -> u16 {
         use std::arch::x86_64::*;
-        let v = &self.0;
-        // SAFETY: SSE2 is part of every x86_64 target; no pointer is read.
+        let p = self.0.as_ptr() as *const __m128i;
+        // SAFETY: as in `first_at_least`.
         unsafe {
-            let q = |j: usize| {
-                _mm_set_epi32(
-                    v[j + 3] as i32,
-                    v[j + 2] as i32,
-                    v[j + 1] as i32,
-                    v[j] as i32,
-                )
-            };
-            let mx = |a, b| {
-                let g = _mm_cmpgt_epi32(a, b);
-                _mm_or_si128(_mm_and_si128(g, a), _mm_andnot_si128(g, b))
-            };
-            let m = mx(mx(q(0), q(4)), mx(q(8), q(12)));
-            let m = mx(m, _mm_shuffle_epi32::<0b0100_1110>(m));
-            let m = mx(m, _mm_shuffle_epi32::<0b1011_0001>(m));
-            _mm_cvtsi128_si32(m) as u32
+            let q = |j: usize| _mm_load_si128(p.add(j));
+            let m = _mm_max_epi16(_mm_max_epi16(q(0), q(1)), _mm_max_epi16(q(2), q(3)));
+            let m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b0100_1110>(m));
+            let m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b1011_0001>(m));
+            let m = _mm_max_epi16(m, _mm_shufflelo_epi16::<0b1011_0001>(m));
+            _mm_cvtsi128_si32(m) as u16
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     #[inline(always)]
-    fn max(&self) -> u32 {
+    fn max(&self) -> u16 {
         self.0.iter().copied().max().unwrap_or(0)
     }
 }
 
-/// The tree's sizes saturate here (sizes of 2 GB and more take the exact slow paths,
-/// `find_slow` and `largest_slow`).
-const SAT: u32 = i32::MAX as u32;
+/// The heads of a leaf line's 32 buckets (two cache lines).
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct Heads([u32; FAN]);
 
-/// A size as the tree keeps it.
+/// The tree's entries saturate here (blocks of `BIG` bytes and more: `big` keeps them exact).
+const SAT: u16 = i16::MAX as u16;
+const BIG: u64 = SAT as u64 * 8;
+
+/// A size as the tree keeps it: 8-byte units, saturated.
 #[inline(always)]
-fn sat(s: u64) -> u32 {
-    s.min(u64::from(SAT)) as u32
+fn sat(s: u64) -> u16 {
+    debug_assert!(s % 8 == 0, "block size {s} not a multiple of 8");
+    (s >> 3).min(u64::from(SAT)) as u16
 }
 
 /// What `replace` and `unlink_key` need of a linked block before its record changes.
@@ -117,14 +112,22 @@ pub struct AddrSet {
     /// addresses past the last bucket go to it (still in order, so still exact).
     shift: u32,
     /// Lowest-addressed free block of each bucket (NIL: none).
-    heads: Vec<u32>,
+    /// 32 to a line, in lines like the tree's leaves.
+    heads: Vec<Heads>,
+    /// Buckets - 1.
+    last: u32,
     /// The tree of maxima, level by level from the buckets up: level 0 is the buckets' largest
     /// free sizes, an entry of level l + 1 the largest of a line of level l; the top level is
-    /// one line. `off[l]` is level l's first line.
+    /// one line. `off[l]` is level l's first line, for the `levels` levels (at most 3: 32^3
+    /// buckets); an array in the set itself, so a descent step does not load it from the heap.
     lines: Vec<Line>,
-    off: Vec<u32>,
+    off: [u32; LEVELS],
+    levels: u32,
     /// Largest free size (0 when empty), exact where the tree saturates.
     top: u64,
+    /// The linked blocks of `BIG` bytes or more, whose entries saturate: few (at most one per
+    /// 256 KB of the carrier), read for `top` and first fits past the saturation.
+    big: Vec<u32>,
 }
 
 impl AddrSet {
@@ -141,10 +144,13 @@ impl AddrSet {
         self.base = base;
         self.shift = bits.saturating_sub(depth);
         let nb = 1usize << depth;
-        self.heads = vec![NIL; nb];
+        self.heads = vec![Heads([NIL; FAN]); nb / FAN];
+        self.last = nb as u32 - 1;
         let (mut n, mut at) = (nb.div_ceil(FAN), 0);
+        self.levels = 0;
         loop {
-            self.off.push(at as u32);
+            self.off[self.levels as usize] = at as u32;
+            self.levels += 1;
             at += n;
             if n == 1 {
                 break;
@@ -157,12 +163,23 @@ impl AddrSet {
     #[inline(always)]
     fn bucket(&self, addr: u64) -> usize {
         let k = addr.saturating_sub(self.base) >> self.shift;
-        k.min(self.heads.len() as u64 - 1) as usize
+        k.min(u64::from(self.last)) as usize
+    }
+
+    /// Bucket `k`'s first block.
+    #[inline(always)]
+    fn head(&self, k: usize) -> u32 {
+        self.heads[k / FAN].0[k % FAN]
+    }
+
+    #[inline(always)]
+    fn head_mut(&mut self, k: usize) -> &mut u32 {
+        &mut self.heads[k / FAN].0[k % FAN]
     }
 
     /// Bucket `k`'s entry in the tree.
     #[inline(always)]
-    fn leaf(&self, k: usize) -> u32 {
+    fn leaf(&self, k: usize) -> u16 {
         self.lines[k / FAN].0[k % FAN]
     }
 
@@ -178,7 +195,7 @@ impl AddrSet {
         self.top = self.top.max(s);
         let s = sat(s);
         let mut i = k;
-        for l in 0..self.off.len() {
+        for l in 0..self.levels as usize {
             let e = &mut self.lines[self.off[l] as usize + i / FAN].0[i % FAN];
             if *e >= s {
                 return; // so are the ones above
@@ -192,7 +209,7 @@ impl AddrSet {
     #[inline(always)]
     fn rescan(&mut self, bl: &[Block], k: usize) {
         let mut m = 0;
-        let mut h = self.heads[k];
+        let mut h = self.head(k);
         while h != NIL {
             let x = &bl[h as usize];
             m = m.max(x.size);
@@ -209,7 +226,7 @@ impl AddrSet {
         }
         *e = sat(m);
         let mut i = k / FAN; // line of level l - 1 just changed
-        for l in 1..self.off.len() {
+        for l in 1..self.levels as usize {
             let at = self.off[l] as usize + i / FAN;
             let p = self.lines[at].0[i % FAN];
             if was < p {
@@ -223,35 +240,50 @@ impl AddrSet {
             was = p;
             i /= FAN;
         }
-        let top = self.lines[*self.off.last().unwrap() as usize].max();
+        // The top line's entry `was` lowered: unless it was the largest, so is the top line's.
+        if was < SAT && u64::from(was) * 8 < self.top {
+            return;
+        }
+        let top = self.lines[self.off[self.levels as usize - 1] as usize].max();
         self.top = if top < SAT {
-            u64::from(top)
+            u64::from(top) * 8
         } else {
-            self.largest_slow(bl)
+            self.big_max(bl)
         };
     }
 
-    /// The largest size by every list (the tree saturates at 2 GB).
+    /// The largest size of the blocks whose entries saturate.
     #[cold]
-    fn largest_slow(&self, bl: &[Block]) -> u64 {
-        let mut m = 0;
-        for &h in &self.heads {
-            let mut h = h;
-            while h != NIL {
-                m = m.max(bl[h as usize].size);
-                h = bl[h as usize].lnext;
-            }
+    fn big_max(&self, bl: &[Block]) -> u64 {
+        self.big
+            .iter()
+            .map(|&b| bl[b as usize].size)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Block `b` leaves `big` if it is there (its size may have changed since it was linked).
+    #[inline(always)]
+    fn big_remove(&mut self, b: u32) {
+        if !self.big.is_empty() {
+            self.big_remove_slow(b);
         }
-        m
+    }
+
+    #[cold]
+    fn big_remove_slow(&mut self, b: u32) {
+        if let Some(p) = self.big.iter().position(|&x| x == b) {
+            self.big.swap_remove(p);
+        }
     }
 
     /// Put `b` in bucket `k`'s list, in address order.
     #[inline(always)]
     fn list_insert(&mut self, bl: &mut [Block], k: usize, b: u32) {
         let a = bl[b as usize].addr;
-        let h = self.heads[k];
+        let h = self.head(k);
         if h == NIL || bl[h as usize].addr > a {
-            list_push_head(bl, &mut self.heads[k], b);
+            list_push_head(bl, self.head_mut(k), b);
             return;
         }
         let mut p = h;
@@ -268,7 +300,7 @@ impl AddrSet {
     /// Take `b` out of bucket `k`'s list.
     #[inline(always)]
     fn list_remove(&mut self, bl: &mut [Block], k: usize, b: u32) {
-        list_remove(bl, &mut self.heads[k], b);
+        list_remove(bl, self.head_mut(k), b);
     }
 
     /// Add free block `b`. The first block linked sets the buckets: heap.rs `attach_mbc` links
@@ -276,8 +308,11 @@ impl AddrSet {
     #[inline(always)]
     pub fn link(&mut self, bl: &mut [Block], b: u32) {
         let (a, s) = (bl[b as usize].addr, bl[b as usize].size);
-        if self.heads.is_empty() {
+        if self.lines.is_empty() {
             self.init(a, s);
+        }
+        if s >= BIG {
+            self.big.push(b);
         }
         let k = self.bucket(a);
         self.list_insert(bl, k, b);
@@ -291,6 +326,9 @@ impl AddrSet {
     #[inline(always)]
     pub fn unlink(&mut self, bl: &mut [Block], b: u32) {
         let (a, s) = (bl[b as usize].addr, bl[b as usize].size);
+        if s >= BIG {
+            self.big_remove_slow(b);
+        }
         let k = self.bucket(a);
         self.list_remove(bl, k, b);
         if sat(s) >= self.leaf(k) {
@@ -301,6 +339,7 @@ impl AddrSet {
     /// Remove the block of `key` (its size may have changed since; its list links have not).
     #[inline(always)]
     pub fn unlink_key(&mut self, bl: &mut [Block], key: AddrKey) {
+        self.big_remove(key.b);
         let k = self.bucket(key.addr);
         self.list_remove(bl, k, key.b);
         self.rescan(bl, k);
@@ -311,6 +350,10 @@ impl AddrSet {
     #[inline(always)]
     pub fn replace(&mut self, bl: &mut [Block], old: AddrKey, new: u32) {
         let (a, s) = (bl[new as usize].addr, bl[new as usize].size);
+        self.big_remove(old.b);
+        if s >= BIG {
+            self.big.push(new);
+        }
         let (ko, k) = (self.bucket(old.addr), self.bucket(a));
         if ko != k {
             self.list_remove(bl, ko, old.b);
@@ -326,7 +369,7 @@ impl AddrSet {
             bl[new as usize].lprev = p;
             bl[new as usize].lnext = n;
             if p == NIL {
-                self.heads[k] = new;
+                *self.head_mut(k) = new;
             } else {
                 bl[p as usize].lnext = new;
             }
@@ -338,8 +381,8 @@ impl AddrSet {
             self.raise(k, s);
             if sat(s) == SAT {
                 // A saturated block may have been cut and stayed saturated, which the tree
-                // cannot show: the exact largest again (blocks of 2 GB and more only).
-                self.top = self.largest_slow(bl);
+                // cannot show: the exact largest again, from the few saturated blocks.
+                self.top = self.big_max(bl);
             }
         } else {
             // The old size may have been the bucket's largest.
@@ -350,37 +393,40 @@ impl AddrSet {
     /// The lowest-addressed free block of at least `x` bytes.
     #[inline(always)]
     pub fn find(&self, bl: &[Block], x: u64) -> Option<u32> {
-        if x >= u64::from(SAT) {
-            return self.find_slow(bl, x);
-        }
         if self.top < x {
             return None;
         }
-        let x = x as u32;
-        let mut i = 0;
-        for l in (0..self.off.len()).rev() {
-            i = i * FAN + self.lines[self.off[l] as usize + i].first_at_least(x);
+        // Entries >= ceil(x / 8) are the sizes >= x (sizes are multiples of 8).
+        let q = x.div_ceil(8).max(1);
+        if q >= u64::from(SAT) {
+            return self.find_big(bl, x);
         }
-        let mut h = self.heads[i];
-        while bl[h as usize].size < u64::from(x) {
+        let q = q as u16;
+        let mut i = 0;
+        for l in (1..self.levels as usize).rev() {
+            i = i * FAN + self.lines[self.off[l] as usize + i].first_at_least(q);
+        }
+        // Leaf line i's heads are known now: ask for them beside the leaf line rather than
+        // after it.
+        let hs = &self.heads[i].0;
+        crate::replay::prefetch(&hs[0]);
+        crate::replay::prefetch(&hs[FAN / 2]);
+        i = i * FAN + self.lines[i].first_at_least(q);
+        let mut h = self.head(i);
+        while bl[h as usize].size < x {
             h = bl[h as usize].lnext;
         }
         Some(h)
     }
 
-    /// `find` for sizes the tree cannot tell apart: every list in order.
+    /// `find` past the saturation: every block that fits is in `big`.
     #[cold]
-    fn find_slow(&self, bl: &[Block], x: u64) -> Option<u32> {
-        for &h in &self.heads {
-            let mut h = h;
-            while h != NIL {
-                if bl[h as usize].size >= x {
-                    return Some(h);
-                }
-                h = bl[h as usize].lnext;
-            }
-        }
-        None
+    fn find_big(&self, bl: &[Block], x: u64) -> Option<u32> {
+        self.big
+            .iter()
+            .filter(|&&b| bl[b as usize].size >= x)
+            .min_by_key(|&&b| bl[b as usize].addr)
+            .copied()
     }
 }
 
@@ -402,9 +448,9 @@ mod tests {
         }
     }
 
-    /// Sizes past the tree's saturation (2^31): a block cut but still saturated, and a larger
-    /// block linked into a bucket that holds a saturated one (buckets of 2^31 bytes and more,
-    /// carriers of 8 TiB), leave `largest` exact (the review's two cases).
+    /// Sizes past the tree's saturation (`BIG`; the review's two cases were found at 2^31,
+    /// the saturation then): a block cut but still saturated, and a larger block linked into a
+    /// bucket that holds a saturated one, leave `largest` exact.
     #[test]
     fn saturated_sizes_keep_the_largest_exact() {
         let base = 0x7f00_0000_0000u64;
@@ -442,7 +488,7 @@ mod tests {
         for (span, seed, cap) in [
             (1u64 << 23, 7u64, usize::MAX),
             (1 << 12, 11, usize::MAX),
-            (300, 13, usize::MAX),
+            (304, 13, usize::MAX),
             (1 << 30, 17, usize::MAX),
             (1 << 34, 19, usize::MAX),
             (1 << 36, 23, 6),
@@ -461,7 +507,11 @@ mod tests {
                 let addr = base + (r >> 8) % (span + span / 8 + 1);
                 match r % 8 {
                     0..=2 if !want.contains_key(&addr) && want.len() < cap => {
-                        let size = 1 + rnd() % [64, 4096, span][(step / 7_000 % 3) as usize];
+                        // Sizes are multiples of 8 (§3.1); some about the saturation.
+                        let size = match step / 7_000 % 4 {
+                            3 => BIG - 64 + rnd() % 128 / 8 * 8,
+                            c => 8 + rnd() % [64, 4096, span][c as usize] / 8 * 8,
+                        };
                         bl.push(block(addr, size));
                         let b = (bl.len() - 1) as u32;
                         set.link(&mut bl, b);
@@ -493,7 +543,7 @@ mod tests {
                             } else {
                                 lo + rnd() % (hi - lo)
                             };
-                            let size = 1 + rnd() % span;
+                            let size = 8 + rnd() % span / 8 * 8;
                             let key = AddrSet::key_at(a, b);
                             let nb = if rnd() % 2 == 0 {
                                 bl[b as usize].addr = na;
@@ -511,7 +561,10 @@ mod tests {
                     }
                     _ => {}
                 }
-                let x = 1 + rnd() % [8, 600, span, 2 * span][(r >> 40) as usize % 4];
+                let x = match (r >> 40) % 5 {
+                    4 => BIG - 16 + rnd() % 32,
+                    c => 1 + rnd() % [8, 600, span, 2 * span][c as usize],
+                };
                 let exp = want.values().find(|v| v.0 >= x).map(|v| v.1);
                 assert_eq!(set.find(&bl, x), exp, "span {span} step {step} x {x}");
                 let top = want.values().map(|v| v.0).max().unwrap_or(0);
