@@ -588,10 +588,21 @@ impl Lookahead {
     pub(crate) fn push(&mut self, rp: &mut Replay, ev: &Event) {
         self.last = ev.t_ns;
         if !self.read_ahead {
-            rp.apply(ev);
+            // One event held back: its live-map slot is asked for while the one before it is
+            // applied.
+            rp.live.prefetch(ev.id);
+            if self.n > 0 {
+                rp.apply(&self.ring[0]);
+            }
+            self.ring[0] = *ev;
+            self.n = 1;
             // Past the last-level cache reading ahead pays again, whatever the strategy: once
             // on, it stays on (the ring starts empty, so the switch changes no event's order).
-            self.read_ahead = rp.live.len() > READ_AHEAD_LIVE;
+            if rp.live.len() > READ_AHEAD_LIVE {
+                rp.apply(&self.ring[0]);
+                self.n = 0;
+                self.read_ahead = true;
+            }
             return;
         }
         let n = self.n;
