@@ -544,8 +544,10 @@ impl Replay {
 /// carrier's address tree, so their records are wanted early. Elsewhere, with the model's data
 /// in the last-level cache, the asking costs more than it hides (12 to 17 ns an event with
 /// everything in cache; on 20 M events, 50 000 live, CPU: bf 1.46 -> 1.33 s, af 1.41 -> 1.38 s
-/// without it, aoff 2.70 -> 3.22 s), and `for_model` turns it off: then each event is applied
-/// as it is pushed, until the live set outgrows `READ_AHEAD_LIVE`.
+/// without it, aoff 2.70 -> 3.22 s), and `for_model` turns it off until the live set outgrows
+/// `READ_AHEAD_LIVE`: then only one event is held, its live-map slot asked for while the one
+/// before it is applied (bf 1.15 -> 1.09 s, af 1.12 -> 1.01 s; asking for the block record as
+/// well, two events held, gained nothing more).
 /// Live blocks above which every strategy reads ahead: the recommender's histories (up to
 /// advice/predict.py HISTORY_BLOCKS, 300,000 peak blocks; refalloc/examples/history.rs `cal1`,
 /// the bench node's calibration under bf) take 120-133 ns an event reading ahead against
@@ -588,10 +590,21 @@ impl Lookahead {
     pub(crate) fn push(&mut self, rp: &mut Replay, ev: &Event) {
         self.last = ev.t_ns;
         if !self.read_ahead {
-            rp.apply(ev);
+            // One event held back: its live-map slot is asked for while the one before it is
+            // applied.
+            rp.live.prefetch(ev.id);
+            if self.n > 0 {
+                rp.apply(&self.ring[0]);
+            }
+            self.ring[0] = *ev;
+            self.n = 1;
             // Past the last-level cache reading ahead pays again, whatever the strategy: once
             // on, it stays on (the ring starts empty, so the switch changes no event's order).
-            self.read_ahead = rp.live.len() > READ_AHEAD_LIVE;
+            if rp.live.len() > READ_AHEAD_LIVE {
+                rp.apply(&self.ring[0]);
+                self.n = 0;
+                self.read_ahead = true;
+            }
             return;
         }
         let n = self.n;

@@ -108,6 +108,29 @@ fn fast_uvarint(b: &[u8], i: &mut usize) -> Option<u64> {
     None
 }
 
+/// `fast_uvarint` without a branch on the length up to 4 bytes (values below 2^28), for the
+/// fields whose length varies from record to record (sizes, id deltas), where the length
+/// branches of `fast_uvarint` mispredicted: one 4-byte load, the first byte without the
+/// continuation bit ends the number, the 7-bit groups are joined by masks and shifts; longer
+/// varints take `fast_uvarint`. The branch-free 8-byte decode dropped earlier cost 1.6x the
+/// decoder's instructions; this one +23 % (115 -> 141 an event on bench_replay's trace, and
+/// mispredicts 1.9 -> 0.4 an event), decoding alone 0.36 -> 0.24 s on 20 M events.
+#[inline(always)]
+fn fast_uvarint_mixed(b: &[u8], i: &mut usize) -> Option<u64> {
+    let w = u32::from_le_bytes(b[*i..*i + 4].try_into().expect("4 bytes"));
+    let stops = !w & 0x8080_8080;
+    if stops == 0 {
+        return fast_uvarint(b, i);
+    }
+    // 8, 16, 24 or 32: the bits up to and including the last byte
+    let bits = stops.trailing_zeros() + 1;
+    *i += (bits / 8) as usize;
+    let w = (w as u64) << (64 - bits) >> (64 - bits);
+    // bytes 0 and 1, 2 and 3 paired into 14-bit fields at bits 0 and 16, then joined
+    let x = (w & 0x007f_007f) | (w >> 1 & 0x3f80_3f80);
+    Some((x & 0x3fff) | (x >> 2 & 0xfff_c000))
+}
+
 #[inline(always)]
 fn unzigzag(u: u64) -> u64 {
     ((u >> 1) as i64 ^ -((u & 1) as i64)) as u64
@@ -347,8 +370,10 @@ impl<R: Read> TraceReader<R> {
         } else {
             self.type_?
         };
-        let size = fast_uvarint(b, &mut i)?;
-        let id = self.id.wrapping_add(unzigzag(fast_uvarint(b, &mut i)?));
+        let size = fast_uvarint_mixed(b, &mut i)?;
+        let id = self
+            .id
+            .wrapping_add(unzigzag(fast_uvarint_mixed(b, &mut i)?));
         let op = match tag & 3 {
             0 => Op::Alloc,
             1 => Op::Free,
@@ -677,11 +702,45 @@ mod tests {
                 w.buf.clear();
                 w.uvarint(v);
                 let len = w.buf.len();
-                w.buf.resize(16, 0xff);
+                // the bytes after it: continuation bytes, or a random tail
+                let tail = rng(&mut s);
+                for k in len..16 {
+                    w.buf.push(if tail & 1 == 0 {
+                        0xff
+                    } else {
+                        (tail >> k) as u8
+                    });
+                }
                 let mut i = 0;
                 assert_eq!(fast_uvarint(&w.buf, &mut i), Some(v), "{v:#x}");
                 assert_eq!(i, len);
+                let mut i = 0;
+                assert_eq!(fast_uvarint_mixed(&w.buf, &mut i), Some(v), "{v:#x}");
+                assert_eq!(i, len);
             }
+        }
+        // Any bytes (overlong forms, above 2^64-1, over 10 bytes): the branch-free decode
+        // answers as the branchy one, value and length.
+        for _ in 0..100_000 {
+            let r = rng(&mut s);
+            let b: Vec<u8> = (0..16)
+                .map(|k| {
+                    let x = (rng(&mut s) >> 8) as u8;
+                    // runs of continuation bytes, of all lengths
+                    if k < (r % 12) as usize {
+                        x | 0x80
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            let (mut i, mut j) = (0, 0);
+            assert_eq!(
+                fast_uvarint_mixed(&b, &mut i),
+                fast_uvarint(&b, &mut j),
+                "{b:x?}"
+            );
+            assert_eq!(i, j);
         }
         // Above 2^64-1 and longer than 10 bytes: left to the checked path.
         let mut i = 0;
