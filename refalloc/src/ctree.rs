@@ -65,14 +65,15 @@ impl CarrierTree {
         Some(v)
     }
 
-    /// Positions and group maxima from entry `from` on, after an insert or removal there.
+    /// Positions from entry `from` on, and every group maximum, after an insert or removal
+    /// there: `update` leaves the maxima alone while the tree is one group.
     fn renumber(&mut self, from: usize) {
         for (i, k) in self.keys.iter().enumerate().skip(from) {
             self.pos[*k as u32 as usize] = i as u32;
         }
         let n = self.vals.len();
         self.gmax.resize(n.div_ceil(G), 0);
-        for g in from / G..self.gmax.len() {
+        for g in 0..self.gmax.len() {
             self.gmax[g] = self.group_max(g);
         }
     }
@@ -83,13 +84,17 @@ impl CarrierTree {
         self.vals[g * G..end].iter().copied().max().unwrap_or(0)
     }
 
-    /// Set the value of present carrier `c`.
+    /// Set the value of present carrier `c`. One group (most instances) keeps no maximum:
+    /// `first_at_least` scans it without.
     #[inline(always)]
     pub fn update(&mut self, c: u32, val: u64) {
         let p = self.pos[c as usize];
         debug_assert!(p != NIL, "update of an absent carrier");
         let p = p as usize;
         let old = std::mem::replace(&mut self.vals[p], val);
+        if self.vals.len() <= G {
+            return;
+        }
         let g = p / G;
         let m = self.gmax[g];
         if val >= m {
