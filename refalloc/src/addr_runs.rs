@@ -363,24 +363,17 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    fn rnd(s: &mut u64) -> u64 {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        *s
-    }
-
     /// Random streams of insertions, removals and pops on many sets at once (so runs are
     /// freed, reused and grown in between), some sets growing past `RUN_MAX` into maps and
     /// shrinking back, each checked against an ordered set of (address, block).
     fn check(mut pool: AddrRuns, seed: u64) -> AddrRuns {
-        let mut r = seed;
+        let mut rnd = crate::tests::xorshift(seed);
         let nsets = 40;
         let mut ids = vec![NIL; nsets];
         let mut want: Vec<BTreeSet<(u64, u32)>> = vec![BTreeSet::new(); nsets];
         let mut next_block = 0u32;
         for step in 0..300_000u64 {
-            let i = (rnd(&mut r) % nsets as u64) as usize;
+            let i = (rnd() % nsets as u64) as usize;
             // Set i's target size: small for most, past RUN_MAX for a few, in phases.
             let phase = step / 50_000;
             let target = match (i + phase as usize) % 8 {
@@ -390,13 +383,13 @@ mod tests {
                 _ => 4,
             };
             let n = want[i].len();
-            let op = rnd(&mut r) % 8;
+            let op = rnd() % 8;
             if n == 0 || (n < target && op < 5) {
                 // Addresses: below the set's lowest often, anywhere otherwise.
                 let low = want[i].first().map(|&(a, _)| a);
                 let addr = match low {
-                    Some(a) if op < 2 && a > 64 => a - 8 * (1 + rnd(&mut r) % 4),
-                    _ => 8 * (rnd(&mut r) % (1 << 18)),
+                    Some(a) if op < 2 && a > 64 => a - 8 * (1 + rnd() % 4),
+                    _ => 8 * (rnd() % (1 << 18)),
                 };
                 if want[i].iter().any(|&(a, _)| a == addr) {
                     continue;
@@ -413,7 +406,7 @@ mod tests {
                 ids[i] = s;
                 assert_eq!(Some((addr, block)), want[i].pop_first(), "step {step}");
             } else {
-                let nth = (rnd(&mut r) % n as u64) as usize;
+                let nth = (rnd() % n as u64) as usize;
                 let &(addr, block) = want[i].iter().nth(nth).unwrap();
                 ids[i] = pool.remove(ids[i], addr);
                 want[i].remove(&(addr, block));
