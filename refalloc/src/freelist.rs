@@ -543,15 +543,9 @@ mod tests {
             lprev: NIL,
             lnext: NIL,
         };
-        fn rnd(s: &mut u64) -> u64 {
-            *s ^= *s << 13;
-            *s ^= *s >> 7;
-            *s ^= *s << 17;
-            *s
-        }
         // Sizes around the table's limit, its word and summary boundaries, and far above.
-        fn size(s: &mut u64) -> u64 {
-            let r = rnd(s);
+        fn size(rnd: &mut impl FnMut() -> u64) -> u64 {
+            let r = rnd();
             8 * match r % 4 {
                 0 => 1 + r / 4 % 64,
                 1 => 1 + r / 4 % 9000,
@@ -559,15 +553,15 @@ mod tests {
                 _ => 1 + r / 4 % 100_000,
             }
         }
-        let mut s = 77u64;
+        let mut rnd = crate::tests::xorshift(77u64);
         let n = 3000;
-        let sizes: Vec<u64> = (0..n).map(|_| size(&mut s)).collect();
+        let sizes: Vec<u64> = (0..n).map(|_| size(&mut rnd)).collect();
         let mut bl_a: Vec<Block> = sizes.iter().map(|&z| block(z)).collect();
         let mut bl_b = bl_a.clone();
         let (mut a, mut b) = (BfTree::default(), MapBf::default());
         let mut linked = vec![false; n as usize];
         for step in 0..60_000u64 {
-            let i = (rnd(&mut s) % n) as usize;
+            let i = (rnd() % n) as usize;
             if linked[i] {
                 a.unlink(&mut bl_a, i as u32);
                 b.unlink(&mut bl_b, i as u32);
@@ -576,7 +570,7 @@ mod tests {
                 b.link(&mut bl_b, i as u32);
             }
             linked[i] = !linked[i];
-            let q = size(&mut s);
+            let q = size(&mut rnd);
             for node_first in [false, true] {
                 assert_eq!(a.find(q, node_first), b.find(q, node_first), "step {step}");
             }
@@ -589,18 +583,12 @@ mod tests {
     #[test]
     fn aobf_tree_agrees_with_an_ordered_set() {
         use std::collections::BTreeSet;
-        fn rnd(s: &mut u64) -> u64 {
-            *s ^= *s << 13;
-            *s ^= *s >> 7;
-            *s ^= *s << 17;
-            *s
-        }
-        let mut s = 4711u64;
+        let mut rnd = crate::tests::xorshift(4711u64);
         let n = 4000u64;
         // Few sizes (long equal-size runs, as small blocks give) and many (mostly singletons).
         let bl: Vec<Block> = (0..n)
             .map(|i| {
-                let r = rnd(&mut s);
+                let r = rnd();
                 let size = 8 * if i % 2 == 0 {
                     1 + r % 12
                 } else {
@@ -622,7 +610,7 @@ mod tests {
         let mut want: BTreeSet<(u64, u64, u32)> = BTreeSet::new();
         let mut linked = vec![false; n as usize];
         for step in 0..80_000u64 {
-            let i = (rnd(&mut s) % n) as usize;
+            let i = (rnd() % n) as usize;
             let x = &bl[i];
             if linked[i] {
                 t.unlink(&bl, i as u32);
@@ -632,7 +620,7 @@ mod tests {
                 want.insert((x.size, x.addr, i as u32));
             }
             linked[i] = !linked[i];
-            let q = 8 * (1 + rnd(&mut s) % 20_001);
+            let q = 8 * (1 + rnd() % 20_001);
             let got = want.range((q, 0, 0)..).next().map(|&(_, _, b)| b);
             assert_eq!(t.find(q), got, "step {step}");
             let largest = want.iter().next_back().map(|&(z, _, _)| z).unwrap_or(0);

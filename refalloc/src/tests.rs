@@ -8,12 +8,15 @@ use crate::trace::{Event, Op};
 
 /// The randomized tests' generator (xorshift64, Marsaglia): each test seeds its own stream.
 pub(crate) fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    }
+    move || xorshift_step(&mut s)
+}
+
+/// One step of `xorshift`: the next state, which is also the number drawn.
+fn xorshift_step(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
 }
 
 fn cfg(strategy: Strategy) -> InstanceConfig {
@@ -270,10 +273,7 @@ fn realloc_grows_in_place_and_shrinks() {
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        xorshift_step(&mut self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n

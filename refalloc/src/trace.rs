@@ -651,18 +651,11 @@ mod tests {
         let e = r.next_event().err().unwrap().to_string();
         assert!(e.starts_with("c: truncated record at byte 16"), "{e}");
     }
-    fn rng(s: &mut u64) -> u64 {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        *s
-    }
-
-    fn random_trace(s: &mut u64, n: usize) -> (Vec<u8>, Vec<Event>) {
+    fn random_trace(rng: &mut impl FnMut() -> u64, n: usize) -> (Vec<u8>, Vec<Event>) {
         let mut w = TraceWriter::new(Vec::new(), "{\"schedulers\":2}").unwrap();
         let mut evs = Vec::new();
         for _ in 0..n {
-            let r = rng(s);
+            let r = rng();
             let op = [Op::Alloc, Op::Free, Op::Realloc][(r % 3) as usize];
             // Extreme values on purpose: deltas of either sign across the whole u64 range.
             let pick = |x: u64| match x % 4 {
@@ -672,15 +665,15 @@ mod tests {
                 _ => 0,
             };
             let e = Event {
-                t_ns: pick(rng(s)),
+                t_ns: pick(rng()),
                 op,
-                allocator: rng(s) % 13,
-                instance: rng(s) % 4,
-                type_: pick(rng(s)),
-                size: pick(rng(s)),
-                id: pick(rng(s)),
-                new_id: if op == Op::Realloc { pick(rng(s)) } else { 0 },
-                thread: rng(s) % 3,
+                allocator: rng() % 13,
+                instance: rng() % 4,
+                type_: pick(rng()),
+                size: pick(rng()),
+                id: pick(rng()),
+                new_id: if op == Op::Realloc { pick(rng()) } else { 0 },
+                thread: rng() % 3,
             };
             w.write(&e).unwrap();
             evs.push(e);
@@ -690,20 +683,16 @@ mod tests {
 
     #[test]
     fn fast_varints_decode_every_length() {
-        let mut s = 0xfa57_u64;
+        let mut rng = crate::tests::xorshift(0xfa57_u64);
         for bits in 0..=64u32 {
             for _ in 0..50 {
-                let v = if bits == 0 {
-                    0
-                } else {
-                    rng(&mut s) >> (64 - bits)
-                };
+                let v = if bits == 0 { 0 } else { rng() >> (64 - bits) };
                 let mut w = TraceWriter::new(Vec::new(), "{}").unwrap();
                 w.buf.clear();
                 w.uvarint(v);
                 let len = w.buf.len();
                 // the bytes after it: continuation bytes, or a random tail
-                let tail = rng(&mut s);
+                let tail = rng();
                 for k in len..16 {
                     w.buf.push(if tail & 1 == 0 {
                         0xff
@@ -722,10 +711,10 @@ mod tests {
         // Any bytes (overlong forms, above 2^64-1, over 10 bytes): the branch-free decode
         // answers as the branchy one, value and length.
         for _ in 0..100_000 {
-            let r = rng(&mut s);
+            let r = rng();
             let b: Vec<u8> = (0..16)
                 .map(|k| {
-                    let x = (rng(&mut s) >> 8) as u8;
+                    let x = (rng() >> 8) as u8;
                     // runs of continuation bytes, of all lengths
                     if k < (r % 12) as usize {
                         x | 0x80
@@ -788,9 +777,9 @@ mod tests {
 
     #[test]
     fn writer_and_reader_round_trip() {
-        let mut s = 0x5eed_u64;
+        let mut rng = crate::tests::xorshift(0x5eed_u64);
         for n in [0, 1, 2, 50, 500] {
-            let (bytes, evs) = random_trace(&mut s, n);
+            let (bytes, evs) = random_trace(&mut rng, n);
             let got: Vec<Event> = TraceReader::new(&bytes[..], "rt")
                 .unwrap()
                 .map(|e| e.unwrap())
@@ -810,21 +799,21 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        let mut s = 0xF022_u64 ^ secs;
+        let mut rng = crate::tests::xorshift(0xF022_u64 ^ secs);
         let mut cases = 0u64;
         while cases < 3000 || std::time::Instant::now() < deadline {
             cases += 1;
-            let n = (rng(&mut s) % 40) as usize;
-            let (mut b, _) = random_trace(&mut s, n);
-            for _ in 0..1 + rng(&mut s) % 4 {
+            let n = (rng() % 40) as usize;
+            let (mut b, _) = random_trace(&mut rng, n);
+            for _ in 0..1 + rng() % 4 {
                 if b.is_empty() {
                     break;
                 }
-                let at = (rng(&mut s) % b.len() as u64) as usize;
-                match rng(&mut s) % 5 {
-                    0 => b[at] ^= 1 << (rng(&mut s) % 8),
-                    1 => b[at] = rng(&mut s) as u8,
-                    2 => b.insert(at, rng(&mut s) as u8),
+                let at = (rng() % b.len() as u64) as usize;
+                match rng() % 5 {
+                    0 => b[at] ^= 1 << (rng() % 8),
+                    1 => b[at] = rng() as u8,
+                    2 => b.insert(at, rng() as u8),
                     3 => {
                         b.remove(at);
                     }
