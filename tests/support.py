@@ -5,6 +5,7 @@ only one module can be imported as `conftest`."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -29,6 +30,15 @@ def run_cli(
         env=env,
         **({"text": True} if input is None else {}),
     )
+
+
+def ctrl_c_reaches() -> None:
+    """`preexec_fn` of a process a test sends SIGINT as Ctrl-C: SIGINT at its default. A suite
+    started in the background by a shell without job control (`make test &` in a script) runs
+    with SIGINT and SIGQUIT ignored, which every child inherits across exec, and Python installs
+    no KeyboardInterrupt handler over an ignored SIGINT: the test would then see a tool that
+    ignores Ctrl-C, as it rightly does when its parent ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def serve_in_thread(srv: Any) -> Callable[[], None]:

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from support import run_cli
+from support import ctrl_c_reaches, run_cli
 
 pytestmark = pytest.mark.live
 
@@ -67,7 +67,8 @@ def test_keep_node_leaves_the_node_running_until_ctrl_c(tmp_path):
     and Ctrl-C (SIGINT) stops the demo and the node with it."""
     proc = subprocess.Popen([sys.executable, "-m", "beamalloc.cli", "demo", "--keep-node",
                              "--report", str(tmp_path / "r.html")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_reaches)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stderr], daemon=True).start()
     try:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import ctrl_c_reaches
 
 from beamalloc.collector import live
 
@@ -95,7 +96,7 @@ def _start(argv: list[str], cookie: str, tmp: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BEAMALLOC_COOKIE=cookie, TMPDIR=str(tmp))
     return subprocess.Popen([sys.executable, *argv], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ctrl_c_reaches)
 
 
 def _cli(command: str, node: str, out: Path) -> list[str]:
