@@ -1,8 +1,9 @@
 """A real Prometheus server scrapes `beamalloc watch --prometheus` (issue 13 item 1).
 
 Debian's prometheus (installed by `make setup`) runs on loopback with a 1 s scrape interval and
-the shipped rules; a real node runs with a +M flag the lint flags, so the finding and lint
-gauges have something to say. Then, through Prometheus' HTTP API: the gauges and counters are
+the shipped rules; a real node of each test release runs with a +M flag the lint flags, so the
+finding and lint gauges have something to say, and one watcher samples them all (as an operator
+runs it over a fleet). Then, through Prometheus' HTTP API: the gauges and counters are
 there with the labels docs/metrics.md promises, per-node series stay within its bound, the
 rules evaluate without error, every query of the shipped Grafana dashboard parses and returns
 data, and a watcher whose node went down still answers with beamalloc_up 0.
@@ -26,15 +27,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from otp import available, release_params
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "beamalloc-rules.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "beamalloc-dashboard.json"
 PROMETHEUS = shutil.which("prometheus")
 
+# Each test once per release, by a plain parameter rather than the session-wide `otp_release`
+# fixture: that one groups the whole session's tests by release, which would take this module's
+# tests apart and start the fleet below once per release.
 pytestmark = [
     pytest.mark.live,
     pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is installed by make setup"),
+    pytest.mark.parametrize("release", release_params()),
 ]
 
 _spec = importlib.util.spec_from_file_location("live_conftest_prom",
@@ -82,55 +88,71 @@ class Prom:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory,
-          otp_release: str) -> Iterator[tuple[Prom, str, object]]:
-    """A node of each test release (tests/otp.py), its watcher and a Prometheus scraping it."""
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, dict[str, object]]]:
+    """A node of each test release this machine runs (tests/otp.py), one watcher over them all
+    and one Prometheus scraping it: started together, so the scrapes and R6's misses the tests
+    wait for accrue once for every release, not once per release."""
     tmp = tmp_path_factory.mktemp("prom")
     cookie = f"C{secrets.token_hex(12)}"
-    # ets_alloc's lmbcs under 2 x sbct: the lint's lmbcs-sbct check holds while the node runs.
-    # No segment cache and 100 KiB binaries over a 64 KiB sbct, allocated and freed about a
-    # thousand times a second: each one an mseg_alloc call that misses (rule R6 after 10,000).
-    node = _lc.start_node(
-        ["+MMmcs", "0", "+MBsbct", "64", "+MElmbcs", "1024", "+MEsbct", "1024"],
-        eval_="spawn(fun() -> F = fun L() -> B = binary:copy(<<0:(100*1024*8)>>), "
-              "_ = byte_size(B), erlang:garbage_collect(), timer:sleep(1), L() end, F() end).",
-        cookie=cookie, release=otp_release)
-    watch_port = _free_port()
-    err = (tmp / "watch.stderr").open("wb")
-    watch = subprocess.Popen(
-        [sys.executable, "-m", "beamalloc.cli", "watch", node.node, "--store", str(tmp / "w.db"),
-         "--interval", "1", "--prometheus", f"127.0.0.1:{watch_port}"],
-        env=dict(os.environ, BEAMALLOC_COOKIE=cookie), stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
-    prom_port = _free_port()
-    (tmp / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{RULES}']\n"
-        "scrape_configs:\n"
-        "  - job_name: beamalloc\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{watch_port}']}}]\n")  # fmt: skip
-    prom = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-         "--log.level=warn"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=(tmp / "prometheus.stderr").open("wb"))  # fmt: skip
-    p = Prom(prom_port)
+    nodes: dict[str, object] = {}
+    procs: list[subprocess.Popen] = []
     try:
-        # 15 scrapes (enough for rate() over the dashboard's 10 s window) and R6 active.
-        _wait(lambda: p.query(f'count_over_time(beamalloc_up{{node="{node.node}"}}[1m]) >= 15')
-              if _ready(p) else [], what="15 scrapes")  # fmt: skip
-        _wait(lambda: p.query(f'beamalloc_finding{{node="{node.node}", rule="R6"}}'),
-              within=120, what="rule R6 on the node")
-        yield p, node.node, node
+        # ets_alloc's lmbcs under 2 x sbct: the lint's lmbcs-sbct check holds while the node
+        # runs. No segment cache and 100 KiB binaries over a 64 KiB sbct, allocated and freed
+        # about a thousand times a second: each one an mseg_alloc call that misses (rule R6
+        # after 10,000).
+        for release in available():
+            nodes[release] = _lc.start_node(
+                ["+MMmcs", "0", "+MBsbct", "64", "+MElmbcs", "1024", "+MEsbct", "1024"],
+                eval_="spawn(fun() -> F = fun L() -> B = binary:copy(<<0:(100*1024*8)>>), "
+                      "_ = byte_size(B), erlang:garbage_collect(), timer:sleep(1), L() end, "
+                      "F() end).",
+                cookie=cookie, release=release)  # fmt: skip
+        names = [n.node for n in nodes.values()]  # type: ignore[attr-defined]
+        watch_port = _free_port()
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "beamalloc.cli", "watch", *names, "--store", str(tmp / "w.db"),
+             "--interval", "1", "--prometheus", f"127.0.0.1:{watch_port}"],
+            env=dict(os.environ, BEAMALLOC_COOKIE=cookie), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=(tmp / "watch.stderr").open("wb")))  # fmt: skip
+        prom_port = _free_port()
+        (tmp / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            f"rule_files: ['{RULES}']\n"
+            "scrape_configs:\n"
+            "  - job_name: beamalloc\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{watch_port}']}}]\n")  # fmt: skip
+        procs.append(subprocess.Popen(
+            [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+             "--log.level=warn"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=(tmp / "prometheus.stderr").open("wb")))  # fmt: skip
+        p = Prom(prom_port)
+        for name in names:
+            # 15 scrapes (enough for rate() over the dashboard's 10 s window) and R6 active.
+            _wait(lambda n=name: p.query(f'count_over_time(beamalloc_up{{node="{n}"}}[1m]) >= 15')
+                  if _ready(p) else [], what=f"15 scrapes of {name}")  # fmt: skip
+            _wait(lambda n=name: p.query(f'beamalloc_finding{{node="{n}", rule="R6"}}'),
+                  within=120, what=f"rule R6 on {name}")
+        yield p, nodes
     finally:
-        for proc in (prom, watch):
+        for proc in reversed(procs):
             proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        node.stop()
+        for n in nodes.values():
+            n.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def setup(fleet: tuple[Prom, dict[str, object]], release: str) -> tuple[Prom, str, object]:
+    """Prometheus, and the node of this test's release with its name."""
+    p, nodes = fleet
+    node = nodes[release]
+    return p, node.node, node  # type: ignore[attr-defined]
 
 
 def _ready(p: Prom) -> bool:
@@ -165,7 +187,8 @@ def test_lint_in_force_is_a_gauge_an_alert_fires_on(setup) -> None:
     assert {(r["metric"]["check"], r["metric"]["allocator"]) for r in lint} == {
         ("lmbcs-sbct", "ets_alloc")}
     alerts = _wait(lambda: [a for a in _get(f"{p.base}/api/v1/alerts")["data"]["alerts"]
-                            if a["labels"]["alertname"] == "BeamallocFlagLintInForce"],
+                            if a["labels"]["alertname"] == "BeamallocFlagLintInForce"
+                            and a["labels"]["node"] == node],
                    what="the lint alert")  # fmt: skip
     assert alerts[0]["labels"]["node"] == node
     assert alerts[0]["labels"]["check"] == "lmbcs-sbct"
