@@ -162,11 +162,15 @@ demo: setup
 	$(BIN)/beamalloc demo
 
 # The slowest tests are listed at the end of every run (CI included): the suite must stay under
-# 30 minutes of wall time, and this is where its time goes.
+# 30 minutes of wall time, and this is where its time goes. The tests that start no BEAM run
+# first on both cores (the fast tier as test-fast runs it, with the browser's pages and the
+# crash-dump corpus); the live tests then one at a time, since they measure real nodes and
+# probes that a test beside them would disturb.
 test: setup
 	$(BIN)/ruff check .
 	cd refalloc && cargo test -q --workspace --no-default-features
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not live" -n 2 --durations=10
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m live --durations=25
 
 # The inner loop: no BEAM, no browser, nothing over a few seconds (tests/conftest.py fails a test
 # that starts one without its mark, docs/architecture.md "Test tiers"). About 4 minutes of CPU,
