@@ -1095,10 +1095,6 @@ mod tests {
         assert_eq!((r, ev.len()), (Ok(2), 2));
     }
 
-    /// `wide_row` takes a row, with the same event and length, exactly when `narrow_row` does,
-    /// on random rows near the plain shape (fields of 0 to 21 digits, allocator and type names,
-    /// blanks, quotes, CRs, missing or extra fields; rows past 64 and past 128 bytes), whatever
-    /// follows them.
     /// The wide path compares a row's type name with the memo by masked words
     /// (`known_type_at`): rows whose names are near misses of the one before (a byte changed
     /// at each position, one byte shorter or longer, across the 8- and 16-byte words and past
@@ -1158,6 +1154,10 @@ mod tests {
         }
     }
 
+    /// `wide_row` takes a row, with the same event and length, exactly when `narrow_row` does,
+    /// on random rows near the plain shape (fields of 0 to 21 digits, allocator and type names,
+    /// blanks, quotes, CRs, missing or extra fields; rows past 64 and past 128 bytes), whatever
+    /// follows them.
     #[test]
     fn wide_rows_are_narrow_rows() {
         let mut next = crate::tests::xorshift(0x5EED);
