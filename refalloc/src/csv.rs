@@ -987,7 +987,11 @@ mod tests {
     }
 
     fn read(text: &str) -> (Result<u64, Declined>, Vec<Event>, Types) {
-        let mut t = types();
+        read_with(text, types())
+    }
+
+    /// `read` with the given type table.
+    fn read_with(text: &str, mut t: Types) -> (Result<u64, Declined>, Vec<Event>, Types) {
         let mut out = Vec::new();
         let r = read_rows(text.as_bytes(), 1, &mut t, |e| {
             out.push(*e);
@@ -1141,13 +1145,7 @@ mod tests {
             for line in text.lines() {
                 want.extend(row(line.as_bytes(), &mut by_row).unwrap());
             }
-            let mut t = fresh();
-            let mut got = Vec::new();
-            let r = read_rows(text.as_bytes(), 1, &mut t, |e| {
-                got.push(*e);
-                Ok(())
-            })
-            .unwrap();
+            let (r, got, t) = read_with(&text, fresh());
             assert_eq!(r, Ok(200));
             assert_eq!(got, want, "round {round}");
             assert_eq!(t.added, by_row.added);
