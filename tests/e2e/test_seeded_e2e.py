@@ -51,7 +51,10 @@ def test_heap_peak_raised_sbct_grows_the_waste() -> None:
     p = r.prediction
     assert p["seeded_from"] in ("history", "carriers")
     assert p["unused_saving"] < 0
-    assert r.after[1] > r.before[1] + (32 << 20)  # measured: the peak's carriers stay pinned
+    # Measured: the peak's carriers stay pinned, at least one of +MHlmbcs's 32 MiB around the
+    # kept heaps. How many depends on where the schedulers placed the heaps: six runs left
+    # 28, 57, 57, 57, 91 and 91 MB unused (one, two or three carriers), against 0.5-1.6 MB before.
+    assert r.after[1] > r.before[1] + (16 << 20)
     assert r.after[1] / 3 <= p["after"]["unused"] <= 3 * r.after[1], (p["after"], r.after)
 
 
