@@ -11,7 +11,6 @@ data, and a watcher whose node went down still answers with beamalloc_up 0.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from otp import available, release_params
+from otp import Node, available, release_params, start_node
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "beamalloc-rules.yml"
@@ -42,12 +41,6 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is installed by make setup"),
     pytest.mark.parametrize("release", release_params()),
 ]
-
-_spec = importlib.util.spec_from_file_location("live_conftest_prom",
-                                               ROOT / "tests" / "live" / "conftest.py")
-_lc = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-sys.modules["live_conftest_prom"] = _lc
-_spec.loader.exec_module(_lc)  # type: ignore[union-attr]
 
 #: Labels a beamalloc series may carry (docs/metrics.md); `instance` and `job` are Prometheus'.
 LABELS = {"__name__", "node", "allocator", "rule", "level", "check", "op", "call", "category",
@@ -88,13 +81,13 @@ class Prom:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, dict[str, object]]]:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, dict[str, Node]]]:
     """A node of each test release this machine runs (tests/otp.py), one watcher over them all
     and one Prometheus scraping it: started together, so the scrapes and R6's misses the tests
     wait for accrue once for every release, not once per release."""
     tmp = tmp_path_factory.mktemp("prom")
     cookie = f"C{secrets.token_hex(12)}"
-    nodes: dict[str, object] = {}
+    nodes: dict[str, Node] = {}
     procs: list[subprocess.Popen] = []
     try:
         # ets_alloc's lmbcs under 2 x sbct: the lint's lmbcs-sbct check holds while the node
@@ -102,13 +95,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, dict
         # about a thousand times a second: each one an mseg_alloc call that misses (rule R6
         # after 10,000).
         for release in available():
-            nodes[release] = _lc.start_node(
+            nodes[release] = start_node(
                 ["+MMmcs", "0", "+MBsbct", "64", "+MElmbcs", "1024", "+MEsbct", "1024"],
                 eval_="spawn(fun() -> F = fun L() -> B = binary:copy(<<0:(100*1024*8)>>), "
                       "_ = byte_size(B), erlang:garbage_collect(), timer:sleep(1), L() end, "
                       "F() end).",
                 cookie=cookie, release=release)  # fmt: skip
-        names = [n.node for n in nodes.values()]  # type: ignore[attr-defined]
+        names = [n.node for n in nodes.values()]
         watch_port = _free_port()
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "beamalloc.cli", "watch", *names, "--store", str(tmp / "w.db"),
@@ -144,15 +137,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prom, dict
             except subprocess.TimeoutExpired:
                 proc.kill()
         for n in nodes.values():
-            n.stop()  # type: ignore[attr-defined]
+            n.stop()
 
 
 @pytest.fixture
-def setup(fleet: tuple[Prom, dict[str, object]], release: str) -> tuple[Prom, str, object]:
+def setup(fleet: tuple[Prom, dict[str, Node]], release: str) -> tuple[Prom, str, Node]:
     """Prometheus, and the node of this test's release with its name."""
     p, nodes = fleet
     node = nodes[release]
-    return p, node.node, node  # type: ignore[attr-defined]
+    return p, node.node, node
 
 
 def _ready(p: Prom) -> bool:
