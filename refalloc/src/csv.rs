@@ -217,6 +217,13 @@ fn known_type(f: &[u8], types: &Types) -> Option<u64> {
     if len != 0 && f.len() == len && f == &memo.key.get()[..len] {
         return Some(memo.n.get());
     }
+    remembered(f, types)
+}
+
+/// `known_type` once the memo missed: the name looked up, and kept in the memo if it fits.
+#[inline(always)]
+fn remembered(f: &[u8], types: &Types) -> Option<u64> {
+    let memo = &types.last;
     let n = new_known_type(f, &types.known)?;
     if f.len() <= 16 {
         let mut k = [0u8; 16];
@@ -246,7 +253,7 @@ fn known_type_at(win: &[u8; WIDE], s: usize, n: usize, types: &Types) -> Option<
             return Some(memo.n.get());
         }
     }
-    known_type(&win[s..s + n], types)
+    remembered(&win[s..s + n], types)
 }
 
 /// `known_type` past the memo.
