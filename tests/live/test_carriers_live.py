@@ -47,15 +47,15 @@ def binspike(otp_release: str) -> Snapshot:
         # and the carrier list agrees with the counters read just before it on the pooled
         # carriers (a carrier that entered or left the pool between the two calls of one read
         # made them 15 against 16 in a clean-clone run on OTP 29).
+        before = _carrier_bytes(snap, "binary_alloc")
         for _ in range(5):
             time.sleep(0.5)
-            again = live.snapshot_node(wl.node, wl.cookie, timeout=60.0)
-            counters = _carrier_bytes(again, "binary_alloc")
-            listed = sum(c.in_pool for c in again.carriers_of("binary_alloc"))
-            settled = counters == _carrier_bytes(snap, "binary_alloc") and listed == counters[2]
-            snap = again
-            if settled:
+            snap = live.snapshot_node(wl.node, wl.cookie, timeout=60.0)
+            counters = _carrier_bytes(snap, "binary_alloc")
+            listed = sum(c.in_pool for c in snap.carriers_of("binary_alloc"))
+            if counters == before and listed == counters[2]:
                 break
+            before = counters
     assert snap.otp_release == otp_release
     return snap
 
